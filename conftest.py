@@ -1,0 +1,3 @@
+"""Repository conftest: loads the fixture modules in fixtures/, nothing else."""
+
+pytest_plugins = ["fixtures.run"]

@@ -1,0 +1,124 @@
+"""Health rules over NVML readings: ECC, remapped rows, PCIe link, clock-event reasons, XID, temperature.
+
+A reading the device did not support is None: the rule says so and passes only what it could check.
+"""
+
+from __future__ import annotations
+
+from gpucert.baseline import GpuBaseline
+from gpucert.checks import CheckStatus, Finding
+from gpucert.evidence import Health
+
+__all__ = ["CLOCK_EVENT_REASONS", "FAILING_CLOCK_EVENTS", "judge_health"]
+
+# NVML nvmlClocksEventReason* bits (nvml.h)
+CLOCK_EVENT_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clock_setting",
+}
+# the reasons that mean the GPU is held below its clocks by a fault (heat, power brake, an external signal)
+FAILING_CLOCK_EVENTS = 0x8 | 0x20 | 0x40 | 0x80
+
+
+def _f(check: str, ok: bool, node: str, gpu: int, message: str, observed: float | str | None = None,
+       expected: float | str | None = None, unit: str | None = None) -> Finding:
+    return Finding(check=check, status=CheckStatus.PASS if ok else CheckStatus.FAIL, node=node, gpu=gpu,
+                   message=f"{node}/gpu{gpu}: {message}", observed=observed, expected=expected, unit=unit)
+
+
+def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
+    e = h.ecc
+    if e.volatile_uncorrected is None and e.aggregate_uncorrected is None:
+        return Finding("health.ecc", CheckStatus.SKIP, node, gpu, "ECC counters not supported (ECC disabled?)")
+    unc = e.volatile_uncorrected or 0
+    corr = e.volatile_corrected or 0
+    limit = b.health.max_volatile_corrected_ecc
+    msg = (f"ECC volatile uncorrected {unc}, corrected {corr} (limit {limit}); aggregate uncorrected "
+           f"{e.aggregate_uncorrected}, corrected {e.aggregate_corrected}")
+    return _f("health.ecc", unc == 0 and corr <= limit, node, gpu, msg, observed=unc, expected=0, unit="errors")
+
+
+def remapped_rows(h: Health, node: str, gpu: int) -> Finding:
+    r = h.remapped_rows
+    if r.failure is None and r.pending is None:
+        return Finding("health.remapped_rows", CheckStatus.SKIP, node, gpu,
+                       "row remapping not supported on this GPU")
+    problems = []
+    if r.failure:
+        problems.append("a row remapping FAILED (the GPU has no spare rows left for a bank: replace it)")
+    if r.pending:
+        problems.append("a row remapping is pending (reset the GPU to apply it)")
+    msg = "; ".join(problems) or "no failed or pending row remapping"
+    msg += f" (remapped rows: {r.correctable} correctable, {r.uncorrectable} uncorrectable)"
+    return _f("health.remapped_rows", not problems, node, gpu, msg, observed=r.uncorrectable)
+
+
+def pcie_link(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
+    p = h.pcie
+    if p.current_generation is None or p.current_width is None:
+        return Finding("health.pcie_link", CheckStatus.SKIP, node, gpu, "PCIe link state not reported")
+    want_gen, want_width = b.pcie.generation, b.pcie.width
+    ok = p.current_generation >= want_gen and p.current_width >= want_width
+    msg = (f"PCIe link Gen{p.current_generation} x{p.current_width}{' under load' if p.under_load else ''}, "
+           f"expected Gen{want_gen} x{want_width} (device maximum Gen{p.max_generation} x{p.max_width})")
+    return _f("health.pcie_link", ok, node, gpu, msg, observed=f"Gen{p.current_generation} x{p.current_width}",
+              expected=f"Gen{want_gen} x{want_width}")
+
+
+def throttle(h: Health, node: str, gpu: int) -> Finding:
+    if h.clock_event_reasons is None:
+        return Finding("health.throttle", CheckStatus.SKIP, node, gpu, "clock event reasons not reported")
+    active = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit]
+    bad = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit & FAILING_CLOCK_EVENTS]
+    msg = (f"clocks held down by {', '.join(bad)}" if bad else "no fault is holding the clocks down") + \
+        f" (active reasons: {', '.join(active) or 'none'}; bitmask 0x{h.clock_event_reasons:x})"
+    return _f("health.throttle", not bad, node, gpu, msg, observed=", ".join(bad) or "none", expected="none")
+
+
+def xid(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
+    allowed = set(b.health.application_xids)
+    bad = [e for e in h.xid if e.code not in allowed]
+    if bad:
+        codes = ", ".join(f"{e.code}" + (f" ({e.text})" if e.text else "") for e in bad)
+        msg = f"XID events that point at the GPU or its links: {codes}"
+    else:
+        msg = f"no hardware XID events ({len(h.xid)} application XIDs ignored)" if h.xid else "no XID events"
+    return _f("health.xid", not bad, node, gpu, msg, observed=len(bad), expected=0, unit="events")
+
+
+def temperature(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
+    if h.temperature_c is None:
+        return Finding("health.temperature", CheckStatus.SKIP, node, gpu, "temperature not reported")
+    if h.slowdown_temperature_c is None:
+        return Finding("health.temperature", CheckStatus.SKIP, node, gpu,
+                       f"temperature {h.temperature_c:.0f} °C, but no slowdown threshold to compare with")
+    limit = h.slowdown_temperature_c - b.health.temperature_margin_c
+    msg = (f"temperature {h.temperature_c:.0f} °C, limit {limit:.0f} °C ({b.health.temperature_margin_c:.0f} °C "
+           f"below the slowdown threshold {h.slowdown_temperature_c:.0f} °C)")
+    return _f("health.temperature", h.temperature_c <= limit, node, gpu, msg, observed=h.temperature_c,
+              expected=limit, unit="°C")
+
+
+def judge_health(check: str, h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
+    """The finding of health check `check` (health.ecc, health.pcie_link, ...) for one GPU."""
+    match check:
+        case "health.ecc":
+            return ecc(h, b, node, gpu)
+        case "health.remapped_rows":
+            return remapped_rows(h, node, gpu)
+        case "health.pcie_link":
+            return pcie_link(h, b, node, gpu)
+        case "health.throttle":
+            return throttle(h, node, gpu)
+        case "health.xid":
+            return xid(h, b, node, gpu)
+        case "health.temperature":
+            return temperature(h, b, node, gpu)
+    raise ValueError(f"unknown health check {check!r}")

@@ -1,0 +1,107 @@
+"""Measured performance against the SKU baseline, then against peers (straggler detection).
+
+A GPU below its baseline is a baseline finding; one inside the baseline but well behind its peers on the same node
+or in the fleet is a straggler finding. Never both: one root cause, one finding.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gpucert.analysis.stats import Summary, median, summarize
+from gpucert.baseline import Comparison, MetricBaseline
+from gpucert.checks import CheckStatus, Finding
+
+__all__ = ["MIN_PEERS", "STRAGGLER_MIN_Z", "Sampled", "StragglerIndex", "against_baseline"]
+
+STRAGGLER_MIN_Z = 3.5  # a deviation must also stand out of the peers' own spread by this robust z
+MIN_PEERS = 3
+
+Key = tuple[str, int | None]  # (node, gpu) ; gpu None for node-level metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """A measurement reduced to its median, with the number of samples behind it."""
+
+    value: float
+    n: int
+    unit: str
+
+
+def _where(key: Key) -> str:
+    return key[0] if key[1] is None else f"{key[0]}/gpu{key[1]}"
+
+
+def against_baseline(check: str, key: Key, sampled: Sampled, baseline: MetricBaseline) -> Finding:
+    limit = baseline.threshold()
+    ok = sampled.value >= limit if baseline.comparison is Comparison.MIN else sampled.value <= limit
+    deviation = sampled.value / baseline.expected - 1
+    word = "below" if deviation < 0 else "above"
+    msg = (f"{_where(key)} {check} {sampled.value:.4g} {sampled.unit} (median of {sampled.n} samples) is "
+           f"{abs(deviation):.1%} {word} the baseline {baseline.expected:.4g} {baseline.unit} "
+           f"(limit {limit:.4g}, tolerance {baseline.tolerance:.0%})")
+    return Finding(check=check, status=CheckStatus.PASS if ok else CheckStatus.FAIL, node=key[0], gpu=key[1],
+                   message=msg, observed=round(sampled.value, 4), expected=baseline.expected, unit=baseline.unit)
+
+
+class StragglerIndex:
+    """One metric across the fleet, summarised once; judges each GPU against its node peers and the fleet."""
+
+    def __init__(self, metric: str, values: Mapping[Key, Sampled], *, max_deviation: float,
+                 higher_is_better: bool = True, min_z: float = STRAGGLER_MIN_Z) -> None:
+        self.metric = metric
+        self.values = values
+        self.max_deviation = max_deviation
+        self.sign = 1.0 if higher_is_better else -1.0
+        self.min_z = min_z
+        self.fleet: Summary | None = summarize([s.value for s in values.values()]) if values else None
+        self._by_node: dict[str, list[Key]] = defaultdict(list)
+        for key in values:
+            self._by_node[key[0]].append(key)
+
+    def _behind(self, value: float, peers: Summary) -> tuple[float, float] | None:
+        deviation = value / peers.median - 1
+        z = peers.z(value)
+        if self.sign * deviation < -self.max_deviation and self.sign * z < -self.min_z:
+            return deviation, z
+        return None
+
+    def judge(self, key: Key) -> Finding:
+        """Pass, or a `straggler.<metric>` failure saying by how much, against whom, and on how many samples."""
+        check = f"straggler.{self.metric}"
+        s = self.values[key]
+        reasons: list[str] = []
+        worst = 0.0
+        if key[1] is not None:
+            peers = [self.values[k].value for k in self._by_node[key[0]] if k != key]
+            if len(peers) >= MIN_PEERS:
+                node_peers = summarize(peers)
+                hit = self._behind(s.value, node_peers)
+                if hit:
+                    worst = hit[0]
+                    reasons.append(f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the median of its "
+                                   f"{len(peers)} peers on {key[0]} ({node_peers.median:.4g} {s.unit}, robust z "
+                                   f"{hit[1]:.1f})")
+        if self.fleet is not None and self.fleet.n - 1 >= MIN_PEERS:
+            hit = self._behind(s.value, self.fleet)
+            if hit:
+                worst = worst if abs(worst) > abs(hit[0]) else hit[0]
+                reasons.append(f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the fleet median over "
+                               f"{self.fleet.n} {'GPUs' if key[1] is not None else 'nodes'} "
+                               f"({self.fleet.median:.4g} {s.unit}, robust z {hit[1]:.1f})")
+        fleet_median = self.fleet.median if self.fleet else s.value
+        if not reasons:
+            return Finding(check=check, status=CheckStatus.PASS, node=key[0], gpu=key[1], observed=s.value,
+                           expected=round(fleet_median, 4), unit=s.unit,
+                           message=f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} is in line with its peers")
+        msg = (f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} (median of {s.n} samples) is "
+               + " and ".join(reasons) + f"; limit {self.max_deviation:.0%}")
+        return Finding(check=check, status=CheckStatus.FAIL, node=key[0], gpu=key[1], message=msg,
+                       observed=round(s.value, 4), expected=round(fleet_median, 4), unit=s.unit)
+
+
+def per_gpu_median(samples: list[float], unit: str) -> Sampled:
+    return Sampled(value=median(samples), n=len(samples), unit=unit)

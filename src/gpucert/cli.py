@@ -1,0 +1,201 @@
+"""The `gpucert` command: a thin layer over plan, measure, the pytest suites and the run folder.
+
+Exit codes: 0 pass, 1 certification failed, 2 usage or configuration error, 3 could not complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gpucert import __version__
+from gpucert import run as runner
+from gpucert.baseline import GpuBaseline, load_baseline
+from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
+from gpucert.evidence import NodeEvidence
+from gpucert.fleet import SimulatedFleet
+from gpucert.report.verdict import read_verdict
+from gpucert.resources import project_root
+from gpucert.spec import ClusterSpec, load_spec
+from gpucert.targets import open_target
+
+__all__ = ["main"]
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+console = Console(stderr=False, highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
+    spec = load_spec(spec_path)
+    return spec, load_baseline(spec.resolve(spec.certify.baseline))
+
+
+def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -> None:
+    target = open_target(spec)
+    inventory = runner.plan(target, run_dir)
+    console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({target.kind}) into {run_dir}")
+    if not measure:
+        return
+    with Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        task = progress.add_task("", total=len(inventory.nodes))
+
+        def done(ev: NodeEvidence) -> None:
+            progress.update(task, advance=1, description=f"{ev.node}{'' if ev.collected else ' (not measured)'}")
+
+        runner.measure(target, inventory, spec, run_dir, progress=done)
+
+
+def _pytest(spec_path: str, run_dir: Path, suites: Sequence[str], workers: int | None, quiet: bool) -> int:
+    root = project_root()
+    args = [*(str(root / "suites" / s) for s in suites), "--spec", str(Path(spec_path).resolve()),
+            "--run-dir", str(run_dir), "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
+            "-p", "no:cacheprovider", "-W", "default", "--tb=no", "-o", "console_output_style=count"]
+    args += ["-qq"] if quiet else ["-q"]
+    if workers:
+        args += ["-n", str(workers)]
+    return int(pytest.main(args))
+
+
+def _print_verdict(run_dir: Path) -> int:
+    path = run_dir / "verdict.json"
+    if not path.exists():
+        raise IncompleteRunError(f"the evaluation wrote no verdict.json in {run_dir}; see the output above")
+    verdict = read_verdict(path)
+    table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
+    for col in ("node", "result", "passed", "failed", "errors", "skipped", "failing checks"):
+        table.add_column(col)
+    for node, s in verdict["nodes"].items():
+        style = "red" if s["result"] == "fail" else "green"
+        table.add_row(node, f"[{style}]{s['result'].upper()}[/]", str(s["passed"]), str(s["failed"]),
+                      str(s["errors"]), str(s["skipped"]), ", ".join(s["failing"]))
+    console.print(table)
+    if verdict["findings"]:
+        findings = Table(title="findings", show_lines=False)
+        for col in ("check", "where", "message"):
+            findings.add_column(col, overflow="fold")
+        for f in verdict["findings"]:
+            where = f["node"] or "fleet"
+            if f["gpu"] is not None:
+                where += f"/gpu{f['gpu']}"
+            findings.add_row(f["check"], where, f["message"])
+        console.print(findings)
+    s = verdict["summary"]
+    result = verdict["result"].upper()
+    console.print(f"[bold {'red' if result == 'FAIL' else 'green'}]{result}[/]: {s['checks']} checks on "
+                  f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
+                  f"{s['errors']} errors, {s['skipped']} skipped")
+    for name in ("report.html", "allure-results", "junit.xml", "verdict.json"):
+        console.print(f"  {name:<15} {run_dir / name}")
+    return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL
+
+
+def _run(spec_path: str, reports: str, suites: Sequence[str], *, workers: int | None = None, measure: bool = True,
+         evidence: str | None = None, quiet: bool = False) -> int:
+    spec, _ = _load(spec_path)
+    run_dir = runner.create_run_dir(Path(reports), spec)
+    if evidence:
+        runner.import_evidence(Path(evidence), run_dir)
+    else:
+        _measure_with_progress(spec, run_dir, measure=measure)
+    code = _pytest(spec_path, run_dir, suites, workers, quiet)
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        raise IncompleteRunError(f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the "
+                                 "evidence measured so far")
+    return _print_verdict(run_dir)
+
+
+def cmd_demo(a: argparse.Namespace) -> int:
+    return _run(str(project_root() / "examples" / "demo.yaml"), a.reports, ["configure", "certify"],
+                workers=a.workers, quiet=True)
+
+
+def cmd_certify(a: argparse.Namespace) -> int:
+    if a.sign_key:
+        raise ConfigError("signing arrives with `gpucert sign`; run without --sign-key", key="--sign-key")
+    return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, quiet=a.quiet)
+
+
+def cmd_configure(a: argparse.Namespace) -> int:
+    if a.static:
+        raise ConfigError("--static is not available in this version", key="--static")
+    return _run(a.spec, a.reports, ["configure"], measure=False, quiet=a.quiet)
+
+
+def cmd_evaluate(a: argparse.Namespace) -> int:
+    return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, evidence=a.evidence,
+                quiet=a.quiet)
+
+
+def cmd_schema(a: argparse.Namespace) -> int:
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from gpucert.evidence import NodeEvidence as Evidence
+
+    for name, model in (("clusterspec", ClusterSpec), ("simulatedfleet", SimulatedFleet),
+                        ("gpubaseline", GpuBaseline), ("evidence", Evidence)):
+        path = out / f"{name}.schema.json"
+        path.write_text(json.dumps(model.model_json_schema(by_alias=True), indent=1) + "\n", encoding="utf-8")
+        console.print(f"wrote {path}")
+    return EXIT_PASS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpucert", description="Certify a GPU Kubernetes cluster.")
+    p.add_argument("--version", action="version", version=f"gpucert {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def runner_args(sp: argparse.ArgumentParser, workers: bool = True) -> None:
+        sp.add_argument("--reports", default="reports", help="where the run folder is created (default ./reports)")
+        sp.add_argument("-q", "--quiet", action="store_true", help="print less of pytest's progress")
+        if workers:
+            sp.add_argument("-n", dest="workers", type=int, default=None, help="pytest-xdist workers for evaluation")
+
+    d = sub.add_parser("demo", help="certify the embedded simulated 4 x 8 H100 fleet with injected faults")
+    runner_args(d)
+    d.set_defaults(func=cmd_demo)
+    c = sub.add_parser("certify", help="plan, measure, evaluate and report")
+    c.add_argument("spec")
+    c.add_argument("--sign-key", default=None)
+    runner_args(c)
+    c.set_defaults(func=cmd_certify)
+    k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
+    k.add_argument("spec")
+    k.add_argument("--static", action="store_true", help="check the recipe without a cluster")
+    runner_args(k, workers=False)
+    k.set_defaults(func=cmd_configure)
+    e = sub.add_parser("evaluate", help="re-evaluate recorded evidence against a spec and its baselines")
+    e.add_argument("spec")
+    e.add_argument("--evidence", required=True, help="a run folder or its evidence/ folder")
+    runner_args(e)
+    e.set_defaults(func=cmd_evaluate)
+    s = sub.add_parser("schema", help="write the JSON Schemas of the spec, fleet, baseline and evidence")
+    s.add_argument("--out", default="schemas")
+    s.set_defaults(func=cmd_schema)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except GpucertError as exc:
+        err_console.print(f"gpucert: error: {exc}", markup=False, highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("gpucert: interrupted; the evidence measured so far is in the run folder")
+        return EXIT_INCOMPLETE
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

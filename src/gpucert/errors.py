@@ -1,0 +1,60 @@
+"""The one exception family of gpucert.
+
+Every error the user can cause or meet carries the object it is about and says the fix, so the CLI can print one
+line and exit 2 (usage or configuration) or 3 (could not complete) without a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["ClusterAccessError", "ConfigError", "EvidenceError", "GpucertError", "IncompleteRunError"]
+
+
+class GpucertError(Exception):
+    """Base of every error gpucert raises on purpose."""
+
+    exit_code = 3
+
+
+class ConfigError(GpucertError):
+    """A spec, fleet, baseline or option is wrong: the user must change an input."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: Path | str | None = None, key: str | None = None,
+                 line: int | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        self.key = key
+        self.line = line
+        where = ""
+        if self.path is not None:
+            where = str(self.path)
+            if line is not None:
+                where += f":{line}"
+            where += ": "
+        if key:
+            where += f"{key}: "
+        super().__init__(f"{where}{message}")
+
+
+class EvidenceError(GpucertError):
+    """An evidence or run folder cannot be read as gpucert wrote it."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: Path | str | None = None) -> None:
+        self.path = Path(path) if path is not None else None
+        super().__init__(f"{self.path}: {message}" if self.path is not None else message)
+
+
+class ClusterAccessError(GpucertError):
+    """The cluster refused or could not be reached; the message names the endpoint or the missing permission."""
+
+    exit_code = 2
+
+
+class IncompleteRunError(GpucertError):
+    """The run could not complete (a target failed beyond retries, an interrupted measure)."""
+
+    exit_code = 3

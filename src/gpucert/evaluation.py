@@ -1,0 +1,249 @@
+"""Everything a suite test asks of a run: the run's files, read once, and one Finding per check.
+
+The suites stay one line each; this module finds the right evidence, decides what a missing dependency means
+(skip with its reason: one root cause, one finding) and hands the numbers to the pure rules in analysis/ and stack/.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from gpucert.analysis.health import judge_health
+from gpucert.analysis.performance import Sampled, StragglerIndex, against_baseline
+from gpucert.analysis.stats import median
+from gpucert.baseline import GpuBaseline
+from gpucert.checks import DCGM_TESTS_BY_LEVEL, CheckStatus, Finding
+from gpucert.evidence import GpuEvidence, NodeEvidence, read_evidence
+from gpucert.inventory import Inventory, read_inventory
+from gpucert.spec import ClusterSpec, Probe
+from gpucert.stack import rules
+from gpucert.stack.components import DEFAULT_SOURCES
+from gpucert.stack.observe import NodeStack, StackObservation, read_stack
+
+__all__ = ["NODE_METRICS", "Evaluation", "GpuSlot"]
+
+NODE_METRICS = ("nccl.all_reduce",)
+SKIP, ERROR = CheckStatus.SKIP, CheckStatus.ERROR
+
+
+class GpuSlot:
+    """One expected GPU of one node: what per-GPU tests are parametrized over."""
+
+    __slots__ = ("index", "node")
+
+    def __init__(self, node: str, index: int) -> None:
+        self.node = node
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"{self.node}/gpu{self.index}"
+
+
+def _probe_of(check: str) -> Probe:
+    return Probe(check.split(".")[0]) if not check.startswith("health.") else Probe.HEALTH
+
+
+class Evaluation:
+    """The run folder's inventory, stack observation and evidence, with the judgement of every check."""
+
+    def __init__(self, run_dir: Path, spec: ClusterSpec, baseline: GpuBaseline) -> None:
+        self.run_dir = run_dir
+        self.spec = spec
+        self.baseline = baseline
+        self._evidence: dict[str, NodeEvidence | None] = {}
+        self._stragglers: dict[str, StragglerIndex] = {}
+
+    # ---- the run's files -------------------------------------------------------------------------------------
+
+    @cached_property
+    def inventory(self) -> Inventory:
+        return read_inventory(self.run_dir / "inventory.json")
+
+    @cached_property
+    def stack(self) -> StackObservation:
+        return read_stack(self.run_dir / "stack.json")
+
+    @property
+    def measured(self) -> bool:
+        """Whether this run measured nodes (a configure-only run has no evidence folder)."""
+        return (self.run_dir / "evidence").is_dir()
+
+    def evidence(self, node: str) -> NodeEvidence | None:
+        if node not in self._evidence:
+            path = self.run_dir / "evidence" / f"{node}.json"
+            self._evidence[node] = read_evidence(path) if path.exists() else None
+        return self._evidence[node]
+
+    # ---- configure -------------------------------------------------------------------------------------------
+
+    def _node_stack(self, node: str) -> NodeStack | Finding:
+        ns = self.stack.nodes.get(node)
+        if ns is None:
+            return Finding("", SKIP, node, None, f"{node} is not listed by the cluster (see node.reachable)")
+        if not ns.ready:
+            return Finding("", SKIP, node, None, f"{node} is not Ready (see node.reachable)")
+        return ns
+
+    def components(self) -> list[str]:
+        return rules.pinned_components(self.spec, set(DEFAULT_SOURCES))
+
+    def node_count(self) -> Finding:
+        return rules.node_count(self.inventory.names, self.spec)
+
+    def reachable(self, node: str) -> Finding:
+        error = None
+        if self.measured:
+            ev = self.evidence(node)
+            if ev is None:
+                error = "no evidence was written for this node"
+            elif not ev.collected:
+                error = "; ".join(e.message for e in ev.errors) or "the probe did not run"
+        return rules.reachable(self.stack.nodes.get(node), node, error)
+
+    def configure(self, check: str, node: str, component: str | None = None) -> Finding:
+        ns = self._node_stack(node)
+        if isinstance(ns, Finding):
+            return Finding(check, SKIP, node, None, ns.message)
+        match check:
+            case "stack.version":
+                assert component is not None
+                return rules.version(ns, self.spec, component)
+            case "stack.skew":
+                return rules.skew(ns, self.stack.nodes)
+            case "stack.compat":
+                return rules.compat(ns, self.spec)
+            case "stack.ordering":
+                return rules.ordering(ns, self.spec)
+            case "stack.kubernetes":
+                return rules.kubernetes_version(ns, self.spec)
+            case "stack.runtime":
+                return rules.runtime(ns, self.spec)
+            case "inventory.gpus":
+                ev = self.evidence(node) if self.measured else None
+                return rules.gpu_count(ns, self.spec, len(ev.gpus) if ev and ev.collected else None)
+            case "inventory.product":
+                return rules.gpu_product(ns, self.spec)
+        raise ValueError(f"unknown configure check {check!r}")
+
+    # ---- certify ---------------------------------------------------------------------------------------------
+
+    def _node_evidence(self, check: str, node: str) -> NodeEvidence | Finding:
+        probe = _probe_of(check)
+        if probe not in self.spec.certify.probes:
+            return Finding(check, SKIP, node, None, f"probe {probe.value!r} is not in certify.probes")
+        ev = self.evidence(node)
+        if ev is None or not ev.collected:
+            return Finding(check, SKIP, node, None, f"{node} was not measured (see node.reachable)")
+        err = ev.error_for(probe.value)
+        if err is not None:
+            return Finding(check, ERROR, node, None, f"{node}: the {probe.value} probe failed: {err.message}")
+        return ev
+
+    def _gpu_evidence(self, check: str, gpu: GpuSlot) -> GpuEvidence | Finding:
+        ev = self._node_evidence(check, gpu.node)
+        if isinstance(ev, Finding):
+            return Finding(check, ev.status, gpu.node, gpu.index, ev.message)
+        g = ev.gpu(gpu.index)
+        if g is None:
+            return Finding(check, SKIP, gpu.node, gpu.index,
+                           f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)")
+        return g
+
+    def health(self, check: str, gpu: GpuSlot) -> Finding:
+        g = self._gpu_evidence(check, gpu)
+        if isinstance(g, Finding):
+            return g
+        if g.health is None:
+            return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the health probe recorded nothing")
+        return judge_health(check, g.health, self.baseline, gpu.node, gpu.index)
+
+    def dcgm_tests(self) -> list[str]:
+        level = self.spec.certify.dcgm.level
+        return [t for lvl in range(1, level + 1) for t in DCGM_TESTS_BY_LEVEL[lvl]]
+
+    def dcgm(self, test: str, gpu: GpuSlot) -> Finding:
+        check = f"dcgm.{test}"
+        g = self._gpu_evidence(check, gpu)
+        if isinstance(g, Finding):
+            return g
+        ev = self.evidence(gpu.node)
+        assert ev is not None
+        d = ev.dcgm
+        if d is None:
+            return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: no DCGM diagnostic was recorded")
+        if d.runtime_error:
+            return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: dcgmi diag failed: {d.runtime_error}")
+        result = d.results.get(test)
+        if result is None:
+            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index,
+                           f"{gpu!r}: DCGM level {d.level} did not run the {test} test (exit code {d.exit_code})")
+        mine = result.gpus.get(gpu.index)
+        if mine is not None and mine.status == "Fail":
+            why = "; ".join(mine.warnings) or "no warning text"
+            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index, f"{gpu!r}: DCGM {test} Fail: {why}",
+                           observed="Fail", expected="Pass")
+        if result.summary == "Fail" and not any(r.status == "Fail" for r in result.gpus.values()):
+            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index,
+                           f"{gpu!r}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})",
+                           observed="Fail", expected="Pass")
+        status = mine.status if mine is not None else (result.summary or "Pass")
+        if status == "Skip":
+            return Finding(check, SKIP, gpu.node, gpu.index, f"{gpu!r}: DCGM skipped {test}")
+        return Finding(check, CheckStatus.PASS, gpu.node, gpu.index, f"{gpu!r}: DCGM {test} {status}",
+                       observed=status, expected="Pass")
+
+    def _sampled(self, metric: str, ev: NodeEvidence, index: int | None) -> Sampled | None:
+        if metric == "nccl.all_reduce":
+            if ev.nccl is None or not ev.nccl.points:
+                return None
+            top = max(ev.nccl.points, key=lambda p: p.size_bytes)
+            return Sampled(median(top.busbw), len(top.busbw), "GB/s")
+        if metric == "p2p.bandwidth":
+            if ev.p2p is None or index is None:
+                return None
+            pairs = [p for p in ev.p2p.pairs if index in (p.src, p.dst) and p.samples]
+            if not pairs:
+                return None
+            return Sampled(median([median(p.samples) for p in pairs]), sum(len(p.samples) for p in pairs),
+                           ev.p2p.unit)
+        g = ev.gpu(index) if index is not None else None
+        m = g.measurements.get(metric) if g is not None else None
+        if m is None or not m.samples:
+            return None
+        return Sampled(median(m.samples), len(m.samples), m.unit)
+
+    def _straggler_index(self, metric: str) -> StragglerIndex:
+        if metric not in self._stragglers:
+            values: dict[tuple[str, int | None], Sampled] = {}
+            for node in self.inventory.names:
+                ev = self.evidence(node)
+                if ev is None or not ev.collected:
+                    continue
+                indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
+                for idx in indices:
+                    s = self._sampled(metric, ev, idx)
+                    if s is not None:
+                        values[(node, idx)] = s
+            self._stragglers[metric] = StragglerIndex(
+                metric, values, max_deviation=self.spec.certify.stragglers.max_deviation,
+                higher_is_better=self.baseline.metrics[metric].comparison.value == "min")
+        return self._stragglers[metric]
+
+    def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
+        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
+        if metric not in self.baseline.metrics:
+            return Finding(metric, SKIP, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        ev = self._node_evidence(metric, node) if gpu is None else self._gpu_evidence(metric, GpuSlot(node, gpu))
+        if isinstance(ev, Finding):
+            return ev
+        node_ev = self.evidence(node)
+        assert node_ev is not None
+        sampled = self._sampled(metric, node_ev, gpu)
+        if sampled is None:
+            return Finding(metric, ERROR, node, gpu, f"{node}: the probe recorded no samples of {metric}")
+        base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
+        if base.status is not CheckStatus.PASS:
+            return base
+        straggler = self._straggler_index(metric).judge((node, gpu))
+        return straggler if straggler.status is not CheckStatus.PASS else base

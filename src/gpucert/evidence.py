@@ -1,0 +1,201 @@
+"""The evidence contract: one document per node (`evidence/<node>.json`), raw samples and readings only.
+
+Statistics are computed by analysis/ at evaluate time; nothing here summarises. NVML values that the device does
+not support are None and named in `not_supported`, never zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpucert.errors import EvidenceError
+
+__all__ = [
+    "EVIDENCE_SCHEMA", "DcgmEvidence", "DcgmGpuResult", "DcgmTestResult", "EccCounts", "GpuEvidence", "Health",
+    "Measurement", "NcclEvidence", "NcclPoint", "NodeEvidence", "P2pEvidence", "P2pPair", "PcieLink",
+    "ProbeError", "RemappedRows", "SystemFacts", "XidEvent", "read_evidence", "write_evidence",
+]
+
+EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Measurement(_Model):
+    unit: str
+    samples: list[float]
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class EccCounts(_Model):
+    volatile_corrected: int | None = None
+    volatile_uncorrected: int | None = None
+    aggregate_corrected: int | None = None
+    aggregate_uncorrected: int | None = None
+
+
+class RemappedRows(_Model):
+    correctable: int | None = None
+    uncorrectable: int | None = None
+    pending: bool | None = None
+    failure: bool | None = None
+
+
+class PcieLink(_Model):
+    current_generation: int | None = None
+    current_width: int | None = None
+    max_generation: int | None = None
+    max_width: int | None = None
+    under_load: bool = False  # read while a transfer ran: an idle link trains down on purpose
+
+
+class XidEvent(_Model):
+    code: int
+    time: str | None = None
+    text: str = ""
+
+
+class Health(_Model):
+    ecc: EccCounts = Field(default_factory=EccCounts)
+    remapped_rows: RemappedRows = Field(default_factory=RemappedRows)
+    pcie: PcieLink = Field(default_factory=PcieLink)
+    clock_event_reasons: int | None = None  # NVML clocksEventReasons bitmask
+    temperature_c: float | None = None
+    slowdown_temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    xid: list[XidEvent] = Field(default_factory=list)
+    nvlink_active: list[bool] | None = None
+    not_supported: list[str] = Field(default_factory=list)
+
+
+class GpuEvidence(_Model):
+    index: int
+    uuid: str
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    product: str | None = None
+    memory_mib: int | None = None
+    vbios: str | None = None
+    health: Health | None = None
+    measurements: dict[str, Measurement] = Field(default_factory=dict)
+
+
+class P2pPair(_Model):
+    src: int
+    dst: int
+    peer_access: bool
+    samples: list[float]
+
+
+class P2pEvidence(_Model):
+    unit: str = "GB/s"
+    pairs: list[P2pPair] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class NcclPoint(_Model):
+    size_bytes: int
+    time_us: list[float]
+    algbw: list[float]
+    busbw: list[float]
+
+
+class NcclEvidence(_Model):
+    op: str = "all_reduce"
+    ranks: int
+    dtype: str = "float32"
+    points: list[NcclPoint]
+    correct: bool
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class DcgmGpuResult(_Model):
+    status: str  # Pass | Fail | Skip, as DCGM writes it
+    warnings: list[str] = Field(default_factory=list)
+    serial: str | None = None
+
+
+class DcgmTestResult(_Model):
+    summary: str | None = None  # test_summary.status (4.x); None in 3.x
+    gpus: dict[int, DcgmGpuResult] = Field(default_factory=dict)
+    info: list[str] = Field(default_factory=list)
+
+
+class DcgmEvidence(_Model):
+    level: int
+    version: str | None = None
+    exit_code: int | None = None
+    results: dict[str, DcgmTestResult] = Field(default_factory=dict)
+    runtime_error: str | None = None
+    raw: dict[str, Any] | None = None
+
+
+class SystemFacts(_Model):
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+    kernel: str | None = None
+    os: str | None = None
+
+
+class ProbeError(_Model):
+    probe: str
+    message: str
+
+
+class NodeEvidence(_Model):
+    schema_: str = Field(EVIDENCE_SCHEMA, alias="schema")
+    node: str
+    target: str
+    probe_version: str
+    started: str
+    finished: str
+    collected: bool = True  # False when no probe ran on the node; `errors` says why
+    system: SystemFacts = Field(default_factory=SystemFacts)
+    gpus: list[GpuEvidence] = Field(default_factory=list)
+    p2p: P2pEvidence | None = None
+    nccl: NcclEvidence | None = None
+    dcgm: DcgmEvidence | None = None
+    errors: list[ProbeError] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def gpu(self, index: int) -> GpuEvidence | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+    def error_for(self, probe: str) -> ProbeError | None:
+        return next((e for e in self.errors if e.probe in (probe, "*")), None)
+
+
+def write_evidence(directory: Path, evidence: NodeEvidence) -> Path:
+    """Write one node's document atomically, so a reader never sees half of it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{evidence.node}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(evidence.model_dump_json(by_alias=True, exclude_none=False), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def read_evidence(path: Path) -> NodeEvidence:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise EvidenceError("no evidence for this node; measure it or pass the evidence folder", path=path) from None
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(f"not JSON ({exc}); the probe output was truncated or corrupted", path=path) from None
+    if data.get("schema") != EVIDENCE_SCHEMA:
+        raise EvidenceError(f"schema is {data.get('schema')!r}, expected {EVIDENCE_SCHEMA!r}", path=path)
+    try:
+        return NodeEvidence.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise EvidenceError(f"{key}: {err['msg']}", path=path) from None

@@ -1,0 +1,168 @@
+"""The SimulatedFleet contract (`kind: SimulatedFleet`): a fleet of simulated GPU nodes and the faults injected.
+
+Pure: a model and its loader. The simulator in targets/simulated.py turns it into raw observations.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from gpucert.documents import Document, Problem, load_document
+from gpucert.spec import Metadata
+
+__all__ = ["FLEET_METRICS", "Fault", "SimulatedFleet", "load_fleet"]
+
+# metrics a `slow` fault can scale; per GPU unless noted
+FLEET_METRICS = (
+    "memory.bandwidth", "compute.gemm.fp16", "compute.gemm.bf16", "compute.gemm.tf32", "compute.gemm.fp32",
+    "compute.gemm.fp64", "pcie.h2d", "pcie.d2h", "p2p.bandwidth", "nccl.all_reduce",
+)
+Metric = Literal[
+    "memory.bandwidth", "compute.gemm.fp16", "compute.gemm.bf16", "compute.gemm.tf32", "compute.gemm.fp32",
+    "compute.gemm.fp64", "pcie.h2d", "pcie.d2h", "p2p.bandwidth", "nccl.all_reduce",
+]
+GpuIndex = Annotated[int, Field(ge=0)]
+
+
+class Nodes(Document):
+    count: Annotated[int, Field(ge=1, le=100_000)]
+    name_prefix: str = Field("gpu-node-", alias="namePrefix")
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = Field(8, alias="gpusPerNode")
+
+    def names(self) -> list[str]:
+        return [f"{self.name_prefix}{i}" for i in range(1, self.count + 1)]
+
+
+class Noise(Document):
+    cv: Annotated[float, Field(ge=0, le=0.5)] = 0.01
+
+
+class SlowFault(Document):
+    kind: Literal["slow"]
+    node: str
+    gpu: GpuIndex | None = None  # every GPU of the node when absent
+    metric: Metric
+    factor: Annotated[float, Field(gt=0, le=2)]
+
+
+class EccFault(Document):
+    kind: Literal["ecc"]
+    node: str
+    gpu: GpuIndex
+    uncorrected: Annotated[int, Field(ge=0)] = 0
+    corrected: Annotated[int, Field(ge=0)] = 0
+
+
+class RemappedRowsFault(Document):
+    kind: Literal["remapped-rows"]
+    node: str
+    gpu: GpuIndex
+    failure: bool = False
+    pending: bool = False
+    uncorrectable: Annotated[int, Field(ge=0)] = 0
+
+
+class PcieLinkFault(Document):
+    kind: Literal["pcie-link"]
+    node: str
+    gpu: GpuIndex
+    generation: Annotated[int, Field(ge=1, le=6)]
+    width: Literal[1, 2, 4, 8, 16] = 16
+
+
+class ThrottleFault(Document):
+    kind: Literal["throttle"]
+    node: str
+    gpu: GpuIndex
+    reason: Literal["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"]
+
+
+class DcgmFault(Document):
+    kind: Literal["dcgm"]
+    node: str
+    gpu: GpuIndex
+    test: Annotated[str, Field(pattern=r"^[a-z_]+$")]
+    status: Literal["Fail"] = "Fail"
+
+
+class XidFault(Document):
+    kind: Literal["xid"]
+    node: str
+    gpu: GpuIndex
+    code: Annotated[int, Field(ge=1)]
+
+
+class TemperatureFault(Document):
+    kind: Literal["temperature"]
+    node: str
+    gpu: GpuIndex
+    celsius: Annotated[float, Field(ge=0, le=150)]
+
+
+class VersionFault(Document):
+    kind: Literal["version"]
+    node: str
+    component: str
+    version: str
+
+
+class OrderingFault(Document):
+    kind: Literal["ordering"]
+    node: str
+    component: str
+    before: str
+
+
+class MissingGpuFault(Document):
+    kind: Literal["missing-gpu"]
+    node: str
+    gpu: GpuIndex
+
+
+class UnreachableFault(Document):
+    kind: Literal["unreachable"]
+    node: str
+
+
+Fault = Annotated[
+    SlowFault | EccFault | RemappedRowsFault | PcieLinkFault | ThrottleFault | DcgmFault | XidFault
+    | TemperatureFault | VersionFault | OrderingFault | MissingGpuFault | UnreachableFault,
+    Field(discriminator="kind"),
+]
+
+
+class SimulatedFleet(Document):
+    api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["SimulatedFleet"]
+    metadata: Metadata
+    sku: str
+    nodes: Nodes
+    stack: dict[str, str] = Field(default_factory=dict)
+    noise: Noise = Field(default_factory=Noise)
+    seed: int = 0
+    faults: list[Fault] = Field(default_factory=list)
+
+
+def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
+    names = set(fleet.nodes.names())
+    problems: list[Problem] = []
+    for i, fault in enumerate(fleet.faults):
+        if fault.node not in names:
+            problems.append((("faults", i, "node"),
+                             f"no node {fault.node!r} in this fleet; nodes are {fleet.nodes.name_prefix}1.."
+                             f"{fleet.nodes.name_prefix}{fleet.nodes.count}"))
+        gpu = getattr(fault, "gpu", None)
+        if gpu is not None and gpu >= fleet.nodes.gpus_per_node:
+            problems.append((("faults", i, "gpu"),
+                             f"GPU {gpu} does not exist; GPUs are 0..{fleet.nodes.gpus_per_node - 1}"))
+    return problems
+
+
+def load_fleet(path: Path | str) -> SimulatedFleet:
+    """Read and validate a SimulatedFleet; raises ConfigError naming file, key path and line."""
+    return load_document(Path(path), SimulatedFleet, check=_cross_check)
+
+

@@ -1,0 +1,110 @@
+"""`dcgmi diag -r LEVEL -j` output: DCGM 3.x and 4.x JSON into the evidence's DcgmEvidence.
+
+Facts from DCGM's sources: 3.x roots at "DCGM GPU Diagnostic" with display names and `gpu_ids`; 4.x roots at
+"DCGM Diagnostic" with `entity_id` per result and a `test_summary` per test, which can say Fail while every GPU
+result says Pass (DCGM issue 253), so both are kept. Status strings are Pass, Skip and Fail (a warning prints Fail).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from gpucert.evidence import DcgmEvidence, DcgmGpuResult, DcgmTestResult
+
+__all__ = ["DCGMI_EXIT_CODES", "parse_diag", "worst_status"]
+
+DCGMI_EXIT_CODES = {
+    0: "ok",
+    205: "a test recorded an isolate-severity error",
+    217: "a diagnostic is already running",
+    226: "a test recorded an error",
+    235: "the connection to the host engine is not valid",
+    242: "no tests ran",
+    254: "command-line error",
+}
+
+# DCGM 3.x display names -> 4.x test names; 3.x "Deployment" checks together are 4.x's `software`
+_LEGACY_NAMES = {
+    "pcie": "pcie", "gpu memory": "memory", "memory": "memory", "diagnostic": "diagnostic", "eud test": "eud",
+    "targeted stress": "targeted_stress", "targeted power": "targeted_power", "memory bandwidth": "memory_bandwidth",
+    "sm stress": "sm_stress", "memtest": "memtest", "pulse test": "pulse_test", "nvbandwidth": "nvbandwidth",
+}
+_RANK = {"Fail": 2, "Pass": 1, "Skip": 0}
+
+
+def _status(value: Any) -> str:
+    s = str(value).strip().capitalize()
+    return "Fail" if s in ("Fail", "Warn", "Warning", "Error") else s if s in _RANK else "Fail"
+
+
+def worst_status(statuses: list[str]) -> str | None:
+    return max(statuses, key=lambda s: _RANK.get(s, 2)) if statuses else None
+
+
+def _texts(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value] if value else []
+    out = []
+    for item in value:
+        out.append(item.get("warning", str(item)) if isinstance(item, dict) else str(item))
+    return out
+
+
+def _name(raw: str, category: str) -> str:
+    if raw.islower() and " " not in raw:
+        return raw
+    if category == "Deployment":
+        return "software"
+    return _LEGACY_NAMES.get(raw.lower(), re.sub(r"\W+", "_", raw.lower()).strip("_"))
+
+
+def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None) -> DcgmEvidence:
+    """Parse one `dcgmi diag -j` document (3.x or 4.x), keeping the raw document beside the results."""
+    root = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))
+    if not isinstance(root, dict):
+        return DcgmEvidence(level=level, exit_code=exit_code, raw=doc,
+                            runtime_error="not a dcgmi diag document (no 'DCGM Diagnostic' key)")
+    version = (doc.get("metadata") or {}).get("version") or root.get("version")
+    serials: dict[int, str] = {}
+    for group in doc.get("entity_groups") or []:
+        if group.get("entity_group") == "GPU":
+            for ent in group.get("entities") or []:
+                if "serial_num" in ent:
+                    serials[int(ent["entity_id"])] = ent["serial_num"]
+    merged: dict[str, dict[str, Any]] = {}
+    for category in root.get("test_categories") or []:
+        for test in category.get("tests") or []:
+            name = _name(test.get("name", "?"), category.get("category", ""))
+            entry = merged.setdefault(name, {"summary": [], "gpus": {}, "info": []})
+            if "test_summary" in test:
+                entry["summary"].append(_status(test["test_summary"].get("status")))
+                entry["info"] += _texts(test["test_summary"].get("info"))
+            for res in test.get("results") or []:
+                status = _status(res.get("status"))
+                warnings = _texts(res.get("warnings", res.get("warning")))
+                if "entity_id" in res and res.get("entity_group", "GPU") == "GPU":
+                    ids = [int(res["entity_id"])]
+                elif "gpu_ids" in res:
+                    ids = [int(x) for x in str(res["gpu_ids"]).split(",") if x.strip()]
+                else:  # a 3.x deployment check: it holds for the node
+                    entry["summary"].append(status)
+                    entry["info"] += warnings
+                    continue
+                for gpu in ids:
+                    prev = entry["gpus"].get(gpu)
+                    st = worst_status([status, prev["status"]]) if prev else status
+                    entry["gpus"][gpu] = {"status": st, "warnings": (prev["warnings"] if prev else []) + warnings}
+    results = {
+        name: DcgmTestResult(
+            summary=worst_status(e["summary"]),
+            gpus={g: DcgmGpuResult(status=r["status"], warnings=r["warnings"], serial=serials.get(g))
+                  for g, r in sorted(e["gpus"].items())},
+            info=e["info"],
+        )
+        for name, e in merged.items()
+    }
+    return DcgmEvidence(level=level, version=version, exit_code=exit_code, results=results,
+                        runtime_error=root.get("runtime_error"), raw=doc)

@@ -1,0 +1,1 @@
+"""Run output: verdict.json, the HTML summary, Allure results, plots, attestation."""

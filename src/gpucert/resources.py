@@ -1,0 +1,18 @@
+"""Where the suites, examples and baselines are: the checkout this package was installed from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpucert.errors import ConfigError
+
+__all__ = ["project_root"]
+
+
+def project_root() -> Path:
+    """The repository holding suites/, fixtures/, examples/ and baselines/ (gpucert installs from a checkout)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "suites").is_dir() or not (root / "conftest.py").is_file():
+        raise ConfigError("the gpucert suites are not next to this installation; install gpucert from its "
+                          "repository checkout (pip install -e .)", path=root)
+    return root

@@ -1,0 +1,91 @@
+"""A run folder and the two phases that fill it before evaluation: plan and measure.
+
+`reports/<run-id>/` holds inputs/ (the spec and baseline as used), inventory.json, stack.json and
+evidence/<node>.json, each written as soon as it is known, so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from gpucert.errors import EvidenceError
+from gpucert.evidence import NodeEvidence, write_evidence
+from gpucert.inventory import Inventory, write_inventory
+from gpucert.spec import ClusterSpec
+from gpucert.stack.observe import inventory_from_nodes, observe_stack, write_stack
+from gpucert.targets.base import MeasurePlan, Target
+
+__all__ = ["create_run_dir", "import_evidence", "measure", "plan", "run_id_of"]
+
+Progress = Callable[[NodeEvidence], None]
+
+
+def create_run_dir(reports: Path, spec: ClusterSpec) -> Path:
+    """A new, empty `reports/<run-id>/`, with the spec and baseline it runs under copied into inputs/."""
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
+    base = f"{stamp}-{spec.metadata.name}"
+    reports.mkdir(parents=True, exist_ok=True)
+    for n in range(1, 1000):
+        run_dir = reports / (base if n == 1 else f"{base}-{n}")
+        try:
+            run_dir.mkdir()
+            break
+        except FileExistsError:
+            continue
+    inputs = run_dir / "inputs"
+    inputs.mkdir()
+    if spec.path is not None:
+        shutil.copy2(spec.path, inputs / "spec.yaml")
+    baseline = spec.resolve(spec.certify.baseline)
+    if baseline.exists():
+        shutil.copy2(baseline, inputs / "baseline.yaml")
+    return run_dir
+
+
+def run_id_of(run_dir: Path) -> str:
+    return run_dir.name
+
+
+def plan(target: Target, run_dir: Path) -> Inventory:
+    """Ask the target what it has; write stack.json and inventory.json."""
+    nodes, pods = target.observe()
+    stack = observe_stack(nodes, pods)
+    write_stack(run_dir / "stack.json", stack)
+    inventory = inventory_from_nodes(target.kind, stack)
+    write_inventory(run_dir / "inventory.json", inventory)
+    return inventory
+
+
+def measure(target: Target, inventory: Inventory, spec: ClusterSpec, run_dir: Path,
+            progress: Progress | None = None) -> None:
+    """Measure every node of the inventory; each node's evidence lands on disk the moment it arrives."""
+    evidence_dir = run_dir / "evidence"
+    evidence_dir.mkdir(exist_ok=True)
+    measure_plan = MeasurePlan(run_id=run_id_of(run_dir), probes=tuple(spec.certify.probes),
+                               dcgm_level=spec.certify.dcgm.level)
+
+    def sink(ev: NodeEvidence) -> None:
+        write_evidence(evidence_dir, ev)
+        if progress is not None:
+            progress(ev)
+
+    target.measure(inventory.names, measure_plan, sink)
+
+
+def import_evidence(source: Path, run_dir: Path) -> None:
+    """Copy recorded evidence (a run folder, or its evidence/ folder) into a new run folder for re-evaluation."""
+    src = source.resolve()
+    if src.is_file():
+        raise EvidenceError("--evidence needs a run folder or its evidence/ folder, got a file", path=src)
+    root = src.parent if src.name == "evidence" else src
+    if not (root / "evidence").is_dir() or not (root / "inventory.json").exists():
+        raise EvidenceError("not a gpucert run folder (expected inventory.json, stack.json and evidence/)",
+                            path=src)
+    for name in ("inventory.json", "stack.json"):
+        if not (root / name).exists():
+            raise EvidenceError(f"missing {name}; pass a complete run folder", path=root)
+        shutil.copy2(root / name, run_dir / name)
+    shutil.copytree(root / "evidence", run_dir / "evidence")

@@ -1,0 +1,160 @@
+"""The ClusterSpec contract (`apiVersion: gpucert.io/v1alpha1`, `kind: ClusterSpec`): load, validate, schema.
+
+What the user declares the cluster must be. Pure: reads the spec file and nothing else.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, PrivateAttr, field_validator, model_validator
+
+from gpucert.documents import Document, load_document
+from gpucert.versions import VersionError, parse_version
+
+__all__ = [
+    "API_VERSION", "CertifySpec", "ClusterSpec", "Component", "Probe", "StackSpec", "load_spec",
+]
+
+API_VERSION = "gpucert.io/v1alpha1"
+
+
+class Probe(StrEnum):
+    HEALTH = "health"
+    DCGM = "dcgm"
+    MEMORY = "memory"
+    COMPUTE = "compute"
+    PCIE = "pcie"
+    P2P = "p2p"
+    NCCL = "nccl"
+
+
+class Metadata(Document):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+
+
+class SimulatedTarget(Document):
+    kind: Literal["simulated"]
+    fleet: str
+
+
+class KubernetesTarget(Document):
+    kind: Literal["kubernetes"]
+    context: str | None = None
+    namespace: str = "gpucert"
+    node_selector: dict[str, str] = Field(default_factory=lambda: {"nvidia.com/gpu.present": "true"},
+                                          alias="nodeSelector")
+    image: str | None = None
+    max_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(32, alias="maxParallel")
+
+
+class LocalTarget(Document):
+    kind: Literal["local"]
+
+
+class ReplayTarget(Document):
+    kind: Literal["replay"]
+    evidence: str
+
+
+Target = Annotated[SimulatedTarget | KubernetesTarget | LocalTarget | ReplayTarget, Field(discriminator="kind")]
+
+
+class Expect(Document):
+    nodes: Annotated[int, Field(ge=1)]
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = Field(alias="gpusPerNode")
+    gpu_product: str = Field(alias="gpuProduct")
+
+
+def _check_version(v: str) -> str:
+    try:
+        parse_version(v)
+    except VersionError as exc:
+        raise ValueError(str(exc)) from None
+    return v
+
+
+class Component(Document):
+    name: Annotated[str, Field(min_length=1)]
+    version: str
+    after: list[str] = Field(default_factory=list)
+
+    _v = field_validator("version")(_check_version)
+
+
+class MinVersion(Document):
+    min_version: str = Field(alias="minVersion")
+
+    _v = field_validator("min_version")(_check_version)
+
+
+class ContainerRuntime(Document):
+    name: Literal["containerd", "cri-o", "docker"] = "containerd"
+    min_version: str = Field(alias="minVersion")
+
+    _v = field_validator("min_version")(_check_version)
+
+
+class StackSpec(Document):
+    components: list[Component] = Field(default_factory=list)
+    kubernetes: MinVersion | None = None
+    container_runtime: ContainerRuntime | None = Field(None, alias="containerRuntime")
+
+    @model_validator(mode="after")
+    def _unique(self) -> StackSpec:
+        seen: set[str] = set()
+        for c in self.components:
+            if c.name in seen:
+                raise ValueError(f"component {c.name!r} is declared twice; declare each component once")
+            seen.add(c.name)
+        return self
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+
+class DcgmSpec(Document):
+    level: Annotated[int, Field(ge=1, le=4)] = 2
+
+
+class StragglerSpec(Document):
+    max_deviation: Annotated[float, Field(gt=0, lt=1)] = Field(0.05, alias="maxDeviation")
+
+
+class CertifySpec(Document):
+    baseline: str
+    dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
+    probes: list[Probe] = Field(default_factory=lambda: list(Probe))
+    stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
+
+
+class ClusterSpec(Document):
+    api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["ClusterSpec"]
+    metadata: Metadata
+    target: Target
+    expect: Expect
+    stack: StackSpec = Field(default_factory=StackSpec)
+    certify: CertifySpec
+
+    _path: Path | None = PrivateAttr(None)
+
+    @property
+    def path(self) -> Path | None:
+        """The file this spec was read from (None for a spec built in code)."""
+        return self._path
+
+    def resolve(self, relative: str) -> Path:
+        """A path the spec names, relative to the spec's own folder."""
+        base = self._path.parent if self._path is not None else Path.cwd()
+        return (base / relative).resolve()
+
+
+def load_spec(path: Path | str) -> ClusterSpec:
+    """Read and validate a ClusterSpec; raises ConfigError naming file, key path and line."""
+    p = Path(path)
+    spec = load_document(p, ClusterSpec)
+    spec._path = p.resolve()
+    return spec

@@ -1,0 +1,48 @@
+"""Where each stack component's version is read from on a GPU Operator install.
+
+A component runs as a DaemonSet pod on every GPU node; its version is the tag of one container's image.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_SOURCES", "GPU_OPERATOR_NAMESPACE", "ComponentSource", "version_from_image"]
+
+GPU_OPERATOR_NAMESPACE = "gpu-operator"
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentSource:
+    """The pods of `app` (label `app=<app>`) in `namespace`; the version is the tag of `container`'s image."""
+
+    app: str
+    container: str
+    namespace: str = GPU_OPERATOR_NAMESPACE
+
+
+# names and containers as the GPU Operator (v24/v25) deploys them
+DEFAULT_SOURCES: dict[str, ComponentSource] = {
+    "driver": ComponentSource("nvidia-driver-daemonset", "nvidia-driver-ctr"),
+    "container-toolkit": ComponentSource("nvidia-container-toolkit-daemonset", "nvidia-container-toolkit-ctr"),
+    "device-plugin": ComponentSource("nvidia-device-plugin-daemonset", "nvidia-device-plugin"),
+    "gpu-feature-discovery": ComponentSource("gpu-feature-discovery", "gpu-feature-discovery"),
+    "dcgm": ComponentSource("nvidia-dcgm", "nvidia-dcgm-ctr"),
+    "dcgm-exporter": ComponentSource("nvidia-dcgm-exporter", "nvidia-dcgm-exporter"),
+    "mig-manager": ComponentSource("nvidia-mig-manager", "nvidia-mig-manager"),
+}
+
+# `570.124.06-ubuntu22.04` -> 570.124.06, `v0.17.0` -> 0.17.0, `4.1.1-4.0.4-ubuntu22.04` -> 4.1.1-4.0.4
+_TAG_VERSION = re.compile(r"^v?(\d+(?:\.\d+)*(?:-\d+(?:\.\d+)+)?)")
+
+
+def version_from_image(image: str) -> str | None:
+    """The release in an image reference's tag, or None when the tag carries none (a digest, `latest`)."""
+    ref = image.split("@", 1)[0]
+    name_end = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon <= name_end:
+        return None
+    m = _TAG_VERSION.match(ref[colon + 1 :])
+    return m.group(1) if m else None

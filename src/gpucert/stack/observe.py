@@ -1,0 +1,155 @@
+"""Turn Kubernetes objects (Nodes, Pods, as the API serves them in JSON) into what configure checks read.
+
+One code path for every target: the simulated fleet and a live API server both hand this module plain API-shaped
+dicts (`ApiClient.sanitize_for_serialization` of the client's models), so a fault reads the same on both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpucert.errors import EvidenceError
+from gpucert.inventory import Inventory, Node
+from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource, version_from_image
+
+__all__ = [
+    "STACK_SCHEMA", "ComponentObservation", "NodeStack", "StackObservation", "inventory_from_nodes",
+    "observe_stack", "read_stack", "write_stack",
+]
+
+STACK_SCHEMA = "gpucert.io/stack/v1"
+GPU_RESOURCE = "nvidia.com/gpu"
+GFD_PREFIXES = ("nvidia.com/",)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComponentObservation(_Model):
+    pod: str
+    image: str
+    version: str | None
+    phase: str | None = None
+    ready: bool = False
+    started_at: str | None = None  # the component container's state.running.startedAt
+    ready_at: str | None = None  # the pod's Ready condition lastTransitionTime, when Ready
+
+
+class NodeStack(_Model):
+    node: str
+    ready: bool
+    ready_reason: str = ""
+    kubelet_version: str | None = None
+    container_runtime: str | None = None
+    kernel: str | None = None
+    os_image: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)  # nvidia.com/* (GFD, operator) labels only
+    allocatable_gpus: int = 0
+    components: dict[str, ComponentObservation] = Field(default_factory=dict)
+
+
+class StackObservation(_Model):
+    schema_: str = Field(STACK_SCHEMA, alias="schema")
+    nodes: dict[str, NodeStack]
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _ready_condition(obj: Mapping[str, Any]) -> tuple[bool, str, str | None]:
+    for cond in obj.get("status", {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            ok = cond.get("status") == "True"
+            reason = cond.get("reason") or ""
+            if cond.get("message"):
+                reason = f"{reason}: {cond['message']}" if reason else cond["message"]
+            return ok, reason, cond.get("lastTransitionTime")
+    return False, "no Ready condition", None
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(str(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _observe_pod(pod: Mapping[str, Any], source: ComponentSource) -> ComponentObservation | None:
+    containers = pod.get("spec", {}).get("containers") or []
+    container = next((c for c in containers if c.get("name") == source.container), None)
+    if container is None:
+        return None
+    status = pod.get("status", {})
+    started = None
+    for cs in status.get("containerStatuses") or []:
+        if cs.get("name") == source.container:
+            started = (cs.get("state") or {}).get("running", {}).get("startedAt")
+    ready, _, ready_at = _ready_condition(pod)
+    image = container.get("image", "")
+    return ComponentObservation(
+        pod=pod["metadata"]["name"], image=image, version=version_from_image(image), phase=status.get("phase"),
+        ready=ready, started_at=started, ready_at=ready_at if ready else None,
+    )
+
+
+def observe_stack(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
+                  sources: Mapping[str, ComponentSource] = DEFAULT_SOURCES) -> StackObservation:
+    """What each node runs: kubelet, runtime and the pods of every known component scheduled on it."""
+    by_app = {(s.namespace, s.app): name for name, s in sources.items()}
+    components: dict[str, dict[str, ComponentObservation]] = {}
+    for pod in pods:
+        meta = pod.get("metadata", {})
+        app = (meta.get("labels") or {}).get("app")
+        name = by_app.get((meta.get("namespace"), app))
+        node = pod.get("spec", {}).get("nodeName")
+        if name is None or node is None or meta.get("deletionTimestamp"):
+            continue
+        obs = _observe_pod(pod, sources[name])
+        if obs is not None:
+            components.setdefault(node, {})[name] = obs
+    out: dict[str, NodeStack] = {}
+    for node in nodes:
+        name = node["metadata"]["name"]
+        status = node.get("status", {})
+        info = status.get("nodeInfo") or {}
+        ready, reason, _ = _ready_condition(node)
+        labels = {k: v for k, v in (node["metadata"].get("labels") or {}).items() if k.startswith(GFD_PREFIXES)}
+        out[name] = NodeStack(
+            node=name, ready=ready, ready_reason="" if ready else reason,
+            kubelet_version=info.get("kubeletVersion"), container_runtime=info.get("containerRuntimeVersion"),
+            kernel=info.get("kernelVersion"), os_image=info.get("osImage"), labels=labels,
+            allocatable_gpus=_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+            components=dict(sorted(components.get(name, {}).items())),
+        )
+    return StackObservation(nodes=dict(sorted(out.items())))
+
+
+def inventory_from_nodes(target: str, stack: StackObservation) -> Inventory:
+    """The inventory the cluster reports: GPU count and product from GFD labels, allocatable from the node."""
+    nodes = []
+    for ns in stack.nodes.values():
+        count = ns.labels.get("nvidia.com/gpu.count")
+        nodes.append(Node(
+            name=ns.node, gpu_count=_int(count) if count is not None else None,
+            gpu_product=ns.labels.get("nvidia.com/gpu.product"), allocatable_gpus=ns.allocatable_gpus,
+            ready=ns.ready, ready_reason=ns.ready_reason,
+        ))
+    return Inventory(target=target, nodes=tuple(nodes))
+
+
+def write_stack(path: Path, stack: StackObservation) -> None:
+    path.write_text(stack.model_dump_json(by_alias=True, indent=1) + "\n", encoding="utf-8")
+
+
+def read_stack(path: Path) -> StackObservation:
+    try:
+        return StackObservation.model_validate(json.loads(path.read_bytes()))
+    except FileNotFoundError:
+        raise EvidenceError("no stack.json; pass a run folder written by `gpucert certify`", path=path) from None
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise EvidenceError(f"not a stack observation: {exc}", path=path) from None

@@ -1,0 +1,55 @@
+"""The Target protocol: what a place to certify must answer, and how a spec picks one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gpucert.errors import ConfigError
+from gpucert.evidence import NodeEvidence
+from gpucert.spec import ClusterSpec, Probe, SimulatedTarget
+
+__all__ = ["EvidenceSink", "MeasurePlan", "Target", "open_target"]
+
+EvidenceSink = Callable[[NodeEvidence], None]
+
+
+@dataclass(frozen=True, slots=True)
+class MeasurePlan:
+    """What to measure on every node: the probes to run and their parameters."""
+
+    run_id: str
+    probes: tuple[Probe, ...]
+    dcgm_level: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "probes": [p.value for p in self.probes], "dcgm_level": self.dcgm_level}
+
+
+class Target(Protocol):
+    """A cluster (or a stand-in for one) that gpucert can plan against and measure."""
+
+    kind: str
+
+    def observe(self) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+        """The GPU Nodes and the stack's Pods, as the Kubernetes API serves them in JSON."""
+        ...
+
+    def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
+        """Measure every node, calling `sink` with each node's evidence as soon as it is complete.
+
+        A node that cannot be measured still yields a document (`collected: false`, with the reason in `errors`).
+        """
+        ...
+
+
+def open_target(spec: ClusterSpec) -> Target:
+    """The target the spec declares."""
+    if isinstance(spec.target, SimulatedTarget):
+        from gpucert.targets.simulated import SimulatedTarget as Simulated
+
+        return Simulated.from_spec(spec)
+    raise ConfigError(f"target kind {spec.target.kind!r} is not available in this version; "
+                      "use `kind: simulated`, or `gpucert evaluate SPEC --evidence DIR` for recorded evidence",
+                      path=spec.path, key="target.kind")
