@@ -7,13 +7,26 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from gpucert.checks import GEMM_DTYPES, CheckStatus, Finding  # noqa: E402
-from gpucert.errors import ClusterAccessError, ConfigError, EvidenceError, GpucertError  # noqa: E402
-from gpucert.evaluation import Evaluation, GpuSlot  # noqa: E402
-from gpucert.plugin import CheckFailed, expect, run_context  # noqa: E402
-from gpucert.spec import ClusterSpec, load_spec  # noqa: E402
+from gpucert.checks import GEMM_DTYPES, CheckStatus, Finding
+from gpucert.errors import ClusterAccessError, ConfigError, EvidenceError, GpucertError
+from gpucert.evaluation import Evaluation, GpuSlot
+from gpucert.plugin import CheckFailed, expect, run_context
+from gpucert.spec import ClusterSpec, load_spec
 
 __all__ = [
-    "GEMM_DTYPES", "CheckFailed", "CheckStatus", "ClusterAccessError", "ClusterSpec", "ConfigError", "Evaluation",
-    "EvidenceError", "Finding", "GpuSlot", "GpucertError", "__version__", "expect", "load_spec", "run_context",
+    "GEMM_DTYPES",
+    "CheckFailed",
+    "CheckStatus",
+    "ClusterAccessError",
+    "ClusterSpec",
+    "ConfigError",
+    "Evaluation",
+    "EvidenceError",
+    "Finding",
+    "GpuSlot",
+    "GpucertError",
+    "__version__",
+    "expect",
+    "load_spec",
+    "run_context",
 ]

@@ -61,8 +61,11 @@ class GpuBaseline(Document):
 
 
 def _known_metrics(b: GpuBaseline) -> list[Problem]:
-    return [(("metrics", name), f"unknown metric; known metrics are {', '.join(FLEET_METRICS)}")
-            for name in b.metrics if name not in FLEET_METRICS]
+    return [
+        (("metrics", name), f"unknown metric; known metrics are {', '.join(FLEET_METRICS)}")
+        for name in b.metrics
+        if name not in FLEET_METRICS
+    ]
 
 
 def load_baseline(path: Path | str) -> GpuBaseline:

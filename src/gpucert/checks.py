@@ -55,9 +55,16 @@ class Finding:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Finding:
-        return cls(check=d["check"], status=CheckStatus(d["status"]), node=d.get("node"), gpu=d.get("gpu"),
-                   message=d.get("message", ""), observed=d.get("observed"), expected=d.get("expected"),
-                   unit=d.get("unit"))
+        return cls(
+            check=d["check"],
+            status=CheckStatus(d["status"]),
+            node=d.get("node"),
+            gpu=d.get("gpu"),
+            message=d.get("message", ""),
+            observed=d.get("observed"),
+            expected=d.get("expected"),
+            unit=d.get("unit"),
+        )
 
 
 _CATEGORIES = (

@@ -31,7 +31,6 @@ __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 console = Console(stderr=False, highlight=False)
-err_console = Console(stderr=True, highlight=False)
 
 
 def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
@@ -45,8 +44,15 @@ def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -
     console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({target.kind}) into {run_dir}")
     if not measure:
         return
-    with Progress(TextColumn("measuring"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
+    with Progress(
+        TextColumn("measuring"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.description}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    ) as progress:
         task = progress.add_task("", total=len(inventory.nodes))
 
         def done(ev: NodeEvidence) -> None:
@@ -57,9 +63,24 @@ def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -
 
 def _pytest(spec_path: str, run_dir: Path, suites: Sequence[str], workers: int | None, quiet: bool) -> int:
     root = project_root()
-    args = [*(str(root / "suites" / s) for s in suites), "--spec", str(Path(spec_path).resolve()),
-            "--run-dir", str(run_dir), "--rootdir", str(root), "-c", str(root / "pyproject.toml"),
-            "-p", "no:cacheprovider", "-W", "default", "--tb=no", "-o", "console_output_style=count"]
+    args = [
+        *(str(root / "suites" / s) for s in suites),
+        "--spec",
+        str(Path(spec_path).resolve()),
+        "--run-dir",
+        str(run_dir),
+        "--rootdir",
+        str(root),
+        "-c",
+        str(root / "pyproject.toml"),
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "default",
+        "--tb=no",
+        "-o",
+        "console_output_style=count",
+    ]
     args += ["-qq"] if quiet else ["-q"]
     if workers:
         args += ["-n", str(workers)]
@@ -76,8 +97,15 @@ def _print_verdict(run_dir: Path) -> int:
         table.add_column(col)
     for node, s in verdict["nodes"].items():
         style = "red" if s["result"] == "fail" else "green"
-        table.add_row(node, f"[{style}]{s['result'].upper()}[/]", str(s["passed"]), str(s["failed"]),
-                      str(s["errors"]), str(s["skipped"]), ", ".join(s["failing"]))
+        table.add_row(
+            node,
+            f"[{style}]{s['result'].upper()}[/]",
+            str(s["passed"]),
+            str(s["failed"]),
+            str(s["errors"]),
+            str(s["skipped"]),
+            ", ".join(s["failing"]),
+        )
     console.print(table)
     if verdict["findings"]:
         findings = Table(title="findings", show_lines=False)
@@ -91,16 +119,26 @@ def _print_verdict(run_dir: Path) -> int:
         console.print(findings)
     s = verdict["summary"]
     result = verdict["result"].upper()
-    console.print(f"[bold {'red' if result == 'FAIL' else 'green'}]{result}[/]: {s['checks']} checks on "
-                  f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
-                  f"{s['errors']} errors, {s['skipped']} skipped")
+    console.print(
+        f"[bold {'red' if result == 'FAIL' else 'green'}]{result}[/]: {s['checks']} checks on "
+        f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
+        f"{s['errors']} errors, {s['skipped']} skipped"
+    )
     for name in ("report.html", "allure-results", "junit.xml", "verdict.json"):
         console.print(f"  {name:<15} {run_dir / name}")
     return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL
 
 
-def _run(spec_path: str, reports: str, suites: Sequence[str], *, workers: int | None = None, measure: bool = True,
-         evidence: str | None = None, quiet: bool = False) -> int:
+def _run(
+    spec_path: str,
+    reports: str,
+    suites: Sequence[str],
+    *,
+    workers: int | None = None,
+    measure: bool = True,
+    evidence: str | None = None,
+    quiet: bool = False,
+) -> int:
     spec, _ = _load(spec_path)
     run_dir = runner.create_run_dir(Path(reports), spec)
     if evidence:
@@ -109,14 +147,20 @@ def _run(spec_path: str, reports: str, suites: Sequence[str], *, workers: int | 
         _measure_with_progress(spec, run_dir, measure=measure)
     code = _pytest(spec_path, run_dir, suites, workers, quiet)
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        raise IncompleteRunError(f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the "
-                                 "evidence measured so far")
+        raise IncompleteRunError(
+            f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the evidence measured so far"
+        )
     return _print_verdict(run_dir)
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
-    return _run(str(project_root() / "examples" / "demo.yaml"), a.reports, ["configure", "certify"],
-                workers=a.workers, quiet=True)
+    return _run(
+        str(project_root() / "examples" / "demo.yaml"),
+        a.reports,
+        ["configure", "certify"],
+        workers=a.workers,
+        quiet=True,
+    )
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
@@ -132,8 +176,7 @@ def cmd_configure(a: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, evidence=a.evidence,
-                quiet=a.quiet)
+    return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, evidence=a.evidence, quiet=a.quiet)
 
 
 def cmd_schema(a: argparse.Namespace) -> int:
@@ -141,8 +184,12 @@ def cmd_schema(a: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     from gpucert.evidence import NodeEvidence as Evidence
 
-    for name, model in (("clusterspec", ClusterSpec), ("simulatedfleet", SimulatedFleet),
-                        ("gpubaseline", GpuBaseline), ("evidence", Evidence)):
+    for name, model in (
+        ("clusterspec", ClusterSpec),
+        ("simulatedfleet", SimulatedFleet),
+        ("gpubaseline", GpuBaseline),
+        ("evidence", Evidence),
+    ):
         path = out / f"{name}.schema.json"
         path.write_text(json.dumps(model.model_json_schema(by_alias=True), indent=1) + "\n", encoding="utf-8")
         console.print(f"wrote {path}")
@@ -189,10 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.func(args)
     except GpucertError as exc:
-        err_console.print(f"gpucert: error: {exc}", markup=False, highlight=False)
+        print(f"gpucert: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        err_console.print("gpucert: interrupted; the evidence measured so far is in the run folder")
+        print("gpucert: interrupted; the evidence measured so far is in the run folder", file=sys.stderr)
         return EXIT_INCOMPLETE
     return code
 

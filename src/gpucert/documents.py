@@ -5,8 +5,8 @@ Pure of everything but the file system: specs, fleets and baselines all come thr
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
@@ -44,8 +44,9 @@ def load_yaml(path: Path) -> tuple[Any, dict[Key, int]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError("file not found; check the path (relative paths are relative to the spec)",
-                          path=path) from None
+        raise ConfigError(
+            "file not found; check the path (relative paths are relative to the spec)", path=path
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=path) from None
     try:
@@ -54,8 +55,9 @@ def load_yaml(path: Path) -> tuple[Any, dict[Key, int]]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"YAML syntax error: {problem}; fix the YAML",
-                          path=path, line=mark.line + 1 if mark else None) from None
+        raise ConfigError(
+            f"YAML syntax error: {problem}; fix the YAML", path=path, line=mark.line + 1 if mark else None
+        ) from None
     lines: dict[Key, int] = {}
     if node is not None:
         _line_map(node, (), lines)
@@ -117,18 +119,17 @@ def load_document(path: Path, model: type[M], *, check: Callable[[M], list[Probl
 
 
 def _document_loc(data: Any, loc: Key) -> Key:
+    """The part of pydantic's error location that names keys of the document (not union tags or validators)."""
     out: list[str | int] = []
-    cur = data
-    for part in loc:
-        if isinstance(cur, dict) and part in cur:
+    cur: Any = data
+    for i, part in enumerate(loc):
+        in_dict = isinstance(cur, dict) and part in cur
+        in_list = isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur)
+        if in_dict or in_list:
             out.append(part)
             cur = cur[part]
-        elif isinstance(cur, list) and isinstance(part, int) and part < len(cur):
-            out.append(part)
-            cur = cur[part]
-        elif isinstance(cur, dict) and isinstance(part, str) and not part.startswith(("function-", "tagged-")):
+        elif isinstance(cur, dict) and i == len(loc) - 1:
             out.append(part)  # a missing or unknown key: name it
-            cur = None
-        elif cur is None:
+        elif cur is None or not isinstance(cur, dict | list):
             break
     return tuple(out)

@@ -22,8 +22,9 @@ class ConfigError(GpucertError):
 
     exit_code = 2
 
-    def __init__(self, message: str, *, path: Path | str | None = None, key: str | None = None,
-                 line: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, path: Path | str | None = None, key: str | None = None, line: int | None = None
+    ) -> None:
         self.path = Path(path) if path is not None else None
         self.key = key
         self.line = line

@@ -146,8 +146,13 @@ class Evaluation:
             return Finding(check, ev.status, gpu.node, gpu.index, ev.message)
         g = ev.gpu(gpu.index)
         if g is None:
-            return Finding(check, SKIP, gpu.node, gpu.index,
-                           f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)")
+            return Finding(
+                check,
+                SKIP,
+                gpu.node,
+                gpu.index,
+                f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)",
+            )
         return g
 
     def health(self, check: str, gpu: GpuSlot) -> Finding:
@@ -176,22 +181,47 @@ class Evaluation:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: dcgmi diag failed: {d.runtime_error}")
         result = d.results.get(test)
         if result is None:
-            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index,
-                           f"{gpu!r}: DCGM level {d.level} did not run the {test} test (exit code {d.exit_code})")
+            return Finding(
+                check,
+                CheckStatus.FAIL,
+                gpu.node,
+                gpu.index,
+                f"{gpu!r}: DCGM level {d.level} did not run the {test} test (exit code {d.exit_code})",
+            )
         mine = result.gpus.get(gpu.index)
         if mine is not None and mine.status == "Fail":
             why = "; ".join(mine.warnings) or "no warning text"
-            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index, f"{gpu!r}: DCGM {test} Fail: {why}",
-                           observed="Fail", expected="Pass")
+            return Finding(
+                check,
+                CheckStatus.FAIL,
+                gpu.node,
+                gpu.index,
+                f"{gpu!r}: DCGM {test} Fail: {why}",
+                observed="Fail",
+                expected="Pass",
+            )
         if result.summary == "Fail" and not any(r.status == "Fail" for r in result.gpus.values()):
-            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index,
-                           f"{gpu!r}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})",
-                           observed="Fail", expected="Pass")
+            return Finding(
+                check,
+                CheckStatus.FAIL,
+                gpu.node,
+                gpu.index,
+                f"{gpu!r}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})",
+                observed="Fail",
+                expected="Pass",
+            )
         status = mine.status if mine is not None else (result.summary or "Pass")
         if status == "Skip":
             return Finding(check, SKIP, gpu.node, gpu.index, f"{gpu!r}: DCGM skipped {test}")
-        return Finding(check, CheckStatus.PASS, gpu.node, gpu.index, f"{gpu!r}: DCGM {test} {status}",
-                       observed=status, expected="Pass")
+        return Finding(
+            check,
+            CheckStatus.PASS,
+            gpu.node,
+            gpu.index,
+            f"{gpu!r}: DCGM {test} {status}",
+            observed=status,
+            expected="Pass",
+        )
 
     def _sampled(self, metric: str, ev: NodeEvidence, index: int | None) -> Sampled | None:
         if metric == "nccl.all_reduce":
@@ -205,8 +235,7 @@ class Evaluation:
             pairs = [p for p in ev.p2p.pairs if index in (p.src, p.dst) and p.samples]
             if not pairs:
                 return None
-            return Sampled(median([median(p.samples) for p in pairs]), sum(len(p.samples) for p in pairs),
-                           ev.p2p.unit)
+            return Sampled(median([median(p.samples) for p in pairs]), sum(len(p.samples) for p in pairs), ev.p2p.unit)
         g = ev.gpu(index) if index is not None else None
         m = g.measurements.get(metric) if g is not None else None
         if m is None or not m.samples:
@@ -226,8 +255,11 @@ class Evaluation:
                     if s is not None:
                         values[(node, idx)] = s
             self._stragglers[metric] = StragglerIndex(
-                metric, values, max_deviation=self.spec.certify.stragglers.max_deviation,
-                higher_is_better=self.baseline.metrics[metric].comparison.value == "min")
+                metric,
+                values,
+                max_deviation=self.spec.certify.stragglers.max_deviation,
+                higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
+            )
         return self._stragglers[metric]
 
     def metric(self, metric: str, node: str, gpu: int | None) -> Finding:

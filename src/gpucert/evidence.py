@@ -16,9 +16,26 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpucert.errors import EvidenceError
 
 __all__ = [
-    "EVIDENCE_SCHEMA", "DcgmEvidence", "DcgmGpuResult", "DcgmTestResult", "EccCounts", "GpuEvidence", "Health",
-    "Measurement", "NcclEvidence", "NcclPoint", "NodeEvidence", "P2pEvidence", "P2pPair", "PcieLink",
-    "ProbeError", "RemappedRows", "SystemFacts", "XidEvent", "read_evidence", "write_evidence",
+    "EVIDENCE_SCHEMA",
+    "DcgmEvidence",
+    "DcgmGpuResult",
+    "DcgmTestResult",
+    "EccCounts",
+    "GpuEvidence",
+    "Health",
+    "Measurement",
+    "NcclEvidence",
+    "NcclPoint",
+    "NodeEvidence",
+    "P2pEvidence",
+    "P2pPair",
+    "PcieLink",
+    "ProbeError",
+    "RemappedRows",
+    "SystemFacts",
+    "XidEvent",
+    "read_evidence",
+    "write_evidence",
 ]
 
 EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"

@@ -17,12 +17,28 @@ __all__ = ["FLEET_METRICS", "Fault", "SimulatedFleet", "load_fleet"]
 
 # metrics a `slow` fault can scale; per GPU unless noted
 FLEET_METRICS = (
-    "memory.bandwidth", "compute.gemm.fp16", "compute.gemm.bf16", "compute.gemm.tf32", "compute.gemm.fp32",
-    "compute.gemm.fp64", "pcie.h2d", "pcie.d2h", "p2p.bandwidth", "nccl.all_reduce",
+    "memory.bandwidth",
+    "compute.gemm.fp16",
+    "compute.gemm.bf16",
+    "compute.gemm.tf32",
+    "compute.gemm.fp32",
+    "compute.gemm.fp64",
+    "pcie.h2d",
+    "pcie.d2h",
+    "p2p.bandwidth",
+    "nccl.all_reduce",
 )
 Metric = Literal[
-    "memory.bandwidth", "compute.gemm.fp16", "compute.gemm.bf16", "compute.gemm.tf32", "compute.gemm.fp32",
-    "compute.gemm.fp64", "pcie.h2d", "pcie.d2h", "p2p.bandwidth", "nccl.all_reduce",
+    "memory.bandwidth",
+    "compute.gemm.fp16",
+    "compute.gemm.bf16",
+    "compute.gemm.tf32",
+    "compute.gemm.fp32",
+    "compute.gemm.fp64",
+    "pcie.h2d",
+    "pcie.d2h",
+    "p2p.bandwidth",
+    "nccl.all_reduce",
 ]
 GpuIndex = Annotated[int, Field(ge=0)]
 
@@ -128,8 +144,18 @@ class UnreachableFault(Document):
 
 
 Fault = Annotated[
-    SlowFault | EccFault | RemappedRowsFault | PcieLinkFault | ThrottleFault | DcgmFault | XidFault
-    | TemperatureFault | VersionFault | OrderingFault | MissingGpuFault | UnreachableFault,
+    SlowFault
+    | EccFault
+    | RemappedRowsFault
+    | PcieLinkFault
+    | ThrottleFault
+    | DcgmFault
+    | XidFault
+    | TemperatureFault
+    | VersionFault
+    | OrderingFault
+    | MissingGpuFault
+    | UnreachableFault,
     Field(discriminator="kind"),
 ]
 
@@ -151,18 +177,24 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
     problems: list[Problem] = []
     for i, fault in enumerate(fleet.faults):
         if fault.node not in names:
-            problems.append((("faults", i, "node"),
-                             f"no node {fault.node!r} in this fleet; nodes are {fleet.nodes.name_prefix}1.."
-                             f"{fleet.nodes.name_prefix}{fleet.nodes.count}"))
+            problems.append(
+                (
+                    ("faults", i, "node"),
+                    f"no node {fault.node!r} in this fleet; nodes are {fleet.nodes.name_prefix}1.."
+                    f"{fleet.nodes.name_prefix}{fleet.nodes.count}",
+                )
+            )
         gpu = getattr(fault, "gpu", None)
         if gpu is not None and gpu >= fleet.nodes.gpus_per_node:
-            problems.append((("faults", i, "gpu"),
-                             f"GPU {gpu} does not exist; GPUs are 0..{fleet.nodes.gpus_per_node - 1}"))
+            problems.append(
+                (
+                    ("faults", i, "gpu"),
+                    f"GPU {gpu} does not exist; GPUs are 0..{fleet.nodes.gpus_per_node - 1}",
+                )
+            )
     return problems
 
 
 def load_fleet(path: Path | str) -> SimulatedFleet:
     """Read and validate a SimulatedFleet; raises ConfigError naming file, key path and line."""
     return load_document(Path(path), SimulatedFleet, check=_cross_check)
-
-

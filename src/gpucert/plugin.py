@@ -70,10 +70,17 @@ def run_context(config: pytest.Config) -> RunContext | None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("gpucert", "gpucert cluster certification")
     group.addoption("--spec", metavar="SPEC", help="ClusterSpec to certify: plan, measure and evaluate it")
-    group.addoption("--evidence", metavar="DIR",
-                    help="re-evaluate recorded evidence (a run folder or its evidence/) instead of measuring")
-    group.addoption("--reports", metavar="DIR", default="reports",
-                    help="where the run folder is created (default: ./reports)")
+    group.addoption(
+        "--evidence",
+        metavar="DIR",
+        help="re-evaluate recorded evidence (a run folder or its evidence/) instead of measuring",
+    )
+    group.addoption(
+        "--reports",
+        metavar="DIR",
+        default="reports",
+        help="where the run folder is created (default: ./reports)",
+    )
     group.addoption("--run-dir", metavar="DIR", help="evaluate this prepared run folder in place (used by the CLI)")
     group.addoption("--no-measure", action="store_true", help="plan only: configure checks need no evidence")
 
@@ -83,8 +90,9 @@ def _prepare(config: pytest.Config) -> RunContext | None:
     if spec_opt is None:
         for opt in ("evidence", "run_dir"):
             if config.getoption(opt):
-                raise pytest.UsageError(f"--{opt.replace('_', '-')} needs --spec SPEC: the spec says what to "
-                                        "check the evidence against")
+                raise pytest.UsageError(
+                    f"--{opt.replace('_', '-')} needs --spec SPEC: the spec says what to check the evidence against"
+                )
         return None
     from gpucert import run as runner
     from gpucert.targets import open_target
@@ -134,7 +142,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
             config.pluginmanager.register(
                 HtmlSummary(f"gpucert: {ctx.spec.metadata.name}", ctx.run_dir.name, ctx.outcomes, ctx.items),
-                "gpucert-html")
+                "gpucert-html",
+            )
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -150,6 +159,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 # ---- parametrization over the inventory ---------------------------------------------------------------------
+
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ctx = run_context(metafunc.config)
@@ -174,6 +184,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 # ---- outcomes ----------------------------------------------------------------------------------------------
 
+
 def _identity(item: pytest.Item) -> tuple[str, str | None, int | None] | None:
     marker = item.get_closest_marker("check")
     if marker is None:
@@ -193,8 +204,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     ident = _identity(item)
     if ident is None or run_context(item.config) is None:
         return report
-    decisive = report.when == "call" or (report.when == "setup" and not report.passed) or \
-        (report.when == "teardown" and report.failed)
+    decisive = (
+        report.when == "call"
+        or (report.when == "setup" and not report.passed)
+        or (report.when == "teardown" and report.failed)
+    )
     if not decisive:
         return report
     check, node, gpu = ident
@@ -245,9 +259,21 @@ class Controller:
         for n in inventory.nodes:
             e = ev.evidence(n.name) if ev.measured else None
             gpus += len(e.gpus) if e is not None and e.collected else (n.gpu_count or 0)
-        verdict = build_verdict(run=ctx.run_dir.name, spec=ctx.spec.metadata.name, target=inventory.target,
-                                nodes=len(inventory.nodes), gpus=gpus, outcomes=ctx.outcomes)
+        verdict = build_verdict(
+            run=ctx.run_dir.name,
+            spec=ctx.spec.metadata.name,
+            target=inventory.target,
+            nodes=len(inventory.nodes),
+            gpus=gpus,
+            outcomes=ctx.outcomes,
+        )
         write_verdict(ctx.run_dir / "verdict.json", verdict)
-        write_allure(ctx.run_dir / "allure-results", ctx.outcomes, run_id=ctx.run_dir.name,
-                     spec=ctx.spec.metadata.name, target=inventory.target, started_ms=int(ctx.started * 1000),
-                     stopped_ms=int(time.time() * 1000))
+        write_allure(
+            ctx.run_dir / "allure-results",
+            ctx.outcomes,
+            run_id=ctx.run_dir.name,
+            spec=ctx.spec.metadata.name,
+            target=inventory.target,
+            started_ms=int(ctx.started * 1000),
+            stopped_ms=int(time.time() * 1000),
+        )

@@ -13,6 +13,9 @@ def project_root() -> Path:
     """The repository holding suites/, fixtures/, examples/ and baselines/ (gpucert installs from a checkout)."""
     root = Path(__file__).resolve().parents[2]
     if not (root / "suites").is_dir() or not (root / "conftest.py").is_file():
-        raise ConfigError("the gpucert suites are not next to this installation; install gpucert from its "
-                          "repository checkout (pip install -e .)", path=root)
+        raise ConfigError(
+            "the gpucert suites are not next to this installation; install gpucert from its "
+            "repository checkout (pip install -e .)",
+            path=root,
+        )
     return root

@@ -59,13 +59,15 @@ def plan(target: Target, run_dir: Path) -> Inventory:
     return inventory
 
 
-def measure(target: Target, inventory: Inventory, spec: ClusterSpec, run_dir: Path,
-            progress: Progress | None = None) -> None:
+def measure(
+    target: Target, inventory: Inventory, spec: ClusterSpec, run_dir: Path, progress: Progress | None = None
+) -> None:
     """Measure every node of the inventory; each node's evidence lands on disk the moment it arrives."""
     evidence_dir = run_dir / "evidence"
     evidence_dir.mkdir(exist_ok=True)
-    measure_plan = MeasurePlan(run_id=run_id_of(run_dir), probes=tuple(spec.certify.probes),
-                               dcgm_level=spec.certify.dcgm.level)
+    measure_plan = MeasurePlan(
+        run_id=run_id_of(run_dir), probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level
+    )
 
     def sink(ev: NodeEvidence) -> None:
         write_evidence(evidence_dir, ev)
@@ -82,8 +84,7 @@ def import_evidence(source: Path, run_dir: Path) -> None:
         raise EvidenceError("--evidence needs a run folder or its evidence/ folder, got a file", path=src)
     root = src.parent if src.name == "evidence" else src
     if not (root / "evidence").is_dir() or not (root / "inventory.json").exists():
-        raise EvidenceError("not a gpucert run folder (expected inventory.json, stack.json and evidence/)",
-                            path=src)
+        raise EvidenceError("not a gpucert run folder (expected inventory.json, stack.json and evidence/)", path=src)
     for name in ("inventory.json", "stack.json"):
         if not (root / name).exists():
             raise EvidenceError(f"missing {name}; pass a complete run folder", path=root)

@@ -15,7 +15,13 @@ from gpucert.documents import Document, load_document
 from gpucert.versions import VersionError, parse_version
 
 __all__ = [
-    "API_VERSION", "CertifySpec", "ClusterSpec", "Component", "Probe", "StackSpec", "load_spec",
+    "API_VERSION",
+    "CertifySpec",
+    "ClusterSpec",
+    "Component",
+    "Probe",
+    "StackSpec",
+    "load_spec",
 ]
 
 API_VERSION = "gpucert.io/v1alpha1"
@@ -44,8 +50,9 @@ class KubernetesTarget(Document):
     kind: Literal["kubernetes"]
     context: str | None = None
     namespace: str = "gpucert"
-    node_selector: dict[str, str] = Field(default_factory=lambda: {"nvidia.com/gpu.present": "true"},
-                                          alias="nodeSelector")
+    node_selector: dict[str, str] = Field(
+        default_factory=lambda: {"nvidia.com/gpu.present": "true"}, alias="nodeSelector"
+    )
     image: str | None = None
     max_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(32, alias="maxParallel")
 

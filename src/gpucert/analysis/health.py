@@ -27,10 +27,26 @@ CLOCK_EVENT_REASONS = {
 FAILING_CLOCK_EVENTS = 0x8 | 0x20 | 0x40 | 0x80
 
 
-def _f(check: str, ok: bool, node: str, gpu: int, message: str, observed: float | str | None = None,
-       expected: float | str | None = None, unit: str | None = None) -> Finding:
-    return Finding(check=check, status=CheckStatus.PASS if ok else CheckStatus.FAIL, node=node, gpu=gpu,
-                   message=f"{node}/gpu{gpu}: {message}", observed=observed, expected=expected, unit=unit)
+def _f(
+    check: str,
+    ok: bool,
+    node: str,
+    gpu: int,
+    message: str,
+    observed: float | str | None = None,
+    expected: float | str | None = None,
+    unit: str | None = None,
+) -> Finding:
+    return Finding(
+        check=check,
+        status=CheckStatus.PASS if ok else CheckStatus.FAIL,
+        node=node,
+        gpu=gpu,
+        message=f"{node}/gpu{gpu}: {message}",
+        observed=observed,
+        expected=expected,
+        unit=unit,
+    )
 
 
 def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
@@ -40,16 +56,17 @@ def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     unc = e.volatile_uncorrected or 0
     corr = e.volatile_corrected or 0
     limit = b.health.max_volatile_corrected_ecc
-    msg = (f"ECC volatile uncorrected {unc}, corrected {corr} (limit {limit}); aggregate uncorrected "
-           f"{e.aggregate_uncorrected}, corrected {e.aggregate_corrected}")
+    msg = (
+        f"ECC volatile uncorrected {unc}, corrected {corr} (limit {limit}); aggregate uncorrected "
+        f"{e.aggregate_uncorrected}, corrected {e.aggregate_corrected}"
+    )
     return _f("health.ecc", unc == 0 and corr <= limit, node, gpu, msg, observed=unc, expected=0, unit="errors")
 
 
 def remapped_rows(h: Health, node: str, gpu: int) -> Finding:
     r = h.remapped_rows
     if r.failure is None and r.pending is None:
-        return Finding("health.remapped_rows", CheckStatus.SKIP, node, gpu,
-                       "row remapping not supported on this GPU")
+        return Finding("health.remapped_rows", CheckStatus.SKIP, node, gpu, "row remapping not supported on this GPU")
     problems = []
     if r.failure:
         problems.append("a row remapping FAILED (the GPU has no spare rows left for a bank: replace it)")
@@ -66,10 +83,19 @@ def pcie_link(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
         return Finding("health.pcie_link", CheckStatus.SKIP, node, gpu, "PCIe link state not reported")
     want_gen, want_width = b.pcie.generation, b.pcie.width
     ok = p.current_generation >= want_gen and p.current_width >= want_width
-    msg = (f"PCIe link Gen{p.current_generation} x{p.current_width}{' under load' if p.under_load else ''}, "
-           f"expected Gen{want_gen} x{want_width} (device maximum Gen{p.max_generation} x{p.max_width})")
-    return _f("health.pcie_link", ok, node, gpu, msg, observed=f"Gen{p.current_generation} x{p.current_width}",
-              expected=f"Gen{want_gen} x{want_width}")
+    msg = (
+        f"PCIe link Gen{p.current_generation} x{p.current_width}{' under load' if p.under_load else ''}, "
+        f"expected Gen{want_gen} x{want_width} (device maximum Gen{p.max_generation} x{p.max_width})"
+    )
+    return _f(
+        "health.pcie_link",
+        ok,
+        node,
+        gpu,
+        msg,
+        observed=f"Gen{p.current_generation} x{p.current_width}",
+        expected=f"Gen{want_gen} x{want_width}",
+    )
 
 
 def throttle(h: Health, node: str, gpu: int) -> Finding:
@@ -77,8 +103,9 @@ def throttle(h: Health, node: str, gpu: int) -> Finding:
         return Finding("health.throttle", CheckStatus.SKIP, node, gpu, "clock event reasons not reported")
     active = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit]
     bad = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit & FAILING_CLOCK_EVENTS]
-    msg = (f"clocks held down by {', '.join(bad)}" if bad else "no fault is holding the clocks down") + \
-        f" (active reasons: {', '.join(active) or 'none'}; bitmask 0x{h.clock_event_reasons:x})"
+    msg = (
+        f"clocks held down by {', '.join(bad)}" if bad else "no fault is holding the clocks down"
+    ) + f" (active reasons: {', '.join(active) or 'none'}; bitmask 0x{h.clock_event_reasons:x})"
     return _f("health.throttle", not bad, node, gpu, msg, observed=", ".join(bad) or "none", expected="none")
 
 
@@ -97,13 +124,28 @@ def temperature(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     if h.temperature_c is None:
         return Finding("health.temperature", CheckStatus.SKIP, node, gpu, "temperature not reported")
     if h.slowdown_temperature_c is None:
-        return Finding("health.temperature", CheckStatus.SKIP, node, gpu,
-                       f"temperature {h.temperature_c:.0f} °C, but no slowdown threshold to compare with")
+        return Finding(
+            "health.temperature",
+            CheckStatus.SKIP,
+            node,
+            gpu,
+            f"temperature {h.temperature_c:.0f} °C, but no slowdown threshold to compare with",
+        )
     limit = h.slowdown_temperature_c - b.health.temperature_margin_c
-    msg = (f"temperature {h.temperature_c:.0f} °C, limit {limit:.0f} °C ({b.health.temperature_margin_c:.0f} °C "
-           f"below the slowdown threshold {h.slowdown_temperature_c:.0f} °C)")
-    return _f("health.temperature", h.temperature_c <= limit, node, gpu, msg, observed=h.temperature_c,
-              expected=limit, unit="°C")
+    msg = (
+        f"temperature {h.temperature_c:.0f} °C, limit {limit:.0f} °C ({b.health.temperature_margin_c:.0f} °C "
+        f"below the slowdown threshold {h.slowdown_temperature_c:.0f} °C)"
+    )
+    return _f(
+        "health.temperature",
+        h.temperature_c <= limit,
+        node,
+        gpu,
+        msg,
+        observed=h.temperature_c,
+        expected=limit,
+        unit="°C",
+    )
 
 
 def judge_health(check: str, h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:

@@ -40,18 +40,35 @@ def against_baseline(check: str, key: Key, sampled: Sampled, baseline: MetricBas
     ok = sampled.value >= limit if baseline.comparison is Comparison.MIN else sampled.value <= limit
     deviation = sampled.value / baseline.expected - 1
     word = "below" if deviation < 0 else "above"
-    msg = (f"{_where(key)} {check} {sampled.value:.4g} {sampled.unit} (median of {sampled.n} samples) is "
-           f"{abs(deviation):.1%} {word} the baseline {baseline.expected:.4g} {baseline.unit} "
-           f"(limit {limit:.4g}, tolerance {baseline.tolerance:.0%})")
-    return Finding(check=check, status=CheckStatus.PASS if ok else CheckStatus.FAIL, node=key[0], gpu=key[1],
-                   message=msg, observed=round(sampled.value, 4), expected=baseline.expected, unit=baseline.unit)
+    msg = (
+        f"{_where(key)} {check} {sampled.value:.4g} {sampled.unit} (median of {sampled.n} samples) is "
+        f"{abs(deviation):.1%} {word} the baseline {baseline.expected:.4g} {baseline.unit} "
+        f"(limit {limit:.4g}, tolerance {baseline.tolerance:.0%})"
+    )
+    return Finding(
+        check=check,
+        status=CheckStatus.PASS if ok else CheckStatus.FAIL,
+        node=key[0],
+        gpu=key[1],
+        message=msg,
+        observed=round(sampled.value, 4),
+        expected=baseline.expected,
+        unit=baseline.unit,
+    )
 
 
 class StragglerIndex:
     """One metric across the fleet, summarised once; judges each GPU against its node peers and the fleet."""
 
-    def __init__(self, metric: str, values: Mapping[Key, Sampled], *, max_deviation: float,
-                 higher_is_better: bool = True, min_z: float = STRAGGLER_MIN_Z) -> None:
+    def __init__(
+        self,
+        metric: str,
+        values: Mapping[Key, Sampled],
+        *,
+        max_deviation: float,
+        higher_is_better: bool = True,
+        min_z: float = STRAGGLER_MIN_Z,
+    ) -> None:
         self.metric = metric
         self.values = values
         self.max_deviation = max_deviation
@@ -82,25 +99,47 @@ class StragglerIndex:
                 hit = self._behind(s.value, node_peers)
                 if hit:
                     worst = hit[0]
-                    reasons.append(f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the median of its "
-                                   f"{len(peers)} peers on {key[0]} ({node_peers.median:.4g} {s.unit}, robust z "
-                                   f"{hit[1]:.1f})")
+                    reasons.append(
+                        f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the median of its "
+                        f"{len(peers)} peers on {key[0]} ({node_peers.median:.4g} {s.unit}, robust z "
+                        f"{hit[1]:.1f})"
+                    )
         if self.fleet is not None and self.fleet.n - 1 >= MIN_PEERS:
             hit = self._behind(s.value, self.fleet)
             if hit:
                 worst = worst if abs(worst) > abs(hit[0]) else hit[0]
-                reasons.append(f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the fleet median over "
-                               f"{self.fleet.n} {'GPUs' if key[1] is not None else 'nodes'} "
-                               f"({self.fleet.median:.4g} {s.unit}, robust z {hit[1]:.1f})")
+                reasons.append(
+                    f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the fleet median over "
+                    f"{self.fleet.n} {'GPUs' if key[1] is not None else 'nodes'} "
+                    f"({self.fleet.median:.4g} {s.unit}, robust z {hit[1]:.1f})"
+                )
         fleet_median = self.fleet.median if self.fleet else s.value
         if not reasons:
-            return Finding(check=check, status=CheckStatus.PASS, node=key[0], gpu=key[1], observed=s.value,
-                           expected=round(fleet_median, 4), unit=s.unit,
-                           message=f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} is in line with its peers")
-        msg = (f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} (median of {s.n} samples) is "
-               + " and ".join(reasons) + f"; limit {self.max_deviation:.0%}")
-        return Finding(check=check, status=CheckStatus.FAIL, node=key[0], gpu=key[1], message=msg,
-                       observed=round(s.value, 4), expected=round(fleet_median, 4), unit=s.unit)
+            return Finding(
+                check=check,
+                status=CheckStatus.PASS,
+                node=key[0],
+                gpu=key[1],
+                observed=s.value,
+                expected=round(fleet_median, 4),
+                unit=s.unit,
+                message=f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} is in line with its peers",
+            )
+        msg = (
+            f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} (median of {s.n} samples) is "
+            + " and ".join(reasons)
+            + f"; limit {self.max_deviation:.0%}"
+        )
+        return Finding(
+            check=check,
+            status=CheckStatus.FAIL,
+            node=key[0],
+            gpu=key[1],
+            message=msg,
+            observed=round(s.value, 4),
+            expected=round(fleet_median, 4),
+            unit=s.unit,
+        )
 
 
 def per_gpu_median(samples: list[float], unit: str) -> Sampled:

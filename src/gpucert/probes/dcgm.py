@@ -26,9 +26,18 @@ DCGMI_EXIT_CODES = {
 
 # DCGM 3.x display names -> 4.x test names; 3.x "Deployment" checks together are 4.x's `software`
 _LEGACY_NAMES = {
-    "pcie": "pcie", "gpu memory": "memory", "memory": "memory", "diagnostic": "diagnostic", "eud test": "eud",
-    "targeted stress": "targeted_stress", "targeted power": "targeted_power", "memory bandwidth": "memory_bandwidth",
-    "sm stress": "sm_stress", "memtest": "memtest", "pulse test": "pulse_test", "nvbandwidth": "nvbandwidth",
+    "pcie": "pcie",
+    "gpu memory": "memory",
+    "memory": "memory",
+    "diagnostic": "diagnostic",
+    "eud test": "eud",
+    "targeted stress": "targeted_stress",
+    "targeted power": "targeted_power",
+    "memory bandwidth": "memory_bandwidth",
+    "sm stress": "sm_stress",
+    "memtest": "memtest",
+    "pulse test": "pulse_test",
+    "nvbandwidth": "nvbandwidth",
 }
 _RANK = {"Fail": 2, "Pass": 1, "Skip": 0}
 
@@ -65,8 +74,12 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
     """Parse one `dcgmi diag -j` document (3.x or 4.x), keeping the raw document beside the results."""
     root = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))
     if not isinstance(root, dict):
-        return DcgmEvidence(level=level, exit_code=exit_code, raw=doc,
-                            runtime_error="not a dcgmi diag document (no 'DCGM Diagnostic' key)")
+        return DcgmEvidence(
+            level=level,
+            exit_code=exit_code,
+            raw=doc,
+            runtime_error="not a dcgmi diag document (no 'DCGM Diagnostic' key)",
+        )
     version = (doc.get("metadata") or {}).get("version") or root.get("version")
     serials: dict[int, str] = {}
     for group in doc.get("entity_groups") or []:
@@ -96,15 +109,26 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
                 for gpu in ids:
                     prev = entry["gpus"].get(gpu)
                     st = worst_status([status, prev["status"]]) if prev else status
-                    entry["gpus"][gpu] = {"status": st, "warnings": (prev["warnings"] if prev else []) + warnings}
+                    entry["gpus"][gpu] = {
+                        "status": st,
+                        "warnings": (prev["warnings"] if prev else []) + warnings,
+                    }
     results = {
         name: DcgmTestResult(
             summary=worst_status(e["summary"]),
-            gpus={g: DcgmGpuResult(status=r["status"], warnings=r["warnings"], serial=serials.get(g))
-                  for g, r in sorted(e["gpus"].items())},
+            gpus={
+                g: DcgmGpuResult(status=r["status"], warnings=r["warnings"], serial=serials.get(g))
+                for g, r in sorted(e["gpus"].items())
+            },
             info=e["info"],
         )
         for name, e in merged.items()
     }
-    return DcgmEvidence(level=level, version=version, exit_code=exit_code, results=results,
-                        runtime_error=root.get("runtime_error"), raw=doc)
+    return DcgmEvidence(
+        level=level,
+        version=version,
+        exit_code=exit_code,
+        results=results,
+        runtime_error=root.get("runtime_error"),
+        raw=doc,
+    )

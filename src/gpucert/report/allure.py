@@ -21,8 +21,12 @@ from gpucert.checks import CheckStatus, Finding, check_category
 
 __all__ = ["suite_of", "write_allure"]
 
-_STATUS = {CheckStatus.PASS: Status.PASSED, CheckStatus.FAIL: Status.FAILED, CheckStatus.ERROR: Status.BROKEN,
-           CheckStatus.SKIP: Status.SKIPPED}
+_STATUS = {
+    CheckStatus.PASS: Status.PASSED,
+    CheckStatus.FAIL: Status.FAILED,
+    CheckStatus.ERROR: Status.BROKEN,
+    CheckStatus.SKIP: Status.SKIPPED,
+}
 _RANK = {CheckStatus.ERROR: 3, CheckStatus.FAIL: 2, CheckStatus.PASS: 1, CheckStatus.SKIP: 0}
 CATEGORIES = ("Stack", "Health", "DCGM", "Performance", "Stragglers", "Infrastructure")
 
@@ -33,17 +37,35 @@ def suite_of(check: str) -> str:
 
 def _categories() -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
-    prefixes = {"Stack": r"(stack|inventory)\..*", "Health": r"health\..*", "DCGM": r"dcgm\..*",
-                "Stragglers": r"straggler\..*", "Infrastructure": r"node\..*",
-                "Performance": r"(memory|compute|pcie|p2p|nccl)\..*"}
+    prefixes = {
+        "Stack": r"(stack|inventory)\..*",
+        "Health": r"health\..*",
+        "DCGM": r"dcgm\..*",
+        "Stragglers": r"straggler\..*",
+        "Infrastructure": r"node\..*",
+        "Performance": r"(memory|compute|pcie|p2p|nccl)\..*",
+    }
     for name in CATEGORIES:
-        out.append({"name": name, "matchedStatuses": ["failed", "broken"],
-                    "messageRegex": rf"(?s)\[{prefixes[name]}\].*"})
+        out.append(
+            {
+                "name": name,
+                "matchedStatuses": ["failed", "broken"],
+                "messageRegex": rf"(?s)\[{prefixes[name]}\].*",
+            }
+        )
     return out
 
 
-def write_allure(results_dir: Path, outcomes: Iterable[Finding], *, run_id: str, spec: str, target: str,
-                 started_ms: int, stopped_ms: int) -> int:
+def write_allure(
+    results_dir: Path,
+    outcomes: Iterable[Finding],
+    *,
+    run_id: str,
+    spec: str,
+    target: str,
+    started_ms: int,
+    stopped_ms: int,
+) -> int:
     """Write the results of a run; returns the number of result files."""
     results_dir.mkdir(parents=True, exist_ok=True)
     logger = AllureFileLogger(str(results_dir))
@@ -54,10 +76,20 @@ def write_allure(results_dir: Path, outcomes: Iterable[Finding], *, run_id: str,
         worst = max(items, key=lambda f: _RANK[f.status]).status
         bad = [f for f in items if f.status in (CheckStatus.FAIL, CheckStatus.ERROR)]
         result = TestResult(
-            uuid=str(uuid.uuid4()), name=f"{check} on {node}", fullName=f"{suite_of(check)}.{check}[{node}]",
-            historyId=f"{check}[{node}]", status=_STATUS[worst], start=started_ms, stop=stopped_ms,
-            labels=[Label("epic", suite_of(check)), Label("feature", check), Label("story", node),
-                    Label("suite", suite_of(check)), Label("tag", check_category(check))],
+            uuid=str(uuid.uuid4()),
+            name=f"{check} on {node}",
+            fullName=f"{suite_of(check)}.{check}[{node}]",
+            historyId=f"{check}[{node}]",
+            status=_STATUS[worst],
+            start=started_ms,
+            stop=stopped_ms,
+            labels=[
+                Label("epic", suite_of(check)),
+                Label("feature", check),
+                Label("story", node),
+                Label("suite", suite_of(check)),
+                Label("tag", check_category(check)),
+            ],
             parameters=[Parameter("node", node)],
         )
         if bad:
@@ -67,17 +99,27 @@ def write_allure(results_dir: Path, outcomes: Iterable[Finding], *, run_id: str,
         for f in sorted(items, key=lambda f: -1 if f.gpu is None else f.gpu):
             if f.gpu is None and len(items) == 1:
                 break
-            result.steps.append(TestStepResult(
-                name=f"gpu{f.gpu}" if f.gpu is not None else node, status=_STATUS[f.status],
-                statusDetails=StatusDetails(message=f.message) if f.message else None,
-                parameters=[Parameter("gpu", str(f.gpu))] if f.gpu is not None else [], start=started_ms,
-                stop=stopped_ms))
+            result.steps.append(
+                TestStepResult(
+                    name=f"gpu{f.gpu}" if f.gpu is not None else node,
+                    status=_STATUS[f.status],
+                    statusDetails=StatusDetails(message=f.message) if f.message else None,
+                    parameters=[Parameter("gpu", str(f.gpu))] if f.gpu is not None else [],
+                    start=started_ms,
+                    stop=stopped_ms,
+                )
+            )
         logger.report_result(result)
     (results_dir / "environment.properties").write_text(
         f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\npython={platform.python_version()}\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     (results_dir / "categories.json").write_text(json.dumps(_categories(), indent=1), encoding="utf-8")
-    (results_dir / "executor.json").write_text(json.dumps(
-        {"name": "gpucert", "type": "gpucert", "buildName": run_id, "reportName": f"gpucert {spec}"}, indent=1),
-        encoding="utf-8")
+    (results_dir / "executor.json").write_text(
+        json.dumps(
+            {"name": "gpucert", "type": "gpucert", "buildName": run_id, "reportName": f"gpucert {spec}"},
+            indent=1,
+        ),
+        encoding="utf-8",
+    )
     return len(groups)

@@ -44,14 +44,18 @@ class HtmlSummary:
             rows.append(
                 f"<tr><td>{escape(s.node)}</td><td style='color:{color};font-weight:bold'>{s.result.upper()}</td>"
                 f"<td>{s.passed}</td><td>{s.failed}</td><td>{s.errors}</td><td>{s.skipped}</td>"
-                f"<td>{escape(', '.join(s.failing_checks))}</td></tr>")
+                f"<td>{escape(', '.join(s.failing_checks))}</td></tr>"
+            )
         result = "FAIL" if failed else "PASS"
         note = ""
         if self.items and self.items[0] > PASSED_ROWS_LIMIT:
-            note = (f"<p>{self.items[0]} checks: passed checks are counted in the table below and not listed "
-                    "one by one; every failure keeps its full detail in the results table.</p>")
+            note = (
+                f"<p>{self.items[0]} checks: passed checks are counted in the table below and not listed "
+                "one by one; every failure keeps its full detail in the results table.</p>"
+            )
         prefix.append(
             f"<h2 id='gpucert-result'>Certification {result}</h2><p>run <code>{escape(self.run_id)}</code></p>{note}"
             "<table id='gpucert-nodes' border='1' cellpadding='4' style='border-collapse:collapse'>"
             "<thead><tr><th>node</th><th>result</th><th>passed</th><th>failed</th><th>errors</th><th>skipped</th>"
-            "<th>failing checks</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
+            "<th>failing checks</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        )

@@ -11,7 +11,14 @@ from typing import Any
 
 from gpucert.checks import CheckStatus, Finding
 
-__all__ = ["VERDICT_SCHEMA", "NodeSummary", "build_verdict", "node_summaries", "read_verdict", "write_verdict"]
+__all__ = [
+    "VERDICT_SCHEMA",
+    "NodeSummary",
+    "build_verdict",
+    "node_summaries",
+    "read_verdict",
+    "write_verdict",
+]
 
 VERDICT_SCHEMA = "gpucert.io/verdict/v1"
 
@@ -42,23 +49,51 @@ def node_summaries(outcomes: Iterable[Finding]) -> list[NodeSummary]:
         counts[key][f.status] += 1
         if f.status in (CheckStatus.FAIL, CheckStatus.ERROR):
             failing[key].add(f.check)
-    return [NodeSummary(node, c[CheckStatus.PASS], c[CheckStatus.FAIL], c[CheckStatus.ERROR], c[CheckStatus.SKIP],
-                        tuple(sorted(failing[node]))) for node, c in sorted(counts.items())]
+    return [
+        NodeSummary(
+            node,
+            c[CheckStatus.PASS],
+            c[CheckStatus.FAIL],
+            c[CheckStatus.ERROR],
+            c[CheckStatus.SKIP],
+            tuple(sorted(failing[node])),
+        )
+        for node, c in sorted(counts.items())
+    ]
 
 
-def build_verdict(*, run: str, spec: str, target: str, nodes: int, gpus: int,
-                  outcomes: list[Finding]) -> dict[str, Any]:
+def build_verdict(
+    *, run: str, spec: str, target: str, nodes: int, gpus: int, outcomes: list[Finding]
+) -> dict[str, Any]:
     c = Counter(f.status for f in outcomes)
     findings = sorted((f for f in outcomes if f.status in (CheckStatus.FAIL, CheckStatus.ERROR)), key=_sort_key)
     return {
-        "schema": VERDICT_SCHEMA, "run": run, "spec": spec, "target": target,
+        "schema": VERDICT_SCHEMA,
+        "run": run,
+        "spec": spec,
+        "target": target,
         "result": "fail" if findings else "pass",
-        "summary": {"nodes": nodes, "gpus": gpus, "checks": len(outcomes), "passed": c[CheckStatus.PASS],
-                    "failed": c[CheckStatus.FAIL], "errors": c[CheckStatus.ERROR], "skipped": c[CheckStatus.SKIP]},
+        "summary": {
+            "nodes": nodes,
+            "gpus": gpus,
+            "checks": len(outcomes),
+            "passed": c[CheckStatus.PASS],
+            "failed": c[CheckStatus.FAIL],
+            "errors": c[CheckStatus.ERROR],
+            "skipped": c[CheckStatus.SKIP],
+        },
         "findings": [f.to_json() for f in findings],
-        "nodes": {s.node: {"result": s.result, "passed": s.passed, "failed": s.failed, "errors": s.errors,
-                           "skipped": s.skipped, "failing": list(s.failing_checks)}
-                  for s in node_summaries(outcomes)},
+        "nodes": {
+            s.node: {
+                "result": s.result,
+                "passed": s.passed,
+                "failed": s.failed,
+                "errors": s.errors,
+                "skipped": s.skipped,
+                "failing": list(s.failing_checks),
+            }
+            for s in node_summaries(outcomes)
+        },
     }
 
 

@@ -10,8 +10,10 @@ from gpucert.versions import parse_version
 
 __all__ = ["COMPAT_SOURCE", "MIN_DRIVER_FOR_CUDA", "cuda_of_driver", "min_driver_for_cuda"]
 
-COMPAT_SOURCE = ("NVIDIA CUDA Toolkit Release Notes, table 'CUDA Toolkit and Corresponding Driver Versions' "
-                 "(Linux x86_64, GA releases)")
+COMPAT_SOURCE = (
+    "NVIDIA CUDA Toolkit Release Notes, table 'CUDA Toolkit and Corresponding Driver Versions' "
+    "(Linux x86_64, GA releases)"
+)
 
 MIN_DRIVER_FOR_CUDA: dict[tuple[int, int], str] = {
     (11, 8): "520.61.05",

@@ -18,8 +18,14 @@ from gpucert.inventory import Inventory, Node
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource, version_from_image
 
 __all__ = [
-    "STACK_SCHEMA", "ComponentObservation", "NodeStack", "StackObservation", "inventory_from_nodes",
-    "observe_stack", "read_stack", "write_stack",
+    "STACK_SCHEMA",
+    "ComponentObservation",
+    "NodeStack",
+    "StackObservation",
+    "inventory_from_nodes",
+    "observe_stack",
+    "read_stack",
+    "write_stack",
 ]
 
 STACK_SCHEMA = "gpucert.io/stack/v1"
@@ -92,20 +98,28 @@ def _observe_pod(pod: Mapping[str, Any], source: ComponentSource) -> ComponentOb
     ready, _, ready_at = _ready_condition(pod)
     image = container.get("image", "")
     return ComponentObservation(
-        pod=pod["metadata"]["name"], image=image, version=version_from_image(image), phase=status.get("phase"),
-        ready=ready, started_at=started, ready_at=ready_at if ready else None,
+        pod=pod["metadata"]["name"],
+        image=image,
+        version=version_from_image(image),
+        phase=status.get("phase"),
+        ready=ready,
+        started_at=started,
+        ready_at=ready_at if ready else None,
     )
 
 
-def observe_stack(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-                  sources: Mapping[str, ComponentSource] = DEFAULT_SOURCES) -> StackObservation:
+def observe_stack(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    sources: Mapping[str, ComponentSource] = DEFAULT_SOURCES,
+) -> StackObservation:
     """What each node runs: kubelet, runtime and the pods of every known component scheduled on it."""
     by_app = {(s.namespace, s.app): name for name, s in sources.items()}
     components: dict[str, dict[str, ComponentObservation]] = {}
     for pod in pods:
         meta = pod.get("metadata", {})
-        app = (meta.get("labels") or {}).get("app")
-        name = by_app.get((meta.get("namespace"), app))
+        app = str((meta.get("labels") or {}).get("app", ""))
+        name = by_app.get((str(meta.get("namespace", "")), app))
         node = pod.get("spec", {}).get("nodeName")
         if name is None or node is None or meta.get("deletionTimestamp"):
             continue
@@ -120,9 +134,14 @@ def observe_stack(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str
         ready, reason, _ = _ready_condition(node)
         labels = {k: v for k, v in (node["metadata"].get("labels") or {}).items() if k.startswith(GFD_PREFIXES)}
         out[name] = NodeStack(
-            node=name, ready=ready, ready_reason="" if ready else reason,
-            kubelet_version=info.get("kubeletVersion"), container_runtime=info.get("containerRuntimeVersion"),
-            kernel=info.get("kernelVersion"), os_image=info.get("osImage"), labels=labels,
+            node=name,
+            ready=ready,
+            ready_reason="" if ready else reason,
+            kubelet_version=info.get("kubeletVersion"),
+            container_runtime=info.get("containerRuntimeVersion"),
+            kernel=info.get("kernelVersion"),
+            os_image=info.get("osImage"),
+            labels=labels,
             allocatable_gpus=_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
             components=dict(sorted(components.get(name, {}).items())),
         )
@@ -134,11 +153,16 @@ def inventory_from_nodes(target: str, stack: StackObservation) -> Inventory:
     nodes = []
     for ns in stack.nodes.values():
         count = ns.labels.get("nvidia.com/gpu.count")
-        nodes.append(Node(
-            name=ns.node, gpu_count=_int(count) if count is not None else None,
-            gpu_product=ns.labels.get("nvidia.com/gpu.product"), allocatable_gpus=ns.allocatable_gpus,
-            ready=ns.ready, ready_reason=ns.ready_reason,
-        ))
+        nodes.append(
+            Node(
+                name=ns.node,
+                gpu_count=_int(count) if count is not None else None,
+                gpu_product=ns.labels.get("nvidia.com/gpu.product"),
+                allocatable_gpus=ns.allocatable_gpus,
+                ready=ns.ready,
+                ready_reason=ns.ready_reason,
+            )
+        )
     return Inventory(target=target, nodes=tuple(nodes))
 
 

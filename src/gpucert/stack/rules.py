@@ -13,14 +13,28 @@ from gpucert.stack.observe import NodeStack
 from gpucert.versions import VersionError, at_least, normalize
 
 __all__ = [
-    "SKEW_FIELDS", "compat", "gpu_count", "gpu_product", "kubernetes_version", "node_count", "ordering",
-    "pinned_components", "reachable", "runtime", "skew", "version",
+    "SKEW_FIELDS",
+    "compat",
+    "gpu_count",
+    "gpu_product",
+    "kubernetes_version",
+    "node_count",
+    "ordering",
+    "pinned_components",
+    "reachable",
+    "runtime",
+    "skew",
+    "version",
 ]
 
 OK, FAIL, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.SKIP
 # node facts that carry no pin in the spec but must agree across the fleet
-SKEW_FIELDS = {"kubelet": "kubelet_version", "container runtime": "container_runtime", "kernel": "kernel",
-               "OS image": "os_image"}
+SKEW_FIELDS = {
+    "kubelet": "kubelet_version",
+    "container runtime": "container_runtime",
+    "kernel": "kernel",
+    "OS image": "os_image",
+}
 DRIVER_VERSION_LABEL = "nvidia.com/cuda.driver-version.full"
 CUDA_VERSION_LABEL = "nvidia.com/cuda.runtime-version.full"
 
@@ -35,16 +49,24 @@ def version(ns: NodeStack, spec: ClusterSpec, component: str) -> Finding:
     assert pin is not None
     obs = ns.components.get(component)
     if obs is None:
-        return Finding("stack.version", FAIL, ns.node, None, f"{ns.node}: no {component} pod runs on this node "
-                       f"(expected {component} {pin.version})", observed=None, expected=pin.version)
+        return Finding(
+            "stack.version",
+            FAIL,
+            ns.node,
+            None,
+            f"{ns.node}: no {component} pod runs on this node (expected {component} {pin.version})",
+            observed=None,
+            expected=pin.version,
+        )
     have = normalize(obs.version or "")
     ok = have == normalize(pin.version)
-    msg = (f"{ns.node}: {component} {have or '(no version in image tag)'} from {obs.image} "
-           f"{'matches' if ok else 'does not match'} the pin {pin.version}")
+    msg = (
+        f"{ns.node}: {component} {have or '(no version in image tag)'} from {obs.image} "
+        f"{'matches' if ok else 'does not match'} the pin {pin.version}"
+    )
     if ok and not obs.ready:
         ok, msg = False, f"{ns.node}: {component} {have} is not Ready (pod {obs.pod}, phase {obs.phase})"
-    return Finding("stack.version", OK if ok else FAIL, ns.node, None, msg, observed=have or None,
-                   expected=pin.version)
+    return Finding("stack.version", OK if ok else FAIL, ns.node, None, msg, observed=have or None, expected=pin.version)
 
 
 def skew(ns: NodeStack, fleet: Mapping[str, NodeStack]) -> Finding:
@@ -71,16 +93,27 @@ def compat(ns: NodeStack, spec: ClusterSpec) -> Finding:
     obs = ns.components.get("driver")
     driver = normalize(obs.version) if obs and obs.version else ns.labels.get(DRIVER_VERSION_LABEL)
     if driver is None:
-        return Finding("stack.compat", SKIP, ns.node, None, f"{ns.node}: driver version not observed "
-                       "(see stack.version)")
+        return Finding(
+            "stack.compat", SKIP, ns.node, None, f"{ns.node}: driver version not observed (see stack.version)"
+        )
     if driver_pin is not None and driver != normalize(driver_pin.version):
-        return Finding("stack.compat", SKIP, ns.node, None,
-                       f"{ns.node}: driver {driver} is not the pinned {driver_pin.version}; see stack.version")
+        return Finding(
+            "stack.compat",
+            SKIP,
+            ns.node,
+            None,
+            f"{ns.node}: driver {driver} is not the pinned {driver_pin.version}; see stack.version",
+        )
     minimum = min_driver_for_cuda(cuda.version)
     if minimum is None:
-        return Finding("stack.compat", FAIL, ns.node, None,
-                       f"CUDA {cuda.version} is not in the compatibility table ({COMPAT_SOURCE}); "
-                       "declare a CUDA release the table knows")
+        return Finding(
+            "stack.compat",
+            FAIL,
+            ns.node,
+            None,
+            f"CUDA {cuda.version} is not in the compatibility table ({COMPAT_SOURCE}); "
+            "declare a CUDA release the table knows",
+        )
     problems = []
     if not at_least(driver, minimum):
         problems.append(f"driver {driver} is older than {minimum}, the minimum for CUDA {cuda.version}")
@@ -90,8 +123,11 @@ def compat(ns: NodeStack, spec: ClusterSpec) -> Finding:
             problems.append(f"the driver reports CUDA {supported}, older than the declared CUDA {cuda.version}")
     except VersionError:
         problems.append(f"label {CUDA_VERSION_LABEL}={supported!r} is not a version")
-    msg = f"{ns.node}: " + ("; ".join(problems) if problems else
-                            f"driver {driver} supports CUDA {cuda.version} (minimum {minimum}; {COMPAT_SOURCE})")
+    msg = f"{ns.node}: " + (
+        "; ".join(problems)
+        if problems
+        else f"driver {driver} supports CUDA {cuda.version} (minimum {minimum}; {COMPAT_SOURCE})"
+    )
     return Finding("stack.compat", FAIL if problems else OK, ns.node, None, msg, observed=driver, expected=minimum)
 
 
@@ -112,9 +148,11 @@ def ordering(ns: NodeStack, spec: ClusterSpec) -> Finding:
                 continue  # a missing or unready component is stack.version's finding
             checked += 1
             if started < ready:
-                violations.append(f"{comp.name} started at {mine.started_at if mine else '?'}, before {dep} "  
-                                  f"was Ready at {theirs.ready_at if theirs else '?'} "
-                                  f"({(ready - started).total_seconds():.0f} s early)")
+                violations.append(
+                    f"{comp.name} started at {mine.started_at if mine else '?'}, before {dep} "
+                    f"was Ready at {theirs.ready_at if theirs else '?'} "
+                    f"({(ready - started).total_seconds():.0f} s early)"
+                )
     if violations:
         return Finding("stack.ordering", FAIL, ns.node, None, f"{ns.node}: " + "; ".join(violations))
     return Finding("stack.ordering", OK, ns.node, None, f"{ns.node}: {checked} declared `after` edges respected")
@@ -126,9 +164,15 @@ def kubernetes_version(ns: NodeStack, spec: ClusterSpec) -> Finding:
         return Finding("stack.kubernetes", SKIP, ns.node, None, "the spec sets no stack.kubernetes.minVersion")
     have = ns.kubelet_version
     ok = have is not None and at_least(have, want.min_version)
-    return Finding("stack.kubernetes", OK if ok else FAIL, ns.node, None,
-                   f"{ns.node}: kubelet {have}, minimum {want.min_version}", observed=have,
-                   expected=want.min_version)
+    return Finding(
+        "stack.kubernetes",
+        OK if ok else FAIL,
+        ns.node,
+        None,
+        f"{ns.node}: kubelet {have}, minimum {want.min_version}",
+        observed=have,
+        expected=want.min_version,
+    )
 
 
 def runtime(ns: NodeStack, spec: ClusterSpec) -> Finding:
@@ -138,9 +182,15 @@ def runtime(ns: NodeStack, spec: ClusterSpec) -> Finding:
     have = ns.container_runtime or ""
     name = have.split("://", 1)[0] if "://" in have else ""
     ok = name == want.name and at_least(have, want.min_version)
-    return Finding("stack.runtime", OK if ok else FAIL, ns.node, None,
-                   f"{ns.node}: container runtime {have or 'unknown'}, expected {want.name} >= {want.min_version}",
-                   observed=have or None, expected=f"{want.name}://{want.min_version}")
+    return Finding(
+        "stack.runtime",
+        OK if ok else FAIL,
+        ns.node,
+        None,
+        f"{ns.node}: container runtime {have or 'unknown'}, expected {want.name} >= {want.min_version}",
+        observed=have or None,
+        expected=f"{want.name}://{want.min_version}",
+    )
 
 
 def reachable(ns: NodeStack | None, node: str, evidence_error: str | None) -> Finding:
@@ -150,34 +200,62 @@ def reachable(ns: NodeStack | None, node: str, evidence_error: str | None) -> Fi
         return Finding("node.reachable", FAIL, node, None, f"{node}: node is not Ready ({ns.ready_reason})")
     if evidence_error:
         return Finding("node.reachable", FAIL, node, None, f"{node}: no probe ran: {evidence_error}")
-    return Finding("node.reachable", OK, node, None, f"{node}: Ready" + (" and measured" if evidence_error == "" else ""))
+    return Finding(
+        "node.reachable", OK, node, None, f"{node}: Ready" + (" and measured" if evidence_error == "" else "")
+    )
 
 
 def node_count(found: list[str], spec: ClusterSpec) -> Finding:
     want = spec.expect.nodes
     ok = len(found) == want
-    return Finding("inventory.nodes", OK if ok else FAIL, None, None,
-                   f"{len(found)} GPU nodes found, {want} expected", observed=len(found), expected=want)
+    return Finding(
+        "inventory.nodes",
+        OK if ok else FAIL,
+        None,
+        None,
+        f"{len(found)} GPU nodes found, {want} expected",
+        observed=len(found),
+        expected=want,
+    )
 
 
 def gpu_count(ns: NodeStack, spec: ClusterSpec, measured: int | None) -> Finding:
     want = spec.expect.gpus_per_node
     label = ns.labels.get("nvidia.com/gpu.count")
     if label is None:
-        return Finding("inventory.gpus", FAIL, ns.node, None,
-                       f"{ns.node}: no nvidia.com/gpu.count label: GPU feature discovery has not labelled this node",
-                       expected=want)
+        return Finding(
+            "inventory.gpus",
+            FAIL,
+            ns.node,
+            None,
+            f"{ns.node}: no nvidia.com/gpu.count label: GPU feature discovery has not labelled this node",
+            expected=want,
+        )
     counts = {"labelled": int(label), "allocatable": ns.allocatable_gpus}
     if measured is not None:
         counts["seen by the probe"] = measured
     short = {k: v for k, v in counts.items() if v != want}
     detail = ", ".join(f"{v} {k}" for k, v in counts.items())
-    return Finding("inventory.gpus", FAIL if short else OK, ns.node, None,
-                   f"{ns.node}: {detail}; {want} expected", observed=min(counts.values()), expected=want)
+    return Finding(
+        "inventory.gpus",
+        FAIL if short else OK,
+        ns.node,
+        None,
+        f"{ns.node}: {detail}; {want} expected",
+        observed=min(counts.values()),
+        expected=want,
+    )
 
 
 def gpu_product(ns: NodeStack, spec: ClusterSpec) -> Finding:
     want = spec.expect.gpu_product
     have = ns.labels.get("nvidia.com/gpu.product")
-    return Finding("inventory.product", OK if have == want else FAIL, ns.node, None,
-                   f"{ns.node}: nvidia.com/gpu.product={have}, expected {want}", observed=have, expected=want)
+    return Finding(
+        "inventory.product",
+        OK if have == want else FAIL,
+        ns.node,
+        None,
+        f"{ns.node}: nvidia.com/gpu.product={have}, expected {want}",
+        observed=have,
+        expected=want,
+    )

@@ -24,7 +24,11 @@ class MeasurePlan:
     dcgm_level: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "probes": [p.value for p in self.probes], "dcgm_level": self.dcgm_level}
+        return {
+            "run_id": self.run_id,
+            "probes": [p.value for p in self.probes],
+            "dcgm_level": self.dcgm_level,
+        }
 
 
 class Target(Protocol):
@@ -50,6 +54,9 @@ def open_target(spec: ClusterSpec) -> Target:
         from gpucert.targets.simulated import SimulatedTarget as Simulated
 
         return Simulated.from_spec(spec)
-    raise ConfigError(f"target kind {spec.target.kind!r} is not available in this version; "
-                      "use `kind: simulated`, or `gpucert evaluate SPEC --evidence DIR` for recorded evidence",
-                      path=spec.path, key="target.kind")
+    raise ConfigError(
+        f"target kind {spec.target.kind!r} is not available in this version; "
+        "use `kind: simulated`, or `gpucert evaluate SPEC --evidence DIR` for recorded evidence",
+        path=spec.path,
+        key="target.kind",
+    )

@@ -20,12 +20,37 @@ import numpy as np
 from gpucert import __version__
 from gpucert.baseline import GpuBaseline, load_baseline
 from gpucert.evidence import (
-    EccCounts, GpuEvidence, Health, Measurement, NcclEvidence, NcclPoint, NodeEvidence, P2pEvidence, P2pPair,
-    PcieLink, ProbeError, RemappedRows, SystemFacts, XidEvent,
+    EccCounts,
+    GpuEvidence,
+    Health,
+    Measurement,
+    NcclEvidence,
+    NcclPoint,
+    NodeEvidence,
+    P2pEvidence,
+    P2pPair,
+    PcieLink,
+    ProbeError,
+    RemappedRows,
+    SystemFacts,
+    XidEvent,
 )
 from gpucert.fleet import (
-    DcgmFault, EccFault, Fault, MissingGpuFault, OrderingFault, PcieLinkFault, RemappedRowsFault, SimulatedFleet,
-    SlowFault, TemperatureFault, ThrottleFault, UnreachableFault, VersionFault, XidFault, load_fleet,
+    DcgmFault,
+    EccFault,
+    Fault,
+    MissingGpuFault,
+    OrderingFault,
+    PcieLinkFault,
+    RemappedRowsFault,
+    SimulatedFleet,
+    SlowFault,
+    TemperatureFault,
+    ThrottleFault,
+    UnreachableFault,
+    VersionFault,
+    XidFault,
+    load_fleet,
 )
 from gpucert.probes.dcgm import parse_diag
 from gpucert.spec import ClusterSpec, Probe
@@ -38,8 +63,11 @@ __all__ = ["SimulatedTarget"]
 
 T0 = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
 DEFAULT_NODE_STACK = {
-    "kubelet": "v1.31.4", "containerRuntime": "containerd://1.7.24", "kernel": "5.15.0-131-generic",
-    "osImage": "Ubuntu 22.04.5 LTS", "dcgm": "4.2.3",
+    "kubelet": "v1.31.4",
+    "containerRuntime": "containerd://1.7.24",
+    "kernel": "5.15.0-131-generic",
+    "osImage": "Ubuntu 22.04.5 LTS",
+    "dcgm": "4.2.3",
 }
 IMAGES = {
     "driver": "nvcr.io/nvidia/driver:{v}-ubuntu22.04",
@@ -55,11 +83,20 @@ NCCL_HALF_SIZE = 64 << 20  # message size at which the simulated bus reaches hal
 PCI_BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
 SLOWDOWN_C = 87.0
 THROTTLE_BITS = {"hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80}
-DCGM_LEVEL_TESTS = {1: ["software"], 2: ["pcie", "memory"],
-                    3: ["diagnostic", "memory_bandwidth", "targeted_stress", "targeted_power", "nvbandwidth"],
-                    4: ["memtest", "pulse_test"]}
-DCGM_CATEGORY = {"software": "Deployment", "pcie": "Integration", "memory": "Hardware", "diagnostic": "Hardware",
-                 "memtest": "Hardware", "nvbandwidth": "Integration"}
+DCGM_LEVEL_TESTS = {
+    1: ["software"],
+    2: ["pcie", "memory"],
+    3: ["diagnostic", "memory_bandwidth", "targeted_stress", "targeted_power", "nvbandwidth"],
+    4: ["memtest", "pulse_test"],
+}
+DCGM_CATEGORY = {
+    "software": "Deployment",
+    "pcie": "Integration",
+    "memory": "Hardware",
+    "diagnostic": "Hardware",
+    "memtest": "Hardware",
+    "nvbandwidth": "Integration",
+}
 
 
 def _iso(t: datetime) -> str:
@@ -138,13 +175,24 @@ class SimulatedTarget:
             "nvidia.com/cuda.driver-version.full": driver,
             "nvidia.com/cuda.runtime-version.full": cuda_of_driver(driver) or "",
         }
-        ready = {"type": "Ready", "status": "True", "reason": "KubeletReady",
-                 "message": "kubelet is posting ready status", "lastTransitionTime": _iso(T0)}
+        ready = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastTransitionTime": _iso(T0),
+        }
         if nf.unreachable:
-            ready = {"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown",
-                     "message": "Kubelet stopped posting node status.", "lastTransitionTime": _iso(T0)}
+            ready = {
+                "type": "Ready",
+                "status": "Unknown",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+                "lastTransitionTime": _iso(T0),
+            }
         return {
-            "apiVersion": "v1", "kind": "Node",
+            "apiVersion": "v1",
+            "kind": "Node",
             "metadata": {"name": node, "labels": labels, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, node))},
             "status": {
                 "capacity": {"cpu": "224", "memory": "2113435500Ki", "nvidia.com/gpu": str(count)},
@@ -155,7 +203,8 @@ class SimulatedTarget:
                     "containerRuntimeVersion": self._version(node, "containerRuntime"),
                     "kernelVersion": self._version(node, "kernel"),
                     "osImage": self._version(node, "osImage"),
-                    "architecture": "amd64", "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "operatingSystem": "linux",
                 },
             },
         }
@@ -184,27 +233,47 @@ class SimulatedTarget:
                 continue
             start, ready_at = times[comp.name]
             image = IMAGES.get(comp.name, "nvcr.io/nvidia/" + comp.name + ":v{v}").format(
-                v=self._version(node, comp.name))
+                v=self._version(node, comp.name)
+            )
             suffix = hashlib.sha256(f"{node}/{comp.name}".encode()).hexdigest()[:5]
-            pods.append({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": f"{source.app}-{suffix}", "namespace": GPU_OPERATOR_NAMESPACE,
-                             "labels": {"app": source.app},
-                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": source.app,
-                                                  "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, source.app))}]},
-                "spec": {"nodeName": node, "containers": [{"name": source.container, "image": image}]},
-                "status": {
-                    "phase": "Running",
-                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _iso(ready_at)}],
-                    "containerStatuses": [{"name": source.container, "image": image, "ready": True,
-                                           "restartCount": 0, "state": {"running": {"startedAt": _iso(start)}}}],
-                },
-            })
+            pods.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {
+                        "name": f"{source.app}-{suffix}",
+                        "namespace": GPU_OPERATOR_NAMESPACE,
+                        "labels": {"app": source.app},
+                        "ownerReferences": [
+                            {
+                                "apiVersion": "apps/v1",
+                                "kind": "DaemonSet",
+                                "name": source.app,
+                                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, source.app)),
+                            }
+                        ],
+                    },
+                    "spec": {"nodeName": node, "containers": [{"name": source.container, "image": image}]},
+                    "status": {
+                        "phase": "Running",
+                        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": _iso(ready_at)}],
+                        "containerStatuses": [
+                            {
+                                "name": source.container,
+                                "image": image,
+                                "ready": True,
+                                "restartCount": 0,
+                                "state": {"running": {"startedAt": _iso(start)}},
+                            }
+                        ],
+                    },
+                }
+            )
         return pods
 
     def observe(self) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-        nodes = [self._node_object(n) for n in self.names]
-        pods = [p for i, n in enumerate(self.names, 1) for p in self._pods(n, i)]
+        nodes: list[Mapping[str, Any]] = [self._node_object(n) for n in self.names]
+        pods: list[Mapping[str, Any]] = [p for i, n in enumerate(self.names, 1) for p in self._pods(n, i)]
         return nodes, pods
 
     # ---- measurements ----------------------------------------------------------------------------------------
@@ -222,33 +291,57 @@ class SimulatedTarget:
         return [_sig(x) for x in nominal * (1 + cv * rng.standard_normal(n))]
 
     def _health(self, rng: np.random.Generator, node: str, slot: int) -> Health:
-        ecc, rows = EccCounts(volatile_corrected=0, volatile_uncorrected=0, aggregate_corrected=0,
-                              aggregate_uncorrected=0), RemappedRows(correctable=0, uncorrectable=0, pending=False,
-                                                                     failure=False)
+        ecc, rows = (
+            EccCounts(volatile_corrected=0, volatile_uncorrected=0, aggregate_corrected=0, aggregate_uncorrected=0),
+            RemappedRows(correctable=0, uncorrectable=0, pending=False, failure=False),
+        )
         gen, width = self.baseline.pcie.generation, self.baseline.pcie.width
-        pcie = PcieLink(current_generation=gen, current_width=width, max_generation=gen, max_width=width,
-                        under_load=True)
+        pcie = PcieLink(
+            current_generation=gen, current_width=width, max_generation=gen, max_width=width, under_load=True
+        )
         reasons, temp, xids = 0x1, round(float(30 + 8 * rng.random()), 1), []
         for f in self.faults[node].gpu.get(slot, []):
             match f:
                 case EccFault():
-                    ecc = EccCounts(volatile_corrected=f.corrected, volatile_uncorrected=f.uncorrected,
-                                    aggregate_corrected=f.corrected, aggregate_uncorrected=f.uncorrected)
+                    ecc = EccCounts(
+                        volatile_corrected=f.corrected,
+                        volatile_uncorrected=f.uncorrected,
+                        aggregate_corrected=f.corrected,
+                        aggregate_uncorrected=f.uncorrected,
+                    )
                 case RemappedRowsFault():
-                    rows = RemappedRows(correctable=0, uncorrectable=f.uncorrectable or int(f.failure or f.pending),
-                                        pending=f.pending, failure=f.failure)
+                    rows = RemappedRows(
+                        correctable=0,
+                        uncorrectable=f.uncorrectable or int(f.failure or f.pending),
+                        pending=f.pending,
+                        failure=f.failure,
+                    )
                 case PcieLinkFault():
-                    pcie = PcieLink(current_generation=f.generation, current_width=f.width, max_generation=gen,
-                                    max_width=width, under_load=True)
+                    pcie = PcieLink(
+                        current_generation=f.generation,
+                        current_width=f.width,
+                        max_generation=gen,
+                        max_width=width,
+                        under_load=True,
+                    )
                 case ThrottleFault():
                     reasons = THROTTLE_BITS[f.reason]
                 case XidFault():
                     xids.append(XidEvent(code=f.code, time=_iso(T0 + timedelta(hours=1)), text=""))
                 case TemperatureFault():
                     temp = f.celsius
-        return Health(ecc=ecc, remapped_rows=rows, pcie=pcie, clock_event_reasons=reasons, temperature_c=temp,
-                      slowdown_temperature_c=SLOWDOWN_C, power_w=round(float(68 + 6 * rng.random()), 1),
-                      power_limit_w=700.0, xid=xids, nvlink_active=[True] * 18)
+        return Health(
+            ecc=ecc,
+            remapped_rows=rows,
+            pcie=pcie,
+            clock_event_reasons=reasons,
+            temperature_c=temp,
+            slowdown_temperature_c=SLOWDOWN_C,
+            power_w=round(float(68 + 6 * rng.random()), 1),
+            power_limit_w=700.0,
+            xid=xids,
+            nvlink_active=[True] * 18,
+        )
 
     def _gpu(self, rng: np.random.Generator, node: str, index: int, slot: int, probes: set[Probe]) -> GpuEvidence:
         digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}".encode()).hexdigest()
@@ -259,13 +352,21 @@ class SimulatedTarget:
                 continue
             n = SAMPLES[family]
             measurements[metric] = Measurement(
-                unit=b.unit, samples=self._samples(rng, b.expected * self._factor(node, slot, metric), n),
-                params={"simulated": True})
+                unit=b.unit,
+                samples=self._samples(rng, b.expected * self._factor(node, slot, metric), n),
+                params={"simulated": True},
+            )
         return GpuEvidence(
-            index=index, uuid=f"GPU-{uuid.UUID(digest[:32])}", serial=str(int(digest[:12], 16) % 10**13).zfill(13),
-            pci_bus_id=f"00000000:{PCI_BUSES[slot % len(PCI_BUSES)]:02X}:00.0", product=self.baseline.product.replace(
-                "-", " "), memory_mib=self.baseline.memory_mib, vbios="96.00.99.00.01",
-            health=self._health(rng, node, slot) if Probe.HEALTH in probes else None, measurements=measurements)
+            index=index,
+            uuid=f"GPU-{uuid.UUID(digest[:32])}",
+            serial=str(int(digest[:12], 16) % 10**13).zfill(13),
+            pci_bus_id=f"00000000:{PCI_BUSES[slot % len(PCI_BUSES)]:02X}:00.0",
+            product=self.baseline.product.replace("-", " "),
+            memory_mib=self.baseline.memory_mib,
+            vbios="96.00.99.00.01",
+            health=self._health(rng, node, slot) if Probe.HEALTH in probes else None,
+            measurements=measurements,
+        )
 
     def _p2p(self, rng: np.random.Generator, node: str, slots: list[int]) -> P2pEvidence | None:
         b = self.baseline.metrics.get("p2p.bandwidth")
@@ -276,8 +377,14 @@ class SimulatedTarget:
             for j, sj in enumerate(slots):
                 if i != j:
                     f = min(self._factor(node, si, "p2p.bandwidth"), self._factor(node, sj, "p2p.bandwidth"))
-                    pairs.append(P2pPair(src=i, dst=j, peer_access=True,
-                                         samples=self._samples(rng, b.expected * f, SAMPLES["p2p"])))
+                    pairs.append(
+                        P2pPair(
+                            src=i,
+                            dst=j,
+                            peer_access=True,
+                            samples=self._samples(rng, b.expected * f, SAMPLES["p2p"]),
+                        )
+                    )
         return P2pEvidence(unit=b.unit, pairs=pairs, params={"bytes": 1 << 30, "simulated": True})
 
     def _nccl(self, rng: np.random.Generator, node: str, ranks: int) -> NcclEvidence | None:
@@ -285,50 +392,91 @@ class SimulatedTarget:
         if b is None:
             return None
         factor = 2 * (ranks - 1) / ranks
-        plateau = b.expected * self._factor(node, None, "nccl.all_reduce") * \
-            (NCCL_SIZES[-1] + NCCL_HALF_SIZE) / NCCL_SIZES[-1]
+        plateau = (
+            b.expected
+            * self._factor(node, None, "nccl.all_reduce")
+            * (NCCL_SIZES[-1] + NCCL_HALF_SIZE)
+            / NCCL_SIZES[-1]
+        )
         points = []
         for size in NCCL_SIZES:
             busbw = np.array(self._samples(rng, plateau * size / (size + NCCL_HALF_SIZE), SAMPLES["nccl"]))
             algbw = busbw / factor
             time_us = size / (algbw * 1e9) * 1e6
-            points.append(NcclPoint(size_bytes=size, time_us=[_sig(t) for t in time_us],
-                                    algbw=[_sig(a) for a in algbw], busbw=[float(x) for x in busbw]))
+            points.append(
+                NcclPoint(
+                    size_bytes=size,
+                    time_us=[_sig(t) for t in time_us],
+                    algbw=[_sig(a) for a in algbw],
+                    busbw=[float(x) for x in busbw],
+                )
+            )
         return NcclEvidence(ranks=ranks, points=points, correct=True, params={"simulated": True})
 
     def _dcgm_document(self, node: str, slots: list[int], level: int, serials: list[str]) -> dict[str, Any]:
-        failing = {(f.test, slots.index(s)) for s in slots for f in self.faults[node].gpu.get(s, [])
-                   if isinstance(f, DcgmFault)}
+        failing = {
+            (f.test, slots.index(s))
+            for s in slots
+            for f in self.faults[node].gpu.get(s, [])
+            if isinstance(f, DcgmFault)
+        }
         tests = [t for lvl in range(1, level + 1) for t in DCGM_LEVEL_TESTS[lvl]]
         tests += sorted({t for t, _ in failing} - set(tests))
         categories: dict[str, list[dict[str, Any]]] = {}
         for test in tests:
             results = []
             for idx in range(len(slots)):
-                r: dict[str, Any] = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": idx, "status": "Pass"}
+                r: dict[str, Any] = {
+                    "entity_group": "GPU",
+                    "entity_group_id": 1,
+                    "entity_id": idx,
+                    "status": "Pass",
+                }
                 if (test, idx) in failing:
                     r["status"] = "Fail"
-                    r["warnings"] = [{"error_category": 3, "error_id": 83, "error_severity": 2,
-                                      "warning": f"Simulated {test} failure on GPU {idx}"}]
+                    r["warnings"] = [
+                        {
+                            "error_category": 3,
+                            "error_id": 83,
+                            "error_severity": 2,
+                            "warning": f"Simulated {test} failure on GPU {idx}",
+                        }
+                    ]
                 results.append(r)
             summary = "Fail" if any(r["status"] == "Fail" for r in results) else "Pass"
             categories.setdefault(DCGM_CATEGORY.get(test, "Stress"), []).append(
-                {"name": test, "results": results, "test_summary": {"status": summary}})
+                {"name": test, "results": results, "test_summary": {"status": summary}}
+            )
         return {
             "DCGM Diagnostic": {"test_categories": [{"category": c, "tests": t} for c, t in categories.items()]},
-            "entity_groups": [{"entity_group": "GPU", "entity_group_id": 1, "entities": [
-                {"entity_id": i, "device_id": "2330", "serial_num": s} for i, s in enumerate(serials)]}],
-            "metadata": {"version": self.versions["dcgm"], "Driver Version Detected": self._version(node, "driver")},
+            "entity_groups": [
+                {
+                    "entity_group": "GPU",
+                    "entity_group_id": 1,
+                    "entities": [{"entity_id": i, "device_id": "2330", "serial_num": s} for i, s in enumerate(serials)],
+                }
+            ],
+            "metadata": {
+                "version": self.versions["dcgm"],
+                "Driver Version Detected": self._version(node, "driver"),
+            },
         }
 
     def measure_node(self, node: str, plan: MeasurePlan) -> NodeEvidence:
         started = _iso(datetime.now(UTC))
         nf = self.faults[node]
         if nf.unreachable:
-            return NodeEvidence(node=node, target=self.kind, probe_version=__version__, started=started,
-                                finished=started, collected=False, errors=[ProbeError(
-                                    probe="*", message="probe pod did not start: node is not Ready "
-                                    "(NodeStatusUnknown)")])
+            return NodeEvidence(
+                node=node,
+                target=self.kind,
+                probe_version=__version__,
+                started=started,
+                finished=started,
+                collected=False,
+                errors=[
+                    ProbeError(probe="*", message="probe pod did not start: node is not Ready (NodeStatusUnknown)")
+                ],
+            )
         rng = self._rng(node)
         probes = set(plan.probes)
         slots = self._present(node)
@@ -336,15 +484,25 @@ class SimulatedTarget:
         dcgm = None
         if Probe.DCGM in probes:
             doc = self._dcgm_document(node, slots, plan.dcgm_level, [g.serial or "" for g in gpus])
-            failed = any(r.get("status") == "Fail" for c in doc["DCGM Diagnostic"]["test_categories"]
-                         for t in c["tests"] for r in t["results"])
+            failed = any(
+                r.get("status") == "Fail"
+                for c in doc["DCGM Diagnostic"]["test_categories"]
+                for t in c["tests"]
+                for r in t["results"]
+            )
             dcgm = parse_diag(doc, level=plan.dcgm_level, exit_code=226 if failed else 0)
         return NodeEvidence(
-            node=node, target=self.kind, probe_version=__version__, started=started,
+            node=node,
+            target=self.kind,
+            probe_version=__version__,
+            started=started,
             finished=_iso(datetime.now(UTC)),
-            system=SystemFacts(driver_version=self._version(node, "driver"),
-                               cuda_driver_version=cuda_of_driver(self._version(node, "driver")),
-                               kernel=self._version(node, "kernel"), os=self._version(node, "osImage")),
+            system=SystemFacts(
+                driver_version=self._version(node, "driver"),
+                cuda_driver_version=cuda_of_driver(self._version(node, "driver")),
+                kernel=self._version(node, "kernel"),
+                os=self._version(node, "osImage"),
+            ),
             gpus=gpus,
             p2p=self._p2p(rng, node, slots) if Probe.P2P in probes else None,
             nccl=self._nccl(rng, node, len(slots)) if Probe.NCCL in probes else None,

@@ -1,0 +1,84 @@
+"""Run the real suites through pytester on simulated fleets written by each test."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+# imported before pytester snapshots sys.modules: numpy's C core cannot be loaded twice in one process
+import gpucert.targets.simulated  # noqa: F401
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITES = ROOT / "suites"
+BASELINES = ROOT / "baselines" / "gpus"
+
+FindingKey = tuple[str, str | None, int | None]
+
+
+def spec_doc(**certify: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    doc["target"]["fleet"] = "fleet.yaml"
+    doc["certify"]["baseline"] = str(BASELINES / "H100-SXM5-80GB.yaml")
+    doc["certify"].update(certify)
+    return doc
+
+
+def fleet_doc(
+    faults: list[dict[str, Any]] | None = None, *, seed: int = 7, nodes: int = 4, cv: float = 0.01, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "SimulatedFleet",
+        "metadata": {"name": "test-fleet"},
+        "sku": "H100-SXM5-80GB",
+        "nodes": {"count": nodes, "namePrefix": "gpu-node-", "gpusPerNode": 8},
+        "noise": {"cv": cv},
+        "seed": seed,
+        "faults": faults or [],
+        **extra,
+    }
+
+
+@dataclass
+class Certification:
+    result: pytest.RunResult
+    run_dir: Path
+    verdict: dict[str, Any]
+
+    @property
+    def findings(self) -> set[FindingKey]:
+        return {(f["check"], f["node"], f["gpu"]) for f in self.verdict["findings"]}
+
+
+@pytest.fixture
+def certify(pytester: pytest.Pytester):
+    def run(
+        fleet: dict[str, Any],
+        *args: str,
+        spec: dict[str, Any] | None = None,
+        suites: tuple[str, ...] = ("configure", "certify"),
+    ) -> Certification:
+        (pytester.path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+        (pytester.path / "spec.yaml").write_text(yaml.safe_dump(spec or spec_doc()))
+        reports = pytester.path / "reports"
+        result = pytester.runpytest(
+            *(str(SUITES / s) for s in suites),
+            "--spec",
+            str(pytester.path / "spec.yaml"),
+            "--reports",
+            str(reports),
+            "-p",
+            "no:cacheprovider",
+            *args,
+        )
+        runs = sorted(reports.iterdir())
+        assert len(runs) == 1, f"expected exactly one run folder, got {runs}"
+        verdict = json.loads((runs[0] / "verdict.json").read_text())
+        return Certification(result, runs[0], verdict)
+
+    return run

@@ -1,0 +1,51 @@
+"""A clean fleet passes whatever the seed; a GPU 7% slow inside the baseline is caught as a straggler."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import fleet_doc
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_clean_fleet_passes_every_check(certify, seed: int) -> None:
+    run = certify(fleet_doc(seed=seed))
+    assert run.verdict["result"] == "pass", [f["message"] for f in run.verdict["findings"]]
+    assert run.verdict["summary"]["failed"] == 0
+    assert run.verdict["summary"]["errors"] == 0
+    # the only skip a clean fleet may have is none at all
+    assert run.verdict["summary"]["skipped"] == 0
+    run.result.assert_outcomes(passed=run.verdict["summary"]["checks"])
+
+
+def test_seven_percent_slow_gpu_is_a_straggler_inside_the_baseline(certify) -> None:
+    fault = {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.93}
+    run = certify(fleet_doc([fault]))
+    assert run.findings == {("straggler.memory.bandwidth", "gpu-node-2", 3)}
+    (f,) = run.verdict["findings"]
+    # inside the baseline: the observed value is above the baseline's limit (2900 x 0.92)
+    assert f["observed"] > 2900 * 0.92
+    assert "median of 20 samples" in f["message"]
+    assert "7 peers on gpu-node-2" in f["message"]
+    assert "fleet median over 32 GPUs" in f["message"]
+
+
+def test_whole_slow_node_is_caught_against_the_fleet(certify) -> None:
+    fault = {"kind": "slow", "node": "gpu-node-2", "metric": "memory.bandwidth", "factor": 0.93}
+    run = certify(fleet_doc([fault]))
+    assert run.findings == {("straggler.memory.bandwidth", "gpu-node-2", g) for g in range(8)}
+    assert all("fleet median" in f["message"] and "peers on" not in f["message"] for f in run.verdict["findings"])
+
+
+def test_verdict_is_the_same_with_xdist(certify, pytester) -> None:
+    faults = [
+        {"kind": "ecc", "node": "gpu-node-1", "gpu": 5, "uncorrected": 2},
+        {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.93},
+    ]
+    serial = certify(fleet_doc(faults))
+    for run_dir in (pytester.path / "reports").iterdir():
+        run_dir.rename(pytester.path / "serial-run")
+    parallel = certify(fleet_doc(faults), "-n", "2")
+    parallel.result.stdout.fnmatch_lines(["*2 workers*"])
+    for key in ("result", "summary", "findings", "nodes"):
+        assert parallel.verdict[key] == serial.verdict[key], key

@@ -1,0 +1,126 @@
+"""Spec, fleet and baseline documents: typed, unknown keys rejected, errors naming file, key and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpucert.baseline import load_baseline
+from gpucert.errors import ConfigError
+from gpucert.fleet import load_fleet
+from gpucert.spec import ClusterSpec, load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def demo_text() -> str:
+    return (ROOT / "examples" / "demo.yaml").read_text()
+
+
+def test_demo_spec_loads_and_resolves_relative_paths() -> None:
+    spec = load_spec(ROOT / "examples" / "demo.yaml")
+    assert spec.metadata.name == "demo-h100-pod-a"
+    assert spec.expect.gpus_per_node == 8
+    assert spec.resolve(spec.certify.baseline) == ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
+    assert [c.name for c in spec.stack.components][:2] == ["driver", "cuda"]
+
+
+def test_unknown_key_names_file_key_and_line(tmp_path: Path) -> None:
+    text = demo_text().replace("  dcgm: {level: 2}", "  dcgm: {level: 2, levle: 3}")
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as exc:
+        load_spec(path)
+    e = exc.value
+    assert e.path == path
+    assert e.key == "certify.dcgm.levle"
+    assert e.line == text.splitlines().index("  dcgm: {level: 2, levle: 3}") + 1
+    assert "unknown key" in str(e)
+    assert str(e).startswith(f"{path}:{e.line}: certify.dcgm.levle:")
+
+
+def test_wrong_type_names_the_key(tmp_path: Path) -> None:
+    path = write(tmp_path, demo_text().replace("gpusPerNode: 8", "gpusPerNode: eight"))
+    with pytest.raises(ConfigError, match=r"expect\.gpusPerNode: .*eight"):
+        load_spec(path)
+
+
+def test_target_union_error_names_the_document_key(tmp_path: Path) -> None:
+    path = write(tmp_path, demo_text().replace("  fleet: fleets/h100-4x8-faulty.yaml\n", "  flet: x.yaml\n"))
+    with pytest.raises(ConfigError) as exc:
+        load_spec(path)
+    assert exc.value.key in ("target.flet", "target.fleet")
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="file not found"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+def test_yaml_syntax_error_gives_the_line(tmp_path: Path) -> None:
+    path = write(tmp_path, "apiVersion: gpucert.io/v1alpha1\nkind: [ClusterSpec\nmetadata: {}\n")
+    with pytest.raises(ConfigError, match="YAML syntax error") as exc:
+        load_spec(path)
+    assert exc.value.line is not None
+
+
+def test_bad_version_string_is_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path, demo_text().replace('version: "570.124.06"', 'version: "latest"'))
+    with pytest.raises(ConfigError, match=r"stack\.components\[0\]\.version"):
+        load_spec(path)
+
+
+def test_duplicate_component(tmp_path: Path) -> None:
+    text = demo_text().replace(
+        '    - {name: cuda, version: "12.8"}\n',
+        '    - {name: cuda, version: "12.8"}\n    - {name: cuda, version: "12.9"}\n',
+    )
+    with pytest.raises(ConfigError, match="declared twice"):
+        load_spec(write(tmp_path, text))
+
+
+def test_fleet_fault_on_unknown_node_and_gpu(tmp_path: Path) -> None:
+    base = (ROOT / "examples" / "fleets" / "h100-4x8.yaml").read_text()
+    text = base + "faults:\n  - {kind: ecc, node: gpu-node-9, gpu: 1, uncorrected: 1}\n"
+    with pytest.raises(ConfigError, match=r"faults\[0\]\.node: no node 'gpu-node-9'") as exc:
+        load_fleet(write(tmp_path, text, "fleet.yaml"))
+    assert exc.value.line == len(text.splitlines())
+    text = base + "faults:\n  - {kind: ecc, node: gpu-node-1, gpu: 8, uncorrected: 1}\n"
+    with pytest.raises(ConfigError, match=r"faults\[0\]\.gpu: GPU 8 does not exist"):
+        load_fleet(write(tmp_path, text, "fleet.yaml"))
+
+
+def test_unknown_fault_kind(tmp_path: Path) -> None:
+    text = (ROOT / "examples" / "fleets" / "h100-4x8.yaml").read_text() + "faults:\n  - {kind: melted, node: x}\n"
+    with pytest.raises(ConfigError, match=r"faults\[0\]"):
+        load_fleet(write(tmp_path, text, "fleet.yaml"))
+
+
+@pytest.mark.parametrize("sku", ["H100-SXM5-80GB", "H200-SXM-141GB", "A100-SXM4-80GB"])
+def test_committed_baselines_load_and_cite_sources(sku: str) -> None:
+    b = load_baseline(ROOT / "baselines" / "gpus" / f"{sku}.yaml")
+    assert b.sku == sku
+    assert set(b.metrics) >= {"memory.bandwidth", "compute.gemm.bf16", "pcie.h2d", "p2p.bandwidth", "nccl.all_reduce"}
+    assert all(len(m.source) > 20 for m in b.metrics.values())
+
+
+def test_baseline_unknown_metric(tmp_path: Path) -> None:
+    text = (
+        (ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
+        .read_text()
+        .replace("  memory.bandwidth:", "  memory.bandwith:")
+    )
+    with pytest.raises(ConfigError, match=r"metrics\.memory\.bandwith: unknown metric"):
+        load_baseline(write(tmp_path, text, "b.yaml"))
+
+
+def test_json_schema_exports() -> None:
+    schema = ClusterSpec.model_json_schema(by_alias=True)
+    assert "apiVersion" in schema["properties"]
+    assert schema["additionalProperties"] is False
