@@ -1,0 +1,118 @@
+"""Fleet-scale cost of the controller: certify a simulated 1,024-node x 8-GPU fleet on this machine.
+
+Prints wall time, peak RSS, test items, report sizes, and the harness's time as a ratio to a plain pytest run of
+as many trivial parametrized tests, both measured here in one run.
+
+    .venv/bin/python benchmarks/fleet_scale.py [--nodes 1024] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+PEAK = "peak-rss-kib="
+
+
+def run_child(cmd: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall seconds and peak RSS (MiB, the largest process of the command's tree) of one command."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--measure", *cmd], cwd=cwd, capture_output=True, text=True,
+                          check=False)
+    wall = time.perf_counter() - t0
+    line = [ln for ln in proc.stderr.splitlines() if ln.startswith(PEAK)][-1]
+    return wall, int(line.removeprefix(PEAK)) / 1024, proc
+
+
+def measure_and_exit(cmd: list[str]) -> int:
+    """Run `cmd` alone in this process's children, so RUSAGE_CHILDREN is its own peak."""
+    code = subprocess.run(cmd, check=False).returncode
+    print(f"{PEAK}{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr)
+    return code
+
+
+def size_mib(path: Path) -> float:
+    if path.is_file():
+        return path.stat().st_size / 2**20
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--measure":
+        return measure_and_exit(sys.argv[2:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1024)
+    ap.add_argument("--workers", type=int, default=0, help="pytest-xdist workers for the harness (0: none)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="gpucert-fleet-"))
+    spec = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    spec["metadata"]["name"] = "fleet-scale"
+    spec["expect"]["nodes"] = args.nodes
+    spec["target"]["fleet"] = "fleet.yaml"
+    spec["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
+    fleet = {"apiVersion": "gpucert.io/v1alpha1", "kind": "SimulatedFleet", "metadata": {"name": "fleet-scale"},
+             "sku": "H100-SXM5-80GB", "nodes": {"count": args.nodes, "gpusPerNode": 8}, "noise": {"cv": 0.01},
+             "seed": 11, "faults": [
+                 {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.93},
+                 {"kind": "ecc", "node": f"gpu-node-{args.nodes // 2}", "gpu": 1, "uncorrected": 1},
+                 {"kind": "unreachable", "node": f"gpu-node-{args.nodes}"}]}
+    (work / "spec.yaml").write_text(yaml.safe_dump(spec))
+    (work / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+
+    cmd = [sys.executable, "-m", "gpucert.cli", "certify", "spec.yaml", "-q", "--reports", "reports"]
+    if args.workers:
+        cmd += ["-n", str(args.workers)]
+    harness_wall, harness_rss, proc = run_child(cmd, work)
+    if proc.returncode not in (0, 1):
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+        return 3
+    (run_dir,) = (work / "reports").iterdir()
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    items = verdict["summary"]["checks"]
+
+    trivial = work / "trivial"
+    trivial.mkdir()
+    (trivial / "test_trivial.py").write_text(
+        "import pytest\n\n\n@pytest.mark.parametrize('i', range(%d))\ndef test_item(i):\n    assert i >= 0\n" % items)
+    plain_wall, plain_rss, plain = run_child(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(trivial), "test_trivial.py"],
+        trivial)
+    if plain.returncode != 0:
+        print(plain.stdout[-2000:])
+        return 3
+    findings = sorted({(f["check"], f["node"], f["gpu"]) for f in verdict["findings"]})
+    rows = [
+        ("fleet", f"{args.nodes} nodes x 8 GPUs ({verdict['summary']['gpus']} GPUs measured)"),
+        ("test items", f"{items}"),
+        ("harness wall time", f"{harness_wall:.1f} s (plan + measure + evaluate + reports"
+         + (f", -n {args.workers})" if args.workers else ")")),
+        ("harness peak RSS", f"{max(harness_rss, 0):.0f} MiB (largest process)"),
+        ("plain pytest, as many trivial tests", f"{plain_wall:.1f} s, peak RSS {plain_rss:.0f} MiB"),
+        ("ratio harness / plain", f"{harness_wall / plain_wall:.2f}"),
+        ("report.html", f"{size_mib(run_dir / 'report.html'):.1f} MiB"),
+        ("junit.xml", f"{size_mib(run_dir / 'junit.xml'):.1f} MiB"),
+        ("allure-results", f"{size_mib(run_dir / 'allure-results'):.1f} MiB, "
+         f"{sum(1 for _ in (run_dir / 'allure-results').iterdir())} files"),
+        ("evidence", f"{size_mib(run_dir / 'evidence'):.1f} MiB"),
+        ("findings", "; ".join(f"{c} {n}{'' if g is None else f'/gpu{g}'}" for c, n, g in findings)),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    print(f"(run folder {run_dir})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
