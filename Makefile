@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/gpucert demo
+	# a failed certification (exit 1) is the demo working: it finds the faults injected into the fleet
+	$(BIN)/gpucert demo || test $$? -eq 1
 
 lint: $(STAMP)
 	$(BIN)/ruff check src fixtures suites tests benchmarks conftest.py

@@ -28,8 +28,9 @@ PEAK = "peak-rss-kib="
 def run_child(cmd: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
     """Wall seconds and peak RSS (MiB, the largest process of the command's tree) of one command."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--measure", *cmd], cwd=cwd, capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--measure", *cmd], cwd=cwd, capture_output=True, text=True, check=False
+    )
     wall = time.perf_counter() - t0
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith(PEAK)][-1]
     return wall, int(line.removeprefix(PEAK)) / 1024, proc
@@ -61,12 +62,20 @@ def main() -> int:
     spec["expect"]["nodes"] = args.nodes
     spec["target"]["fleet"] = "fleet.yaml"
     spec["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
-    fleet = {"apiVersion": "gpucert.io/v1alpha1", "kind": "SimulatedFleet", "metadata": {"name": "fleet-scale"},
-             "sku": "H100-SXM5-80GB", "nodes": {"count": args.nodes, "gpusPerNode": 8}, "noise": {"cv": 0.01},
-             "seed": 11, "faults": [
-                 {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.93},
-                 {"kind": "ecc", "node": f"gpu-node-{args.nodes // 2}", "gpu": 1, "uncorrected": 1},
-                 {"kind": "unreachable", "node": f"gpu-node-{args.nodes}"}]}
+    fleet = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "SimulatedFleet",
+        "metadata": {"name": "fleet-scale"},
+        "sku": "H100-SXM5-80GB",
+        "nodes": {"count": args.nodes, "gpusPerNode": 8},
+        "noise": {"cv": 0.01},
+        "seed": 11,
+        "faults": [
+            {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.93},
+            {"kind": "ecc", "node": f"gpu-node-{args.nodes // 2}", "gpu": 1, "uncorrected": 1},
+            {"kind": "unreachable", "node": f"gpu-node-{args.nodes}"},
+        ],
+    }
     (work / "spec.yaml").write_text(yaml.safe_dump(spec))
     (work / "fleet.yaml").write_text(yaml.safe_dump(fleet))
 
@@ -84,10 +93,12 @@ def main() -> int:
     trivial = work / "trivial"
     trivial.mkdir()
     (trivial / "test_trivial.py").write_text(
-        "import pytest\n\n\n@pytest.mark.parametrize('i', range(%d))\ndef test_item(i):\n    assert i >= 0\n" % items)
+        f"import pytest\n\n\n@pytest.mark.parametrize('i', range({items}))\ndef test_item(i):\n    assert i >= 0\n"
+    )
     plain_wall, plain_rss, plain = run_child(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(trivial), "test_trivial.py"],
-        trivial)
+        trivial,
+    )
     if plain.returncode != 0:
         print(plain.stdout[-2000:])
         return 3
@@ -95,15 +106,21 @@ def main() -> int:
     rows = [
         ("fleet", f"{args.nodes} nodes x 8 GPUs ({verdict['summary']['gpus']} GPUs measured)"),
         ("test items", f"{items}"),
-        ("harness wall time", f"{harness_wall:.1f} s (plan + measure + evaluate + reports"
-         + (f", -n {args.workers})" if args.workers else ")")),
+        (
+            "harness wall time",
+            f"{harness_wall:.1f} s (plan + measure + evaluate + reports"
+            + (f", -n {args.workers})" if args.workers else ")"),
+        ),
         ("harness peak RSS", f"{max(harness_rss, 0):.0f} MiB (largest process)"),
         ("plain pytest, as many trivial tests", f"{plain_wall:.1f} s, peak RSS {plain_rss:.0f} MiB"),
         ("ratio harness / plain", f"{harness_wall / plain_wall:.2f}"),
         ("report.html", f"{size_mib(run_dir / 'report.html'):.1f} MiB"),
         ("junit.xml", f"{size_mib(run_dir / 'junit.xml'):.1f} MiB"),
-        ("allure-results", f"{size_mib(run_dir / 'allure-results'):.1f} MiB, "
-         f"{sum(1 for _ in (run_dir / 'allure-results').iterdir())} files"),
+        (
+            "allure-results",
+            f"{size_mib(run_dir / 'allure-results'):.1f} MiB, "
+            f"{sum(1 for _ in (run_dir / 'allure-results').iterdir())} files",
+        ),
         ("evidence", f"{size_mib(run_dir / 'evidence'):.1f} MiB"),
         ("findings", "; ".join(f"{c} {n}{'' if g is None else f'/gpu{g}'}" for c, n, g in findings)),
     ]
