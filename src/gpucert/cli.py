@@ -22,6 +22,7 @@ from gpucert.baseline import GpuBaseline, load_baseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
+from gpucert.report import attest
 from gpucert.report.verdict import read_verdict
 from gpucert.resources import project_root
 from gpucert.spec import ClusterSpec, load_spec
@@ -30,7 +31,7 @@ from gpucert.targets import open_target
 __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
-console = Console(stderr=False, highlight=False)
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
 def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
@@ -61,7 +62,9 @@ def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -
         runner.measure(target, inventory, spec, run_dir, progress=done)
 
 
-def _pytest(spec_path: str, run_dir: Path, suites: Sequence[str], workers: int | None, quiet: bool) -> int:
+def _pytest(
+    spec_path: str, run_dir: Path, suites: Sequence[str], workers: int | None, quiet: bool, signer: str | None = None
+) -> int:
     root = project_root()
     args = [
         *(str(root / "suites" / s) for s in suites),
@@ -84,6 +87,8 @@ def _pytest(spec_path: str, run_dir: Path, suites: Sequence[str], workers: int |
     args += ["-qq"] if quiet else ["-q"]
     if workers:
         args += ["-n", str(workers)]
+    if signer:
+        args += ["--signer", signer]
     return int(pytest.main(args))
 
 
@@ -138,6 +143,8 @@ def _run(
     measure: bool = True,
     evidence: str | None = None,
     quiet: bool = False,
+    sign_key: Path | None = None,
+    signer: str | None = None,
 ) -> int:
     spec, _ = _load(spec_path)
     run_dir = runner.create_run_dir(Path(reports), spec)
@@ -145,12 +152,16 @@ def _run(
         runner.import_evidence(Path(evidence), run_dir)
     else:
         _measure_with_progress(spec, run_dir, measure=measure)
-    code = _pytest(spec_path, run_dir, suites, workers, quiet)
+    code = _pytest(spec_path, run_dir, suites, workers, quiet, signer)
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise IncompleteRunError(
             f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the evidence measured so far"
         )
-    return _print_verdict(run_dir)
+    result = _print_verdict(run_dir)
+    if sign_key is not None:
+        path, fp = attest.sign_run(run_dir, sign_key)
+        console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+    return result
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -164,9 +175,53 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
+    signer = None
     if a.sign_key:
-        raise ConfigError("signing arrives with `gpucert sign`; run without --sign-key", key="--sign-key")
-    return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, quiet=a.quiet)
+        signer = attest.fingerprint(attest.load_private_key(Path(a.sign_key)).public_key())  # fail before measuring
+    return _run(
+        a.spec,
+        a.reports,
+        ["configure", "certify"],
+        workers=a.workers,
+        quiet=a.quiet,
+        sign_key=Path(a.sign_key) if a.sign_key else None,
+        signer=signer,
+    )
+
+
+def cmd_keygen(a: argparse.Namespace) -> int:
+    priv, pub, fp = attest.generate_key(Path(a.dir))
+    console.print(f"private key {priv} (mode 0600: keep it out of run folders and repositories)")
+    console.print(f"public key  {pub} (give this to whoever verifies)")
+    console.print(f"fingerprint {fp}")
+    return EXIT_PASS
+
+
+def cmd_sign(a: argparse.Namespace) -> int:
+    path, fp = attest.sign_run(Path(a.run_dir), Path(a.key))
+    console.print(f"signed {a.run_dir} with {fp}: {path}")
+    return EXIT_PASS
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    v = attest.verify_run(Path(a.run_dir), Path(a.key))
+    pred = v.statement.get("predicate", {})
+    target = pred.get("target", "?")
+    if target == "simulated":
+        console.print("[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware")
+    else:
+        console.print(f"target: {target}")
+    console.print(
+        f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
+        f"result {str(pred.get('result', '?')).upper()}, {len(v.statement.get('subject', []))} files"
+    )
+    if v.ok:
+        console.print(f"[green]VALID[/]: signed by {v.fingerprint}; every file matches its digest")
+        return EXIT_PASS
+    console.print("[red]INVALID[/]:")
+    for problem in v.problems():
+        console.print(f"  {problem}", markup=False)
+    return EXIT_FAIL
 
 
 def cmd_configure(a: argparse.Namespace) -> int:
@@ -225,6 +280,17 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--evidence", required=True, help="a run folder or its evidence/ folder")
     runner_args(e)
     e.set_defaults(func=cmd_evaluate)
+    g = sub.add_parser("keygen", help="create an Ed25519 signing key pair in DIR")
+    g.add_argument("dir")
+    g.set_defaults(func=cmd_keygen)
+    sg = sub.add_parser("sign", help="sign a completed run folder (certificate.intoto.json)")
+    sg.add_argument("run_dir")
+    sg.add_argument("--key", required=True, help="the private key from `gpucert keygen`")
+    sg.set_defaults(func=cmd_sign)
+    v = sub.add_parser("verify", help="check a run folder's signature and every file's digest")
+    v.add_argument("run_dir")
+    v.add_argument("--key", required=True, help="the signer's public key")
+    v.set_defaults(func=cmd_verify)
     s = sub.add_parser("schema", help="write the JSON Schemas of the spec, fleet, baseline and evidence")
     s.add_argument("--out", default="schemas")
     s.set_defaults(func=cmd_schema)

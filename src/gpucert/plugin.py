@@ -20,7 +20,7 @@ from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.inventory import read_inventory
 from gpucert.report.allure import write_allure
-from gpucert.report.verdict import build_verdict, write_verdict
+from gpucert.report.verdict import build_verdict, write_run_info, write_verdict
 from gpucert.spec import ClusterSpec, load_spec
 
 __all__ = ["CheckFailed", "RunContext", "expect", "run_context"]
@@ -83,6 +83,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--run-dir", metavar="DIR", help="evaluate this prepared run folder in place (used by the CLI)")
     group.addoption("--no-measure", action="store_true", help="plan only: configure checks need no evidence")
+    group.addoption("--signer", metavar="FINGERPRINT", help="the key that will sign this run, shown in the report")
 
 
 def _prepare(config: pytest.Config) -> RunContext | None:
@@ -268,6 +269,14 @@ class Controller:
             outcomes=ctx.outcomes,
         )
         write_verdict(ctx.run_dir / "verdict.json", verdict)
+        write_run_info(
+            ctx.run_dir,
+            run=ctx.run_dir.name,
+            spec=ctx.spec.metadata.name,
+            target=inventory.target,
+            started=ctx.started,
+            finished=time.time(),
+        )
         write_allure(
             ctx.run_dir / "allure-results",
             ctx.outcomes,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from gpucert.errors import ConfigError
 
-__all__ = ["project_root"]
+__all__ = ["project_root", "source_commit"]
 
 
 def project_root() -> Path:
@@ -19,3 +19,17 @@ def project_root() -> Path:
             path=root,
         )
     return root
+
+
+def source_commit() -> str | None:
+    """The git commit of the checkout gpucert runs from, or None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None

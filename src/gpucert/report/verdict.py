@@ -6,6 +6,7 @@ import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,26 @@ def build_verdict(
 
 def write_verdict(path: Path, verdict: dict[str, Any]) -> None:
     path.write_text(json.dumps(verdict, indent=1) + "\n", encoding="utf-8")
+
+
+def write_run_info(run_dir: Path, *, run: str, spec: str, target: str, started: float, finished: float) -> None:
+    """run.json: when the run ran and with which gpucert, for the attestation's predicate."""
+    from gpucert import __version__
+    from gpucert.resources import source_commit
+
+    def iso(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    info = {
+        "run": run,
+        "spec": spec,
+        "target": target,
+        "started": iso(started),
+        "finished": iso(finished),
+        "gpucert_version": __version__,
+        "git_commit": source_commit(),
+    }
+    (run_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
 
 
 def read_verdict(path: Path) -> dict[str, Any]:

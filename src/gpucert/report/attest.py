@@ -1,0 +1,221 @@
+"""Signed certification: an in-toto Statement v1 over every file of a run folder, in a DSSE envelope (Ed25519).
+
+The buyer checks it offline with standard tools: the DSSE pre-authentication encoding (PAE) is signed raw, so
+`openssl pkeyutl -verify -rawin` verifies it, and the subjects are plain sha256 digests.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from gpucert import __version__
+from gpucert.errors import ConfigError, EvidenceError
+
+__all__ = [
+    "ENVELOPE",
+    "PAYLOAD_TYPE",
+    "PREDICATE_TYPE",
+    "STATEMENT_TYPE",
+    "Verification",
+    "fingerprint",
+    "generate_key",
+    "load_private_key",
+    "load_public_key",
+    "pae",
+    "sign_run",
+    "subjects",
+    "verify_run",
+]
+
+ENVELOPE = "certificate.intoto.json"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PREDICATE_TYPE = "https://gpucert.io/certification/v1"
+PRIVATE_KEY, PUBLIC_KEY = "gpucert.key", "gpucert.pub"
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE v1 pre-authentication encoding: what is actually signed."""
+    t = payload_type.encode()
+    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(payload), payload)
+
+
+def fingerprint(key: Ed25519PublicKey) -> str:
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
+
+
+def generate_key(directory: Path) -> tuple[Path, Path, str]:
+    """A new Ed25519 key pair in `directory`: the private key readable by its owner only."""
+    directory.mkdir(parents=True, exist_ok=True)
+    priv_path, pub_path = directory / PRIVATE_KEY, directory / PUBLIC_KEY
+    for p in (priv_path, pub_path):
+        if p.exists():
+            raise ConfigError("a key already exists here; choose another folder or remove it deliberately", path=p)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    pub = key.public_key()
+    pub_path.write_bytes(pub.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return priv_path, pub_path, fingerprint(pub)
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except FileNotFoundError:
+        raise ConfigError("no such key file; create one with `gpucert keygen DIR`", path=path) from None
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"not an unencrypted PEM private key ({exc})", path=path) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError("not an Ed25519 key; create one with `gpucert keygen DIR`", path=path)
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except FileNotFoundError:
+        raise ConfigError("no such public key file", path=path) from None
+    except ValueError as exc:
+        raise ConfigError(f"not a PEM public key ({exc})", path=path) from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ConfigError("not an Ed25519 public key", path=path)
+    return key
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def subjects(run_dir: Path) -> dict[str, str]:
+    """Every file of the run folder (relative POSIX name -> sha256), the envelope excepted."""
+    out = {}
+    for p in sorted(run_dir.rglob("*")):
+        if p.is_file() and p.name != ENVELOPE:
+            out[p.relative_to(run_dir).as_posix()] = _sha256(p)
+    return out
+
+
+def _predicate(run_dir: Path) -> dict[str, Any]:
+    verdict = json.loads((run_dir / "verdict.json").read_text(encoding="utf-8"))
+    run_info_path = run_dir / "run.json"
+    run_info = json.loads(run_info_path.read_text(encoding="utf-8")) if run_info_path.exists() else {}
+    inputs = run_dir / "inputs"
+    baselines = {p.name: _sha256(p) for p in sorted(inputs.glob("baseline*.yaml"))} if inputs.is_dir() else {}
+    spec_file = inputs / "spec.yaml"
+    return {
+        "spec": {"name": verdict["spec"], "sha256": _sha256(spec_file) if spec_file.exists() else None},
+        "baselines": baselines,
+        "target": verdict["target"],
+        "gpucert": {"version": run_info.get("gpucert_version", __version__), "commit": run_info.get("git_commit")},
+        "run": {"id": verdict["run"], "started": run_info.get("started"), "finished": run_info.get("finished")},
+        "result": verdict["result"],
+        "summary": verdict["summary"],
+        "nodes": {n: s["result"] for n, s in verdict.get("nodes", {}).items() if not n.startswith("(")},
+    }
+
+
+def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
+    """Write `certificate.intoto.json` into the run folder; returns its path and the signer's fingerprint."""
+    run_dir = run_dir.resolve()
+    if not (run_dir / "verdict.json").exists():
+        raise EvidenceError("no verdict.json: only a completed run can be signed", path=run_dir)
+    if key_path.resolve().is_relative_to(run_dir):
+        raise ConfigError("the private key must not live inside the run folder it signs", path=key_path)
+    key = load_private_key(key_path)
+    statement = {
+        "_type": STATEMENT_TYPE,
+        "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in subjects(run_dir).items()],
+        "predicateType": PREDICATE_TYPE,
+        "predicate": _predicate(run_dir),
+    }
+    payload = json.dumps(statement, indent=1, sort_keys=True).encode()
+    fp = fingerprint(key.public_key())
+    envelope = {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(payload).decode(),
+        "signatures": [{"keyid": fp, "sig": base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()}],
+    }
+    path = run_dir / ENVELOPE
+    path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
+    return path, fp
+
+
+@dataclass
+class Verification:
+    signature_ok: bool
+    fingerprint: str
+    changed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    statement: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.signature_ok and not (self.changed or self.missing or self.added)
+
+    def problems(self) -> list[str]:
+        out = (
+            []
+            if self.signature_ok
+            else [
+                f"the signature does not match the key {self.fingerprint}: signed by another key, or the envelope "
+                "was altered"
+            ]
+        )
+        out += [f"changed: {n}" for n in self.changed]
+        out += [f"missing: {n}" for n in self.missing]
+        out += [f"added: {n}" for n in self.added]
+        return out
+
+
+def verify_run(run_dir: Path, pub_path: Path) -> Verification:
+    """Check the envelope's signature with `pub_path`, then every file of the run folder against its subjects."""
+    key = load_public_key(pub_path)
+    env_path = run_dir / ENVELOPE
+    try:
+        envelope = json.loads(env_path.read_text(encoding="utf-8"))
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        sigs = [base64.b64decode(s["sig"]) for s in envelope["signatures"]]
+        payload_type = envelope["payloadType"]
+    except FileNotFoundError:
+        raise EvidenceError(f"no {ENVELOPE}: this run was not signed (`gpucert sign`)", path=run_dir) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EvidenceError(f"not a DSSE envelope ({exc})", path=env_path) from None
+    fp = fingerprint(key)
+    signature_ok = False
+    for sig in sigs:
+        try:
+            key.verify(sig, pae(payload_type, payload))
+            signature_ok = True
+        except InvalidSignature:
+            continue
+    result = Verification(signature_ok=signature_ok and payload_type == PAYLOAD_TYPE, fingerprint=fp)
+    try:
+        statement = json.loads(payload)
+        signed = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise EvidenceError(f"the envelope's payload is not an in-toto statement ({exc})", path=env_path) from None
+    result.statement = statement
+    actual = subjects(run_dir)
+    result.changed = sorted(n for n in signed if n in actual and actual[n] != signed[n])
+    result.missing = sorted(n for n in signed if n not in actual)
+    result.added = sorted(n for n in actual if n not in signed)
+    return result
