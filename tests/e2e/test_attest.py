@@ -46,7 +46,7 @@ def verify(run: Path, pub: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_key_files(signed: tuple[Path, Path, Path]) -> None:
-    run, priv, pub = signed
+    run, priv, _ = signed
     assert priv.stat().st_mode & 0o777 == 0o600
     assert not any(p.name == "gpucert.key" for p in run.rglob("*"))
     assert b"PRIVATE KEY" not in b"".join(p.read_bytes() for p in run.rglob("*") if p.is_file())
@@ -75,7 +75,8 @@ def test_statement_covers_every_file(run: Path) -> None:
     assert len(pred["spec"]["sha256"]) == 64
     assert list(pred["baselines"]) == ["baseline.yaml"]
     assert pred["nodes"] == {"gpu-node-1": "fail", "gpu-node-2": "fail", "gpu-node-3": "fail", "gpu-node-4": "fail"}
-    assert pred["run"]["started"] and pred["run"]["finished"]
+    assert pred["run"]["started"]
+    assert pred["run"]["finished"]
     assert pred["gpucert"]["version"]
 
 
