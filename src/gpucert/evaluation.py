@@ -223,6 +223,70 @@ class Evaluation:
             expected="Pass",
         )
 
+    def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
+        """The median of one measurement and its sample count, or None when it was not measured."""
+        ev = self.evidence(node)
+        return self._sampled(metric, ev, gpu) if ev is not None and ev.collected else None
+
+    def p2p_matrix(self, node: str) -> list[list[float | None]] | None:
+        """Median peer copy bandwidth per (source, destination) pair of one node; None on the diagonal."""
+        ev = self.evidence(node)
+        if ev is None or ev.p2p is None or not ev.gpus:
+            return None
+        n = len(ev.gpus)
+        m: list[list[float | None]] = [[None] * n for _ in range(n)]
+        for p in ev.p2p.pairs:
+            if p.samples and p.src < n and p.dst < n:
+                m[p.src][p.dst] = median(p.samples)
+        return m
+
+    def nccl_curve(self, node: str) -> list[tuple[int, float]]:
+        """(message size, median bus bandwidth) over the node's all-reduce sweep."""
+        ev = self.evidence(node)
+        if ev is None or ev.nccl is None:
+            return []
+        return [(p.size_bytes, median(p.busbw)) for p in ev.nccl.points if p.busbw]
+
+    def evidence_for(self, finding: Finding) -> dict[str, object] | None:
+        """The evidence behind a finding, as JSON-ready data, for the reports' failure details."""
+        node = finding.node
+        if node is None:
+            return {"nodes": self.inventory.names}
+        family = finding.check.removeprefix("straggler.").split(".")[0]
+        if family in ("stack", "inventory", "node"):
+            ns = self.stack.nodes.get(node)
+            return ns.model_dump(mode="json") if ns is not None else None
+        ev = self.evidence(node)
+        if ev is None:
+            return None
+        if family == "nccl":
+            return ev.nccl.model_dump(mode="json") if ev.nccl else None
+        if family == "p2p":
+            pairs = [
+                p.model_dump(mode="json") for p in (ev.p2p.pairs if ev.p2p else []) if finding.gpu in (p.src, p.dst)
+            ]
+            return {"unit": ev.p2p.unit if ev.p2p else None, "pairs": pairs}
+        gpu = ev.gpu(finding.gpu) if finding.gpu is not None else None
+        if gpu is None:
+            return {"errors": [e.model_dump(mode="json") for e in ev.errors]}
+        if family == "health":
+            return gpu.health.model_dump(mode="json") if gpu.health else None
+        if family == "dcgm" and ev.dcgm is not None:
+            test = ev.dcgm.results.get(finding.check.removeprefix("dcgm."))
+            return {
+                "version": ev.dcgm.version,
+                "exit_code": ev.dcgm.exit_code,
+                "result": test.model_dump(mode="json") if test else None,
+            }
+        metric = finding.check.removeprefix("straggler.")
+        m = gpu.measurements.get(metric)
+        return {
+            "gpu": gpu.index,
+            "uuid": gpu.uuid,
+            "serial": gpu.serial,
+            metric: m.model_dump(mode="json") if m else None,
+        }
+
     def _sampled(self, metric: str, ev: NodeEvidence, index: int | None) -> Sampled | None:
         if metric == "nccl.all_reduce":
             if ev.nccl is None or not ev.nccl.points:

@@ -50,6 +50,7 @@ class RunContext:
     run_dir: Path
     outcomes: list[Finding] = field(default_factory=list)
     items: list[int] = field(default_factory=list)
+    evidence_of: dict[Finding, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     _evaluation: Evaluation | None = None
 
@@ -141,10 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.pluginmanager.hasplugin("html"):
             from gpucert.report.html import HtmlSummary
 
-            config.pluginmanager.register(
-                HtmlSummary(f"gpucert: {ctx.spec.metadata.name}", ctx.run_dir.name, ctx.outcomes, ctx.items),
-                "gpucert-html",
-            )
+            config.pluginmanager.register(HtmlSummary(ctx, config.getoption("signer")), "gpucert-html")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -227,6 +225,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         text = f"{type(exc).__name__}: {exc}" if exc is not None else str(report.longrepr).splitlines()[-1]
         finding = Finding(check, CheckStatus.ERROR, node, gpu, f"the check could not run: {text}")
     report.gpucert = finding.to_json()
+    if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR):
+        ctx = run_context(item.config)
+        assert ctx is not None
+        try:
+            evidence = ctx.evaluation.evidence_for(finding)
+        except GpucertError as exc:
+            evidence = {"unreadable": str(exc)}
+        report.gpucert["evidence"] = evidence
+        if item.config.pluginmanager.hasplugin("html"):
+            from pytest_html import extras
+
+            report.extras = [*getattr(report, "extras", []), extras.json(evidence, name="evidence")]
     return report
 
 
@@ -239,7 +249,10 @@ class Controller:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "gpucert", None)
         if data is not None:
-            self.ctx.outcomes.append(Finding.from_json(data))
+            finding = Finding.from_json(data)
+            self.ctx.outcomes.append(finding)
+            if "evidence" in data:
+                self.ctx.evidence_of[finding] = data["evidence"]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items:
@@ -280,6 +293,7 @@ class Controller:
         write_allure(
             ctx.run_dir / "allure-results",
             ctx.outcomes,
+            ctx.evidence_of,
             run_id=ctx.run_dir.name,
             spec=ctx.spec.metadata.name,
             target=inventory.target,

@@ -10,11 +10,12 @@ import json
 import platform
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from allure_commons.logger import AllureFileLogger
-from allure_commons.model2 import Label, Parameter, Status, StatusDetails, TestResult, TestStepResult
+from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDetails, TestResult, TestStepResult
 
 from gpucert import __version__
 from gpucert.checks import CheckStatus, Finding, check_category
@@ -59,6 +60,7 @@ def _categories() -> list[dict[str, object]]:
 def write_allure(
     results_dir: Path,
     outcomes: Iterable[Finding],
+    evidence: Mapping[Finding, Any],
     *,
     run_id: str,
     spec: str,
@@ -94,6 +96,13 @@ def write_allure(
         )
         if bad:
             result.statusDetails = StatusDetails(message=f"[{check}] " + "\n".join(f.message for f in bad))
+            for f in bad:
+                if f in evidence:
+                    name = f"{uuid.uuid4()}-attachment.json"
+                    logger.report_attached_data(json.dumps(evidence[f], indent=1).encode(), name)
+                    result.attachments.append(
+                        Attachment(name=f"evidence {f.where}", source=name, type="application/json")
+                    )
         elif worst is CheckStatus.SKIP:
             result.statusDetails = StatusDetails(message=items[0].message)
         for f in sorted(items, key=lambda f: -1 if f.gpu is None else f.gpu):

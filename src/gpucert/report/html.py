@@ -1,61 +1,153 @@
-"""pytest-html additions: the run's summary (result, per-node verdict table) and compact rows at fleet scale."""
+"""pytest-html additions: the run's summary (result, signer, per-node verdict and stack table, plots) and compact
+rows at fleet scale. Reads the run folder through the Evaluation, after every check has run."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpucert.checks import Finding
+from gpucert.checks import CheckStatus
+from gpucert.evaluation import NODE_METRICS
+from gpucert.report import plots
 from gpucert.report.verdict import node_summaries
+
+if TYPE_CHECKING:
+    from gpucert.plugin import RunContext
 
 __all__ = ["PASSED_ROWS_LIMIT", "HtmlSummary"]
 
 PASSED_ROWS_LIMIT = 2000  # above this many items, passed rows are counted in the summary, not listed one by one
+MAX_HEATMAPS = 4
+MAX_NCCL_LINES = 8
+STACK_COLUMNS = ("kubelet", "runtime")
 
 
 class HtmlSummary:
     """A pytest plugin object, registered next to pytest-html by gpucert's plugin."""
 
-    def __init__(self, title: str, run_id: str, outcomes: list[Finding], items: list[int]) -> None:
-        self.title = title
-        self.run_id = run_id
-        self.outcomes = outcomes
-        self.items = items  # [collected item count], filled at collection
+    def __init__(self, ctx: RunContext, signer: str | None) -> None:
+        self.ctx = ctx
+        self.signer = signer
+
+    def _many(self) -> bool:
+        return bool(self.ctx.items) and self.ctx.items[0] > PASSED_ROWS_LIMIT
 
     def pytest_html_report_title(self, report: Any) -> None:
-        report.title = self.title
+        report.title = f"gpucert: {self.ctx.spec.metadata.name}"
 
     def pytest_html_results_table_header(self, cells: list[str]) -> None:
         cells.insert(1, '<th class="sortable" data-column-type="check">Check</th>')
 
     def pytest_html_results_table_row(self, report: Any, cells: list[str]) -> None:
-        if report.passed and self.items and self.items[0] > PASSED_ROWS_LIMIT:
+        if report.passed and self._many():
             del cells[:]
             return
         check = getattr(report, "gpucert", {}).get("check", "")
         cells.insert(1, f'<td class="col-check">{escape(check)}</td>')
 
-    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
+    def _signature(self) -> str:
+        run = self.ctx.run_dir
+        if self.signer:
+            return (
+                f"<p id='gpucert-signer'>Signed with key <code>{escape(self.signer)}</code>. Verify: "
+                f"<code>gpucert verify {escape(str(run))} --key PUBLIC_KEY.pem</code></p>"
+            )
+        return (
+            f"<p id='gpucert-signer'>Not signed by this run. Sign: <code>gpucert sign {escape(str(run))} --key "
+            f"KEY</code>; then verify: <code>gpucert verify {escape(str(run))} --key PUBLIC_KEY.pem</code></p>"
+        )
+
+    def _node_table(self) -> str:
+        ev = self.ctx.evaluation
+        components = ev.components()
+        stack = ev.stack.nodes
+        head = "".join(f"<th>{escape(c)}</th>" for c in (*components, *STACK_COLUMNS))
         rows = []
-        summaries = node_summaries(self.outcomes)
-        failed = any(s.result == "fail" for s in summaries)
-        for s in summaries:
+        for s in node_summaries(self.ctx.outcomes):
             color = "#c0392b" if s.result == "fail" else "#27ae60"
+            ns = stack.get(s.node)
+            versions = [ns.components[c].version or "?" if ns and c in ns.components else "-" for c in components]
+            versions += [ns.kubelet_version or "?", ns.container_runtime or "?"] if ns else ["-", "-"]
             rows.append(
                 f"<tr><td>{escape(s.node)}</td><td style='color:{color};font-weight:bold'>{s.result.upper()}</td>"
                 f"<td>{s.passed}</td><td>{s.failed}</td><td>{s.errors}</td><td>{s.skipped}</td>"
-                f"<td>{escape(', '.join(s.failing_checks))}</td></tr>"
+                f"<td>{escape(', '.join(s.failing_checks))}</td>"
+                + "".join(f"<td>{escape(v)}</td>" for v in versions)
+                + "</tr>"
             )
-        result = "FAIL" if failed else "PASS"
-        note = ""
-        if self.items and self.items[0] > PASSED_ROWS_LIMIT:
-            note = (
-                f"<p>{self.items[0]} checks: passed checks are counted in the table below and not listed "
-                "one by one; every failure keeps its full detail in the results table.</p>"
-            )
-        prefix.append(
-            f"<h2 id='gpucert-result'>Certification {result}</h2><p>run <code>{escape(self.run_id)}</code></p>{note}"
+        return (
             "<table id='gpucert-nodes' border='1' cellpadding='4' style='border-collapse:collapse'>"
             "<thead><tr><th>node</th><th>result</th><th>passed</th><th>failed</th><th>errors</th><th>skipped</th>"
-            "<th>failing checks</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+            f"<th>failing checks</th>{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        )
+
+    def _plots(self) -> str:
+        ev = self.ctx.evaluation
+        if not ev.measured:
+            return ""
+        flagged: dict[tuple[str, str, int | None], str] = {}
+        for f in self.ctx.outcomes:
+            if f.status in (CheckStatus.FAIL, CheckStatus.ERROR) and f.node is not None:
+                straggler = f.check.startswith("straggler.")
+                flagged[(f.check.removeprefix("straggler."), f.node, f.gpu)] = "straggler" if straggler else "fail"
+        nodes = ev.inventory.names
+        out = []
+        for metric, b in ev.baseline.metrics.items():
+            if metric in NODE_METRICS:
+                continue
+            points, groups = [], []
+            for node in nodes:
+                e = ev.evidence(node)
+                count = 0
+                for g in e.gpus if e is not None and e.collected else []:
+                    s = ev.sampled(metric, node, g.index)
+                    if s is not None:
+                        points.append(
+                            plots.Point(f"{node}/gpu{g.index}", s.value, flagged.get((metric, node, g.index), "pass"))
+                        )
+                        count += 1
+                groups.append((node, count))
+            out.append(plots.strip(f"{metric} per GPU", b.unit, points, b.expected, b.threshold(), groups))
+        p2p = ev.baseline.metrics.get("p2p.bandwidth")
+        if p2p is not None:
+            bad = [n for n in nodes if any(k[0] == "p2p.bandwidth" and k[1] == n for k in flagged)]
+            for node in (bad or nodes[:1])[:MAX_HEATMAPS]:
+                m = ev.p2p_matrix(node)
+                if m:
+                    out.append(plots.heatmap(f"P2P copy bandwidth, {node}", p2p.unit, m, p2p.expected))
+        nccl = ev.baseline.metrics.get("nccl.all_reduce")
+        if nccl is not None:
+            curves = {n: ev.nccl_curve(n) for n in nodes}
+            curves = {n: c for n, c in curves.items() if c}
+            if curves:
+                by_size: dict[int, list[float]] = defaultdict(list)
+                for c in curves.values():
+                    for size, v in c:
+                        by_size[size].append(v)
+                median_curve = [(s, sorted(v)[len(v) // 2]) for s, v in sorted(by_size.items())]
+                bad = [n for n in curves if ("nccl.all_reduce", n, None) in flagged]
+                shown = [(f"fleet median ({len(curves)} nodes)", median_curve)]
+                shown += [(n, curves[n]) for n in (bad or list(curves)[: MAX_NCCL_LINES - 1])[: MAX_NCCL_LINES - 1]]
+                out.append(plots.lines("NCCL all-reduce bus bandwidth", "GB/s", shown, nccl.expected))
+        return "<div id='gpucert-plots'>" + "".join(out) + "</div>"
+
+    def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
+        failed = any(s.result == "fail" for s in node_summaries(self.ctx.outcomes))
+        note = ""
+        if self._many():
+            note = (
+                f"<p>{self.ctx.items[0]} checks: passed checks are counted in the table below and not listed "
+                "one by one; every failure keeps its full detail in the results table.</p>"
+            )
+        target = self.ctx.evaluation.inventory.target
+        banner = (
+            "<p style='color:#b9770e;font-weight:bold'>Target: SIMULATED fleet, not real hardware.</p>"
+            if target == "simulated"
+            else f"<p>Target: {escape(target)}</p>"
+        )
+        prefix.append(
+            f"<h2 id='gpucert-result'>Certification {'FAIL' if failed else 'PASS'}</h2>"
+            f"<p>run <code>{escape(self.ctx.run_dir.name)}</code>, spec <code>{escape(self.ctx.spec.metadata.name)}"
+            f"</code></p>{banner}{self._signature()}{note}{self._node_table()}{self._plots()}"
         )

@@ -1,0 +1,170 @@
+"""Inline SVG plots for the HTML report: per-GPU values against the baseline, the P2P matrix, NCCL bus bandwidth.
+
+Pure: numbers in, SVG text out. Hand-written SVG keeps report.html self-contained and small at fleet scale
+(one short <circle> per GPU) with no plotting library in the controller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+__all__ = ["Point", "heatmap", "lines", "strip"]
+
+W, H, L, R, T, B = 900, 230, 70, 20, 30, 40  # size and margins
+COLORS = {"pass": "#2e86de", "straggler": "#e67e22", "fail": "#c0392b"}
+PALETTE = ("#2e86de", "#8e44ad", "#16a085", "#d35400", "#7f8c8d", "#c0392b", "#27ae60", "#f39c12")
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    label: str
+    value: float
+    status: str  # pass | straggler | fail
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def _svg(body: list[str], title: str, height: int = H, width: int = W) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="gpucert-plot" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img">'
+        f"<title>{escape(title)}</title>"
+        f'<text x="{L}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>' + "".join(body) + "</svg>"
+    )
+
+
+def strip(
+    title: str,
+    unit: str,
+    points: Sequence[Point],
+    expected: float,
+    limit: float,
+    groups: Sequence[tuple[str, int]] = (),
+) -> str:
+    """Every GPU's value in fleet order, the baseline and its limit as lines; stragglers and failures coloured."""
+    if not points:
+        return ""
+    values = [p.value for p in points]
+    lo, hi = min([*values, limit]) * 0.97, max([*values, expected]) * 1.02
+    span = hi - lo or 1.0
+
+    def y(v: float) -> float:
+        return T + (H - T - B) * (1 - (v - lo) / span)
+
+    step = (W - L - R) / max(len(points), 1)
+    body = [f'<line x1="{L}" x2="{L}" y1="{T}" y2="{H - B}" stroke="#999"/>']
+    for v in (lo, (lo + hi) / 2, hi):
+        body.append(f'<text x="{L - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')
+    body.append(
+        f'<text x="12" y="{(T + H - B) / 2:.0f}" transform="rotate(-90 12 {(T + H - B) / 2:.0f})" '
+        f'text-anchor="middle">{escape(unit)}</text>'
+    )
+    start = 0
+    if len(groups) <= 64:
+        for name, count in groups:
+            x = L + start * step
+            body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{T}" y2="{H - B}" stroke="#eee"/>')
+            if len(groups) <= 16:
+                body.append(f'<text x="{x + 2:.1f}" y="{H - B + 14}" fill="#666">{escape(name)}</text>')
+            start += count
+    for v, label, color in ((expected, "baseline", "#555"), (limit, "limit", "#c0392b")):
+        body.append(
+            f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="{color}" '
+            f'stroke-dasharray="5,4"/><text x="{W - R}" y="{y(v) - 3:.1f}" text-anchor="end" '
+            f'fill="{color}">{label} {_fmt(v)}</text>'
+        )
+    radius = 3.5 if len(points) <= 256 else 1.6
+    for i, p in enumerate(points):
+        cx = L + (i + 0.5) * step
+        extra = (
+            f"<title>{escape(p.label)}: {_fmt(p.value)} {escape(unit)}</title>"
+            if p.status != "pass" or len(points) <= 256
+            else ""
+        )
+        r = radius * (1.6 if p.status != "pass" else 1)
+        body.append(
+            f'<circle cx="{cx:.1f}" cy="{y(p.value):.1f}" r="{r:.1f}" fill="{COLORS[p.status]}" '
+            f'class="pt-{p.status}">{extra}</circle>'
+        )
+    n_bad = sum(p.status != "pass" for p in points)
+    body.append(
+        f'<text x="{L}" y="{H - 8}" fill="#444">{len(points)} GPUs; {n_bad} flagged '
+        f"(orange: straggler, red: below the baseline limit)</text>"
+    )
+    return _svg(body, title)
+
+
+def heatmap(title: str, unit: str, matrix: Sequence[Sequence[float | None]], expected: float) -> str:
+    """A GPU x GPU matrix (rows: source, columns: destination); colour by the fraction of the baseline."""
+    n = len(matrix)
+    cell = min(44, 300 // max(n, 1))
+    size = L + n * cell + 160
+    height = T + 20 + n * cell + 30
+    body = []
+    for i, row in enumerate(matrix):
+        body.append(f'<text x="{L - 6}" y="{T + 20 + i * cell + cell / 2 + 4:.0f}" text-anchor="end">gpu{i}</text>')
+        body.append(f'<text x="{L + i * cell + cell / 2:.0f}" y="{T + 14}" text-anchor="middle">{i}</text>')
+        for j, v in enumerate(row):
+            x, yy = L + j * cell, T + 20 + i * cell
+            if v is None:
+                body.append(f'<rect x="{x}" y="{yy}" width="{cell}" height="{cell}" fill="#ddd"/>')
+                continue
+            frac = max(0.0, min(1.0, v / expected))
+            red = int(255 * (1 - frac) * 2) if frac < 1 else 0
+            color = f"rgb({min(255, 40 + red)},{int(80 + 120 * frac)},{int(90 + 60 * frac)})"
+            body.append(
+                f'<rect x="{x}" y="{yy}" width="{cell}" height="{cell}" fill="{color}" stroke="#fff">'
+                f"<title>gpu{i} to gpu{j}: {_fmt(v)} {escape(unit)}</title></rect>"
+            )
+            if cell >= 30:
+                body.append(
+                    f'<text x="{x + cell / 2:.0f}" y="{yy + cell / 2 + 4:.0f}" text-anchor="middle" '
+                    f'fill="#fff" font-size="9">{v:.0f}</text>'
+                )
+    body.append(f'<text x="{L + n * cell + 10}" y="{T + 34}">{escape(unit)}, median per pair</text>')
+    body.append(f'<text x="{L + n * cell + 10}" y="{T + 50}">baseline {_fmt(expected)}</text>')
+    return _svg(body, title, height=height, width=size)
+
+
+def lines(
+    title: str, unit: str, series: Sequence[tuple[str, Sequence[tuple[int, float]]]], expected: float | None = None
+) -> str:
+    """Bus bandwidth against message size (log2 x axis), one line per series."""
+    pts = [p for _, s in series for p in s]
+    if not pts:
+        return ""
+    xs = sorted({x for x, _ in pts})
+    ymax = max([v for _, v in pts] + ([expected] if expected else [])) * 1.08
+    lo_x, hi_x = xs[0].bit_length(), xs[-1].bit_length()
+
+    def px(size: int) -> float:
+        return L + (W - L - 170) * ((size.bit_length() - lo_x) / max(hi_x - lo_x, 1))
+
+    def py(v: float) -> float:
+        return T + (H - T - B) * (1 - v / ymax)
+
+    body = [
+        f'<line x1="{L}" x2="{L}" y1="{T}" y2="{H - B}" stroke="#999"/>',
+        f'<line x1="{L}" x2="{W - 170}" y1="{H - B}" y2="{H - B}" stroke="#999"/>',
+    ]
+    for v in (0.0, ymax / 2, ymax):
+        body.append(f'<text x="{L - 4}" y="{py(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
+    for size in xs:
+        label = f"{size >> 30} GiB" if size >= 1 << 30 else f"{size >> 20} MiB" if size >= 1 << 20 else f"{size} B"
+        body.append(f'<text x="{px(size):.1f}" y="{H - B + 14}" text-anchor="middle">{label}</text>')
+    if expected:
+        body.append(
+            f'<line x1="{L}" x2="{W - 170}" y1="{py(expected):.1f}" y2="{py(expected):.1f}" stroke="#555" '
+            f'stroke-dasharray="5,4"/><text x="{W - 172}" y="{py(expected) - 3:.1f}" text-anchor="end">'
+            f"baseline {_fmt(expected)} {escape(unit)}</text>"
+        )
+    for k, (name, s) in enumerate(series):
+        color = PALETTE[k % len(PALETTE)]
+        path = " ".join(f"{px(x):.1f},{py(v):.1f}" for x, v in sorted(s))
+        body.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="2"/>')
+        body.append(f'<text x="{W - 160}" y="{T + 14 + 14 * k}" fill="{color}">{escape(name)}</text>')
+    return _svg(body, title)
