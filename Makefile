@@ -4,7 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit clean
+TOOLS := .tools/.installed
+ALLURE_VERSION := 2.46.1
+
+.PHONY: demo test lint typecheck unit tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +26,21 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# what the report tests drive: Debian's chromium (headless browser), Java 17 and the Allure commandline (npm).
+# A machine where these cannot be installed still runs every other test; those tests skip and say why.
+$(TOOLS):
+	@command -v java >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "WARNING: could not install Java 17"
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq chromium >/dev/null) || echo "WARNING: could not install chromium"
+	@mkdir -p .tools
+	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error allure-commandline@$(ALLURE_VERSION) \
+		|| echo "WARNING: could not install allure-commandline"
+	touch $(TOOLS)
+
+tools: $(TOOLS)
+
+unit: $(STAMP) $(TOOLS)
 	$(BIN)/pytest -n 2 -p no:cacheprovider
 
 test: lint typecheck unit

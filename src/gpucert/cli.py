@@ -234,6 +234,17 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
     return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, evidence=a.evidence, quiet=a.quiet)
 
 
+def cmd_report_allure(a: argparse.Namespace) -> int:
+    from gpucert.report.allure import build_html
+
+    run_dir = Path(a.run_dir).resolve()
+    # beside the run folder, not in it: the signed folder stays as it was signed
+    out = Path(a.out) if a.out else run_dir.parent / f"{run_dir.name}-allure"
+    index = build_html(run_dir / "allure-results", out)
+    console.print(f"Allure report: {index}")
+    return EXIT_PASS
+
+
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -291,6 +302,12 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("run_dir")
     v.add_argument("--key", required=True, help="the signer's public key")
     v.set_defaults(func=cmd_verify)
+    rp = sub.add_parser("report", help="render reports from a run folder")
+    rsub = rp.add_subparsers(dest="report", required=True)
+    ra = rsub.add_parser("allure", help="the Allure HTML report as a single file (needs allure-commandline, Java 17)")
+    ra.add_argument("run_dir")
+    ra.add_argument("--out", default=None, help="output folder (default: RUN_DIR-allure beside the run folder)")
+    ra.set_defaults(func=cmd_report_allure)
     s = sub.add_parser("schema", help="write the JSON Schemas of the spec, fleet, baseline and evidence")
     s.add_argument("--out", default="schemas")
     s.set_defaults(func=cmd_schema)

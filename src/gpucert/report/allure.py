@@ -7,7 +7,10 @@ allure-pytest writes four files per test item (131,073 files for 32,768 items, m
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shutil
+import subprocess
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -19,8 +22,10 @@ from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDe
 
 from gpucert import __version__
 from gpucert.checks import CheckStatus, Finding, check_category
+from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
+from gpucert.resources import project_root
 
-__all__ = ["suite_of", "write_allure"]
+__all__ = ["build_html", "find_allure", "suite_of", "write_allure"]
 
 _STATUS = {
     CheckStatus.PASS: Status.PASSED,
@@ -132,3 +137,43 @@ def write_allure(
         encoding="utf-8",
     )
     return len(groups)
+
+
+ALLURE_VERSION = "2.46.1"
+INSTALL_HINT = (
+    f"install the Allure commandline, which needs Java 17: `npm install --prefix .tools "
+    f"allure-commandline@{ALLURE_VERSION}` in the gpucert checkout (make test does this), and "
+    "`apt-get install openjdk-17-jre-headless` where `java` is missing"
+)
+
+
+def find_allure() -> str | None:
+    """The Allure commandline: $GPUCERT_ALLURE, then `allure` on PATH, then the checkout's .tools/ install."""
+    found = os.environ.get("GPUCERT_ALLURE") or shutil.which("allure")
+    if found:
+        return found
+    local = project_root() / ".tools" / "node_modules" / ".bin" / "allure"
+    return str(local) if local.exists() else None
+
+
+def _has_java() -> bool:
+    home = os.environ.get("JAVA_HOME")
+    return shutil.which("java") is not None or (home is not None and (Path(home) / "bin" / "java").exists())
+
+
+def build_html(results_dir: Path, out_dir: Path) -> Path:
+    """Render `allure-results/` into one self-contained HTML file (`allure generate --single-file`)."""
+    if not results_dir.is_dir():
+        raise EvidenceError("no allure-results/ here: pass a run folder written by `gpucert certify`", path=results_dir)
+    allure = find_allure()
+    if allure is None:
+        raise ConfigError(f"the Allure commandline is not installed; {INSTALL_HINT}")
+    if not _has_java():
+        raise ConfigError(f"Java is not installed; {INSTALL_HINT}")
+    cmd = [allure, "generate", "--single-file", "--clean", "-o", str(out_dir), str(results_dir)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    index = out_dir / "index.html"
+    if proc.returncode != 0 or not index.exists():
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        raise IncompleteRunError(f"allure generate failed (exit {proc.returncode}): {' | '.join(tail)}")
+    return index

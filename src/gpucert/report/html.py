@@ -130,7 +130,7 @@ class HtmlSummary:
                 shown = [(f"fleet median ({len(curves)} nodes)", median_curve)]
                 shown += [(n, curves[n]) for n in (bad or list(curves)[: MAX_NCCL_LINES - 1])[: MAX_NCCL_LINES - 1]]
                 out.append(plots.lines("NCCL all-reduce bus bandwidth", "GB/s", shown, nccl.expected))
-        return "<div id='gpucert-plots'>" + "".join(out) + "</div>"
+        return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
         failed = any(s.result == "fail" for s in node_summaries(self.ctx.outcomes))

@@ -1,0 +1,129 @@
+"""The reports as a person sees them: report.html rendered by a real headless browser, the Allure HTML report."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpucert.report.allure import find_allure
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("demo")
+    r = subprocess.run(
+        [sys.executable, "-m", "gpucert.cli", "demo", "-q"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    (run,) = (work / "reports").iterdir()
+    return run
+
+
+def chromium() -> str:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("Debian's chromium is not installed (make test installs it: apt-get install chromium)")
+    return exe
+
+
+def test_report_renders_summary_and_plots_in_a_browser(demo_run: Path, tmp_path: Path) -> None:
+    exe = chromium()
+    url = (demo_run / "report.html").as_uri()
+    common = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run(
+        [*common, "--virtual-time-budget=5000", "--dump-dom", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    ).stdout
+    assert "Certification FAIL" in dom
+    table = dom.split('id="gpucert-nodes"')[1].split("</table>")[0]
+    assert len(re.findall(r"<tr>", table)) == 1 + 5  # header, the fleet row and four nodes
+    assert "570.124.06" in table
+    assert "550.54.14" in table  # the node whose driver is off its pin shows it
+    assert dom.count('class="gpucert-plot"') >= 11  # 9 per-GPU metrics, the P2P matrix, the NCCL curve
+    assert 'class="pt-fail"' in dom
+    assert 'class="pt-straggler"' in dom
+    # pytest-html's own table, built by its JavaScript: the failing checks are there, with their check ids
+    assert "health.ecc" in dom.split('id="results-table"')[1]
+    shot = tmp_path / "report.png"
+    subprocess.run(
+        [*common, "--window-size=1400,2400", f"--screenshot={shot}", url], capture_output=True, timeout=120, check=False
+    )
+    assert shot.exists()
+    assert shot.stat().st_size > 50_000  # a rendered page, not a blank one
+    print(f"screenshot of the rendered report: {shot}")
+
+
+def test_failures_carry_their_evidence(demo_run: Path) -> None:
+    html = (demo_run / "report.html").read_text()
+    blob = html.split('data-jsonblob="')[1].split('"')[0]
+    import html as htmlmod
+
+    data = json.loads(htmlmod.unescape(blob))
+    ecc = [t for tid, runs in data["tests"].items() for t in runs if "test_ecc" in tid and t["result"] == "Failed"]
+    assert len(ecc) == 1
+    (extra,) = [e for e in ecc[0]["extras"] if e["name"] == "evidence"]
+    assert extra["format_type"] == "json"
+
+
+def test_allure_html_report_builds_as_one_file(demo_run: Path, tmp_path: Path) -> None:
+    if find_allure() is None:
+        pytest.skip("allure-commandline is not installed (make test installs it into .tools/ with npm)")
+    if shutil.which("java") is None:
+        pytest.skip("Java 17 is not installed (make test installs openjdk-17-jre-headless)")
+    out = tmp_path / "allure"
+    r = subprocess.run(
+        [sys.executable, "-m", "gpucert.cli", "report", "allure", str(demo_run), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    index = out / "index.html"
+    assert sorted(p.name for p in out.iterdir()) == ["index.html"]
+    results = list((demo_run / "allure-results").glob("*-result.json"))
+    embedded = set(re.findall(r"data/test-cases/[0-9a-f]+\.json", index.read_text()))
+    assert len(embedded) == len(results)
+    failed = [json.loads(p.read_text()) for p in results if json.loads(p.read_text())["status"] == "failed"]
+    assert all(x["attachments"] for x in failed)
+
+
+def test_allure_report_without_the_commandline_says_how_to_install(
+    demo_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpucert.errors import ConfigError
+    from gpucert.report import allure
+
+    monkeypatch.setattr(allure, "find_allure", lambda: None)
+    with pytest.raises(ConfigError, match=r"npm install --prefix \.tools allure-commandline@2\.46\.1"):
+        allure.build_html(demo_run / "allure-results", tmp_path / "x")
+    monkeypatch.setattr(allure, "find_allure", lambda: "/bin/true")
+    monkeypatch.setattr(allure, "_has_java", lambda: False)
+    with pytest.raises(ConfigError, match=r"Java is not installed.*openjdk-17-jre-headless"):
+        allure.build_html(demo_run / "allure-results", tmp_path / "x")
