@@ -19,7 +19,7 @@ from rich.table import Table
 from gpucert import __version__
 from gpucert import run as runner
 from gpucert.baseline import GpuBaseline, load_baseline
-from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
+from gpucert.errors import GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
 from gpucert.report import attest
@@ -41,7 +41,7 @@ def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
 
 def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -> None:
     target = open_target(spec)
-    inventory = runner.plan(target, run_dir)
+    inventory = runner.plan(target, spec, run_dir)
     console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({target.kind}) into {run_dir}")
     if not measure:
         return
@@ -145,10 +145,13 @@ def _run(
     quiet: bool = False,
     sign_key: Path | None = None,
     signer: str | None = None,
+    static: bool = False,
 ) -> int:
     spec, _ = _load(spec_path)
     run_dir = runner.create_run_dir(Path(reports), spec)
-    if evidence:
+    if static:
+        runner.plan_static(run_dir)
+    elif evidence:
         runner.import_evidence(Path(evidence), run_dir)
     else:
         _measure_with_progress(spec, run_dir, measure=measure)
@@ -226,7 +229,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 def cmd_configure(a: argparse.Namespace) -> int:
     if a.static:
-        raise ConfigError("--static is not available in this version", key="--static")
+        return _run(a.spec, a.reports, ["static"], static=True, quiet=a.quiet)
     return _run(a.spec, a.reports, ["configure"], measure=False, quiet=a.quiet)
 
 

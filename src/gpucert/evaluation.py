@@ -18,7 +18,6 @@ from gpucert.evidence import GpuEvidence, NodeEvidence, read_evidence
 from gpucert.inventory import Inventory, read_inventory
 from gpucert.spec import ClusterSpec, Probe
 from gpucert.stack import rules
-from gpucert.stack.components import DEFAULT_SOURCES
 from gpucert.stack.observe import NodeStack, StackObservation, read_stack
 
 __all__ = ["NODE_METRICS", "Evaluation", "GpuSlot"]
@@ -86,7 +85,7 @@ class Evaluation:
         return ns
 
     def components(self) -> list[str]:
-        return rules.pinned_components(self.spec, set(DEFAULT_SOURCES))
+        return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
 
     def node_count(self) -> Finding:
         return rules.node_count(self.inventory.names, self.spec)

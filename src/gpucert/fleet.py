@@ -138,6 +138,22 @@ class MissingGpuFault(Document):
     gpu: GpuIndex
 
 
+class UnhealthyGpuFault(Document):
+    """The device plugin reports the GPU unhealthy: it is on the bus and labelled, but not allocatable."""
+
+    kind: Literal["unhealthy-gpu"]
+    node: str
+    gpu: GpuIndex
+
+
+class MissingComponentFault(Document):
+    """A component's DaemonSet has no pod on the node."""
+
+    kind: Literal["missing-component"]
+    node: str
+    component: str
+
+
 class UnreachableFault(Document):
     kind: Literal["unreachable"]
     node: str
@@ -155,6 +171,8 @@ Fault = Annotated[
     | VersionFault
     | OrderingFault
     | MissingGpuFault
+    | UnhealthyGpuFault
+    | MissingComponentFault
     | UnreachableFault,
     Field(discriminator="kind"),
 ]

@@ -84,6 +84,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--run-dir", metavar="DIR", help="evaluate this prepared run folder in place (used by the CLI)")
     group.addoption("--no-measure", action="store_true", help="plan only: configure checks need no evidence")
+    group.addoption("--static", action="store_true", help="no cluster at all: the static recipe gate")
     group.addoption("--signer", metavar="FINGERPRINT", help="the key that will sign this run, shown in the report")
 
 
@@ -113,11 +114,13 @@ def _prepare(config: pytest.Config) -> RunContext | None:
             return RunContext(spec, baseline, run_dir)
         run_dir = runner.create_run_dir(Path(config.getoption("reports")), spec)
         evidence = config.getoption("evidence")
-        if evidence:
+        if config.getoption("static"):
+            runner.plan_static(run_dir)
+        elif evidence:
             runner.import_evidence(Path(evidence), run_dir)
         else:
             target = open_target(spec)
-            inventory = runner.plan(target, run_dir)
+            inventory = runner.plan(target, spec, run_dir)
             if not config.getoption("no_measure"):
                 runner.measure(target, inventory, spec, run_dir)
         return RunContext(spec, baseline, run_dir)

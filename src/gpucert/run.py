@@ -15,10 +15,10 @@ from gpucert.errors import EvidenceError
 from gpucert.evidence import NodeEvidence, write_evidence
 from gpucert.inventory import Inventory, write_inventory
 from gpucert.spec import ClusterSpec
-from gpucert.stack.observe import inventory_from_nodes, observe_stack, write_stack
+from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack, write_stack
 from gpucert.targets.base import MeasurePlan, Target
 
-__all__ = ["create_run_dir", "import_evidence", "measure", "plan", "run_id_of"]
+__all__ = ["create_run_dir", "import_evidence", "measure", "plan", "plan_static", "run_id_of"]
 
 Progress = Callable[[NodeEvidence], None]
 
@@ -49,14 +49,23 @@ def run_id_of(run_dir: Path) -> str:
     return run_dir.name
 
 
-def plan(target: Target, run_dir: Path) -> Inventory:
+def plan(target: Target, spec: ClusterSpec, run_dir: Path) -> Inventory:
     """Ask the target what it has; write stack.json and inventory.json."""
     nodes, pods = target.observe()
-    stack = observe_stack(nodes, pods)
+    stack = observe_stack(nodes, pods, spec.stack.sources())
+    policy = getattr(target, "cluster_policy", None)
+    if policy is not None:
+        stack = stack.model_copy(update={"cluster_policy": policy})
     write_stack(run_dir / "stack.json", stack)
     inventory = inventory_from_nodes(target.kind, stack)
     write_inventory(run_dir / "inventory.json", inventory)
     return inventory
+
+
+def plan_static(run_dir: Path) -> None:
+    """A run with no cluster: an empty inventory and stack, so only the spec itself is checked."""
+    write_stack(run_dir / "stack.json", StackObservation(nodes={}))
+    write_inventory(run_dir / "inventory.json", Inventory(target="static", nodes=()))
 
 
 def measure(

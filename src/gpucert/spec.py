@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from gpucert.documents import Document, load_document
+from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
 from gpucert.versions import VersionError, parse_version
 
 __all__ = [
@@ -83,10 +84,30 @@ def _check_version(v: str) -> str:
     return v
 
 
+class VersionSource(Document):
+    """Where to read a component's version on a stack that is not the GPU Operator's defaults."""
+
+    namespace: str = "gpu-operator"
+    app: str | None = None
+    daemon_set: str | None = Field(None, alias="daemonSet")
+    container: str | None = None
+    label: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> VersionSource:
+        if self.label is None and (self.container is None or (self.app is None) == (self.daemon_set is None)):
+            raise ValueError(
+                "give either `label` (a node label holding the version), or `container` with one of "
+                "`app` (pod label app=...) or `daemonSet`"
+            )
+        return self
+
+
 class Component(Document):
     name: Annotated[str, Field(min_length=1)]
     version: str
     after: list[str] = Field(default_factory=list)
+    source: VersionSource | None = None
 
     _v = field_validator("version")(_check_version)
 
@@ -120,6 +141,19 @@ class StackSpec(Document):
 
     def component(self, name: str) -> Component | None:
         return next((c for c in self.components if c.name == name), None)
+
+    def sources(self) -> dict[str, ComponentSource]:
+        """Where each declared component's version is read: the GPU Operator's defaults or the spec's `source`."""
+        out: dict[str, ComponentSource] = {}
+        for c in self.components:
+            if c.source is not None:
+                s = c.source
+                out[c.name] = ComponentSource(
+                    app=s.app, container=s.container, namespace=s.namespace, daemonset=s.daemon_set, label=s.label
+                )
+            elif c.name in DEFAULT_SOURCES:
+                out[c.name] = DEFAULT_SOURCES[c.name]
+        return out
 
 
 class DcgmSpec(Document):

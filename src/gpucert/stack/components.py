@@ -15,11 +15,24 @@ GPU_OPERATOR_NAMESPACE = "gpu-operator"
 
 @dataclass(frozen=True, slots=True)
 class ComponentSource:
-    """The pods of `app` (label `app=<app>`) in `namespace`; the version is the tag of `container`'s image."""
+    """Where a component's version is read.
 
-    app: str
-    container: str
+    From pods in `namespace` (those labelled `app=<app>`, or owned by DaemonSet `daemonset`): the tag of
+    `container`'s image, with the pod's start and Ready times. Or, with `label`, from a node label alone.
+    """
+
+    app: str | None = None
+    container: str | None = None
     namespace: str = GPU_OPERATOR_NAMESPACE
+    daemonset: str | None = None
+    label: str | None = None
+
+    def matches(self, pod_namespace: str, labels: dict[str, str], owners: list[tuple[str, str]]) -> bool:
+        if self.label is not None or pod_namespace != self.namespace:
+            return False
+        if self.daemonset is not None:
+            return ("DaemonSet", self.daemonset) in owners
+        return self.app is not None and labels.get("app") == self.app
 
 
 # names and containers as the GPU Operator (v24/v25) deploys them
@@ -31,6 +44,7 @@ DEFAULT_SOURCES: dict[str, ComponentSource] = {
     "dcgm": ComponentSource("nvidia-dcgm", "nvidia-dcgm-ctr"),
     "dcgm-exporter": ComponentSource("nvidia-dcgm-exporter", "nvidia-dcgm-exporter"),
     "mig-manager": ComponentSource("nvidia-mig-manager", "nvidia-mig-manager"),
+    "operator-validator": ComponentSource("nvidia-operator-validator", "nvidia-operator-validator"),
 }
 
 # `570.124.06-ubuntu22.04` -> 570.124.06, `v0.17.0` -> 0.17.0, `4.1.1-4.0.4-ubuntu22.04` -> 4.1.1-4.0.4

@@ -63,6 +63,7 @@ class NodeStack(_Model):
 class StackObservation(_Model):
     schema_: str = Field(STACK_SCHEMA, alias="schema")
     nodes: dict[str, NodeStack]
+    cluster_policy: dict[str, Any] | None = None  # the GPU Operator's ClusterPolicy name and state, when present
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -108,20 +109,26 @@ def _observe_pod(pod: Mapping[str, Any], source: ComponentSource) -> ComponentOb
     )
 
 
+def _component_of(pod: Mapping[str, Any], sources: Mapping[str, ComponentSource]) -> str | None:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owners = [(o.get("kind", ""), o.get("name", "")) for o in meta.get("ownerReferences") or []]
+    namespace = str(meta.get("namespace", ""))
+    return next((name for name, s in sources.items() if s.matches(namespace, labels, owners)), None)
+
+
 def observe_stack(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     sources: Mapping[str, ComponentSource] = DEFAULT_SOURCES,
 ) -> StackObservation:
-    """What each node runs: kubelet, runtime and the pods of every known component scheduled on it."""
-    by_app = {(s.namespace, s.app): name for name, s in sources.items()}
+    """What each node runs: kubelet, runtime and the component pods scheduled on it (streamed: only the
+    observations are kept, so a large cluster is read in bounded memory)."""
     components: dict[str, dict[str, ComponentObservation]] = {}
     for pod in pods:
-        meta = pod.get("metadata", {})
-        app = str((meta.get("labels") or {}).get("app", ""))
-        name = by_app.get((str(meta.get("namespace", "")), app))
+        name = _component_of(pod, sources)
         node = pod.get("spec", {}).get("nodeName")
-        if name is None or node is None or meta.get("deletionTimestamp"):
+        if name is None or node is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
         obs = _observe_pod(pod, sources[name])
         if obs is not None:
@@ -132,7 +139,13 @@ def observe_stack(
         status = node.get("status", {})
         info = status.get("nodeInfo") or {}
         ready, reason, _ = _ready_condition(node)
-        labels = {k: v for k, v in (node["metadata"].get("labels") or {}).items() if k.startswith(GFD_PREFIXES)}
+        all_labels = node["metadata"].get("labels") or {}
+        labels = {k: v for k, v in all_labels.items() if k.startswith(GFD_PREFIXES)}
+        observed = components.get(name, {})
+        for comp, source in sources.items():
+            if source.label is not None and source.label in all_labels:
+                value = all_labels[source.label]
+                observed[comp] = ComponentObservation(pod="", image=f"label {source.label}", version=value, ready=True)
         out[name] = NodeStack(
             node=name,
             ready=ready,
@@ -143,7 +156,7 @@ def observe_stack(
             os_image=info.get("osImage"),
             labels=labels,
             allocatable_gpus=_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
-            components=dict(sorted(components.get(name, {}).items())),
+            components=dict(sorted(observed.items())),
         )
     return StackObservation(nodes=dict(sorted(out.items())))
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpucert.errors import ConfigError
 from gpucert.evidence import NodeEvidence
 from gpucert.spec import ClusterSpec, Probe, SimulatedTarget
+from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
 
 __all__ = ["EvidenceSink", "MeasurePlan", "Target", "open_target"]
 
@@ -36,8 +37,8 @@ class Target(Protocol):
 
     kind: str
 
-    def observe(self) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-        """The GPU Nodes and the stack's Pods, as the Kubernetes API serves them in JSON."""
+    def observe(self) -> tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]]:
+        """The GPU Nodes and the stack's Pods, as the Kubernetes API serves them in JSON (pods are read first)."""
         ...
 
     def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
@@ -54,9 +55,13 @@ def open_target(spec: ClusterSpec) -> Target:
         from gpucert.targets.simulated import SimulatedTarget as Simulated
 
         return Simulated.from_spec(spec)
+    if isinstance(spec.target, KubernetesTargetSpec):
+        from gpucert.targets.kubernetes import KubernetesTarget
+
+        return KubernetesTarget.from_spec(spec)
     raise ConfigError(
         f"target kind {spec.target.kind!r} is not available in this version; "
-        "use `kind: simulated`, or `gpucert evaluate SPEC --evidence DIR` for recorded evidence",
+        "use `kind: simulated` or `kind: kubernetes`, or `gpucert evaluate SPEC --evidence DIR` for recorded evidence",
         path=spec.path,
         key="target.kind",
     )

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from graphlib import TopologicalSorter
+from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ from gpucert.fleet import (
     DcgmFault,
     EccFault,
     Fault,
+    MissingComponentFault,
     MissingGpuFault,
     OrderingFault,
     PcieLinkFault,
@@ -47,6 +48,7 @@ from gpucert.fleet import (
     SlowFault,
     TemperatureFault,
     ThrottleFault,
+    UnhealthyGpuFault,
     UnreachableFault,
     VersionFault,
     XidFault,
@@ -56,7 +58,6 @@ from gpucert.probes.dcgm import parse_diag
 from gpucert.spec import ClusterSpec, Probe
 from gpucert.spec import SimulatedTarget as SimulatedTargetSpec
 from gpucert.stack.compat import cuda_of_driver
-from gpucert.stack.components import DEFAULT_SOURCES, GPU_OPERATOR_NAMESPACE
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 
 __all__ = ["SimulatedTarget"]
@@ -116,6 +117,8 @@ class _NodeFaults:
     versions: dict[str, str] = field(default_factory=dict)
     ordering: list[OrderingFault] = field(default_factory=list)
     missing: set[int] = field(default_factory=set)
+    unhealthy: set[int] = field(default_factory=set)
+    missing_components: set[str] = field(default_factory=set)
     unreachable: bool = False
 
 
@@ -141,6 +144,10 @@ class SimulatedTarget:
                     nf.ordering.append(f)
                 case MissingGpuFault():
                     nf.missing.add(f.gpu)
+                case UnhealthyGpuFault():
+                    nf.unhealthy.add(f.gpu)
+                case MissingComponentFault():
+                    nf.missing_components.add(f.component)
                 case UnreachableFault():
                     nf.unreachable = True
                 case _:
@@ -175,6 +182,10 @@ class SimulatedTarget:
             "nvidia.com/cuda.driver-version.full": driver,
             "nvidia.com/cuda.runtime-version.full": cuda_of_driver(driver) or "",
         }
+        for name, source in self.spec.stack.sources().items():
+            if source.label is not None:
+                labels[source.label] = self._version(node, name)
+        healthy = count - len(nf.unhealthy - nf.missing)
         ready = {
             "type": "Ready",
             "status": "True",
@@ -196,7 +207,7 @@ class SimulatedTarget:
             "metadata": {"name": node, "labels": labels, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, node))},
             "status": {
                 "capacity": {"cpu": "224", "memory": "2113435500Ki", "nvidia.com/gpu": str(count)},
-                "allocatable": {"cpu": "223", "memory": "2102949740Ki", "nvidia.com/gpu": str(count)},
+                "allocatable": {"cpu": "223", "memory": "2102949740Ki", "nvidia.com/gpu": str(healthy)},
                 "conditions": [ready],
                 "nodeInfo": {
                     "kubeletVersion": self._version(node, "kubelet"),
@@ -214,7 +225,11 @@ class SimulatedTarget:
         graph = {c.name: set(c.after) for c in self.spec.stack.components}
         base = T0 + timedelta(minutes=5, seconds=number % 60)
         times: dict[str, tuple[datetime, datetime]] = {}
-        for name in TopologicalSorter(graph).static_order():
+        try:
+            order = list(TopologicalSorter(graph).static_order())
+        except CycleError:  # a cyclic recipe is the static gate's finding; bring components up in spec order
+            order = list(graph)
+        for name in order:
             deps = [times[d][1] for d in graph.get(name, ()) if d in times]
             start = max(deps, default=base) + timedelta(seconds=5)
             times[name] = (start, start + timedelta(seconds=20))
@@ -227,11 +242,15 @@ class SimulatedTarget:
     def _pods(self, node: str, number: int) -> list[dict[str, Any]]:
         times = self._pod_times(node, number)
         pods = []
+        sources = self.spec.stack.sources()
         for comp in self.spec.stack.components:
-            source = DEFAULT_SOURCES.get(comp.name)
-            if source is None or comp.name not in times:
+            source = sources.get(comp.name)
+            if source is None or source.label is not None or comp.name not in times:
+                continue
+            if comp.name in self.faults[node].missing_components:
                 continue
             start, ready_at = times[comp.name]
+            app = source.app or source.daemonset or comp.name
             image = IMAGES.get(comp.name, "nvcr.io/nvidia/" + comp.name + ":v{v}").format(
                 v=self._version(node, comp.name)
             )
@@ -241,15 +260,15 @@ class SimulatedTarget:
                     "apiVersion": "v1",
                     "kind": "Pod",
                     "metadata": {
-                        "name": f"{source.app}-{suffix}",
-                        "namespace": GPU_OPERATOR_NAMESPACE,
-                        "labels": {"app": source.app},
+                        "name": f"{app}-{suffix}",
+                        "namespace": source.namespace,
+                        "labels": {"app": app},
                         "ownerReferences": [
                             {
                                 "apiVersion": "apps/v1",
                                 "kind": "DaemonSet",
-                                "name": source.app,
-                                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, source.app)),
+                                "name": app,
+                                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, app)),
                             }
                         ],
                     },
@@ -271,7 +290,7 @@ class SimulatedTarget:
             )
         return pods
 
-    def observe(self) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
+    def observe(self) -> tuple[Iterable[Mapping[str, Any]], Iterable[Mapping[str, Any]]]:
         nodes: list[Mapping[str, Any]] = [self._node_object(n) for n in self.names]
         pods: list[Mapping[str, Any]] = [p for i, n in enumerate(self.names, 1) for p in self._pods(n, i)]
         return nodes, pods

@@ -1,0 +1,125 @@
+"""A fake Kubernetes API server (pytest-httpserver) that the real `kubernetes` client talks to.
+
+pytest-httpserver over kmock: the tests need a plain HTTP server that serves recorded-shape JSON, paginates,
+filters by label selector and injects failures (403, 500, dropped connections) per request; a handler function
+on pytest-httpserver does all of that in a few lines and adds no framework of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from werkzeug import Request, Response
+
+from .gpu_operator import NS
+
+PATHS = {
+    "nodes": re.compile(r"^/api/v1/nodes$"),
+    "pods": re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$"),
+    "clusterpolicies": re.compile(r"^/apis/nvidia\.com/v1/clusterpolicies$"),
+}
+
+
+def _matches(obj: dict[str, Any], selector: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+class FakeKubeApi:
+    """Serves nodes, pods and ClusterPolicies with limit/continue paging, and fails on request."""
+
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+        self.pods: list[dict[str, Any]] = []
+        self.cluster_policies: list[dict[str, Any]] | None = []
+        self.failures: dict[str, list[tuple[int, str]]] = defaultdict(list)
+        self.requests: list[tuple[str, dict[str, str]]] = []
+
+    def fail(self, resource: str, status: int, times: int = 1, message: str = "") -> None:
+        self.failures[resource] += [(status, message)] * times
+
+    def handle(self, request: Request) -> Response:
+        args = {k: v for k, v in request.args.items()}
+        self.requests.append((request.path, args))
+        found = next(((r, p.match(request.path)) for r, p in PATHS.items() if p.match(request.path)), None)
+        if found is None:
+            return self._status(404, f"the server could not find the requested resource ({request.path})")
+        resource, m = found
+        assert m is not None
+        if self.failures[resource]:
+            status, message = self.failures[resource].pop(0)
+            return self._status(status, message or f"injected {status}")
+        if resource == "nodes":
+            items = [n for n in self.nodes if _matches(n, args.get("labelSelector", ""))]
+            kind = "NodeList"
+        elif resource == "pods":
+            items = [p for p in self.pods if p["metadata"]["namespace"] == m.group("ns")]
+            kind = "PodList"
+        else:
+            if self.cluster_policies is None:
+                return self._status(404, "the server could not find the requested resource")
+            items, kind = self.cluster_policies, "ClusterPolicyList"
+        start = int(args.get("continue") or 0)
+        limit = int(args.get("limit") or 0) or len(items)
+        page = items[start : start + limit]
+        meta: dict[str, Any] = {"resourceVersion": "90210"}
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)
+            meta["remainingItemCount"] = len(items) - start - limit
+        return Response(
+            json.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": page}),
+            content_type="application/json",
+        )
+
+    @staticmethod
+    def _status(code: int, message: str) -> Response:
+        reason = {403: "Forbidden", 401: "Unauthorized", 404: "NotFound", 500: "InternalError"}.get(code, "Error")
+        body = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": message,
+            "reason": reason,
+            "code": code,
+        }
+        return Response(json.dumps(body), status=code, content_type="application/json")
+
+
+@pytest.fixture
+def fake_api(httpserver: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKubeApi:
+    api = FakeKubeApi()
+    httpserver.expect_request(re.compile(".*")).respond_with_handler(api.handle)
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": httpserver.url_for("").rstrip("/")}}],
+        "users": [{"name": "gpucert-ci", "user": {"token": "fake-token"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpucert-ci"}}],
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+    return api
+
+
+def cluster_policy(state: str = "ready") -> dict[str, Any]:
+    return {
+        "apiVersion": "nvidia.com/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "cluster-policy"},
+        "spec": {"operator": {"defaultRuntime": "containerd"}},
+        "status": {"namespace": NS, "state": state},
+    }
