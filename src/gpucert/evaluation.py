@@ -135,6 +135,8 @@ class Evaluation:
         if ev is None or not ev.collected:
             return Finding(check, SKIP, node, None, f"{node} was not measured (see node.reachable)")
         err = ev.error_for(probe.value)
+        if err is not None and err.unavailable:
+            return Finding(check, SKIP, node, None, f"{node}: the {probe.value} probe is unavailable: {err.message}")
         if err is not None:
             return Finding(check, ERROR, node, None, f"{node}: the {probe.value} probe failed: {err.message}")
         return ev

@@ -165,6 +165,7 @@ class SystemFacts(_Model):
 class ProbeError(_Model):
     probe: str
     message: str
+    unavailable: bool = False  # the tool is not installed on the node: its checks skip, they never pass
 
 
 class NodeEvidence(_Model):

@@ -132,3 +132,56 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
         runtime_error=root.get("runtime_error"),
         raw=doc,
     )
+
+
+def check_serials(d: DcgmEvidence, serials: dict[int, str]) -> DcgmEvidence:
+    """Compare the serials dcgmi reports with this node's GPUs (NVML's), GPU by GPU.
+
+    dcgmi silently starts an embedded host engine when it cannot reach `--host`: then it tests whatever GPUs that
+    engine sees. A mismatch makes the whole diagnostic an error rather than another node's pass.
+    """
+    reported = {g: r.serial for t in d.results.values() for g, r in t.gpus.items() if r.serial}
+    known = {g: s for g, s in reported.items() if s and "NOT_SUPPORTED" not in s}
+    wrong = {g: s for g, s in known.items() if g in serials and serials[g] != s}
+    if not wrong:
+        return d
+    detail = ", ".join(f"GPU {g}: dcgmi {s}, node {serials[g]}" for g, s in sorted(wrong.items()))
+    return d.model_copy(
+        update={
+            "runtime_error": f"the GPUs dcgmi tested are not this node's ({detail}); was an "
+            "embedded host engine started against another host?"
+        }
+    )
+
+
+def run_diag(
+    level: int, *, serials: dict[int, str], host: str | None = None, timeout_s: float = 7200, dcgmi: str = "dcgmi"
+) -> DcgmEvidence:
+    """Run `dcgmi diag -r LEVEL -j` and parse it. Raises FileNotFoundError when dcgmi is not installed."""
+    import json
+    import shutil
+    import subprocess
+
+    exe = shutil.which(dcgmi)
+    if exe is None:
+        raise FileNotFoundError(f"{dcgmi} is not installed on this node (DCGM provides it)")
+    cmd = [exe, "diag", "-r", str(level), "-j"] + (["--host", host] if host else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return DcgmEvidence(level=level, runtime_error=f"dcgmi diag -r {level} did not finish in {timeout_s:.0f} s")
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        meaning = DCGMI_EXIT_CODES.get(proc.returncode, "unknown exit code")
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        return DcgmEvidence(
+            level=level,
+            exit_code=proc.returncode,
+            runtime_error=f"dcgmi exited {proc.returncode} ({meaning}) without JSON: {tail[0]}",
+        )
+    parsed = parse_diag(doc, level=level, exit_code=proc.returncode)
+    if parsed.runtime_error is None and not parsed.results and proc.returncode:
+        meaning = DCGMI_EXIT_CODES.get(proc.returncode, "unknown exit code")
+        parsed = parsed.model_copy(update={"runtime_error": f"dcgmi exited {proc.returncode} ({meaning})"})
+    return check_serials(parsed, serials)

@@ -1,0 +1,169 @@
+"""All-reduce bus bandwidth over every GPU of the node, one process, CuPy's NCCL bindings.
+
+algbw = bytes / time and busbw = algbw · 2(n-1)/n, as nccl-tests computes them for all-reduce; every rank's
+input is filled with (rank + 1), so each reduced element must equal n(n+1)/2: a wrong result fails the probe.
+Time is the host clock around the launch with every device synchronised before and after (the collective spans
+devices, so no single device's events bracket it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, Protocol
+
+import numpy as np
+
+from gpucert.evidence import NcclEvidence, NcclPoint
+from gpucert.probes.device import Device, missing_gpu_extra
+from gpucert.probes.timing import Budget, time_region
+
+__all__ = ["DEFAULT_SIZES", "Collective", "CupyNccl", "NumpyCollective", "all_reduce_sweep", "busbw_factor"]
+
+DEFAULT_SIZES = [1 << s for s in range(20, 34, 2)]  # 1 MiB .. 8 GiB, x4
+
+
+def busbw_factor(ranks: int) -> float:
+    return 2 * (ranks - 1) / ranks
+
+
+class Collective(Protocol):
+    ranks: int
+
+    def buffers(self, count: int) -> tuple[list[Any], list[Any]]: ...
+    def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None: ...
+    def synchronize(self) -> None: ...
+    def correct(self, recv: list[Any], count: int) -> bool: ...
+
+
+class NumpyCollective:
+    """n host arrays as n ranks: the reduction is summed and handed to every rank, as all-reduce does."""
+
+    def __init__(self, ranks: int) -> None:
+        self.ranks = ranks
+
+    def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
+        send = [np.full(count, r + 1, dtype=np.float32) for r in range(self.ranks)]
+        return send, [np.empty(count, dtype=np.float32) for _ in range(self.ranks)]
+
+    def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
+        total = np.sum(send, axis=0, dtype=np.float32)
+        for r in recv:
+            np.copyto(r, total)
+
+    def synchronize(self) -> None:
+        return None
+
+    def correct(self, recv: list[Any], count: int) -> bool:
+        want = self.ranks * (self.ranks + 1) / 2
+        return all(bool(np.all(r == want)) for r in recv)
+
+
+class CupyNccl:
+    """One NCCL communicator per GPU of this process (ncclCommInitAll), launched together in a group."""
+
+    def __init__(self, devices: Sequence[Device]) -> None:
+        try:
+            import cupy
+            from cupy.cuda import nccl
+        except ImportError as exc:
+            raise missing_gpu_extra("CuPy with NCCL", exc) from None
+        self.cp, self.nccl = cupy, nccl
+        self.ids = [d.index for d in devices]
+        self.ranks = len(self.ids)
+        self.comms = nccl.NcclCommunicator.initAll(self.ids)
+        self.streams = []
+        for i in self.ids:
+            with cupy.cuda.Device(i):
+                self.streams.append(cupy.cuda.Stream(non_blocking=True))
+
+    def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
+        send, recv = [], []
+        for r, i in enumerate(self.ids):
+            with self.cp.cuda.Device(i):
+                send.append(self.cp.full(count, r + 1, dtype=self.cp.float32))
+                recv.append(self.cp.empty(count, dtype=self.cp.float32))
+        return send, recv
+
+    def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
+        self.nccl.groupStart()
+        for r, i in enumerate(self.ids):
+            with self.cp.cuda.Device(i):
+                self.comms[r].allReduce(
+                    send[r].data.ptr,
+                    recv[r].data.ptr,
+                    count,
+                    self.nccl.NCCL_FLOAT32,
+                    self.nccl.NCCL_SUM,
+                    self.streams[r].ptr,
+                )
+        self.nccl.groupEnd()
+
+    def synchronize(self) -> None:
+        for s in self.streams:
+            s.synchronize()
+
+    def correct(self, recv: list[Any], count: int) -> bool:
+        want = self.ranks * (self.ranks + 1) / 2
+        ok = True
+        for i, r in zip(self.ids, recv, strict=True):
+            with self.cp.cuda.Device(i):
+                ok = ok and bool(self.cp.all(r == want).get())
+        return ok
+
+
+class _HostClock:
+    """The timing protocol's device for a collective: events are host times taken after every device is idle."""
+
+    name = "host clock"
+    index = -1
+    l2_bytes = 0
+
+    def __init__(self, synchronize: Callable[[], None]) -> None:
+        self._sync = synchronize
+
+    def empty(self, nbytes: int) -> Any:
+        return None
+
+    def fill(self, buf: Any, value: float) -> None:
+        return None
+
+    def event(self) -> list[float]:
+        return [0.0]
+
+    def record(self, event: Any) -> None:
+        self._sync()
+        event[0] = time.perf_counter()
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        return float(end[0] - start[0])
+
+    def synchronize(self) -> None:
+        self._sync()
+
+
+def all_reduce_sweep(coll: Collective, budget: Budget, sizes: Sequence[int] = DEFAULT_SIZES) -> NcclEvidence:
+    factor = busbw_factor(coll.ranks)
+    clock = _HostClock(coll.synchronize)
+    points, correct = [], True
+    for size in sizes:
+        count = size // 4  # float32 elements
+        send, recv = coll.buffers(count)
+        seconds = time_region(clock, partial(coll.all_reduce, send, recv, count), budget, flush=False)
+        correct = correct and coll.correct(recv, count)
+        algbw = [size / t / 1e9 for t in seconds]
+        points.append(
+            NcclPoint(
+                size_bytes=size, time_us=[t * 1e6 for t in seconds], algbw=algbw, busbw=[a * factor for a in algbw]
+            )
+        )
+        del send, recv
+    return NcclEvidence(
+        op="all_reduce",
+        ranks=coll.ranks,
+        dtype="float32",
+        points=points,
+        correct=correct,
+        params={"busbw_factor": factor, "timer": "host clock, all devices synchronised"},
+    )

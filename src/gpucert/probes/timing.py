@@ -1,0 +1,58 @@
+"""The one timing protocol every probe uses (after triton.testing.do_bench and nvbandwidth).
+
+Warm-up and repetitions are time budgets, not counts; device events bracket only the timed region; the L2 is
+flushed between repetitions (a write over twice its size) unless the probe's buffers already exceed it; every
+repetition's time is returned, and the probes turn each into a sample: statistics happen at evaluate time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["Budget", "Clock", "time_region"]
+
+
+class Clock(Protocol):
+    """What the timing protocol needs of a device: events, a barrier, and scratch memory to flush the L2."""
+
+    l2_bytes: int
+
+    def empty(self, nbytes: int) -> Any: ...
+    def fill(self, buf: Any, value: float) -> None: ...
+    def event(self) -> Any: ...
+    def record(self, event: Any) -> None: ...
+    def elapsed_s(self, start: Any, end: Any) -> float: ...
+    def synchronize(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    warmup_s: float = 0.2
+    measure_s: float = 1.0
+    min_reps: int = 5
+    max_reps: int = 100
+
+
+def time_region(device: Clock, fn: Callable[[], None], budget: Budget, *, flush: bool = True) -> list[float]:
+    """Seconds per repetition of `fn` on `device`: warm up for a while, then time each repetition alone."""
+    scratch: Any = device.empty(2 * device.l2_bytes) if flush else None
+    deadline = time.perf_counter() + budget.warmup_s
+    fn()
+    device.synchronize()
+    while time.perf_counter() < deadline:
+        fn()
+        device.synchronize()
+    samples: list[float] = []
+    start, end = device.event(), device.event()
+    deadline = time.perf_counter() + budget.measure_s
+    while len(samples) < budget.max_reps and (len(samples) < budget.min_reps or time.perf_counter() < deadline):
+        if scratch is not None:
+            device.fill(scratch, len(samples))  # evict the previous repetition's lines from the L2
+        device.record(start)
+        fn()
+        device.record(end)
+        samples.append(device.elapsed_s(start, end))
+    return samples

@@ -1,0 +1,387 @@
+"""Every probe's timing protocol and byte/FLOP accounting, on the NumPy device (real copies, real GEMMs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import types
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from gpucert.evidence import read_evidence
+from gpucert.probes import compute, memory, nccl, p2p, pcie
+from gpucert.probes.dcgm import parse_diag, run_diag
+from gpucert.probes.device import NumpyDevice
+from gpucert.probes.health import read_gpu
+from gpucert.probes.runner import ProbePlan, run_plan
+from gpucert.probes.timing import Budget, time_region
+
+FAST = Budget(warmup_s=0.0, measure_s=0.02, min_reps=3, max_reps=6)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
+
+
+class FixedClock(NumpyDevice):
+    """A NumPy device whose events say every repetition took exactly `seconds`: the work still runs, so the
+    accounting (bytes, FLOPs per sample) can be checked to the digit."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.fills = 0
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        return self.seconds
+
+    def fill(self, buf: Any, value: float) -> None:
+        self.fills += 1
+        super().fill(buf, value)
+
+
+def test_timing_protocol_budgets_and_flush() -> None:
+    dev = FixedClock(0.001)
+    calls = []
+    samples = time_region(dev, lambda: calls.append(1), Budget(0.0, 0.0, 4, 10))
+    assert samples == [0.001] * 4  # min_reps when the time budget is already spent
+    assert len(calls) == 1 + 4  # one warm-up call, then the timed ones
+    assert dev.fills == 4  # the L2 flushed before every timed repetition
+    real = time_region(NumpyDevice(), lambda: None, Budget(0.0, 0.05, 2, 7))
+    assert 2 <= len(real) <= 7
+    assert all(t >= 0 for t in real)
+
+
+def test_memory_counts_read_and_write_bytes() -> None:
+    dev = FixedClock(0.002)
+    m = memory.copy_bandwidth(dev, FAST, nbytes=1 << 20)
+    assert m.unit == "GB/s"
+    assert m.params["bytes_moved_per_rep"] == 2 << 20
+    assert m.samples[0] == pytest.approx((2 << 20) / 0.002 / 1e9)
+    assert 3 <= len(m.samples) <= 6
+
+
+def test_memory_really_copies() -> None:
+    dev = NumpyDevice()
+    src, dst = dev.empty(4096), dev.empty(4096)
+    dev.fill(src, 7)
+    dev.copy(dst, src)
+    assert np.all(dst == 7)
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "bf16", "tf32", "fp32", "fp64"])
+def test_gemm_counts_2n3_flops(dtype: str) -> None:
+    m = compute.gemm_throughput(FixedClock(0.01), dtype, FAST, n=64)
+    assert m.params["flops_per_rep"] == 2 * 64**3
+    assert m.samples[0] == pytest.approx(2 * 64**3 / 0.01 / 1e12)
+    assert ("emulated" in m.params) == (dtype in ("bf16", "tf32"))
+
+
+def test_gemm_multiplies() -> None:
+    dev = NumpyDevice()
+    a, b, c = dev.gemm_operands(32, "fp64")
+    dev.gemm(a, b, c, 32, "fp64")
+    np.testing.assert_allclose(c, a @ b)
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_pcie_counts_each_byte_once(direction: str) -> None:
+    m = pcie.host_copy_bandwidth(FixedClock(0.004), direction, FAST, nbytes=1 << 20)
+    assert m.samples[0] == pytest.approx((1 << 20) / 0.004 / 1e9)
+    assert m.params["direction"] == direction
+    with pytest.raises(ValueError, match="h2d or d2h"):
+        pcie.host_copy_bandwidth(NumpyDevice(), "sideways", FAST, nbytes=16)
+
+
+def test_p2p_measures_every_ordered_pair() -> None:
+    devs = [FixedClock(0.001) for _ in range(3)]
+    ev = p2p.peer_matrix(devs, FAST, nbytes=1 << 16)
+    assert sorted((q.src, q.dst) for q in ev.pairs) == [(i, j) for i in range(3) for j in range(3) if i != j]
+    assert all(q.peer_access for q in ev.pairs)
+    assert ev.pairs[0].samples[0] == pytest.approx((1 << 16) / 0.001 / 1e9)
+
+
+def test_nccl_busbw_formula_and_correctness() -> None:
+    assert nccl.busbw_factor(8) == pytest.approx(1.75)
+    assert nccl.busbw_factor(2) == pytest.approx(1.0)
+    ev = nccl.all_reduce_sweep(nccl.NumpyCollective(4), FAST, sizes=[1 << 12, 1 << 16])
+    assert ev.correct
+    assert ev.ranks == 4
+    for point in ev.points:
+        for t_us, alg, bus in zip(point.time_us, point.algbw, point.busbw, strict=True):
+            assert alg == pytest.approx(point.size_bytes / (t_us / 1e6) / 1e9)
+            assert bus == pytest.approx(alg * 2 * 3 / 4)
+
+
+def test_nccl_detects_a_wrong_reduction() -> None:
+    class Broken(nccl.NumpyCollective):
+        def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
+            super().all_reduce(send, recv, count)
+            recv[2][count // 2] += 1.0  # one rank gets one wrong element
+
+    assert not nccl.all_reduce_sweep(Broken(3), FAST, sizes=[1 << 12]).correct
+
+
+# ---- NVML health, against recorded answers of a GPU ---------------------------------------------------------
+
+
+def fake_nvml(*, remap: tuple[int, int, int, int] | None = (0, 0, 0, 0), nvlink: bool = True) -> Any:
+    class NVMLError(Exception):
+        pass
+
+    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
+        pass
+
+    def remapped(h: Any) -> Any:
+        if remap is None:
+            raise NVMLError_NotSupported()
+        return remap
+
+    def link_state(h: Any, link: int) -> int:
+        if not nvlink:
+            raise NVMLError_NotSupported()
+        return 1
+
+    ecc = {(1, 0): 3, (1, 1): 0, (0, 0): 12, (0, 1): 0}  # (counter, error) -> count; 1 volatile, 0 aggregate
+    return types.SimpleNamespace(
+        NVMLError=NVMLError,
+        NVMLError_NotSupported=NVMLError_NotSupported,
+        NVML_VOLATILE_ECC=1,
+        NVML_AGGREGATE_ECC=0,
+        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
+        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
+        NVML_NVLINK_MAX_LINKS=18,
+        NVML_TEMPERATURE_GPU=0,
+        NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
+        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
+        nvmlDeviceGetTotalEccErrors=lambda h, error, counter: ecc[(counter, error)],
+        nvmlDeviceGetRemappedRows=remapped,
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x1,
+        nvmlDeviceGetPowerUsage=lambda h: 71234,
+        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700000,
+        nvmlDeviceGetNvLinkState=link_state,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=85520809984),
+        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 1,
+        nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
+        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
+        nvmlDeviceGetTemperature=lambda h, s: 33,
+        nvmlDeviceGetTemperatureThreshold=lambda h, t: 87,
+        nvmlDeviceGetUUID=lambda h: b"GPU-6f1e7f3a-8a21-4c3b-9d55-0c6b0e4f8a10",
+        nvmlDeviceGetSerial=lambda h: "1654922041276",
+        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=b"00000000:18:00.0"),
+        nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3",
+        nvmlDeviceGetVbiosVersion=lambda h: "96.00.99.00.01",
+    )
+
+
+def test_health_reads_every_counter() -> None:
+    g = read_gpu(fake_nvml(remap=(2, 0, 0, 0)), 0)
+    h = g.health
+    assert h is not None
+    assert (h.ecc.volatile_corrected, h.ecc.volatile_uncorrected, h.ecc.aggregate_corrected) == (3, 0, 12)
+    assert h.remapped_rows.correctable == 2
+    assert h.remapped_rows.failure is False
+    assert (h.pcie.current_generation, h.pcie.max_generation, h.pcie.under_load) == (1, 5, False)
+    assert h.power_w == pytest.approx(71.234)
+    assert h.slowdown_temperature_c == 87
+    assert h.nvlink_active == [True] * 18
+    assert g.memory_mib == 81559
+    assert g.uuid.startswith("GPU-6f1e7f3a")
+    assert h.not_supported == []
+
+
+def test_not_supported_is_recorded_never_zero() -> None:
+    h = read_gpu(fake_nvml(remap=None, nvlink=False), 0).health
+    assert h is not None
+    assert h.remapped_rows.failure is None
+    assert h.remapped_rows.uncorrectable is None
+    assert h.nvlink_active is None
+    assert set(h.not_supported) == {"remapped_rows", "nvlink.0"}
+
+
+# ---- dcgmi, run for real: a stand-in executable prints a recorded document and exits with dcgmi's code ---------
+
+
+def install_dcgmi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fixture: str, code: int) -> None:
+    exe = tmp_path / "bin" / "dcgmi"
+    exe.parent.mkdir()
+    exe.write_text(f"#!/bin/sh\ncat '{FIXTURES / fixture}'\nexit {code}\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+SERIALS = {
+    0: "1654922041276",
+    1: "1654922040389",
+    2: "1654922043165",
+    3: "1654922041923",
+    4: "1654922040171",
+    5: "1654922044468",
+    6: "1654922042790",
+    7: "1654922043571",
+}
+
+
+def test_dcgm_4x_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_dcgmi(tmp_path, monkeypatch, "dcgm4-r2-pass-8xh100.json", 0)
+    d = run_diag(2, serials=SERIALS)
+    assert d.runtime_error is None
+    assert set(d.results) == {"software", "pcie", "memory"}
+    assert all(r.status == "Pass" for t in d.results.values() for r in t.gpus.values())
+
+
+def test_dcgm_warning_printed_as_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_dcgmi(tmp_path, monkeypatch, "dcgm4-r2-warn-printed-as-fail.json", 226)
+    d = run_diag(2, serials=SERIALS)
+    assert d.exit_code == 226
+    assert d.results["memory"].gpus[3].status == "Fail"
+    assert "PCIe replays" in d.results["memory"].gpus[3].warnings[0]
+    assert d.results["memory"].summary == "Fail"
+
+
+def test_dcgm_runtime_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_dcgmi(tmp_path, monkeypatch, "dcgm4-runtime-error.json", 235)
+    d = run_diag(2, serials=SERIALS)
+    assert d.runtime_error is not None
+    assert "unable to establish a connection" in d.runtime_error
+
+
+def test_dcgm_embedded_host_engine_serial_mismatch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_dcgmi(tmp_path, monkeypatch, "dcgm4-r2-pass-other-host.json", 0)
+    d = run_diag(2, serials=SERIALS)
+    assert d.runtime_error is not None
+    assert "not this node's" in d.runtime_error
+    assert "embedded host engine" in d.runtime_error
+
+
+def test_dcgmi_missing_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(FileNotFoundError, match="dcgmi is not installed"):
+        run_diag(2, serials={})
+
+
+def test_dcgmi_without_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = tmp_path / "bin" / "dcgmi"
+    exe.parent.mkdir()
+    exe.write_text("#!/bin/sh\necho 'Error: a diagnostic is already running' >&2\nexit 217\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    d = run_diag(3, serials={})
+    assert d.runtime_error is not None
+    assert "217 (a diagnostic is already running)" in d.runtime_error
+
+
+def test_own_fixtures_parse_like_the_real_samples() -> None:
+    for path in FIXTURES.glob("*.json"):
+        parse_diag(json.loads(path.read_text()), level=2)
+
+
+# ---- the runner ------------------------------------------------------------------------------------------------
+
+
+def test_runner_on_the_numpy_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no dcgmi here
+    plan = ProbePlan.model_validate(
+        {
+            "run_id": "r",
+            "node": "cpu-host",
+            "device": "numpy",
+            "gpus": 2,
+            "budget": {"warmup_s": 0, "measure_s": 0.01, "min_reps": 3, "max_reps": 5},
+            "sizes": {
+                "memory_bytes": 1 << 20,
+                "gemm_n": 32,
+                "pcie_bytes": 1 << 16,
+                "p2p_bytes": 1 << 16,
+                "nccl_sizes": [1 << 12],
+            },
+        }
+    )
+    ev = run_plan(plan)
+    assert [g.index for g in ev.gpus] == [0, 1]
+    assert set(ev.gpus[0].measurements) == {
+        "memory.bandwidth",
+        "pcie.h2d",
+        "pcie.d2h",
+        *(f"compute.gemm.{t}" for t in ("fp16", "bf16", "tf32", "fp32", "fp64")),
+    }
+    assert ev.p2p is not None
+    assert len(ev.p2p.pairs) == 2
+    assert ev.nccl is not None
+    assert ev.nccl.correct
+    (err,) = ev.errors
+    assert err.probe == "dcgm"
+    assert err.unavailable
+    (tmp_path / "cpu-host.json").write_text(ev.model_dump_json(by_alias=True))
+    assert read_evidence(tmp_path / "cpu-host.json") == ev
+
+
+def test_gpu_device_without_cupy_names_the_extra() -> None:
+    pytest.importorskip("numpy")
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("CuPy is installed here")
+    from gpucert.errors import ConfigError
+    from gpucert.probes.device import CupyDevice
+
+    with pytest.raises(ConfigError, match=r"pip install 'gpucert\[gpu\]'"):
+        CupyDevice(0)
+
+
+def test_probe_command_prints_the_evidence_document(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    plan = {
+        "run_id": "r",
+        "node": "n1",
+        "device": "numpy",
+        "probes": ["memory"],
+        "budget": {"warmup_s": 0, "measure_s": 0.01, "min_reps": 3, "max_reps": 3},
+        "sizes": {"memory_bytes": 1 << 16},
+    }
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    r = subprocess.run(
+        [sys.executable, "-m", "gpucert.probes", "--plan", str(tmp_path / "plan.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "n1.json").write_text(r.stdout)
+    ev = read_evidence(tmp_path / "n1.json")
+    assert len(ev.gpus[0].measurements["memory.bandwidth"].samples) == 3
+    (tmp_path / "bad.json").write_text(json.dumps({**plan, "probez": []}))
+    r = subprocess.run(
+        [sys.executable, "-m", "gpucert.probes", "--plan", str(tmp_path / "bad.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 2
+    assert "probez" in r.stderr
+
+
+def test_nvml_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from gpucert.errors import ConfigError
+    from gpucert.probes.health import open_nvml
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "pynvml":
+            raise ImportError("No module named 'pynvml'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    with pytest.raises(ConfigError, match=r"nvidia-ml-py \(NVML\) is not available.*pip install 'gpucert\[gpu\]'"):
+        open_nvml()
