@@ -59,7 +59,12 @@ class KubernetesTarget(Document):
 
 
 class LocalTarget(Document):
+    """This host's GPUs, probed in-process: `numpy` runs the same probes on the CPU (no GPU needed)."""
+
     kind: Literal["local"]
+    device: Literal["cupy", "numpy"] = "cupy"
+    gpus: Annotated[int, Field(ge=1, le=64)] | None = None  # all visible GPUs when absent
+    profile: Literal["quick", "full", "smoke"] = "full"
 
 
 class ReplayTarget(Document):

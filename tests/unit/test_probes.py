@@ -385,3 +385,23 @@ def test_nvml_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(builtins, "__import__", no_pynvml)
     with pytest.raises(ConfigError, match=r"nvidia-ml-py \(NVML\) is not available.*pip install 'gpucert\[gpu\]'"):
         open_nvml()
+
+
+def test_gpu_check_script_runs_on_the_cpu() -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+    r = subprocess.run(
+        [sys.executable, str(script), "--device", "numpy", "--profile", "smoke", "--gpus", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode in (0, 1), r.stderr
+    for metric in ("memory.bandwidth", "compute.gemm.bf16", "pcie.h2d", "pcie.d2h"):
+        assert metric in r.stdout
+    assert "p2p   2 pairs" in r.stdout
+    assert "correct True" in r.stdout
+    assert "RESULT" in r.stdout

@@ -157,17 +157,24 @@ def run_plan(plan: ProbePlan, nvml: Any = None) -> NodeEvidence:
                 dev.h2d(buf, host)
                 link_under_load[i] = rec.attempt("health", partial(nvml_probe.pcie_under_load, nvml, i))
                 dev.synchronize()
-        p2p_ev = (
-            rec.attempt("p2p", lambda: p2p.peer_matrix(devices, budget, plan.sizes.p2p_bytes))
-            if Probe.P2P in probes and len(devices) > 1
-            else None
-        )
-        nccl_ev = None
-        if Probe.NCCL in probes:
-            coll: Callable[[], Any] = (
-                (lambda: nccl.CupyNccl(devices)) if on_gpu else (lambda: nccl.NumpyCollective(len(devices)))
-            )
-            nccl_ev = rec.attempt("nccl", lambda: nccl.all_reduce_sweep(coll(), budget, plan.sizes.nccl_sizes))
+        p2p_ev = nccl_ev = None
+        if len(devices) < 2:  # nothing to measure between GPUs: their checks skip with this reason
+            for probe in sorted({Probe.P2P, Probe.NCCL} & probes):
+                rec.errors.append(
+                    ProbeError(
+                        probe=probe.value,
+                        unavailable=True,
+                        message="this node has one GPU: nothing to measure between GPUs",
+                    )
+                )
+        else:
+            if Probe.P2P in probes:
+                p2p_ev = rec.attempt("p2p", partial(p2p.peer_matrix, devices, budget, plan.sizes.p2p_bytes))
+            if Probe.NCCL in probes:
+                coll: Callable[[], Any] = (
+                    (lambda: nccl.CupyNccl(devices)) if on_gpu else (lambda: nccl.NumpyCollective(len(devices)))
+                )
+                nccl_ev = rec.attempt("nccl", lambda: nccl.all_reduce_sweep(coll(), budget, plan.sizes.nccl_sizes))
     finally:
         if watcher is not None:
             watcher.__exit__(None, None, None)

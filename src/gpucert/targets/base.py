@@ -10,6 +10,7 @@ from gpucert.errors import ConfigError
 from gpucert.evidence import NodeEvidence
 from gpucert.spec import ClusterSpec, Probe, SimulatedTarget
 from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
+from gpucert.spec import LocalTarget as LocalTargetSpec
 
 __all__ = ["EvidenceSink", "MeasurePlan", "Target", "open_target"]
 
@@ -55,6 +56,10 @@ def open_target(spec: ClusterSpec) -> Target:
         from gpucert.targets.simulated import SimulatedTarget as Simulated
 
         return Simulated.from_spec(spec)
+    if isinstance(spec.target, LocalTargetSpec):
+        from gpucert.targets.local import LocalTarget
+
+        return LocalTarget.from_spec(spec)
     if isinstance(spec.target, KubernetesTargetSpec):
         from gpucert.targets.kubernetes import KubernetesTarget
 
