@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +20,7 @@ from rich.table import Table
 from gpucert import __version__
 from gpucert import run as runner
 from gpucert.baseline import GpuBaseline, load_baseline
-from gpucert.errors import GpucertError, IncompleteRunError
+from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
 from gpucert.report import attest
@@ -237,6 +238,16 @@ def cmd_evaluate(a: argparse.Namespace) -> int:
     return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, evidence=a.evidence, quiet=a.quiet)
 
 
+def cmd_cleanup(a: argparse.Namespace) -> int:
+    spec = load_spec(a.spec)
+    target = open_target(spec)
+    cleanup = getattr(target, "cleanup", None)
+    if cleanup is None:
+        raise ConfigError(f"a {target.kind} target creates nothing to clean up", path=spec.path, key="target.kind")
+    console.print(f"deleted {cleanup()} objects left by earlier gpucert runs")
+    return EXIT_PASS
+
+
 def cmd_report_allure(a: argparse.Namespace) -> int:
     from gpucert.report.allure import build_html
 
@@ -305,6 +316,9 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("run_dir")
     v.add_argument("--key", required=True, help="the signer's public key")
     v.set_defaults(func=cmd_verify)
+    cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
+    cu.add_argument("spec")
+    cu.set_defaults(func=cmd_cleanup)
     rp = sub.add_parser("report", help="render reports from a run folder")
     rsub = rp.add_subparsers(dest="report", required=True)
     ra = rsub.add_parser("allure", help="the Allure HTML report as a single file (needs allure-commandline, Java 17)")
@@ -317,8 +331,13 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM cleans up like Ctrl-C: the measure phase deletes what it created
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         code: int = args.func(args)
     except GpucertError as exc:

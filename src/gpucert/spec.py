@@ -56,6 +56,11 @@ class KubernetesTarget(Document):
     )
     image: str | None = None
     max_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(32, alias="maxParallel")
+    tolerations: list[dict[str, str]] = Field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    )
+    pending_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="pendingTimeoutSeconds")
+    active_deadline_seconds: Annotated[int, Field(ge=60)] = Field(7200, alias="activeDeadlineSeconds")
 
 
 class LocalTarget(Document):

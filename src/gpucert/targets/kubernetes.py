@@ -193,7 +193,12 @@ class KubernetesTarget:
         return self._nodes(), self._pods()
 
     def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
-        raise IncompleteRunError(
-            "measuring a live cluster with probe Jobs is not available in this version; "
-            "`gpucert configure SPEC` runs the configure suite against it"
-        )
+        from gpucert.targets.kubernetes_jobs import ProbeJobs
+
+        ProbeJobs(self, plan, sink, gpus_per_node=self.spec.expect.gpus_per_node).run(nodes)
+
+    def cleanup(self) -> int:
+        """Delete what earlier gpucert runs left in the run namespace; returns how many objects went."""
+        from gpucert.targets.kubernetes_jobs import cleanup_runs
+
+        return cleanup_runs(self, self.target.namespace)

@@ -1,0 +1,251 @@
+"""Measuring a live cluster with probe Jobs: the real `kubernetes` client against a fake API server, and a fake
+kubelet that runs each probe pod's plan on the NumPy device and serves its log."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pytest_httpserver import HTTPServer
+
+from gpucert import run as runner
+from gpucert.baseline import load_baseline
+from gpucert.evaluation import Evaluation
+from gpucert.spec import load_spec
+from gpucert.targets import open_target
+
+from .fakecluster import FakeCluster, FakeKubelet
+from .gpu_operator import node
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "gpucert"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
+    fake = FakeCluster()
+    server = HTTPServer(threaded=True)
+    server.expect_request(re.compile(".*")).respond_with_handler(fake.handle)  # every path, every method
+    server.start()
+    endpoint = server.url_for("").rstrip("/")
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": endpoint}}],
+        "users": [{"name": "gpucert-ci", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpucert-ci"}}],
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+    for i in range(1, 17):
+        fake.put("nodes", node(f"gpu-{i:02d}"))
+    yield fake
+    server.clear()
+    if server.is_running():
+        server.stop()
+
+
+def spec_file(tmp_path: Path, **target: Any) -> Path:
+    doc = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "ClusterSpec",
+        "metadata": {"name": "jobs"},
+        "target": {
+            "kind": "kubernetes",
+            "context": "fake",
+            "namespace": NS,
+            "maxParallel": 4,
+            "image": "registry.local/gpucert-probe@sha256:" + "b" * 64,
+            "pendingTimeoutSeconds": 3,
+            **target,
+        },
+        "expect": {"nodes": 16, "gpusPerNode": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3"},
+        "certify": {
+            "baseline": str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"),
+            "probes": ["memory", "pcie", "nccl"],
+        },
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def measure(tmp_path: Path, **target: Any) -> tuple[Path, Evaluation, float]:
+    spec = load_spec(spec_file(tmp_path, **target))
+    run_dir = runner.create_run_dir(tmp_path / "reports", spec)
+    t = open_target(spec)
+    inventory = runner.plan(t, spec, run_dir)
+    t0 = time.monotonic()
+    runner.measure(t, inventory, spec, run_dir)
+    return run_dir, Evaluation(run_dir, spec, load_baseline(spec.resolve(spec.certify.baseline))), time.monotonic() - t0
+
+
+def leftovers(fake: FakeCluster) -> dict[str, int]:
+    return {k: len(fake.list(k, NS)) for k in ("jobs", "pods", "configmaps", "services")}
+
+
+def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> None:
+    kubelet = FakeKubelet(cluster).start()
+    try:
+        run_dir, ev, _ = measure(tmp_path)
+    finally:
+        kubelet.close()
+    assert cluster.max_jobs == 4
+    files = sorted(p.name for p in (run_dir / "evidence").iterdir())
+    assert files == [f"gpu-{i:02d}.json" for i in range(1, 17)]
+    assert all(ev.evidence(f"gpu-{i:02d}").collected for i in range(1, 17))  # type: ignore[union-attr]
+    assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
+    job = next(e[4] for e in cluster.events if e[1] == "jobs")
+    pod_spec = job["spec"]["template"]["spec"]
+    assert pod_spec["nodeName"].startswith("gpu-")
+    assert pod_spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert pod_spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert job["spec"]["activeDeadlineSeconds"] == 7200
+    assert job["spec"]["ttlSecondsAfterFinished"] > 0
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
+    watches = [p for m, p in cluster.requests if "watch=" in p]
+    assert watches, "progress must come from watches"
+
+
+def test_a_pending_node_is_reported_within_its_timeout(cluster: FakeCluster, tmp_path: Path) -> None:
+    kubelet = FakeKubelet(cluster, behaviour={"gpu-07": "pending"}).start()
+    try:
+        _run_dir, ev, seconds = measure(tmp_path)
+    finally:
+        kubelet.close()
+    assert seconds < 3 + 5 + 5  # the timeout, one watch slice, and the other nodes' work
+    finding = ev.reachable("gpu-07")
+    assert finding.status.value == "fail"
+    assert "Pending after 3 s" in finding.message
+    assert "Insufficient nvidia.com/gpu" in finding.message
+    others = [ev.evidence(f"gpu-{i:02d}") for i in range(1, 17) if i != 7]
+    assert all(e is not None and e.collected for e in others)
+    assert leftovers(cluster)["jobs"] == 0
+
+
+def test_oomkilled_truncated_and_unpullable(cluster: FakeCluster, tmp_path: Path) -> None:
+    kubelet = FakeKubelet(cluster, behaviour={"gpu-02": "oom", "gpu-05": "truncate", "gpu-11": "imagepull"}).start()
+    try:
+        _, ev, _ = measure(tmp_path)
+    finally:
+        kubelet.close()
+    oom = ev.reachable("gpu-02").message
+    assert "OOMKilled (exit code 137)" in oom
+    assert "memory 1 GiB x 2 buffers" in oom  # the log tail
+    assert "truncated" in ev.reachable("gpu-05").message
+    assert "ErrImagePull" in ev.reachable("gpu-11").message
+    assert sum(ev.reachable(f"gpu-{i:02d}").status.value == "pass" for i in range(1, 17)) == 13
+
+
+def test_measuring_needs_a_probe_image(cluster: FakeCluster, tmp_path: Path) -> None:
+    from gpucert.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"target\.image: measuring a cluster needs the probe image"):
+        measure(tmp_path, image=None)
+
+
+def test_sigint_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: Path) -> None:
+    kubelet = FakeKubelet(cluster, slow_s=0.4).start()
+    spec = spec_file(tmp_path, maxParallel=2)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucert.cli", "certify", str(spec), "--reports", str(tmp_path / "reports")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        evidence: list[Path] = []
+        while time.monotonic() < deadline and len(evidence) < 4:
+            time.sleep(0.1)
+            evidence = list((tmp_path / "reports").glob("*/evidence/*.json"))
+        assert len(evidence) >= 4, proc.stderr.read() if proc.poll() is not None else "no evidence yet"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kubelet.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err
+    assert "interrupted" in err
+    assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
+    kept = list((tmp_path / "reports").glob("*/evidence/*.json"))
+    assert 4 <= len(kept) < 16
+    assert all(json.loads(p.read_text())["collected"] for p in kept)
+
+
+def test_cleanup_removes_leftovers_of_earlier_runs(
+    cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpucert import cli
+
+    labels = {"app.kubernetes.io/managed-by": "gpucert", "gpucert.io/run": "rdeadbeef"}
+    cluster.put("configmaps", {"metadata": {"name": "gpucert-rdeadbeef", "namespace": NS, "labels": labels}})
+    cluster.put("jobs", {"metadata": {"name": "gpucert-rdeadbeef-1", "namespace": NS, "labels": labels}})
+    cluster.put("jobs", {"metadata": {"name": "someone-elses", "namespace": NS, "labels": {"app": "x"}}})
+    assert cli.main(["cleanup", str(spec_file(tmp_path))]) == 0
+    assert [j["metadata"]["name"] for j in cluster.list("jobs", NS)] == ["someone-elses"]
+    assert cluster.list("configmaps", NS) == []
+    assert "deleted 2 objects" in capsys.readouterr().out
+
+
+def _verb(method: str, path: str) -> tuple[str, str, str, str | None]:
+    """(apiGroup, resource, verb, namespace) of one request, as RBAC sees it."""
+    route, _, query = path.partition("?")
+    parts = route.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    ns = None
+    if rest and rest[0] == "namespaces":
+        ns, rest = rest[1], rest[2:]
+    resource, named = rest[0], len(rest) > 1
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(method)
+    if verb is None:
+        verb = "get" if named else ("watch" if "watch=" in query else "list")
+    return group, resource, verb, ns
+
+
+def test_rbac_grants_exactly_what_a_measured_run_uses(cluster: FakeCluster, tmp_path: Path) -> None:
+    left = {"gpucert.io/run": "rx", "app.kubernetes.io/managed-by": "gpucert"}  # what an earlier run left
+    cluster.put("pods", {"metadata": {"name": "left", "namespace": NS, "labels": left}})
+    cluster.put("services", {"metadata": {"name": "left", "namespace": NS, "labels": left}})
+    kubelet = FakeKubelet(cluster, behaviour={"gpu-03": "oom"}).start()
+    try:
+        measure(tmp_path)
+    finally:
+        kubelet.close()
+    cluster.put("nodes", node("gpu-99"))
+    from gpucert.targets.kubernetes_jobs import cleanup_runs
+
+    spec = load_spec(spec_file(tmp_path))
+    target = open_target(spec)
+    cleanup_runs(target, NS)  # type: ignore[arg-type]
+    used = {_verb(m, p) for m, p in cluster.requests}
+    used.add(("", "nodes", "get", None))  # read when a probe pod disappears (covered by the deletion path)
+    granted = set()
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+        if doc["kind"] in ("ClusterRole", "Role"):
+            for rule in doc["rules"]:
+                for g in rule["apiGroups"]:
+                    for r in rule["resources"]:
+                        for v in rule["verbs"]:
+                            granted.add((g, r, v, doc["metadata"].get("namespace")))
+    used_pod_ns = {(g, r, v, ns) for g, r, v, ns in used}
+    assert used_pod_ns - granted == set(), "a request the RBAC manifest does not grant"
+    unused = {x for x in granted - used_pod_ns if x[3] != "gpu-operator"}  # configure's grants: tested there
+    assert unused == set(), "a grant no request needs"
