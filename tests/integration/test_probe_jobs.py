@@ -105,7 +105,9 @@ def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> N
     assert cluster.max_jobs == 4
     files = sorted(p.name for p in (run_dir / "evidence").iterdir())
     assert files == [f"gpu-{i:02d}.json" for i in range(1, 17)]
-    assert all(ev.evidence(f"gpu-{i:02d}").collected for i in range(1, 17))  # type: ignore[union-attr]
+    problems = [ev.reachable(f"gpu-{i:02d}").message for i in range(1, 17)
+                if ev.reachable(f"gpu-{i:02d}").status.value != "pass"]
+    assert problems == []
     assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
     job = next(e[4] for e in cluster.events if e[1] == "jobs")
     pod_spec = job["spec"]["template"]["spec"]
@@ -130,8 +132,8 @@ def test_a_pending_node_is_reported_within_its_timeout(cluster: FakeCluster, tmp
     assert finding.status.value == "fail"
     assert "Pending after 3 s" in finding.message
     assert "Insufficient nvidia.com/gpu" in finding.message
-    others = [ev.evidence(f"gpu-{i:02d}") for i in range(1, 17) if i != 7]
-    assert all(e is not None and e.collected for e in others)
+    others = [ev.reachable(f"gpu-{i:02d}") for i in range(1, 17) if i != 7]
+    assert [f.message for f in others if f.status.value != "pass"] == []
     assert leftovers(cluster)["jobs"] == 0
 
 

@@ -329,19 +329,38 @@ class ProbeJobs:
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
+    def _list(self) -> str:
+        """Read the run's pods as they are now; returns the list's resourceVersion to watch from.
+
+        Watch events come in resourceVersion order, so a watch stopped half-way resumes from the last event it
+        handled; the objects of a list do not, which is why (re)starting is a list followed by a watch.
+        """
+        resp = self.target._call(
+            "list",
+            f"pods in namespace {self.ns}",
+            self.core.list_namespaced_pod,
+            namespace=self.ns,
+            label_selector=f"{LABEL_RUN}={self.label}",
+        )
+        data = json.loads(resp.data)
+        for pod in data.get("items") or []:
+            self._on_pod(pod, deleted=False)
+        return str((data.get("metadata") or {}).get("resourceVersion", ""))
+
     def _watch(self, resource_version: str | None, seconds: int) -> str | None:
         """Handle the run's pod events for up to `seconds`; returns the resourceVersion to resume from."""
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
+        if not resource_version:
+            resource_version = self._list()
         w = watch.Watch()
         kwargs: dict[str, Any] = {
             "namespace": self.ns,
             "label_selector": f"{LABEL_RUN}={self.label}",
             "timeout_seconds": seconds,
+            "resource_version": resource_version,
         }
-        if resource_version:
-            kwargs["resource_version"] = resource_version
         try:
             for event in w.stream(self.core.list_namespaced_pod, **kwargs):
                 raw = event.get("raw_object") or {}
