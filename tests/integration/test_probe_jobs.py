@@ -105,8 +105,11 @@ def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> N
     assert cluster.max_jobs == 4
     files = sorted(p.name for p in (run_dir / "evidence").iterdir())
     assert files == [f"gpu-{i:02d}.json" for i in range(1, 17)]
-    problems = [ev.reachable(f"gpu-{i:02d}").message for i in range(1, 17)
-                if ev.reachable(f"gpu-{i:02d}").status.value != "pass"]
+    problems = [
+        ev.reachable(f"gpu-{i:02d}").message
+        for i in range(1, 17)
+        if ev.reachable(f"gpu-{i:02d}").status.value != "pass"
+    ]
     assert problems == []
     assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
     job = next(e[4] for e in cluster.events if e[1] == "jobs")
