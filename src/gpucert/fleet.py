@@ -6,7 +6,7 @@ Pure: a model and its loader. The simulator in targets/simulated.py turns it int
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
@@ -15,19 +15,6 @@ from gpucert.spec import Metadata
 
 __all__ = ["FLEET_METRICS", "Fault", "SimulatedFleet", "load_fleet"]
 
-# metrics a `slow` fault can scale; per GPU unless noted
-FLEET_METRICS = (
-    "memory.bandwidth",
-    "compute.gemm.fp16",
-    "compute.gemm.bf16",
-    "compute.gemm.tf32",
-    "compute.gemm.fp32",
-    "compute.gemm.fp64",
-    "pcie.h2d",
-    "pcie.d2h",
-    "p2p.bandwidth",
-    "nccl.all_reduce",
-)
 Metric = Literal[
     "memory.bandwidth",
     "compute.gemm.fp16",
@@ -40,6 +27,8 @@ Metric = Literal[
     "p2p.bandwidth",
     "nccl.all_reduce",
 ]
+# the metrics a `slow` fault can scale (nccl.all_reduce is per node, the others per GPU)
+FLEET_METRICS: tuple[str, ...] = get_args(Metric)
 GpuIndex = Annotated[int, Field(ge=0)]
 
 

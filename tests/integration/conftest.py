@@ -17,6 +17,7 @@ import pytest
 import yaml
 from werkzeug import Request, Response
 
+from .fakecluster import _selected
 from .gpu_operator import NS
 
 PATHS = {
@@ -24,15 +25,6 @@ PATHS = {
     "pods": re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods$"),
     "clusterpolicies": re.compile(r"^/apis/nvidia\.com/v1/clusterpolicies$"),
 }
-
-
-def _matches(obj: dict[str, Any], selector: str) -> bool:
-    labels = obj["metadata"].get("labels") or {}
-    for term in filter(None, selector.split(",")):
-        key, _, value = term.partition("=")
-        if labels.get(key) != value:
-            return False
-    return True
 
 
 class FakeKubeApi:
@@ -60,7 +52,7 @@ class FakeKubeApi:
             status, message = self.failures[resource].pop(0)
             return self._status(status, message or f"injected {status}")
         if resource == "nodes":
-            items = [n for n in self.nodes if _matches(n, args.get("labelSelector", ""))]
+            items = [n for n in self.nodes if _selected(n, args.get("labelSelector", ""))]
             kind = "NodeList"
         elif resource == "pods":
             items = [p for p in self.pods if p["metadata"]["namespace"] == m.group("ns")]

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpucert.analysis.stats import Summary, median, summarize
+from gpucert.analysis.stats import Summary, summarize
 from gpucert.baseline import Comparison, MetricBaseline
 from gpucert.checks import CheckStatus, Finding
 
@@ -91,14 +91,12 @@ class StragglerIndex:
         check = f"straggler.{self.metric}"
         s = self.values[key]
         reasons: list[str] = []
-        worst = 0.0
         if key[1] is not None:
             peers = [self.values[k].value for k in self._by_node[key[0]] if k != key]
             if len(peers) >= MIN_PEERS:
                 node_peers = summarize(peers)
                 hit = self._behind(s.value, node_peers)
                 if hit:
-                    worst = hit[0]
                     reasons.append(
                         f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the median of its "
                         f"{len(peers)} peers on {key[0]} ({node_peers.median:.4g} {s.unit}, robust z "
@@ -107,7 +105,6 @@ class StragglerIndex:
         if self.fleet is not None and self.fleet.n - 1 >= MIN_PEERS:
             hit = self._behind(s.value, self.fleet)
             if hit:
-                worst = worst if abs(worst) > abs(hit[0]) else hit[0]
                 reasons.append(
                     f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the fleet median over "
                     f"{self.fleet.n} {'GPUs' if key[1] is not None else 'nodes'} "
@@ -140,7 +137,3 @@ class StragglerIndex:
             expected=round(fleet_median, 4),
             unit=s.unit,
         )
-
-
-def per_gpu_median(samples: list[float], unit: str) -> Sampled:
-    return Sampled(value=median(samples), n=len(samples), unit=unit)

@@ -97,13 +97,7 @@ def read_gpu(nvml: Any, index: int, xids: list[XidEvent] | None = None) -> GpuEv
         )
         if remap is not None
         else RemappedRows(),
-        pcie=PcieLink(
-            current_generation=r.get("pcie.current_generation", lambda: n.nvmlDeviceGetCurrPcieLinkGeneration(h)),
-            current_width=r.get("pcie.current_width", lambda: n.nvmlDeviceGetCurrPcieLinkWidth(h)),
-            max_generation=r.get("pcie.max_generation", lambda: n.nvmlDeviceGetMaxPcieLinkGeneration(h)),
-            max_width=r.get("pcie.max_width", lambda: n.nvmlDeviceGetMaxPcieLinkWidth(h)),
-            under_load=False,
-        ),
+        pcie=_pcie(r, n, h, under_load=False),
         clock_event_reasons=r.get("clock_event_reasons", lambda: int(reasons_fn(h))),
         temperature_c=r.get("temperature", lambda: float(n.nvmlDeviceGetTemperature(h, n.NVML_TEMPERATURE_GPU))),
         slowdown_temperature_c=r.get(
@@ -128,18 +122,19 @@ def read_gpu(nvml: Any, index: int, xids: list[XidEvent] | None = None) -> GpuEv
     )
 
 
-def pcie_under_load(nvml: Any, index: int) -> PcieLink:
-    """The link as trained while traffic flows: an idle GPU trains its link down on purpose, so read it now."""
-    n = nvml
-    h = n.nvmlDeviceGetHandleByIndex(index)
-    r = _Reader(n)
+def _pcie(r: _Reader, n: Any, h: Any, *, under_load: bool) -> PcieLink:
     return PcieLink(
         current_generation=r.get("pcie.current_generation", lambda: n.nvmlDeviceGetCurrPcieLinkGeneration(h)),
         current_width=r.get("pcie.current_width", lambda: n.nvmlDeviceGetCurrPcieLinkWidth(h)),
         max_generation=r.get("pcie.max_generation", lambda: n.nvmlDeviceGetMaxPcieLinkGeneration(h)),
         max_width=r.get("pcie.max_width", lambda: n.nvmlDeviceGetMaxPcieLinkWidth(h)),
-        under_load=True,
+        under_load=under_load,
     )
+
+
+def pcie_under_load(nvml: Any, index: int) -> PcieLink:
+    """The link as trained while traffic flows: an idle GPU trains its link down on purpose, so read it now."""
+    return _pcie(_Reader(nvml), nvml, nvml.nvmlDeviceGetHandleByIndex(index), under_load=True)
 
 
 class watch_xids:  # noqa: N801 - a context manager read like a function

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import platform
-import socket
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -209,7 +208,3 @@ def run_plan(plan: ProbePlan, nvml: Any = None) -> NodeEvidence:
         dcgm=dcgm_ev,
         errors=rec.errors,
     )
-
-
-def default_node_name() -> str:
-    return socket.gethostname()
