@@ -6,6 +6,7 @@ The suites stay one line each; this module finds the right evidence, decides wha
 
 from __future__ import annotations
 
+import dataclasses
 from functools import cached_property
 from pathlib import Path
 
@@ -14,15 +15,16 @@ from gpucert.analysis.performance import Sampled, StragglerIndex, against_baseli
 from gpucert.analysis.stats import median
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import DCGM_TESTS_BY_LEVEL, CheckStatus, Finding
-from gpucert.evidence import GpuEvidence, NodeEvidence, read_evidence
+from gpucert.evidence import FabricEvidence, GpuEvidence, NodeEvidence, read_evidence, read_fabric
 from gpucert.inventory import Inventory, read_inventory
 from gpucert.spec import ClusterSpec, Probe
 from gpucert.stack import rules
 from gpucert.stack.observe import NodeStack, StackObservation, read_stack
 
-__all__ = ["NODE_METRICS", "Evaluation", "GpuSlot"]
+__all__ = ["FABRIC_METRICS", "NODE_METRICS", "Evaluation", "GpuSlot"]
 
 NODE_METRICS = ("nccl.all_reduce",)
+FABRIC_METRICS = ("nccl.all_reduce.multinode",)  # one figure for a set of nodes together
 SKIP, ERROR = CheckStatus.SKIP, CheckStatus.ERROR
 
 
@@ -67,6 +69,10 @@ class Evaluation:
     def measured(self) -> bool:
         """Whether this run measured nodes (a configure-only run has no evidence folder)."""
         return (self.run_dir / "evidence").is_dir()
+
+    @cached_property
+    def fabric(self) -> FabricEvidence | None:
+        return read_fabric(self.run_dir / "evidence") if self.measured else None
 
     def evidence(self, node: str) -> NodeEvidence | None:
         if node not in self._evidence:
@@ -251,6 +257,8 @@ class Evaluation:
     def evidence_for(self, finding: Finding) -> dict[str, object] | None:
         """The evidence behind a finding, as JSON-ready data, for the reports' failure details."""
         node = finding.node
+        if finding.check in FABRIC_METRICS:
+            return self.fabric.model_dump(mode="json") if self.fabric else None
         if node is None:
             return {"nodes": self.inventory.names}
         family = finding.check.removeprefix("straggler.").split(".")[0]
@@ -326,6 +334,31 @@ class Evaluation:
                 higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
             )
         return self._stragglers[metric]
+
+    def multinode(self, metric: str = "nccl.all_reduce.multinode") -> Finding:
+        """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
+        if self.spec.certify.multinode is None:
+            return Finding(
+                metric, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes was asked"
+            )
+        if metric not in self.baseline.metrics:
+            return Finding(metric, SKIP, None, None, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        fabric = self.fabric
+        if fabric is None:
+            return Finding(metric, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
+        err = next(iter(fabric.errors), None)
+        if err is not None:
+            status = SKIP if err.unavailable else ERROR
+            return Finding(metric, status, None, None, f"the all-reduce across nodes did not run: {err.message}")
+        if fabric.nccl is None or not fabric.nccl.points:
+            return Finding(metric, ERROR, None, None, "the all-reduce across nodes recorded no samples")
+        where = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs ({', '.join(fabric.nodes)}):"
+        if not fabric.nccl.correct:
+            return Finding(metric, CheckStatus.FAIL, None, None, f"{where} the reduced values were wrong")
+        top = max(fabric.nccl.points, key=lambda p: p.size_bytes)
+        sampled = Sampled(median(top.busbw), len(top.busbw), "GB/s")
+        found = against_baseline(metric, (where, None), sampled, self.baseline.metrics[metric])
+        return dataclasses.replace(found, node=None)
 
     def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
         """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""

@@ -17,10 +17,12 @@ from gpucert.errors import EvidenceError
 
 __all__ = [
     "EVIDENCE_SCHEMA",
+    "FABRIC_EVIDENCE",
     "DcgmEvidence",
     "DcgmGpuResult",
     "DcgmTestResult",
     "EccCounts",
+    "FabricEvidence",
     "GpuEvidence",
     "Health",
     "Measurement",
@@ -35,7 +37,9 @@ __all__ = [
     "SystemFacts",
     "XidEvent",
     "read_evidence",
+    "read_fabric",
     "write_evidence",
+    "write_fabric",
 ]
 
 EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"
@@ -192,14 +196,56 @@ class NodeEvidence(_Model):
         return next((e for e in self.errors if e.probe in (probe, "*")), None)
 
 
-def write_evidence(directory: Path, evidence: NodeEvidence) -> Path:
-    """Write one node's document atomically, so a reader never sees half of it."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{evidence.node}.json"
+class FabricEvidence(_Model):
+    """One collective across several nodes (`evidence/multinode/nccl.json`): the nodes in rank order, the sweep."""
+
+    schema_: str = Field(EVIDENCE_SCHEMA, alias="schema")
+    run_id: str
+    target: str
+    probe_version: str
+    started: str
+    finished: str
+    nodes: list[str]
+    gpus_per_node: int
+    collected: bool = True
+    nccl: NcclEvidence | None = None
+    errors: list[ProbeError] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+# a folder, so it can never collide with a node's `<node>.json`
+FABRIC_EVIDENCE = Path("multinode") / "nccl.json"
+
+
+def _atomic_write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(evidence.model_dump_json(by_alias=True, exclude_none=False), encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def write_fabric(directory: Path, evidence: FabricEvidence) -> Path:
+    return _atomic_write(directory / FABRIC_EVIDENCE, evidence.model_dump_json(by_alias=True))
+
+
+def read_fabric(directory: Path) -> FabricEvidence | None:
+    """The multi-node evidence of an evidence folder, or None when the run measured no collective across nodes."""
+    path = directory / FABRIC_EVIDENCE
+    if not path.exists():
+        return None
+    try:
+        return FabricEvidence.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
+
+
+def write_evidence(directory: Path, evidence: NodeEvidence) -> Path:
+    """Write one node's document atomically, so a reader never sees half of it."""
+    return _atomic_write(directory / f"{evidence.node}.json", evidence.model_dump_json(by_alias=True))
 
 
 def read_evidence(path: Path) -> NodeEvidence:

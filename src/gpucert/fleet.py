@@ -26,8 +26,9 @@ Metric = Literal[
     "pcie.d2h",
     "p2p.bandwidth",
     "nccl.all_reduce",
+    "nccl.all_reduce.multinode",
 ]
-# the metrics a `slow` fault can scale (nccl.all_reduce is per node, the others per GPU)
+# the metrics a `slow` fault can scale (the nccl ones are per node: a node's slow NIC slows the multi-node ring)
 FLEET_METRICS: tuple[str, ...] = get_args(Metric)
 GpuIndex = Annotated[int, Field(ge=0)]
 

@@ -11,12 +11,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gpucert import __version__
 from gpucert.errors import EvidenceError
-from gpucert.evidence import NodeEvidence, write_evidence
+from gpucert.evidence import FabricEvidence, NodeEvidence, ProbeError, write_evidence, write_fabric
 from gpucert.inventory import Inventory, write_inventory
 from gpucert.spec import ClusterSpec
 from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack, write_stack
-from gpucert.targets.base import MeasurePlan, Target
+from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
 __all__ = ["create_run_dir", "import_evidence", "measure", "plan", "plan_static", "run_id_of"]
 
@@ -78,12 +79,44 @@ def measure(
         run_id=run_id_of(run_dir), probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level
     )
 
+    collected: list[str] = []
+
     def sink(ev: NodeEvidence) -> None:
         write_evidence(evidence_dir, ev)
+        if ev.collected:
+            collected.append(ev.node)
         if progress is not None:
             progress(ev)
 
     target.measure(inventory.names, measure_plan, sink)
+    multinode = spec.certify.multinode
+    if multinode is not None:
+        order = {n: i for i, n in enumerate(inventory.names)}
+        nodes = sorted(collected, key=order.__getitem__)[: multinode.max_nodes]
+        write_fabric(evidence_dir, measure_fabric(target, nodes, measure_plan))
+
+
+def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
+    """The all-reduce across `nodes`, or a document that says why it could not run."""
+    if len(nodes) >= 2 and isinstance(target, FabricTarget):
+        return target.measure_fabric(nodes, plan)
+    why = (
+        f"{len(nodes)} node(s) could be measured: an all-reduce across nodes needs at least two"
+        if len(nodes) < 2
+        else f"the {target.kind} target measures one host: there is no fabric between nodes to measure"
+    )
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return FabricEvidence(
+        run_id=plan.run_id,
+        target=target.kind,
+        probe_version=__version__,
+        started=now,
+        finished=now,
+        nodes=nodes,
+        gpus_per_node=0,
+        collected=False,
+        errors=[ProbeError(probe="nccl", message=why, unavailable=True)],
+    )
 
 
 def import_evidence(source: Path, run_dir: Path) -> None:

@@ -61,6 +61,8 @@ class KubernetesTarget(Document):
     )
     pending_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="pendingTimeoutSeconds")
     active_deadline_seconds: Annotated[int, Field(ge=60)] = Field(7200, alias="activeDeadlineSeconds")
+    # extra limits for the all-reduce across nodes, e.g. the RDMA device plugin's {rdma/rdma_shared_device_a: 1}
+    fabric_resources: dict[str, str] = Field(default_factory=dict, alias="fabricResources")
 
 
 class LocalTarget(Document):
@@ -174,11 +176,19 @@ class StragglerSpec(Document):
     max_deviation: Annotated[float, Field(gt=0, lt=1)] = Field(0.05, alias="maxDeviation")
 
 
+class MultinodeSpec(Document):
+    """All-reduce across nodes, after every node has been measured alone (`nccl.all_reduce.multinode`)."""
+
+    # the first N nodes that were measured, in inventory order; every measured node when absent
+    max_nodes: Annotated[int, Field(ge=2)] | None = Field(None, alias="maxNodes")
+
+
 class CertifySpec(Document):
     baseline: str
     dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
     probes: list[Probe] = Field(default_factory=lambda: list(Probe))
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
+    multinode: MultinodeSpec | None = None
 
 
 class ClusterSpec(Document):

@@ -34,3 +34,8 @@ def test_p2p_bandwidth(evaluation: Evaluation, gpu: GpuSlot) -> None:
 @pytest.mark.check("nccl.all_reduce")
 def test_nccl_all_reduce(evaluation: Evaluation, node: str) -> None:
     expect(evaluation.metric("nccl.all_reduce", node, None))
+
+
+@pytest.mark.check("nccl.all_reduce.multinode")
+def test_nccl_all_reduce_multinode(evaluation: Evaluation) -> None:
+    expect(evaluation.multinode())

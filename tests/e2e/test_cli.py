@@ -66,7 +66,13 @@ def test_certify_exit_codes_and_reports(project: Path) -> None:
         assert (run / name).is_file(), name
     for name in ("report.html", "junit.xml", "verdict.json", "allure-results"):
         assert f"out/{run.name}/{name}" in r.stdout, name
-    assert sorted(p.name for p in (run / "evidence").iterdir()) == [f"gpu-node-{i}.json" for i in range(1, 5)]
+    assert sorted(p.name for p in (run / "evidence").iterdir()) == [
+        *(f"gpu-node-{i}.json" for i in range(1, 5)),
+        "multinode",
+    ]
+    fabric = json.loads((run / "evidence" / "multinode" / "nccl.json").read_text())
+    assert fabric["nodes"] == [f"gpu-node-{i}" for i in range(1, 5)]
+    assert fabric["nccl"]["ranks"] == 32
     allure = run / "allure-results"
     assert {"environment.properties", "categories.json", "executor.json"} <= {p.name for p in allure.iterdir()}
     results = [json.loads(p.read_text()) for p in allure.glob("*-result.json")]

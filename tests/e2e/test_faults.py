@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .conftest import fleet_doc
@@ -26,6 +28,10 @@ CASES = [
     (
         {"kind": "slow", "node": "gpu-node-3", "metric": "nccl.all_reduce", "factor": 0.8},
         {("nccl.all_reduce", "gpu-node-3", None)},
+    ),
+    (  # one node's slow NIC slows the ring across nodes: one finding for the set, not per node
+        {"kind": "slow", "node": "gpu-node-2", "metric": "nccl.all_reduce.multinode", "factor": 0.8},
+        {("nccl.all_reduce.multinode", None, None)},
     ),
     ({"kind": "ecc", "node": "gpu-node-1", "gpu": 5, "uncorrected": 2}, {("health.ecc", "gpu-node-1", 5)}),
     ({"kind": "ecc", "node": "gpu-node-1", "gpu": 4, "corrected": 5000}, {("health.ecc", "gpu-node-1", 4)}),
@@ -130,3 +136,27 @@ def test_demo_fleet_finds_exactly_its_faults(certify) -> None:
         ("stack.version", "gpu-node-3", None),
         ("stack.ordering", "gpu-node-2", None),
     }
+
+
+def test_the_all_reduce_across_nodes_runs_over_the_measured_nodes_only(certify) -> None:
+    from .conftest import spec_doc
+
+    run = certify(
+        fleet_doc([{"kind": "unreachable", "node": "gpu-node-2"}], nodes=5),
+        "-v",
+        spec=spec_doc(multinode={"maxNodes": 3}),
+    )
+    fabric = json.loads((run.run_dir / "evidence" / "multinode" / "nccl.json").read_text())
+    assert fabric["nodes"] == ["gpu-node-1", "gpu-node-3", "gpu-node-4"]
+    assert fabric["nccl"]["ranks"] == 24
+    run.result.stdout.fnmatch_lines(["*test_nccl_all_reduce_multinode PASSED*"])
+
+
+def test_without_multinode_in_the_spec_the_check_skips_and_says_why(certify) -> None:
+    from .conftest import spec_doc
+
+    spec = spec_doc()
+    del spec["certify"]["multinode"]
+    run = certify(fleet_doc(), "-rs", spec=spec)
+    assert not (run.run_dir / "evidence" / "multinode").exists()
+    run.result.stdout.fnmatch_lines(["*certify.multinode is not set*"])

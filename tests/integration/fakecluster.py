@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -19,7 +20,10 @@ from typing import Any
 from werkzeug import Request, Response
 
 from gpucert.probes.framing import frame
+from gpucert.probes.multinode import run_multinode
 from gpucert.probes.runner import BudgetSpec, ProbePlan, Sizes, run_plan
+
+INDEX = "batch.kubernetes.io/job-completion-index"
 
 ROUTES = [
     ("nodes", re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")),
@@ -269,10 +273,16 @@ class FakeKubelet:
 
     `behaviour[node]` changes what happens on a node: "pending" (unschedulable, stays Pending), "imagepull",
     "oom" (killed mid-run), "truncate" (the log is cut), "slow" (takes `slow_s` seconds).
+
+    An Indexed Job (the all-reduce across nodes) gets one pod per index, placed on the nodes its node affinity
+    names, in order; each runs its rank of the collective over loopback. The fake DNS resolves `<hostname>.<svc>`
+    only when a headless Service `svc` selects a pod with that hostname and subdomain, as the cluster DNS does.
+    `fabric_behaviour[node]` ("pending", "oom") changes that node's pod of the collective only.
     """
 
     cluster: FakeCluster
     behaviour: dict[str, str] = field(default_factory=dict)
+    fabric_behaviour: dict[str, str] = field(default_factory=dict)
     slow_s: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -292,7 +302,10 @@ class FakeKubelet:
             for job in self.cluster.list("jobs"):
                 ns, jname = job["metadata"]["namespace"], job["metadata"]["name"]
                 if not any(p["metadata"]["labels"].get("job-name") == jname for p in self.cluster.list("pods", ns)):
-                    self._run_pod(job)
+                    if job["spec"].get("completionMode") == "Indexed":
+                        self._run_indexed(job)
+                    else:
+                        self._run_pod(job)
             self.stop.wait(0.01)
 
     def _pod(self, job: dict[str, Any]) -> dict[str, Any]:
@@ -346,6 +359,100 @@ class FakeKubelet:
             return
         self.cluster.put("pods", pod)
         threading.Thread(target=self._execute, args=(job, pod, node, ns, name, what), daemon=True).start()
+
+    # ---- the Indexed Job of the all-reduce across nodes -----------------------------------------------------------
+
+    def _run_indexed(self, job: dict[str, Any]) -> None:
+        affinity = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+        term = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+        nodes = term["matchFields"][0]["values"]
+        with socket.socket() as probe:  # the port the fake DNS maps the rendezvous to
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        for i in range(job["spec"]["completions"]):
+            pod = self._pod(job)
+            pod["metadata"]["name"] = f"{job['metadata']['name']}-{i}-{uuid.uuid4().hex[:5]}"
+            pod["metadata"]["annotations"] = {INDEX: str(i)}
+            pod["metadata"]["labels"][INDEX] = str(i)
+            pod["spec"]["hostname"] = f"{job['metadata']['name']}-{i}"
+            node = nodes[i]
+            if self.fabric_behaviour.get(node) == "pending":
+                pod["status"]["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": f"0/16 nodes are available: 1 node(s) had untolerated taint; {node} is cordoned.",
+                    }
+                ]
+                self.cluster.put("pods", pod)
+                continue
+            pod["spec"]["nodeName"] = node
+            self.cluster.put("pods", pod)
+            threading.Thread(target=self._execute_rank, args=(job, pod, port), daemon=True).start()
+
+    def _resolve(self, ns: str, host: str) -> str:
+        hostname, _, subdomain = host.partition(".")
+        svc = self.cluster.get("services", ns, subdomain)
+        if svc is None or svc["spec"].get("clusterIP") != "None":
+            return "unresolvable.invalid"
+        for pod in self.cluster.list("pods", ns):
+            spec = pod["spec"]
+            if (
+                spec.get("hostname") == hostname
+                and spec.get("subdomain") == subdomain
+                and all(pod["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items())
+            ):
+                return "127.0.0.1"
+        return "unresolvable.invalid"
+
+    def _execute_rank(self, job: dict[str, Any], pod: dict[str, Any], port: int) -> None:
+        ns, name, node = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["spec"]["nodeName"]
+        container = pod["spec"]["containers"][0]
+        image, cmd = container["image"], container["command"]
+        arg = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
+        env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
+        assert arg["--rank"] == "$(RANK)"
+        assert env["RANK"] == f"metadata.annotations['{INDEX}']"
+        rank = int(pod["metadata"]["annotations"][INDEX])
+        running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
+        pod["status"] = {"phase": "Running", "containerStatuses": [container_status(image, running, ready=True)]}
+        self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
+        if self.fabric_behaviour.get(node) == "oom":
+            self.cluster.logs[(ns, name)] = "probe: starting\nprobe: nccl 8 GiB buffers\n"
+            terminated = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
+            pod["status"] = {"phase": "Failed", "containerStatuses": [container_status(image, terminated)]}
+            self.cluster.put("pods", pod, "MODIFIED")
+            return
+        cm = self.cluster.get("configmaps", ns, pod["spec"]["volumes"][0]["configMap"]["name"])
+        assert cm is not None
+        plan = json.loads(cm["data"]["plan.json"])
+        plan.update(
+            node=node,
+            device="numpy",
+            gpus=2,
+            budget=BudgetSpec(warmup_s=0, measure_s=0.01, min_reps=3, max_reps=3).model_dump(),
+            sizes=Sizes(nccl_sizes=[1 << 16, 1 << 20]).model_dump(),
+        )
+        host = self._resolve(ns, arg["--rendezvous"].rpartition(":")[0])
+        try:
+            fabric = run_multinode(
+                ProbePlan.model_validate(plan),
+                rank=rank,
+                processes=int(arg["--processes"]),
+                host=host,
+                port=port,
+                timeout_s=min(float(arg["--rendezvous-timeout"]), 10),
+            )
+            log = frame(fabric.model_dump_json(by_alias=True)) if fabric is not None else f"rank {rank} done\n"
+            phase, state = "Succeeded", {"terminated": {"exitCode": 0, "reason": "Completed"}}
+        except Exception as exc:
+            log = f"gpucert.probes: error: {type(exc).__name__}: {exc}\n"
+            phase, state = "Failed", {"terminated": {"exitCode": 3, "reason": "Error"}}
+        self.cluster.logs[(ns, name)] = log
+        pod["status"] = {"phase": phase, "containerStatuses": [container_status(image, state)]}
+        if self.cluster.get("pods", ns, name) is not None:
+            self.cluster.put("pods", pod, "MODIFIED")
 
     def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, ns: str, name: str, what: str) -> None:
         image = pod["spec"]["containers"][0]["image"]

@@ -57,7 +57,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeClu
         server.stop()
 
 
-def spec_file(tmp_path: Path, **target: Any) -> Path:
+def spec_file(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: Any) -> Path:
     doc = {
         "apiVersion": "gpucert.io/v1alpha1",
         "kind": "ClusterSpec",
@@ -75,6 +75,7 @@ def spec_file(tmp_path: Path, **target: Any) -> Path:
         "certify": {
             "baseline": str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"),
             "probes": ["memory", "pcie", "nccl"],
+            **({"multinode": multinode} if multinode is not None else {}),
         },
     }
     path = tmp_path / "spec.yaml"
@@ -82,8 +83,8 @@ def spec_file(tmp_path: Path, **target: Any) -> Path:
     return path
 
 
-def measure(tmp_path: Path, **target: Any) -> tuple[Path, Evaluation, float]:
-    spec = load_spec(spec_file(tmp_path, **target))
+def measure(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: Any) -> tuple[Path, Evaluation, float]:
+    spec = load_spec(spec_file(tmp_path, multinode, **target))
     run_dir = runner.create_run_dir(tmp_path / "reports", spec)
     t = open_target(spec)
     inventory = runner.plan(t, spec, run_dir)
@@ -192,6 +193,84 @@ def test_sigint_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: Pa
     assert all(json.loads(p.read_text())["collected"] for p in kept)
 
 
+def test_all_reduce_across_nodes_as_an_indexed_job(cluster: FakeCluster, tmp_path: Path) -> None:
+    kubelet = FakeKubelet(cluster, behaviour={"gpu-02": "oom"}).start()
+    try:
+        run_dir, ev, _ = measure(tmp_path, multinode={"maxNodes": 4})
+    finally:
+        kubelet.close()
+    fabric = json.loads((run_dir / "evidence" / "multinode" / "nccl.json").read_text())
+    # gpu-02 failed alone, so the collective runs over the first four nodes that were measured
+    assert fabric["nodes"] == ["gpu-01", "gpu-03", "gpu-04", "gpu-05"]
+    assert fabric["errors"] == []
+    assert fabric["nccl"]["ranks"] == 8  # 4 processes x 2 NumPy devices each
+    assert fabric["nccl"]["correct"] is True
+    assert all(b > 0 for p in fabric["nccl"]["points"] for b in p["busbw"])
+    # the NumPy device over loopback is nowhere near an InfiniBand fabric: the check must say so, not pass
+    finding = ev.multinode()
+    assert finding.status.value == "fail"
+    assert finding.node is None
+    assert "4 nodes x 2 GPUs (gpu-01, gpu-03, gpu-04, gpu-05)" in finding.message
+    assert "below the baseline 350" in finding.message
+    job = next(e[4] for e in cluster.events if e[1] == "jobs" and e[4]["spec"].get("completionMode") == "Indexed")
+    svc = next(e[4] for e in cluster.events if e[1] == "services")
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4
+    assert svc["spec"]["clusterIP"] == "None"
+    assert job["spec"]["template"]["spec"]["subdomain"] == svc["metadata"]["name"]
+    assert svc["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "words"),
+    [
+        ("oom", ["process 2 (gpu-03)", "OOMKilled", "nccl 8 GiB buffers"]),
+        ("pending", ["Pending after 3 s", "cordoned"]),
+    ],
+)
+def test_a_failed_process_of_the_collective_is_reported(
+    cluster: FakeCluster, tmp_path: Path, behaviour: str, words: list[str]
+) -> None:
+    kubelet = FakeKubelet(cluster, fabric_behaviour={"gpu-03": behaviour}).start()
+    try:
+        _, ev, seconds = measure(tmp_path, multinode={"maxNodes": 4}, maxParallel=8)
+    finally:
+        kubelet.close()
+    finding = ev.multinode()
+    assert finding.status.value == "error", finding.message
+    for w in words:
+        assert w in finding.message
+    assert seconds < 30
+    assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
+
+
+def test_sigint_during_the_collective_leaves_no_service_behind(cluster: FakeCluster, tmp_path: Path) -> None:
+    kubelet = FakeKubelet(cluster, fabric_behaviour={"gpu-05": "pending"}).start()
+    spec = spec_file(tmp_path, multinode={}, maxParallel=16, pendingTimeoutSeconds=120)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucert.cli", "certify", str(spec), "--reports", str(tmp_path / "reports")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not cluster.list("services", NS) and proc.poll() is None:
+            time.sleep(0.1)
+        assert cluster.list("services", NS), proc.stderr.read() if proc.poll() is not None else "no Service yet"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kubelet.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err
+    assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
+    assert len(list((tmp_path / "reports").glob("*/evidence/*.json"))) == 16  # every node's evidence was kept
+
+
 def test_cleanup_removes_leftovers_of_earlier_runs(
     cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -231,9 +310,10 @@ def test_rbac_grants_exactly_what_a_measured_run_uses(cluster: FakeCluster, tmp_
     cluster.put("services", {"metadata": {"name": "left", "namespace": NS, "labels": left}})
     kubelet = FakeKubelet(cluster, behaviour={"gpu-03": "oom"}).start()
     try:
-        measure(tmp_path)
+        measure(tmp_path, multinode={"maxNodes": 2})
     finally:
         kubelet.close()
+    assert any(e[1] == "services" for e in cluster.events), "the run must create the rendezvous Service"
     cluster.put("nodes", node("gpu-99"))
     from gpucert.targets.kubernetes_jobs import cleanup_runs
 

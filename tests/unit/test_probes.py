@@ -405,3 +405,67 @@ def test_gpu_check_script_runs_on_the_cpu() -> None:
     assert "p2p   2 pairs" in r.stdout
     assert "correct True" in r.stdout
     assert "RESULT" in r.stdout
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _multinode_plan(tmp_path: Path) -> Path:
+    plan = ProbePlan(
+        run_id="r",
+        node="set-by-node",
+        device="numpy",
+        gpus=2,
+        budget={"min_reps": 3},
+        sizes={"nccl_sizes": [1 << 16, 1 << 20]},
+    )
+    path = tmp_path / "plan.json"
+    path.write_text(plan.model_dump_json(by_alias=True))
+    return path
+
+
+def test_all_reduce_across_processes_over_tcp(tmp_path: Path) -> None:
+    """The command line a multi-node Job runs: three processes, each with two NumPy devices, one collective."""
+    import subprocess
+    import sys
+
+    from gpucert.evidence import FabricEvidence
+    from gpucert.probes.framing import unframe
+
+    plan, port = _multinode_plan(tmp_path), _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "gpucert.probes", "--plan", str(plan), "--node", f"node-{r}", "--framed"]
+            + ["--processes", "3", "--rendezvous", f"localhost:{port}", "--rendezvous-timeout", "30"],
+            env={**os.environ, "JOB_COMPLETION_INDEX": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in (2, 1, 0)  # process 0 last: the others must wait for it
+    ]
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [o[1] for o in outs]
+    assert outs[0][0].strip() == "gpucert.probes: rank 2 done"
+    fabric = FabricEvidence.model_validate_json(unframe(outs[2][0]))
+    assert fabric.nodes == ["node-0", "node-1", "node-2"]
+    assert fabric.nccl is not None
+    assert fabric.nccl.ranks == 6
+    assert fabric.nccl.correct
+    assert fabric.nccl.params["busbw_factor"] == pytest.approx(2 * 5 / 6)
+    assert [len(p.busbw) for p in fabric.nccl.points] == [3, 3]  # a fixed count, the same on every process
+
+
+def test_process_zero_reports_who_never_joined(tmp_path: Path) -> None:
+    from gpucert.probes.multinode import run_multinode
+
+    plan = ProbePlan.model_validate_json(_multinode_plan(tmp_path).read_text())
+    fabric = run_multinode(plan, rank=0, processes=2, host="localhost", port=_free_port(), timeout_s=0.5)
+    assert fabric is not None
+    assert not fabric.collected
+    assert "processes [1] did not join within 0.5 s" in fabric.errors[0].message

@@ -1,9 +1,14 @@
-"""`python -m gpucert.probes --plan plan.json`: run one node's probes and print its evidence document."""
+"""`python -m gpucert.probes --plan plan.json`: run one node's probes and print its evidence document.
+
+With `--processes N --rendezvous HOST:PORT` this process is one node of an all-reduce across N nodes (its rank
+from `--rank`, default $JOB_COMPLETION_INDEX); process 0 prints the multi-node evidence document.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -19,7 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", required=True, help="the probe plan (JSON) for this node")
     ap.add_argument("--node", default=None, help="this node's name (a probe Job passes spec.nodeName)")
     ap.add_argument("--framed", action="store_true", help="frame the document with its length and sha256")
+    ap.add_argument("--processes", type=int, default=0, help="all-reduce across this many nodes (one process each)")
+    ap.add_argument("--rank", type=int, default=None, help="this process's rank (default: $JOB_COMPLETION_INDEX)")
+    ap.add_argument("--rendezvous", default=None, metavar="HOST:PORT", help="process 0's address (multi-node)")
+    ap.add_argument("--rendezvous-timeout", type=float, default=600, help="seconds to wait for every process")
     args = ap.parse_args(argv)
+    if args.processes and not args.rendezvous:
+        ap.error("--processes needs --rendezvous HOST:PORT")
     try:
         data = json.loads(Path(args.plan).read_text(encoding="utf-8"))
         if args.node:
@@ -29,11 +40,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpucert.probes: error: {args.plan}: {exc}", file=sys.stderr)
         return 2
     try:
-        evidence = run_plan(plan)
+        if args.processes:
+            from gpucert.probes.multinode import run_multinode
+
+            host, _, port = args.rendezvous.rpartition(":")
+            rank = args.rank if args.rank is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
+            fabric = run_multinode(
+                plan, rank=rank, processes=args.processes, host=host, port=int(port), timeout_s=args.rendezvous_timeout
+            )
+            if fabric is None:
+                print(f"gpucert.probes: rank {rank} done")
+                return 0
+            document = fabric.model_dump_json(by_alias=True)
+        else:
+            document = run_plan(plan).model_dump_json(by_alias=True)
     except GpucertError as exc:
         print(f"gpucert.probes: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    document = evidence.model_dump_json(by_alias=True)
+    except (OSError, TimeoutError, ConnectionError) as exc:
+        print(f"gpucert.probes: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 3
     sys.stdout.write(frame(document) if args.framed else document + "\n")
     sys.stdout.flush()
     return 0

@@ -61,9 +61,15 @@ class NumpyCollective:
 
 
 class CupyNccl:
-    """One NCCL communicator per GPU of this process (ncclCommInitAll), launched together in a group."""
+    """One NCCL communicator per GPU of this process, launched together in a group.
 
-    def __init__(self, devices: Sequence[Device]) -> None:
+    Alone (`uid` None) the process's GPUs are the whole world (ncclCommInitAll); across nodes each process holds
+    ranks `first_rank ..` of a `world` that shares the `uid` handed out at rendezvous (ncclCommInitRank per GPU).
+    """
+
+    def __init__(
+        self, devices: Sequence[Device], world: int | None = None, first_rank: int = 0, uid: Any = None
+    ) -> None:
         try:
             import cupy
             from cupy.cuda import nccl
@@ -71,8 +77,17 @@ class CupyNccl:
             raise missing_gpu_extra("CuPy with NCCL", exc) from None
         self.cp, self.nccl = cupy, nccl
         self.ids = [d.index for d in devices]
-        self.ranks = len(self.ids)
-        self.comms = nccl.NcclCommunicator.initAll(self.ids)
+        self.ranks = world or len(self.ids)
+        self.first_rank = first_rank
+        if uid is None:
+            self.comms = nccl.NcclCommunicator.initAll(self.ids)
+        else:
+            nccl.groupStart()  # several GPUs per process: every ncclCommInitRank of this process in one group
+            self.comms = []
+            for r, i in enumerate(self.ids):
+                with cupy.cuda.Device(i):
+                    self.comms.append(nccl.NcclCommunicator(self.ranks, tuple(uid), first_rank + r))
+            nccl.groupEnd()
         self.streams = []
         for i in self.ids:
             with cupy.cuda.Device(i):
@@ -82,7 +97,7 @@ class CupyNccl:
         send, recv = [], []
         for r, i in enumerate(self.ids):
             with self.cp.cuda.Device(i):
-                send.append(self.cp.full(count, r + 1, dtype=self.cp.float32))
+                send.append(self.cp.full(count, self.first_rank + r + 1, dtype=self.cp.float32))
                 recv.append(self.cp.empty(count, dtype=self.cp.float32))
         return send, recv
 

@@ -25,7 +25,7 @@ from gpucert.probes.device import CupyDevice, Device, NumpyDevice
 from gpucert.probes.timing import Budget
 from gpucert.spec import Probe
 
-__all__ = ["PLAN_SCHEMA", "ProbePlan", "run_plan"]
+__all__ = ["PLAN_SCHEMA", "ProbePlan", "devices_for", "run_plan"]
 
 PLAN_SCHEMA = "gpucert.io/probe-plan/v1"
 
@@ -74,7 +74,7 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _devices(plan: ProbePlan) -> list[Device]:
+def devices_for(plan: ProbePlan) -> list[Device]:
     if plan.device == "numpy":
         return [NumpyDevice(i) for i in range(plan.gpus or 1)]
     try:
@@ -113,7 +113,7 @@ def run_plan(plan: ProbePlan, nvml: Any = None) -> NodeEvidence:
     budget = Budget(plan.budget.warmup_s, plan.budget.measure_s, plan.budget.min_reps, plan.budget.max_reps)
     rec = _Recorder()
     probes = set(plan.probes)
-    devices = _devices(plan)
+    devices = devices_for(plan)
     on_gpu = plan.device == "cupy"
     if on_gpu and nvml is None:
         from gpucert.probes.health import open_nvml

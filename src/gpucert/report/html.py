@@ -8,7 +8,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any
 
 from gpucert.checks import CheckStatus
-from gpucert.evaluation import NODE_METRICS
+from gpucert.evaluation import FABRIC_METRICS, NODE_METRICS
 from gpucert.report import plots
 from gpucert.report.verdict import node_summaries
 
@@ -94,7 +94,7 @@ class HtmlSummary:
         nodes = ev.inventory.names
         out = []
         for metric, b in ev.baseline.metrics.items():
-            if metric in NODE_METRICS:
+            if metric in NODE_METRICS or metric in FABRIC_METRICS:
                 continue
             points, groups = [], []
             for node in nodes:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from gpucert.errors import ConfigError
-from gpucert.evidence import NodeEvidence
+from gpucert.evidence import FabricEvidence, NodeEvidence
 from gpucert.spec import ClusterSpec, Probe, SimulatedTarget
 from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
 from gpucert.spec import LocalTarget as LocalTargetSpec
 
-__all__ = ["EvidenceSink", "MeasurePlan", "Target", "open_target"]
+__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "Target", "open_target"]
 
 EvidenceSink = Callable[[NodeEvidence], None]
 
@@ -47,6 +47,15 @@ class Target(Protocol):
 
         A node that cannot be measured still yields a document (`collected: false`, with the reason in `errors`).
         """
+        ...
+
+
+@runtime_checkable
+class FabricTarget(Target, Protocol):
+    """A target that can run one all-reduce across several of its nodes (`certify.multinode`)."""
+
+    def measure_fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
+        """All-reduce over every GPU of `nodes` (at least two, each already measured alone)."""
         ...
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
+from gpucert.evidence import FabricEvidence
 from gpucert.spec import ClusterSpec
 from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
 from gpucert.targets.base import EvidenceSink, MeasurePlan
@@ -196,6 +197,12 @@ class KubernetesTarget:
         from gpucert.targets.kubernetes_jobs import ProbeJobs
 
         ProbeJobs(self, plan, sink, gpus_per_node=self.spec.expect.gpus_per_node).run(nodes)
+
+    def measure_fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
+        from gpucert.targets.kubernetes_jobs import ProbeJobs
+
+        jobs = ProbeJobs(self, plan, lambda ev: None, gpus_per_node=self.spec.expect.gpus_per_node)
+        return jobs.run_fabric(nodes)
 
     def cleanup(self) -> int:
         """Delete what earlier gpucert runs left in the run namespace; returns how many objects went."""

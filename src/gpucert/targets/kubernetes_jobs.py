@@ -6,6 +6,10 @@ node's evidence read from its pod log (framed with length and sha256) and writte
 that stops a node (Pending past its timeout, an image that does not pull, OOMKilled, a non-zero exit, a cut log,
 the node deleted) becomes that node's finding and the others go on. Every object carries the run's label and is
 owned by the run's ConfigMap; all are deleted at the end, on failure and on interrupt.
+
+The all-reduce across nodes is one Indexed Job (a pod per node, held to the chosen nodes by node affinity and to
+one per node by anti-affinity) with a headless Service, so process 0 answers at `<job>-0.<service>` for the
+rendezvous; process 0's log carries the multi-node evidence.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from pydantic import ValidationError
 
 from gpucert import __version__
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
-from gpucert.evidence import NodeEvidence, ProbeError
+from gpucert.evidence import FabricEvidence, NodeEvidence, ProbeError
 from gpucert.probes.framing import FramingError, unframe
+from gpucert.probes.multinode import DEFAULT_PORT
 from gpucert.probes.runner import DcgmPlan, ProbePlan
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 
@@ -37,6 +42,8 @@ __all__ = ["LABEL_MANAGED", "LABEL_NODE", "LABEL_RUN", "ProbeJobs", "cleanup_run
 LABEL_RUN = "gpucert.io/run"
 LABEL_NODE = "gpucert.io/node"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
+LABEL_ROLE = "gpucert.io/role"
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 PLAN_PATH = "/etc/gpucert/plan.json"
 IMAGE_ERRORS = {
     "ErrImagePull",
@@ -73,6 +80,18 @@ class _NodeRun:
 
 
 @dataclass
+class _FabricRun:
+    name: str
+    nodes: list[str]
+    created: float
+    pods: dict[int, dict[str, Any]] = field(default_factory=dict)
+    result: FabricEvidence | None = None
+
+
+PodHandler = Callable[[dict[str, Any], bool], bool]  # (pod, deleted) -> stop watching now
+
+
+@dataclass
 class ProbeJobs:
     target: KubernetesTarget
     plan: MeasurePlan
@@ -101,7 +120,7 @@ class ProbeJobs:
 
     # ---- objects -----------------------------------------------------------------------------------------------
 
-    def _create_configmap(self) -> str:
+    def _create_configmap(self, name: str | None = None) -> str:
         probe_plan = ProbePlan(
             run_id=self.plan.run_id,
             node="(set by --node)",
@@ -114,7 +133,7 @@ class ProbeJobs:
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": {
-                "name": self.cm_name,
+                "name": name or self.cm_name,
                 "namespace": self.ns,
                 "labels": self.labels,
                 "annotations": {"gpucert.io/run-id": self.plan.run_id, "gpucert.io/version": __version__},
@@ -329,7 +348,7 @@ class ProbeJobs:
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
-    def _list(self) -> str:
+    def _list(self, handler: PodHandler) -> str:
         """Read the run's pods as they are now; returns the list's resourceVersion to watch from.
 
         Watch events come in resourceVersion order, so a watch stopped half-way resumes from the last event it
@@ -344,16 +363,16 @@ class ProbeJobs:
         )
         data = json.loads(resp.data)
         for pod in data.get("items") or []:
-            self._on_pod(pod, deleted=False)
+            handler(pod, False)
         return str((data.get("metadata") or {}).get("resourceVersion", ""))
 
-    def _watch(self, resource_version: str | None, seconds: int) -> str | None:
+    def _watch(self, resource_version: str | None, seconds: int, handler: PodHandler) -> str | None:
         """Handle the run's pod events for up to `seconds`; returns the resourceVersion to resume from."""
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
         if not resource_version:
-            resource_version = self._list()
+            resource_version = self._list(handler)
         w = watch.Watch()
         kwargs: dict[str, Any] = {
             "namespace": self.ns,
@@ -367,39 +386,261 @@ class ProbeJobs:
                 if event.get("type") == "ERROR":
                     return None  # 410 Gone and friends: resume from a fresh list
                 resource_version = (raw.get("metadata") or {}).get("resourceVersion", resource_version)
-                before = len(self._active)
-                self._on_pod(raw, deleted=event.get("type") == "DELETED")
-                if len(self._active) < before:
-                    w.stop()  # a slot is free: go and start the next Job
+                if handler(raw, event.get("type") == "DELETED"):
+                    w.stop()  # something finished: go and act on it
         except ApiException as exc:
             if exc.status == 410:
                 return None
             raise
         return resource_version
 
+    def _follow(self, handler: PodHandler, step: Callable[[], bool]) -> None:
+        """Watch the run's pods with `handler` while `step()` (called between watch slices) says there is more."""
+        rv: str | None = None
+        failures = 0
+        while step():
+            try:
+                rv = self._watch(rv, WATCH_SLICE_S, handler)
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                if failures > self.target.retries:
+                    raise IncompleteRunError(
+                        f"watching the probe pods at {self.target.endpoint} failed {failures} times: {exc}"
+                    ) from exc
+                time.sleep(self.target.backoff_s * 2 ** (failures - 1))
+                rv = None
+
     def run(self, nodes: list[str]) -> None:
         queue = deque(nodes)
         owner = self._create_configmap()
+
+        def on_pod(pod: dict[str, Any], deleted: bool) -> bool:
+            before = len(self._active)
+            self._on_pod(pod, deleted)
+            return len(self._active) < before  # a slot is free: go and start the next Job
+
+        def step() -> bool:
+            self._expire()
+            while queue and len(self._active) < self.target.target.max_parallel:
+                self._start(queue.popleft(), owner)
+            return bool(queue or self._active)
+
         try:
-            rv: str | None = None
-            failures = 0
-            while queue or self._active:
-                while queue and len(self._active) < self.target.target.max_parallel:
-                    self._start(queue.popleft(), owner)
-                try:
-                    rv = self._watch(rv, WATCH_SLICE_S)
-                    failures = 0
-                except Exception as exc:
-                    failures += 1
-                    if failures > self.target.retries:
-                        raise IncompleteRunError(
-                            f"watching the probe pods at {self.target.endpoint} failed {failures} times: {exc}"
-                        ) from exc
-                    time.sleep(self.target.backoff_s * 2 ** (failures - 1))
-                    rv = None
-                self._expire()
+            self._follow(on_pod, step)
         finally:
             cleanup_runs(self.target, self.ns, self.label)
+
+    # ---- the all-reduce across nodes ----------------------------------------------------------------------------
+
+    def fabric_bodies(self, name: str, nodes: list[str], owner_uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The headless Service and the Indexed Job of the all-reduce across `nodes`."""
+        t = self.target.target
+        labels = {**self.labels, LABEL_ROLE: "nccl-multinode"}
+        meta = {
+            "name": name,
+            "namespace": self.ns,
+            "labels": labels,
+            "annotations": {"gpucert.io/run-id": self.plan.run_id, "gpucert.io/nodes": ",".join(nodes)},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": owner_uid, "blockOwnerDeletion": True}
+            ],
+        }
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": meta,
+            "spec": {
+                "clusterIP": "None",
+                "selector": labels,
+                "publishNotReadyAddresses": True,  # the rendezvous starts before any readiness could be known
+                "ports": [{"name": "rendezvous", "port": DEFAULT_PORT, "protocol": "TCP"}],
+            },
+        }
+        command = [
+            "python",
+            "-m",
+            "gpucert.probes",
+            "--plan",
+            PLAN_PATH,
+            "--node",
+            "$(NODE_NAME)",
+            "--framed",
+            "--processes",
+            str(len(nodes)),
+            "--rank",
+            "$(RANK)",
+            "--rendezvous",
+            f"{name}-0.{name}:{DEFAULT_PORT}",
+            "--rendezvous-timeout",  # past the Pending timeout, so a pod that never starts is reported as such
+            str(t.pending_timeout_seconds + 60),
+        ]
+        job = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": meta,
+            "spec": {
+                "completionMode": "Indexed",
+                "completions": len(nodes),
+                "parallelism": len(nodes),
+                "backoffLimit": 0,
+                "activeDeadlineSeconds": t.active_deadline_seconds,
+                "ttlSecondsAfterFinished": 3600,
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "subdomain": name,  # with the hostname `<job>-<index>`: `<job>-0.<service>` resolves
+                        "restartPolicy": "Never",
+                        "tolerations": t.tolerations,
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
+                                    ]
+                                }
+                            },
+                            "podAntiAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": [
+                                    {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+                                ]
+                            },
+                        },
+                        "containers": [
+                            {
+                                "name": "probe",
+                                "image": t.image,
+                                "command": command,
+                                "env": [
+                                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                                    {
+                                        "name": "RANK",
+                                        "valueFrom": {
+                                            "fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}
+                                        },
+                                    },
+                                ],
+                                "ports": [{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
+                                "resources": {
+                                    "limits": {"nvidia.com/gpu": str(self.gpus_per_node), **t.fabric_resources}
+                                },
+                                "volumeMounts": [{"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True}],
+                            }
+                        ],
+                        "volumes": [{"name": "plan", "configMap": {"name": name}}],
+                    },
+                },
+            },
+        }
+        return service, job
+
+    def _fabric_failed(self, run: _FabricRun, message: str) -> None:
+        now = _now()
+        run.result = FabricEvidence(
+            run_id=self.plan.run_id,
+            target="kubernetes",
+            probe_version=__version__,
+            started=now,
+            finished=now,
+            nodes=run.nodes,
+            gpus_per_node=self.gpus_per_node,
+            collected=False,
+            errors=[ProbeError(probe="nccl", message=message)],
+        )
+
+    def _on_fabric_pod(self, run: _FabricRun, pod: dict[str, Any], deleted: bool) -> bool:
+        meta = pod["metadata"]
+        if (meta.get("labels") or {}).get(LABEL_ROLE) != "nccl-multinode" or run.result is not None:
+            return False
+        index = int((meta.get("annotations") or {}).get(INDEX_ANNOTATION, "-1"))
+        run.pods[index] = pod
+        status = pod.get("status") or {}
+        phase = status.get("phase")
+        where = f"process {index} ({pod['spec'].get('nodeName') or 'not scheduled'})"
+        if index == 0 and phase == "Succeeded":
+            try:
+                run.result = FabricEvidence.model_validate_json(unframe(self._log(meta["name"])))
+            except (FramingError, ValidationError) as exc:
+                self._fabric_failed(run, f"the evidence in the log of {meta['name']} is unusable: {exc}")
+        elif phase == "Failed" or (deleted and phase != "Succeeded"):
+            term = next(
+                (
+                    (cs.get("state") or {}).get("terminated")
+                    for cs in status.get("containerStatuses") or []
+                    if (cs.get("state") or {}).get("terminated")
+                ),
+                None,
+            )
+            reason = "deleted" if deleted else (term or {}).get("reason") or status.get("reason") or "Failed"
+            tail = "" if deleted else self._log_tail(meta["name"])
+            self._fabric_failed(
+                run,
+                f"{where} of the all-reduce across nodes failed: {reason}" + (f"; log tail: {tail}" if tail else ""),
+            )
+        else:
+            waiting = next(
+                (
+                    (cs.get("state") or {}).get("waiting")
+                    for cs in status.get("containerStatuses") or []
+                    if (cs.get("state") or {}).get("waiting")
+                ),
+                None,
+            )
+            if waiting and waiting.get("reason") in IMAGE_ERRORS:
+                self._fabric_failed(run, f"{where} cannot start: {waiting['reason']}: {waiting.get('message', '')}")
+        return run.result is not None
+
+    def _fabric_expire(self, run: _FabricRun) -> None:
+        t = self.target.target
+        age = self.clock() - run.created
+        pending = sorted(
+            i
+            for i in range(len(run.nodes))
+            if (run.pods.get(i, {}).get("status") or {}).get("phase", "Pending") == "Pending"
+        )
+        if pending and age > t.pending_timeout_seconds:
+            why = []
+            for i in pending:
+                conds = (run.pods.get(i, {}).get("status") or {}).get("conditions") or []
+                msg = next((c.get("message", "") for c in conds if c.get("type") == "PodScheduled"), "")
+                why.append(
+                    f"process {i}" + (f" ({msg})" if msg else " (no pod was created)" if i not in run.pods else "")
+                )
+            self._fabric_failed(
+                run,
+                f"the all-reduce across nodes was still Pending after {t.pending_timeout_seconds} s: {'; '.join(why)}",
+            )
+        elif age > t.active_deadline_seconds + 60:
+            self._fabric_failed(run, f"the all-reduce across nodes ran past its {t.active_deadline_seconds} s deadline")
+
+    def run_fabric(self, nodes: list[str]) -> FabricEvidence:
+        """One all-reduce across `nodes`; whatever stops it becomes the document's error, never an exception."""
+        name = f"gpucert-{self.label}-nccl"
+        owner = self._create_configmap(name)
+        run = _FabricRun(name=name, nodes=nodes, created=self.clock())
+        try:
+            service, job = self.fabric_bodies(name, nodes, owner)
+            self.target._call(
+                "create",
+                f"services in namespace {self.ns}",
+                self.core.create_namespaced_service,
+                namespace=self.ns,
+                body=service,
+            )
+            self.target._call(
+                "create", f"jobs in namespace {self.ns}", self.batch.create_namespaced_job, namespace=self.ns, body=job
+            )
+
+            def step() -> bool:
+                if run.result is None:
+                    self._fabric_expire(run)
+                return run.result is None
+
+            self._follow(lambda pod, deleted: self._on_fabric_pod(run, pod, deleted), step)
+        finally:
+            cleanup_runs(self.target, self.ns, self.label)
+        assert run.result is not None
+        return run.result
 
 
 def cleanup_runs(target: KubernetesTarget, namespace: str, label: str | None = None) -> int:

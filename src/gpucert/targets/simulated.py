@@ -21,6 +21,7 @@ from gpucert import __version__
 from gpucert.baseline import GpuBaseline, load_baseline
 from gpucert.evidence import (
     EccCounts,
+    FabricEvidence,
     GpuEvidence,
     Health,
     Measurement,
@@ -406,21 +407,18 @@ class SimulatedTarget:
                     )
         return P2pEvidence(unit=b.unit, pairs=pairs, params={"bytes": 1 << 30, "simulated": True})
 
-    def _nccl(self, rng: np.random.Generator, node: str, ranks: int) -> NcclEvidence | None:
-        b = self.baseline.metrics.get("nccl.all_reduce")
+    def _nccl(
+        self, rng: np.random.Generator, ranks: int, factor: float, metric: str = "nccl.all_reduce"
+    ) -> NcclEvidence | None:
+        b = self.baseline.metrics.get(metric)
         if b is None:
             return None
-        factor = 2 * (ranks - 1) / ranks
-        plateau = (
-            b.expected
-            * self._factor(node, None, "nccl.all_reduce")
-            * (NCCL_SIZES[-1] + NCCL_HALF_SIZE)
-            / NCCL_SIZES[-1]
-        )
+        bus_factor = 2 * (ranks - 1) / ranks
+        plateau = b.expected * factor * (NCCL_SIZES[-1] + NCCL_HALF_SIZE) / NCCL_SIZES[-1]
         points = []
         for size in NCCL_SIZES:
             busbw = np.array(self._samples(rng, plateau * size / (size + NCCL_HALF_SIZE), SAMPLES["nccl"]))
-            algbw = busbw / factor
+            algbw = busbw / bus_factor
             time_us = size / (algbw * 1e9) * 1e6
             points.append(
                 NcclPoint(
@@ -524,10 +522,43 @@ class SimulatedTarget:
             ),
             gpus=gpus,
             p2p=self._p2p(rng, node, slots) if Probe.P2P in probes else None,
-            nccl=self._nccl(rng, node, len(slots)) if Probe.NCCL in probes else None,
+            nccl=(
+                self._nccl(rng, len(slots), self._factor(node, None, "nccl.all_reduce"))
+                if Probe.NCCL in probes
+                else None
+            ),
             dcgm=dcgm,
         )
 
     def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
         for node in nodes:
             sink(self.measure_node(node, plan))
+
+    def measure_fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
+        """A ring across the nodes runs at the pace of its slowest link: the slowest node's factor sets the bus."""
+        started = _iso(datetime.now(UTC))
+        gpus = min(len(self._present(n)) for n in nodes)
+        factor = min(self._factor(n, None, "nccl.all_reduce.multinode") for n in nodes)
+        rng = np.random.default_rng([self.fleet.seed, len(nodes), 0x6D6E])
+        sweep = self._nccl(rng, gpus * len(nodes), factor, "nccl.all_reduce.multinode")
+        errors = []
+        if sweep is None:
+            errors.append(
+                ProbeError(
+                    probe="nccl",
+                    unavailable=True,
+                    message=f"the baseline {self.baseline.sku} has no nccl.all_reduce.multinode figure to simulate",
+                )
+            )
+        return FabricEvidence(
+            run_id=plan.run_id,
+            target=self.kind,
+            probe_version=__version__,
+            started=started,
+            finished=_iso(datetime.now(UTC)),
+            nodes=nodes,
+            gpus_per_node=gpus,
+            collected=sweep is not None,
+            nccl=sweep,
+            errors=errors,
+        )

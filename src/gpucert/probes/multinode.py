@@ -1,0 +1,239 @@
+"""All-reduce across nodes: one process per node (an Indexed Job's pod), every GPU of each node a rank.
+
+Rendezvous is a TCP connection from every process to process 0 (in a cluster, `<job>-0.<headless service>`):
+each says who it is and how many GPUs it holds, process 0 answers with the world (nodes in rank order, the first
+rank of each, and the NCCL unique id it created). The connections stay open: at the end each process reports
+whether its reduced buffers were right, and the NumPy device uses them as its transport (a star through process
+0), so the CPU test runs the same sweep and timing over a real network connection.
+
+Every process must launch each collective the same number of times, so the timing here is a fixed count of
+repetitions (the plan's `min_reps`), never a time budget that each node would spend differently.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from gpucert import __version__
+from gpucert.evidence import FabricEvidence, ProbeError
+from gpucert.probes import nccl
+from gpucert.probes.runner import ProbePlan, devices_for
+from gpucert.probes.timing import Budget
+
+__all__ = ["DEFAULT_PORT", "Peer", "Rendezvous", "SocketCollective", "run_multinode"]
+
+DEFAULT_PORT = 29511
+_LEN = struct.Struct("!Q")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionError(f"the peer closed the connection after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+def send_msg(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(_LEN.pack(len(payload)) + payload)
+
+
+def recv_msg(sock: socket.socket) -> bytes:
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    return _recv_exact(sock, n)
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    rank: int  # the process's rank (its pod's completion index)
+    node: str
+    gpus: int
+
+
+class Rendezvous:
+    """Process 0 listens on `port`; the others connect to `host:port`, retrying until `timeout_s`
+    (process 0's pod may start last, and its DNS name only resolves once it runs)."""
+
+    def __init__(self, rank: int, processes: int, host: str, port: int, timeout_s: float = 600) -> None:
+        self.rank, self.processes, self.host, self.port, self.timeout_s = rank, processes, host, port, timeout_s
+        self.peers: list[Peer] = []
+        self.uid: Any = None
+        self.socks: dict[int, socket.socket] = {}  # process 0: every other process's connection; else: {0: ...}
+
+    def join(self, node: str, gpus: int, make_uid: Callable[[], Any]) -> Rendezvous:
+        deadline = time.monotonic() + self.timeout_s
+        me = Peer(self.rank, node, gpus)
+        if self.rank == 0:
+            with socket.create_server(("", self.port), reuse_port=False) as server:
+                peers = {0: me}
+                while len(peers) < self.processes:
+                    server.settimeout(max(0.1, deadline - time.monotonic()))
+                    try:
+                        conn, _ = server.accept()
+                    except TimeoutError:
+                        missing = sorted(set(range(self.processes)) - set(peers))
+                        raise TimeoutError(
+                            f"rendezvous: processes {missing} did not join within {self.timeout_s:g} s"
+                        ) from None
+                    conn.settimeout(self.timeout_s)
+                    hello = json.loads(recv_msg(conn))
+                    peers[hello["rank"]] = Peer(hello["rank"], hello["node"], hello["gpus"])
+                    self.socks[hello["rank"]] = conn
+            self.peers = [peers[r] for r in range(self.processes)]
+            self.uid = make_uid()
+            world = json.dumps({"peers": [[p.rank, p.node, p.gpus] for p in self.peers], "uid": self.uid})
+            for conn in self.socks.values():
+                send_msg(conn, world.encode())
+        else:
+            conn = self._connect(deadline)
+            send_msg(conn, json.dumps({"rank": self.rank, "node": node, "gpus": gpus}).encode())
+            world_doc = json.loads(recv_msg(conn))
+            self.peers = [Peer(r, n, g) for r, n, g in world_doc["peers"]]
+            self.uid = world_doc["uid"]
+            self.socks[0] = conn
+        return self
+
+    def _connect(self, deadline: float) -> socket.socket:
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                conn = socket.create_connection((self.host, self.port), timeout=5)
+                conn.settimeout(self.timeout_s)
+                return conn
+            except OSError as exc:  # not resolvable yet, refused: process 0 is not up yet
+                last = exc
+                time.sleep(0.2)
+        raise TimeoutError(f"rendezvous: could not reach {self.host}:{self.port} in {self.timeout_s:g} s: {last}")
+
+    @property
+    def world(self) -> int:
+        return sum(p.gpus for p in self.peers)
+
+    @property
+    def first_rank(self) -> int:
+        return sum(p.gpus for p in self.peers[: self.rank])
+
+    def gather_flags(self, mine: bool) -> bool:
+        """Every process's flag, and-ed at process 0 (the others get their own back)."""
+        if self.rank != 0:
+            send_msg(self.socks[0], b"1" if mine else b"0")
+            return mine
+        return mine and all(recv_msg(c) == b"1" for c in self.socks.values())
+
+    def close(self) -> None:
+        for conn in self.socks.values():
+            conn.close()
+        self.socks.clear()
+
+
+class SocketCollective:
+    """The NumPy device across processes: each process sums its own ranks, process 0 sums the processes' partial
+    sums as they arrive over TCP and sends the total back to each."""
+
+    def __init__(self, rdzv: Rendezvous, local: int) -> None:
+        self.rdzv, self.local = rdzv, local
+        self.ranks = rdzv.world
+
+    def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
+        first = self.rdzv.first_rank
+        send = [np.full(count, first + r + 1, dtype=np.float32) for r in range(self.local)]
+        return send, [np.empty(count, dtype=np.float32) for _ in range(self.local)]
+
+    def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
+        total = np.sum(send, axis=0, dtype=np.float32)
+        if self.rdzv.rank == 0:
+            for conn in self.rdzv.socks.values():
+                total += np.frombuffer(recv_msg(conn), dtype=np.float32)
+            payload = total.tobytes()
+            for conn in self.rdzv.socks.values():
+                send_msg(conn, payload)
+        else:
+            send_msg(self.rdzv.socks[0], total.tobytes())
+            total = np.frombuffer(recv_msg(self.rdzv.socks[0]), dtype=np.float32)
+        for r in recv:
+            np.copyto(r, total)
+
+    def synchronize(self) -> None:
+        return None
+
+    def correct(self, recv: list[Any], count: int) -> bool:
+        want = self.ranks * (self.ranks + 1) / 2
+        return all(bool(np.all(r == want)) for r in recv)
+
+
+def run_multinode(
+    plan: ProbePlan, *, rank: int, processes: int, host: str, port: int = DEFAULT_PORT, timeout_s: float = 600
+) -> FabricEvidence | None:
+    """This process's part of the all-reduce across nodes; process 0 returns the evidence, the others None.
+
+    On process 0 a failure is recorded in the evidence; elsewhere it raises (the pod fails with the message).
+    """
+    started = _now()
+    rdzv = Rendezvous(rank, processes, host, port, timeout_s)
+    try:
+        devices = devices_for(plan)
+        on_gpu = plan.device == "cupy"
+
+        def make_uid() -> Any:
+            if not on_gpu:
+                return None
+            from cupy.cuda import nccl as cupy_nccl
+
+            return list(cupy_nccl.get_unique_id())
+
+        rdzv.join(plan.node, len(devices), make_uid)
+        coll: nccl.Collective = (
+            nccl.CupyNccl(devices, rdzv.world, rdzv.first_rank, rdzv.uid)
+            if on_gpu
+            else SocketCollective(rdzv, len(devices))
+        )
+        reps = max(plan.budget.min_reps, 1)
+        sweep = nccl.all_reduce_sweep(coll, Budget(0.0, 0.0, reps, reps), plan.sizes.nccl_sizes)
+        correct = rdzv.gather_flags(sweep.correct)
+        if rank != 0:
+            return None
+        sweep = sweep.model_copy(
+            update={"correct": correct, "params": {**sweep.params, "processes": processes, "repetitions": reps}}
+        )
+        return FabricEvidence(
+            run_id=plan.run_id,
+            target=plan.target,
+            probe_version=__version__,
+            started=started,
+            finished=_now(),
+            nodes=[p.node for p in rdzv.peers],
+            gpus_per_node=len(devices),
+            nccl=sweep,
+        )
+    except Exception as exc:
+        if rank != 0:
+            raise
+        return FabricEvidence(
+            run_id=plan.run_id,
+            target=plan.target,
+            probe_version=__version__,
+            started=started,
+            finished=_now(),
+            nodes=[p.node for p in rdzv.peers],
+            gpus_per_node=0,
+            collected=False,
+            errors=[ProbeError(probe="nccl", message=f"{type(exc).__name__}: {exc}")],
+        )
+    finally:
+        rdzv.close()
