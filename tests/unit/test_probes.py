@@ -440,8 +440,10 @@ def test_all_reduce_across_processes_over_tcp(tmp_path: Path) -> None:
     plan, port = _multinode_plan(tmp_path), _free_port()
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "gpucert.probes", "--plan", str(plan), "--node", f"node-{r}", "--framed"]
-            + ["--processes", "3", "--rendezvous", f"localhost:{port}", "--rendezvous-timeout", "30"],
+            [
+                *(sys.executable, "-m", "gpucert.probes", "--plan", str(plan), "--node", f"node-{r}", "--framed"),
+                *("--processes", "3", "--rendezvous", f"localhost:{port}", "--rendezvous-timeout", "30"),
+            ],
             env={**os.environ, "JOB_COMPLETION_INDEX": str(r)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
