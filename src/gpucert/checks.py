@@ -7,9 +7,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-__all__ = ["DCGM_TESTS_BY_LEVEL", "GEMM_DTYPES", "CheckStatus", "Finding", "check_category"]
+__all__ = [
+    "DCGM_TESTS_BY_LEVEL",
+    "FABRIC_METRICS",
+    "GEMM_DTYPES",
+    "NODE_METRICS",
+    "CheckStatus",
+    "Finding",
+    "check_category",
+]
 
 GEMM_DTYPES = ("fp16", "bf16", "tf32", "fp32", "fp64")
+NODE_METRICS = ("nccl.all_reduce",)  # one figure per node; the other metrics are per GPU
+FABRIC_METRICS = ("nccl.all_reduce.multinode",)  # one figure for a set of nodes together
 
 # DCGM 4.x test names by the run level that first includes them (dcgmi diag -r LEVEL); the optional ones depend on
 # the DCGM release (nvbandwidth 4.0+, nccl_tests 4.5+) or on an installed package (eud).
@@ -74,6 +84,7 @@ _CATEGORIES = (
     ("node.", "Infrastructure"),
     ("health.", "Health"),
     ("dcgm.", "DCGM"),
+    ("handover.", "Handover"),
 )
 
 

@@ -112,6 +112,8 @@ def _print_verdict(run_dir: Path) -> int:
             str(s["skipped"]),
             ", ".join(s["failing"]),
         )
+    if "recertify" in verdict:
+        console.print(f"[bold]{verdict['recertify']['summary']}[/]")
     console.print(table)
     if verdict["findings"]:
         findings = Table(title="findings", show_lines=False)
@@ -135,6 +137,17 @@ def _print_verdict(run_dir: Path) -> int:
     return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL
 
 
+def _evaluate(
+    spec_path: str, run_dir: Path, suites: Sequence[str], *, workers: int | None, quiet: bool, signer: str | None
+) -> int:
+    code = _pytest(spec_path, run_dir, suites, workers, quiet, signer)
+    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
+        raise IncompleteRunError(
+            f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the evidence measured so far"
+        )
+    return _print_verdict(run_dir)
+
+
 def _run(
     spec_path: str,
     reports: str,
@@ -156,12 +169,7 @@ def _run(
         runner.import_evidence(Path(evidence), run_dir)
     else:
         _measure_with_progress(spec, run_dir, measure=measure)
-    code = _pytest(spec_path, run_dir, suites, workers, quiet, signer)
-    if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
-        raise IncompleteRunError(
-            f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the evidence measured so far"
-        )
-    result = _print_verdict(run_dir)
+    result = _evaluate(spec_path, run_dir, suites, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(run_dir, sign_key)
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
@@ -179,9 +187,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
-    signer = None
-    if a.sign_key:
-        signer = attest.fingerprint(attest.load_private_key(Path(a.sign_key)).public_key())  # fail before measuring
+    signer = _signer(a.sign_key)
     return _run(
         a.spec,
         a.reports,
@@ -191,6 +197,60 @@ def cmd_certify(a: argparse.Namespace) -> int:
         sign_key=Path(a.sign_key) if a.sign_key else None,
         signer=signer,
     )
+
+
+def _signer(sign_key: str | None) -> str | None:
+    """The key's fingerprint, read before anything is measured so a bad key fails first."""
+    return attest.fingerprint(attest.load_private_key(Path(sign_key)).public_key()) if sign_key else None
+
+
+def cmd_recertify(a: argparse.Namespace) -> int:
+    from gpucert.recertify import RecertifyOptions, recertify
+
+    signer = _signer(a.sign_key)
+    spec = load_spec(a.spec)
+    load_baseline(spec.resolve(spec.certify.baseline))
+    opts = RecertifyOptions(
+        node=a.node,
+        reports=Path(a.reports),
+        handover_dir=Path(a.handover),
+        cordon=not a.no_cordon,
+        drain=a.drain,
+        wait_timeout_s=a.wait_timeout,
+    )
+
+    def sign(run_dir: Path) -> Path | None:
+        if not a.sign_key:
+            return None
+        path, fp = attest.sign_run(run_dir, Path(a.sign_key))
+        console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+        return path
+
+    code, _ = recertify(
+        spec,
+        opts,
+        evaluate=lambda run_dir: _evaluate(
+            a.spec, run_dir, ["configure", "certify", "recertify"], workers=None, quiet=a.quiet, signer=signer
+        ),
+        sign=sign,
+        progress=console.print,
+    )
+    return code
+
+
+def cmd_baseline_record(a: argparse.Namespace) -> int:
+    from gpucert.handover import record_baselines
+
+    if a.force and not a.reason:
+        raise ConfigError(
+            "--force needs --reason TEXT: why a failed node's figures may serve as its baseline", key="--reason"
+        )
+    written, refused = record_baselines(Path(a.run_dir), Path(a.out), force_reason=a.reason if a.force else None)
+    for path in written:
+        console.print(f"wrote {path}")
+    for why in refused:
+        console.print(f"[red]refused[/] {why}", markup=True)
+    return EXIT_PASS if not refused else EXIT_FAIL
 
 
 def cmd_keygen(a: argparse.Namespace) -> int:
@@ -305,6 +365,24 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--evidence", required=True, help="a run folder or its evidence/ folder")
     runner_args(e)
     e.set_defaults(func=cmd_evaluate)
+    rc = sub.add_parser("recertify", help="one node, on demand, against its handover baseline, the SKU and the fleet")
+    rc.add_argument("node")
+    rc.add_argument("--spec", required=True)
+    rc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
+    rc.add_argument("--no-cordon", action="store_true", help="measure without cordoning the node first")
+    rc.add_argument("--drain", action="store_true", help="evict the GPU pods on the node instead of waiting for them")
+    rc.add_argument("--wait-timeout", type=float, default=3600, help="seconds to wait for GPU pods (default 3600)")
+    rc.add_argument("--sign-key", default=None)
+    runner_args(rc, workers=False)
+    rc.set_defaults(func=cmd_recertify)
+    bl = sub.add_parser("baseline", help="handover baselines per node")
+    bsub = bl.add_subparsers(dest="baseline", required=True)
+    br = bsub.add_parser("record", help="write baselines/nodes/<node>.yaml for every node that passed in RUN_DIR")
+    br.add_argument("run_dir")
+    br.add_argument("--out", default="baselines/nodes", help="where to write (default baselines/nodes)")
+    br.add_argument("--force", action="store_true", help="record failed nodes too (needs --reason)")
+    br.add_argument("--reason", default=None, help="why: written into each forced file")
+    br.set_defaults(func=cmd_baseline_record)
     g = sub.add_parser("keygen", help="create an Ed25519 signing key pair in DIR")
     g.add_argument("dir")
     g.set_defaults(func=cmd_keygen)

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["ClusterAccessError", "ConfigError", "EvidenceError", "GpucertError", "IncompleteRunError"]
+__all__ = [
+    "ClusterAccessError",
+    "ConfigError",
+    "EvidenceError",
+    "GpucertError",
+    "IncompleteRunError",
+    "NodeBusyError",
+]
 
 
 class GpucertError(Exception):
@@ -57,5 +64,11 @@ class ClusterAccessError(GpucertError):
 
 class IncompleteRunError(GpucertError):
     """The run could not complete (a target failed beyond retries, an interrupted measure)."""
+
+    exit_code = 3
+
+
+class NodeBusyError(GpucertError):
+    """Another recertification holds the node's lease: this one refuses to start (nothing was changed)."""
 
     exit_code = 3

@@ -7,15 +7,18 @@ The suites stay one line each; this module finds the right evidence, decides wha
 from __future__ import annotations
 
 import dataclasses
+import json
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from gpucert.analysis.health import judge_health
 from gpucert.analysis.performance import Sampled, StragglerIndex, against_baseline
 from gpucert.analysis.stats import median
 from gpucert.baseline import GpuBaseline
-from gpucert.checks import DCGM_TESTS_BY_LEVEL, CheckStatus, Finding
+from gpucert.checks import DCGM_TESTS_BY_LEVEL, FABRIC_METRICS, NODE_METRICS, CheckStatus, Finding
 from gpucert.evidence import FabricEvidence, GpuEvidence, NodeEvidence, read_evidence, read_fabric
+from gpucert.handover import NodeBaseline, handover_tolerance, load_node_baseline
 from gpucert.inventory import Inventory, read_inventory
 from gpucert.spec import ClusterSpec, Probe
 from gpucert.stack import rules
@@ -23,8 +26,6 @@ from gpucert.stack.observe import NodeStack, StackObservation, read_stack
 
 __all__ = ["FABRIC_METRICS", "NODE_METRICS", "Evaluation", "GpuSlot"]
 
-NODE_METRICS = ("nccl.all_reduce",)
-FABRIC_METRICS = ("nccl.all_reduce.multinode",)  # one figure for a set of nodes together
 SKIP, ERROR = CheckStatus.SKIP, CheckStatus.ERROR
 
 
@@ -71,6 +72,27 @@ class Evaluation:
         return (self.run_dir / "evidence").is_dir()
 
     @cached_property
+    def recertification(self) -> dict[str, Any] | None:
+        """What `gpucert recertify` wrote about the run (the node, its handover baseline), or None."""
+        path = self.run_dir / "recertify.json"
+        if not path.exists():
+            return None
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
+
+    @cached_property
+    def handover(self) -> NodeBaseline | None:
+        """The node's handover baseline as the run used it (copied into inputs/, so it is signed with the run)."""
+        path = self.run_dir / "inputs" / "handover.yaml"
+        return load_node_baseline(path) if path.exists() else None
+
+    @cached_property
+    def fleet_peers(self) -> list[NodeEvidence]:
+        """Other nodes' latest evidence, copied into fleet/ by recertify: the peers a lone node is compared with."""
+        folder = self.run_dir / "fleet"
+        return [read_evidence(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+    @cached_property
     def fabric(self) -> FabricEvidence | None:
         return read_fabric(self.run_dir / "evidence") if self.measured else None
 
@@ -94,6 +116,9 @@ class Evaluation:
         return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
 
     def node_count(self) -> Finding:
+        if self.recertification is not None:
+            node = self.recertification["node"]
+            return Finding("inventory.nodes", SKIP, None, None, f"recertification of {node}: one node is measured")
         return rules.node_count(self.inventory.names, self.spec)
 
     def reachable(self, node: str) -> Finding:
@@ -318,10 +343,11 @@ class Evaluation:
     def _straggler_index(self, metric: str) -> StragglerIndex:
         if metric not in self._stragglers:
             values: dict[tuple[str, int | None], Sampled] = {}
-            for node in self.inventory.names:
-                ev = self.evidence(node)
+            measured = [self.evidence(node) for node in self.inventory.names]
+            for ev in [*measured, *self.fleet_peers]:
                 if ev is None or not ev.collected:
                     continue
+                node = ev.node
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
                     s = self._sampled(metric, ev, idx)
@@ -359,6 +385,114 @@ class Evaluation:
         sampled = Sampled(median(top.busbw), len(top.busbw), "GB/s")
         found = against_baseline(metric, (where, None), sampled, self.baseline.metrics[metric])
         return dataclasses.replace(found, node=None)
+
+    # ---- recertify: the node against its own handover baseline ------------------------------------------------
+
+    def _no_handover(self, check: str, node: str, gpu: int | None) -> Finding | None:
+        if self.recertification is None:
+            return Finding(check, SKIP, node, gpu, "not a recertification: handover checks run in `gpucert recertify`")
+        if self.handover is None:
+            return Finding(
+                check,
+                SKIP,
+                node,
+                gpu,
+                f"{node} has no handover baseline: recertified against the SKU baseline and the fleet only",
+            )
+        return None
+
+    def recertify_summary(self) -> str:
+        """One sentence for the reports: what this recertification compared the node with."""
+        recert = self.recertification
+        if recert is None:
+            return ""
+        node, peers = recert["node"], len(recert.get("fleetPeers") or {})
+        fleet = f"the fleet's latest evidence ({peers} nodes)" if peers else "no fleet evidence (no earlier runs)"
+        if self.handover is None:
+            return (
+                f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
+                f"baseline {self.baseline.sku} and {fleet} only"
+            )
+        r = self.handover.recorded
+        return (
+            f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
+            + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
+            + f"), the SKU baseline {self.baseline.sku} and {fleet}"
+        )
+
+    def identity(self, gpu: GpuSlot) -> Finding:
+        """The GPU in this slot is the one recorded at handover (by serial, else by UUID)."""
+        check = "handover.identity"
+        missing = self._no_handover(check, gpu.node, gpu.index)
+        if missing is not None:
+            return missing
+        assert self.handover is not None
+        g = self._gpu_evidence("health.identity", gpu)
+        if isinstance(g, Finding):
+            return dataclasses.replace(g, check=check)
+        was = self.handover.gpu(gpu.index)
+        if was is None:
+            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index, f"{gpu!r} was not present at handover")
+        then, now, what = (was.serial, g.serial, "serial") if was.serial else (was.uuid, g.uuid, "UUID")
+        if then == now:
+            return Finding(check, CheckStatus.PASS, gpu.node, gpu.index, f"{gpu!r}: {what} {now} as at handover")
+        return Finding(
+            check,
+            CheckStatus.FAIL,
+            gpu.node,
+            gpu.index,
+            f"{gpu!r} was swapped since handover (run {self.handover.recorded.run}): {what} {then} then, {now} now; "
+            "record a new handover baseline once the new GPU is certified",
+            observed=now,
+            expected=then,
+        )
+
+    def against_handover(self, metric: str, node: str, gpu: int | None) -> Finding:
+        """The figure against the node's own handover median, within max(3 x recorded spread, 3 %)."""
+        check = f"handover.{metric}"
+        missing = self._no_handover(check, node, gpu)
+        if missing is not None:
+            return missing
+        assert self.handover is not None
+        if metric not in self.baseline.metrics:
+            return Finding(check, SKIP, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        ev = self._node_evidence(metric, node) if gpu is None else self._gpu_evidence(metric, GpuSlot(node, gpu))
+        if isinstance(ev, Finding):
+            return dataclasses.replace(ev, check=check)
+        if gpu is None:
+            rec = self.handover.node_metrics.get(metric)
+        else:
+            was = self.handover.gpu(gpu)
+            if was is not None and self.identity(GpuSlot(node, gpu)).status is CheckStatus.FAIL:
+                return Finding(
+                    check, SKIP, node, gpu, f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)"
+                )
+            rec = was.metrics.get(metric) if was is not None else None
+        if rec is None:
+            return Finding(
+                check,
+                SKIP,
+                node,
+                gpu,
+                f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}",
+            )
+        node_ev = self.evidence(node)
+        assert node_ev is not None
+        now = self._sampled(metric, node_ev, gpu)
+        if now is None:
+            return Finding(check, ERROR, node, gpu, f"{node}: the probe recorded no samples of {metric}")
+        tol = handover_tolerance(rec.spread)
+        sign = 1.0 if self.baseline.metrics[metric].comparison.value == "min" else -1.0
+        deviation = now.value / rec.median - 1
+        where = node if gpu is None else f"{node}/gpu{gpu}"
+        word = "below" if deviation < 0 else "above"
+        msg = (
+            f"{where} {metric} {now.value:.4g} {now.unit} (median of {now.n} samples) is {abs(deviation):.1%} {word} "
+            f"its handover median {rec.median:.4g} {rec.unit} (run {self.handover.recorded.run}, spread "
+            f"{rec.spread:.1%} over {rec.n} samples, tolerance {tol:.1%})"
+        )
+        status = CheckStatus.FAIL if sign * deviation < -tol else CheckStatus.PASS
+        return Finding(check, status, node, gpu, msg, observed=round(now.value, 4), expected=rec.median, unit=rec.unit)
 
     def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
         """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""

@@ -128,6 +128,14 @@ class MissingGpuFault(Document):
     gpu: GpuIndex
 
 
+class SwappedGpuFault(Document):
+    """The GPU in this slot was replaced by another board: a different serial and UUID, same performance."""
+
+    kind: Literal["swapped-gpu"]
+    node: str
+    gpu: GpuIndex
+
+
 class UnhealthyGpuFault(Document):
     """The device plugin reports the GPU unhealthy: it is on the bus and labelled, but not allocatable."""
 
@@ -161,6 +169,7 @@ Fault = Annotated[
     | VersionFault
     | OrderingFault
     | MissingGpuFault
+    | SwappedGpuFault
     | UnhealthyGpuFault
     | MissingComponentFault
     | UnreachableFault,

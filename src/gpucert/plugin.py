@@ -284,6 +284,14 @@ class Controller:
             gpus=gpus,
             outcomes=ctx.outcomes,
         )
+        recert = ev.recertification
+        if recert is not None:
+            verdict["recertify"] = {
+                "node": recert["node"],
+                "handover": recert["handover"],
+                "fleetPeers": len(recert.get("fleetPeers") or {}),
+                "summary": ev.recertify_summary(),
+            }
         write_verdict(ctx.run_dir / "verdict.json", verdict)
         write_run_info(
             ctx.run_dir,

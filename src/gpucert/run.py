@@ -24,10 +24,10 @@ __all__ = ["create_run_dir", "import_evidence", "measure", "plan", "plan_static"
 Progress = Callable[[NodeEvidence], None]
 
 
-def create_run_dir(reports: Path, spec: ClusterSpec) -> Path:
+def create_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Path:
     """A new, empty `reports/<run-id>/`, with the spec and baseline it runs under copied into inputs/."""
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
-    base = f"{stamp}-{spec.metadata.name}"
+    base = f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else "")
     reports.mkdir(parents=True, exist_ok=True)
     for n in range(1, 1000):
         run_dir = reports / (base if n == 1 else f"{base}-{n}")

@@ -27,11 +27,12 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 
 ROUTES = [
     ("nodes", re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")),
+    ("pods", re.compile(r"^/api/v1/pods$")),  # every namespace
     (
         "core",
         re.compile(
             r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|configmaps|services)"
-            r"(?:/(?P<name>[^/]+)(?P<log>/log)?)?$"
+            r"(?:/(?P<name>[^/]+)(?:(?P<log>/log)|(?P<eviction>/eviction))?)?$"
         ),
     ),
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs(?:/(?P<name>[^/]+))?$")),
@@ -53,11 +54,16 @@ def container_status(image: str, state: dict[str, Any], ready: bool = False) -> 
     }
 
 
-def _selected(obj: dict[str, Any], selector: str) -> bool:
+def _selected(obj: dict[str, Any], selector: str, fields: str = "") -> bool:
     labels = obj["metadata"].get("labels") or {}
     for term in filter(None, selector.split(",")):
         key, _, value = term.partition("=")
         if labels.get(key) != value:
+            return False
+    for term in filter(None, fields.split(",")):  # the one field selector gpucert uses: spec.nodeName=NODE
+        key, _, value = term.partition("=")
+        assert key == "spec.nodeName", f"the fake serves no field selector on {key}"
+        if (obj.get("spec") or {}).get("nodeName") != value:
             return False
     return True
 
@@ -128,12 +134,12 @@ class FakeCluster:
             self.cond.notify_all()
             return obj
 
-    def list(self, kind: str, ns: str | None = None, selector: str = "") -> list[dict[str, Any]]:
+    def list(self, kind: str, ns: str | None = None, selector: str = "", fields: str = "") -> list[dict[str, Any]]:
         with self.cond:
             return [
                 copy.deepcopy(o)
                 for (k, n, _), o in sorted(self.objects.items(), key=lambda kv: str(kv[0]))
-                if k == kind and (ns is None or n == ns) and _selected(o, selector)
+                if k == kind and (ns is None or n == ns) and _selected(o, selector, fields)
             ]
 
     def get(self, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
@@ -162,6 +168,13 @@ class FakeCluster:
             code, message = pending.pop(0)
             return _status(code, message or f"injected {code}")
         args = request.args
+        if request.method == "POST" and groups.get("eviction"):  # no PodDisruptionBudgets here: evicted at once
+            gone = self.delete("pods", ns, name or "")
+            return (
+                Response(json.dumps({"kind": "Status", "status": "Success"}), status=201)
+                if gone
+                else _status(404, f'pods "{name}" not found')
+            )
         if request.method == "GET" and groups.get("log"):
             log = self.logs.get((ns or "", name or ""))
             return (
@@ -184,12 +197,13 @@ class FakeCluster:
                     args.get("labelSelector", ""),
                     args.get("resourceVersion"),
                     float(args.get("timeoutSeconds", "5")),
+                    args.get("fieldSelector", ""),
                 ),
                 content_type="application/json",
                 direct_passthrough=True,
             )
         if request.method == "GET":
-            items = self.list(kind, ns, args.get("labelSelector", ""))
+            items = self.list(kind, ns, args.get("labelSelector", ""), args.get("fieldSelector", ""))
             start, limit = int(args.get("continue") or 0), int(args.get("limit") or 0) or len(items) or 1
             meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
             if start + limit < len(items):
@@ -238,14 +252,16 @@ class FakeCluster:
             return Response(json.dumps({"kind": "List", "items": gone}), content_type="application/json")
         return _status(405, f"{request.method} not supported by the fake")
 
-    def _watch(self, kind: str, ns: str | None, selector: str, rv: str | None, timeout: float) -> Iterator[bytes]:
+    def _watch(
+        self, kind: str, ns: str | None, selector: str, rv: str | None, timeout: float, fields: str = ""
+    ) -> Iterator[bytes]:
         deadline = time.monotonic() + timeout
         with self.cond:
             if rv:
                 seen = int(rv)
             else:
                 seen = self.rv
-                initial = self.list(kind, ns, selector)
+                initial = self.list(kind, ns, selector, fields)
         if not rv:
             for obj in initial:
                 yield (json.dumps({"type": "ADDED", "object": obj}) + "\n").encode()
@@ -260,7 +276,7 @@ class FakeCluster:
                     continue
             for rv_, _, _, etype, obj in fresh:
                 seen = rv_
-                if _selected(obj, selector):
+                if _selected(obj, selector, fields):
                     yield (json.dumps({"type": etype, "object": obj}) + "\n").encode()
 
 
@@ -283,6 +299,7 @@ class FakeKubelet:
     cluster: FakeCluster
     behaviour: dict[str, str] = field(default_factory=dict)
     fabric_behaviour: dict[str, str] = field(default_factory=dict)
+    simulator: Any = None  # a SimulatedTarget: its evidence for the node instead of running the plan on NumPy
     slow_s: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -477,7 +494,15 @@ class FakeKubelet:
             time.sleep(self.slow_s)
         if self.cluster.get("pods", ns, name) is None:
             return  # deleted while it ran
-        log = "probe: starting\n" + frame(run_plan(ProbePlan.model_validate(plan)).model_dump_json(by_alias=True))
+        if self.simulator is not None:
+            from gpucert.targets.base import MeasurePlan
+
+            probes = tuple(self.simulator.spec.certify.probes)
+            evidence = self.simulator.measure_node(node, MeasurePlan(plan["run_id"], probes, plan["dcgm"]["level"]))
+            evidence = evidence.model_copy(update={"target": "kubernetes"})
+        else:
+            evidence = run_plan(ProbePlan.model_validate(plan))
+        log = "probe: starting\n" + frame(evidence.model_dump_json(by_alias=True))
         if what == "oom":
             self.cluster.logs[(ns, name)] = "probe: starting\nprobe: memory 1 GiB x 2 buffers\n"
             pod["status"] = {

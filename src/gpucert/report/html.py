@@ -146,6 +146,9 @@ class HtmlSummary:
             if target == "simulated"
             else f"<p>Target: {escape(target)}</p>"
         )
+        recert = self.ctx.evaluation.recertify_summary()
+        if recert:
+            banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
         prefix.append(
             f"<h2 id='gpucert-result'>Certification {'FAIL' if failed else 'PASS'}</h2>"
             f"<p>run <code>{escape(self.ctx.run_dir.name)}</code>, spec <code>{escape(self.ctx.spec.metadata.name)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -12,7 +13,7 @@ from gpucert.spec import ClusterSpec, Probe, SimulatedTarget
 from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
 from gpucert.spec import LocalTarget as LocalTargetSpec
 
-__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "Target", "open_target"]
+__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "Target", "open_target"]
 
 EvidenceSink = Callable[[NodeEvidence], None]
 
@@ -56,6 +57,26 @@ class FabricTarget(Target, Protocol):
 
     def measure_fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
         """All-reduce over every GPU of `nodes` (at least two, each already measured alone)."""
+        ...
+
+
+class NodeControl(Protocol):
+    """What recertification does to the node itself: hold it, take it out of service, put it back."""
+
+    def lock(self, node: str, holder: str) -> AbstractContextManager[None]:
+        """Hold the node for one recertification; raises NodeBusyError while another one holds it."""
+        ...
+
+    def cordon(self, node: str) -> bool:
+        """Mark the node unschedulable; returns whether it already was."""
+        ...
+
+    def wait_idle(self, node: str, *, drain: bool, timeout_s: float) -> list[str]:
+        """Wait until no GPU pod runs on the node (evicting them with `drain`); returns the pods waited for."""
+        ...
+
+    def mark(self, node: str, *, labels: dict[str, str], annotations: dict[str, str], uncordon: bool) -> None:
+        """Label and annotate the node, and make it schedulable again when `uncordon`."""
         ...
 
 

@@ -7,18 +7,23 @@ generator seeded by (fleet seed, node number), so the order and parallelism of m
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+import os
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpucert import __version__
 from gpucert.baseline import GpuBaseline, load_baseline
+from gpucert.errors import NodeBusyError
 from gpucert.evidence import (
     EccCounts,
     FabricEvidence,
@@ -47,6 +52,7 @@ from gpucert.fleet import (
     RemappedRowsFault,
     SimulatedFleet,
     SlowFault,
+    SwappedGpuFault,
     TemperatureFault,
     ThrottleFault,
     UnhealthyGpuFault,
@@ -118,6 +124,7 @@ class _NodeFaults:
     versions: dict[str, str] = field(default_factory=dict)
     ordering: list[OrderingFault] = field(default_factory=list)
     missing: set[int] = field(default_factory=set)
+    swapped: set[int] = field(default_factory=set)
     unhealthy: set[int] = field(default_factory=set)
     missing_components: set[str] = field(default_factory=set)
     unreachable: bool = False
@@ -145,6 +152,8 @@ class SimulatedTarget:
                     nf.ordering.append(f)
                 case MissingGpuFault():
                     nf.missing.add(f.gpu)
+                case SwappedGpuFault():
+                    nf.swapped.add(f.gpu)
                 case UnhealthyGpuFault():
                     nf.unhealthy.add(f.gpu)
                 case MissingComponentFault():
@@ -364,7 +373,8 @@ class SimulatedTarget:
         )
 
     def _gpu(self, rng: np.random.Generator, node: str, index: int, slot: int, probes: set[Probe]) -> GpuEvidence:
-        digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}".encode()).hexdigest()
+        board = "/replacement" if slot in self.faults[node].swapped else ""
+        digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
         measurements: dict[str, Measurement] = {}
         for metric, b in self.baseline.metrics.items():
             family = metric.split(".")[0]
@@ -562,3 +572,85 @@ class SimulatedTarget:
             nccl=sweep,
             errors=errors,
         )
+
+
+class SimulatedNodeControl:
+    """Recertification's hold on a simulated node: a lock file per node (held by a live process) and the node's
+    cordon, labels and annotations in `<state_dir>/<node>.json`, where a Kubernetes node would keep them."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+
+    def _state_path(self, node: str) -> Path:
+        return self.state_dir / f"{node}.json"
+
+    def state(self, node: str) -> dict[str, Any]:
+        path = self._state_path(node)
+        if path.exists():
+            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return data
+        return {"unschedulable": False, "labels": {}, "annotations": {}}
+
+    def _save(self, node: str, state: dict[str, Any]) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path(node).with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, self._state_path(node))
+
+    @contextlib.contextmanager
+    def lock(self, node: str, holder: str) -> Iterator[None]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        path = self.state_dir / f"{node}.lock"
+        mine = json.dumps({"holder": holder, "pid": os.getpid(), "acquired": _iso(datetime.now(UTC))})
+        for _ in range(2):
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    other = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError):
+                    other = {}
+                if _alive(int(other.get("pid", 0))):
+                    raise NodeBusyError(
+                        f"{node} is already being recertified by {other.get('holder')} (lock {path}, acquired "
+                        f"{other.get('acquired')}); nothing was changed. Wait for that run to finish"
+                    ) from None
+                path.unlink(missing_ok=True)  # its holder is gone: take it over
+                continue
+            with os.fdopen(fd, "w") as f:
+                f.write(mine)
+            break
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)
+
+    def cordon(self, node: str) -> bool:
+        state = self.state(node)
+        was = bool(state["unschedulable"])
+        state["unschedulable"] = True
+        self._save(node, state)
+        return was
+
+    def wait_idle(self, node: str, *, drain: bool, timeout_s: float) -> list[str]:
+        return []  # a simulated fleet runs no workloads
+
+    def mark(self, node: str, *, labels: dict[str, str], annotations: dict[str, str], uncordon: bool) -> None:
+        state = self.state(node)
+        state["labels"].update(labels)
+        state["annotations"].update(annotations)
+        if uncordon:
+            state["unschedulable"] = False
+        self._save(node, state)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

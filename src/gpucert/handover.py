@@ -1,0 +1,205 @@
+"""Per-node handover baselines (`baselines/nodes/<node>.yaml`, `kind: NodeBaseline`).
+
+`gpucert baseline record RUN_DIR` writes one per node that passed: each GPU by serial (so a swapped GPU is
+noticed), and per metric the median, the spread (a robust coefficient of variation: MAD x 1.4826 / median), the
+sample count and the unit, with the run id, its date and the digest of its certificate. Recertification compares
+a node with its own file: a GPU may be well inside the SKU's tolerance and still be measurably slower than it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import Field
+
+from gpucert.analysis.stats import summarize
+from gpucert.baseline import load_baseline
+from gpucert.checks import NODE_METRICS
+from gpucert.documents import Document, load_document
+from gpucert.errors import ConfigError, EvidenceError
+from gpucert.evidence import NodeEvidence, read_evidence
+from gpucert.report.attest import ENVELOPE
+
+__all__ = [
+    "MIN_TOLERANCE",
+    "SPREAD_FACTOR",
+    "HandoverGpu",
+    "MetricRecord",
+    "NodeBaseline",
+    "handover_tolerance",
+    "load_node_baseline",
+    "metric_samples",
+    "record_baselines",
+]
+
+# A node is held to its own handover figure within max(SPREAD_FACTOR x spread, MIN_TOLERANCE): three robust
+# standard deviations of what was seen at handover, and never tighter than 3 %, the run-to-run variation of a
+# healthy GPU's clocks and temperature that no sample count removes.
+SPREAD_FACTOR = 3.0
+MIN_TOLERANCE = 0.03
+
+
+def handover_tolerance(spread: float) -> float:
+    return max(SPREAD_FACTOR * spread, MIN_TOLERANCE)
+
+
+class MetricRecord(Document):
+    median: Annotated[float, Field(gt=0)]
+    spread: Annotated[float, Field(ge=0)]
+    n: Annotated[int, Field(ge=1)]
+    unit: str
+
+
+class HandoverGpu(Document):
+    index: Annotated[int, Field(ge=0)]
+    serial: str | None = None
+    uuid: str | None = None
+    metrics: dict[str, MetricRecord] = Field(default_factory=dict)
+
+
+class Recorded(Document):
+    run: str
+    date: str
+    result: Literal["pass", "fail"]
+    certificate: str | None = None  # sha256 of the run's certificate.intoto.json; None when the run was not signed
+    forced: str | None = None  # why a node that failed was recorded anyway (`--force --reason`)
+
+
+class NodeBaseline(Document):
+    api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["NodeBaseline"]
+    node: str
+    sku: str
+    recorded: Recorded
+    gpus: list[HandoverGpu]
+    node_metrics: dict[str, MetricRecord] = Field(default_factory=dict, alias="nodeMetrics")
+
+    def gpu(self, index: int) -> HandoverGpu | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+
+def load_node_baseline(path: Path) -> NodeBaseline:
+    return load_document(path, NodeBaseline)
+
+
+def metric_samples(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
+    """The samples behind one figure, as evaluation defines the figure (p2p: every pair the GPU is part of)."""
+    if metric == "nccl.all_reduce":
+        if ev.nccl is None or not ev.nccl.points:
+            return []
+        return list(max(ev.nccl.points, key=lambda p: p.size_bytes).busbw)
+    if metric == "p2p.bandwidth":
+        if ev.p2p is None or index is None:
+            return []
+        return [x for p in ev.p2p.pairs if index in (p.src, p.dst) for x in p.samples]
+    g = ev.gpu(index) if index is not None else None
+    m = g.measurements.get(metric) if g is not None else None
+    return list(m.samples) if m is not None else []
+
+
+def _record(samples: list[float], unit: str, value: float | None = None) -> MetricRecord:
+    s = summarize(samples)
+    return MetricRecord(
+        median=round(value if value is not None else s.median, 6), spread=round(s.spread, 6), n=s.n, unit=unit
+    )
+
+
+def _node_baseline(ev: NodeEvidence, sku: str, units: dict[str, str], recorded: Recorded) -> NodeBaseline:
+    from gpucert.analysis.stats import median
+
+    gpus = []
+    for g in ev.gpus:
+        metrics = {}
+        for metric, unit in units.items():
+            if metric in NODE_METRICS:
+                continue
+            samples = metric_samples(ev, metric, g.index)
+            if not samples:
+                continue
+            value = None
+            if metric == "p2p.bandwidth" and ev.p2p is not None:  # the median of the pairs' medians, as evaluated
+                value = median([median(p.samples) for p in ev.p2p.pairs if g.index in (p.src, p.dst) and p.samples])
+            metrics[metric] = _record(samples, unit, value)
+        gpus.append(HandoverGpu(index=g.index, serial=g.serial, uuid=g.uuid, metrics=metrics))
+    node_metrics = {}
+    for metric in NODE_METRICS:
+        samples = metric_samples(ev, metric, None)
+        if samples and metric in units:
+            node_metrics[metric] = _record(samples, units[metric])
+    return NodeBaseline.model_validate(
+        {
+            "apiVersion": "gpucert.io/v1alpha1",
+            "kind": "NodeBaseline",
+            "node": ev.node,
+            "sku": sku,
+            "recorded": recorded.model_dump(by_alias=True),
+            "gpus": [g.model_dump(by_alias=True) for g in gpus],
+            "nodeMetrics": {k: v.model_dump(by_alias=True) for k, v in node_metrics.items()},
+        }
+    )
+
+
+def record_baselines(run_dir: Path, out: Path, *, force_reason: str | None = None) -> tuple[list[Path], list[str]]:
+    """Write `out/<node>.yaml` for every node of the run that passed (and, with a reason, those that failed).
+
+    Returns the files written and the nodes refused (with why).
+    """
+    verdict_path = run_dir / "verdict.json"
+    if not verdict_path.exists():
+        raise EvidenceError("no verdict.json: record handover baselines from a completed certification", path=run_dir)
+    verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
+    baseline_path = run_dir / "inputs" / "baseline.yaml"
+    if not baseline_path.exists():
+        raise EvidenceError("no inputs/baseline.yaml: not a run folder gpucert certify wrote", path=run_dir)
+    sku = load_baseline(baseline_path)
+    units = {m: b.unit for m, b in sku.metrics.items()}
+    envelope = run_dir / ENVELOPE
+    digest = "sha256:" + hashlib.sha256(envelope.read_bytes()).hexdigest() if envelope.exists() else None
+    run_info = run_dir / "run.json"
+    date = (
+        json.loads(run_info.read_text(encoding="utf-8")).get("finished")
+        if run_info.exists()
+        else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+    written, refused = [], []
+    out.mkdir(parents=True, exist_ok=True)
+    for node, summary in sorted(verdict.get("nodes", {}).items()):
+        if node == "(fleet)":
+            continue
+        passed = summary["result"] == "pass"
+        if not passed and force_reason is None:
+            refused.append(f"{node}: failed {', '.join(summary['failing'])}; pass --force --reason TEXT to record it")
+            continue
+        path = run_dir / "evidence" / f"{node}.json"
+        if not path.exists():
+            refused.append(f"{node}: no evidence in this run")
+            continue
+        ev = read_evidence(path)
+        if not ev.collected:
+            refused.append(f"{node}: was not measured in this run")
+            continue
+        recorded = Recorded(
+            run=verdict["run"],
+            date=date,
+            result="pass" if passed else "fail",
+            certificate=digest,
+            forced=None if passed else force_reason,
+        )
+        nb = _node_baseline(ev, sku.sku, units, recorded)
+        target = out / f"{node}.yaml"
+        header = f"# handover baseline of {node}, recorded by `gpucert baseline record` from run {verdict['run']}\n" + (
+            f"# FORCED although the node failed: {force_reason}\n" if not passed else ""
+        )
+        target.write_text(
+            header + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
+            encoding="utf-8",
+        )
+        written.append(target)
+    if not written and not refused:
+        raise ConfigError("the run's verdict lists no nodes", path=verdict_path, key="nodes")
+    return written, refused

@@ -1,0 +1,196 @@
+"""`gpucert recertify NODE --spec SPEC`: one node, on demand, before it returns to service.
+
+Hold the node (a Lease on a cluster, a lock file on the simulator), cordon it, wait until no GPU pod runs there
+(or evict them with --drain), measure that node only, and evaluate it with the configure, certify and recertify
+suites: against its own handover baseline, the SKU baseline, and the fleet's latest evidence. On pass it is
+labelled certified, annotated and uncordoned; on fail it stays cordoned, labelled not certified, with the failing
+check ids. recertify.json in the run folder records all of it and is signed with the run.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import shutil
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpucert import run as runner
+from gpucert.errors import ConfigError
+from gpucert.evidence import read_evidence
+from gpucert.handover import load_node_baseline
+from gpucert.inventory import Inventory, write_inventory
+from gpucert.report.verdict import read_verdict
+from gpucert.spec import ClusterSpec
+from gpucert.targets import open_target
+from gpucert.targets.base import NodeControl, Target
+
+__all__ = [
+    "ANNOTATION_FAILING",
+    "ANNOTATION_LAST",
+    "ANNOTATION_LAST_RUN",
+    "LABEL_CERTIFIED",
+    "RecertifyOptions",
+    "latest_fleet_evidence",
+    "node_control",
+    "recertify",
+]
+
+LABEL_CERTIFIED = "gpucert.io/certified"
+ANNOTATION_LAST = "gpucert.io/last-certified"  # {time, run, certificate} of the last passing certification
+ANNOTATION_LAST_RUN = "gpucert.io/last-recertification"  # {time, run, result, certificate} of the latest attempt
+ANNOTATION_FAILING = "gpucert.io/failing-checks"  # the check ids that failed, comma-separated; "" after a pass
+RECERTIFY_SCHEMA = "gpucert.io/recertify/v1"
+
+
+@dataclass(frozen=True, slots=True)
+class RecertifyOptions:
+    node: str
+    reports: Path
+    handover_dir: Path
+    cordon: bool = True
+    drain: bool = False
+    wait_timeout_s: float = 3600
+
+
+def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeControl:
+    from gpucert.targets.kubernetes import KubernetesTarget
+    from gpucert.targets.simulated import SimulatedNodeControl, SimulatedTarget
+
+    if isinstance(target, KubernetesTarget):
+        from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
+
+        return KubernetesNodeControl(target)
+    if isinstance(target, SimulatedTarget):
+        return SimulatedNodeControl(reports / ".simulated-nodes" / spec.metadata.name)
+    raise ConfigError(
+        f"recertification takes a node out of service and back: a {target.kind} target has no nodes to hold; "
+        "use a kubernetes (or simulated) target",
+        path=spec.path,
+        key="target.kind",
+    )
+
+
+def latest_fleet_evidence(reports: Path, nodes: set[str]) -> dict[str, Path]:
+    """Each node's most recent measured evidence among the run folders under `reports` (run ids sort by time)."""
+    found: dict[str, Path] = {}
+    for run_dir in sorted((p for p in reports.iterdir() if p.is_dir()), reverse=True) if reports.is_dir() else []:
+        for path in (run_dir / "evidence").glob("*.json"):
+            node = path.stem
+            if node in nodes and node not in found:
+                try:
+                    if read_evidence(path).collected:
+                        found[node] = path
+                except Exception:  # an unreadable file of an old run is no peer
+                    continue
+        if len(found) == len(nodes):
+            break
+    return found
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _write(run_dir: Path, record: dict[str, Any]) -> None:
+    (run_dir / "recertify.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def recertify(
+    spec: ClusterSpec,
+    opts: RecertifyOptions,
+    *,
+    evaluate: Callable[[Path], int],
+    sign: Callable[[Path], Path | None],
+    progress: Callable[[str], None] = lambda _: None,
+) -> tuple[int, Path]:
+    """Recertify `opts.node`; returns the evaluation's exit code (0 pass, 1 fail) and the run folder."""
+    node = opts.node
+    target = open_target(spec)
+    control = node_control(target, spec, opts.reports)
+    holder = f"{getpass.getuser()}@{socket.gethostname()}/{os.getpid()}"
+    handover_path = opts.handover_dir / f"{node}.yaml"
+    handover = load_node_baseline(handover_path) if handover_path.exists() else None
+    if handover is not None and handover.node != node:
+        raise ConfigError(
+            f"this file is the handover baseline of {handover.node}, not {node}", path=handover_path, key="node"
+        )
+    with control.lock(node, holder):
+        progress(f"holding {node} for recertification ({holder})")
+        run_dir = runner.create_run_dir(opts.reports, spec, suffix=f"recertify-{node}")
+        inventory = runner.plan(target, spec, run_dir)
+        if node not in inventory.names:
+            shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
+            raise ConfigError(
+                f"{node} is not one of the cluster's GPU nodes selected by the spec ({shown or 'none'})",
+                path=spec.path,
+                key="target",
+            )
+        one = Inventory(target=inventory.target, nodes=tuple(n for n in inventory.nodes if n.name == node))
+        write_inventory(run_dir / "inventory.json", one)
+        if handover is not None:
+            shutil.copy2(handover_path, run_dir / "inputs" / "handover.yaml")
+        peers = latest_fleet_evidence(opts.reports, set(inventory.names) - {node})
+        if peers:
+            (run_dir / "fleet").mkdir()
+            for peer, path in sorted(peers.items()):
+                shutil.copy2(path, run_dir / "fleet" / f"{peer}.json")
+        record: dict[str, Any] = {
+            "schema": RECERTIFY_SCHEMA,
+            "node": node,
+            "holder": holder,
+            "started": _now(),
+            "handover": (
+                {"file": str(handover_path), **handover.recorded.model_dump(mode="json")}
+                if handover is not None
+                else None
+            ),
+            "fleetPeers": {p: str(path.parent.parent.name) for p, path in sorted(peers.items())},
+        }
+        _write(run_dir, record)
+        if opts.cordon:
+            record["cordon"] = {"wasCordoned": control.cordon(node)}
+            _write(run_dir, record)
+            progress(f"cordoned {node}")
+        record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
+        record["drained"] = opts.drain
+        _write(run_dir, record)
+        runner.measure(target, one, spec, run_dir)
+        code = evaluate(run_dir)
+        verdict = read_verdict(run_dir / "verdict.json")
+        passed = verdict["result"] == "pass"
+        failing = sorted({f["check"] for f in verdict["findings"]})
+        record.update(
+            result=verdict["result"],
+            failing=failing,
+            finished=_now(),
+            marks={
+                "labels": {LABEL_CERTIFIED: "true" if passed else "false"},
+                "uncordon": passed,
+                "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
+            },
+        )
+        _write(run_dir, record)
+        certificate = sign(run_dir)
+        digest = "sha256:" + hashlib.sha256(certificate.read_bytes()).hexdigest() if certificate is not None else None
+        stamp = {"time": record["finished"], "run": run_dir.name, "certificate": digest}
+        annotations = {
+            ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),
+            ANNOTATION_FAILING: ",".join(failing),
+        }
+        if passed:
+            annotations[ANNOTATION_LAST] = json.dumps(stamp, sort_keys=True)
+        control.mark(
+            node, labels={LABEL_CERTIFIED: "true" if passed else "false"}, annotations=annotations, uncordon=passed
+        )
+        progress(
+            f"{node}: {'certified, uncordoned' if passed else 'NOT certified, left cordoned'} "
+            f"({LABEL_CERTIFIED}={'true' if passed else 'false'})"
+        )
+    return code, run_dir

@@ -1,0 +1,249 @@
+"""Recertification's hold on a live node: a Lease per node, cordon, wait for (or evict) GPU pods, label and annotate.
+
+The Lease (coordination.k8s.io/v1, in the run namespace) is what makes a second recertification of the same node
+refuse: it is created, or taken over only once its holder stopped renewing it, and renewed while the run lasts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from gpucert.errors import ClusterAccessError, IncompleteRunError, NodeBusyError
+
+if TYPE_CHECKING:
+    from gpucert.targets.kubernetes import KubernetesTarget
+
+__all__ = ["LEASE_SECONDS", "KubernetesNodeControl", "gpu_pods"]
+
+LEASE_SECONDS = 60
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _micro(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _parse(text: str) -> datetime:
+    return datetime.strptime(text.rstrip("Z")[:26], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
+
+
+def _status(exc: ClusterAccessError) -> int | None:
+    return getattr(exc.__cause__, "status", None)
+
+
+def gpu_pods(pods: list[dict[str, Any]]) -> list[str]:
+    """`namespace/name` of the pods that hold GPUs and have not finished (gpucert's own probe pods aside)."""
+    out = []
+    for pod in pods:
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpucert":
+            continue
+        wants = any(
+            GPU_RESOURCE in ((c.get("resources") or {}).get(kind) or {})
+            for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+            for kind in ("limits", "requests")
+        )
+        if wants:
+            out.append(f"{meta.get('namespace')}/{meta['name']}")
+    return out
+
+
+class KubernetesNodeControl:
+    def __init__(self, target: KubernetesTarget) -> None:
+        from kubernetes import client
+
+        self.target = target
+        self.ns = target.target.namespace
+        self.core = client.CoreV1Api(target.api)
+        self.coord = client.CoordinationV1Api(target.api)
+
+    # ---- the lease -------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def lease_name(node: str) -> str:
+        return f"gpucert-recertify-{hashlib.sha256(node.encode()).hexdigest()[:12]}"
+
+    def _lease_body(self, node: str, holder: str, acquired: datetime, rv: str | None = None) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "name": self.lease_name(node),
+            "namespace": self.ns,
+            "labels": {"app.kubernetes.io/managed-by": "gpucert"},
+            "annotations": {"gpucert.io/node": node},
+        }
+        if rv is not None:
+            meta["resourceVersion"] = rv
+        now = datetime.now(UTC)
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": meta,
+            "spec": {
+                "holderIdentity": holder,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "acquireTime": _micro(acquired),
+                "renewTime": _micro(now),
+            },
+        }
+
+    def _busy(self, node: str, lease: dict[str, Any]) -> NodeBusyError:
+        spec = lease.get("spec") or {}
+        renewed = _parse(spec["renewTime"])
+        expires = renewed + timedelta(seconds=spec.get("leaseDurationSeconds") or LEASE_SECONDS)
+        return NodeBusyError(
+            f"{node} is already being recertified by {spec.get('holderIdentity')} (Lease "
+            f"{self.ns}/{lease['metadata']['name']}, acquired {spec.get('acquireTime')}, renewed {spec['renewTime']}); "
+            f"nothing was changed. Wait for that run to finish; if it was killed, its lease lapses at "
+            f"{expires.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        )
+
+    def _acquire(self, node: str, holder: str) -> None:
+        name = self.lease_name(node)
+        acquired = datetime.now(UTC)
+        try:
+            self.target._call(
+                "create",
+                f"leases in namespace {self.ns}",
+                self.coord.create_namespaced_lease,
+                namespace=self.ns,
+                body=self._lease_body(node, holder, acquired),
+            )
+            return
+        except ClusterAccessError as exc:
+            if _status(exc) != 409:
+                raise
+        resp = self.target._call("get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns)
+        lease = json.loads(resp.data)
+        spec = lease.get("spec") or {}
+        renew = spec.get("renewTime")
+        alive = renew and _parse(renew) + timedelta(seconds=spec.get("leaseDurationSeconds") or 0) > acquired
+        if spec.get("holderIdentity") and alive:
+            raise self._busy(node, lease)
+        try:  # a lapsed lease: take it over, unless someone else does first (the resourceVersion decides)
+            self.target._call(
+                "update",
+                f"lease {name}",
+                self.coord.replace_namespaced_lease,
+                name=name,
+                namespace=self.ns,
+                body=self._lease_body(node, holder, acquired, lease["metadata"]["resourceVersion"]),
+            )
+        except ClusterAccessError as exc:
+            if _status(exc) == 409:
+                resp = self.target._call(
+                    "get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns
+                )
+                raise self._busy(node, json.loads(resp.data)) from None
+            raise
+
+    @contextlib.contextmanager
+    def lock(self, node: str, holder: str) -> Iterator[None]:
+        self._acquire(node, holder)
+        name = self.lease_name(node)
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(LEASE_SECONDS / 3):
+                with contextlib.suppress(ClusterAccessError, IncompleteRunError):
+                    self.target._call(
+                        "patch",
+                        f"lease {name}",
+                        self.coord.patch_namespaced_lease,
+                        name=name,
+                        namespace=self.ns,
+                        body={"spec": {"renewTime": _micro(datetime.now(UTC))}},
+                    )
+
+        renewer = threading.Thread(target=renew, name=f"lease-{node}", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            renewer.join(5)
+            with contextlib.suppress(ClusterAccessError, IncompleteRunError):
+                self.target._call(
+                    "delete", f"lease {name}", self.coord.delete_namespaced_lease, name=name, namespace=self.ns
+                )
+
+    # ---- the node --------------------------------------------------------------------------------------------------
+
+    def cordon(self, node: str) -> bool:
+        resp = self.target._call("get", f"node {node}", self.core.read_node, name=node)
+        was = bool((json.loads(resp.data).get("spec") or {}).get("unschedulable"))
+        if not was:
+            self.target._call(
+                "patch", f"node {node}", self.core.patch_node, name=node, body={"spec": {"unschedulable": True}}
+            )
+        return was
+
+    def _pods_on(self, node: str) -> tuple[list[dict[str, Any]], str]:
+        resp = self.target._call(
+            "list",
+            f"pods on node {node}",
+            self.core.list_pod_for_all_namespaces,
+            field_selector=f"spec.nodeName={node}",
+        )
+        data = json.loads(resp.data)
+        return data.get("items") or [], str((data.get("metadata") or {}).get("resourceVersion", ""))
+
+    def wait_idle(self, node: str, *, drain: bool, timeout_s: float) -> list[str]:
+        from kubernetes import watch
+
+        pods, _ = self._pods_on(node)
+        busy = gpu_pods(pods)
+        waited = list(busy)
+        if drain:
+            for ref in busy:
+                ns, name = ref.split("/", 1)
+                body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+                try:
+                    self.target._call(
+                        "create",
+                        f"the eviction of pod {ref}",
+                        self.core.create_namespaced_pod_eviction,
+                        name=name,
+                        namespace=ns,
+                        body=body,
+                    )
+                except ClusterAccessError as exc:
+                    if _status(exc) == 404:
+                        continue  # already gone
+                    if _status(exc) == 429:  # a PodDisruptionBudget says not now: wait for it like any other pod
+                        continue
+                    raise
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pods, rv = self._pods_on(node)
+            busy = gpu_pods(pods)
+            if not busy:
+                return waited
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise IncompleteRunError(
+                    f"{len(busy)} GPU pod(s) still run on {node} after {timeout_s:.0f} s: {', '.join(busy)}; "
+                    f"the node stays cordoned. Rerun with --drain to evict them, or when they are done"
+                )
+            w = watch.Watch()
+            with contextlib.suppress(Exception):  # any event, or the slice ending, means: look again
+                for _ in w.stream(
+                    self.core.list_pod_for_all_namespaces,
+                    field_selector=f"spec.nodeName={node}",
+                    resource_version=rv,
+                    timeout_seconds=max(1, min(int(left), 5)),
+                ):
+                    w.stop()
+
+    def mark(self, node: str, *, labels: dict[str, str], annotations: dict[str, str], uncordon: bool) -> None:
+        body: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
+        if uncordon:
+            body["spec"] = {"unschedulable": False}
+        self.target._call("patch", f"node {node}", self.core.patch_node, name=node, body=body)

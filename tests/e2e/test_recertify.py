@@ -1,0 +1,155 @@
+"""Handover baselines and on-demand recertification on the simulated target, through the `gpucert` command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .test_cli import gpucert, project  # noqa: F401  (the fixture)
+
+FLEET = "examples/fleets/h100-4x8.yaml"
+SPEC = "examples/clean.yaml"
+
+
+def faults(project: Path, *items: dict[str, Any]) -> None:
+    """Change the simulated fleet as a repair would change the hardware: the same nodes, some faults."""
+    doc = yaml.safe_load((project / FLEET).read_text())
+    doc["faults"] = list(items)
+    (project / FLEET).write_text(yaml.safe_dump(doc))
+
+
+def latest(project: Path, pattern: str) -> Path:
+    return sorted((project / "reports").glob(pattern))[-1]
+
+
+def node_state(project: Path, node: str) -> dict[str, Any]:
+    state: dict[str, Any] = json.loads(
+        (project / "reports" / ".simulated-nodes" / "clean-h100-pod-a" / f"{node}.json").read_text()
+    )
+    return state
+
+
+@pytest.fixture
+def handed_over(project: Path) -> Path:  # noqa: F811
+    """The clean fleet certified and signed at handover, and every node's baseline recorded from that run."""
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = gpucert("baseline", "record", str(latest(project, "*clean-h100-pod-a")), cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return project
+
+
+def recertify(project: Path, node: str, *args: str) -> tuple[Any, dict[str, Any]]:
+    r = gpucert("recertify", node, "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", *args, cwd=project)
+    runs = sorted((project / "reports").glob(f"*recertify-{node}"))
+    verdict = json.loads((runs[-1] / "verdict.json").read_text()) if runs else {}
+    return r, verdict
+
+
+def test_baseline_record_writes_each_gpu_by_serial_with_the_runs_certificate(handed_over: Path) -> None:
+    run = latest(handed_over, "*clean-h100-pod-a")
+    doc = yaml.safe_load((handed_over / "baselines" / "nodes" / "gpu-node-2.yaml").read_text())
+    assert doc["kind"] == "NodeBaseline"
+    assert doc["recorded"]["run"] == run.name
+    assert doc["recorded"]["certificate"].startswith("sha256:")
+    evidence = json.loads((run / "evidence" / "gpu-node-2.json").read_text())
+    assert [g["serial"] for g in doc["gpus"]] == [g["serial"] for g in evidence["gpus"]]
+    mem = doc["gpus"][3]["metrics"]["memory.bandwidth"]
+    assert mem["n"] == len(evidence["gpus"][3]["measurements"]["memory.bandwidth"]["samples"])
+    assert 0 < mem["spread"] < 0.05
+    assert doc["nodeMetrics"]["nccl.all_reduce"]["unit"] == "GB/s"
+
+
+def test_a_node_as_good_as_at_handover_is_certified_and_uncordoned(handed_over: Path) -> None:
+    r, verdict = recertify(handed_over, "gpu-node-2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert verdict["result"] == "pass"
+    assert verdict["summary"]["nodes"] == 1
+    assert "against its handover baseline" in verdict["recertify"]["summary"]
+    assert verdict["recertify"]["fleetPeers"] == 3
+    state = node_state(handed_over, "gpu-node-2")
+    assert state["unschedulable"] is False
+    assert state["labels"] == {"gpucert.io/certified": "true"}
+    last = json.loads(state["annotations"]["gpucert.io/last-certified"])
+    run = latest(handed_over, "*recertify-gpu-node-2")
+    assert last["run"] == run.name
+    assert last["certificate"].startswith("sha256:")
+    assert gpucert("verify", str(run), "--key", "keys/gpucert.pub", cwd=handed_over).returncode == 0
+
+
+def test_a_gpu_six_percent_slower_than_at_handover_fails_and_stays_cordoned(handed_over: Path) -> None:
+    faults(handed_over, {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.94})
+    r, verdict = recertify(handed_over, "gpu-node-2")
+    assert r.returncode == 1, r.stdout + r.stderr
+    found = {(f["check"], f["gpu"]): f for f in verdict["findings"]}
+    assert ("handover.memory.bandwidth", 3) in found
+    assert "below its handover median" in found[("handover.memory.bandwidth", 3)]["message"]
+    assert ("memory.bandwidth", 3) not in found  # inside the SKU baseline's 8 %: only the handover sees it
+    state = node_state(handed_over, "gpu-node-2")
+    assert state["unschedulable"] is True
+    assert state["labels"] == {"gpucert.io/certified": "false"}
+    assert "handover.memory.bandwidth" in state["annotations"]["gpucert.io/failing-checks"].split(",")
+    assert "gpucert.io/last-certified" not in state["annotations"]
+
+
+def test_a_gpu_whose_serial_changed_is_reported_as_swapped(handed_over: Path) -> None:
+    faults(handed_over, {"kind": "swapped-gpu", "node": "gpu-node-3", "gpu": 5})
+    r, verdict = recertify(handed_over, "gpu-node-3")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert {(f["check"], f["gpu"]) for f in verdict["findings"]} == {("handover.identity", 5)}
+    (finding,) = verdict["findings"]
+    assert "swapped since handover" in finding["message"]
+    assert node_state(handed_over, "gpu-node-3")["unschedulable"] is True
+
+
+def test_a_concurrent_recertification_of_the_same_node_is_refused(handed_over: Path) -> None:
+    from gpucert.targets.simulated import SimulatedNodeControl
+
+    control = SimulatedNodeControl(handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a")
+    with control.lock("gpu-node-1", "alice@ops/42"):
+        r, _ = recertify(handed_over, "gpu-node-1")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "gpu-node-1 is already being recertified by alice@ops/42" in r.stderr
+    assert "nothing was changed" in r.stderr
+    assert not (handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a" / "gpu-node-1.json").exists()
+    assert not list((handed_over / "reports").glob("*recertify-gpu-node-1"))
+
+
+def test_without_a_handover_baseline_the_summary_says_so(handed_over: Path) -> None:
+    (handed_over / "baselines" / "nodes" / "gpu-node-4.yaml").unlink()
+    r, verdict = recertify(handed_over, "gpu-node-4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = verdict["recertify"]["summary"]
+    assert "NO HANDOVER BASELINE" in summary
+    assert "SKU baseline H100-SXM5-80GB and the fleet's latest evidence (3 nodes)" in summary
+    assert verdict["recertify"]["handover"] is None
+    assert "NO HANDOVER BASELINE" in (latest(handed_over, "*recertify-gpu-node-4") / "report.html").read_text()
+    assert "NO HANDOVER BASELINE" in r.stdout
+
+
+def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:  # noqa: F811
+    faults(project, {"kind": "ecc", "node": "gpu-node-1", "gpu": 5, "uncorrected": 2})
+    assert gpucert("certify", SPEC, "-q", cwd=project).returncode == 1
+    run = str(latest(project, "*clean-h100-pod-a"))
+    r = gpucert("baseline", "record", run, cwd=project)
+    assert r.returncode == 1
+    assert "refused gpu-node-1: failed health.ecc" in r.stdout
+    assert sorted(p.name for p in (project / "baselines" / "nodes").glob("*.yaml")) == [
+        "gpu-node-2.yaml",
+        "gpu-node-3.yaml",
+        "gpu-node-4.yaml",
+    ]
+    r = gpucert("baseline", "record", run, "--force", cwd=project)
+    assert r.returncode == 2
+    assert "--force needs --reason" in r.stderr
+    r = gpucert("baseline", "record", run, "--force", "--reason", "GPU 5 RMA pending, accepted by buyer", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = yaml.safe_load((project / "baselines" / "nodes" / "gpu-node-1.yaml").read_text())
+    assert doc["recorded"]["result"] == "fail"
+    assert doc["recorded"]["forced"] == "GPU 5 RMA pending, accepted by buyer"
+    assert doc["recorded"]["certificate"] is None  # that run was not signed
