@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -11,13 +14,27 @@ import pytest
 import yaml
 
 # imported before pytester snapshots sys.modules: numpy's C core cannot be loaded twice in one process
-import gpucert.targets.simulated  # noqa: F401
+import gpucert.targets.simulated
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites"
 BASELINES = ROOT / "baselines" / "gpus"
 
 FindingKey = tuple[str, str | None, int | None]
+GPUCERT = [sys.executable, "-m", "gpucert.cli"]
+
+
+def gpucert(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The `gpucert` command as a user runs it, in its own process."""
+    return subprocess.run([*GPUCERT, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """A working folder with copies of the examples and baselines, free to edit."""
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    shutil.copytree(ROOT / "baselines", tmp_path / "baselines")
+    return tmp_path
 
 
 def spec_doc(**certify: Any) -> dict[str, Any]:

@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from .conftest import gpucert
+
 ROOT = Path(__file__).resolve().parents[2]
-GPUCERT = [sys.executable, "-m", "gpucert.cli"]
-
-
-def gpucert(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*GPUCERT, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
-
-
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
-    shutil.copytree(ROOT / "baselines", tmp_path / "baselines")
-    return tmp_path
 
 
 def edit(path: Path, old: str, new: str) -> None:

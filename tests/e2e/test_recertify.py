@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .test_cli import gpucert, project  # noqa: F401  (the fixture)
+from .conftest import gpucert
 
 FLEET = "examples/fleets/h100-4x8.yaml"
 SPEC = "examples/clean.yaml"
@@ -34,7 +34,7 @@ def node_state(project: Path, node: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def handed_over(project: Path) -> Path:  # noqa: F811
+def handed_over(project: Path) -> Path:
     """The clean fleet certified and signed at handover, and every node's baseline recorded from that run."""
     assert gpucert("keygen", "keys", cwd=project).returncode == 0
     r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
@@ -132,7 +132,7 @@ def test_without_a_handover_baseline_the_summary_says_so(handed_over: Path) -> N
     assert "NO HANDOVER BASELINE" in r.stdout
 
 
-def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:  # noqa: F811
+def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
     faults(project, {"kind": "ecc", "node": "gpu-node-1", "gpu": 5, "uncorrected": 2})
     assert gpucert("certify", SPEC, "-q", cwd=project).returncode == 1
     run = str(latest(project, "*clean-h100-pod-a"))
