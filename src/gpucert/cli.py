@@ -322,13 +322,17 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    from gpucert.evidence import FabricEvidence
     from gpucert.evidence import NodeEvidence as Evidence
+    from gpucert.handover import NodeBaseline
 
     for name, model in (
         ("clusterspec", ClusterSpec),
         ("simulatedfleet", SimulatedFleet),
         ("gpubaseline", GpuBaseline),
+        ("nodebaseline", NodeBaseline),
         ("evidence", Evidence),
+        ("fabricevidence", FabricEvidence),
     ):
         path = out / f"{name}.schema.json"
         path.write_text(json.dumps(model.model_json_schema(by_alias=True), indent=1) + "\n", encoding="utf-8")

@@ -109,6 +109,8 @@ def test_schema_writes_json_schemas(tmp_path: Path) -> None:
     assert names == [
         "clusterspec.schema.json",
         "evidence.schema.json",
+        "fabricevidence.schema.json",
         "gpubaseline.schema.json",
+        "nodebaseline.schema.json",
         "simulatedfleet.schema.json",
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest
 import yaml
 from werkzeug import Request, Response
 
-from .fakecluster import _selected
+from .fakecluster import FakeCluster, _selected
 from .gpu_operator import NS
 
 PATHS = {
@@ -115,3 +116,30 @@ def cluster_policy(state: str = "ready") -> dict[str, Any]:
         "spec": {"operator": {"defaultRuntime": "containerd"}},
         "status": {"namespace": NS, "state": state},
     }
+
+
+@pytest.fixture
+def served_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
+    """An empty FakeCluster behind a threaded HTTP server, with $KUBECONFIG pointing at it (context `fake`)."""
+    from pytest_httpserver import HTTPServer
+
+    fake = FakeCluster()
+    server = HTTPServer(threaded=True)
+    server.expect_request(re.compile(".*")).respond_with_handler(fake.handle)  # every path, every method
+    server.start()
+    endpoint = server.url_for("").rstrip("/")
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": endpoint}}],
+        "users": [{"name": "gpucert-ci", "user": {"token": "t"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpucert-ci"}}],
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+    yield fake
+    server.clear()
+    if server.is_running():
+        server.stop()

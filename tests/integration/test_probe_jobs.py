@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from pytest_httpserver import HTTPServer
 
 from gpucert import run as runner
 from gpucert.baseline import load_baseline
@@ -26,35 +23,17 @@ from gpucert.targets import open_target
 
 from .fakecluster import FakeCluster, FakeKubelet
 from .gpu_operator import node
+from .rbac import not_granted, unused, verb
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "gpucert"
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    fake = FakeCluster()
-    server = HTTPServer(threaded=True)
-    server.expect_request(re.compile(".*")).respond_with_handler(fake.handle)  # every path, every method
-    server.start()
-    endpoint = server.url_for("").rstrip("/")
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": endpoint}}],
-        "users": [{"name": "gpucert-ci", "user": {"token": "t"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpucert-ci"}}],
-    }
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+def cluster(served_cluster: FakeCluster) -> FakeCluster:
     for i in range(1, 17):
-        fake.put("nodes", node(f"gpu-{i:02d}"))
-    yield fake
-    server.clear()
-    if server.is_running():
-        server.stop()
+        served_cluster.put("nodes", node(f"gpu-{i:02d}"))
+    return served_cluster
 
 
 def spec_file(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: Any) -> Path:
@@ -286,24 +265,6 @@ def test_cleanup_removes_leftovers_of_earlier_runs(
     assert "deleted 2 objects" in capsys.readouterr().out
 
 
-def _verb(method: str, path: str) -> tuple[str, str, str, str | None]:
-    """(apiGroup, resource, verb, namespace) of one request, as RBAC sees it."""
-    route, _, query = path.partition("?")
-    parts = route.strip("/").split("/")
-    group = "" if parts[0] == "api" else parts[1]
-    rest = parts[2:] if parts[0] == "api" else parts[3:]
-    ns = None
-    if rest and rest[0] == "namespaces":
-        ns, rest = rest[1], rest[2:]
-    resource, named = rest[0], len(rest) > 1
-    if len(rest) > 2:
-        resource = f"{resource}/{rest[2]}"
-    verb = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(method)
-    if verb is None:
-        verb = "get" if named else ("watch" if "watch=" in query else "list")
-    return group, resource, verb, ns
-
-
 def test_rbac_grants_exactly_what_a_measured_run_uses(cluster: FakeCluster, tmp_path: Path) -> None:
     left = {"gpucert.io/run": "rx", "app.kubernetes.io/managed-by": "gpucert"}  # what an earlier run left
     cluster.put("pods", {"metadata": {"name": "left", "namespace": NS, "labels": left}})
@@ -320,17 +281,7 @@ def test_rbac_grants_exactly_what_a_measured_run_uses(cluster: FakeCluster, tmp_
     spec = load_spec(spec_file(tmp_path))
     target = open_target(spec)
     cleanup_runs(target, NS)  # type: ignore[arg-type]
-    used = {_verb(m, p) for m, p in cluster.requests}
+    used = {verb(m, p) for m, p in cluster.requests}
     used.add(("", "nodes", "get", None))  # read when a probe pod disappears (covered by the deletion path)
-    granted = set()
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
-        if doc["kind"] in ("ClusterRole", "Role"):
-            for rule in doc["rules"]:
-                for g in rule["apiGroups"]:
-                    for r in rule["resources"]:
-                        for v in rule["verbs"]:
-                            granted.add((g, r, v, doc["metadata"].get("namespace")))
-    used_pod_ns = {(g, r, v, ns) for g, r, v, ns in used}
-    assert used_pod_ns - granted == set(), "a request the RBAC manifest does not grant"
-    unused = {x for x in granted - used_pod_ns if x[3] != "gpu-operator"}  # configure's grants: tested there
-    assert unused == set(), "a grant no request needs"
+    assert not_granted(used) == set(), "a request the RBAC manifest does not grant"
+    assert unused(used, {"gpucert-measure", "gpucert-measure-nodes"}) == set(), "a grant no request needs"

@@ -12,6 +12,7 @@ repetitions (the plan's `min_reps`), never a time budget that each node would sp
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import struct
@@ -91,22 +92,24 @@ class Rendezvous:
                         raise TimeoutError(
                             f"rendezvous: processes {missing} did not join within {self.timeout_s:g} s"
                         ) from None
-                    conn.settimeout(self.timeout_s)
-                    hello = json.loads(recv_msg(conn))
-                    peers[hello["rank"]] = Peer(hello["rank"], hello["node"], hello["gpus"])
-                    self.socks[hello["rank"]] = conn
+                    with contextlib.ExitStack() as unless_kept:
+                        unless_kept.callback(conn.close)
+                        conn.settimeout(self.timeout_s)
+                        hello = json.loads(recv_msg(conn))
+                        peers[hello["rank"]] = Peer(hello["rank"], hello["node"], hello["gpus"])
+                        self.socks[hello["rank"]] = conn
+                        unless_kept.pop_all()
             self.peers = [peers[r] for r in range(self.processes)]
             self.uid = make_uid()
             world = json.dumps({"peers": [[p.rank, p.node, p.gpus] for p in self.peers], "uid": self.uid})
             for conn in self.socks.values():
                 send_msg(conn, world.encode())
         else:
-            conn = self._connect(deadline)
+            conn = self.socks[0] = self._connect(deadline)  # kept first, so close() closes it whatever follows
             send_msg(conn, json.dumps({"rank": self.rank, "node": node, "gpus": gpus}).encode())
             world_doc = json.loads(recv_msg(conn))
             self.peers = [Peer(r, n, g) for r, n, g in world_doc["peers"]]
             self.uid = world_doc["uid"]
-            self.socks[0] = conn
         return self
 
     def _connect(self, deadline: float) -> socket.socket:

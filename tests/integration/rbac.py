@@ -1,0 +1,54 @@
+"""deploy/rbac.yaml against the requests a run made: every request granted, every grant of a role used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+Request = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, namespace or None for cluster scope)
+
+
+def verb(method: str, path: str) -> Request:
+    """One HTTP request as RBAC sees it."""
+    route, _, query = path.partition("?")
+    parts = route.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    rest = parts[2:] if parts[0] == "api" else parts[3:]
+    ns = None
+    if rest and rest[0] == "namespaces":
+        ns, rest = rest[1], rest[2:]
+    resource, named = rest[0], len(rest) > 1
+    if len(rest) > 2:
+        resource = f"{resource}/{rest[2]}"
+    v = {"POST": "create", "DELETE": "delete", "PATCH": "patch", "PUT": "update"}.get(method)
+    if v is None:
+        v = "get" if named else ("watch" if "watch=" in query else "list")
+    return group, resource, v, ns
+
+
+def grants(roles: set[str] | None = None) -> set[Request]:
+    """What the manifest's Roles (in their namespace) and ClusterRoles (namespace None) grant."""
+    out = set()
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+        if doc["kind"] in ("ClusterRole", "Role") and (roles is None or doc["metadata"]["name"] in roles):
+            ns = doc["metadata"].get("namespace")
+            for rule in doc["rules"]:
+                for g in rule["apiGroups"]:
+                    for r in rule["resources"]:
+                        for v in rule["verbs"]:
+                            out.add((g, r, v, ns))
+    return out
+
+
+def not_granted(used: set[Request]) -> set[Request]:
+    """Requests no rule allows (a ClusterRole's rule allows its resource in every namespace)."""
+    granted = grants()
+    return {u for u in used if u not in granted and (*u[:3], None) not in granted}
+
+
+def unused(used: set[Request], roles: set[str]) -> set[Request]:
+    """Grants of `roles` that no request needed."""
+    needed = used | {(*u[:3], None) for u in used}
+    return grants(roles) - needed
