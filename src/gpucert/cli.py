@@ -167,6 +167,8 @@ def _run(
         runner.plan_static(run_dir)
     elif evidence:
         runner.import_evidence(Path(evidence), run_dir)
+        if (run_dir / "recertify.json").exists():
+            suites = [*suites, "recertify"]
     else:
         _measure_with_progress(spec, run_dir, measure=measure)
     result = _evaluate(spec_path, run_dir, suites, workers=workers, quiet=quiet, signer=signer)

@@ -132,3 +132,10 @@ def import_evidence(source: Path, run_dir: Path) -> None:
             raise EvidenceError(f"missing {name}; pass a complete run folder", path=root)
         shutil.copy2(root / name, run_dir / name)
     shutil.copytree(root / "evidence", run_dir / "evidence")
+    # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
+    if (root / "recertify.json").exists():
+        shutil.copy2(root / "recertify.json", run_dir / "recertify.json")
+        if (root / "fleet").is_dir():
+            shutil.copytree(root / "fleet", run_dir / "fleet")
+        if (root / "inputs" / "handover.yaml").exists():
+            shutil.copy2(root / "inputs" / "handover.yaml", run_dir / "inputs" / "handover.yaml")

@@ -95,6 +95,13 @@ def test_a_gpu_six_percent_slower_than_at_handover_fails_and_stays_cordoned(hand
     assert state["labels"] == {"gpucert.io/certified": "false"}
     assert "handover.memory.bandwidth" in state["annotations"]["gpucert.io/failing-checks"].split(",")
     assert "gpucert.io/last-certified" not in state["annotations"]
+    # a buyer re-evaluates the recertification offline and finds the same
+    run = latest(handed_over, "*recertify-gpu-node-2")
+    r = gpucert("evaluate", SPEC, "--evidence", str(run), "--reports", "audit", cwd=handed_over)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (audit,) = (handed_over / "audit").iterdir()
+    again = json.loads((audit / "verdict.json").read_text())
+    assert again["findings"] == verdict["findings"]
 
 
 def test_a_gpu_whose_serial_changed_is_reported_as_swapped(handed_over: Path) -> None:
