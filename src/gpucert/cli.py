@@ -221,12 +221,12 @@ def cmd_recertify(a: argparse.Namespace) -> int:
         wait_timeout_s=a.wait_timeout,
     )
 
-    def sign(run_dir: Path) -> Path | None:
+    def sign(run_dir: Path) -> str | None:
         if not a.sign_key:
             return None
         path, fp = attest.sign_run(run_dir, Path(a.sign_key))
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
-        return path
+        return attest.certificate_digest(run_dir)
 
     code, _ = recertify(
         spec,
@@ -247,7 +247,10 @@ def cmd_baseline_record(a: argparse.Namespace) -> int:
         raise ConfigError(
             "--force needs --reason TEXT: why a failed node's figures may serve as its baseline", key="--reason"
         )
-    written, refused = record_baselines(Path(a.run_dir), Path(a.out), force_reason=a.reason if a.force else None)
+    run_dir = Path(a.run_dir)
+    written, refused = record_baselines(
+        run_dir, Path(a.out), certificate=attest.certificate_digest(run_dir), force_reason=a.reason if a.force else None
+    )
     for path in written:
         console.print(f"wrote {path}")
     for why in refused:

@@ -8,7 +8,6 @@ a node with its own file: a GPU may be well inside the SKU's tolerance and still
 
 from __future__ import annotations
 
-import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,7 +22,6 @@ from gpucert.checks import NODE_METRICS
 from gpucert.documents import Document, load_document
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import NodeEvidence, read_evidence
-from gpucert.report.attest import ENVELOPE
 
 __all__ = [
     "MIN_TOLERANCE",
@@ -144,10 +142,13 @@ def _node_baseline(ev: NodeEvidence, sku: str, units: dict[str, str], recorded: 
     )
 
 
-def record_baselines(run_dir: Path, out: Path, *, force_reason: str | None = None) -> tuple[list[Path], list[str]]:
+def record_baselines(
+    run_dir: Path, out: Path, *, certificate: str | None, force_reason: str | None = None
+) -> tuple[list[Path], list[str]]:
     """Write `out/<node>.yaml` for every node of the run that passed (and, with a reason, those that failed).
 
-    Returns the files written and the nodes refused (with why).
+    `certificate` is the digest of the run's certificate (None when unsigned). Returns the files written and the
+    nodes refused (with why).
     """
     verdict_path = run_dir / "verdict.json"
     if not verdict_path.exists():
@@ -158,8 +159,6 @@ def record_baselines(run_dir: Path, out: Path, *, force_reason: str | None = Non
         raise EvidenceError("no inputs/baseline.yaml: not a run folder gpucert certify wrote", path=run_dir)
     sku = load_baseline(baseline_path)
     units = {m: b.unit for m, b in sku.metrics.items()}
-    envelope = run_dir / ENVELOPE
-    digest = "sha256:" + hashlib.sha256(envelope.read_bytes()).hexdigest() if envelope.exists() else None
     run_info = run_dir / "run.json"
     date = (
         json.loads(run_info.read_text(encoding="utf-8")).get("finished")
@@ -187,7 +186,7 @@ def record_baselines(run_dir: Path, out: Path, *, force_reason: str | None = Non
             run=verdict["run"],
             date=date,
             result="pass" if passed else "fail",
-            certificate=digest,
+            certificate=certificate,
             forced=None if passed else force_reason,
         )
         nb = _node_baseline(ev, sku.sku, units, recorded)

@@ -10,7 +10,6 @@ check ids. recertify.json in the run folder records all of it and is signed with
 from __future__ import annotations
 
 import getpass
-import hashlib
 import json
 import os
 import shutil
@@ -107,7 +106,7 @@ def recertify(
     opts: RecertifyOptions,
     *,
     evaluate: Callable[[Path], int],
-    sign: Callable[[Path], Path | None],
+    sign: Callable[[Path], str | None],
     progress: Callable[[str], None] = lambda _: None,
 ) -> tuple[int, Path]:
     """Recertify `opts.node`; returns the evaluation's exit code (0 pass, 1 fail) and the run folder."""
@@ -177,8 +176,7 @@ def recertify(
             },
         )
         _write(run_dir, record)
-        certificate = sign(run_dir)
-        digest = "sha256:" + hashlib.sha256(certificate.read_bytes()).hexdigest() if certificate is not None else None
+        digest = sign(run_dir)  # the certificate's digest, None when not signed
         stamp = {"time": record["finished"], "run": run_dir.name, "certificate": digest}
         annotations = {
             ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),

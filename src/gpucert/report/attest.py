@@ -27,6 +27,7 @@ __all__ = [
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
     "Verification",
+    "certificate_digest",
     "fingerprint",
     "generate_key",
     "load_private_key",
@@ -130,6 +131,12 @@ def _predicate(run_dir: Path) -> dict[str, Any]:
         "summary": verdict["summary"],
         "nodes": {n: s["result"] for n, s in verdict.get("nodes", {}).items() if not n.startswith("(")},
     }
+
+
+def certificate_digest(run_dir: Path) -> str | None:
+    """`sha256:<hex>` of the run's certificate, the handle a node baseline or a node annotation cites; None unsigned."""
+    path = run_dir / ENVELOPE
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
 def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
