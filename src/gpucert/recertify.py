@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucert import run as runner
-from gpucert.errors import ConfigError
+from gpucert.errors import ConfigError, IncompleteRunError
 from gpucert.evidence import read_evidence
 from gpucert.handover import load_node_baseline
 from gpucert.inventory import Inventory, write_inventory
@@ -177,6 +177,12 @@ def recertify(
         )
         _write(run_dir, record)
         digest = sign(run_dir)  # the certificate's digest, None when not signed
+        now_held_by = control.holder(node)
+        if now_held_by != holder:
+            raise IncompleteRunError(
+                f"lost the hold on {node} during the run (now held by {now_held_by or 'nobody'}): the node was not "
+                f"marked; its verdict ({verdict['result']}) is in {run_dir}"
+            )
         stamp = {"time": record["finished"], "run": run_dir.name, "certificate": digest}
         annotations = {
             ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),

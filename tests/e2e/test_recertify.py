@@ -160,3 +160,54 @@ def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
     assert doc["recorded"]["result"] == "fail"
     assert doc["recorded"]["forced"] == "GPU 5 RMA pending, accepted by buyer"
     assert doc["recorded"]["certificate"] is None  # that run was not signed
+
+
+def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:
+    """Another run took the node over while this one measured: the verdict is kept, the node is left alone."""
+    import subprocess
+    import sys
+
+    from gpucert.errors import IncompleteRunError
+    from gpucert.recertify import RecertifyOptions, recertify
+    from gpucert.spec import load_spec
+
+    from .conftest import ROOT
+
+    state_dir = handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a"
+
+    def evaluate_then_lose_the_hold(run_dir: Path) -> int:
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                *(str(ROOT / "suites" / s) for s in ("configure", "certify", "recertify")),
+                "--spec",
+                str(handed_over / SPEC),
+                "--run-dir",
+                str(run_dir),
+                "-q",
+                "-p",
+                "no:cacheprovider",
+            ],
+            cwd=handed_over,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        (state_dir / "gpu-node-1.lock").write_text(json.dumps({"holder": "bob@ops/7", "pid": 1}))
+        return r.returncode
+
+    opts = RecertifyOptions(
+        node="gpu-node-1", reports=handed_over / "reports", handover_dir=handed_over / "baselines" / "nodes"
+    )
+    with pytest.raises(
+        IncompleteRunError, match=r"lost the hold on gpu-node-1 during the run \(now held by bob@ops/7\)"
+    ):
+        recertify(load_spec(handed_over / SPEC), opts, evaluate=evaluate_then_lose_the_hold, sign=lambda _: None)
+    state = node_state(handed_over, "gpu-node-1")
+    assert state["unschedulable"] is True  # cordoned for the measurement, and left so
+    assert state["labels"] == {}
+    run = latest(handed_over, "*recertify-gpu-node-1")
+    assert json.loads((run / "verdict.json").read_text())["result"] == "pass"
+    assert json.loads((state_dir / "gpu-node-1.lock").read_text())["holder"] == "bob@ops/7"  # theirs, kept

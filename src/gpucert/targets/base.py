@@ -67,6 +67,10 @@ class NodeControl(Protocol):
         """Hold the node for one recertification; raises NodeBusyError while another one holds it."""
         ...
 
+    def holder(self, node: str) -> str | None:
+        """Who holds the node now (checked before the node is marked: a run whose hold lapsed marks nothing)."""
+        ...
+
     def cordon(self, node: str) -> bool:
         """Mark the node unschedulable; returns whether it already was."""
         ...

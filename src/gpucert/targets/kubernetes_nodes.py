@@ -173,9 +173,23 @@ class KubernetesNodeControl:
             stop.set()
             renewer.join(5)
             with contextlib.suppress(ClusterAccessError, IncompleteRunError):
-                self.target._call(
-                    "delete", f"lease {name}", self.coord.delete_namespaced_lease, name=name, namespace=self.ns
-                )
+                if self.holder(node) == holder:  # a lease taken over by another run is theirs to release
+                    self.target._call(
+                        "delete", f"lease {name}", self.coord.delete_namespaced_lease, name=name, namespace=self.ns
+                    )
+
+    def holder(self, node: str) -> str | None:
+        name = self.lease_name(node)
+        try:
+            resp = self.target._call(
+                "get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns
+            )
+        except ClusterAccessError as exc:
+            if _status(exc) == 404:
+                return None
+            raise
+        holder: str | None = (json.loads(resp.data).get("spec") or {}).get("holderIdentity")
+        return holder
 
     # ---- the node --------------------------------------------------------------------------------------------------
 

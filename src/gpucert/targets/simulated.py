@@ -623,7 +623,15 @@ class SimulatedNodeControl:
         try:
             yield
         finally:
-            path.unlink(missing_ok=True)
+            if self.holder(node) == holder:  # a hold taken over by another run is theirs to release
+                path.unlink(missing_ok=True)
+
+    def holder(self, node: str) -> str | None:
+        try:
+            holder: str | None = json.loads((self.state_dir / f"{node}.lock").read_text(encoding="utf-8"))["holder"]
+        except (OSError, json.JSONDecodeError, KeyError):
+            return None
+        return holder
 
     def cordon(self, node: str) -> bool:
         state = self.state(node)
