@@ -125,6 +125,7 @@ def recertify(
         run_dir = runner.create_run_dir(opts.reports, spec, suffix=f"recertify-{node}")
         inventory = runner.plan(target, spec, run_dir)
         if node not in inventory.names:
+            shutil.rmtree(run_dir)  # a mistyped node name leaves no run behind
             shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
             raise ConfigError(
                 f"{node} is not one of the cluster's GPU nodes selected by the spec ({shown or 'none'})",

@@ -46,8 +46,8 @@ def handed_over(project: Path) -> Path:
 
 def recertify(project: Path, node: str, *args: str) -> tuple[Any, dict[str, Any]]:
     r = gpucert("recertify", node, "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", *args, cwd=project)
-    runs = sorted((project / "reports").glob(f"*recertify-{node}"))
-    verdict = json.loads((runs[-1] / "verdict.json").read_text()) if runs else {}
+    runs = sorted((project / "reports").glob(f"*recertify-{node}/verdict.json"))
+    verdict = json.loads(runs[-1].read_text()) if runs else {}
     return r, verdict
 
 
@@ -211,3 +211,23 @@ def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:
     run = latest(handed_over, "*recertify-gpu-node-1")
     assert json.loads((run / "verdict.json").read_text())["result"] == "pass"
     assert json.loads((state_dir / "gpu-node-1.lock").read_text())["holder"] == "bob@ops/7"  # theirs, kept
+
+
+def test_a_whole_node_behind_the_fleet_is_a_straggler_only_against_the_fleets_evidence(handed_over: Path) -> None:
+    """All eight GPUs 6% slow: their own node shows no outlier; the fleet's latest evidence does."""
+    faults(handed_over, {"kind": "slow", "node": "gpu-node-4", "metric": "memory.bandwidth", "factor": 0.94})
+    r, verdict = recertify(handed_over, "gpu-node-4")
+    assert r.returncode == 1, r.stdout + r.stderr
+    found = {(f["check"], f["gpu"]) for f in verdict["findings"]}
+    assert {("straggler.memory.bandwidth", g) for g in range(8)} <= found
+    assert {("handover.memory.bandwidth", g) for g in range(8)} <= found
+    message = next(f["message"] for f in verdict["findings"] if f["check"] == "straggler.memory.bandwidth")
+    assert "below the fleet median over 32 GPUs" in message  # 8 measured now + 24 from the handover run
+
+
+def test_recertifying_a_node_the_cluster_does_not_have_is_a_usage_error(handed_over: Path) -> None:
+    r, _ = recertify(handed_over, "gpu-node-9")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "gpu-node-9 is not one of the cluster's GPU nodes selected by the spec (gpu-node-1, gpu-node-2" in r.stderr
+    assert not (handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a" / "gpu-node-9.json").exists()
+    assert not list((handed_over / "reports").glob("*recertify-gpu-node-9"))
