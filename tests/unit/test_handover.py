@@ -55,3 +55,12 @@ def test_only_unfinished_pods_holding_gpus_keep_a_node_busy() -> None:
         _pod("our-probe", "Running", {"nvidia.com/gpu": "8"}, {"app.kubernetes.io/managed-by": "gpucert"}),
     ]
     assert gpu_pods(pods) == ["ml/train", "ml/pending-train"]
+
+
+@pytest.mark.parametrize("text", ["2026-12-03T06:42:20.123456Z", "2026-12-03T06:42:20Z", "2026-12-03T06:42:20.5+00:00"])
+def test_lease_times_from_other_clients_are_read(text: str) -> None:
+    from datetime import UTC, datetime
+
+    from gpucert.targets.kubernetes_nodes import _parse
+
+    assert _parse(text).replace(microsecond=0) == datetime(2026, 12, 3, 6, 42, 20, tzinfo=UTC)

@@ -32,7 +32,9 @@ def _micro(t: datetime) -> str:
 
 
 def _parse(text: str) -> datetime:
-    return datetime.strptime(text.rstrip("Z")[:26], "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC)
+    """A MicroTime or RFC 3339 time as another client may have written it (with or without fractions)."""
+    t = datetime.fromisoformat(text)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def _status(exc: ClusterAccessError) -> int | None:
