@@ -65,7 +65,8 @@ def test_report_renders_summary_and_plots_in_a_browser(demo_run: Path, tmp_path:
     assert len(re.findall(r"<tr>", table)) == 1 + 5  # header, the fleet row and four nodes
     assert "570.124.06" in table
     assert "550.54.14" in table  # the node whose driver is off its pin shows it
-    assert dom.count('class="gpucert-plot"') >= 11  # 9 per-GPU metrics, the P2P matrix, the NCCL curve
+    assert dom.count('class="gpucert-plot"') >= 12  # 9 per-GPU metrics, the P2P matrix, two NCCL curves
+    assert "NCCL all-reduce across nodes" in dom
     assert 'class="pt-fail"' in dom
     assert 'class="pt-straggler"' in dom
     # pytest-html's own table, built by its JavaScript: the failing checks are there, with their check ids

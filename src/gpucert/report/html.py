@@ -7,6 +7,7 @@ from collections import defaultdict
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from gpucert.analysis.stats import median
 from gpucert.checks import CheckStatus
 from gpucert.evaluation import FABRIC_METRICS, NODE_METRICS
 from gpucert.report import plots
@@ -130,6 +131,12 @@ class HtmlSummary:
                 shown = [(f"fleet median ({len(curves)} nodes)", median_curve)]
                 shown += [(n, curves[n]) for n in (bad or list(curves)[: MAX_NCCL_LINES - 1])[: MAX_NCCL_LINES - 1]]
                 out.append(plots.lines("NCCL all-reduce bus bandwidth", "GB/s", shown, nccl.expected))
+        across = ev.baseline.metrics.get("nccl.all_reduce.multinode")
+        fabric = ev.fabric
+        if across is not None and fabric is not None and fabric.nccl is not None:
+            curve = [(pt.size_bytes, median(pt.busbw)) for pt in fabric.nccl.points if pt.busbw]
+            label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs"
+            out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
