@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.analysis.health import judge_health
-from gpucert.analysis.performance import Sampled, StragglerIndex, against_baseline
-from gpucert.analysis.stats import median
+from gpucert.analysis.performance import MIN_PEERS, STRAGGLER_MIN_Z, Sampled, StragglerIndex, against_baseline
+from gpucert.analysis.stats import median, summarize
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import DCGM_TESTS_BY_LEVEL, FABRIC_METRICS, NODE_METRICS, CheckStatus, Finding
-from gpucert.evidence import FabricEvidence, GpuEvidence, NodeEvidence, read_evidence, read_fabric
+from gpucert.evidence import (
+    FabricEvidence,
+    FabricPairs,
+    GpuEvidence,
+    NodeEvidence,
+    read_evidence,
+    read_fabric,
+    read_fabric_pairs,
+)
 from gpucert.handover import NodeBaseline, handover_tolerance, load_node_baseline
 from gpucert.inventory import Inventory, read_inventory
 from gpucert.spec import ClusterSpec, Probe
@@ -95,6 +103,10 @@ class Evaluation:
     @cached_property
     def fabric(self) -> FabricEvidence | None:
         return read_fabric(self.run_dir / "evidence") if self.measured else None
+
+    @cached_property
+    def fabric_pairs(self) -> FabricPairs | None:
+        return read_fabric_pairs(self.run_dir / "evidence") if self.measured else None
 
     def evidence(self, node: str) -> NodeEvidence | None:
         if node not in self._evidence:
@@ -284,6 +296,9 @@ class Evaluation:
         node = finding.node
         if finding.check in FABRIC_METRICS:
             return self.fabric.model_dump(mode="json") if self.fabric else None
+        if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
+            mine = [p for p in (self.fabric_pairs.pairs if self.fabric_pairs else []) if node in p.nodes]
+            return {"pairs": [p.model_dump(mode="json") for p in mine]}
         if node is None:
             return {"nodes": self.inventory.names}
         family = finding.check.removeprefix("straggler.").split(".")[0]
@@ -493,6 +508,58 @@ class Evaluation:
         )
         status = CheckStatus.FAIL if sign * deviation < -tol else CheckStatus.PASS
         return Finding(check, status, node, gpu, msg, observed=round(now.value, 4), expected=rec.median, unit=rec.unit)
+
+    def fabric_straggler(self, node: str) -> Finding:
+        """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
+        check = "straggler.nccl.all_reduce.multinode"
+        multinode = self.spec.certify.multinode
+        if multinode is None or not multinode.pairs:
+            return Finding(
+                check, SKIP, node, None, "certify.multinode.pairs is not set: no pairs of nodes were measured"
+            )
+        pairs = self.fabric_pairs
+        if pairs is None:
+            return Finding(
+                check, SKIP, node, None, "no pairs of nodes were measured (it takes three measured nodes and a cluster)"
+            )
+        values: dict[tuple[str, int | None], float] = {}
+        failed: list[str] = []
+        for pair in pairs.pairs:
+            name = " + ".join(pair.nodes)
+            if pair.errors or pair.nccl is None or not pair.nccl.points or not pair.nccl.correct:
+                if node in pair.nodes:
+                    why = "; ".join(e.message for e in pair.errors) or "no correct samples"
+                    failed.append(f"{name}: {why}")
+                continue
+            top = max(pair.nccl.points, key=lambda p: p.size_bytes)
+            values[(name, None)] = median(top.busbw)
+        mine = {k: v for k, v in values.items() if node in k[0].split(" + ")}
+        if failed:
+            return Finding(
+                check, ERROR, node, None, f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}"
+            )
+        if not mine:
+            return Finding(check, SKIP, node, None, f"{node} was in no pair (not measured, or past maxNodes)")
+        if len(values) - 1 < MIN_PEERS:
+            return Finding(check, SKIP, node, None, f"{len(values)} pairs are too few to tell which node is behind")
+        peers = summarize(list(values.values()))
+        limit = self.spec.certify.stragglers.max_deviation
+        behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -limit and peers.z(v) < -STRAGGLER_MIN_Z}
+        detail = ", ".join(f"{k[0]} {v:.4g} GB/s ({v / peers.median - 1:+.1%})" for k, v in mine.items())
+        where = f"the median of {len(values)} pairs is {peers.median:.4g} GB/s"
+        if len(behind) == len(mine):
+            worst = min(mine.values())
+            return Finding(
+                check,
+                CheckStatus.FAIL,
+                node,
+                None,
+                f"{node} slows every ring it is in: {detail}; {where} (limit {limit:.0%})",
+                observed=round(worst, 4),
+                expected=round(peers.median, 4),
+                unit="GB/s",
+            )
+        return Finding(check, CheckStatus.PASS, node, None, f"{node}'s pairs: {detail}; {where}")
 
     def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
         """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -38,11 +38,14 @@ __all__ = [
     "XidEvent",
     "read_evidence",
     "read_fabric",
+    "read_fabric_pairs",
     "write_evidence",
     "write_fabric",
+    "write_fabric_pairs",
 ]
 
 EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"
+M = TypeVar("M", bound=BaseModel)
 
 
 class _Model(BaseModel):
@@ -230,17 +233,40 @@ def write_fabric(directory: Path, evidence: FabricEvidence) -> Path:
     return _atomic_write(directory / FABRIC_EVIDENCE, evidence.model_dump_json(by_alias=True))
 
 
-def read_fabric(directory: Path) -> FabricEvidence | None:
-    """The multi-node evidence of an evidence folder, or None when the run measured no collective across nodes."""
-    path = directory / FABRIC_EVIDENCE
+class FabricPairs(_Model):
+    """The all-reduce of every pair of neighbouring nodes (`evidence/multinode/pairs.json`), as each round ends."""
+
+    schema_: str = Field(EVIDENCE_SCHEMA, alias="schema")
+    pairs: list[FabricEvidence] = Field(default_factory=list)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+FABRIC_PAIRS = Path("multinode") / "pairs.json"
+
+
+def write_fabric_pairs(directory: Path, pairs: FabricPairs) -> Path:
+    return _atomic_write(directory / FABRIC_PAIRS, pairs.model_dump_json(by_alias=True))
+
+
+def _read_model(path: Path, model: type[M]) -> M | None:
     if not path.exists():
         return None
     try:
-        return FabricEvidence.model_validate_json(path.read_bytes())
+        return model.model_validate_json(path.read_bytes())
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
+
+
+def read_fabric(directory: Path) -> FabricEvidence | None:
+    """The multi-node evidence of an evidence folder, or None when the run measured no collective across nodes."""
+    return _read_model(directory / FABRIC_EVIDENCE, FabricEvidence)
+
+
+def read_fabric_pairs(directory: Path) -> FabricPairs | None:
+    return _read_model(directory / FABRIC_PAIRS, FabricPairs)
 
 
 def write_evidence(directory: Path, evidence: NodeEvidence) -> Path:

@@ -13,13 +13,21 @@ from pathlib import Path
 
 from gpucert import __version__
 from gpucert.errors import EvidenceError
-from gpucert.evidence import FabricEvidence, NodeEvidence, ProbeError, write_evidence, write_fabric
+from gpucert.evidence import (
+    FabricEvidence,
+    FabricPairs,
+    NodeEvidence,
+    ProbeError,
+    write_evidence,
+    write_fabric,
+    write_fabric_pairs,
+)
 from gpucert.inventory import Inventory, write_inventory
 from gpucert.spec import ClusterSpec
 from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack, write_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
-__all__ = ["create_run_dir", "import_evidence", "measure", "plan", "plan_static", "run_id_of"]
+__all__ = ["create_run_dir", "import_evidence", "measure", "neighbour_pairs", "plan", "plan_static", "run_id_of"]
 
 Progress = Callable[[NodeEvidence], None]
 
@@ -94,12 +102,30 @@ def measure(
         order = {n: i for i, n in enumerate(inventory.names)}
         nodes = sorted(collected, key=order.__getitem__)[: multinode.max_nodes]
         write_fabric(evidence_dir, measure_fabric(target, nodes, measure_plan))
+        if multinode.pairs and len(nodes) >= 3 and isinstance(target, FabricTarget):
+            done: list[FabricEvidence] = []
+            for rnd in neighbour_pairs(nodes):
+                done += target.measure_fabrics(rnd, measure_plan)
+                write_fabric_pairs(evidence_dir, FabricPairs(pairs=done))
+
+
+def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:
+    """Every pair of neighbours on the ring of `nodes`, in rounds where no node is in two pairs at once."""
+    pairs = [[nodes[i], nodes[(i + 1) % len(nodes)]] for i in range(len(nodes) if len(nodes) > 2 else 1)]
+    rounds: list[list[list[str]]] = []
+    for pair in pairs:
+        free = next((r for r in rounds if not any(n in g for g in r for n in pair)), None)
+        if free is None:
+            rounds.append([pair])
+        else:
+            free.append(pair)
+    return rounds
 
 
 def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
     """The all-reduce across `nodes`, or a document that says why it could not run."""
     if len(nodes) >= 2 and isinstance(target, FabricTarget):
-        return target.measure_fabric(nodes, plan)
+        return target.measure_fabrics([nodes], plan)[0]
     why = (
         f"{len(nodes)} node(s) could be measured: an all-reduce across nodes needs at least two"
         if len(nodes) < 2

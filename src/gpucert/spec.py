@@ -181,6 +181,9 @@ class MultinodeSpec(Document):
 
     # the first N nodes that were measured, in inventory order; every measured node when absent
     max_nodes: Annotated[int, Field(ge=2)] | None = Field(None, alias="maxNodes")
+    # also every pair of neighbours (1-2, 2-3, ..., N-1): a node whose pairs are all slow is the one slowing
+    # the ring (`straggler.nccl.all_reduce.multinode`); pairs without a shared node run at once
+    pairs: bool = False
 
 
 class CertifySpec(Document):

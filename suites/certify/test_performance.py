@@ -39,3 +39,8 @@ def test_nccl_all_reduce(evaluation: Evaluation, node: str) -> None:
 @pytest.mark.check("nccl.all_reduce.multinode")
 def test_nccl_all_reduce_multinode(evaluation: Evaluation) -> None:
     expect(evaluation.multinode())
+
+
+@pytest.mark.check("straggler.nccl.all_reduce.multinode")
+def test_node_keeps_pace_on_the_fabric(evaluation: Evaluation, node: str) -> None:
+    expect(evaluation.fabric_straggler(node))

@@ -160,3 +160,27 @@ def test_without_multinode_in_the_spec_the_check_skips_and_says_why(certify) -> 
     run = certify(fleet_doc(), "-rs", spec=spec)
     assert not (run.run_dir / "evidence" / "multinode").exists()
     run.result.stdout.fnmatch_lines(["*certify.multinode is not set*"])
+
+
+def test_pairs_of_neighbours_say_which_node_slows_the_ring(certify) -> None:
+    from .conftest import spec_doc
+
+    slow = {"kind": "slow", "node": "gpu-node-3", "metric": "nccl.all_reduce.multinode", "factor": 0.8}
+    run = certify(fleet_doc([slow], nodes=6), spec=spec_doc(multinode={"pairs": True}))
+    assert run.findings >= {
+        ("nccl.all_reduce.multinode", None, None),
+        ("straggler.nccl.all_reduce.multinode", "gpu-node-3", None),
+    }
+    assert not {f for f in run.findings if f[0].startswith("straggler.nccl") and f[1] != "gpu-node-3"}
+    pairs = json.loads((run.run_dir / "evidence" / "multinode" / "pairs.json").read_text())["pairs"]
+    assert [p["nodes"] for p in pairs] == [
+        ["gpu-node-1", "gpu-node-2"],
+        ["gpu-node-3", "gpu-node-4"],
+        ["gpu-node-5", "gpu-node-6"],
+        ["gpu-node-2", "gpu-node-3"],
+        ["gpu-node-4", "gpu-node-5"],
+        ["gpu-node-6", "gpu-node-1"],
+    ]
+    message = next(f["message"] for f in run.verdict["findings"] if f["node"] == "gpu-node-3" and "nccl" in f["check"])
+    assert "gpu-node-2 + gpu-node-3" in message
+    assert "gpu-node-3 + gpu-node-4" in message

@@ -64,3 +64,21 @@ def test_lease_times_from_other_clients_are_read(text: str) -> None:
     from gpucert.targets.kubernetes_nodes import _parse
 
     assert _parse(text).replace(microsecond=0) == datetime(2026, 12, 3, 6, 42, 20, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("count", "rounds"),
+    [
+        (3, [[[1, 2]], [[2, 3]], [[3, 1]]]),
+        (4, [[[1, 2], [3, 4]], [[2, 3], [4, 1]]]),
+        (5, [[[1, 2], [3, 4]], [[2, 3], [4, 5]], [[5, 1]]]),
+    ],
+)
+def test_neighbour_pairs_cover_the_ring_with_no_node_twice_in_a_round(
+    count: int, rounds: list[list[list[int]]]
+) -> None:
+    from gpucert.run import neighbour_pairs
+
+    nodes = [str(i) for i in range(1, count + 1)]
+    got = neighbour_pairs(nodes)
+    assert got == [[[str(a), str(b)] for a, b in r] for r in rounds]

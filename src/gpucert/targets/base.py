@@ -55,8 +55,8 @@ class Target(Protocol):
 class FabricTarget(Target, Protocol):
     """A target that can run one all-reduce across several of its nodes (`certify.multinode`)."""
 
-    def measure_fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
-        """All-reduce over every GPU of `nodes` (at least two, each already measured alone)."""
+    def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
+        """One all-reduce over every GPU of each group of nodes (no node in two groups), the groups at once."""
         ...
 
 

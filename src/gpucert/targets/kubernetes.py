@@ -198,11 +198,18 @@ class KubernetesTarget:
 
         ProbeJobs(self, plan, sink, gpus_per_node=self.spec.expect.gpus_per_node).run(nodes)
 
-    def measure_fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
+    def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
         from gpucert.targets.kubernetes_jobs import ProbeJobs
 
         jobs = ProbeJobs(self, plan, lambda ev: None, gpus_per_node=self.spec.expect.gpus_per_node)
-        return jobs.run_fabric(nodes)
+        out: list[FabricEvidence] = []
+        batch: list[list[str]] = []
+        for group in groups:  # at most maxParallel nodes busy at once, as in the per-node phase
+            if batch and sum(map(len, batch)) + len(group) > self.target.max_parallel:
+                out += jobs.run_fabrics(batch)
+                batch = []
+            batch.append(group)
+        return out + (jobs.run_fabrics(batch) if batch else [])
 
     def cleanup(self) -> int:
         """Delete what earlier gpucert runs left in the run namespace; returns how many objects went."""

@@ -43,6 +43,7 @@ LABEL_RUN = "gpucert.io/run"
 LABEL_NODE = "gpucert.io/node"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 LABEL_ROLE = "gpucert.io/role"
+LABEL_FABRIC = "gpucert.io/fabric"  # which all-reduce across nodes a pod belongs to (several run at once)
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 PLAN_PATH = "/etc/gpucert/plan.json"
 IMAGE_ERRORS = {
@@ -436,7 +437,7 @@ class ProbeJobs:
     def fabric_bodies(self, name: str, nodes: list[str], owner_uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """The headless Service and the Indexed Job of the all-reduce across `nodes`."""
         t = self.target.target
-        labels = {**self.labels, LABEL_ROLE: "nccl-multinode"}
+        labels = {**self.labels, LABEL_ROLE: "nccl-multinode", LABEL_FABRIC: name}
         meta = {
             "name": name,
             "namespace": self.ns,
@@ -548,9 +549,10 @@ class ProbeJobs:
             errors=[ProbeError(probe="nccl", message=message)],
         )
 
-    def _on_fabric_pod(self, run: _FabricRun, pod: dict[str, Any], deleted: bool) -> bool:
+    def _on_fabric_pod(self, runs: dict[str, _FabricRun], pod: dict[str, Any], deleted: bool) -> bool:
         meta = pod["metadata"]
-        if (meta.get("labels") or {}).get(LABEL_ROLE) != "nccl-multinode" or run.result is not None:
+        run = runs.get((meta.get("labels") or {}).get(LABEL_FABRIC, ""))
+        if run is None or run.result is not None:
             return False
         index = int((meta.get("annotations") or {}).get(INDEX_ANNOTATION, "-1"))
         run.pods[index] = pod
@@ -613,34 +615,43 @@ class ProbeJobs:
         elif age > t.active_deadline_seconds + 60:
             self._fabric_failed(run, f"the all-reduce across nodes ran past its {t.active_deadline_seconds} s deadline")
 
-    def run_fabric(self, nodes: list[str]) -> FabricEvidence:
-        """One all-reduce across `nodes`; whatever stops it becomes the document's error, never an exception."""
-        name = f"gpucert-{self.label}-nccl"
-        owner = self._create_configmap(name)
-        run = _FabricRun(name=name, nodes=nodes, created=self.clock())
+    def run_fabrics(self, groups: list[list[str]]) -> list[FabricEvidence]:
+        """One all-reduce across each group of nodes, all at once (no node is in two groups); whatever stops one
+        becomes its document's error, never an exception."""
+        runs: dict[str, _FabricRun] = {}
         try:
-            service, job = self.fabric_bodies(name, nodes, owner)
-            self.target._call(
-                "create",
-                f"services in namespace {self.ns}",
-                self.core.create_namespaced_service,
-                namespace=self.ns,
-                body=service,
-            )
-            self.target._call(
-                "create", f"jobs in namespace {self.ns}", self.batch.create_namespaced_job, namespace=self.ns, body=job
-            )
+            for nodes in groups:
+                name = f"gpucert-{self.label}-n{_short(','.join(nodes))}"
+                owner = self._create_configmap(name)
+                runs[name] = _FabricRun(name=name, nodes=nodes, created=self.clock())
+                service, job = self.fabric_bodies(name, nodes, owner)
+                self.target._call(
+                    "create",
+                    f"services in namespace {self.ns}",
+                    self.core.create_namespaced_service,
+                    namespace=self.ns,
+                    body=service,
+                )
+                self.target._call(
+                    "create",
+                    f"jobs in namespace {self.ns}",
+                    self.batch.create_namespaced_job,
+                    namespace=self.ns,
+                    body=job,
+                )
 
             def step() -> bool:
-                if run.result is None:
-                    self._fabric_expire(run)
-                return run.result is None
+                waiting = [r for r in runs.values() if r.result is None]
+                for r in waiting:
+                    self._fabric_expire(r)
+                return any(r.result is None for r in waiting)
 
-            self._follow(lambda pod, deleted: self._on_fabric_pod(run, pod, deleted), step)
+            self._follow(lambda pod, deleted: self._on_fabric_pod(runs, pod, deleted), step)
         finally:
             cleanup_runs(self.target, self.ns, self.label)
-        assert run.result is not None
-        return run.result
+        results = [r.result for r in runs.values()]
+        assert all(r is not None for r in results)
+        return [r for r in results if r is not None]
 
 
 def cleanup_runs(target: KubernetesTarget, namespace: str, label: str | None = None) -> int:

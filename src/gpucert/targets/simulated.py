@@ -544,12 +544,15 @@ class SimulatedTarget:
         for node in nodes:
             sink(self.measure_node(node, plan))
 
-    def measure_fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
+    def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
+        return [self._fabric(nodes, plan) for nodes in groups]
+
+    def _fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
         """A ring across the nodes runs at the pace of its slowest link: the slowest node's factor sets the bus."""
         started = _iso(datetime.now(UTC))
         gpus = min(len(self._present(n)) for n in nodes)
         factor = min(self._factor(n, None, "nccl.all_reduce.multinode") for n in nodes)
-        rng = np.random.default_rng([self.fleet.seed, len(nodes), 0x6D6E])
+        rng = np.random.default_rng([self.fleet.seed, 0x6D6E, *(self.names.index(n) for n in nodes)])
         sweep = self._nccl(rng, gpus * len(nodes), factor, "nccl.all_reduce.multinode")
         errors = []
         if sweep is None:
