@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.analysis.health import judge_health
-from gpucert.analysis.performance import MIN_PEERS, STRAGGLER_MIN_Z, Sampled, StragglerIndex, against_baseline
+from gpucert.analysis.performance import (
+    MIN_PEERS,
+    STRAGGLER_MIN_Z,
+    Sampled,
+    StragglerIndex,
+    against_baseline,
+    figure_of,
+    top_busbw,
+)
 from gpucert.analysis.stats import median, summarize
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import DCGM_TESTS_BY_LEVEL, FABRIC_METRICS, NODE_METRICS, CheckStatus, Finding
@@ -270,7 +278,7 @@ class Evaluation:
     def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
         """The median of one measurement and its sample count, or None when it was not measured."""
         ev = self.evidence(node)
-        return self._sampled(metric, ev, gpu) if ev is not None and ev.collected else None
+        return figure_of(ev, metric, gpu) if ev is not None and ev.collected else None
 
     def p2p_matrix(self, node: str) -> list[list[float | None]] | None:
         """Median peer copy bandwidth per (source, destination) pair of one node; None on the diagonal."""
@@ -336,25 +344,6 @@ class Evaluation:
             metric: m.model_dump(mode="json") if m else None,
         }
 
-    def _sampled(self, metric: str, ev: NodeEvidence, index: int | None) -> Sampled | None:
-        if metric == "nccl.all_reduce":
-            if ev.nccl is None or not ev.nccl.points:
-                return None
-            top = max(ev.nccl.points, key=lambda p: p.size_bytes)
-            return Sampled(median(top.busbw), len(top.busbw), "GB/s")
-        if metric == "p2p.bandwidth":
-            if ev.p2p is None or index is None:
-                return None
-            pairs = [p for p in ev.p2p.pairs if index in (p.src, p.dst) and p.samples]
-            if not pairs:
-                return None
-            return Sampled(median([median(p.samples) for p in pairs]), sum(len(p.samples) for p in pairs), ev.p2p.unit)
-        g = ev.gpu(index) if index is not None else None
-        m = g.measurements.get(metric) if g is not None else None
-        if m is None or not m.samples:
-            return None
-        return Sampled(median(m.samples), len(m.samples), m.unit)
-
     def _straggler_index(self, metric: str) -> StragglerIndex:
         if metric not in self._stragglers:
             values: dict[tuple[str, int | None], Sampled] = {}
@@ -365,7 +354,7 @@ class Evaluation:
                 node = ev.node
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
-                    s = self._sampled(metric, ev, idx)
+                    s = figure_of(ev, metric, idx)
                     if s is not None:
                         values[(node, idx)] = s
             self._stragglers[metric] = StragglerIndex(
@@ -396,8 +385,8 @@ class Evaluation:
         where = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs ({', '.join(fabric.nodes)}):"
         if not fabric.nccl.correct:
             return Finding(metric, CheckStatus.FAIL, None, None, f"{where} the reduced values were wrong")
-        top = max(fabric.nccl.points, key=lambda p: p.size_bytes)
-        sampled = Sampled(median(top.busbw), len(top.busbw), "GB/s")
+        busbw = top_busbw(fabric.nccl)
+        sampled = Sampled(median(busbw), len(busbw), "GB/s")
         found = against_baseline(metric, (where, None), sampled, self.baseline.metrics[metric])
         return dataclasses.replace(found, node=None)
 
@@ -493,7 +482,7 @@ class Evaluation:
             )
         node_ev = self.evidence(node)
         assert node_ev is not None
-        now = self._sampled(metric, node_ev, gpu)
+        now = figure_of(node_ev, metric, gpu)
         if now is None:
             return Finding(check, ERROR, node, gpu, f"{node}: the probe recorded no samples of {metric}")
         tol = handover_tolerance(rec.spread)
@@ -531,8 +520,7 @@ class Evaluation:
                     why = "; ".join(e.message for e in pair.errors) or "no correct samples"
                     failed.append(f"{name}: {why}")
                 continue
-            top = max(pair.nccl.points, key=lambda p: p.size_bytes)
-            values[(name, None)] = median(top.busbw)
+            values[(name, None)] = median(top_busbw(pair.nccl))
         mine = {k: v for k, v in values.items() if node in k[0].split(" + ")}
         if failed:
             return Finding(
@@ -570,7 +558,7 @@ class Evaluation:
             return ev
         node_ev = self.evidence(node)
         assert node_ev is not None
-        sampled = self._sampled(metric, node_ev, gpu)
+        sampled = figure_of(node_ev, metric, gpu)
         if sampled is None:
             return Finding(metric, ERROR, node, gpu, f"{node}: the probe recorded no samples of {metric}")
         base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
+from gpucert.analysis.performance import figure_of, samples_of
 from gpucert.analysis.stats import summarize
 from gpucert.baseline import load_baseline
 from gpucert.checks import NODE_METRICS
@@ -31,7 +32,6 @@ __all__ = [
     "NodeBaseline",
     "handover_tolerance",
     "load_node_baseline",
-    "metric_samples",
     "record_baselines",
 ]
 
@@ -85,50 +85,23 @@ def load_node_baseline(path: Path) -> NodeBaseline:
     return load_document(path, NodeBaseline)
 
 
-def metric_samples(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
-    """The samples behind one figure, as evaluation defines the figure (p2p: every pair the GPU is part of)."""
-    if metric == "nccl.all_reduce":
-        if ev.nccl is None or not ev.nccl.points:
-            return []
-        return list(max(ev.nccl.points, key=lambda p: p.size_bytes).busbw)
-    if metric == "p2p.bandwidth":
-        if ev.p2p is None or index is None:
-            return []
-        return [x for p in ev.p2p.pairs if index in (p.src, p.dst) for x in p.samples]
-    g = ev.gpu(index) if index is not None else None
-    m = g.measurements.get(metric) if g is not None else None
-    return list(m.samples) if m is not None else []
-
-
-def _record(samples: list[float], unit: str, value: float | None = None) -> MetricRecord:
-    s = summarize(samples)
-    return MetricRecord(
-        median=round(value if value is not None else s.median, 6), spread=round(s.spread, 6), n=s.n, unit=unit
-    )
+def _record(ev: NodeEvidence, metric: str, index: int | None, unit: str) -> MetricRecord | None:
+    """The figure as evaluation computes it, with the spread of the samples behind it."""
+    figure = figure_of(ev, metric, index)
+    if figure is None:
+        return None
+    spread = summarize(samples_of(ev, metric, index)).spread
+    return MetricRecord(median=round(figure.value, 6), spread=round(spread, 6), n=figure.n, unit=unit)
 
 
 def _node_baseline(ev: NodeEvidence, sku: str, units: dict[str, str], recorded: Recorded) -> NodeBaseline:
-    from gpucert.analysis.stats import median
-
     gpus = []
     for g in ev.gpus:
-        metrics = {}
-        for metric, unit in units.items():
-            if metric in NODE_METRICS:
-                continue
-            samples = metric_samples(ev, metric, g.index)
-            if not samples:
-                continue
-            value = None
-            if metric == "p2p.bandwidth" and ev.p2p is not None:  # the median of the pairs' medians, as evaluated
-                value = median([median(p.samples) for p in ev.p2p.pairs if g.index in (p.src, p.dst) and p.samples])
-            metrics[metric] = _record(samples, unit, value)
+        records = {m: _record(ev, m, g.index, unit) for m, unit in units.items() if m not in NODE_METRICS}
+        metrics = {m: r for m, r in records.items() if r is not None}
         gpus.append(HandoverGpu(index=g.index, serial=g.serial, uuid=g.uuid, metrics=metrics))
-    node_metrics = {}
-    for metric in NODE_METRICS:
-        samples = metric_samples(ev, metric, None)
-        if samples and metric in units:
-            node_metrics[metric] = _record(samples, units[metric])
+    node_records = {m: _record(ev, m, None, units[m]) for m in NODE_METRICS if m in units}
+    node_metrics = {m: r for m, r in node_records.items() if r is not None}
     return NodeBaseline.model_validate(
         {
             "apiVersion": "gpucert.io/v1alpha1",

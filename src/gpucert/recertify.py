@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from gpucert import run as runner
-from gpucert.errors import ConfigError, IncompleteRunError
+from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.evidence import read_evidence
 from gpucert.handover import load_node_baseline
 from gpucert.inventory import Inventory, write_inventory
 from gpucert.report.verdict import read_verdict
 from gpucert.spec import ClusterSpec
 from gpucert.targets import open_target
-from gpucert.targets.base import NodeControl, Target
+from gpucert.targets.base import NodeControl, NodeTarget, Target
 
 __all__ = [
     "ANNOTATION_FAILING",
@@ -59,15 +59,8 @@ class RecertifyOptions:
 
 
 def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeControl:
-    from gpucert.targets.kubernetes import KubernetesTarget
-    from gpucert.targets.simulated import SimulatedNodeControl, SimulatedTarget
-
-    if isinstance(target, KubernetesTarget):
-        from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
-
-        return KubernetesNodeControl(target)
-    if isinstance(target, SimulatedTarget):
-        return SimulatedNodeControl(reports / ".simulated-nodes" / spec.metadata.name)
+    if isinstance(target, NodeTarget):
+        return target.node_control(reports)
     raise ConfigError(
         f"recertification takes a node out of service and back: a {target.kind} target has no nodes to hold; "
         "use a kubernetes (or simulated) target",
@@ -86,7 +79,7 @@ def latest_fleet_evidence(reports: Path, nodes: set[str]) -> dict[str, Path]:
                 try:
                     if read_evidence(path).collected:
                         found[node] = path
-                except Exception:  # an unreadable file of an old run is no peer
+                except (EvidenceError, OSError):  # an unreadable file of an old run is no peer
                     continue
         if len(found) == len(nodes):
             break

@@ -89,22 +89,26 @@ class FakeKubeApi:
         return Response(json.dumps(body), status=code, content_type="application/json")
 
 
+def point_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, endpoint: str, context: str = "fake") -> None:
+    """$KUBECONFIG: one context `context` whose cluster is `endpoint`, a bearer token, short API backoffs."""
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": context,
+        "clusters": [{"name": context, "cluster": {"server": endpoint}}],
+        "users": [{"name": "gpucert-ci", "user": {"token": "fake-token"}}],
+        "contexts": [{"name": context, "context": {"cluster": context, "user": "gpucert-ci"}}],
+    }
+    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+
+
 @pytest.fixture
 def fake_api(httpserver: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeKubeApi:
     api = FakeKubeApi()
     httpserver.expect_request(re.compile(".*")).respond_with_handler(api.handle)
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": httpserver.url_for("").rstrip("/")}}],
-        "users": [{"name": "gpucert-ci", "user": {"token": "fake-token"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpucert-ci"}}],
-    }
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump(kubeconfig))
-    monkeypatch.setenv("KUBECONFIG", str(path))
-    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+    point_kubeconfig(tmp_path, monkeypatch, httpserver.url_for("").rstrip("/"))
     return api
 
 
@@ -127,18 +131,7 @@ def served_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     server = HTTPServer(threaded=True)
     server.expect_request(re.compile(".*")).respond_with_handler(fake.handle)  # every path, every method
     server.start()
-    endpoint = server.url_for("").rstrip("/")
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": endpoint}}],
-        "users": [{"name": "gpucert-ci", "user": {"token": "t"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "gpucert-ci"}}],
-    }
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+    point_kubeconfig(tmp_path, monkeypatch, server.url_for("").rstrip("/"))
     yield fake
     server.clear()
     if server.is_running():

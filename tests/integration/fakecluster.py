@@ -441,16 +441,8 @@ class FakeKubelet:
             pod["status"] = {"phase": "Failed", "containerStatuses": [container_status(image, terminated)]}
             self.cluster.put("pods", pod, "MODIFIED")
             return
-        cm = self.cluster.get("configmaps", ns, pod["spec"]["volumes"][0]["configMap"]["name"])
-        assert cm is not None
-        plan = json.loads(cm["data"]["plan.json"])
-        plan.update(
-            node=node,
-            device="numpy",
-            gpus=2,
-            budget=BudgetSpec(warmup_s=0, measure_s=0.01, min_reps=3, max_reps=3).model_dump(),
-            sizes=Sizes(nccl_sizes=[1 << 16, 1 << 20]).model_dump(),
-        )
+        plan = self._plan(ns, pod, node, Sizes(nccl_sizes=[1 << 16, 1 << 20]))
+        assert plan is not None
         host = self._resolve(ns, arg["--rendezvous"].rpartition(":")[0])
         try:
             fabric = run_multinode(
@@ -471,25 +463,30 @@ class FakeKubelet:
         if self.cluster.get("pods", ns, name) is not None:
             self.cluster.put("pods", pod, "MODIFIED")
 
-    def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, ns: str, name: str, what: str) -> None:
-        image = pod["spec"]["containers"][0]["image"]
-        running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
-        pod["status"] = {"phase": "Running", "containerStatuses": [container_status(image, running, ready=True)]}
-        self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
-        cm_name = job["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
-        cm = self.cluster.get("configmaps", ns, cm_name)
+    def _plan(self, ns: str, pod: dict[str, Any], node: str, sizes: Sizes) -> dict[str, Any] | None:
+        """The plan the pod mounts, made small: two NumPy devices, three repetitions, small buffers."""
+        cm = self.cluster.get("configmaps", ns, pod["spec"]["volumes"][0]["configMap"]["name"])
         if cm is None:
-            return
-        plan = json.loads(cm["data"]["plan.json"])
+            return None
+        plan: dict[str, Any] = json.loads(cm["data"]["plan.json"])
         plan.update(
             node=node,
             device="numpy",
             gpus=2,
             budget=BudgetSpec(warmup_s=0, measure_s=0.01, min_reps=3, max_reps=3).model_dump(),
-            sizes=Sizes(
-                memory_bytes=1 << 20, gemm_n=32, pcie_bytes=1 << 18, p2p_bytes=1 << 18, nccl_sizes=[1 << 16]
-            ).model_dump(),
+            sizes=sizes.model_dump(),
         )
+        return plan
+
+    def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, ns: str, name: str, what: str) -> None:
+        image = pod["spec"]["containers"][0]["image"]
+        running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
+        pod["status"] = {"phase": "Running", "containerStatuses": [container_status(image, running, ready=True)]}
+        self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
+        sizes = Sizes(memory_bytes=1 << 20, gemm_n=32, pcie_bytes=1 << 18, p2p_bytes=1 << 18, nccl_sizes=[1 << 16])
+        plan = self._plan(ns, pod, node, sizes)
+        if plan is None:
+            return
         if self.slow_s:
             time.sleep(self.slow_s)
         if self.cluster.get("pods", ns, name) is None:

@@ -16,8 +16,9 @@ from gpucert.spec import load_spec
 from gpucert.stack.observe import observe_stack
 from gpucert.targets.kubernetes import KubernetesTarget
 
-from .conftest import FakeKubeApi, cluster_policy
+from .conftest import FakeKubeApi, cluster_policy, point_kubeconfig
 from .gpu_operator import VERSIONS, install, node
+from .rbac import grants
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_NODES = ["gpu-1", "gpu-2", "gpu-3"]
@@ -184,17 +185,7 @@ def test_unreachable_api_exits_3_naming_the_endpoint(
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again when the block ends: nothing listens there
     endpoint = f"http://127.0.0.1:{port}"
-    kubeconfig = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "current-context": "down",
-        "clusters": [{"name": "down", "cluster": {"server": endpoint}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "down", "context": {"cluster": "down", "user": "u"}}],
-    }
-    (tmp_path / "kubeconfig").write_text(yaml.safe_dump(kubeconfig))
-    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-    monkeypatch.setenv("GPUCERT_API_BACKOFF_S", "0.01")
+    point_kubeconfig(tmp_path, monkeypatch, endpoint, context="down")
     code, err = run_cli(tmp_path, capsys, {"kind": "kubernetes", "context": "down"})
     assert code == 3
     (line,) = err.strip().splitlines()
@@ -228,13 +219,4 @@ def test_rbac_grants_exactly_what_configure_reads(fake_api: FakeKubeApi, pyteste
         elif path.startswith("/apis/"):
             group, _, resource = path.split("/")[2:5]
             used.add((group, resource, "list", None))
-    granted = set()
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
-        if doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"] == "gpucert-configure":
-            ns = doc["metadata"].get("namespace")
-            for rule in doc["rules"]:
-                for g in rule["apiGroups"]:
-                    for r in rule["resources"]:
-                        for v in rule["verbs"]:
-                            granted.add((g, r, v, ns))
-    assert used == granted
+    assert used == grants({"gpucert-configure"})

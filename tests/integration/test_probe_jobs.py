@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,32 @@ def measure(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: A
     t0 = time.monotonic()
     runner.measure(t, inventory, spec, run_dir)
     return run_dir, Evaluation(run_dir, spec, load_baseline(spec.resolve(spec.certify.baseline))), time.monotonic() - t0
+
+
+def interrupt_certify(
+    spec: Path, tmp_path: Path, kubelet: FakeKubelet, ready: Callable[[], bool], settle_s: float = 0.0
+) -> tuple[subprocess.Popen[str], str]:
+    """`gpucert certify SPEC` in its own process, sent SIGINT once `ready()`; returns it and its stderr."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gpucert.cli", "certify", str(spec), "--reports", str(tmp_path / "reports")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=os.environ.copy(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not ready() and proc.poll() is None:
+            time.sleep(0.1)
+        assert ready(), proc.stderr.read() if proc.poll() is not None else "not ready within 60 s"
+        time.sleep(settle_s)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kubelet.close()
+        if proc.poll() is None:
+            proc.kill()
+    return proc, err
 
 
 def leftovers(fake: FakeCluster) -> dict[str, int]:
@@ -144,26 +171,9 @@ def test_measuring_needs_a_probe_image(cluster: FakeCluster, tmp_path: Path) -> 
 def test_sigint_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: Path) -> None:
     kubelet = FakeKubelet(cluster, slow_s=0.4).start()
     spec = spec_file(tmp_path, maxParallel=2)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucert.cli", "certify", str(spec), "--reports", str(tmp_path / "reports")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
+    proc, err = interrupt_certify(
+        spec, tmp_path, kubelet, lambda: len(list((tmp_path / "reports").glob("*/evidence/*.json"))) >= 4
     )
-    try:
-        deadline = time.monotonic() + 60
-        evidence: list[Path] = []
-        while time.monotonic() < deadline and len(evidence) < 4:
-            time.sleep(0.1)
-            evidence = list((tmp_path / "reports").glob("*/evidence/*.json"))
-        assert len(evidence) >= 4, proc.stderr.read() if proc.poll() is not None else "no evidence yet"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        kubelet.close()
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 3, err
     assert "interrupted" in err
     assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
@@ -253,25 +263,7 @@ def test_a_failed_process_of_the_collective_is_reported(
 def test_sigint_during_the_collective_leaves_no_service_behind(cluster: FakeCluster, tmp_path: Path) -> None:
     kubelet = FakeKubelet(cluster, fabric_behaviour={"gpu-05": "pending"}).start()
     spec = spec_file(tmp_path, multinode={}, maxParallel=16, pendingTimeoutSeconds=120)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucert.cli", "certify", str(spec), "--reports", str(tmp_path / "reports")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not cluster.list("services", NS) and proc.poll() is None:
-            time.sleep(0.1)
-        assert cluster.list("services", NS), proc.stderr.read() if proc.poll() is not None else "no Service yet"
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        kubelet.close()
-        if proc.poll() is None:
-            proc.kill()
+    proc, err = interrupt_certify(spec, tmp_path, kubelet, lambda: bool(cluster.list("services", NS)), settle_s=0.5)
     assert proc.returncode == 3, err
     assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
     assert len(list((tmp_path / "reports").glob("*/evidence/*.json"))) == 16  # every node's evidence was kept

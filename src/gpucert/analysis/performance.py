@@ -10,11 +10,21 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpucert.analysis.stats import Summary, summarize
+from gpucert.analysis.stats import Summary, median, summarize
 from gpucert.baseline import Comparison, MetricBaseline
 from gpucert.checks import CheckStatus, Finding
+from gpucert.evidence import Measurement, NcclEvidence, NodeEvidence, P2pPair
 
-__all__ = ["MIN_PEERS", "STRAGGLER_MIN_Z", "Sampled", "StragglerIndex", "against_baseline"]
+__all__ = [
+    "MIN_PEERS",
+    "STRAGGLER_MIN_Z",
+    "Sampled",
+    "StragglerIndex",
+    "against_baseline",
+    "figure_of",
+    "samples_of",
+    "top_busbw",
+]
 
 STRAGGLER_MIN_Z = 3.5  # a deviation must also stand out of the peers' own spread by this robust z
 MIN_PEERS = 3
@@ -29,6 +39,50 @@ class Sampled:
     value: float
     n: int
     unit: str
+
+
+def top_busbw(sweep: NcclEvidence) -> list[float]:
+    """The bus bandwidth samples at the sweep's largest message: what an all-reduce is judged by."""
+    return list(max(sweep.points, key=lambda p: p.size_bytes).busbw) if sweep.points else []
+
+
+def _pairs_of(ev: NodeEvidence, index: int | None) -> list[P2pPair]:
+    if ev.p2p is None or index is None:
+        return []
+    return [p for p in ev.p2p.pairs if index in (p.src, p.dst) and p.samples]
+
+
+def _measurement(ev: NodeEvidence, metric: str, index: int | None) -> Measurement | None:
+    g = ev.gpu(index) if index is not None else None
+    m = g.measurements.get(metric) if g is not None else None
+    return m if m is not None and m.samples else None
+
+
+def figure_of(ev: NodeEvidence, metric: str, index: int | None) -> Sampled | None:
+    """One GPU's (or, for nccl.all_reduce, the node's) figure for a metric; None when it was not measured.
+
+    P2P: the median over the pairs the GPU is part of of each pair's median; NCCL: at the largest message.
+    """
+    if metric == "nccl.all_reduce":
+        busbw = top_busbw(ev.nccl) if ev.nccl is not None else []
+        return Sampled(median(busbw), len(busbw), "GB/s") if busbw else None
+    if metric == "p2p.bandwidth":
+        pairs = _pairs_of(ev, index)
+        if not pairs or ev.p2p is None:
+            return None
+        return Sampled(median([median(p.samples) for p in pairs]), sum(len(p.samples) for p in pairs), ev.p2p.unit)
+    m = _measurement(ev, metric, index)
+    return Sampled(median(m.samples), len(m.samples), m.unit) if m is not None else None
+
+
+def samples_of(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
+    """Every sample behind `figure_of`'s figure (P2P: those of every pair the GPU is part of)."""
+    if metric == "nccl.all_reduce":
+        return top_busbw(ev.nccl) if ev.nccl is not None else []
+    if metric == "p2p.bandwidth":
+        return [x for p in _pairs_of(ev, index) for x in p.samples]
+    m = _measurement(ev, metric, index)
+    return list(m.samples) if m is not None else []
 
 
 def _where(key: Key) -> str:

@@ -145,18 +145,13 @@ class Rendezvous:
         self.socks.clear()
 
 
-class SocketCollective:
+class SocketCollective(nccl.NumpyCollective):
     """The NumPy device across processes: each process sums its own ranks, process 0 sums the processes' partial
     sums as they arrive over TCP and sends the total back to each."""
 
     def __init__(self, rdzv: Rendezvous, local: int) -> None:
-        self.rdzv, self.local = rdzv, local
-        self.ranks = rdzv.world
-
-    def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
-        first = self.rdzv.first_rank
-        send = [np.full(count, first + r + 1, dtype=np.float32) for r in range(self.local)]
-        return send, [np.empty(count, dtype=np.float32) for _ in range(self.local)]
+        super().__init__(local, rdzv.world, rdzv.first_rank)
+        self.rdzv = rdzv
 
     def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
         total = np.sum(send, axis=0, dtype=np.float32)
@@ -171,13 +166,6 @@ class SocketCollective:
             total = np.frombuffer(recv_msg(self.rdzv.socks[0]), dtype=np.float32)
         for r in recv:
             np.copyto(r, total)
-
-    def synchronize(self) -> None:
-        return None
-
-    def correct(self, recv: list[Any], count: int) -> bool:
-        want = self.ranks * (self.ranks + 1) / 2
-        return all(bool(np.all(r == want)) for r in recv)
 
 
 def run_multinode(
@@ -214,29 +202,20 @@ def run_multinode(
         sweep = sweep.model_copy(
             update={"correct": correct, "params": {**sweep.params, "processes": processes, "repetitions": reps}}
         )
-        return FabricEvidence(
-            run_id=plan.run_id,
-            target=plan.target,
-            probe_version=__version__,
-            started=started,
-            finished=_now(),
-            nodes=[p.node for p in rdzv.peers],
-            gpus_per_node=len(devices),
-            nccl=sweep,
-        )
+        outcome: dict[str, Any] = {"gpus_per_node": len(devices), "nccl": sweep}
     except Exception as exc:
         if rank != 0:
             raise
-        return FabricEvidence(
-            run_id=plan.run_id,
-            target=plan.target,
-            probe_version=__version__,
-            started=started,
-            finished=_now(),
-            nodes=[p.node for p in rdzv.peers],
-            gpus_per_node=0,
-            collected=False,
-            errors=[ProbeError(probe="nccl", message=f"{type(exc).__name__}: {exc}")],
-        )
+        error = ProbeError(probe="nccl", message=f"{type(exc).__name__}: {exc}")
+        outcome = {"gpus_per_node": 0, "collected": False, "errors": [error]}
     finally:
         rdzv.close()
+    return FabricEvidence(
+        run_id=plan.run_id,
+        target=plan.target,
+        probe_version=__version__,
+        started=started,
+        finished=_now(),
+        nodes=[p.node for p in rdzv.peers],
+        **outcome,
+    )

@@ -38,14 +38,20 @@ class Collective(Protocol):
 
 
 class NumpyCollective:
-    """n host arrays as n ranks: the reduction is summed and handed to every rank, as all-reduce does."""
+    """n host arrays as n ranks: the reduction is summed and handed to every rank, as all-reduce does.
 
-    def __init__(self, ranks: int) -> None:
-        self.ranks = ranks
+    Alone the process's arrays are the whole world; a subclass across processes holds ranks `first_rank ..` of a
+    larger `world` and only changes how the sum travels.
+    """
+
+    def __init__(self, ranks: int, world: int | None = None, first_rank: int = 0) -> None:
+        self.local = ranks
+        self.ranks = world or ranks
+        self.first_rank = first_rank
 
     def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
-        send = [np.full(count, r + 1, dtype=np.float32) for r in range(self.ranks)]
-        return send, [np.empty(count, dtype=np.float32) for _ in range(self.ranks)]
+        send = [np.full(count, self.first_rank + r + 1, dtype=np.float32) for r in range(self.local)]
+        return send, [np.empty(count, dtype=np.float32) for _ in range(self.local)]
 
     def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
         total = np.sum(send, axis=0, dtype=np.float32)

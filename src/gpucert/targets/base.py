@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gpucert.errors import ConfigError
@@ -13,7 +14,7 @@ from gpucert.spec import ClusterSpec, Probe, SimulatedTarget
 from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
 from gpucert.spec import LocalTarget as LocalTargetSpec
 
-__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "Target", "open_target"]
+__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeTarget", "Target", "open_target"]
 
 EvidenceSink = Callable[[NodeEvidence], None]
 
@@ -81,6 +82,15 @@ class NodeControl(Protocol):
 
     def mark(self, node: str, *, labels: dict[str, str], annotations: dict[str, str], uncordon: bool) -> None:
         """Label and annotate the node, and make it schedulable again when `uncordon`."""
+        ...
+
+
+@runtime_checkable
+class NodeTarget(Target, Protocol):
+    """A target whose nodes can be held, cordoned and marked (`gpucert recertify`)."""
+
+    def node_control(self, reports: Path) -> NodeControl:
+        """The hold on this target's nodes; `reports` is where a target without a cluster keeps their state."""
         ...
 
 

@@ -13,13 +13,17 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
 from gpucert.evidence import FabricEvidence
 from gpucert.spec import ClusterSpec
 from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
 from gpucert.targets.base import EvidenceSink, MeasurePlan
+
+if TYPE_CHECKING:
+    from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
 
 __all__ = ["RBAC_HINT", "KubernetesTarget"]
 
@@ -210,6 +214,11 @@ class KubernetesTarget:
                 batch = []
             batch.append(group)
         return out + (jobs.run_fabrics(batch) if batch else [])
+
+    def node_control(self, reports: Path) -> KubernetesNodeControl:
+        from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
+
+        return KubernetesNodeControl(self)
 
     def cleanup(self) -> int:
         """Delete what earlier gpucert runs left in the run namespace; returns how many objects went."""

@@ -19,7 +19,7 @@ import hashlib
 import json
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -64,6 +64,15 @@ def run_label(run_id: str) -> str:
 
 def _short(node: str) -> str:
     return hashlib.sha256(node.encode()).hexdigest()[:8]
+
+
+def _container_state(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    """The first container's `terminated` or `waiting` state in a pod status, if any has one."""
+    for cs in status.get("containerStatuses") or []:
+        state = (cs.get("state") or {}).get(kind)
+        if state:
+            return dict(state)
+    return None
 
 
 def _now() -> str:
@@ -150,60 +159,65 @@ class ProbeJobs:
         )
         return str(json.loads(resp.data)["metadata"]["uid"])
 
+    def _owned_meta(
+        self, name: str, owner: str, owner_uid: str, labels: dict[str, str], **notes: str
+    ) -> dict[str, Any]:
+        """Metadata of an object the run's ConfigMap `owner` owns: deleting that ConfigMap cascades to it."""
+        return {
+            "name": name,
+            "namespace": self.ns,
+            "labels": labels,
+            "annotations": {"gpucert.io/run-id": self.plan.run_id, **notes},
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": owner_uid, "blockOwnerDeletion": True}
+            ],
+        }
+
+    def _probe_pod(
+        self,
+        plan_configmap: str,
+        extra_args: Sequence[str] = (),
+        *,
+        env: Sequence[dict[str, Any]] = (),
+        limits: dict[str, str] | None = None,
+        ports: Sequence[dict[str, Any]] = (),
+    ) -> dict[str, Any]:
+        """The probe pod's spec: `python -m gpucert.probes` on all the node's GPUs, the plan from the ConfigMap."""
+        container: dict[str, Any] = {
+            "name": "probe",
+            "image": self.target.target.image,
+            "command": [
+                *("python", "-m", "gpucert.probes", "--plan", PLAN_PATH, "--node", "$(NODE_NAME)", "--framed"),
+                *extra_args,
+            ],
+            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}, *env],
+            "resources": {"limits": {"nvidia.com/gpu": str(self.gpus_per_node), **(limits or {})}},
+            "volumeMounts": [{"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True}],
+        }
+        if ports:
+            container["ports"] = list(ports)
+        return {
+            "restartPolicy": "Never",
+            "tolerations": self.target.target.tolerations,
+            "containers": [container],
+            "volumes": [{"name": "plan", "configMap": {"name": plan_configmap}}],
+        }
+
     def job_body(self, node: str, owner_uid: str) -> dict[str, Any]:
         t = self.target.target
         labels = {**self.labels, LABEL_NODE: node[:63]}
+        name = f"gpucert-{self.label}-{_short(node)}"
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": {
-                "name": f"gpucert-{self.label}-{_short(node)}",
-                "namespace": self.ns,
-                "labels": labels,
-                "annotations": {"gpucert.io/run-id": self.plan.run_id, "gpucert.io/node": node},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "name": self.cm_name,
-                        "uid": owner_uid,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            },
+            "metadata": self._owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node}),
             "spec": {
                 "backoffLimit": 0,
                 "activeDeadlineSeconds": t.active_deadline_seconds,
                 "ttlSecondsAfterFinished": 3600,
                 "template": {
                     "metadata": {"labels": labels},
-                    "spec": {
-                        "nodeName": node,
-                        "restartPolicy": "Never",
-                        "tolerations": t.tolerations,
-                        "containers": [
-                            {
-                                "name": "probe",
-                                "image": t.image,
-                                "command": [
-                                    "python",
-                                    "-m",
-                                    "gpucert.probes",
-                                    "--plan",
-                                    PLAN_PATH,
-                                    "--node",
-                                    "$(NODE_NAME)",
-                                    "--framed",
-                                ],
-                                "env": [
-                                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-                                ],
-                                "resources": {"limits": {"nvidia.com/gpu": str(self.gpus_per_node)}},
-                                "volumeMounts": [{"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True}],
-                            }
-                        ],
-                        "volumes": [{"name": "plan", "configMap": {"name": self.cm_name}}],
-                    },
+                    "spec": {"nodeName": node, **self._probe_pod(self.cm_name)},
                 },
             },
         }
@@ -262,22 +276,8 @@ class ProbeJobs:
         run.pod = pod["metadata"]["name"]
         status = pod.get("status") or {}
         phase = run.phase = status.get("phase")
-        term = next(
-            (
-                (cs.get("state") or {}).get("terminated")
-                for cs in status.get("containerStatuses") or []
-                if (cs.get("state") or {}).get("terminated")
-            ),
-            None,
-        )
-        waiting = next(
-            (
-                (cs.get("state") or {}).get("waiting")
-                for cs in status.get("containerStatuses") or []
-                if (cs.get("state") or {}).get("waiting")
-            ),
-            None,
-        )
+        term = _container_state(status, "terminated")
+        waiting = _container_state(status, "waiting")
         if deleted and phase not in ("Succeeded", "Failed"):
             self._failed(run, f"the probe pod {run.pod} was deleted before it finished{self._node_gone(node)}")
         elif phase == "Succeeded":
@@ -438,15 +438,7 @@ class ProbeJobs:
         """The headless Service and the Indexed Job of the all-reduce across `nodes`."""
         t = self.target.target
         labels = {**self.labels, LABEL_ROLE: "nccl-multinode", LABEL_FABRIC: name}
-        meta = {
-            "name": name,
-            "namespace": self.ns,
-            "labels": labels,
-            "annotations": {"gpucert.io/run-id": self.plan.run_id, "gpucert.io/nodes": ",".join(nodes)},
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "ConfigMap", "name": name, "uid": owner_uid, "blockOwnerDeletion": True}
-            ],
-        }
+        meta = self._owned_meta(name, name, owner_uid, labels, **{"gpucert.io/nodes": ",".join(nodes)})
         service = {
             "apiVersion": "v1",
             "kind": "Service",
@@ -458,24 +450,20 @@ class ProbeJobs:
                 "ports": [{"name": "rendezvous", "port": DEFAULT_PORT, "protocol": "TCP"}],
             },
         }
-        command = [
-            "python",
-            "-m",
-            "gpucert.probes",
-            "--plan",
-            PLAN_PATH,
-            "--node",
-            "$(NODE_NAME)",
-            "--framed",
-            "--processes",
-            str(len(nodes)),
-            "--rank",
-            "$(RANK)",
-            "--rendezvous",
-            f"{name}-0.{name}:{DEFAULT_PORT}",
-            "--rendezvous-timeout",  # past the Pending timeout, so a pod that never starts is reported as such
-            str(t.pending_timeout_seconds + 60),
+        args = [
+            *("--processes", str(len(nodes)), "--rank", "$(RANK)"),
+            *("--rendezvous", f"{name}-0.{name}:{DEFAULT_PORT}"),
+            # past the Pending timeout, so a pod that never starts is reported as such
+            *("--rendezvous-timeout", str(t.pending_timeout_seconds + 60)),
         ]
+        rank = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+        pod = self._probe_pod(
+            name,
+            args,
+            env=[{"name": "RANK", "valueFrom": rank}],
+            limits=t.fabric_resources,
+            ports=[{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
+        )
         job = {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -491,8 +479,6 @@ class ProbeJobs:
                     "metadata": {"labels": labels},
                     "spec": {
                         "subdomain": name,  # with the hostname `<job>-<index>`: `<job>-0.<service>` resolves
-                        "restartPolicy": "Never",
-                        "tolerations": t.tolerations,
                         "affinity": {
                             "nodeAffinity": {
                                 "requiredDuringSchedulingIgnoredDuringExecution": {
@@ -507,28 +493,7 @@ class ProbeJobs:
                                 ]
                             },
                         },
-                        "containers": [
-                            {
-                                "name": "probe",
-                                "image": t.image,
-                                "command": command,
-                                "env": [
-                                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                                    {
-                                        "name": "RANK",
-                                        "valueFrom": {
-                                            "fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}
-                                        },
-                                    },
-                                ],
-                                "ports": [{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
-                                "resources": {
-                                    "limits": {"nvidia.com/gpu": str(self.gpus_per_node), **t.fabric_resources}
-                                },
-                                "volumeMounts": [{"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True}],
-                            }
-                        ],
-                        "volumes": [{"name": "plan", "configMap": {"name": name}}],
+                        **pod,
                     },
                 },
             },
@@ -565,14 +530,7 @@ class ProbeJobs:
             except (FramingError, ValidationError) as exc:
                 self._fabric_failed(run, f"the evidence in the log of {meta['name']} is unusable: {exc}")
         elif phase == "Failed" or (deleted and phase != "Succeeded"):
-            term = next(
-                (
-                    (cs.get("state") or {}).get("terminated")
-                    for cs in status.get("containerStatuses") or []
-                    if (cs.get("state") or {}).get("terminated")
-                ),
-                None,
-            )
+            term = _container_state(status, "terminated")
             reason = "deleted" if deleted else (term or {}).get("reason") or status.get("reason") or "Failed"
             tail = "" if deleted else self._log_tail(meta["name"])
             self._fabric_failed(
@@ -580,14 +538,7 @@ class ProbeJobs:
                 f"{where} of the all-reduce across nodes failed: {reason}" + (f"; log tail: {tail}" if tail else ""),
             )
         else:
-            waiting = next(
-                (
-                    (cs.get("state") or {}).get("waiting")
-                    for cs in status.get("containerStatuses") or []
-                    if (cs.get("state") or {}).get("waiting")
-                ),
-                None,
-            )
+            waiting = _container_state(status, "waiting")
             if waiting and waiting.get("reason") in IMAGE_ERRORS:
                 self._fabric_failed(run, f"{where} cannot start: {waiting['reason']}: {waiting.get('message', '')}")
         return run.result is not None

@@ -110,6 +110,19 @@ class KubernetesNodeControl:
             f"{expires.strftime('%Y-%m-%dT%H:%M:%SZ')}"
         )
 
+    def _read_lease(self, name: str) -> dict[str, Any] | None:
+        """The Lease as the API has it now, or None when there is none."""
+        try:
+            resp = self.target._call(
+                "get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns
+            )
+        except ClusterAccessError as exc:
+            if _status(exc) == 404:
+                return None
+            raise
+        lease: dict[str, Any] = json.loads(resp.data)
+        return lease
+
     def _acquire(self, node: str, holder: str) -> None:
         name = self.lease_name(node)
         acquired = datetime.now(UTC)
@@ -125,8 +138,9 @@ class KubernetesNodeControl:
         except ClusterAccessError as exc:
             if _status(exc) != 409:
                 raise
-        resp = self.target._call("get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns)
-        lease = json.loads(resp.data)
+        lease = self._read_lease(name)
+        if lease is None:  # released between our create and our read: create it again
+            return self._acquire(node, holder)
         spec = lease.get("spec") or {}
         renew = spec.get("renewTime")
         alive = renew and _parse(renew) + timedelta(seconds=spec.get("leaseDurationSeconds") or 0) > acquired
@@ -143,10 +157,7 @@ class KubernetesNodeControl:
             )
         except ClusterAccessError as exc:
             if _status(exc) == 409:
-                resp = self.target._call(
-                    "get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns
-                )
-                raise self._busy(node, json.loads(resp.data)) from None
+                raise self._busy(node, self._read_lease(name) or lease) from None
             raise
 
     @contextlib.contextmanager
@@ -181,16 +192,8 @@ class KubernetesNodeControl:
                     )
 
     def holder(self, node: str) -> str | None:
-        name = self.lease_name(node)
-        try:
-            resp = self.target._call(
-                "get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns
-            )
-        except ClusterAccessError as exc:
-            if _status(exc) == 404:
-                return None
-            raise
-        holder: str | None = (json.loads(resp.data).get("spec") or {}).get("holderIdentity")
+        lease = self._read_lease(self.lease_name(node))
+        holder: str | None = ((lease or {}).get("spec") or {}).get("holderIdentity")
         return holder
 
     # ---- the node --------------------------------------------------------------------------------------------------

@@ -544,6 +544,9 @@ class SimulatedTarget:
         for node in nodes:
             sink(self.measure_node(node, plan))
 
+    def node_control(self, reports: Path) -> SimulatedNodeControl:
+        return SimulatedNodeControl(reports / ".simulated-nodes" / self.spec.metadata.name)
+
     def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
         return [self._fabric(nodes, plan) for nodes in groups]
 
