@@ -11,10 +11,30 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from gpucert.checks import GEMM_DTYPES
 from gpucert.documents import Document, Problem, load_document
+from gpucert.errors import ConfigError
 from gpucert.fleet import FLEET_METRICS
+from gpucert.spec import ClusterSpec, Probe
 
-__all__ = ["Comparison", "GpuBaseline", "HealthPolicy", "MetricBaseline", "load_baseline"]
+__all__ = [
+    "PROBE_METRICS",
+    "Comparison",
+    "GpuBaseline",
+    "HealthPolicy",
+    "MetricBaseline",
+    "check_baseline_for",
+    "load_baseline",
+]
+
+# the figures each probe is judged by: a baseline must hold every one the spec's probes measure
+PROBE_METRICS: dict[Probe, tuple[str, ...]] = {
+    Probe.MEMORY: ("memory.bandwidth",),
+    Probe.COMPUTE: tuple(f"compute.gemm.{d}" for d in GEMM_DTYPES),
+    Probe.PCIE: ("pcie.h2d", "pcie.d2h"),
+    Probe.P2P: ("p2p.bandwidth",),
+    Probe.NCCL: ("nccl.all_reduce",),
+}
 
 
 class Comparison(StrEnum):
@@ -70,3 +90,33 @@ def _known_metrics(b: GpuBaseline) -> list[Problem]:
 
 def load_baseline(path: Path | str) -> GpuBaseline:
     return load_document(Path(path), GpuBaseline, check=_known_metrics)
+
+
+def check_baseline_for(spec: ClusterSpec, baseline: GpuBaseline, path: Path) -> None:
+    """The baseline is for the GPUs the spec expects and holds a figure for everything the spec measures."""
+    if baseline.product != spec.expect.gpu_product:
+        raise ConfigError(
+            f"this baseline is for {baseline.product} ({baseline.sku}), but the spec expects "
+            f"{spec.expect.gpu_product} (expect.gpuProduct): point certify.baseline at the baseline of the GPUs "
+            "you certify",
+            path=path,
+            key="product",
+        )
+    several = spec.expect.gpus_per_node >= 2
+    needed = [
+        (probe, m)
+        for probe in spec.certify.probes
+        for m in PROBE_METRICS.get(probe, ())
+        if several or probe not in (Probe.P2P, Probe.NCCL)
+    ]
+    if spec.certify.multinode is not None:
+        needed.append((Probe.NCCL, "nccl.all_reduce.multinode"))
+    missing = [(p, m) for p, m in needed if m not in baseline.metrics]
+    if missing:
+        names = ", ".join(f"{m} (probe {p.value})" for p, m in missing)
+        raise ConfigError(
+            f"no figure for {names}, which the spec measures: add the figure with its source, or take the probe "
+            "out of certify.probes",
+            path=path,
+            key="metrics",
+        )

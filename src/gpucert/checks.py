@@ -12,6 +12,7 @@ __all__ = [
     "FABRIC_METRICS",
     "GEMM_DTYPES",
     "NODE_METRICS",
+    "CheckKey",
     "CheckStatus",
     "Finding",
     "check_category",
@@ -29,7 +30,6 @@ DCGM_TESTS_BY_LEVEL: dict[int, tuple[str, ...]] = {
     3: ("diagnostic", "memory_bandwidth", "targeted_stress", "targeted_power"),
     4: ("memtest", "pulse_test"),
 }
-DCGM_OPTIONAL_TESTS_BY_LEVEL: dict[int, tuple[str, ...]] = {3: ("nvbandwidth", "nccl_tests", "eud")}
 
 
 class CheckStatus(StrEnum):
@@ -40,8 +40,37 @@ class CheckStatus(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class CheckKey:
+    """One check of a run: what a suite test decides, where (fleet, node or GPU), and of what (the component a
+    `stack.version` pin names). The plan lists the keys a spec requires; each test item decides exactly one."""
+
+    check: str
+    node: str | None = None
+    gpu: int | None = None
+    detail: str | None = None
+
+    def __str__(self) -> str:
+        where = "fleet" if self.node is None else self.node if self.gpu is None else f"{self.node}/gpu{self.gpu}"
+        return f"{self.check}@{where}" + (f"[{self.detail}]" if self.detail else "")
+
+    def sort_key(self) -> tuple[str, str, int, str]:
+        return (self.node or "", self.check, -1 if self.gpu is None else self.gpu, self.detail or "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "node": self.node, "gpu": self.gpu, "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CheckKey:
+        return cls(d["check"], d.get("node"), d.get("gpu"), d.get("detail"))
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
-    """What one check decided about one node (and GPU, where the check is per GPU)."""
+    """What one check decided about one node (and GPU, where the check is per GPU).
+
+    A skip names its `cause`: the key of the check whose failure it follows from (one root cause, one finding).
+    A skip without a failing cause is not a pass: the plugin reports it as an error.
+    """
 
     check: str
     status: CheckStatus
@@ -51,6 +80,8 @@ class Finding:
     observed: float | str | None = None
     expected: float | str | None = None
     unit: str | None = None
+    limit: float | str | None = None
+    cause: str | None = None
 
     @property
     def where(self) -> str:
@@ -61,7 +92,8 @@ class Finding:
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
-        return {k: d[k] for k in ("check", "node", "gpu", "status", "observed", "expected", "unit", "message")}
+        keys = ("check", "node", "gpu", "status", "observed", "expected", "limit", "unit", "message", "cause")
+        return {k: d[k] for k in keys}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Finding:
@@ -74,6 +106,8 @@ class Finding:
             observed=d.get("observed"),
             expected=d.get("expected"),
             unit=d.get("unit"),
+            limit=d.get("limit"),
+            cause=d.get("cause"),
         )
 
 

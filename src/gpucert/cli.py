@@ -19,11 +19,13 @@ from rich.table import Table
 
 from gpucert import __version__
 from gpucert import run as runner
-from gpucert.baseline import GpuBaseline, load_baseline
+from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
+from gpucert.names import NameError_, check_node_name
 from gpucert.report import attest
+from gpucert.report.html import natural_key
 from gpucert.report.verdict import read_verdict
 from gpucert.resources import project_root
 from gpucert.spec import ClusterSpec, load_spec
@@ -36,8 +38,7 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
 def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
-    spec = load_spec(spec_path)
-    return spec, load_baseline(spec.resolve(spec.certify.baseline))
+    return runner.load_inputs(Path(spec_path))
 
 
 def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -> None:
@@ -93,6 +94,9 @@ def _pytest(
     return int(pytest.main(args))
 
 
+STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow"}
+
+
 def _print_verdict(run_dir: Path) -> int:
     path = run_dir / "verdict.json"
     if not path.exists():
@@ -101,11 +105,11 @@ def _print_verdict(run_dir: Path) -> int:
     table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
     for col in ("node", "result", "passed", "failed", "errors", "skipped", "failing checks"):
         table.add_column(col)
-    for node, s in verdict["nodes"].items():
-        style = "red" if s["result"] == "fail" else "green"
+    rows = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
+    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0]))]:
         table.add_row(
             node,
-            f"[{style}]{s['result'].upper()}[/]",
+            f"[{STYLES.get(s['result'], 'red')}]{s['result'].upper()}[/]",
             str(s["passed"]),
             str(s["failed"]),
             str(s["errors"]),
@@ -125,13 +129,20 @@ def _print_verdict(run_dir: Path) -> int:
                 where += f"/gpu{f['gpu']}"
             findings.add_row(f["check"], where, f["message"])
         console.print(findings)
-    s = verdict["summary"]
-    result = verdict["result"].upper()
+    s, c = verdict["summary"], verdict["coverage"]
+    result = verdict["result"]
     console.print(
-        f"[bold {'red' if result == 'FAIL' else 'green'}]{result}[/]: {s['checks']} checks on "
+        f"[bold {STYLES.get(result, 'red')}]{result.upper()}[/]: {s['checks']} checks on "
         f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
-        f"{s['errors']} errors, {s['skipped']} skipped"
+        f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed; "
+        f"{c['ran']} of {c['required']} required checks ran"
     )
+    if not c["complete"]:
+        console.print(
+            f"[yellow]INCOMPLETE[/]: {c['deselected']} required checks not collected, {c['notReached']} not "
+            f"reached ({c.get('stopped') or 'the session ended early'}), {c['skippedWithoutCause']} skipped for a "
+            "cause that did not run; a certification is PASS only when every required check ran"
+        )
     for name in ("report.html", "allure-results", "junit.xml", "verdict.json"):
         console.print(f"  {name:<15} {run_dir / name}")
     return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL
@@ -141,6 +152,9 @@ def _evaluate(
     spec_path: str, run_dir: Path, suites: Sequence[str], *, workers: int | None, quiet: bool, signer: str | None
 ) -> int:
     code = _pytest(spec_path, run_dir, suites, workers, quiet, signer)
+    if code == pytest.ExitCode.INTERRUPTED and (run_dir / "verdict.json").exists():
+        _print_verdict(run_dir)
+        raise IncompleteRunError(f"interrupted during evaluation: the verdict in {run_dir} says INCOMPLETE")
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise IncompleteRunError(
             f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the evidence measured so far"
@@ -162,15 +176,15 @@ def _run(
     static: bool = False,
 ) -> int:
     spec, _ = _load(spec_path)
-    run_dir = runner.create_run_dir(Path(reports), spec)
-    if static:
-        runner.plan_static(run_dir)
-    elif evidence:
-        runner.import_evidence(Path(evidence), run_dir)
-        if (run_dir / "recertify.json").exists():
-            suites = [*suites, "recertify"]
-    else:
-        _measure_with_progress(spec, run_dir, measure=measure)
+    with runner.new_run_dir(Path(reports), spec) as run_dir:
+        if static:
+            runner.plan_static(run_dir)
+        elif evidence:
+            runner.import_evidence(Path(evidence), run_dir)
+            if (run_dir / "recertify.json").exists():
+                suites = [*suites, "recertify"]
+        else:
+            _measure_with_progress(spec, run_dir, measure=measure)
     result = _evaluate(spec_path, run_dir, suites, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(run_dir, sign_key)
@@ -210,8 +224,11 @@ def cmd_recertify(a: argparse.Namespace) -> int:
     from gpucert.recertify import RecertifyOptions, recertify
 
     signer = _signer(a.sign_key)
-    spec = load_spec(a.spec)
-    load_baseline(spec.resolve(spec.certify.baseline))
+    try:
+        check_node_name(a.node)
+    except NameError_ as exc:
+        raise ConfigError(str(exc), key="NODE") from None
+    spec, _ = _load(a.spec)
     opts = RecertifyOptions(
         node=a.node,
         reports=Path(a.reports),
@@ -249,7 +266,11 @@ def cmd_baseline_record(a: argparse.Namespace) -> int:
         )
     run_dir = Path(a.run_dir)
     written, refused = record_baselines(
-        run_dir, Path(a.out), certificate=attest.certificate_digest(run_dir), force_reason=a.reason if a.force else None
+        run_dir,
+        Path(a.out),
+        certificate=attest.certificate_digest(run_dir),
+        force_reason=a.reason if a.force else None,
+        allow_unsigned=a.allow_unsigned,
     )
     for path in written:
         console.print(f"wrote {path}")
@@ -274,22 +295,23 @@ def cmd_sign(a: argparse.Namespace) -> int:
 
 def cmd_verify(a: argparse.Namespace) -> int:
     v = attest.verify_run(Path(a.run_dir), Path(a.key))
-    pred = v.statement.get("predicate", {})
-    target = pred.get("target", "?")
-    if target == "simulated":
-        console.print("[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware")
-    else:
-        console.print(f"target: {target}")
-    console.print(
-        f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
-        f"result {str(pred.get('result', '?')).upper()}, {len(v.statement.get('subject', []))} files"
-    )
+    if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
+        pred = v.statement.get("predicate", {})
+        target = pred.get("target", "?")
+        if target == "simulated":
+            console.print("[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware")
+        else:
+            console.print(f"target: {target}")
+        console.print(
+            f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
+            f"result {str(pred.get('result', '?')).upper()}, {len(v.statement.get('subject', []))} files"
+        )
     if v.ok:
         console.print(f"[green]VALID[/]: signed by {v.fingerprint}; every file matches its digest")
         return EXIT_PASS
     console.print("[red]INVALID[/]:")
     for problem in v.problems():
-        console.print(f"  {problem}", markup=False)
+        console.print(f"  {problem}", markup=False, soft_wrap=True)
     return EXIT_FAIL
 
 
@@ -391,6 +413,9 @@ def _parser() -> argparse.ArgumentParser:
     br.add_argument("--out", default="baselines/nodes", help="where to write (default baselines/nodes)")
     br.add_argument("--force", action="store_true", help="record failed nodes too (needs --reason)")
     br.add_argument("--reason", default=None, help="why: written into each forced file")
+    br.add_argument(
+        "--allow-unsigned", action="store_true", help="record from a run that was not signed (said in each file)"
+    )
     br.set_defaults(func=cmd_baseline_record)
     g = sub.add_parser("keygen", help="create an Ed25519 signing key pair in DIR")
     g.add_argument("dir")

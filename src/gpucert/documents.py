@@ -5,6 +5,9 @@ Pure of everything but the file system: specs, fleets and baselines all come thr
 
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -26,6 +29,48 @@ class Document(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+MAX_BYTES = 4 << 20  # a spec, fleet or baseline is a few kilobytes; a larger file is not one of them
+
+
+class _Refused(yaml.MarkedYAMLError):
+    """Valid YAML that gpucert's documents do not accept (an alias, a key written twice)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML as gpucert's documents use it: no aliases (no `*ref`, so no alias bombs and no value that silently
+    stands for another), and no key written twice in one mapping (YAML would keep the last one silently)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise _Refused(
+                None,
+                None,
+                f"an alias (*{event.anchor}) refers to another value: aliases are not allowed in gpucert documents; "
+                "write the value out",
+                event.start_mark,
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError:
+                continue  # an unhashable key is refused by the constructor itself
+            if duplicate:
+                raise _Refused(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"key {key!r} is written twice; keep one (YAML would silently keep the last)",
+                    key_node.start_mark,
+                )
+        return super().construct_mapping(node, deep=deep)
+
+
 def _line_map(node: yaml.Node, key: Key, lines: dict[Key, int]) -> None:
     lines[key] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
@@ -42,25 +87,33 @@ def _line_map(node: yaml.Node, key: Key, lines: dict[Key, int]) -> None:
 def load_yaml(path: Path) -> tuple[Any, dict[Key, int]]:
     """The document at `path` and the line of every key in it."""
     try:
+        if path.is_file() and path.stat().st_size > MAX_BYTES:
+            raise ConfigError(f"the file is larger than {MAX_BYTES >> 20} MiB: not a gpucert document", path=path)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(
             "file not found; check the path (relative paths are relative to the spec)", path=path
         ) from None
+    except IsADirectoryError:
+        raise ConfigError("is a folder; name the YAML file", path=path) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read: {exc}", path=path) from None
+    loader = _StrictLoader(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+        lines: dict[Key, int] = {}
+        if node is not None:
+            _line_map(node, (), lines)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(
-            f"YAML syntax error: {problem}; fix the YAML", path=path, line=mark.line + 1 if mark else None
-        ) from None
-    lines: dict[Key, int] = {}
-    if node is not None:
-        _line_map(node, (), lines)
+        what = "YAML not accepted" if isinstance(exc, _Refused) else "YAML syntax error"
+        raise ConfigError(f"{what}: {problem}; fix the YAML", path=path, line=mark.line + 1 if mark else None) from None
+    except RecursionError:
+        raise ConfigError("the document is nested too deeply to be a gpucert document", path=path) from None
+    finally:
+        loader.dispose()
     return data, lines
 
 
@@ -78,11 +131,65 @@ def _nearest_line(loc: Key, lines: dict[Key, int]) -> int | None:
     return None
 
 
-def _hint(error_type: str) -> str:
-    return {
-        "extra_forbidden": "unknown key; remove it or check its spelling against `gpucert schema`",
-        "missing": "required key is missing; add it",
-    }.get(error_type, "")
+def _unwrap(tp: Any) -> Any:
+    """The type inside Annotated[...] and X | None."""
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) != 1:
+                return tp
+            tp = args[0]
+        else:
+            return tp
+
+
+def _keys_of(model: type[BaseModel]) -> dict[str, Any]:
+    return {(f.alias or name): f.annotation for name, f in model.model_fields.items()}
+
+
+def _valid_keys(model: type[BaseModel], loc: Key) -> list[str]:
+    """The keys the mapping at `loc` accepts (pydantic's location, union tags included), or [] when unknown."""
+    tp: Any = model
+    for part in loc:
+        tp = _unwrap(tp)
+        origin = typing.get_origin(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            fields = _keys_of(tp)
+            if part not in fields:
+                return []
+            tp = fields[part]
+        elif origin is list and isinstance(part, int):
+            tp = typing.get_args(tp)[0]
+        elif origin is dict:
+            tp = typing.get_args(tp)[1]
+        elif origin in (typing.Union, types.UnionType):
+            # a discriminated union: pydantic names the member by its tag (`kind`)
+            members = [m for m in map(_unwrap, typing.get_args(tp)) if isinstance(m, type)]
+            tagged = [
+                m
+                for m in members
+                if issubclass(m, BaseModel) and part in typing.get_args(_unwrap(_keys_of(m).get("kind")))
+            ]
+            if not tagged:
+                return []
+            tp = tagged[0]
+        else:
+            return []
+    tp = _unwrap(tp)
+    return sorted(_keys_of(tp)) if isinstance(tp, type) and issubclass(tp, BaseModel) else []
+
+
+def _unknown_key(model: type[BaseModel], loc: Key) -> str:
+    valid = _valid_keys(model, loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6) if loc else []
+    if close:
+        return f"unknown key; did you mean {close[0]}?"
+    if valid:
+        return f"unknown key; the keys here are {', '.join(valid)}"
+    return "unknown key; remove it or check its spelling against `gpucert schema`"
 
 
 Problem = tuple[Key, str]
@@ -101,15 +208,25 @@ def load_document(path: Path, model: type[M], *, check: Callable[[M], list[Probl
         raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", path=path, line=1)
     try:
         doc = model.model_validate(data)
+    except RecursionError:
+        raise ConfigError("the document is nested too deeply to be a gpucert document", path=path) from None
     except ValidationError as exc:
-        err = exc.errors()[0]
+        # an unknown key first: a misspelt key also reports the key it was meant to be as missing
+        errors = sorted(exc.errors(), key=lambda e: {"extra_forbidden": 0, "missing": 2}.get(e["type"], 1))
+        err = errors[0]
         loc: Key = tuple(p for p in err["loc"] if isinstance(p, str | int))
         # pydantic puts the discriminator or a union member in the location; keep only keys of the document
         doc_loc = _document_loc(data, loc)
-        msg = _hint(err["type"]) or err["msg"]
-        if err["type"] not in ("extra_forbidden", "missing"):
-            msg = f"{err['msg']} (got {err.get('input')!r})"
-        more = len(exc.errors()) - 1
+        if err["type"] == "extra_forbidden":
+            msg = _unknown_key(model, loc)
+        elif err["type"] == "missing":
+            msg = "required key is missing; add it"
+        elif err["type"] == "value_error":  # one of gpucert's validators: its message says what to do
+            msg = err["msg"].removeprefix("Value error, ")
+        else:
+            got = repr(err.get("input"))
+            msg = f"{err['msg']} (got {got[:80] + '...' if len(got) > 80 else got})"
+        more = len(errors) - 1
         if more:
             msg += f" (and {more} more problem{'s' if more > 1 else ''})"
         raise ConfigError(msg, path=path, key=_key_path(doc_loc), line=_nearest_line(doc_loc, lines)) from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -20,11 +21,14 @@ from gpucert.analysis.performance import (
     StragglerIndex,
     against_baseline,
     figure_of,
+    sample_problem,
+    samples_of,
     top_busbw,
 )
 from gpucert.analysis.stats import median, summarize
 from gpucert.baseline import GpuBaseline
-from gpucert.checks import DCGM_TESTS_BY_LEVEL, FABRIC_METRICS, NODE_METRICS, CheckStatus, Finding
+from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckKey, CheckStatus, Finding
+from gpucert.errors import EvidenceError
 from gpucert.evidence import (
     FabricEvidence,
     FabricPairs,
@@ -36,6 +40,8 @@ from gpucert.evidence import (
 )
 from gpucert.handover import NodeBaseline, handover_tolerance, load_node_baseline
 from gpucert.inventory import Inventory, read_inventory
+from gpucert.names import NameError_, inside
+from gpucert.plan import Plan, dcgm_tests, plan_checks
 from gpucert.spec import ClusterSpec, Probe
 from gpucert.stack import rules
 from gpucert.stack.observe import NodeStack, StackObservation, read_stack
@@ -60,6 +66,11 @@ class GpuSlot:
 
 def _probe_of(check: str) -> Probe:
     return Probe(check.split(".")[0]) if not check.startswith("health.") else Probe.HEALTH
+
+
+def _because(check: str, node: str | None, gpu: int | None = None, detail: str | None = None) -> str:
+    """The key a skip names as its cause."""
+    return str(CheckKey(check, node, gpu, detail))
 
 
 class Evaluation:
@@ -117,35 +128,130 @@ class Evaluation:
         return read_fabric_pairs(self.run_dir / "evidence") if self.measured else None
 
     def evidence(self, node: str) -> NodeEvidence | None:
+        """The node's evidence, None when none was written; EvidenceError when it cannot be believed."""
         if node not in self._evidence:
-            path = self.run_dir / "evidence" / f"{node}.json"
-            self._evidence[node] = read_evidence(path) if path.exists() else None
+            try:
+                path = inside(self.run_dir / "evidence", f"{node}.json")
+            except NameError_ as exc:
+                raise EvidenceError(str(exc), path=self.run_dir / "evidence") from None
+            ev = read_evidence(path) if path.exists() or path.is_symlink() else None
+            if ev is not None and ev.node != node:
+                raise EvidenceError(
+                    f"this file is named for {node}, but its evidence is of node {ev.node!r}", path=path
+                )
+            self._evidence[node] = ev
         return self._evidence[node]
+
+    def evidence_problem(self, node: str) -> str | None:
+        """Why the node's evidence cannot be used (unreadable, not gpucert's, another node's), or None."""
+        try:
+            self.evidence(node)
+        except EvidenceError as exc:
+            return str(exc)
+        return None
+
+    def _usable(self, node: str) -> NodeEvidence | None:
+        return None if self.evidence_problem(node) else self.evidence(node)
+
+    @cached_property
+    def plan(self) -> Plan:
+        """Every check this run must decide: the suites follow from the run folder (static, configure only,
+        measured, recertification), the keys from the spec and the inventory."""
+        if self.inventory.target == "static":
+            suites: tuple[str, ...] = ("static",)
+        elif not self.measured:
+            suites = ("configure",)
+        else:
+            suites = ("configure", "certify", *(("recertify",) if self.recertification is not None else ()))
+        return plan_checks(
+            self.spec,
+            self.inventory.names,
+            suites,
+            components=self.components(),
+            handover=self.handover is not None,
+            recertification=self.recertification is not None,
+        )
+
+    def gpu_total(self) -> int:
+        """GPUs seen: by the probes where a node was measured, else as the cluster labels them."""
+        total = 0
+        for n in self.inventory.nodes:
+            ev = self._usable(n.name) if self.measured else None
+            total += len(ev.gpus) if ev is not None and ev.collected else (n.gpu_count or 0)
+        return total
+
+    def measured_at(self) -> dict[str, str | None]:
+        """When each node's evidence was finished (None for a node not measured)."""
+        out: dict[str, str | None] = {}
+        for node in self.inventory.names:
+            ev = self._usable(node) if self.measured else None
+            out[node] = ev.finished if ev is not None and ev.collected else None
+        return out
+
+    @cached_property
+    def unknown_evidence(self) -> list[str]:
+        """Evidence files for nodes the inventory does not list: not this cluster's, so never judged."""
+        folder = self.run_dir / "evidence"
+        known = set(self.inventory.names)
+        return sorted(p.name for p in folder.glob("*.json") if p.stem not in known) if self.measured else []
+
+    @cached_property
+    def _duplicate_gpus(self) -> dict[str, list[str]]:
+        """Per node, each GPU identity (UUID or serial) reported more than once in the fleet, with where."""
+        seen: dict[tuple[str, str], list[str]] = {}
+        for node in self.inventory.names:
+            ev = self._usable(node) if self.measured else None
+            for g in ev.gpus if ev is not None and ev.collected else []:
+                for kind, value in (("UUID", g.uuid), ("serial", g.serial)):
+                    if value:
+                        seen.setdefault((kind, value), []).append(f"{node}/gpu{g.index}")
+        out: dict[str, list[str]] = {}
+        for (kind, value), where in seen.items():
+            if len(where) > 1:
+                for w in sorted(set(where)):
+                    out.setdefault(w.split("/")[0], []).append(f"{kind} {value} is reported by {', '.join(where)}")
+        return out
 
     # ---- configure -------------------------------------------------------------------------------------------
 
     def _node_stack(self, node: str) -> NodeStack | Finding:
         ns = self.stack.nodes.get(node)
+        cause = _because("node.reachable", node)
         if ns is None:
-            return Finding("", SKIP, node, None, f"{node} is not listed by the cluster (see node.reachable)")
+            return Finding(
+                "", SKIP, node, None, f"{node} is not listed by the cluster (see node.reachable)", cause=cause
+            )
         if not ns.ready:
-            return Finding("", SKIP, node, None, f"{node} is not Ready (see node.reachable)")
+            return Finding("", SKIP, node, None, f"{node} is not Ready (see node.reachable)", cause=cause)
         return ns
 
     def components(self) -> list[str]:
         return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
 
     def node_count(self) -> Finding:
+        unknown = self.unknown_evidence
+        if unknown:
+            return Finding(
+                "inventory.nodes",
+                CheckStatus.FAIL,
+                None,
+                None,
+                f"evidence/ holds documents for nodes the inventory does not list: {', '.join(unknown)}; evidence "
+                "that is not of this cluster's nodes cannot be part of its certification",
+            )
         if self.recertification is not None:
             node = self.recertification["node"]
-            return Finding("inventory.nodes", SKIP, None, None, f"recertification of {node}: one node is measured")
+            return Finding("inventory.nodes", CheckStatus.PASS, None, None, f"recertification of {node}: one node")
         return rules.node_count(self.inventory.names, self.spec)
 
     def reachable(self, node: str) -> Finding:
         error = None
         if self.measured:
-            ev = self.evidence(node)
-            if ev is None:
+            problem = self.evidence_problem(node)
+            ev = self.evidence(node) if problem is None else None
+            if problem is not None:
+                error = f"its evidence cannot be used: {problem}"
+            elif ev is None:
                 error = "no evidence was written for this node"
             elif not ev.collected:
                 error = "; ".join(e.message for e in ev.errors) or "the probe did not run"
@@ -154,7 +260,7 @@ class Evaluation:
     def configure(self, check: str, node: str, component: str | None = None) -> Finding:
         ns = self._node_stack(node)
         if isinstance(ns, Finding):
-            return Finding(check, SKIP, node, None, ns.message)
+            return dataclasses.replace(ns, check=check)
         match check:
             case "stack.version":
                 assert component is not None
@@ -162,7 +268,10 @@ class Evaluation:
             case "stack.skew":
                 return rules.skew(ns, self.stack.nodes)
             case "stack.compat":
-                return rules.compat(ns, self.spec)
+                found = rules.compat(ns, self.spec)
+                if found.status is SKIP and "driver" in self.components():
+                    return dataclasses.replace(found, cause=_because("stack.version", node, None, "driver"))
+                return found
             case "stack.ordering":
                 return rules.ordering(ns, self.spec)
             case "stack.kubernetes":
@@ -170,8 +279,20 @@ class Evaluation:
             case "stack.runtime":
                 return rules.runtime(ns, self.spec)
             case "inventory.gpus":
-                ev = self.evidence(node) if self.measured else None
-                return rules.gpu_count(ns, self.spec, len(ev.gpus) if ev and ev.collected else None)
+                ev = self._usable(node) if self.measured else None
+                found = rules.gpu_count(ns, self.spec, len(ev.gpus) if ev and ev.collected else None)
+                twice = self._duplicate_gpus.get(node)
+                if twice:
+                    return Finding(
+                        check,
+                        CheckStatus.FAIL,
+                        node,
+                        None,
+                        f"{node}: the same GPU is reported more than once: {'; '.join(twice)}",
+                        observed=found.observed,
+                        expected=found.expected,
+                    )
+                return found
             case "inventory.product":
                 return rules.gpu_product(ns, self.spec)
         raise ValueError(f"unknown configure check {check!r}")
@@ -182,12 +303,30 @@ class Evaluation:
         probe = _probe_of(check)
         if probe not in self.spec.certify.probes:
             return Finding(check, SKIP, node, None, f"probe {probe.value!r} is not in certify.probes")
-        ev = self.evidence(node)
+        ev = self._usable(node)
         if ev is None or not ev.collected:
-            return Finding(check, SKIP, node, None, f"{node} was not measured (see node.reachable)")
+            return Finding(
+                check,
+                SKIP,
+                node,
+                None,
+                f"{node} was not measured (see node.reachable)",
+                cause=_because("node.reachable", node),
+            )
         err = ev.error_for(probe.value)
         if err is not None and err.unavailable:
-            return Finding(check, SKIP, node, None, f"{node}: the {probe.value} probe is unavailable: {err.message}")
+            if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.spec.expect.gpus_per_node:
+                return Finding(
+                    check,
+                    SKIP,
+                    node,
+                    None,
+                    f"{node} shows {len(ev.gpus)} GPU: nothing to measure between GPUs (see inventory.gpus)",
+                    cause=_because("inventory.gpus", node),
+                )
+            return Finding(
+                check, ERROR, node, None, f"{node}: the {probe.value} probe could not run there: {err.message}"
+            )
         if err is not None:
             return Finding(check, ERROR, node, None, f"{node}: the {probe.value} probe failed: {err.message}")
         return ev
@@ -195,7 +334,7 @@ class Evaluation:
     def _gpu_evidence(self, check: str, gpu: GpuSlot) -> GpuEvidence | Finding:
         ev = self._node_evidence(check, gpu.node)
         if isinstance(ev, Finding):
-            return Finding(check, ev.status, gpu.node, gpu.index, ev.message)
+            return dataclasses.replace(ev, node=gpu.node, gpu=gpu.index)
         g = ev.gpu(gpu.index)
         if g is None:
             return Finding(
@@ -204,6 +343,7 @@ class Evaluation:
                 gpu.node,
                 gpu.index,
                 f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)",
+                cause=_because("inventory.gpus", gpu.node),
             )
         return g
 
@@ -216,8 +356,7 @@ class Evaluation:
         return judge_health(check, g.health, self.baseline, gpu.node, gpu.index)
 
     def dcgm_tests(self) -> list[str]:
-        level = self.spec.certify.dcgm.level
-        return [t for lvl in range(1, level + 1) for t in DCGM_TESTS_BY_LEVEL[lvl]]
+        return dcgm_tests(self.spec.certify.dcgm.level)
 
     def dcgm(self, test: str, gpu: GpuSlot) -> Finding:
         check = f"dcgm.{test}"
@@ -227,6 +366,14 @@ class Evaluation:
         ev = self.evidence(gpu.node)
         assert ev is not None
         d = ev.dcgm
+        if d is not None and d.level < self.spec.certify.dcgm.level:
+            return Finding(
+                check,
+                ERROR,
+                gpu.node,
+                gpu.index,
+                f"{gpu.node}: DCGM ran level {d.level}, the spec asks for level {self.spec.certify.dcgm.level}",
+            )
         if d is None:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: no DCGM diagnostic was recorded")
         if d.runtime_error:
@@ -264,7 +411,10 @@ class Evaluation:
             )
         status = mine.status if mine is not None else (result.summary or "Pass")
         if status == "Skip":
-            return Finding(check, SKIP, gpu.node, gpu.index, f"{gpu!r}: DCGM skipped {test}")
+            why = "; ".join([*(mine.warnings if mine else []), *result.info]) or "DCGM gave no reason"
+            return Finding(
+                check, ERROR, gpu.node, gpu.index, f"{gpu!r}: DCGM skipped the {test} test, so it was not run: {why}"
+            )
         return Finding(
             check,
             CheckStatus.PASS,
@@ -276,28 +426,36 @@ class Evaluation:
         )
 
     def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
-        """The median of one measurement and its sample count, or None when it was not measured."""
-        ev = self.evidence(node)
-        return figure_of(ev, metric, gpu) if ev is not None and ev.collected else None
+        """The median of one measurement and its sample count, or None when it was not measured (or cannot be
+        believed)."""
+        ev = self._usable(node)
+        if ev is None or not ev.collected:
+            return None
+        b = self.baseline.metrics.get(metric)
+        if sample_problem(samples_of(ev, metric, gpu), b.expected if b else None) is not None:
+            return None
+        return figure_of(ev, metric, gpu)
 
     def p2p_matrix(self, node: str) -> list[list[float | None]] | None:
         """Median peer copy bandwidth per (source, destination) pair of one node; None on the diagonal."""
-        ev = self.evidence(node)
+        ev = self._usable(node)
         if ev is None or ev.p2p is None or not ev.gpus:
             return None
         n = len(ev.gpus)
         m: list[list[float | None]] = [[None] * n for _ in range(n)]
         for p in ev.p2p.pairs:
-            if p.samples and p.src < n and p.dst < n:
-                m[p.src][p.dst] = median(p.samples)
+            finite = [x for x in p.samples if math.isfinite(x)]
+            if finite and 0 <= p.src < n and 0 <= p.dst < n:
+                m[p.src][p.dst] = median(finite)
         return m
 
     def nccl_curve(self, node: str) -> list[tuple[int, float]]:
         """(message size, median bus bandwidth) over the node's all-reduce sweep."""
-        ev = self.evidence(node)
+        ev = self._usable(node)
         if ev is None or ev.nccl is None:
             return []
-        return [(p.size_bytes, median(p.busbw)) for p in ev.nccl.points if p.busbw]
+        curve = [(p.size_bytes, [x for x in p.busbw if math.isfinite(x)]) for p in ev.nccl.points]
+        return [(size, median(busbw)) for size, busbw in curve if busbw and size > 0]
 
     def evidence_for(self, finding: Finding) -> dict[str, object] | None:
         """The evidence behind a finding, as JSON-ready data, for the reports' failure details."""
@@ -313,9 +471,9 @@ class Evaluation:
         if family in ("stack", "inventory", "node"):
             ns = self.stack.nodes.get(node)
             return ns.model_dump(mode="json") if ns is not None else None
-        ev = self.evidence(node)
+        ev = self._usable(node)
         if ev is None:
-            return None
+            return {"unreadable": self.evidence_problem(node)}
         if family == "nccl":
             return ev.nccl.model_dump(mode="json") if ev.nccl else None
         if family == "p2p":
@@ -347,7 +505,8 @@ class Evaluation:
     def _straggler_index(self, metric: str) -> StragglerIndex:
         if metric not in self._stragglers:
             values: dict[tuple[str, int | None], Sampled] = {}
-            measured = [self.evidence(node) for node in self.inventory.names]
+            measured = [self._usable(node) for node in self.inventory.names]
+            expected = self.baseline.metrics[metric].expected
             for ev in [*measured, *self.fleet_peers]:
                 if ev is None or not ev.collected:
                     continue
@@ -355,7 +514,8 @@ class Evaluation:
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
                     s = figure_of(ev, metric, idx)
-                    if s is not None:
+                    # a figure that cannot be believed is no peer: it would move the median the others are held to
+                    if s is not None and sample_problem(samples_of(ev, metric, idx), expected) is None:
                         values[(node, idx)] = s
             self._stragglers[metric] = StragglerIndex(
                 metric,
@@ -365,6 +525,14 @@ class Evaluation:
             )
         return self._stragglers[metric]
 
+    def _unmeasured(self) -> str | None:
+        """The first inventory node that was not measured, as a cause (a collective needs its nodes)."""
+        for node in self.inventory.names:
+            ev = self._usable(node)
+            if ev is None or not ev.collected:
+                return _because("node.reachable", node)
+        return None
+
     def multinode(self, metric: str = "nccl.all_reduce.multinode") -> Finding:
         """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
         if self.spec.certify.multinode is None:
@@ -372,20 +540,26 @@ class Evaluation:
                 metric, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes was asked"
             )
         if metric not in self.baseline.metrics:
-            return Finding(metric, SKIP, None, None, f"the baseline {self.baseline.sku} has no figure for {metric}")
+            return Finding(metric, ERROR, None, None, f"the baseline {self.baseline.sku} has no figure for {metric}")
         fabric = self.fabric
         if fabric is None:
             return Finding(metric, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
         err = next(iter(fabric.errors), None)
         if err is not None:
-            status = SKIP if err.unavailable else ERROR
-            return Finding(metric, status, None, None, f"the all-reduce across nodes did not run: {err.message}")
+            why = f"the all-reduce across nodes did not run: {err.message}"
+            cause = self._unmeasured() if err.unavailable else None
+            if cause is not None and len(fabric.nodes) < 2:
+                return Finding(metric, SKIP, None, None, f"{why} (see node.reachable)", cause=cause)
+            return Finding(metric, ERROR, None, None, why)
         if fabric.nccl is None or not fabric.nccl.points:
             return Finding(metric, ERROR, None, None, "the all-reduce across nodes recorded no samples")
         where = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs ({', '.join(fabric.nodes)}):"
         if not fabric.nccl.correct:
             return Finding(metric, CheckStatus.FAIL, None, None, f"{where} the reduced values were wrong")
         busbw = top_busbw(fabric.nccl)
+        problem = sample_problem(busbw, self.baseline.metrics[metric].expected)
+        if problem is not None:
+            return Finding(metric, ERROR, None, None, f"{where} the samples cannot be believed: {problem}")
         sampled = Sampled(median(busbw), len(busbw), "GB/s")
         found = against_baseline(metric, (where, None), sampled, self.baseline.metrics[metric])
         return dataclasses.replace(found, node=None)
@@ -431,9 +605,26 @@ class Evaluation:
         if missing is not None:
             return missing
         assert self.handover is not None
-        g = self._gpu_evidence("health.identity", gpu)
-        if isinstance(g, Finding):
-            return dataclasses.replace(g, check=check)
+        ev = self._usable(gpu.node)
+        if ev is None or not ev.collected:
+            return Finding(
+                check,
+                SKIP,
+                gpu.node,
+                gpu.index,
+                f"{gpu.node} was not measured (see node.reachable)",
+                cause=_because("node.reachable", gpu.node),
+            )
+        g = ev.gpu(gpu.index)
+        if g is None:
+            return Finding(
+                check,
+                SKIP,
+                gpu.node,
+                gpu.index,
+                f"{gpu!r} is not present (see inventory.gpus)",
+                cause=_because("inventory.gpus", gpu.node),
+            )
         was = self.handover.gpu(gpu.index)
         if was is None:
             return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index, f"{gpu!r} was not present at handover")
@@ -459,32 +650,35 @@ class Evaluation:
             return missing
         assert self.handover is not None
         if metric not in self.baseline.metrics:
-            return Finding(check, SKIP, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
-        ev = self._node_evidence(metric, node) if gpu is None else self._gpu_evidence(metric, GpuSlot(node, gpu))
-        if isinstance(ev, Finding):
-            return dataclasses.replace(ev, check=check)
+            return Finding(check, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        if gpu is not None:
+            was = self.handover.gpu(gpu)
+            if was is not None and self.identity(GpuSlot(node, gpu)).status is CheckStatus.FAIL:
+                return Finding(
+                    check,
+                    SKIP,
+                    node,
+                    gpu,
+                    f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)",
+                    cause=_because("handover.identity", node, gpu),
+                )
+        now = self._figure(metric, node, gpu)
+        if isinstance(now, Finding):
+            return dataclasses.replace(now, check=check)
         if gpu is None:
             rec = self.handover.node_metrics.get(metric)
         else:
             was = self.handover.gpu(gpu)
-            if was is not None and self.identity(GpuSlot(node, gpu)).status is CheckStatus.FAIL:
-                return Finding(
-                    check, SKIP, node, gpu, f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)"
-                )
             rec = was.metrics.get(metric) if was is not None else None
         if rec is None:
             return Finding(
                 check,
-                SKIP,
+                ERROR,
                 node,
                 gpu,
-                f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}",
+                f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}, so it cannot be "
+                "compared; record a new handover baseline that covers the spec's probes",
             )
-        node_ev = self.evidence(node)
-        assert node_ev is not None
-        now = figure_of(node_ev, metric, gpu)
-        if now is None:
-            return Finding(check, ERROR, node, gpu, f"{node}: the probe recorded no samples of {metric}")
         tol = handover_tolerance(rec.spread)
         sign = 1.0 if self.baseline.metrics[metric].comparison.value == "min" else -1.0
         deviation = now.value / rec.median - 1
@@ -506,11 +700,23 @@ class Evaluation:
             return Finding(
                 check, SKIP, node, None, "certify.multinode.pairs is not set: no pairs of nodes were measured"
             )
+        ev = self._usable(node)
+        if ev is None or not ev.collected:
+            return Finding(
+                check,
+                SKIP,
+                node,
+                None,
+                f"{node} was not measured (see node.reachable)",
+                cause=_because("node.reachable", node),
+            )
         pairs = self.fabric_pairs
         if pairs is None:
-            return Finding(
-                check, SKIP, node, None, "no pairs of nodes were measured (it takes three measured nodes and a cluster)"
-            )
+            cause = self._unmeasured()
+            why = "no pairs of nodes were measured"
+            if cause is not None:
+                return Finding(check, SKIP, node, None, f"{why}: not every node was measured", cause=cause)
+            return Finding(check, ERROR, node, None, f"{why} though certify.multinode.pairs asks for them")
         values: dict[tuple[str, int | None], float] = {}
         failed: list[str] = []
         for pair in pairs.pairs:
@@ -526,10 +732,12 @@ class Evaluation:
             return Finding(
                 check, ERROR, node, None, f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}"
             )
-        if not mine:
-            return Finding(check, SKIP, node, None, f"{node} was in no pair (not measured, or past maxNodes)")
-        if len(values) - 1 < MIN_PEERS:
-            return Finding(check, SKIP, node, None, f"{len(values)} pairs are too few to tell which node is behind")
+        if not mine or len(values) - 1 < MIN_PEERS:
+            why = f"{node} was in no pair" if not mine else f"{len(values)} pairs are too few to tell a slow node"
+            cause = self._unmeasured()
+            if cause is not None:
+                return Finding(check, SKIP, node, None, f"{why}: not every node was measured", cause=cause)
+            return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
         peers = summarize(list(values.values()))
         limit = self.spec.certify.stragglers.max_deviation
         behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -limit and peers.z(v) < -STRAGGLER_MIN_Z}
@@ -549,18 +757,31 @@ class Evaluation:
             )
         return Finding(check, CheckStatus.PASS, node, None, f"{node}'s pairs: {detail}; {where}")
 
-    def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
-        if metric not in self.baseline.metrics:
-            return Finding(metric, SKIP, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+    def _figure(self, metric: str, node: str, gpu: int | None) -> Sampled | Finding:
+        """The GPU's (or node's) figure for `metric`, or the Finding that says why there is none to judge."""
         ev = self._node_evidence(metric, node) if gpu is None else self._gpu_evidence(metric, GpuSlot(node, gpu))
         if isinstance(ev, Finding):
             return ev
         node_ev = self.evidence(node)
         assert node_ev is not None
+        where = node if gpu is None else f"{node}/gpu{gpu}"
+        samples = samples_of(node_ev, metric, gpu)
+        if not samples:
+            return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
+        problem = sample_problem(samples, self.baseline.metrics[metric].expected)
+        if problem is not None:
+            return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {problem}")
         sampled = figure_of(node_ev, metric, gpu)
-        if sampled is None:
-            return Finding(metric, ERROR, node, gpu, f"{node}: the probe recorded no samples of {metric}")
+        assert sampled is not None
+        return sampled
+
+    def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
+        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
+        if metric not in self.baseline.metrics:
+            return Finding(metric, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        sampled = self._figure(metric, node, gpu)
+        if isinstance(sampled, Finding):
+            return sampled
         base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
         if base.status is not CheckStatus.PASS:
             return base

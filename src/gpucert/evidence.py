@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucert.errors import EvidenceError
+from gpucert.names import NameError_, check_node_name, inside
 
 __all__ = [
     "EVIDENCE_SCHEMA",
@@ -222,10 +223,14 @@ FABRIC_EVIDENCE = Path("multinode") / "nccl.json"
 
 
 def _atomic_write(path: Path, text: str) -> Path:
+    """Write so that a reader never sees half a document, and no temporary file outlives an interrupt."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -249,15 +254,37 @@ def write_fabric_pairs(directory: Path, pairs: FabricPairs) -> Path:
     return _atomic_write(directory / FABRIC_PAIRS, pairs.model_dump_json(by_alias=True))
 
 
-def _read_model(path: Path, model: type[M]) -> M | None:
-    if not path.exists():
-        return None
+def _load_json(path: Path) -> Any:
+    """The JSON document at `path`; EvidenceError for anything that is not one (a link loop, binary, cut off)."""
     try:
-        return model.model_validate_json(path.read_bytes())
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise EvidenceError("no evidence for this node; measure it or pass the evidence folder", path=path) from None
+    except OSError as exc:
+        raise EvidenceError(f"cannot read: {exc}", path=path) from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise EvidenceError(f"not JSON ({exc}); the probe output was truncated or corrupted", path=path) from None
+
+
+def _validate(path: Path, data: Any, model: type[M]) -> M:
+    if not isinstance(data, dict):
+        raise EvidenceError(f"expected a JSON object, got {type(data).__name__}", path=path)
+    if data.get("schema") != EVIDENCE_SCHEMA:
+        raise EvidenceError(f"schema is {data.get('schema')!r}, expected {EVIDENCE_SCHEMA!r}", path=path)
+    try:
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
+    except RecursionError:
+        raise EvidenceError("nested too deeply to be evidence", path=path) from None
+
+
+def _read_model(path: Path, model: type[M]) -> M | None:
+    if not path.exists() and not path.is_symlink():
+        return None
+    return _validate(path, _load_json(path), model)
 
 
 def read_fabric(directory: Path) -> FabricEvidence | None:
@@ -270,22 +297,15 @@ def read_fabric_pairs(directory: Path) -> FabricPairs | None:
 
 
 def write_evidence(directory: Path, evidence: NodeEvidence) -> Path:
-    """Write one node's document atomically, so a reader never sees half of it."""
-    return _atomic_write(directory / f"{evidence.node}.json", evidence.model_dump_json(by_alias=True))
+    """Write one node's document atomically, so a reader never sees half of it; the node's name must be a node
+    name, so the file stays in `directory`."""
+    try:
+        check_node_name(evidence.node)
+        path = inside(directory, f"{evidence.node}.json")
+    except NameError_ as exc:
+        raise EvidenceError(f"not written: {exc}", path=directory) from None
+    return _atomic_write(path, evidence.model_dump_json(by_alias=True))
 
 
 def read_evidence(path: Path) -> NodeEvidence:
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise EvidenceError("no evidence for this node; measure it or pass the evidence folder", path=path) from None
-    except json.JSONDecodeError as exc:
-        raise EvidenceError(f"not JSON ({exc}); the probe output was truncated or corrupted", path=path) from None
-    if data.get("schema") != EVIDENCE_SCHEMA:
-        raise EvidenceError(f"schema is {data.get('schema')!r}, expected {EVIDENCE_SCHEMA!r}", path=path)
-    try:
-        return NodeEvidence.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
+    return _validate(path, _load_json(path), NodeEvidence)

@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gpucert.documents import Document, Problem, load_document
+from gpucert.names import NameError_, check_file_stem, check_node_name
 from gpucert.spec import Metadata
+from gpucert.versions import VersionError, parse_version
 
 __all__ = ["FLEET_METRICS", "Fault", "SimulatedFleet", "load_fleet"]
 
@@ -30,6 +32,7 @@ Metric = Literal[
 ]
 # the metrics a `slow` fault can scale (the nccl ones are per node: a node's slow NIC slows the multi-node ring)
 FLEET_METRICS: tuple[str, ...] = get_args(Metric)
+NODE_LEVEL_METRICS = ("nccl.all_reduce", "nccl.all_reduce.multinode")  # one figure per node: no `gpu` in a fault
 GpuIndex = Annotated[int, Field(ge=0)]
 
 
@@ -40,6 +43,17 @@ class Nodes(Document):
 
     def names(self) -> list[str]:
         return [f"{self.name_prefix}{i}" for i in range(1, self.count + 1)]
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _makes_node_names(cls, prefix: str) -> str:
+        try:
+            check_node_name(f"{prefix}1")
+        except NameError_:
+            raise ValueError(
+                f"{prefix!r} + a number is not a Kubernetes node name: use lower-case letters, digits, '-' and '.'"
+            ) from None
+        return prefix
 
 
 class Noise(Document):
@@ -114,6 +128,15 @@ class VersionFault(Document):
     component: str
     version: str
 
+    @field_validator("version")
+    @classmethod
+    def _is_version(cls, v: str) -> str:
+        try:
+            parse_version(v)
+        except VersionError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
 
 class OrderingFault(Document):
     kind: Literal["ordering"]
@@ -181,7 +204,16 @@ class SimulatedFleet(Document):
     api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["SimulatedFleet"]
     metadata: Metadata
-    sku: str
+    sku: str  # names baselines/gpus/<sku>.yaml beside the spec's baseline
+
+    @field_validator("sku")
+    @classmethod
+    def _is_file_name(cls, sku: str) -> str:
+        try:
+            return check_file_stem(sku, "SKU name")
+        except NameError_ as exc:
+            raise ValueError(str(exc)) from None
+
     nodes: Nodes
     stack: dict[str, str] = Field(default_factory=dict)
     noise: Noise = Field(default_factory=Noise)
@@ -202,6 +234,10 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
                 )
             )
         gpu = getattr(fault, "gpu", None)
+        if isinstance(fault, SlowFault) and gpu is not None and fault.metric in NODE_LEVEL_METRICS:
+            problems.append(
+                (("faults", i, "gpu"), f"{fault.metric} is one figure per node: remove `gpu` to slow the node's")
+            )
         if gpu is not None and gpu >= fleet.nodes.gpus_per_node:
             problems.append(
                 (

@@ -8,6 +8,7 @@ a node with its own file: a GPU may be well inside the SKU's tolerance and still
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from gpucert.checks import NODE_METRICS
 from gpucert.documents import Document, load_document
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import NodeEvidence, read_evidence
+from gpucert.names import NameError_, check_node_name, inside
 
 __all__ = [
     "MIN_TOLERANCE",
@@ -33,6 +35,7 @@ __all__ = [
     "handover_tolerance",
     "load_node_baseline",
     "record_baselines",
+    "sha256_of",
 ]
 
 # A node is held to its own handover figure within max(SPREAD_FACTOR x spread, MIN_TOLERANCE): three robust
@@ -63,9 +66,14 @@ class HandoverGpu(Document):
 class Recorded(Document):
     run: str
     date: str
-    result: Literal["pass", "fail"]
+    result: Literal["pass", "fail", "incomplete"]
     certificate: str | None = None  # sha256 of the run's certificate.intoto.json; None when the run was not signed
     forced: str | None = None  # why a node that failed was recorded anyway (`--force --reason`)
+    # the spec (metadata.name) and SKU baseline (sha256 of the file) of the run: a recertification compares a node
+    # only with a handover of the same spec and baseline
+    spec: str | None = None
+    baseline: str | None = None
+    allow_unsigned: bool = Field(False, alias="allowUnsigned")  # recorded from an unsigned run on purpose
 
 
 class NodeBaseline(Document):
@@ -115,17 +123,33 @@ def _node_baseline(ev: NodeEvidence, sku: str, units: dict[str, str], recorded: 
     )
 
 
+def sha256_of(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def record_baselines(
-    run_dir: Path, out: Path, *, certificate: str | None, force_reason: str | None = None
+    run_dir: Path,
+    out: Path,
+    *,
+    certificate: str | None,
+    force_reason: str | None = None,
+    allow_unsigned: bool = False,
 ) -> tuple[list[Path], list[str]]:
     """Write `out/<node>.yaml` for every node of the run that passed (and, with a reason, those that failed).
 
-    `certificate` is the digest of the run's certificate (None when unsigned). Returns the files written and the
-    nodes refused (with why).
+    `certificate` is the digest of the run's certificate (None when unsigned: refused unless `allow_unsigned`,
+    which the files then say). Returns the files written and the nodes refused (with why).
     """
     verdict_path = run_dir / "verdict.json"
     if not verdict_path.exists():
         raise EvidenceError("no verdict.json: record handover baselines from a completed certification", path=run_dir)
+    if certificate is None and not allow_unsigned:
+        raise ConfigError(
+            "this run is not signed: a handover baseline is what the node is held to later, so record it from a "
+            "signed certification (`gpucert sign RUN --key KEY` first), or pass --allow-unsigned to record it anyway "
+            "(the files will say so)",
+            path=run_dir,
+        )
     verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
     baseline_path = run_dir / "inputs" / "baseline.yaml"
     if not baseline_path.exists():
@@ -143,9 +167,16 @@ def record_baselines(
     for node, summary in sorted(verdict.get("nodes", {}).items()):
         if node == "(fleet)":
             continue
+        try:
+            check_node_name(node)
+            target = inside(out, f"{node}.yaml")
+        except NameError_ as exc:
+            refused.append(f"{node!r}: {exc}")
+            continue
         passed = summary["result"] == "pass"
         if not passed and force_reason is None:
-            refused.append(f"{node}: failed {', '.join(summary['failing'])}; pass --force --reason TEXT to record it")
+            what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
+            refused.append(f"{node}: {what}; pass --force --reason TEXT to record it")
             continue
         path = run_dir / "evidence" / f"{node}.json"
         if not path.exists():
@@ -158,15 +189,19 @@ def record_baselines(
         recorded = Recorded(
             run=verdict["run"],
             date=date,
-            result="pass" if passed else "fail",
+            result=summary["result"],
             certificate=certificate,
             forced=None if passed else force_reason,
+            spec=verdict["spec"],
+            baseline=sha256_of(baseline_path),
+            allow_unsigned=certificate is None,
         )
         nb = _node_baseline(ev, sku.sku, units, recorded)
-        target = out / f"{node}.yaml"
         header = f"# handover baseline of {node}, recorded by `gpucert baseline record` from run {verdict['run']}\n" + (
-            f"# FORCED although the node failed: {force_reason}\n" if not passed else ""
+            f"# FORCED although the node did not pass: {force_reason}\n" if not passed else ""
         )
+        if certificate is None:
+            header += "# recorded from an UNSIGNED run (--allow-unsigned)\n"
         target.write_text(
             header + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
             encoding="utf-8",

@@ -1,29 +1,39 @@
 """The pytest plugin: options, plan and measure before collection, parametrization, outcomes, reports.
 
-Run state lives in `config.stash`. Plan and measure run once, in the controller, before xdist starts its workers;
-workers receive the run folder through `workerinput` and only evaluate.
+Run state lives in `config.stash`. Plan and measure run once, in the controller, before xdist starts its workers,
+and only in a session that runs tests (`--co`, `--help`, `--markers`, `--fixtures` never create a run folder);
+workers receive the run folder through `workerinput` and only evaluate. The verdict counts every check the spec
+requires (gpucert.plan), so a session that deselected, never reached or skipped some without a failing cause
+cannot say PASS.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpucert.baseline import GpuBaseline, load_baseline
-from gpucert.checks import CheckStatus, Finding
+from gpucert.baseline import GpuBaseline
+from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.inventory import read_inventory
 from gpucert.report.allure import write_allure
-from gpucert.report.verdict import build_verdict, write_run_info, write_verdict
-from gpucert.spec import ClusterSpec, load_spec
+from gpucert.report.verdict import Outcome, build_verdict, write_run_info, write_verdict
+from gpucert.spec import ClusterSpec
 
-__all__ = ["CheckFailed", "RunContext", "expect", "run_context"]
+if TYPE_CHECKING:
+    from _pytest.outcomes import Skipped
+else:
+    Skipped = pytest.skip.Exception
+
+__all__ = ["CheckFailed", "CheckSkipped", "RunContext", "expect", "run_context"]
 
 
 class CheckFailed(AssertionError):
@@ -34,12 +44,20 @@ class CheckFailed(AssertionError):
         super().__init__(f"[{finding.check}] {finding.message}")
 
 
+class CheckSkipped(Skipped):
+    """A check that cannot run because another check failed: carries the Finding and its cause."""
+
+    def __init__(self, finding: Finding) -> None:
+        self.finding = finding
+        super().__init__(finding.message, allow_module_level=False)
+
+
 def expect(finding: Finding) -> None:
     """Turn a Finding into the test's outcome: pass returns, skip skips with its reason, fail and error raise."""
     if finding.status is CheckStatus.PASS:
         return
     if finding.status is CheckStatus.SKIP:
-        pytest.skip(finding.message)
+        raise CheckSkipped(finding)
     raise CheckFailed(finding)
 
 
@@ -48,10 +66,14 @@ class RunContext:
     spec: ClusterSpec
     baseline: GpuBaseline
     run_dir: Path
-    outcomes: list[Finding] = field(default_factory=list)
-    items: list[int] = field(default_factory=list)
-    evidence_of: dict[Finding, Any] = field(default_factory=dict)
+    readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
+    outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
+    selected: set[CheckKey] | None = None  # the keys the session collected, after -k, --lf, --deselect
+    collected: int = 0
+    left_out: int = 0  # items whose check the spec does not require
+    evidence_of: dict[CheckKey, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
+    verdict: dict[str, Any] | None = None
     _evaluation: Evaluation | None = None
 
     @property
@@ -86,6 +108,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-measure", action="store_true", help="plan only: configure checks need no evidence")
     group.addoption("--static", action="store_true", help="no cluster at all: the static recipe gate")
     group.addoption("--signer", metavar="FINGERPRINT", help="the key that will sign this run, shown in the report")
+    # allure-pytest's option, so the command Allure users type works: gpucert writes its own results there too;
+    # where allure-pytest is installed it owns the option (ValueError here) and gpucert reads the same destination
+    with contextlib.suppress(ValueError):
+        group.addoption("--alluredir", dest="allure_report_dir", metavar="DIR", help="also write Allure results here")
+
+
+def _runs_tests(config: pytest.Config) -> bool:
+    """Whether this session will run tests (and so may plan and measure): not --co, --help, --fixtures, ..."""
+    o = config.option
+    shows = ("help", "markers", "collectonly", "showfixtures", "show_fixtures_per_test", "setupplan", "setuponly")
+    return not any(getattr(o, name, False) for name in shows)
 
 
 def _prepare(config: pytest.Config) -> RunContext | None:
@@ -98,31 +131,31 @@ def _prepare(config: pytest.Config) -> RunContext | None:
                 )
         return None
     from gpucert import run as runner
-    from gpucert.targets import open_target
 
     try:
-        spec = load_spec(spec_opt)
-        baseline = load_baseline(spec.resolve(spec.certify.baseline))
+        spec, baseline = runner.load_inputs(Path(spec_opt))
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
             return RunContext(spec, baseline, Path(workerinput["gpucert_run_dir"]))
         run_dir_opt = config.getoption("run_dir")
+        evidence = config.getoption("evidence")
         if run_dir_opt:
             run_dir = Path(run_dir_opt)
-            if not (run_dir / "inventory.json").exists():
+            if not (run_dir / "inventory.json").is_file():
                 raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {run_dir}")
-            return RunContext(spec, baseline, run_dir)
-        run_dir = runner.create_run_dir(Path(config.getoption("reports")), spec)
-        evidence = config.getoption("evidence")
-        if config.getoption("static"):
-            runner.plan_static(run_dir)
-        elif evidence:
-            runner.import_evidence(Path(evidence), run_dir)
-        else:
-            target = open_target(spec)
-            inventory = runner.plan(target, spec, run_dir)
-            if not config.getoption("no_measure"):
-                runner.measure(target, inventory, spec, run_dir)
+            return RunContext(spec, baseline, run_dir, readonly=not _runs_tests(config))
+        if not _runs_tests(config):
+            # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
+            if evidence:
+                return RunContext(spec, baseline, runner.evidence_root(Path(evidence)), readonly=True)
+            return None
+        with runner.new_run_dir(Path(config.getoption("reports")), spec) as run_dir:
+            if config.getoption("static"):
+                runner.plan_static(run_dir)
+            elif evidence:
+                runner.import_evidence(Path(evidence), run_dir)
+            else:
+                runner.plan_and_measure(spec, run_dir, plan_only=config.getoption("no_measure"))
         return RunContext(spec, baseline, run_dir)
     except GpucertError as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -134,18 +167,19 @@ def pytest_configure(config: pytest.Config) -> None:
     if ctx is None:
         return
     config.stash[context_key] = ctx
-    if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(Controller(ctx), "gpucert-controller")
-        opt = config.option
-        if getattr(opt, "htmlpath", "missing") is None:
-            opt.htmlpath = str(ctx.run_dir / "report.html")
-            opt.self_contained_html = True
-        if opt.xmlpath is None:
-            opt.xmlpath = str(ctx.run_dir / "junit.xml")
-        if config.pluginmanager.hasplugin("html"):
-            from gpucert.report.html import HtmlSummary
+    if hasattr(config, "workerinput") or ctx.readonly:
+        return
+    config.pluginmanager.register(Controller(ctx), "gpucert-controller")
+    opt = config.option
+    if getattr(opt, "htmlpath", "missing") is None:
+        opt.htmlpath = str(ctx.run_dir / "report.html")
+        opt.self_contained_html = True
+    if opt.xmlpath is None:
+        opt.xmlpath = str(ctx.run_dir / "junit.xml")
+    if config.pluginmanager.hasplugin("html"):
+        from gpucert.report.html import HtmlSummary
 
-            config.pluginmanager.register(HtmlSummary(ctx, config.getoption("signer")), "gpucert-html")
+        config.pluginmanager.register(HtmlSummary(ctx, config.getoption("signer")), "gpucert-html")
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -157,10 +191,17 @@ def pytest_configure_node(node: Any) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     ctx = run_context(config)
-    return [f"gpucert: spec {ctx.spec.metadata.name}, run folder {ctx.run_dir}"] if ctx else []
+    if ctx is not None:
+        return [f"gpucert: spec {ctx.spec.metadata.name}, run folder {ctx.run_dir}"]
+    if config.getoption("spec") and not _runs_tests(config):
+        return [
+            "gpucert: this session runs no tests, so it plans and measures nothing; the checks are parametrized "
+            "over a run's inventory (add --evidence DIR to list those of a recorded run)"
+        ]
+    return []
 
 
-# ---- parametrization over the inventory ---------------------------------------------------------------------
+# ---- parametrization over the inventory, and the plan's keys ------------------------------------------------
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -184,27 +225,74 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("dcgm_test", ev.dcgm_tests())
 
 
-# ---- outcomes ----------------------------------------------------------------------------------------------
-
-
-def _identity(item: pytest.Item) -> tuple[str, str | None, int | None] | None:
+def _key(item: pytest.Item) -> CheckKey | None:
+    """The check a test item decides, from its `check` marker and its parameters."""
     marker = item.get_closest_marker("check")
     if marker is None:
         return None
     params: dict[str, Any] = getattr(getattr(item, "callspec", None), "params", {})
-    check = str(marker.args[0]).format(**params)
+    try:
+        check = str(marker.args[0]).format(**params)
+    except (KeyError, IndexError):
+        return None  # not parametrized by gpucert (no spec): the test skips and decides nothing
     gpu = params.get("gpu")
+    component = params.get("component")
+    detail = component if isinstance(component, str) else None
     if isinstance(gpu, GpuSlot):
-        return check, gpu.node, gpu.index
+        return CheckKey(check, gpu.node, gpu.index, detail)
     node = params.get("node")
-    return check, node if isinstance(node, str) else None, None
+    return CheckKey(check, node if isinstance(node, str) else None, None, detail)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Leave out the items whose check the spec does not require (a probe it did not ask for, a 1-GPU node's P2P)."""
+    ctx = run_context(config)
+    if ctx is None:
+        return
+    plan = ctx.evaluation.plan
+    kept = [item for item in items if (key := _key(item)) is None or key in plan]
+    ctx.left_out = len(items) - len(kept)
+    items[:] = kept
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    ctx = run_context(session.config)
+    if ctx is None:
+        return
+    keys = [k for k in map(_key, session.items) if k is not None]
+    ctx.selected = set(keys)
+    ctx.collected = len(session.items)
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # the controller learns what each worker selected when the worker finishes
+        workeroutput["gpucert_selected"] = [k.to_json() for k in keys]
+
+
+# ---- outcomes ----------------------------------------------------------------------------------------------
+
+
+def _finding(report: pytest.TestReport, call: pytest.CallInfo[None], key: CheckKey) -> Finding:
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(exc, CheckFailed | CheckSkipped):
+        return exc.finding
+    check, node, gpu = key.check, key.node, key.gpu
+    if report.passed:
+        return Finding(check, CheckStatus.PASS, node, gpu)
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        return Finding(check, CheckStatus.SKIP, node, gpu, reason.removeprefix("Skipped: "))
+    if isinstance(exc, AssertionError) and report.when == "call":
+        return Finding(check, CheckStatus.FAIL, node, gpu, str(exc).splitlines()[0] if str(exc) else "failed")
+    text = f"{type(exc).__name__}: {exc}" if exc is not None else str(report.longrepr).splitlines()[-1]
+    return Finding(check, CheckStatus.ERROR, node, gpu, f"the check could not run: {text}")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    ident = _identity(item)
-    if ident is None or run_context(item.config) is None:
+    ctx = run_context(item.config)
+    key = _key(item) if ctx is not None else None
+    if ctx is None or key is None:
         return report
     decisive = (
         report.when == "call"
@@ -213,24 +301,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     )
     if not decisive:
         return report
-    check, node, gpu = ident
-    exc = call.excinfo.value if call.excinfo is not None else None
-    if isinstance(exc, CheckFailed):
-        finding = exc.finding
-    elif report.passed:
-        finding = Finding(check, CheckStatus.PASS, node, gpu)
-    elif report.skipped:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        finding = Finding(check, CheckStatus.SKIP, node, gpu, reason.removeprefix("Skipped: "))
-    elif isinstance(exc, AssertionError) and report.when == "call":
-        finding = Finding(check, CheckStatus.FAIL, node, gpu, str(exc).splitlines()[0] if str(exc) else "failed")
-    else:
-        text = f"{type(exc).__name__}: {exc}" if exc is not None else str(report.longrepr).splitlines()[-1]
-        finding = Finding(check, CheckStatus.ERROR, node, gpu, f"the check could not run: {text}")
-    report.gpucert = finding.to_json()
+    finding = _finding(report, call, key)
+    if finding.status is CheckStatus.SKIP and finding.cause is None:
+        # a check that did not run, with no failing check to say why, has not passed: fail closed
+        finding = dataclasses.replace(
+            finding,
+            status=CheckStatus.ERROR,
+            message=f"the check could not be decided, and no other check failed to explain why: {finding.message}",
+        )
+        report.outcome = "failed"
+        report.longrepr = f"[{finding.check}] {finding.message}"
+    report.gpucert = {"key": key.to_json(), "finding": finding.to_json(), "start": call.start, "stop": call.stop}
     if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR):
-        ctx = run_context(item.config)
-        assert ctx is not None
         try:
             evidence = ctx.evaluation.evidence_for(finding)
         except GpucertError as exc:
@@ -243,46 +325,56 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+_RANK = {CheckStatus.PASS: 0, CheckStatus.SKIP: 1, CheckStatus.FAIL: 2, CheckStatus.ERROR: 3}
+
+
 class Controller:
-    """Collects every check's outcome in the controller process and writes verdict.json and Allure at the end."""
+    """Collects every check's outcome in the controller process; at the end writes verdict.json, run.json and
+    the Allure results, tells JUnit and the terminal the same result, and makes the exit status say it too."""
 
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "gpucert", None)
-        if data is not None:
-            finding = Finding.from_json(data)
-            self.ctx.outcomes.append(finding)
-            if "evidence" in data:
-                self.ctx.evidence_of[finding] = data["evidence"]
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if session.items:
-            self.ctx.items[:] = [len(session.items)]
+        if data is None:
+            return
+        key = CheckKey.from_json(data["key"])
+        outcome = Outcome(Finding.from_json(data["finding"]), float(data["start"]), float(data["stop"]))
+        before = self.ctx.outcomes.get(key)
+        if before is None or _RANK[outcome.finding.status] >= _RANK[before.finding.status]:
+            self.ctx.outcomes[key] = outcome
+        if "evidence" in data:
+            self.ctx.evidence_of[key] = data["evidence"]
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        self.ctx.items[:] = [len(ids)]
+        self.ctx.collected = len(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        selected = (getattr(node, "workeroutput", None) or {}).get("gpucert_selected")
+        if selected is not None:
+            self.ctx.selected = (self.ctx.selected or set()) | {CheckKey.from_json(d) for d in selected}
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         ctx = self.ctx
-        if exitstatus == pytest.ExitCode.INTERRUPTED or not ctx.outcomes:
-            return  # no verdict from a partial evaluation; the evidence already on disk stays
         ev = ctx.evaluation
-        inventory = ev.inventory
-        gpus = 0
-        for n in inventory.nodes:
-            e = ev.evidence(n.name) if ev.measured else None
-            gpus += len(e.gpus) if e is not None and e.collected else (n.gpu_count or 0)
+        stopped = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else None
+        if session.shouldstop or session.shouldfail:
+            stopped = str(session.shouldstop or session.shouldfail)
         verdict = build_verdict(
             run=ctx.run_dir.name,
             spec=ctx.spec.metadata.name,
-            target=inventory.target,
-            nodes=len(inventory.nodes),
-            gpus=gpus,
+            target=ev.inventory.target,
+            nodes=ev.inventory.names,
+            gpus=ev.gpu_total(),
+            plan=ev.plan,
             outcomes=ctx.outcomes,
+            selected=ctx.selected,
+            stopped=stopped,
+            measured=ev.measured_at(),
         )
         recert = ev.recertification
         if recert is not None:
@@ -292,22 +384,101 @@ class Controller:
                 "fleetPeers": len(recert.get("fleetPeers") or {}),
                 "summary": ev.recertify_summary(),
             }
+        ctx.verdict = verdict
         write_verdict(ctx.run_dir / "verdict.json", verdict)
+        finished = time.time()
         write_run_info(
             ctx.run_dir,
             run=ctx.run_dir.name,
             spec=ctx.spec.metadata.name,
-            target=inventory.target,
+            target=ev.inventory.target,
             started=ctx.started,
-            finished=time.time(),
+            finished=finished,
         )
-        write_allure(
-            ctx.run_dir / "allure-results",
-            ctx.outcomes,
-            ctx.evidence_of,
-            run_id=ctx.run_dir.name,
-            spec=ctx.spec.metadata.name,
-            target=inventory.target,
-            started_ms=int(ctx.started * 1000),
-            stopped_ms=int(time.time() * 1000),
+        dirs = [ctx.run_dir / "allure-results"]
+        extra = session.config.getoption("allure_report_dir", None)
+        if extra:
+            dirs.append(Path(extra))
+        for results in dirs:
+            write_allure(
+                results,
+                ctx.outcomes,
+                ctx.evidence_of,
+                verdict=verdict,
+                started_ms=int(ctx.started * 1000),
+                stopped_ms=int(finished * 1000),
+            )
+        _tell_junit(session.config, verdict)
+        if session.config.pluginmanager.hasplugin("html"):
+            from gpucert.report.html import count_checks_in_footer
+
+            count_checks_in_footer(session.config, verdict)
+        if verdict["result"] != "pass" and session.exitstatus in (
+            pytest.ExitCode.OK,
+            pytest.ExitCode.NO_TESTS_COLLECTED,
+        ):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        verdict = self.ctx.verdict
+        if verdict is None:
+            return
+        c, s = verdict["coverage"], verdict["summary"]
+        result = verdict["result"].upper()
+        tr = terminalreporter
+        tr.section("gpucert", sep="=", bold=True, red=result != "PASS", green=result == "PASS")
+        tr.write_line(
+            f"CERTIFICATION {result}: {c['ran']} of {c['required']} required checks ran; {s['passed']} passed, "
+            f"{s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause"
         )
+        if not c["complete"]:
+            stopped = f" ({c['stopped']})" if c.get("stopped") else ""
+            tr.write_line(
+                f"  incomplete: {c['deselected']} required checks not collected (-k, --deselect, --lf, or a suite "
+                f"left out), {c['notReached']} not reached{stopped}, {c['skippedWithoutCause']} skipped for a cause "
+                "that did not run"
+            )
+            for key in c["missing"][:10]:
+                tr.write_line(f"    did not run: {key}")
+        if self.ctx.left_out:
+            tr.write_line(f"  {self.ctx.left_out} test items the spec does not require were left out")
+        for item in c["notRequired"]:
+            tr.write_line(f"  not required: {item['check']}: {item['why']}")
+        tr.write_line(f"  verdict: {self.ctx.run_dir / 'verdict.json'}")
+
+
+def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:
+    """The result and coverage as JUnit testsuite properties, and the certification as one more testcase, so a
+    CI system that reads only junit.xml sees a failed or incomplete certification fail."""
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:  # pragma: no cover - pytest moved it
+        return
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return
+    c = verdict["coverage"]
+    for name, value in (
+        ("gpucert_result", verdict["result"]),
+        ("gpucert_required", c["required"]),
+        ("gpucert_ran", c["ran"]),
+        ("gpucert_deselected", c["deselected"]),
+        ("gpucert_not_reached", c["notReached"]),
+        ("gpucert_skipped", verdict["summary"]["skipped"]),
+        ("gpucert_complete", str(c["complete"]).lower()),
+    ):
+        xml.add_global_property(name, value)
+    ok = verdict["result"] == "pass"
+    message = (
+        f"certification {verdict['result'].upper()}: {c['ran']} of {c['required']} required checks ran, "
+        f"{verdict['summary']['failed']} failed, {verdict['summary']['errors']} errors"
+    )
+    report = pytest.TestReport(
+        nodeid="gpucert::certification",
+        location=("gpucert", 0, "certification"),
+        keywords={},
+        outcome="passed" if ok else "failed",
+        longrepr=None if ok else message,
+        when="call",
+    )
+    xml.pytest_runtest_logreport(report)

@@ -23,8 +23,9 @@ from typing import Any
 from gpucert import run as runner
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.evidence import read_evidence
-from gpucert.handover import load_node_baseline
+from gpucert.handover import NodeBaseline, load_node_baseline, sha256_of
 from gpucert.inventory import Inventory, write_inventory
+from gpucert.names import NameError_, check_node_name, inside
 from gpucert.report.verdict import read_verdict
 from gpucert.spec import ClusterSpec
 from gpucert.targets import open_target
@@ -69,21 +70,71 @@ def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeContro
     )
 
 
-def latest_fleet_evidence(reports: Path, nodes: set[str]) -> dict[str, Path]:
-    """Each node's most recent measured evidence among the run folders under `reports` (run ids sort by time)."""
+def _run_of(run_dir: Path) -> tuple[str | None, str | None]:
+    """The spec name and the SKU baseline digest a run folder was certified with (None where unknown)."""
+    spec = None
+    for name in ("run.json", "verdict.json"):
+        try:
+            spec = json.loads((run_dir / name).read_text(encoding="utf-8")).get("spec")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if spec:
+            break
+    baseline = run_dir / "inputs" / "baseline.yaml"
+    try:
+        digest = sha256_of(baseline) if baseline.is_file() and not baseline.is_symlink() else None
+    except OSError:
+        digest = None
+    return spec, digest
+
+
+def latest_fleet_evidence(reports: Path, nodes: set[str], *, spec: str, baseline: str) -> dict[str, Path]:
+    """Each node's most recent measured evidence among the run folders under `reports` (run ids sort by time),
+    from runs of the same spec (metadata.name) and SKU baseline (sha256) only: another spec's run is no peer."""
     found: dict[str, Path] = {}
     for run_dir in sorted((p for p in reports.iterdir() if p.is_dir()), reverse=True) if reports.is_dir() else []:
+        if _run_of(run_dir) != (spec, baseline):
+            continue
         for path in (run_dir / "evidence").glob("*.json"):
             node = path.stem
-            if node in nodes and node not in found:
+            if node in nodes and node not in found and not path.is_symlink():
                 try:
-                    if read_evidence(path).collected:
-                        found[node] = path
+                    ev = read_evidence(path)
                 except (EvidenceError, OSError):  # an unreadable file of an old run is no peer
                     continue
+                if ev.collected and ev.node == node:
+                    found[node] = path
         if len(found) == len(nodes):
             break
     return found
+
+
+def _check_handover(handover: NodeBaseline, path: Path, node: str, spec: ClusterSpec, baseline: str) -> None:
+    """A handover baseline is compared with only if it is this node's, of this spec and this SKU baseline."""
+    if handover.node != node:
+        raise ConfigError(f"this file is the handover baseline of {handover.node}, not {node}", path=path, key="node")
+    r = handover.recorded
+    if r.spec is None or r.baseline is None:
+        raise ConfigError(
+            "this handover baseline does not say which spec and SKU baseline it was recorded with; re-record it with "
+            "`gpucert baseline record` from the node's certification run",
+            path=path,
+            key="recorded",
+        )
+    if r.spec != spec.metadata.name:
+        raise ConfigError(
+            f"recorded under spec {r.spec!r}, not {spec.metadata.name!r}: a node is held only to a handover of the "
+            "spec it is recertified under",
+            path=path,
+            key="recorded.spec",
+        )
+    if r.baseline != baseline:
+        raise ConfigError(
+            f"recorded against another SKU baseline ({r.baseline}) than the spec's ({baseline}): record a new "
+            "handover baseline after a baseline change",
+            path=path,
+            key="recorded.baseline",
+        )
 
 
 def _now() -> str:
@@ -107,29 +158,33 @@ def recertify(
     target = open_target(spec)
     control = node_control(target, spec, opts.reports)
     holder = f"{getpass.getuser()}@{socket.gethostname()}/{os.getpid()}"
-    handover_path = opts.handover_dir / f"{node}.yaml"
+    try:
+        check_node_name(node)
+        handover_path = inside(opts.handover_dir, f"{node}.yaml")
+    except NameError_ as exc:
+        raise ConfigError(str(exc), key="NODE") from None
+    baseline_digest = sha256_of(spec.resolve(spec.certify.baseline))
     handover = load_node_baseline(handover_path) if handover_path.exists() else None
-    if handover is not None and handover.node != node:
-        raise ConfigError(
-            f"this file is the handover baseline of {handover.node}, not {node}", path=handover_path, key="node"
-        )
+    if handover is not None:
+        _check_handover(handover, handover_path, node, spec, baseline_digest)
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
-        run_dir = runner.create_run_dir(opts.reports, spec, suffix=f"recertify-{node}")
-        inventory = runner.plan(target, spec, run_dir)
-        if node not in inventory.names:
-            shutil.rmtree(run_dir)  # a mistyped node name leaves no run behind
-            shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
-            raise ConfigError(
-                f"{node} is not one of the cluster's GPU nodes selected by the spec ({shown or 'none'})",
-                path=spec.path,
-                key="target",
-            )
+        with runner.new_run_dir(opts.reports, spec, suffix=f"recertify-{node}") as run_dir:
+            inventory = runner.plan(target, spec, run_dir)
+            if node not in inventory.names:  # a mistyped node name leaves no run behind
+                shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
+                raise ConfigError(
+                    f"{node} is not one of the cluster's GPU nodes selected by the spec ({shown or 'none'})",
+                    path=spec.path,
+                    key="target",
+                )
         one = Inventory(target=inventory.target, nodes=tuple(n for n in inventory.nodes if n.name == node))
         write_inventory(run_dir / "inventory.json", one)
         if handover is not None:
             shutil.copy2(handover_path, run_dir / "inputs" / "handover.yaml")
-        peers = latest_fleet_evidence(opts.reports, set(inventory.names) - {node})
+        peers = latest_fleet_evidence(
+            opts.reports, set(inventory.names) - {node}, spec=spec.metadata.name, baseline=baseline_digest
+        )
         if peers:
             (run_dir / "fleet").mkdir()
             for peer, path in sorted(peers.items()):

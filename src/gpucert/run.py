@@ -6,13 +6,15 @@ evidence/<node>.json, each written as soon as it is known, so an interrupted run
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from gpucert import __version__
-from gpucert.errors import EvidenceError
+from gpucert.baseline import GpuBaseline, check_baseline_for, load_baseline
+from gpucert.errors import EvidenceError, IncompleteRunError
 from gpucert.evidence import (
     FabricEvidence,
     FabricPairs,
@@ -23,13 +25,34 @@ from gpucert.evidence import (
     write_fabric_pairs,
 )
 from gpucert.inventory import Inventory, write_inventory
-from gpucert.spec import ClusterSpec
+from gpucert.names import NameError_, check_node_name
+from gpucert.spec import ClusterSpec, load_spec
 from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack, write_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
-__all__ = ["create_run_dir", "import_evidence", "measure", "neighbour_pairs", "plan", "plan_static", "run_id_of"]
+__all__ = [
+    "create_run_dir",
+    "evidence_root",
+    "import_evidence",
+    "load_inputs",
+    "measure",
+    "neighbour_pairs",
+    "new_run_dir",
+    "plan",
+    "plan_and_measure",
+    "plan_static",
+]
 
 Progress = Callable[[NodeEvidence], None]
+
+
+def load_inputs(spec_path: Path) -> tuple[ClusterSpec, GpuBaseline]:
+    """The spec and its SKU baseline, each validated alone and against the other (ConfigError, exit 2)."""
+    spec = load_spec(spec_path)
+    path = spec.resolve(spec.certify.baseline)
+    baseline = load_baseline(path)
+    check_baseline_for(spec, baseline, path)
+    return spec, baseline
 
 
 def create_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Path:
@@ -54,14 +77,45 @@ def create_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) 
     return run_dir
 
 
-def run_id_of(run_dir: Path) -> str:
-    return run_dir.name
+@contextlib.contextmanager
+def new_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Iterator[Path]:
+    """A new run folder for the block; if the block fails before any node was measured, the folder goes again, so a
+    bad input or a cluster that cannot be reached leaves no empty run behind (measured evidence always stays)."""
+    run_dir = create_run_dir(reports, spec, suffix)
+    try:
+        yield run_dir
+    except BaseException:
+        evidence = run_dir / "evidence"
+        if not (evidence.is_dir() and any(evidence.iterdir())):
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def plan_and_measure(
+    spec: ClusterSpec, run_dir: Path, *, plan_only: bool = False, progress: Progress | None = None
+) -> Inventory:
+    """Open the spec's target, plan into `run_dir`, and measure every node unless `plan_only`."""
+    from gpucert.targets import open_target
+
+    target = open_target(spec)
+    inventory = plan(target, spec, run_dir)
+    if not plan_only:
+        measure(target, inventory, spec, run_dir, progress)
+    return inventory
 
 
 def plan(target: Target, spec: ClusterSpec, run_dir: Path) -> Inventory:
     """Ask the target what it has; write stack.json and inventory.json."""
     nodes, pods = target.observe()
     stack = observe_stack(nodes, pods, spec.stack.sources())
+    for name in stack.nodes:
+        try:
+            check_node_name(name)
+        except NameError_ as exc:
+            raise IncompleteRunError(
+                f"the {target.kind} target reported a node named {name!r}: {exc}; gpucert will not use it as a "
+                "file name. Check what answers for the cluster"
+            ) from None
     policy = getattr(target, "cluster_policy", None)
     if policy is not None:
         stack = stack.model_copy(update={"cluster_policy": policy})
@@ -84,7 +138,7 @@ def measure(
     evidence_dir = run_dir / "evidence"
     evidence_dir.mkdir(exist_ok=True)
     measure_plan = MeasurePlan(
-        run_id=run_id_of(run_dir), probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level
+        run_id=run_dir.name, probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level
     )
 
     collected: list[str] = []
@@ -145,23 +199,45 @@ def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> Fabri
     )
 
 
-def import_evidence(source: Path, run_dir: Path) -> None:
-    """Copy recorded evidence (a run folder, or its evidence/ folder) into a new run folder for re-evaluation."""
-    src = source.resolve()
-    if src.is_file():
+def evidence_root(source: Path) -> Path:
+    """The run folder holding recorded evidence given as the folder or its evidence/ folder."""
+    try:
+        src = source.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise EvidenceError(f"cannot open: {exc}", path=source) from None
+    if not src.is_dir():
         raise EvidenceError("--evidence needs a run folder or its evidence/ folder, got a file", path=src)
     root = src.parent if src.name == "evidence" else src
-    if not (root / "evidence").is_dir() or not (root / "inventory.json").exists():
+    if not (root / "evidence").is_dir() or not (root / "inventory.json").is_file():
         raise EvidenceError("not a gpucert run folder (expected inventory.json, stack.json and evidence/)", path=src)
+    return root
+
+
+def _copy_regular(src: Path, dst: Path) -> None:
+    """Copy a file or a folder of files; a link or anything else that is not a plain file or folder is refused,
+    so recorded evidence cannot pull in a file from outside its folder."""
+    if src.is_symlink() or not (src.is_file() or src.is_dir()):
+        raise EvidenceError("not a plain file or folder (links are refused in recorded evidence)", path=src)
+    if src.is_file():
+        shutil.copy2(src, dst)
+        return
+    dst.mkdir()
+    for child in sorted(src.iterdir()):
+        _copy_regular(child, dst / child.name)
+
+
+def import_evidence(source: Path, run_dir: Path) -> None:
+    """Copy recorded evidence (a run folder, or its evidence/ folder) into a new run folder for re-evaluation."""
+    root = evidence_root(source)
     for name in ("inventory.json", "stack.json"):
         if not (root / name).exists():
             raise EvidenceError(f"missing {name}; pass a complete run folder", path=root)
-        shutil.copy2(root / name, run_dir / name)
-    shutil.copytree(root / "evidence", run_dir / "evidence")
+        _copy_regular(root / name, run_dir / name)
+    _copy_regular(root / "evidence", run_dir / "evidence")
     # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
     if (root / "recertify.json").exists():
-        shutil.copy2(root / "recertify.json", run_dir / "recertify.json")
+        _copy_regular(root / "recertify.json", run_dir / "recertify.json")
         if (root / "fleet").is_dir():
-            shutil.copytree(root / "fleet", run_dir / "fleet")
+            _copy_regular(root / "fleet", run_dir / "fleet")
         if (root / "inputs" / "handover.yaml").exists():
-            shutil.copy2(root / "inputs" / "handover.yaml", run_dir / "inputs" / "handover.yaml")
+            _copy_regular(root / "inputs" / "handover.yaml", run_dir / "inputs" / "handover.yaml")

@@ -5,13 +5,15 @@ What the user declares the cluster must be. Pure: reads the spec file and nothin
 
 from __future__ import annotations
 
+import difflib
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 
-from gpucert.documents import Document, load_document
+from gpucert.documents import Document, Key, Problem, load_document
+from gpucert.errors import ConfigError
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
 from gpucert.versions import VersionError, parse_version
 
@@ -189,9 +191,17 @@ class MultinodeSpec(Document):
 class CertifySpec(Document):
     baseline: str
     dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
-    probes: list[Probe] = Field(default_factory=lambda: list(Probe))
+    probes: Annotated[list[Probe], Field(min_length=1)] = Field(default_factory=lambda: list(Probe))
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
     multinode: MultinodeSpec | None = None
+
+    @field_validator("probes")
+    @classmethod
+    def _once_each(cls, probes: list[Probe]) -> list[Probe]:
+        twice = sorted({p.value for p in probes if probes.count(p) > 1})
+        if twice:
+            raise ValueError(f"probes listed twice: {', '.join(twice)}; list each probe once")
+        return probes
 
 
 class ClusterSpec(Document):
@@ -205,20 +215,48 @@ class ClusterSpec(Document):
 
     _path: Path | None = PrivateAttr(None)
 
+    @model_validator(mode="after")
+    def _measurable(self) -> ClusterSpec:
+        if self.certify.multinode is not None and isinstance(self.target, LocalTarget):
+            raise ValueError(
+                "certify.multinode needs several nodes: a `local` target is this host alone; remove "
+                "certify.multinode or certify a kubernetes (or simulated) target"
+            )
+        return self
+
     @property
     def path(self) -> Path | None:
         """The file this spec was read from (None for a spec built in code)."""
         return self._path
 
-    def resolve(self, relative: str) -> Path:
-        """A path the spec names, relative to the spec's own folder."""
+    def resolve(self, relative: str, key: str = "") -> Path:
+        """A path the spec names, relative to the spec's own folder (ConfigError when it cannot be resolved)."""
         base = self._path.parent if self._path is not None else Path.cwd()
-        return (base / relative).resolve()
+        try:
+            return (base / relative).resolve()
+        except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
+            raise ConfigError(f"{relative!r} cannot be resolved: {exc}", path=self._path, key=key) from None
+
+
+def _after_names(spec: ClusterSpec) -> list[Problem]:
+    """Every `after` names a declared component other than itself: a misspelt name is an error, never dropped."""
+    declared = [c.name for c in spec.stack.components]
+    problems: list[Problem] = []
+    for i, c in enumerate(spec.stack.components):
+        for j, dep in enumerate(c.after):
+            key: Key = ("stack", "components", i, "after", j)
+            if dep == c.name:
+                problems.append((key, f"component {c.name!r} is `after` itself; remove it from its own `after`"))
+            elif dep not in declared:
+                close = difflib.get_close_matches(dep, declared, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"declared components: {', '.join(declared)}"
+                problems.append((key, f"`after` names {dep!r}, which the spec does not declare; {hint}"))
+    return problems
 
 
 def load_spec(path: Path | str) -> ClusterSpec:
     """Read and validate a ClusterSpec; raises ConfigError naming file, key path and line."""
     p = Path(path)
-    spec = load_document(p, ClusterSpec)
+    spec = load_document(p, ClusterSpec, check=_after_names)
     spec._path = p.resolve()
     return spec

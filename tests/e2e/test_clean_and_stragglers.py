@@ -47,5 +47,8 @@ def test_verdict_is_the_same_with_xdist(certify, pytester) -> None:
         run_dir.rename(pytester.path / "serial-run")
     parallel = certify(fleet_doc(faults), "-n", "2")
     parallel.result.stdout.fnmatch_lines(["*2 workers*"])
-    for key in ("result", "summary", "findings", "nodes"):
+    for key in ("result", "coverage", "summary", "findings", "fleet"):
         assert parallel.verdict[key] == serial.verdict[key], key
+    # per node the same, but for when each run measured it
+    for node, s in serial.verdict["nodes"].items():
+        assert {**parallel.verdict["nodes"][node], "measured": None} == {**s, "measured": None}, node

@@ -144,6 +144,10 @@ def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
     assert gpucert("certify", SPEC, "-q", cwd=project).returncode == 1
     run = str(latest(project, "*clean-h100-pod-a"))
     r = gpucert("baseline", "record", run, cwd=project)
+    assert r.returncode == 2  # the run is not signed
+    assert "--allow-unsigned" in r.stderr
+    assert not list((project / "baselines" / "nodes").glob("*.yaml"))
+    r = gpucert("baseline", "record", run, "--allow-unsigned", cwd=project)
     assert r.returncode == 1
     assert "refused gpu-node-1: failed health.ecc" in r.stdout
     assert sorted(p.name for p in (project / "baselines" / "nodes").glob("*.yaml")) == [
@@ -154,12 +158,22 @@ def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
     r = gpucert("baseline", "record", run, "--force", cwd=project)
     assert r.returncode == 2
     assert "--force needs --reason" in r.stderr
-    r = gpucert("baseline", "record", run, "--force", "--reason", "GPU 5 RMA pending, accepted by buyer", cwd=project)
+    r = gpucert(
+        "baseline",
+        "record",
+        run,
+        "--allow-unsigned",
+        "--force",
+        "--reason",
+        "GPU 5 RMA pending, accepted by buyer",
+        cwd=project,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = yaml.safe_load((project / "baselines" / "nodes" / "gpu-node-1.yaml").read_text())
     assert doc["recorded"]["result"] == "fail"
     assert doc["recorded"]["forced"] == "GPU 5 RMA pending, accepted by buyer"
     assert doc["recorded"]["certificate"] is None  # that run was not signed
+    assert doc["recorded"]["allowUnsigned"] is True
 
 
 def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:

@@ -27,7 +27,7 @@ def gate(tmp_path: Path, edit=None) -> tuple[subprocess.CompletedProcess[str], d
         timeout=120,
         check=False,
     )
-    runs = list((tmp_path / "reports").iterdir())
+    runs = list((tmp_path / "reports").iterdir()) if (tmp_path / "reports").exists() else []
     verdict = json.loads((runs[0] / "verdict.json").read_text()) if runs else {}
     return r, verdict
 
@@ -60,10 +60,14 @@ def test_a_cycle_in_after_fails(tmp_path: Path) -> None:
     assert "cycle" in f["message"]
 
 
-def test_after_naming_an_undeclared_component_fails(tmp_path: Path) -> None:
-    r, verdict = gate(tmp_path, lambda d: component(d, "dcgm-exporter").update(after=["dcgm"]))
-    assert r.returncode == 1
-    assert "'dcgm', which the spec does not declare" in verdict["findings"][0]["message"]
+def test_after_naming_an_undeclared_component_is_a_spec_error(tmp_path: Path) -> None:
+    # a misspelt `after` target is not silently dropped: the spec does not load, and no run folder is left
+    r, verdict = gate(tmp_path, lambda d: component(d, "dcgm-exporter").update(after=["devce-plugin"]))
+    assert r.returncode == 2
+    assert "spec.yaml" in r.stderr
+    assert "stack.components[5].after[0]" in r.stderr
+    assert "'devce-plugin', which the spec does not declare; did you mean 'device-plugin'?" in r.stderr
+    assert verdict == {}
 
 
 def test_unknown_cuda_and_split_device_plugin_image(tmp_path: Path) -> None:

@@ -473,7 +473,7 @@ class FakeKubelet:
             node=node,
             device="numpy",
             gpus=2,
-            budget=BudgetSpec(warmup_s=0, measure_s=0.01, min_reps=3, max_reps=3).model_dump(),
+            budget=BudgetSpec(warmup_s=0, measure_s=0.01, min_reps=5, max_reps=5).model_dump(),
             sizes=sizes.model_dump(),
         )
         return plan

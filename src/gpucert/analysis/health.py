@@ -1,9 +1,13 @@
 """Health rules over NVML readings: ECC, remapped rows, PCIe link, clock-event reasons, XID, temperature.
 
-A reading the device did not support is None: the rule says so and passes only what it could check.
+A reading the device did not report is None: the check could not be decided, which is an error, never a pass.
+A reading out of its range (a negative counter, a bitmask with bits NVML does not define) is not believed: the
+check errors and says which value.
 """
 
 from __future__ import annotations
+
+import math
 
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckStatus, Finding
@@ -25,6 +29,21 @@ CLOCK_EVENT_REASONS = {
 }
 # the reasons that mean the GPU is held below its clocks by a fault (heat, power brake, an external signal)
 FAILING_CLOCK_EVENTS = 0x8 | 0x20 | 0x40 | 0x80
+# NVML defines its reasons in the low bits (0x1 .. 0x100 today); later drivers may add a few more, so only a value
+# no driver can report (negative, or bits far above any reason) is refused
+CLOCK_EVENT_BITS = 0xFFFF
+PCIE_GENERATIONS = range(1, 7)
+PCIE_WIDTHS = (1, 2, 4, 8, 12, 16, 32)
+TEMPERATURE_RANGE_C = (-40.0, 150.0)  # what a GPU sensor can read on a running board
+
+
+def _error(check: str, node: str, gpu: int, message: str) -> Finding:
+    return Finding(check, CheckStatus.ERROR, node, gpu, f"{node}/gpu{gpu}: {message}")
+
+
+def _negative(**counters: int | None) -> str | None:
+    bad = [f"{name}={value}" for name, value in counters.items() if value is not None and value < 0]
+    return f"counters out of range (a count cannot be negative): {', '.join(bad)}" if bad else None
 
 
 def _f(
@@ -52,7 +71,15 @@ def _f(
 def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     e = h.ecc
     if e.volatile_uncorrected is None and e.aggregate_uncorrected is None:
-        return Finding("health.ecc", CheckStatus.SKIP, node, gpu, "ECC counters not supported (ECC disabled?)")
+        return _error("health.ecc", node, gpu, "no ECC counters were reported (is ECC disabled?): cannot check ECC")
+    bad = _negative(
+        volatile_corrected=e.volatile_corrected,
+        volatile_uncorrected=e.volatile_uncorrected,
+        aggregate_corrected=e.aggregate_corrected,
+        aggregate_uncorrected=e.aggregate_uncorrected,
+    )
+    if bad:
+        return _error("health.ecc", node, gpu, f"ECC {bad}")
     unc = e.volatile_uncorrected or 0
     corr = e.volatile_corrected or 0
     limit = b.health.max_volatile_corrected_ecc
@@ -66,7 +93,10 @@ def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
 def remapped_rows(h: Health, node: str, gpu: int) -> Finding:
     r = h.remapped_rows
     if r.failure is None and r.pending is None:
-        return Finding("health.remapped_rows", CheckStatus.SKIP, node, gpu, "row remapping not supported on this GPU")
+        return _error("health.remapped_rows", node, gpu, "row remapping state was not reported: cannot check it")
+    bad = _negative(correctable=r.correctable, uncorrectable=r.uncorrectable)
+    if bad:
+        return _error("health.remapped_rows", node, gpu, f"remapped rows {bad}")
     problems = []
     if r.failure:
         problems.append("a row remapping FAILED (the GPU has no spare rows left for a bank: replace it)")
@@ -80,7 +110,14 @@ def remapped_rows(h: Health, node: str, gpu: int) -> Finding:
 def pcie_link(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     p = h.pcie
     if p.current_generation is None or p.current_width is None:
-        return Finding("health.pcie_link", CheckStatus.SKIP, node, gpu, "PCIe link state not reported")
+        return _error("health.pcie_link", node, gpu, "the PCIe link state was not reported: cannot check the link")
+    if p.current_generation not in PCIE_GENERATIONS or p.current_width not in PCIE_WIDTHS:
+        return _error(
+            "health.pcie_link",
+            node,
+            gpu,
+            f"PCIe link Gen{p.current_generation} x{p.current_width} is not a PCIe link state (out of range)",
+        )
     want_gen, want_width = b.pcie.generation, b.pcie.width
     ok = p.current_generation >= want_gen and p.current_width >= want_width
     msg = (
@@ -100,7 +137,15 @@ def pcie_link(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
 
 def throttle(h: Health, node: str, gpu: int) -> Finding:
     if h.clock_event_reasons is None:
-        return Finding("health.throttle", CheckStatus.SKIP, node, gpu, "clock event reasons not reported")
+        return _error("health.throttle", node, gpu, "clock event reasons were not reported: cannot check throttling")
+    if h.clock_event_reasons < 0 or h.clock_event_reasons & ~CLOCK_EVENT_BITS:
+        return _error(
+            "health.throttle",
+            node,
+            gpu,
+            f"clock event reasons {h.clock_event_reasons} are out of range (NVML reports a bitmask of reasons below "
+            f"0x{CLOCK_EVENT_BITS + 1:x}): the reading is not believed",
+        )
     active = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit]
     bad = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit & FAILING_CLOCK_EVENTS]
     msg = (
@@ -111,6 +156,9 @@ def throttle(h: Health, node: str, gpu: int) -> Finding:
 
 def xid(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     allowed = set(b.health.application_xids)
+    odd = [e.code for e in h.xid if e.code <= 0]
+    if odd:
+        return _error("health.xid", node, gpu, f"XID codes out of range (XIDs are positive): {odd}")
     bad = [e for e in h.xid if e.code not in allowed]
     if bad:
         codes = ", ".join(f"{e.code}" + (f" ({e.text})" if e.text else "") for e in bad)
@@ -122,14 +170,19 @@ def xid(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
 
 def temperature(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     if h.temperature_c is None:
-        return Finding("health.temperature", CheckStatus.SKIP, node, gpu, "temperature not reported")
+        return _error("health.temperature", node, gpu, "the temperature was not reported: cannot check it")
+    low, high = TEMPERATURE_RANGE_C
+    for name, value in (("temperature", h.temperature_c), ("slowdown threshold", h.slowdown_temperature_c)):
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            return _error(
+                "health.temperature", node, gpu, f"{name} {value} °C is out of range ({low:.0f}..{high:.0f} °C)"
+            )
     if h.slowdown_temperature_c is None:
-        return Finding(
+        return _error(
             "health.temperature",
-            CheckStatus.SKIP,
             node,
             gpu,
-            f"temperature {h.temperature_c:.0f} °C, but no slowdown threshold to compare with",
+            f"temperature {h.temperature_c:.0f} °C, but no slowdown threshold was reported to compare it with",
         )
     limit = h.slowdown_temperature_c - b.health.temperature_margin_c
     msg = (

@@ -6,6 +6,7 @@ or in the fleet is a straggler finding. Never both: one root cause, one finding.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,18 +17,25 @@ from gpucert.checks import CheckStatus, Finding
 from gpucert.evidence import Measurement, NcclEvidence, NodeEvidence, P2pPair
 
 __all__ = [
+    "ABSURD_FACTOR",
     "MIN_PEERS",
+    "MIN_SAMPLES",
     "STRAGGLER_MIN_Z",
     "Sampled",
     "StragglerIndex",
     "against_baseline",
     "figure_of",
+    "sample_problem",
     "samples_of",
     "top_busbw",
 ]
 
 STRAGGLER_MIN_Z = 3.5  # a deviation must also stand out of the peers' own spread by this robust z
 MIN_PEERS = 3
+# a figure needs this many samples: every probe's timing protocol takes at least five repetitions (min_reps)
+MIN_SAMPLES = 5
+# no GPU measures ten times its SKU's figure: a sample that does is not a measurement
+ABSURD_FACTOR = 10.0
 
 Key = tuple[str, int | None]  # (node, gpu) ; gpu None for node-level metrics
 
@@ -83,6 +91,25 @@ def samples_of(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
         return [x for p in _pairs_of(ev, index) for x in p.samples]
     m = _measurement(ev, metric, index)
     return list(m.samples) if m is not None else []
+
+
+def sample_problem(samples: list[float], expected: float | None) -> str | None:
+    """Why these samples cannot be believed as a measurement (None when they can): too few, not numbers, zero or
+    negative, or orders of magnitude beyond the SKU's figure `expected`."""
+    if len(samples) < MIN_SAMPLES:
+        return f"{len(samples)} samples, fewer than the {MIN_SAMPLES} a figure needs"
+    odd = [x for x in samples if not math.isfinite(x)]
+    if odd:
+        return f"{len(odd)} of {len(samples)} samples are not numbers ({odd[0]})"
+    low = [x for x in samples if x <= 0]
+    if low:
+        return f"{len(low)} of {len(samples)} samples are zero or negative ({low[0]})"
+    if expected is not None and max(samples) > ABSURD_FACTOR * expected:
+        return (
+            f"a sample of {max(samples):.4g} is more than {ABSURD_FACTOR:.0f}x the baseline figure {expected:.4g}: "
+            "no GPU measures that"
+        )
+    return None
 
 
 def _where(key: Key) -> str:

@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,9 @@ from allure_commons.logger import AllureFileLogger
 from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDetails, TestResult, TestStepResult
 
 from gpucert import __version__
-from gpucert.checks import CheckStatus, Finding, check_category
+from gpucert.checks import CheckKey, CheckStatus, check_category
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
+from gpucert.report.verdict import Outcome
 from gpucert.resources import project_root
 
 __all__ = ["build_html", "find_allure", "suite_of", "write_allure"]
@@ -62,34 +64,75 @@ def _categories() -> list[dict[str, object]]:
     return out
 
 
+def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int) -> TestResult:
+    """The certification itself, as the first result: failed or broken (incomplete) unless the run passed."""
+    result, c, s = verdict["result"], verdict["coverage"], verdict["summary"]
+    status = {"pass": Status.PASSED, "fail": Status.FAILED}.get(result, Status.BROKEN)
+    message = (
+        f"certification {result.upper()}: {c['ran']} of {c['required']} required checks ran "
+        f"({c['deselected']} deselected, {c['notReached']} not reached); {s['passed']} passed, {s['failed']} "
+        f"failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause"
+    )
+    rows = "".join(
+        f"<tr><td>{escape(n)}</td><td>{escape(v['result'].upper())}</td><td>{v['passed']}</td><td>{v['failed']}"
+        f"</td><td>{v['errors']}</td><td>{v['skipped']}</td><td>{escape(', '.join(v['failing']))}</td></tr>"
+        for n, v in verdict["nodes"].items()
+    )
+    table = (
+        f"<p><b>{escape(message)}</b></p><table><tr><th>node</th><th>result</th><th>passed</th><th>failed</th>"
+        f"<th>errors</th><th>skipped</th><th>failing checks</th></tr>{rows}</table>"
+    )
+    return TestResult(
+        uuid=str(uuid.uuid4()),
+        name=f"Certification of {verdict['spec']}: {result.upper()}",
+        fullName="gpucert.certification",
+        historyId="gpucert.certification",
+        status=status,
+        statusDetails=None if status is Status.PASSED else StatusDetails(message=message),
+        descriptionHtml=table,
+        start=started_ms,
+        stop=stopped_ms,
+        labels=[
+            Label("epic", "certification"),
+            Label("suite", "certification"),
+            Label("feature", "certification"),
+            Label("severity", "blocker"),
+        ],
+        parameters=[Parameter("run", verdict["run"])],
+    )
+
+
 def write_allure(
     results_dir: Path,
-    outcomes: Iterable[Finding],
-    evidence: Mapping[Finding, Any],
+    outcomes: Mapping[CheckKey, Outcome],
+    evidence: Mapping[CheckKey, Any],
     *,
-    run_id: str,
-    spec: str,
-    target: str,
+    verdict: Mapping[str, Any],
     started_ms: int,
     stopped_ms: int,
 ) -> int:
-    """Write the results of a run; returns the number of result files."""
+    """Write the results of a run (the certification first, then one per check and node); returns how many."""
     results_dir.mkdir(parents=True, exist_ok=True)
     logger = AllureFileLogger(str(results_dir))
-    groups: dict[tuple[str, str], list[Finding]] = defaultdict(list)
-    for f in outcomes:
-        groups[(f.check, f.node or "fleet")].append(f)
+    logger.report_result(_certification(verdict, started_ms, stopped_ms))
+    groups: dict[tuple[str, str], list[tuple[CheckKey, Outcome]]] = defaultdict(list)
+    for key, o in outcomes.items():
+        groups[(o.finding.check, o.finding.node or "fleet")].append((key, o))
     for (check, node), items in sorted(groups.items()):
-        worst = max(items, key=lambda f: _RANK[f.status]).status
-        bad = [f for f in items if f.status in (CheckStatus.FAIL, CheckStatus.ERROR)]
+        findings = [o.finding for _, o in items]
+        worst = max(findings, key=lambda f: _RANK[f.status]).status
+        bad = [(k, o.finding) for k, o in items if o.finding.status in (CheckStatus.FAIL, CheckStatus.ERROR)]
+        # the group took from its first test's start to its last test's end (0 when the times were not recorded)
+        begin = min((int(o.start * 1000) for _, o in items if o.start), default=started_ms)
+        end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
         result = TestResult(
             uuid=str(uuid.uuid4()),
             name=f"{check} on {node}",
             fullName=f"{suite_of(check)}.{check}[{node}]",
             historyId=f"{check}[{node}]",
             status=_STATUS[worst],
-            start=started_ms,
-            stop=stopped_ms,
+            start=begin,
+            stop=end,
             labels=[
                 Label("epic", suite_of(check)),
                 Label("feature", check),
@@ -100,17 +143,19 @@ def write_allure(
             parameters=[Parameter("node", node)],
         )
         if bad:
-            result.statusDetails = StatusDetails(message=f"[{check}] " + "\n".join(f.message for f in bad))
-            for f in bad:
-                if f in evidence:
+            result.statusDetails = StatusDetails(message=f"[{check}] " + "\n".join(f.message for _, f in bad))
+            for k, f in bad:
+                if k in evidence:
                     name = f"{uuid.uuid4()}-attachment.json"
-                    logger.report_attached_data(json.dumps(evidence[f], indent=1).encode(), name)
+                    logger.report_attached_data(json.dumps(evidence[k], indent=1).encode(), name)
                     result.attachments.append(
                         Attachment(name=f"evidence {f.where}", source=name, type="application/json")
                     )
         elif worst is CheckStatus.SKIP:
-            result.statusDetails = StatusDetails(message=items[0].message)
-        for f in sorted(items, key=lambda f: -1 if f.gpu is None else f.gpu):
+            result.statusDetails = StatusDetails(message=findings[0].message)
+        ordered = sorted(items, key=lambda item: -1 if item[1].finding.gpu is None else item[1].finding.gpu)
+        for _, o in ordered:
+            f = o.finding
             if f.gpu is None and len(items) == 1:
                 break
             result.steps.append(
@@ -119,13 +164,15 @@ def write_allure(
                     status=_STATUS[f.status],
                     statusDetails=StatusDetails(message=f.message) if f.message else None,
                     parameters=[Parameter("gpu", str(f.gpu))] if f.gpu is not None else [],
-                    start=started_ms,
-                    stop=stopped_ms,
+                    start=int(o.start * 1000) or begin,
+                    stop=int(o.stop * 1000) or end,
                 )
             )
         logger.report_result(result)
+    run_id, spec, target = verdict["run"], verdict["spec"], verdict["target"]
     (results_dir / "environment.properties").write_text(
-        f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\npython={platform.python_version()}\n",
+        f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\nresult={verdict['result']}\n"
+        f"python={platform.python_version()}\n",
         encoding="utf-8",
     )
     (results_dir / "categories.json").write_text(json.dumps(_categories(), indent=1), encoding="utf-8")
@@ -136,7 +183,7 @@ def write_allure(
         ),
         encoding="utf-8",
     )
-    return len(groups)
+    return len(groups) + 1
 
 
 ALLURE_VERSION = "2.46.1"

@@ -58,18 +58,27 @@ def fingerprint(key: Ed25519PublicKey) -> str:
 
 def generate_key(directory: Path) -> tuple[Path, Path, str]:
     """A new Ed25519 key pair in `directory`: the private key readable by its owner only."""
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError("is not a folder; give keygen a folder to write the key pair into", path=directory) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder: {exc}", path=directory) from None
     priv_path, pub_path = directory / PRIVATE_KEY, directory / PUBLIC_KEY
     for p in (priv_path, pub_path):
-        if p.exists():
-            raise ConfigError("a key already exists here; choose another folder or remove it deliberately", path=p)
+        if os.path.lexists(p):  # a dangling link counts: writing through it would put the key somewhere else
+            raise ConfigError("a key (or a link) already exists here; choose another folder or remove it", path=p)
     key = Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    fd = os.open(priv_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
     pub = key.public_key()
-    pub_path.write_bytes(pub.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    pub_pem = pub.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    for path, data, mode in ((priv_path, pem, 0o600), (pub_path, pub_pem, 0o644)):
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the key file: {exc.strerror}", path=path) from None
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
     return priv_path, pub_path, fingerprint(pub)
 
 
@@ -78,6 +87,8 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
     except FileNotFoundError:
         raise ConfigError("no such key file; create one with `gpucert keygen DIR`", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the key: {exc.strerror}", path=path) from None
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"not an unencrypted PEM private key ({exc})", path=path) from None
     if not isinstance(key, Ed25519PrivateKey):
@@ -90,6 +101,8 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
         key = serialization.load_pem_public_key(path.read_bytes())
     except FileNotFoundError:
         raise ConfigError("no such public key file", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read the key: {exc.strerror}", path=path) from None
     except ValueError as exc:
         raise ConfigError(f"not a PEM public key ({exc})", path=path) from None
     if not isinstance(key, Ed25519PublicKey):
@@ -105,13 +118,40 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _walk(run_dir: Path) -> tuple[dict[str, Path], list[str], list[str]]:
+    """The run folder's files (relative POSIX name -> path; the envelope at its root excepted), its empty folders,
+    and what is neither a plain file nor a folder (links, devices): nothing is followed out of the folder."""
+    files: dict[str, Path] = {}
+    empty: list[str] = []
+    odd: list[str] = []
+    for root, dirs, names in os.walk(run_dir, followlinks=False):
+        base = Path(root)
+        rel = base.relative_to(run_dir)
+        if not dirs and not names and base != run_dir:
+            empty.append(rel.as_posix() + "/")
+        for d in dirs:
+            if (base / d).is_symlink():
+                odd.append((rel / d).as_posix())
+        for name in names:
+            p = base / name
+            key = (rel / name).as_posix()
+            if rel == Path(".") and name == ENVELOPE:
+                continue
+            if p.is_symlink() or not p.is_file():
+                odd.append(key)
+            else:
+                files[key] = p
+    return dict(sorted(files.items())), sorted(empty), sorted(odd)
+
+
 def subjects(run_dir: Path) -> dict[str, str]:
-    """Every file of the run folder (relative POSIX name -> sha256), the envelope excepted."""
-    out = {}
-    for p in sorted(run_dir.rglob("*")):
-        if p.is_file() and p.name != ENVELOPE:
-            out[p.relative_to(run_dir).as_posix()] = _sha256(p)
-    return out
+    """Every file of the run folder (relative POSIX name -> sha256), the envelope at its root excepted."""
+    files, _, odd = _walk(run_dir)
+    if odd:
+        raise EvidenceError(
+            f"not plain files (links are not signed or followed): {', '.join(odd)}; remove them", path=run_dir
+        )
+    return {name: _sha256(p) for name, p in files.items()}
 
 
 def _predicate(run_dir: Path) -> dict[str, Any]:
@@ -128,6 +168,9 @@ def _predicate(run_dir: Path) -> dict[str, Any]:
         "gpucert": {"version": run_info.get("gpucert_version", __version__), "commit": run_info.get("git_commit")},
         "run": {"id": verdict["run"], "started": run_info.get("started"), "finished": run_info.get("finished")},
         "result": verdict["result"],
+        "coverage": {
+            k: verdict.get("coverage", {}).get(k) for k in ("required", "ran", "deselected", "notReached", "complete")
+        },
         "summary": verdict["summary"],
         "nodes": {n: s["result"] for n, s in verdict.get("nodes", {}).items() if not n.startswith("(")},
     }
@@ -174,22 +217,26 @@ class Verification:
     added: list[str] = field(default_factory=list)
     statement: dict[str, Any] = field(default_factory=dict)
 
+    envelope: str = ENVELOPE
+    odd: list[str] = field(default_factory=list)
+
     @property
     def ok(self) -> bool:
-        return self.signature_ok and not (self.changed or self.missing or self.added)
+        return self.signature_ok and not (self.changed or self.missing or self.added or self.odd)
 
     def problems(self) -> list[str]:
         out = (
             []
             if self.signature_ok
             else [
-                f"the signature does not match the key {self.fingerprint}: signed by another key, or the envelope "
-                "was altered"
+                f"the signature does not match the key {self.fingerprint}: {self.envelope} was signed by another "
+                "key, or altered; nothing it says can be trusted"
             ]
         )
         out += [f"changed: {n}" for n in self.changed]
         out += [f"missing: {n}" for n in self.missing]
         out += [f"added: {n}" for n in self.added]
+        out += [f"not a plain file: {n}" for n in self.odd]
         return out
 
 
@@ -197,6 +244,8 @@ def verify_run(run_dir: Path, pub_path: Path) -> Verification:
     """Check the envelope's signature with `pub_path`, then every file of the run folder against its subjects."""
     key = load_public_key(pub_path)
     env_path = run_dir / ENVELOPE
+    if env_path.is_symlink():
+        raise EvidenceError("the envelope is a link: a run's certificate is a plain file in its folder", path=env_path)
     try:
         envelope = json.loads(env_path.read_text(encoding="utf-8"))
         payload = base64.b64decode(envelope["payload"], validate=True)
@@ -214,15 +263,20 @@ def verify_run(run_dir: Path, pub_path: Path) -> Verification:
             signature_ok = True
         except InvalidSignature:
             continue
-    result = Verification(signature_ok=signature_ok and payload_type == PAYLOAD_TYPE, fingerprint=fp)
+    result = Verification(
+        signature_ok=signature_ok and payload_type == PAYLOAD_TYPE, fingerprint=fp, envelope=str(env_path)
+    )
+    if not result.signature_ok:
+        return result  # an unverified payload is not read: its subjects and result may be anyone's
     try:
         statement = json.loads(payload)
         signed = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     except (ValueError, KeyError, TypeError) as exc:
         raise EvidenceError(f"the envelope's payload is not an in-toto statement ({exc})", path=env_path) from None
     result.statement = statement
-    actual = subjects(run_dir)
+    files, empty, result.odd = _walk(run_dir)
+    actual = {name: _sha256(p) for name, p in files.items()}
     result.changed = sorted(n for n in signed if n in actual and actual[n] != signed[n])
     result.missing = sorted(n for n in signed if n not in actual)
-    result.added = sorted(n for n in actual if n not in signed)
+    result.added = sorted([*(n for n in actual if n not in signed), *empty])
     return result

@@ -3,25 +3,30 @@ rows at fleet scale. Reads the run folder through the Evaluation, after every ch
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from html import escape
 from typing import TYPE_CHECKING, Any
 
 from gpucert.analysis.stats import median
-from gpucert.checks import CheckStatus
-from gpucert.evaluation import FABRIC_METRICS, NODE_METRICS
+from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import plots
-from gpucert.report.verdict import node_summaries
 
 if TYPE_CHECKING:
     from gpucert.plugin import RunContext
 
-__all__ = ["PASSED_ROWS_LIMIT", "HtmlSummary"]
+__all__ = ["PASSED_ROWS_LIMIT", "HtmlSummary", "natural_key"]
 
 PASSED_ROWS_LIMIT = 2000  # above this many items, passed rows are counted in the summary, not listed one by one
 MAX_HEATMAPS = 4
 MAX_NCCL_LINES = 8
 STACK_COLUMNS = ("kubelet", "runtime")
+RESULT_COLOURS = {"pass": "#27ae60", "fail": "#c0392b", "incomplete": "#b9770e"}
+
+
+def natural_key(name: str) -> list[int | str]:
+    """Sort key that orders gpu-node-2 before gpu-node-10 (numbers by value, the rest as text)."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 class HtmlSummary:
@@ -32,7 +37,7 @@ class HtmlSummary:
         self.signer = signer
 
     def _many(self) -> bool:
-        return bool(self.ctx.items) and self.ctx.items[0] > PASSED_ROWS_LIMIT
+        return self.ctx.collected > PASSED_ROWS_LIMIT
 
     def pytest_html_report_title(self, report: Any) -> None:
         report.title = f"gpucert: {self.ctx.spec.metadata.name}"
@@ -44,8 +49,13 @@ class HtmlSummary:
         if report.passed and self._many():
             del cells[:]
             return
-        check = getattr(report, "gpucert", {}).get("check", "")
+        check = getattr(report, "gpucert", {}).get("finding", {}).get("check", "")
         cells.insert(1, f'<td class="col-check">{escape(check)}</td>')
+
+    def pytest_html_results_table_html(self, report: Any, data: list[str]) -> None:
+        # a skip's longrepr is (path, line, reason): show the reason, not the tuple
+        if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+            data[:] = [escape(str(report.longrepr[2]).removeprefix("Skipped: ")) + "\n"]
 
     def _signature(self) -> str:
         run = self.ctx.run_dir
@@ -61,19 +71,22 @@ class HtmlSummary:
 
     def _node_table(self) -> str:
         ev = self.ctx.evaluation
+        verdict = self.ctx.verdict or {"nodes": {}, "fleet": None}
         components = ev.components()
         stack = ev.stack.nodes
         head = "".join(f"<th>{escape(c)}</th>" for c in (*components, *STACK_COLUMNS))
         rows = []
-        for s in node_summaries(self.ctx.outcomes):
-            color = "#c0392b" if s.result == "fail" else "#27ae60"
-            ns = stack.get(s.node)
+        groups = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
+        groups += sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0]))
+        for node, s in groups:
+            ns = stack.get(node)
             versions = [ns.components[c].version or "?" if ns and c in ns.components else "-" for c in components]
             versions += [ns.kubelet_version or "?", ns.container_runtime or "?"] if ns else ["-", "-"]
+            colour = RESULT_COLOURS.get(s["result"], "#c0392b")
             rows.append(
-                f"<tr><td>{escape(s.node)}</td><td style='color:{color};font-weight:bold'>{s.result.upper()}</td>"
-                f"<td>{s.passed}</td><td>{s.failed}</td><td>{s.errors}</td><td>{s.skipped}</td>"
-                f"<td>{escape(', '.join(s.failing_checks))}</td>"
+                f"<tr><td>{escape(node)}</td><td style='color:{colour};font-weight:bold'>{s['result'].upper()}</td>"
+                f"<td>{s['passed']}</td><td>{s['failed']}</td><td>{s['errors']}</td><td>{s['skipped']}</td>"
+                f"<td>{escape(', '.join(s['failing']))}</td>"
                 + "".join(f"<td>{escape(v)}</td>" for v in versions)
                 + "</tr>"
             )
@@ -88,11 +101,11 @@ class HtmlSummary:
         if not ev.measured:
             return ""
         flagged: dict[tuple[str, str, int | None], str] = {}
-        for f in self.ctx.outcomes:
+        for f in (o.finding for o in self.ctx.outcomes.values()):
             if f.status in (CheckStatus.FAIL, CheckStatus.ERROR) and f.node is not None:
                 straggler = f.check.startswith("straggler.")
                 flagged[(f.check.removeprefix("straggler."), f.node, f.gpu)] = "straggler" if straggler else "fail"
-        nodes = ev.inventory.names
+        nodes = sorted(ev.inventory.names, key=natural_key)
         out = []
         for metric, b in ev.baseline.metrics.items():
             if metric in NODE_METRICS or metric in FABRIC_METRICS:
@@ -139,12 +152,31 @@ class HtmlSummary:
             out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 
+    def _headline(self) -> str:
+        verdict = self.ctx.verdict
+        if verdict is None:  # never say PASS before the verdict does
+            return "<h2 id='gpucert-result' style='color:#b9770e'>Certification INCOMPLETE: no verdict</h2>"
+        result, c, s = verdict["result"], verdict["coverage"], verdict["summary"]
+        line = (
+            f"{s['checks']} checks decided of {c['required']} required: {s['passed']} passed, {s['failed']} failed, "
+            f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed"
+        )
+        if not c["complete"]:
+            line += (
+                f". INCOMPLETE: {c['deselected']} required checks were not collected (-k, --deselect, --lf or a "
+                f"suite left out), {c['notReached']} were not reached ({c.get('stopped') or 'the session ended'}), "
+                f"{c['skippedWithoutCause']} were skipped for a cause that did not run"
+            )
+        return (
+            f"<h2 id='gpucert-result' style='color:{RESULT_COLOURS.get(result, '#c0392b')}'>"
+            f"Certification {result.upper()}</h2><p id='gpucert-coverage'>{escape(line)}</p>"
+        )
+
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
-        failed = any(s.result == "fail" for s in node_summaries(self.ctx.outcomes))
         note = ""
         if self._many():
             note = (
-                f"<p>{self.ctx.items[0]} checks: passed checks are counted in the table below and not listed "
+                f"<p>{self.ctx.collected} checks: passed checks are counted in the table below and not listed "
                 "one by one; every failure keeps its full detail in the results table.</p>"
             )
         target = self.ctx.evaluation.inventory.target
@@ -157,7 +189,20 @@ class HtmlSummary:
         if recert:
             banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
         prefix.append(
-            f"<h2 id='gpucert-result'>Certification {'FAIL' if failed else 'PASS'}</h2>"
-            f"<p>run <code>{escape(self.ctx.run_dir.name)}</code>, spec <code>{escape(self.ctx.spec.metadata.name)}"
-            f"</code></p>{banner}{self._signature()}{note}{self._node_table()}{self._plots()}"
+            f"{self._headline()}<p>run <code>{escape(self.ctx.run_dir.name)}</code>, spec "
+            f"<code>{escape(self.ctx.spec.metadata.name)}</code></p>{banner}{self._signature()}{note}{self._node_table()}{self._plots()}"
         )
+
+
+def count_checks_in_footer(config: Any, verdict: dict[str, Any]) -> None:
+    """pytest-html's footer counts only the tests that ran ("637 tests took 2 s") where the verdict counts every
+    check it decided (638, one skipped for a failing cause): make the footer say both, so the numbers agree."""
+    s = verdict["summary"]
+    for plugin in config.pluginmanager.get_plugins():
+        if hasattr(plugin, "_run_count") and hasattr(plugin, "_report"):
+            original = plugin._run_count
+
+            def run_count(original: Any = original) -> str:
+                return f"{s['checks']} checks ({s['skipped']} skipped for a failing cause): {original()}"
+
+            plugin._run_count = run_count

@@ -1,105 +1,184 @@
-"""verdict.json (`gpucert.io/verdict/v1`): the machine-readable result of a run. Pure but for the final write."""
+"""verdict.json (`gpucert.io/verdict/v2`): the machine-readable result of a run. Pure but for the final writes.
+
+`result` is `pass` only when every check the plan requires ran and none failed or errored; `incomplete` when a
+required check was deselected, never reached, or skipped for a cause that did not run; `fail` otherwise (a failed
+check outranks incompleteness). A skip is one root cause, one finding only when the check it names as its cause
+failed: a skip whose cause passed is reported as an error.
+"""
 
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
-from collections.abc import Iterable
+import os
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpucert.checks import CheckStatus, Finding
+from gpucert.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan import Plan
 
 __all__ = [
+    "RESULTS",
     "VERDICT_SCHEMA",
-    "NodeSummary",
+    "Outcome",
     "build_verdict",
-    "node_summaries",
     "read_verdict",
+    "write_json_atomic",
+    "write_run_info",
     "write_verdict",
 ]
 
-VERDICT_SCHEMA = "gpucert.io/verdict/v1"
+VERDICT_SCHEMA = "gpucert.io/verdict/v2"
+RESULTS = ("pass", "fail", "incomplete")
+MISSING_LISTED = 50  # the verdict names this many missing checks; the counts cover all of them
+BAD = (CheckStatus.FAIL, CheckStatus.ERROR)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one test item decided, and when it ran."""
+
+    finding: Finding
+    start: float = 0.0
+    stop: float = 0.0
 
 
 def _sort_key(f: Finding) -> tuple[str, str, int, str]:
     return (f.node or "", f.check, -1 if f.gpu is None else f.gpu, f.message)
 
 
-@dataclass(frozen=True, slots=True)
-class NodeSummary:
-    node: str
-    passed: int
-    failed: int
-    errors: int
-    skipped: int
-    failing_checks: tuple[str, ...]
+def _judge_skips(
+    outcomes: Mapping[CheckKey, Outcome],
+) -> tuple[dict[CheckKey, Finding], set[CheckKey], list[Finding]]:
+    """Each outcome's finding with unjustified skips turned into errors; the skips whose cause did not run; and
+    the errors made."""
+    by_name = {str(k): o.finding for k, o in outcomes.items()}
+    judged: dict[CheckKey, Finding] = {}
+    cause_not_run: set[CheckKey] = set()
+    made: list[Finding] = []
+    for key, o in outcomes.items():
+        f = o.finding
+        if f.status is CheckStatus.SKIP:
+            cause = by_name.get(f.cause or "")
+            if cause is None:
+                cause_not_run.add(key)
+            elif cause.status not in BAD:
+                f = Finding(
+                    f.check,
+                    CheckStatus.ERROR,
+                    f.node,
+                    f.gpu,
+                    f"skipped because of {f.cause}, which did not fail ({cause.status.value}): {f.message}",
+                )
+                made.append(f)
+        judged[key] = f
+    return judged, cause_not_run, made
 
-    @property
-    def result(self) -> str:
-        return "fail" if self.failed or self.errors else "pass"
+
+def _summary(findings: list[Finding]) -> dict[str, int]:
+    c = Counter(f.status for f in findings)
+    return {
+        "passed": c[CheckStatus.PASS],
+        "failed": c[CheckStatus.FAIL],
+        "errors": c[CheckStatus.ERROR],
+        "skipped": c[CheckStatus.SKIP],
+    }
 
 
-def node_summaries(outcomes: Iterable[Finding]) -> list[NodeSummary]:
-    counts: dict[str, Counter[CheckStatus]] = defaultdict(Counter)
-    failing: dict[str, set[str]] = defaultdict(set)
-    for f in outcomes:
-        key = f.node or "(fleet)"
-        counts[key][f.status] += 1
-        if f.status in (CheckStatus.FAIL, CheckStatus.ERROR):
-            failing[key].add(f.check)
-    return [
-        NodeSummary(
-            node,
-            c[CheckStatus.PASS],
-            c[CheckStatus.FAIL],
-            c[CheckStatus.ERROR],
-            c[CheckStatus.SKIP],
-            tuple(sorted(failing[node])),
-        )
-        for node, c in sorted(counts.items())
-    ]
+def _result(counts: Mapping[str, int], complete: bool) -> str:
+    if counts["failed"] or counts["errors"]:
+        return "fail"
+    return "pass" if complete else "incomplete"
 
 
 def build_verdict(
-    *, run: str, spec: str, target: str, nodes: int, gpus: int, outcomes: list[Finding]
+    *,
+    run: str,
+    spec: str,
+    target: str,
+    nodes: list[str],
+    gpus: int,
+    plan: Plan,
+    outcomes: Mapping[CheckKey, Outcome],
+    selected: set[CheckKey] | None,
+    stopped: str | None = None,
+    measured: Mapping[str, str | None] | None = None,
 ) -> dict[str, Any]:
-    c = Counter(f.status for f in outcomes)
-    findings = sorted((f for f in outcomes if f.status in (CheckStatus.FAIL, CheckStatus.ERROR)), key=_sort_key)
+    """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`."""
+    judged, cause_not_run, _ = _judge_skips(outcomes)
+    ran = set(plan.required & judged.keys())
+    missing = set(plan.required - judged.keys())
+    if selected is None:  # the session never said what it collected (a worker died): none counts as deselected
+        deselected, not_reached = set(), set(missing)
+    else:
+        deselected, not_reached = missing - selected, missing & selected
+    unsettled = cause_not_run & plan.required
+    complete = not missing and not unsettled
+    everything = list(judged.values())
+    counts = _summary(everything)
+    result = _result(counts, complete)
+    skip_causes = Counter(f.cause or "(none)" for k, f in judged.items() if f.status is CheckStatus.SKIP)
+    findings = sorted((f for f in everything if f.status in BAD), key=_sort_key)
+
+    def group(where: str | None) -> dict[str, Any]:
+        mine = [f for k, f in judged.items() if k.node == where]
+        c = _summary(mine)
+        open_ = any(k.node == where for k in missing | unsettled)
+        return {
+            "result": _result(c, not open_),
+            **c,
+            "failing": sorted({f.check for f in mine if f.status in BAD}),
+        }
+
+    names = list(dict.fromkeys([*nodes, *sorted({k.node for k in judged if k.node is not None})]))
+    when = measured or {}
     return {
         "schema": VERDICT_SCHEMA,
         "run": run,
         "spec": spec,
         "target": target,
-        "result": "fail" if findings else "pass",
+        "result": result,
+        "coverage": {
+            "suites": list(plan.suites),
+            "required": len(plan.required),
+            "ran": len(ran),
+            "deselected": len(deselected),
+            "notReached": len(not_reached),
+            "skippedWithoutCause": len(unsettled),
+            "complete": complete,
+            "stopped": stopped,
+            "missing": [str(k) for k in sorted(missing | unsettled, key=CheckKey.sort_key)[:MISSING_LISTED]],
+            "skips": [{"cause": c, "checks": n} for c, n in skip_causes.most_common()],
+            "notRequired": [{"check": c, "why": why} for c, why in plan.not_required],
+        },
         "summary": {
-            "nodes": nodes,
+            "nodes": len(nodes),
             "gpus": gpus,
-            "checks": len(outcomes),
-            "passed": c[CheckStatus.PASS],
-            "failed": c[CheckStatus.FAIL],
-            "errors": c[CheckStatus.ERROR],
-            "skipped": c[CheckStatus.SKIP],
+            "checks": len(judged),
+            **counts,
+            "waived": 0,
         },
         "findings": [f.to_json() for f in findings],
-        "nodes": {
-            s.node: {
-                "result": s.result,
-                "passed": s.passed,
-                "failed": s.failed,
-                "errors": s.errors,
-                "skipped": s.skipped,
-                "failing": list(s.failing_checks),
-            }
-            for s in node_summaries(outcomes)
-        },
+        "fleet": group(None),
+        "nodes": {n: {**group(n), "measured": when.get(n), "carriedFrom": None} for n in names},
     }
 
 
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or an interrupt) never finds half a file; no temporary file is left behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_verdict(path: Path, verdict: dict[str, Any]) -> None:
-    path.write_text(json.dumps(verdict, indent=1) + "\n", encoding="utf-8")
+    write_json_atomic(path, verdict)
 
 
 def write_run_info(run_dir: Path, *, run: str, spec: str, target: str, started: float, finished: float) -> None:
@@ -119,7 +198,7 @@ def write_run_info(run_dir: Path, *, run: str, spec: str, target: str, started: 
         "gpucert_version": __version__,
         "git_commit": source_commit(),
     }
-    (run_dir / "run.json").write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    write_json_atomic(run_dir / "run.json", info)
 
 
 def read_verdict(path: Path) -> dict[str, Any]:

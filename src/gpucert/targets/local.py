@@ -28,7 +28,7 @@ PROFILES: dict[str, tuple[BudgetSpec, Sizes]] = {
     "full": (BudgetSpec(), Sizes()),
     # smoke: megabyte buffers and short budgets, to exercise the whole path on a CPU; its figures mean nothing
     "smoke": (
-        BudgetSpec(warmup_s=0.0, measure_s=0.02, min_reps=3, max_reps=10),
+        BudgetSpec(warmup_s=0.0, measure_s=0.02, min_reps=5, max_reps=10),
         Sizes(memory_bytes=8 << 20, gemm_n=128, pcie_bytes=4 << 20, p2p_bytes=4 << 20, nccl_sizes=[1 << 20, 4 << 20]),
     ),
 }

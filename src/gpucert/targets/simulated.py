@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ import numpy as np
 
 from gpucert import __version__
 from gpucert.baseline import GpuBaseline, load_baseline
-from gpucert.errors import NodeBusyError
+from gpucert.errors import ConfigError, NodeBusyError
 from gpucert.evidence import (
     EccCounts,
     FabricEvidence,
@@ -61,6 +62,7 @@ from gpucert.fleet import (
     XidFault,
     load_fleet,
 )
+from gpucert.names import check_node_name, inside
 from gpucert.probes.dcgm import parse_diag
 from gpucert.spec import ClusterSpec, Probe
 from gpucert.spec import SimulatedTarget as SimulatedTargetSpec
@@ -90,6 +92,9 @@ NCCL_SIZES = [1 << s for s in range(20, 34, 2)]  # 1 MiB .. 8 GiB
 NCCL_HALF_SIZE = 64 << 20  # message size at which the simulated bus reaches half its plateau
 PCI_BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
 SLOWDOWN_C = 87.0
+# a recertification lock older than this is not honoured: its holder crashed or lives on another host (a level-4
+# DCGM diagnostic of an 8-GPU node takes a few hours; twelve leaves room for a wait for the node to drain)
+LOCK_MAX_AGE_S = 12 * 3600
 THROTTLE_BITS = {"hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80}
 DCGM_LEVEL_TESTS = {
     1: ["software"],
@@ -105,6 +110,30 @@ DCGM_CATEGORY = {
     "memtest": "Hardware",
     "nvbandwidth": "Integration",
 }
+
+
+def _check_components(fleet: SimulatedFleet, spec: ClusterSpec, path: Path) -> None:
+    """A fault that names a component the spec does not declare would change nothing: an error, not a no-op."""
+    declared = [c.name for c in spec.stack.components]
+    node_facts = [k for k in DEFAULT_NODE_STACK if k != "dcgm"]
+    for i, fault in enumerate(fleet.faults):
+        names: list[tuple[str, str, list[str]]] = []
+        match fault:
+            case VersionFault():
+                names.append(("component", fault.component, [*declared, *node_facts]))
+            case OrderingFault():
+                names += [("component", fault.component, declared), ("before", fault.before, declared)]
+            case MissingComponentFault():
+                pods = [c for c, src in spec.stack.sources().items() if src.label is None]
+                names.append(("component", fault.component, pods))
+        for key, name, known in names:
+            if name not in known:
+                raise ConfigError(
+                    f"{name!r} is not a component of the spec {spec.metadata.name} that this fault can change; "
+                    f"known: {', '.join(known) or 'none'}",
+                    path=path,
+                    key=f"faults[{i}].{key}",
+                )
 
 
 def _iso(t: datetime) -> str:
@@ -166,8 +195,10 @@ class SimulatedTarget:
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> SimulatedTarget:
         assert isinstance(spec.target, SimulatedTargetSpec)
-        fleet = load_fleet(spec.resolve(spec.target.fleet))
-        sku_file = spec.resolve(spec.certify.baseline).parent / f"{fleet.sku}.yaml"
+        fleet_path = spec.resolve(spec.target.fleet, "target.fleet")
+        fleet = load_fleet(fleet_path)
+        _check_components(fleet, spec, fleet_path)
+        sku_file = spec.resolve(spec.certify.baseline, "certify.baseline").parent / f"{fleet.sku}.yaml"
         return cls(spec, fleet, load_baseline(sku_file))
 
     # ---- the cluster's objects -------------------------------------------------------------------------------
@@ -508,6 +539,18 @@ class SimulatedTarget:
         probes = set(plan.probes)
         slots = self._present(node)
         gpus = [self._gpu(rng, node, i, s, probes) for i, s in enumerate(slots)]
+        errors = []
+        if len(slots) < 2:  # as the probe runner says it: nothing to measure between GPUs
+            errors = [
+                ProbeError(
+                    probe=p.value,
+                    unavailable=True,
+                    message=f"this node has {len(slots)} GPU(s): nothing to measure between GPUs",
+                )
+                for p in (Probe.P2P, Probe.NCCL)
+                if p in probes
+            ]
+        several = len(slots) >= 2
         dcgm = None
         if Probe.DCGM in probes:
             doc = self._dcgm_document(node, slots, plan.dcgm_level, [g.serial or "" for g in gpus])
@@ -531,13 +574,14 @@ class SimulatedTarget:
                 os=self._version(node, "osImage"),
             ),
             gpus=gpus,
-            p2p=self._p2p(rng, node, slots) if Probe.P2P in probes else None,
+            p2p=self._p2p(rng, node, slots) if Probe.P2P in probes and several else None,
             nccl=(
                 self._nccl(rng, len(slots), self._factor(node, None, "nccl.all_reduce"))
-                if Probe.NCCL in probes
+                if Probe.NCCL in probes and several
                 else None
             ),
             dcgm=dcgm,
+            errors=errors,
         )
 
     def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
@@ -556,9 +600,12 @@ class SimulatedTarget:
         gpus = min(len(self._present(n)) for n in nodes)
         factor = min(self._factor(n, None, "nccl.all_reduce.multinode") for n in nodes)
         rng = np.random.default_rng([self.fleet.seed, 0x6D6E, *(self.names.index(n) for n in nodes)])
-        sweep = self._nccl(rng, gpus * len(nodes), factor, "nccl.all_reduce.multinode")
+        ranks = gpus * len(nodes)
+        sweep = self._nccl(rng, ranks, factor, "nccl.all_reduce.multinode") if ranks >= 2 else None
         errors = []
-        if sweep is None:
+        if ranks < 2:
+            errors.append(ProbeError(probe="nccl", message=f"{ranks} GPU(s) across {', '.join(nodes)}: no collective"))
+        elif sweep is None:
             errors.append(
                 ProbeError(
                     probe="nccl",
@@ -588,7 +635,7 @@ class SimulatedNodeControl:
         self.state_dir = state_dir
 
     def _state_path(self, node: str) -> Path:
-        return self.state_dir / f"{node}.json"
+        return inside(self.state_dir, f"{check_node_name(node)}.json")
 
     def state(self, node: str) -> dict[str, Any]:
         path = self._state_path(node)
@@ -603,29 +650,67 @@ class SimulatedNodeControl:
         tmp.write_text(json.dumps(state, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self._state_path(node))
 
+    def _lock_path(self, node: str) -> Path:
+        return inside(self.state_dir, f"{check_node_name(node)}.lock")
+
+    def _live(self, other: dict[str, Any]) -> bool:
+        """Whether a lock's holder may still be running: on this host, a live pid; anywhere, younger than
+        LOCK_MAX_AGE_S (a holder on another host cannot be asked, and no lock is held forever)."""
+        try:
+            acquired = datetime.strptime(str(other.get("acquired")), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        except ValueError:
+            return False
+        if (datetime.now(UTC) - acquired).total_seconds() > LOCK_MAX_AGE_S:
+            return False
+        if other.get("host") not in (None, socket.gethostname()):
+            return True
+        return _alive(int(other.get("pid", 0) or 0))
+
     @contextlib.contextmanager
     def lock(self, node: str, holder: str) -> Iterator[None]:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        path = self.state_dir / f"{node}.lock"
-        mine = json.dumps({"holder": holder, "pid": os.getpid(), "acquired": _iso(datetime.now(UTC))})
-        for _ in range(2):
+        path = self._lock_path(node)
+        mine = json.dumps(
+            {"holder": holder, "pid": os.getpid(), "host": socket.gethostname(), "acquired": _iso(datetime.now(UTC))}
+        )
+        for _ in range(3):
+            # the lock appears with its content or not at all: write it aside, then link it into place (link
+            # fails when the lock exists), so no second holder ever reads an empty lock and takes it over
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+            tmp.write_text(mine, encoding="utf-8")
             try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+                os.link(tmp, path)
             except FileExistsError:
                 try:
                     other = json.loads(path.read_text(encoding="utf-8"))
                 except (OSError, json.JSONDecodeError):
                     other = {}
-                if _alive(int(other.get("pid", 0))):
+                if self._live(other):
                     raise NodeBusyError(
                         f"{node} is already being recertified by {other.get('holder')} (lock {path}, acquired "
                         f"{other.get('acquired')}); nothing was changed. Wait for that run to finish"
                     ) from None
-                path.unlink(missing_ok=True)  # its holder is gone: take it over
+                # its holder is gone (or the lock is older than LOCK_MAX_AGE_S): take it over, but only the
+                # lock we read, so two takers cannot both win
+                stale = path.with_name(f".{path.name}.stale.{uuid.uuid4().hex}")
+                try:
+                    os.rename(path, stale)
+                except FileNotFoundError:
+                    continue  # another taker moved it first
+                try:
+                    moved = json.loads(stale.read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError):
+                    moved = {}
+                if moved != other:  # a fresh lock was taken between our read and our move: give it back
+                    with contextlib.suppress(FileExistsError):
+                        os.link(stale, path)
+                stale.unlink(missing_ok=True)
                 continue
-            with os.fdopen(fd, "w") as f:
-                f.write(mine)
+            finally:
+                tmp.unlink(missing_ok=True)
             break
+        else:
+            raise NodeBusyError(f"could not take the lock {path} for {node}: others keep taking it; try again")
         try:
             yield
         finally:
@@ -634,7 +719,7 @@ class SimulatedNodeControl:
 
     def holder(self, node: str) -> str | None:
         try:
-            holder: str | None = json.loads((self.state_dir / f"{node}.lock").read_text(encoding="utf-8"))["holder"]
+            holder: str | None = json.loads(self._lock_path(node).read_text(encoding="utf-8"))["holder"]
         except (OSError, json.JSONDecodeError, KeyError):
             return None
         return holder

@@ -1,0 +1,55 @@
+"""Names that become file names: Kubernetes node names and SKU names, checked before they touch a path.
+
+A node name from a fleet file, an inventory, an API answer or the command line ends up as `evidence/<node>.json`,
+`baselines/nodes/<node>.yaml` or a lock file. Each is checked against what the name may be (a DNS-1123 subdomain
+for a node), and every path built from one is resolved and refused if it leaves its folder. Pure but for
+`Path.resolve`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["NameError_", "check_file_stem", "check_node_name", "inside"]
+
+# Kubernetes object names such as Nodes: a DNS-1123 subdomain (RFC 1123), at most 253 characters
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_FILE_STEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class NameError_(ValueError):  # noqa: N801 - `NameError` is a builtin
+    """A name that cannot be what it claims to be, or would leave its folder as a path."""
+
+
+def check_node_name(name: str) -> str:
+    """`name` if it is a Kubernetes node name (DNS-1123 subdomain); NameError_ saying why otherwise."""
+    if not isinstance(name, str) or not name:
+        raise NameError_("a node name must be a non-empty string")
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+        raise NameError_(
+            f"{name!r} is not a Kubernetes node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit, at most 253 characters)"
+        )
+    return name
+
+
+def check_file_stem(name: str, what: str = "name") -> str:
+    """`name` if it can be a file name of its own (letters, digits, '.', '_', '-'; no separators, not '..')."""
+    if not isinstance(name, str) or not _FILE_STEM.match(name) or name in (".", ".."):
+        raise NameError_(
+            f"{name!r} is not a valid {what}: use letters, digits, '.', '_' and '-' only (no '/' and no '..')"
+        )
+    return name
+
+
+def inside(root: Path, *parts: str) -> Path:
+    """`root / parts...`, resolved, refused (NameError_) when it would lead outside `root`."""
+    try:
+        base = root.resolve()
+        path = base.joinpath(*parts).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13, OSError since
+        raise NameError_(f"{'/'.join(parts)!r} under {root} cannot be resolved: {exc}") from None
+    if path != base and not path.is_relative_to(base):
+        raise NameError_(f"{'/'.join(parts)!r} leads outside {root}")
+    return path

@@ -1,0 +1,188 @@
+"""The plan: every check a spec requires of a run, and why each check it does not require is left out. Pure.
+
+A certification is a PASS only when every required check ran and passed, so the required set comes from the spec
+and the cluster's inventory alone, never from what pytest happened to collect: `-k`, `--lf`, `--deselect`, a
+suite left off the command line, `-x` or an interrupt leave required checks without an outcome, and the verdict
+says INCOMPLETE. The suites' parametrization and this module enumerate the same keys (a test checks that they do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from gpucert.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, CheckKey
+from gpucert.spec import ClusterSpec, Probe
+
+__all__ = [
+    "HANDOVER_GPU_METRICS",
+    "PAIRS_MIN_NODES",
+    "SUITES",
+    "Plan",
+    "dcgm_tests",
+    "plan_checks",
+]
+
+SUITES = ("static", "configure", "certify", "recertify")
+HEALTH_CHECKS = ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature")
+PCIE_DIRECTIONS = ("h2d", "d2h")
+HANDOVER_GPU_METRICS = (
+    "memory.bandwidth",
+    *(f"compute.gemm.{d}" for d in GEMM_DTYPES),
+    "pcie.h2d",
+    "pcie.d2h",
+    "p2p.bandwidth",
+)
+# a node behind the fabric is told from its pairs of neighbours only when there are enough pairs to have a median
+# that one slow node cannot move: MIN_PEERS + 1 pairs, one pair per node on the ring
+PAIRS_MIN_NODES = 4
+STACK_NODE_CHECKS = ("stack.skew", "stack.ordering")
+
+
+def dcgm_tests(level: int) -> list[str]:
+    """The DCGM diagnostic tests a `dcgmi diag -r LEVEL` run must report."""
+    return [t for lvl in range(1, level + 1) for t in DCGM_TESTS_BY_LEVEL[lvl]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The keys a run must decide, and the checks left out with the reason (shown in the verdict's coverage)."""
+
+    suites: tuple[str, ...]
+    required: frozenset[CheckKey]
+    not_required: tuple[tuple[str, str], ...] = ()
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.required
+
+    def __len__(self) -> int:
+        return len(self.required)
+
+
+@dataclass
+class _Builder:
+    keys: set[CheckKey] = field(default_factory=set)
+    left_out: dict[str, str] = field(default_factory=dict)
+
+    def add(self, keys: Iterable[CheckKey]) -> None:
+        self.keys.update(keys)
+
+    def skip(self, check: str, why: str) -> None:
+        self.left_out.setdefault(check, why)
+
+
+def plan_checks(
+    spec: ClusterSpec,
+    nodes: list[str],
+    suites: Iterable[str],
+    *,
+    components: list[str],
+    handover: bool = False,
+    recertification: bool = False,
+) -> Plan:
+    """Every check of `suites` the spec requires on `nodes` (the inventory, in its order).
+
+    `components` are the spec's components whose version a node shows (`stack.version` per node and component);
+    `handover` says whether a recertification has the node's handover baseline to compare with.
+    """
+    chosen = tuple(s for s in SUITES if s in set(suites))
+    b = _Builder()
+    if "static" in chosen:
+        _static(spec, b)
+    if "configure" in chosen:
+        _configure(spec, nodes, components, recertification, b)
+    if "certify" in chosen:
+        _certify(spec, nodes, b)
+    if "recertify" in chosen:
+        _recertify(spec, nodes, handover, b)
+    return Plan(chosen, frozenset(b.keys), tuple(sorted(b.left_out.items())))
+
+
+def _static(spec: ClusterSpec, b: _Builder) -> None:
+    b.add([CheckKey("stack.ordering"), CheckKey("stack.version")])
+    if spec.stack.component("cuda") and spec.stack.component("driver"):
+        b.add([CheckKey("stack.compat")])
+    else:
+        b.skip("stack.compat", "the spec pins no `cuda` and `driver` pair to check")
+
+
+def _configure(spec: ClusterSpec, nodes: list[str], components: list[str], recert: bool, b: _Builder) -> None:
+    b.add([CheckKey("inventory.nodes")])
+    per_node = ["node.reachable", "inventory.gpus", "inventory.product", *STACK_NODE_CHECKS]
+    if spec.stack.component("cuda"):
+        per_node.append("stack.compat")
+    else:
+        b.skip("stack.compat", "the spec declares no `cuda` component to check the driver against")
+    if spec.stack.kubernetes is not None:
+        per_node.append("stack.kubernetes")
+    else:
+        b.skip("stack.kubernetes", "the spec sets no stack.kubernetes.minVersion")
+    if spec.stack.container_runtime is not None:
+        per_node.append("stack.runtime")
+    else:
+        b.skip("stack.runtime", "the spec sets no stack.containerRuntime")
+    b.add(CheckKey(c, n) for n in nodes for c in per_node)
+    b.add(CheckKey("stack.version", n, None, comp) for n in nodes for comp in components)
+
+
+def _gpus(spec: ClusterSpec, nodes: list[str]) -> list[tuple[str, int]]:
+    return [(n, i) for n in nodes for i in range(spec.expect.gpus_per_node)]
+
+
+def _certify(spec: ClusterSpec, nodes: list[str], b: _Builder) -> None:
+    probes = set(spec.certify.probes)
+    gpus = _gpus(spec, nodes)
+    per_gpu: list[str] = []
+    if Probe.HEALTH in probes:
+        per_gpu += [f"health.{c}" for c in HEALTH_CHECKS]
+    if Probe.DCGM in probes:
+        per_gpu += [f"dcgm.{t}" for t in dcgm_tests(spec.certify.dcgm.level)]
+    if Probe.MEMORY in probes:
+        per_gpu.append("memory.bandwidth")
+    if Probe.COMPUTE in probes:
+        per_gpu += [f"compute.gemm.{d}" for d in GEMM_DTYPES]
+    if Probe.PCIE in probes:
+        per_gpu += [f"pcie.{d}" for d in PCIE_DIRECTIONS]
+    several = spec.expect.gpus_per_node >= 2
+    if Probe.P2P in probes and several:
+        per_gpu.append("p2p.bandwidth")
+    elif Probe.P2P in probes:
+        b.skip("p2p.bandwidth", "expect.gpusPerNode is 1: there is no peer to copy to")
+    b.add(CheckKey(c, n, i) for n, i in gpus for c in per_gpu)
+    if Probe.NCCL in probes and several:
+        b.add(CheckKey("nccl.all_reduce", n) for n in nodes)
+    elif Probe.NCCL in probes:
+        b.skip("nccl.all_reduce", "expect.gpusPerNode is 1: there is no all-reduce within a node")
+    for probe in Probe:
+        if probe not in probes:
+            b.skip(f"{probe.value}.*", f"probe {probe.value!r} is not in certify.probes")
+    multinode = spec.certify.multinode
+    if multinode is None:
+        b.skip("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked")
+        return
+    b.add([CheckKey("nccl.all_reduce.multinode")])
+    ring = nodes[: multinode.max_nodes]
+    if not multinode.pairs:
+        b.skip("straggler.nccl.all_reduce.multinode", "certify.multinode.pairs is not set")
+    elif len(ring) < PAIRS_MIN_NODES:
+        b.skip(
+            "straggler.nccl.all_reduce.multinode",
+            f"{len(ring)} nodes on the ring: it takes {PAIRS_MIN_NODES} to tell a slow node from its pairs",
+        )
+    else:
+        b.add(CheckKey("straggler.nccl.all_reduce.multinode", n) for n in ring)
+        if len(ring) < len(nodes):
+            b.skip("straggler.nccl.all_reduce.multinode", f"nodes past certify.multinode.maxNodes ({len(ring)})")
+
+
+def _recertify(spec: ClusterSpec, nodes: list[str], handover: bool, b: _Builder) -> None:
+    if not handover:
+        b.skip("handover.*", "no handover baseline for this node: recertified against the SKU and the fleet only")
+        return
+    probes = {p.value for p in spec.certify.probes}
+    several = spec.expect.gpus_per_node >= 2
+    metrics = [m for m in HANDOVER_GPU_METRICS if m.split(".")[0] in probes and (several or not m.startswith("p2p."))]
+    b.add(CheckKey("handover.identity", n, i) for n, i in _gpus(spec, nodes))
+    b.add(CheckKey(f"handover.{m}", n, i) for n, i in _gpus(spec, nodes) for m in metrics)
+    if "nccl" in probes and several:
+        b.add(CheckKey("handover.nccl.all_reduce", n) for n in nodes)
