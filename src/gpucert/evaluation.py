@@ -526,11 +526,14 @@ class Evaluation:
         return self._stragglers[metric]
 
     def _unmeasured(self) -> str | None:
-        """The first inventory node that was not measured, as a cause (a collective needs its nodes)."""
+        """The first inventory node that was not measured or showed no GPU, as a cause (a collective across
+        nodes needs every node, and each with its GPUs)."""
         for node in self.inventory.names:
             ev = self._usable(node)
             if ev is None or not ev.collected:
                 return _because("node.reachable", node)
+            if not ev.gpus:
+                return _because("inventory.gpus", node)
         return None
 
     def multinode(self, metric: str = "nccl.all_reduce.multinode") -> Finding:
@@ -547,7 +550,7 @@ class Evaluation:
         err = next(iter(fabric.errors), None)
         if err is not None:
             why = f"the all-reduce across nodes did not run: {err.message}"
-            cause = self._unmeasured() if err.unavailable else None
+            cause = self._unmeasured()
             if cause is not None and len(fabric.nodes) < 2:
                 return Finding(metric, SKIP, None, None, f"{why} (see node.reachable)", cause=cause)
             return Finding(metric, ERROR, None, None, why)
@@ -584,8 +587,14 @@ class Evaluation:
         recert = self.recertification
         if recert is None:
             return ""
-        node, peers = recert["node"], len(recert.get("fleetPeers") or {})
-        fleet = f"the fleet's latest evidence ({peers} nodes)" if peers else "no fleet evidence (no earlier runs)"
+        node, peers = recert["node"], recert.get("fleetPeers") or {}
+        runs = sorted(set(peers.values()))
+        fleet = (
+            f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} "
+            f"{', '.join(runs)})"
+            if peers
+            else "no fleet evidence (no earlier run of this spec and baseline)"
+        )
         if self.handover is None:
             return (
                 f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
@@ -709,6 +718,15 @@ class Evaluation:
                 None,
                 f"{node} was not measured (see node.reachable)",
                 cause=_because("node.reachable", node),
+            )
+        if not ev.gpus:
+            return Finding(
+                check,
+                SKIP,
+                node,
+                None,
+                f"{node} shows no GPU (see inventory.gpus)",
+                cause=_because("inventory.gpus", node),
             )
         pairs = self.fabric_pairs
         if pairs is None:

@@ -12,7 +12,7 @@ from pydantic import Field, field_validator
 
 from gpucert.documents import Document, Problem, load_document
 from gpucert.names import NameError_, check_file_stem, check_node_name
-from gpucert.spec import Metadata
+from gpucert.spec import ClusterSpec, Metadata
 from gpucert.versions import VersionError, parse_version
 
 __all__ = ["FLEET_METRICS", "Fault", "SimulatedFleet", "load_fleet"]
@@ -33,6 +33,8 @@ Metric = Literal[
 # the metrics a `slow` fault can scale (the nccl ones are per node: a node's slow NIC slows the multi-node ring)
 FLEET_METRICS: tuple[str, ...] = get_args(Metric)
 NODE_LEVEL_METRICS = ("nccl.all_reduce", "nccl.all_reduce.multinode")  # one figure per node: no `gpu` in a fault
+# what a node reports beside the spec's components, which a `version` fault may also change (node status.nodeInfo)
+NODE_FACTS = ("kubelet", "containerRuntime", "kernel", "osImage")
 GpuIndex = Annotated[int, Field(ge=0)]
 
 
@@ -248,6 +250,36 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
     return problems
 
 
-def load_fleet(path: Path | str) -> SimulatedFleet:
-    """Read and validate a SimulatedFleet; raises ConfigError naming file, key path and line."""
-    return load_document(Path(path), SimulatedFleet, check=_cross_check)
+def _components(fleet: SimulatedFleet, spec: ClusterSpec) -> list[Problem]:
+    """A fault that names a component the spec does not declare would change nothing: an error, not a no-op."""
+    declared = [c.name for c in spec.stack.components]
+    with_pods = [c for c, src in spec.stack.sources().items() if src.label is None]
+    problems: list[Problem] = []
+    for i, fault in enumerate(fleet.faults):
+        names: list[tuple[str, str, list[str]]] = []
+        if isinstance(fault, VersionFault):
+            names.append(("component", fault.component, [*declared, *NODE_FACTS]))
+        elif isinstance(fault, OrderingFault):
+            names += [("component", fault.component, declared), ("before", fault.before, declared)]
+        elif isinstance(fault, MissingComponentFault):
+            names.append(("component", fault.component, with_pods))
+        problems += [
+            (
+                ("faults", i, key),
+                f"{name!r} is not a component of spec {spec.metadata.name} that this fault can change; "
+                f"known: {', '.join(known) or 'none'}",
+            )
+            for key, name, known in names
+            if name not in known
+        ]
+    return problems
+
+
+def load_fleet(path: Path | str, spec: ClusterSpec | None = None) -> SimulatedFleet:
+    """Read and validate a SimulatedFleet (against the spec it simulates, when given); raises ConfigError naming
+    file, key path and line."""
+
+    def check(fleet: SimulatedFleet) -> list[Problem]:
+        return _cross_check(fleet) + (_components(fleet, spec) if spec is not None else [])
+
+    return load_document(Path(path), SimulatedFleet, check=check)

@@ -173,7 +173,10 @@ def record_baselines(
         except NameError_ as exc:
             refused.append(f"{node!r}: {exc}")
             continue
-        passed = summary["result"] == "pass"
+        passed = summary["result"] == "pass" and verdict.get("result") != "incomplete"
+        if verdict.get("result") == "incomplete" and force_reason is None:
+            refused.append(f"{node}: the run is incomplete (not every required check ran); record from a complete run")
+            continue
         if not passed and force_reason is None:
             what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
             refused.append(f"{node}: {what}; pass --force --reason TEXT to record it")

@@ -302,6 +302,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if not decisive:
         return report
     finding = _finding(report, call, key)
+    if finding.status is CheckStatus.SKIP and finding.cause is not None and isinstance(report.longrepr, tuple):
+        path, line, _ = report.longrepr  # pytest's skip reason, said plainly (not the exception's class name)
+        report.longrepr = (path, line, f"Skipped: {finding.message} (follows from {finding.cause})")
     if finding.status is CheckStatus.SKIP and finding.cause is None:
         # a check that did not run, with no failing check to say why, has not passed: fail closed
         finding = dataclasses.replace(

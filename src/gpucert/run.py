@@ -20,14 +20,17 @@ from gpucert.evidence import (
     FabricPairs,
     NodeEvidence,
     ProbeError,
+    read_evidence,
+    read_fabric,
+    read_fabric_pairs,
     write_evidence,
     write_fabric,
     write_fabric_pairs,
 )
-from gpucert.inventory import Inventory, write_inventory
+from gpucert.inventory import Inventory, read_inventory, write_inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.spec import ClusterSpec, load_spec
-from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack, write_stack
+from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack, read_stack, write_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
 __all__ = [
@@ -49,7 +52,7 @@ Progress = Callable[[NodeEvidence], None]
 def load_inputs(spec_path: Path) -> tuple[ClusterSpec, GpuBaseline]:
     """The spec and its SKU baseline, each validated alone and against the other (ConfigError, exit 2)."""
     spec = load_spec(spec_path)
-    path = spec.resolve(spec.certify.baseline)
+    path = spec.resolve(spec.certify.baseline, "certify.baseline")
     baseline = load_baseline(path)
     check_baseline_for(spec, baseline, path)
     return spec, baseline
@@ -81,6 +84,7 @@ def create_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) 
 def new_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Iterator[Path]:
     """A new run folder for the block; if the block fails before any node was measured, the folder goes again, so a
     bad input or a cluster that cannot be reached leaves no empty run behind (measured evidence always stays)."""
+    existed = reports.exists()
     run_dir = create_run_dir(reports, spec, suffix)
     try:
         yield run_dir
@@ -88,6 +92,9 @@ def new_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> 
         evidence = run_dir / "evidence"
         if not (evidence.is_dir() and any(evidence.iterdir())):
             shutil.rmtree(run_dir, ignore_errors=True)
+            if not existed:
+                with contextlib.suppress(OSError):
+                    reports.rmdir()  # only if empty: a reports folder this run created for nothing goes too
         raise
 
 
@@ -145,7 +152,7 @@ def measure(
 
     def sink(ev: NodeEvidence) -> None:
         write_evidence(evidence_dir, ev)
-        if ev.collected:
+        if ev.collected and ev.gpus:  # a node with no GPU to offer is no member of a collective
             collected.append(ev.node)
         if progress is not None:
             progress(ev)
@@ -226,14 +233,42 @@ def _copy_regular(src: Path, dst: Path) -> None:
         _copy_regular(child, dst / child.name)
 
 
+def _check_recorded(run_dir: Path) -> None:
+    """Recorded evidence is an input like a spec: every document must be one gpucert wrote, of the node it is
+    named for, or the re-evaluation stops with the file named (EvidenceError, exit 2)."""
+    read_inventory(run_dir / "inventory.json")
+    read_stack(run_dir / "stack.json")
+    for path in sorted((run_dir / "evidence").iterdir()):
+        if path.is_dir() and path.name == "multinode":
+            read_fabric(path.parent)
+            read_fabric_pairs(path.parent)
+            continue
+        if path.suffix != ".json" or not path.is_file():
+            raise EvidenceError("not an evidence document (evidence/ holds <node>.json and multinode/)", path=path)
+        try:
+            check_node_name(path.stem)
+        except NameError_ as exc:
+            raise EvidenceError(str(exc), path=path) from None
+        ev = read_evidence(path)
+        if ev.node != path.stem:
+            raise EvidenceError(
+                f"this file is named for {path.stem}, but its evidence is of node {ev.node!r}", path=path
+            )
+
+
 def import_evidence(source: Path, run_dir: Path) -> None:
     """Copy recorded evidence (a run folder, or its evidence/ folder) into a new run folder for re-evaluation."""
     root = evidence_root(source)
-    for name in ("inventory.json", "stack.json"):
-        if not (root / name).exists():
-            raise EvidenceError(f"missing {name}; pass a complete run folder", path=root)
-        _copy_regular(root / name, run_dir / name)
-    _copy_regular(root / "evidence", run_dir / "evidence")
+    try:
+        for name in ("inventory.json", "stack.json"):
+            if not (root / name).exists():
+                raise EvidenceError(f"missing {name}; pass a complete run folder", path=root)
+            _copy_regular(root / name, run_dir / name)
+        _copy_regular(root / "evidence", run_dir / "evidence")
+        _check_recorded(run_dir)
+    except EvidenceError as exc:
+        shutil.rmtree(run_dir / "evidence", ignore_errors=True)  # nothing was measured: the run folder goes
+        raise EvidenceError(str(exc).replace(str(run_dir), str(root))) from None  # name the user's file
     # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
     if (root / "recertify.json").exists():
         _copy_regular(root / "recertify.json", run_dir / "recertify.json")

@@ -133,7 +133,7 @@ def test_without_a_handover_baseline_the_summary_says_so(handed_over: Path) -> N
     assert r.returncode == 0, r.stdout + r.stderr
     summary = verdict["recertify"]["summary"]
     assert "NO HANDOVER BASELINE" in summary
-    assert "SKU baseline H100-SXM5-80GB and the fleet's latest evidence (3 nodes)" in summary
+    assert "SKU baseline H100-SXM5-80GB and the fleet's latest evidence (3 nodes, from run " in summary
     assert verdict["recertify"]["handover"] is None
     assert "NO HANDOVER BASELINE" in (latest(handed_over, "*recertify-gpu-node-4") / "report.html").read_text()
     assert "NO HANDOVER BASELINE" in r.stdout
@@ -245,3 +245,28 @@ def test_recertifying_a_node_the_cluster_does_not_have_is_a_usage_error(handed_o
     assert "gpu-node-9 is not one of the cluster's GPU nodes selected by the spec (gpu-node-1, gpu-node-2" in r.stderr
     assert not (handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a" / "gpu-node-9.json").exists()
     assert not list((handed_over / "reports").glob("*recertify-gpu-node-9"))
+
+
+def test_peers_and_handover_come_only_from_runs_of_the_same_spec_and_baseline(handed_over: Path) -> None:
+    # a later run of another spec over the same nodes, whose gpu-node-1 is slow: it is no peer of this spec's runs
+    other = yaml.safe_load((handed_over / SPEC).read_text())
+    other["metadata"]["name"] = "someone-elses-spec"
+    (handed_over / "examples" / "other.yaml").write_text(yaml.safe_dump(other))
+    faults(handed_over, {"kind": "slow", "node": "gpu-node-1", "metric": "memory.bandwidth", "factor": 0.5})
+    assert gpucert("certify", "examples/other.yaml", "-q", cwd=handed_over).returncode == 1
+    faults(handed_over)
+    r, verdict = recertify(handed_over, "gpu-node-2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    record = json.loads((latest(handed_over, "*recertify-gpu-node-2") / "recertify.json").read_text())
+    handover_run = latest(handed_over, "*clean-h100-pod-a").name
+    assert set(record["fleetPeers"].values()) == {handover_run}
+    assert handover_run in verdict["recertify"]["summary"]
+    # a handover baseline recorded under another spec is not this node's to be held to
+    path = handed_over / "baselines" / "nodes" / "gpu-node-3.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["recorded"]["spec"] = "someone-elses-spec"
+    path.write_text(yaml.safe_dump(doc))
+    r, _ = recertify(handed_over, "gpu-node-3")
+    assert r.returncode == 2
+    assert "gpu-node-3.yaml" in r.stderr
+    assert "recorded.spec" in r.stderr

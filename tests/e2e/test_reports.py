@@ -132,3 +132,59 @@ def test_allure_report_without_the_commandline_says_how_to_install(
     monkeypatch.setattr(allure, "_has_java", lambda: False)
     with pytest.raises(ConfigError, match=r"Java is not installed.*openjdk-17-jre-headless"):
         allure.build_html(demo_run / "allure-results", tmp_path / "x")
+
+
+def test_report_rows_and_footer_say_what_the_verdict_says(demo_run: Path) -> None:
+    html = (demo_run / "report.html").read_text()
+    verdict = json.loads((demo_run / "verdict.json").read_text())
+    # a skip shows its reason and the check it follows from, not pytest's (path, line, reason) tuple
+    assert "(follows from stack.version@gpu-node-3[driver])" in html
+    assert "CheckSkipped" not in html
+    assert "&#39;, 0, &#39;Skipped" not in html
+    assert "', 0, 'Skipped" not in html
+    # the footer counts every check the verdict decided, the skipped one too
+    (footer,) = re.findall(r'class="run-count">([^<]*)<', html)
+    assert footer.startswith(f"{verdict['summary']['checks']} checks (1 skipped for a failing cause)")
+
+
+def test_allure_results_carry_their_own_times_and_go_where_alluredir_says(
+    pytester: pytest.Pytester, tmp_path: Path
+) -> None:
+    import yaml
+
+    from .conftest import SUITES, fleet_doc, spec_doc
+
+    (pytester.path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=11)))
+    spec = spec_doc(probes=["health", "memory"], multinode=None)
+    spec["expect"]["nodes"] = 11
+    (pytester.path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    extra = tmp_path / "allure"
+    result = pytester.runpytest(
+        str(SUITES / "configure"),
+        str(SUITES / "certify"),
+        "--spec",
+        str(pytester.path / "spec.yaml"),
+        "--reports",
+        str(pytester.path / "reports"),
+        "--alluredir",
+        str(extra),
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == 0
+    (run,) = (pytester.path / "reports").iterdir()
+    for folder in (run / "allure-results", extra):
+        results = [json.loads(p.read_text()) for p in folder.glob("*-result.json")]
+        (cert,) = [r for r in results if r["fullName"] == "gpucert.certification"]
+        assert cert["status"] == "passed"
+        assert cert["name"] == "Certification of demo-h100-pod-a: PASS"
+        checks = [r for r in results if r is not cert]
+        # each result spans its own tests, not the whole run
+        assert all(r["start"] >= cert["start"] and r["stop"] <= cert["stop"] for r in checks)
+        assert len({(r["start"], r["stop"]) for r in checks}) > 1
+        assert sum(r["stop"] - r["start"] for r in checks) <= len(checks) * (cert["stop"] - cert["start"])
+    # nodes sort by number, not as text: gpu-node-2 before gpu-node-10
+    html = (run / "report.html").read_text()
+    table = html[html.index("gpucert-nodes") :]
+    order = re.findall(r"<tr><td>(gpu-node-\d+)</td>", table)
+    assert order == [f"gpu-node-{i}" for i in range(1, 12)]

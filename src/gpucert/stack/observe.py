@@ -188,5 +188,7 @@ def read_stack(path: Path) -> StackObservation:
         return StackObservation.model_validate(json.loads(path.read_bytes()))
     except FileNotFoundError:
         raise EvidenceError("no stack.json; pass a run folder written by `gpucert certify`", path=path) from None
-    except (json.JSONDecodeError, ValueError) as exc:
+    except (ValueError, RecursionError) as exc:
         raise EvidenceError(f"not a stack observation: {exc}", path=path) from None
+    except OSError as exc:
+        raise EvidenceError(f"cannot read: {exc}", path=path) from None

@@ -24,7 +24,7 @@ import numpy as np
 
 from gpucert import __version__
 from gpucert.baseline import GpuBaseline, load_baseline
-from gpucert.errors import ConfigError, NodeBusyError
+from gpucert.errors import NodeBusyError
 from gpucert.evidence import (
     EccCounts,
     FabricEvidence,
@@ -112,30 +112,6 @@ DCGM_CATEGORY = {
 }
 
 
-def _check_components(fleet: SimulatedFleet, spec: ClusterSpec, path: Path) -> None:
-    """A fault that names a component the spec does not declare would change nothing: an error, not a no-op."""
-    declared = [c.name for c in spec.stack.components]
-    node_facts = [k for k in DEFAULT_NODE_STACK if k != "dcgm"]
-    for i, fault in enumerate(fleet.faults):
-        names: list[tuple[str, str, list[str]]] = []
-        match fault:
-            case VersionFault():
-                names.append(("component", fault.component, [*declared, *node_facts]))
-            case OrderingFault():
-                names += [("component", fault.component, declared), ("before", fault.before, declared)]
-            case MissingComponentFault():
-                pods = [c for c, src in spec.stack.sources().items() if src.label is None]
-                names.append(("component", fault.component, pods))
-        for key, name, known in names:
-            if name not in known:
-                raise ConfigError(
-                    f"{name!r} is not a component of the spec {spec.metadata.name} that this fault can change; "
-                    f"known: {', '.join(known) or 'none'}",
-                    path=path,
-                    key=f"faults[{i}].{key}",
-                )
-
-
 def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -195,9 +171,7 @@ class SimulatedTarget:
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> SimulatedTarget:
         assert isinstance(spec.target, SimulatedTargetSpec)
-        fleet_path = spec.resolve(spec.target.fleet, "target.fleet")
-        fleet = load_fleet(fleet_path)
-        _check_components(fleet, spec, fleet_path)
+        fleet = load_fleet(spec.resolve(spec.target.fleet, "target.fleet"), spec=spec)
         sku_file = spec.resolve(spec.certify.baseline, "certify.baseline").parent / f"{fleet.sku}.yaml"
         return cls(spec, fleet, load_baseline(sku_file))
 

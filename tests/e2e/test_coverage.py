@@ -1,0 +1,318 @@
+"""PASS only when every check the spec requires ran: every pytest shortcut that leaves some out says INCOMPLETE.
+
+Each case is a reproducer from issue 11 that wrote `result: pass` over a handful of checks before the verdict had
+a coverage contract.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import SUITES, fleet_doc, gpucert, spec_doc
+
+CLEAN_CHECKS = 638  # a clean 4 x 8 fleet under the demo spec: every check the plan requires
+
+
+def write_inputs(path: Path, fleet: dict[str, Any] | None = None, **certify: Any) -> Path:
+    (path / "fleet.yaml").write_text(yaml.safe_dump(fleet or fleet_doc()))
+    (path / "spec.yaml").write_text(yaml.safe_dump(spec_doc(**certify)))
+    return path / "spec.yaml"
+
+
+def run_suites(pytester: pytest.Pytester, *args: str, plugins: list[object] | None = None) -> pytest.RunResult:
+    spec = write_inputs(pytester.path)
+    return pytester.runpytest(
+        str(SUITES / "configure"),
+        str(SUITES / "certify"),
+        "--spec",
+        str(spec),
+        "--reports",
+        str(pytester.path / "reports"),
+        "-p",
+        "no:cacheprovider",
+        *args,
+        plugins=plugins or [],
+        no_reraise_ctrlc=True,  # an interrupt of the inner session is what some tests are about
+    )
+
+
+def the_run(pytester: pytest.Pytester) -> Path:
+    runs = sorted((pytester.path / "reports").iterdir())
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def verdict_of(run: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / "verdict.json").read_text())
+    return data
+
+
+def test_a_clean_fleet_runs_every_required_check(pytester: pytest.Pytester) -> None:
+    result = run_suites(pytester)
+    v = verdict_of(the_run(pytester))
+    assert v["schema"] == "gpucert.io/verdict/v2"
+    assert v["result"] == "pass"
+    c = v["coverage"]
+    assert (c["required"], c["ran"], c["deselected"], c["notReached"], c["complete"]) == (
+        CLEAN_CHECKS,
+        CLEAN_CHECKS,
+        0,
+        0,
+        True,
+    )
+    assert result.ret == 0
+    result.assert_outcomes(passed=CLEAN_CHECKS)
+    result.stdout.fnmatch_lines([f"CERTIFICATION PASS: {CLEAN_CHECKS} of {CLEAN_CHECKS} required checks ran*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "ran"),
+    [
+        (("-k", "ecc and gpu-node-2"), 8),
+        (("--deselect", "suites/certify/test_health.py::test_ecc[gpu-node-1/gpu0]"), CLEAN_CHECKS - 1),
+        (("-m", "not check"), 0),
+    ],
+)
+def test_deselected_checks_make_the_run_incomplete(pytester: pytest.Pytester, args: tuple[str, ...], ran: int) -> None:
+    result = run_suites(pytester, *args)
+    run = the_run(pytester)
+    v = verdict_of(run)
+    assert v["result"] == "incomplete"
+    c = v["coverage"]
+    assert (c["required"], c["ran"], c["deselected"], c["notReached"], c["complete"]) == (
+        CLEAN_CHECKS,
+        ran,
+        CLEAN_CHECKS - ran,
+        0,
+        False,
+    )
+    assert c["missing"]  # the verdict names the checks that did not run
+    assert result.ret == 1  # incomplete is never exit 0
+    result.stdout.fnmatch_lines([f"CERTIFICATION INCOMPLETE: {ran} of {CLEAN_CHECKS} required checks ran*"])
+    # every report says the same
+    html = (run / "report.html").read_text()
+    assert "Certification INCOMPLETE" in html
+    assert "Certification PASS" not in html
+    junit = (run / "junit.xml").read_text()
+    assert 'name="gpucert_result" value="incomplete"' in junit
+    assert re.search(r'<testcase classname="gpucert" name="certification"[^>]*><failure', junit)
+    allure = [json.loads(p.read_text()) for p in (run / "allure-results").glob("*-result.json")]
+    (cert,) = [r for r in allure if r["fullName"] == "gpucert.certification"]
+    assert cert["status"] == "broken"
+
+
+def test_a_suite_left_off_the_command_line_is_not_run(pytester: pytest.Pytester) -> None:
+    spec = write_inputs(pytester.path)
+    result = pytester.runpytest(
+        str(SUITES / "certify"),
+        "--spec",
+        str(spec),
+        "--reports",
+        str(pytester.path / "reports"),
+        "-p",
+        "no:cacheprovider",
+    )
+    v = verdict_of(the_run(pytester))
+    assert v["result"] == "incomplete"
+    assert v["coverage"]["deselected"] > 0
+    assert "node.reachable@gpu-node-1" in v["coverage"]["missing"]
+    assert result.ret == 1
+
+
+@pytest.mark.parametrize("args", [("-x",), ("--maxfail", "1")])
+def test_stopping_early_is_never_a_pass(pytester: pytest.Pytester, args: tuple[str, ...]) -> None:
+    fault = {"kind": "ecc", "node": "gpu-node-1", "gpu": 0, "uncorrected": 1}
+    spec = write_inputs(pytester.path, fleet_doc([fault]))
+    result = pytester.runpytest(
+        str(SUITES / "configure"),
+        str(SUITES / "certify"),
+        "--spec",
+        str(spec),
+        "--reports",
+        str(pytester.path / "reports"),
+        "-p",
+        "no:cacheprovider",
+        *args,
+    )
+    v = verdict_of(the_run(pytester))
+    assert v["result"] == "fail"  # a failed check outranks incompleteness
+    assert v["coverage"]["notReached"] > 0
+    assert v["coverage"]["complete"] is False
+    assert v["coverage"]["stopped"]
+    assert result.ret == 1
+
+
+def test_last_failed_reruns_only_what_failed_and_cannot_pass(pytester: pytest.Pytester) -> None:
+    spec = write_inputs(pytester.path, fleet_doc([{"kind": "ecc", "node": "gpu-node-1", "gpu": 0, "uncorrected": 1}]))
+    args = [str(SUITES / "configure"), str(SUITES / "certify"), "--spec", str(spec)]
+    pytester.runpytest(*args, "--reports", str(pytester.path / "first"))
+    # the fault is "repaired" and only the last failure is re-run: the check passes, the run is still incomplete
+    (pytester.path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc()))
+    result = pytester.runpytest(*args, "--reports", str(pytester.path / "reports"), "--lf")
+    v = verdict_of(the_run(pytester))
+    assert v["coverage"]["ran"] == 1
+    assert v["result"] == "incomplete"
+    assert result.ret == 1
+
+
+class Interrupt:
+    """Ctrl-C after `after` checks have reported, as a user does during evaluation."""
+
+    def __init__(self, after: int) -> None:
+        self.after, self.seen = after, 0
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            self.seen += 1
+            if self.seen == self.after:
+                raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("after", [1, 300, CLEAN_CHECKS - 1])
+def test_an_interrupt_during_evaluation_writes_an_incomplete_verdict(pytester: pytest.Pytester, after: int) -> None:
+    result = run_suites(pytester, plugins=[Interrupt(after)])
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    run = the_run(pytester)
+    v = verdict_of(run)
+    assert v["result"] == "incomplete"
+    assert v["coverage"]["ran"] == after
+    assert v["coverage"]["notReached"] == CLEAN_CHECKS - after
+    assert v["coverage"]["stopped"] == "interrupted"
+    html = (run / "report.html").read_text()
+    assert "Certification INCOMPLETE" in html
+    assert "Certification PASS" not in html
+    junit = (run / "junit.xml").read_text()
+    assert 'name="gpucert_result" value="incomplete"' in junit
+    assert "<failure" in junit  # the certification's own testcase fails
+    assert not list(run.rglob("*.tmp"))
+
+
+def test_the_signed_predicate_says_incomplete(project: Path) -> None:
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    spec = project / "examples" / "clean.yaml"
+    r = gpucert("certify", str(spec), "-q", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the same cluster, evaluated with -k through plain pytest: 8 checks of all those required
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SUITES / "configure"),
+            str(SUITES / "certify"),
+            "--spec",
+            str(spec),
+            "--reports",
+            "partial",
+            "-k",
+            "ecc and gpu-node-2",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 1, r.stdout + r.stderr
+    (run,) = (project / "partial").iterdir()
+    assert gpucert("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0
+    v = gpucert("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert "result INCOMPLETE" in v.stdout
+    envelope = json.loads((run / "certificate.intoto.json").read_text())
+    predicate = json.loads(base64.b64decode(envelope["payload"]))["predicate"]
+    assert predicate["result"] == "incomplete"
+    required = predicate["coverage"]["required"]
+    assert required > 600
+    assert predicate["coverage"] == {
+        "required": required,
+        "ran": 8,
+        "deselected": required - 8,
+        "notReached": 0,
+        "complete": False,
+    }
+
+
+def test_an_incomplete_run_cannot_give_a_handover_baseline(project: Path) -> None:
+    spec = project / "examples" / "clean.yaml"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(SUITES / "configure"),
+            str(SUITES / "certify"),
+            "--spec",
+            str(spec),
+            "--reports",
+            "partial",
+            "-k",
+            "gpu-node-2",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    (run,) = (project / "partial").iterdir()
+    r = gpucert("baseline", "record", str(run), "--allow-unsigned", cwd=project)
+    assert r.returncode == 1
+    assert "refused gpu-node-2: the run is incomplete" in r.stdout
+    assert not list((project / "baselines" / "nodes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("option", ["--co", "--collect-only", "--help", "--version", "--markers", "--fixtures"])
+def test_sessions_that_run_no_tests_plan_and_measure_nothing(pytester: pytest.Pytester, option: str) -> None:
+    spec = write_inputs(pytester.path)
+    result = pytester.runpytest_subprocess(
+        str(SUITES / "certify"), "--spec", str(spec), "--reports", str(pytester.path / "reports"), option
+    )
+    assert result.ret in (0, 5), result.stdout.str() + result.stderr.str()
+    assert not (pytester.path / "reports").exists()
+
+
+def test_collect_only_on_recorded_evidence_lists_the_checks_in_place(pytester: pytest.Pytester) -> None:
+    run_suites(pytester)
+    run = the_run(pytester)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    result = pytester.runpytest(
+        str(SUITES / "certify"), "--spec", str(pytester.path / "spec.yaml"), "--evidence", str(run), "--co", "-q"
+    )
+    result.stdout.fnmatch_lines(["*test_ecc?gpu-node-3/gpu7?*"])
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # read in place, nothing written
+    assert len(list((pytester.path / "reports").iterdir())) == 1
+
+
+def test_suites_without_a_spec_skip_with_the_reason(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest(str(SUITES / "certify"), str(SUITES / "configure"), "-p", "no:cacheprovider")
+    assert result.ret == 0
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) > 0
+    assert "failed" not in outcomes
+    assert "error" not in outcomes
+    result = pytester.runpytest(str(SUITES / "certify"), "-p", "no:cacheprovider", "-rs")
+    result.stdout.fnmatch_lines(["*gpucert suites need a spec: pytest suites --spec SPEC*"])
+
+
+def test_incomplete_with_xdist_too(pytester: pytest.Pytester) -> None:
+    result = run_suites(pytester, "-k", "ecc and gpu-node-2", "-n", "2")
+    v = verdict_of(the_run(pytester))
+    assert (v["result"], v["coverage"]["ran"], v["coverage"]["deselected"]) == ("incomplete", 8, CLEAN_CHECKS - 8)
+    assert result.ret == 1

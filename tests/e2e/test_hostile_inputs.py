@@ -1,0 +1,360 @@
+"""Inputs a careless or hostile user gives: each is one line naming the file, the key and the fix (exit 2), never
+a traceback, never a PASS, never a file read or written outside its folder, never an empty run folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .conftest import gpucert
+
+FLEET = "examples/fleets/h100-4x8-faulty.yaml"
+DEMO = "examples/demo.yaml"
+
+
+def edit_yaml(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def one_line_error(r: Any, *expected: str) -> str:
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    line: str = lines[0]
+    return line
+
+
+def no_run_folder(project: Path) -> None:
+    reports = project / "reports"
+    assert not reports.exists() or not any(reports.iterdir()), list(reports.iterdir())
+
+
+def faults(*items: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+    def change(doc: dict[str, Any]) -> None:
+        doc["faults"] = list(items)
+
+    return change
+
+
+# ---- the spec, the fleet and the baseline ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target", "change", "expected"),
+    [
+        (DEMO, lambda d: d["certify"].update(probes=[]), ["certify.probes", "at least 1"]),
+        (DEMO, lambda d: d["certify"].update(probes=["memory", "memory"]), ["probes listed twice: memory"]),
+        (
+            DEMO,
+            lambda d: d["certify"].update(baseline="../baselines/gpus/A100-SXM4-80GB.yaml"),
+            ["A100-SXM4-80GB.yaml: product:", "expects NVIDIA-H100-80GB-HBM3 (expect.gpuProduct)"],
+        ),
+        (
+            DEMO,
+            lambda d: d["expect"].update(gpuProdct="x"),
+            ["expect.gpuProdct: unknown key; did you mean gpuProduct?"],
+        ),
+        (DEMO, lambda d: d["target"].update(flet="x"), ["target.flet: unknown key; did you mean fleet?"]),
+        (
+            FLEET,
+            faults({"kind": "version", "node": "gpu-node-1", "component": "driver", "version": "x.y"}),
+            ["faults[0].version"],
+        ),
+        (
+            FLEET,
+            faults({"kind": "version", "node": "gpu-node-1", "component": "drvier", "version": "1.2"}),
+            ["faults[0].component", "'drvier'"],
+        ),
+        (
+            FLEET,
+            faults({"kind": "ordering", "node": "gpu-node-1", "component": "device-plugin", "before": "toolkit"}),
+            ["faults[0].before"],
+        ),
+        (
+            FLEET,
+            faults({"kind": "ecc", "node": "gpu-node-1", "gpu": 8, "uncorrected": 1}),
+            ["faults[0].gpu", "GPUs are 0..7"],
+        ),
+        (
+            FLEET,
+            faults({"kind": "slow", "node": "gpu-node-1", "gpu": 2, "metric": "nccl.all_reduce", "factor": 0.5}),
+            ["faults[0].gpu", "one figure per node"],
+        ),
+        (
+            FLEET,
+            lambda d: d["nodes"].update(namePrefix="../../../x-"),
+            ["nodes.namePrefix", "not a Kubernetes node name"],
+        ),
+        (FLEET, lambda d: d.update(sku="../../etc/passwd"), ["sku:", "not a valid SKU name"]),
+    ],
+)
+def test_bad_documents_exit_2_in_one_line(project: Path, target: str, change: Any, expected: list[str]) -> None:
+    edit_yaml(project / target, change)
+    r = gpucert("certify", DEMO, "-q", cwd=project)
+    named = [] if "A100" in expected[0] else [Path(target).name]
+    one_line_error(r, *named, *expected)
+    no_run_folder(project)
+
+
+def test_a_baseline_without_a_figure_for_a_requested_probe(project: Path) -> None:
+    edit_yaml(project / "baselines" / "gpus" / "H100-SXM5-80GB.yaml", lambda d: d["metrics"].pop("pcie.d2h"))
+    r = gpucert("certify", DEMO, "-q", cwd=project)
+    one_line_error(r, "H100-SXM5-80GB.yaml", "metrics:", "pcie.d2h (probe pcie)")
+    no_run_folder(project)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("apiVersion: x\nkind: ClusterSpec\nkind: ClusterSpec\n", "key 'kind' is written twice"),
+        ("apiVersion: " + "[" * 50000 + "]" * 50000 + "\n", "nested too deeply"),
+        ("a: &a [1]\nb: *a\n", "aliases are not allowed"),
+    ],
+)
+def test_yaml_gpucert_does_not_accept(project: Path, text: str, expected: str) -> None:
+    (project / "spec.yaml").write_text(text)
+    one_line_error(gpucert("certify", "spec.yaml", cwd=project), "spec.yaml", expected)
+    no_run_folder(project)
+
+
+def test_an_alias_bomb_is_refused_at_once(project: Path) -> None:
+    lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for i in range(ord("b"), ord("j")):
+        prev = chr(i - 1)
+        lines.append(f"{chr(i)}: &{chr(i)} [" + ",".join([f"*{prev}"] * 9) + "]")
+    (project / "bomb.yaml").write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    one_line_error(gpucert("certify", "bomb.yaml", cwd=project), "bomb.yaml:2", "aliases are not allowed")
+    assert time.monotonic() - started < 20  # it took 24 s and 2.2 GB before; the interpreter's start is most of it
+
+
+def test_a_symlink_loop_as_baseline(project: Path) -> None:
+    os.symlink("loop-b", project / "loop-a")
+    os.symlink("loop-a", project / "loop-b")
+    edit_yaml(project / DEMO, lambda d: d["certify"].update(baseline="../loop-a"))
+    one_line_error(gpucert("certify", DEMO, cwd=project), "demo.yaml", "certify.baseline", "cannot be resolved")
+    no_run_folder(project)
+
+
+def test_missing_gpu_on_every_gpu_of_a_node_is_one_finding(project: Path) -> None:
+    edit_yaml(project / FLEET, faults(*({"kind": "missing-gpu", "node": "gpu-node-1", "gpu": i} for i in range(8))))
+    r = gpucert("certify", DEMO, "-q", cwd=project)
+    assert r.returncode == 1, r.stdout + r.stderr
+    (run,) = (project / "reports").iterdir()
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert [(f["check"], f["node"]) for f in verdict["findings"]] == [("inventory.gpus", "gpu-node-1")]
+    assert verdict["coverage"]["complete"] is True
+
+
+# ---- recorded evidence --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One clean certification whose run folder the tests below copy and spoil."""
+    from .conftest import ROOT
+
+    project = tmp_path_factory.mktemp("recorded")
+    shutil.copytree(ROOT / "examples", project / "examples")
+    shutil.copytree(ROOT / "baselines", project / "baselines")
+    r = gpucert("certify", "examples/clean.yaml", "-q", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run,) = (project / "reports").iterdir()
+    return run
+
+
+def spoil(run: Path, dest: Path, change: Callable[[Path], None]) -> Path:
+    copy = dest / "ev"
+    shutil.copytree(run, copy)
+    change(copy)
+    return copy
+
+
+def evaluate(project: Path, evidence: Path) -> Any:
+    return gpucert("evaluate", "examples/clean.yaml", "--evidence", str(evidence), "-q", cwd=project)
+
+
+def json_edit(path: Path, change: Callable[[Any], Any]) -> None:
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+
+
+def _inventory_node(run: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    def edit(doc: dict[str, Any]) -> dict[str, Any]:
+        change(doc["nodes"][0])
+        return doc
+
+    json_edit(run / "inventory.json", edit)
+
+
+def _loop(run: Path) -> None:
+    (run / "evidence" / "gpu-node-1.json").unlink()
+    os.symlink("l2", run / "evidence" / "gpu-node-1.json")
+    os.symlink("gpu-node-1.json", run / "evidence" / "l2")
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda r: (r / "evidence" / "gpu-node-1.json").write_text("[]"), ["gpu-node-1.json", "a JSON object"]),
+        (
+            lambda r: (r / "evidence" / "gpu-node-1.json").write_bytes(bytes(range(256))),
+            ["gpu-node-1.json", "not JSON"],
+        ),
+        (_loop, ["gpu-node-1.json", "links are refused"]),
+        (lambda r: _inventory_node(r, lambda n: n.update(extra=1)), ["inventory.json", "nodes.0.extra"]),
+        (lambda r: _inventory_node(r, lambda n: n.update(name="../../../outside")), ["not a Kubernetes node name"]),
+        (
+            lambda r: json_edit(r / "inventory.json", lambda d: {**d, "nodes": [*d["nodes"], d["nodes"][0]]}),
+            ["gpu-node-1 is listed twice"],
+        ),
+        (
+            lambda r: shutil.copy(r / "evidence" / "gpu-node-2.json", r / "evidence" / "gpu-node-1.json"),
+            ["gpu-node-1.json", "its evidence is of node 'gpu-node-2'"],
+        ),
+    ],
+)
+def test_unusable_recorded_evidence_exits_2(
+    recorded: Path, tmp_path: Path, change: Callable[[Path], None], expected: list[str]
+) -> None:
+    project = recorded.parent.parent
+    evidence = spoil(recorded, tmp_path, change)
+    reports = project / "reports"
+    before = set(reports.iterdir())
+    one_line_error(evaluate(project, evidence), *expected)
+    assert set(reports.iterdir()) == before  # no run folder left behind
+
+
+def _samples(node: str, gpu: int, metric: str, samples: list[float]) -> Callable[[Path], None]:
+    def change(run: Path) -> None:
+        def edit(doc: dict[str, Any]) -> dict[str, Any]:
+            doc["gpus"][gpu]["measurements"][metric]["samples"] = samples
+            return doc
+
+        json_edit(run / "evidence" / f"{node}.json", edit)
+
+    return change
+
+
+def _health(gpu: int, change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    def edit_run(run: Path) -> None:
+        def edit(doc: dict[str, Any]) -> dict[str, Any]:
+            change(doc["gpus"][gpu]["health"])
+            return doc
+
+        json_edit(run / "evidence" / "gpu-node-1.json", edit)
+
+    return edit_run
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("change", "check", "why"),
+    [
+        (_samples("gpu-node-1", 2, "memory.bandwidth", [2900.0] * 19 + [NAN]), "memory.bandwidth", "not numbers"),
+        (_samples("gpu-node-1", 2, "memory.bandwidth", [2900.0] * 19 + [INF]), "memory.bandwidth", "not numbers"),
+        (_samples("gpu-node-1", 2, "memory.bandwidth", [-2900.0] * 20), "memory.bandwidth", "zero or negative"),
+        (_samples("gpu-node-1", 2, "pcie.h2d", [5.3e6] * 10), "pcie.h2d", "no GPU measures that"),
+        (_samples("gpu-node-1", 2, "compute.gemm.bf16", [700.0] * 3), "compute.gemm.bf16", "3 samples, fewer than"),
+        (_health(2, lambda h: h["ecc"].update(volatile_corrected=-5)), "health.ecc", "cannot be negative"),
+        (_health(2, lambda h: h.update(clock_event_reasons=-1)), "health.throttle", "out of range"),
+        (_health(2, lambda h: h["pcie"].update(current_generation=9)), "health.pcie_link", "out of range"),
+        (_health(2, lambda h: h.update(temperature_c=-300)), "health.temperature", "out of range"),
+        (_health(2, lambda h: h.update(clock_event_reasons=None)), "health.throttle", "were not reported"),
+    ],
+)
+def test_evidence_that_cannot_be_believed_is_an_error_never_a_pass(
+    recorded: Path, tmp_path: Path, change: Callable[[Path], None], check: str, why: str
+) -> None:
+    project = recorded.parent.parent
+    r = evaluate(project, spoil(recorded, tmp_path, change))
+    assert r.returncode == 1, r.stdout + r.stderr
+    run = sorted((project / "reports").iterdir())[-1]
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["result"] == "fail"
+    errors = [f for f in verdict["findings"] if f["check"] == check and (f["node"], f["gpu"]) == ("gpu-node-1", 2)]
+    assert len(errors) == 1, verdict["findings"]
+    assert errors[0]["status"] == "error"
+    assert why in errors[0]["message"]
+
+
+def test_the_same_gpu_twice_and_evidence_of_another_cluster(recorded: Path, tmp_path: Path) -> None:
+    project = recorded.parent.parent
+
+    def change(run: Path) -> None:
+        def twice(doc: dict[str, Any]) -> dict[str, Any]:
+            doc["gpus"][1]["serial"] = doc["gpus"][0]["serial"]
+            return doc
+
+        json_edit(run / "evidence" / "gpu-node-1.json", twice)
+        stranger = json.loads((run / "evidence" / "gpu-node-2.json").read_text())
+        stranger["node"] = "gpu-node-9"
+        (run / "evidence" / "gpu-node-9.json").write_text(json.dumps(stranger))
+
+    r = evaluate(project, spoil(recorded, tmp_path, change))
+    assert r.returncode == 1
+    run = sorted((project / "reports").iterdir())[-1]
+    findings = {
+        (f["check"], f["node"]): f["message"] for f in json.loads((run / "verdict.json").read_text())["findings"]
+    }
+    assert "reported by gpu-node-1/gpu0, gpu-node-1/gpu1" in findings[("inventory.gpus", "gpu-node-1")]
+    assert "gpu-node-9.json" in findings[("inventory.nodes", None)]
+
+
+# ---- names that would leave their folder ---------------------------------------------------------------------
+
+
+def test_recertify_refuses_a_node_name_that_is_a_path(project: Path) -> None:
+    (project / "victim.lock").write_text("{}")
+    reports = project / "deep" / "reports"
+    r = gpucert("recertify", "../../../victim", "--spec", "examples/clean.yaml", "--reports", str(reports), cwd=project)
+    one_line_error(r, "NODE", "not a Kubernetes node name")
+    assert (project / "victim.lock").exists()
+    assert not reports.exists()
+
+
+def test_keygen_onto_a_dangling_symlink(project: Path) -> None:
+    (project / "keys").mkdir()
+    os.symlink(project / "elsewhere" / "stolen.key", project / "keys" / "gpucert.key")
+    one_line_error(gpucert("keygen", "keys", cwd=project), "gpucert.key", "a key (or a link) already exists")
+    assert not (project / "elsewhere").exists()
+
+
+# ---- verify --------------------------------------------------------------------------------------------------
+
+
+def test_verify_checks_every_file_but_the_root_envelope(recorded: Path, tmp_path: Path) -> None:
+    project = recorded.parent.parent
+    keys = tmp_path / "keys"
+    assert gpucert("keygen", str(keys), cwd=project).returncode == 0
+    run = tmp_path / "run"
+    shutil.copytree(recorded, run)
+    assert gpucert("sign", str(run), "--key", str(keys / "gpucert.key"), cwd=project).returncode == 0
+    shutil.copy(run / "certificate.intoto.json", run / "evidence" / "certificate.intoto.json")
+    (run / "empty").mkdir()
+    r = gpucert("verify", str(run), "--key", str(keys / "gpucert.pub"), cwd=project)
+    assert r.returncode == 1
+    assert "added: evidence/certificate.intoto.json" in r.stdout
+    assert "added: empty/" in r.stdout
+    # a key that did not sign it: the envelope is named, and nothing of its payload is shown
+    other = tmp_path / "other"
+    assert gpucert("keygen", str(other), cwd=project).returncode == 0
+    r = gpucert("verify", str(run), "--key", str(other / "gpucert.pub"), cwd=project)
+    assert r.returncode == 1
+    assert f"{run / 'certificate.intoto.json'} was signed by another key" in r.stdout
+    assert "result" not in r.stdout
+    assert "spec " not in r.stdout

@@ -1,0 +1,137 @@
+"""The plan (what a spec requires) and the verdict's rules over it: pure functions, no pytest session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucert.checks import CheckKey, CheckStatus, Finding
+from gpucert.names import NameError_, check_file_stem, check_node_name, inside
+from gpucert.plan import plan_checks
+from gpucert.report.html import natural_key
+from gpucert.report.verdict import Outcome, build_verdict
+from gpucert.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spec_with(tmp_path: Path, **certify: object) -> object:
+    doc = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    doc["certify"].update(certify)
+    doc["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
+    doc["target"]["fleet"] = str(ROOT / "examples" / "fleets" / "h100-4x8-faulty.yaml")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    return load_spec(tmp_path / "spec.yaml")
+
+
+NODES = ["n1", "n2", "n3", "n4"]
+COMPONENTS = ["driver", "container-toolkit"]
+
+
+def test_the_plan_counts_checks_nodes_gpus_metrics_and_dcgm_tests(tmp_path: Path) -> None:
+    spec = spec_with(tmp_path, multinode=None)
+    plan = plan_checks(spec, NODES, ["configure", "certify"], components=COMPONENTS)  # type: ignore[arg-type]
+    per_gpu = 6 + 3 + 1 + 5 + 2 + 1  # health, DCGM level 2, memory, GEMM dtypes, PCIe directions, P2P
+    # reachable, gpus, product, skew, ordering, compat, kubernetes, runtime, and a version per pinned component
+    per_node = 8 + len(COMPONENTS)
+    configure = 1 + len(NODES) * per_node
+    assert len(plan) == configure + len(NODES) * (8 * per_gpu + 1)
+    assert CheckKey("dcgm.memory", "n3", 7) in plan
+    assert CheckKey("stack.version", "n2", None, "driver") in plan
+    assert ("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked") in (
+        plan.not_required
+    )
+
+
+def test_probes_the_spec_leaves_out_are_not_required_and_say_why(tmp_path: Path) -> None:
+    spec = spec_with(tmp_path, probes=["health"], multinode=None)
+    plan = plan_checks(spec, NODES, ["certify"], components=[])  # type: ignore[arg-type]
+    assert {k.check for k in plan.required} == {
+        f"health.{c}" for c in ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature")
+    }
+    assert ("compute.*", "probe 'compute' is not in certify.probes") in plan.not_required
+
+
+def test_pairs_need_four_nodes_on_the_ring(tmp_path: Path) -> None:
+    spec = spec_with(tmp_path, multinode={"pairs": True, "maxNodes": 3})
+    plan = plan_checks(spec, NODES, ["certify"], components=[])  # type: ignore[arg-type]
+    assert CheckKey("nccl.all_reduce.multinode") in plan
+    assert not any(k.check == "straggler.nccl.all_reduce.multinode" for k in plan.required)
+    assert any("it takes 4" in why for _, why in plan.not_required)
+
+
+def keys(*names: str) -> list[CheckKey]:
+    return [CheckKey("node.reachable", n) for n in names]
+
+
+def verdict(plan_keys: list[CheckKey], outcomes: dict[CheckKey, Finding], selected: set[CheckKey] | None) -> dict:
+    from gpucert.plan import Plan
+
+    plan = Plan(("configure",), frozenset(plan_keys))
+    return build_verdict(
+        run="r",
+        spec="s",
+        target="simulated",
+        nodes=sorted({k.node for k in plan_keys if k.node}),
+        gpus=0,
+        plan=plan,
+        outcomes={k: Outcome(f) for k, f in outcomes.items()},
+        selected=selected,
+    )
+
+
+def ok(key: CheckKey) -> Finding:
+    return Finding(key.check, CheckStatus.PASS, key.node, key.gpu)
+
+
+def test_pass_needs_every_required_check() -> None:
+    a, b = keys("a", "b")
+    assert verdict([a, b], {a: ok(a), b: ok(b)}, {a, b})["result"] == "pass"
+    v = verdict([a, b], {a: ok(a)}, {a})
+    assert (v["result"], v["coverage"]["deselected"], v["coverage"]["notReached"]) == ("incomplete", 1, 0)
+    v = verdict([a, b], {a: ok(a)}, {a, b})
+    assert (v["result"], v["coverage"]["deselected"], v["coverage"]["notReached"]) == ("incomplete", 0, 1)
+    assert v["nodes"]["a"]["result"] == "pass"
+    assert v["nodes"]["b"]["result"] == "incomplete"
+    # a failure outranks incompleteness
+    v = verdict([a, b], {a: Finding(a.check, CheckStatus.FAIL, "a")}, {a})
+    assert v["result"] == "fail"
+
+
+def test_a_skip_counts_only_when_its_cause_failed() -> None:
+    cause, dependent = CheckKey("node.reachable", "a"), CheckKey("health.ecc", "a", 0)
+    skip = Finding(dependent.check, CheckStatus.SKIP, "a", 0, "not measured", cause=str(cause))
+    failed = Finding(cause.check, CheckStatus.FAIL, "a")
+    v = verdict([cause, dependent], {cause: failed, dependent: skip}, {cause, dependent})
+    assert (v["result"], v["summary"]["skipped"], v["coverage"]["complete"]) == ("fail", 1, True)
+    # the cause passed: the skip was wrong, and it is an error in the verdict
+    v = verdict([cause, dependent], {cause: ok(cause), dependent: skip}, {cause, dependent})
+    assert v["result"] == "fail"
+    assert [f["status"] for f in v["findings"]] == ["error"]
+    assert "which did not fail" in v["findings"][0]["message"]
+    # the cause never ran (deselected): the dependent's skip settles nothing
+    v = verdict([cause, dependent], {dependent: skip}, {dependent})
+    assert (v["result"], v["coverage"]["skippedWithoutCause"]) == ("incomplete", 1)
+
+
+def test_node_names_and_paths_stay_inside(tmp_path: Path) -> None:
+    assert check_node_name("gpu-node-1.rack-2") == "gpu-node-1.rack-2"
+    for bad in ("../../x", "Gpu-Node", "a/b", "", "-a", "a" * 254, "node_1"):
+        with pytest.raises(NameError_):
+            check_node_name(bad)
+    for bad in ("..", "../etc", "a/b", ""):
+        with pytest.raises(NameError_):
+            check_file_stem(bad)
+    assert inside(tmp_path, "a.json") == (tmp_path / "a.json").resolve()
+    with pytest.raises(NameError_):
+        inside(tmp_path, "../a.json")
+    (tmp_path / "out").symlink_to("/etc")
+    with pytest.raises(NameError_):
+        inside(tmp_path, "out/passwd")
+
+
+def test_natural_sort() -> None:
+    names = ["gpu-node-10", "gpu-node-2", "gpu-node-1", "gpu-node-100"]
+    assert sorted(names, key=natural_key) == ["gpu-node-1", "gpu-node-2", "gpu-node-10", "gpu-node-100"]
