@@ -11,10 +11,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from gpucert.checks import GEMM_DTYPES
+from gpucert.checks import METRICS
 from gpucert.documents import Document, Problem, load_document
 from gpucert.errors import ConfigError
-from gpucert.fleet import FLEET_METRICS
 from gpucert.spec import ClusterSpec, Probe
 
 __all__ = [
@@ -29,11 +28,8 @@ __all__ = [
 
 # the figures each probe is judged by: a baseline must hold every one the spec's probes measure
 PROBE_METRICS: dict[Probe, tuple[str, ...]] = {
-    Probe.MEMORY: ("memory.bandwidth",),
-    Probe.COMPUTE: tuple(f"compute.gemm.{d}" for d in GEMM_DTYPES),
-    Probe.PCIE: ("pcie.h2d", "pcie.d2h"),
-    Probe.P2P: ("p2p.bandwidth",),
-    Probe.NCCL: ("nccl.all_reduce",),
+    Probe(prefix): tuple(m for m in METRICS if m.split(".")[0] == prefix and m != "nccl.all_reduce.multinode")
+    for prefix in ("memory", "compute", "pcie", "p2p", "nccl")
 }
 
 
@@ -82,9 +78,9 @@ class GpuBaseline(Document):
 
 def _known_metrics(b: GpuBaseline) -> list[Problem]:
     return [
-        (("metrics", name), f"unknown metric; known metrics are {', '.join(FLEET_METRICS)}")
+        (("metrics", name), f"unknown metric; known metrics are {', '.join(METRICS)}")
         for name in b.metrics
-        if name not in FLEET_METRICS
+        if name not in METRICS
     ]
 
 

@@ -8,28 +8,46 @@ from enum import StrEnum
 from typing import Any
 
 __all__ = [
+    "DCGM_EXTRA_TESTS_BY_LEVEL",
     "DCGM_TESTS_BY_LEVEL",
     "FABRIC_METRICS",
     "GEMM_DTYPES",
+    "GPU_METRICS",
+    "METRICS",
     "NODE_METRICS",
+    "PCIE_DIRECTIONS",
+    "PERFORMANCE_PREFIXES",
     "CheckKey",
     "CheckStatus",
+    "Family",
     "Finding",
     "check_category",
+    "family_of",
 ]
 
 GEMM_DTYPES = ("fp16", "bf16", "tf32", "fp32", "fp64")
-NODE_METRICS = ("nccl.all_reduce",)  # one figure per node; the other metrics are per GPU
+PCIE_DIRECTIONS = ("h2d", "d2h")
+# the measured metrics, each a check id of its own and a key of a SKU baseline's `metrics`
+GPU_METRICS = (
+    "memory.bandwidth",
+    *(f"compute.gemm.{d}" for d in GEMM_DTYPES),
+    *(f"pcie.{d}" for d in PCIE_DIRECTIONS),
+    "p2p.bandwidth",
+)
+NODE_METRICS = ("nccl.all_reduce",)  # one figure per node
 FABRIC_METRICS = ("nccl.all_reduce.multinode",)  # one figure for a set of nodes together
+METRICS = (*GPU_METRICS, *NODE_METRICS, *FABRIC_METRICS)
 
-# DCGM 4.x test names by the run level that first includes them (dcgmi diag -r LEVEL); the optional ones depend on
-# the DCGM release (nvbandwidth 4.0+, nccl_tests 4.5+) or on an installed package (eud).
+# DCGM 4.x test names by the run level that first includes them (dcgmi diag -r LEVEL): a certification requires
+# each of them; the extra ones depend on the DCGM release (nvbandwidth 4.0+, nccl_tests 4.5+) or on an installed
+# package (eud), so DCGM may report them and they are never required
 DCGM_TESTS_BY_LEVEL: dict[int, tuple[str, ...]] = {
     1: ("software",),
     2: ("pcie", "memory"),
     3: ("diagnostic", "memory_bandwidth", "targeted_stress", "targeted_power"),
     4: ("memtest", "pulse_test"),
 }
+DCGM_EXTRA_TESTS_BY_LEVEL: dict[int, tuple[str, ...]] = {3: ("nvbandwidth", "nccl_tests", "eud")}
 
 
 class CheckStatus(StrEnum):
@@ -111,20 +129,59 @@ class Finding:
         )
 
 
-_CATEGORIES = (
-    ("straggler.", "Stragglers"),
-    ("stack.", "Stack"),
-    ("inventory.", "Stack"),
-    ("node.", "Infrastructure"),
-    ("health.", "Health"),
-    ("dcgm.", "DCGM"),
-    ("handover.", "Handover"),
-)
+class Family(StrEnum):
+    """The families of check ids: what a check judges, which suite holds it, how the reports group it."""
+
+    STACK = "stack"
+    INVENTORY = "inventory"
+    NODE = "node"
+    HEALTH = "health"
+    DCGM = "dcgm"
+    PERFORMANCE = "performance"
+    STRAGGLER = "straggler"
+    HANDOVER = "handover"
+
+    @property
+    def suite(self) -> str:
+        """The suite whose tests decide this family's checks (`static` holds fleet-level stack checks too)."""
+        if self in (Family.STACK, Family.INVENTORY, Family.NODE):
+            return "configure"
+        return "recertify" if self is Family.HANDOVER else "certify"
+
+    @property
+    def category(self) -> str:
+        """The report category (Allure's categories, the tags of its results)."""
+        return {
+            Family.STACK: "Stack",
+            Family.INVENTORY: "Stack",
+            Family.NODE: "Infrastructure",
+            Family.HEALTH: "Health",
+            Family.DCGM: "DCGM",
+            Family.STRAGGLER: "Stragglers",
+            Family.HANDOVER: "Handover",
+        }.get(self, "Performance")
+
+    @property
+    def probe(self) -> str | None:
+        """The probe whose evidence this family judges, where one probe does (the rest: the check's prefix)."""
+        return {Family.HEALTH: "health", Family.DCGM: "dcgm"}.get(self)
+
+
+# the measured metrics' prefixes: `memory.bandwidth`, `compute.gemm.<dtype>`, `pcie.<dir>`, `p2p.bandwidth`, `nccl.*`
+PERFORMANCE_PREFIXES = ("memory", "compute", "pcie", "p2p", "nccl")
+
+
+def family_of(check: str) -> Family:
+    """The family of a check id; ValueError for an id outside the vocabulary."""
+    prefix = check.split(".", 1)[0]
+    if prefix in PERFORMANCE_PREFIXES:
+        return Family.PERFORMANCE
+    try:
+        return Family(prefix)
+    except ValueError:
+        raise ValueError(f"{check!r} is not a gpucert check id") from None
 
 
 def check_category(check: str) -> str:
     """The report category a check id belongs to: Stack, Health, DCGM, Performance, Stragglers, Infrastructure."""
-    for prefix, name in _CATEGORIES:
-        if check.startswith(prefix):
-            return name
-    return "Performance"
+    return family_of(check).category

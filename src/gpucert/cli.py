@@ -23,11 +23,12 @@ from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
+from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.report import attest
 from gpucert.report.html import natural_key
-from gpucert.report.verdict import read_verdict
 from gpucert.resources import project_root
+from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, load_spec
 from gpucert.targets import open_target
 
@@ -41,12 +42,10 @@ def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
     return runner.load_inputs(Path(spec_path))
 
 
-def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -> None:
-    target = open_target(spec)
-    inventory = runner.plan(target, spec, run_dir)
-    console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({target.kind}) into {run_dir}")
-    if not measure:
-        return
+def _prepare(spec: ClusterSpec, reports: str, mode: runner.Mode, evidence: str | None = None) -> RunFolder:
+    """The run folder, through the one entry point the pytest plugin uses too, with a progress bar to watch."""
+    if mode is not runner.Mode.MEASURE:
+        return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None)
     with Progress(
         TextColumn("measuring"),
         BarColumn(),
@@ -56,24 +55,26 @@ def _measure_with_progress(spec: ClusterSpec, run_dir: Path, *, measure: bool) -
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("", total=len(inventory.nodes))
+        task = progress.add_task("", total=None)
+
+        def planned(inventory: Inventory, kind: str) -> None:
+            console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({kind})")
+            progress.update(task, total=len(inventory.nodes))
 
         def done(ev: NodeEvidence) -> None:
             progress.update(task, advance=1, description=f"{ev.node}{'' if ev.collected else ' (not measured)'}")
 
-        runner.measure(target, inventory, spec, run_dir, progress=done)
+        return runner.prepare(spec, Path(reports), mode, progress=done, planned=planned)
 
 
-def _pytest(
-    spec_path: str, run_dir: Path, suites: Sequence[str], workers: int | None, quiet: bool, signer: str | None = None
-) -> int:
+def _pytest(spec_path: str, folder: RunFolder, workers: int | None, quiet: bool, signer: str | None = None) -> int:
     root = project_root()
     args = [
-        *(str(root / "suites" / s) for s in suites),
+        *(str(root / "suites" / s) for s in folder.suites),
         "--spec",
         str(Path(spec_path).resolve()),
         "--run-dir",
-        str(run_dir),
+        str(folder.path),
         "--rootdir",
         str(root),
         "-c",
@@ -97,11 +98,10 @@ def _pytest(
 STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow"}
 
 
-def _print_verdict(run_dir: Path) -> int:
-    path = run_dir / "verdict.json"
-    if not path.exists():
-        raise IncompleteRunError(f"the evaluation wrote no verdict.json in {run_dir}; see the output above")
-    verdict = read_verdict(path)
+def _print_verdict(folder: RunFolder) -> int:
+    if not folder.verdict_path.exists():
+        raise IncompleteRunError(f"the evaluation wrote no verdict.json in {folder.path}; see the output above")
+    verdict = folder.read_verdict()
     table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
     for col in ("node", "result", "passed", "failed", "errors", "skipped", "failing checks"):
         table.add_column(col)
@@ -143,51 +143,40 @@ def _print_verdict(run_dir: Path) -> int:
             f"reached ({c.get('stopped') or 'the session ended early'}), {c['skippedWithoutCause']} skipped for a "
             "cause that did not run; a certification is PASS only when every required check ran"
         )
-    for name in ("report.html", "allure-results", "junit.xml", "verdict.json"):
-        console.print(f"  {name:<15} {run_dir / name}")
+    for path in (folder.report_path, folder.allure_dir, folder.junit_path, folder.verdict_path):
+        console.print(f"  {path.name:<15} {path}")
     return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL
 
 
-def _evaluate(
-    spec_path: str, run_dir: Path, suites: Sequence[str], *, workers: int | None, quiet: bool, signer: str | None
-) -> int:
-    code = _pytest(spec_path, run_dir, suites, workers, quiet, signer)
-    if code == pytest.ExitCode.INTERRUPTED and (run_dir / "verdict.json").exists():
-        _print_verdict(run_dir)
-        raise IncompleteRunError(f"interrupted during evaluation: the verdict in {run_dir} says INCOMPLETE")
+def _evaluate(spec_path: str, folder: RunFolder, *, workers: int | None, quiet: bool, signer: str | None) -> int:
+    """Run the suites the folder calls for over it, and print its verdict (0 pass, 1 fail or incomplete)."""
+    code = _pytest(spec_path, folder, workers, quiet, signer)
+    if code == pytest.ExitCode.INTERRUPTED and folder.verdict_path.exists():
+        _print_verdict(folder)
+        raise IncompleteRunError(f"interrupted during evaluation: the verdict in {folder.path} says INCOMPLETE")
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise IncompleteRunError(
-            f"pytest stopped with exit code {code}; the run folder {run_dir} keeps the evidence measured so far"
+            f"pytest stopped with exit code {code}; the run folder {folder.path} keeps the evidence measured so far"
         )
-    return _print_verdict(run_dir)
+    return _print_verdict(folder)
 
 
 def _run(
     spec_path: str,
     reports: str,
-    suites: Sequence[str],
+    mode: runner.Mode,
     *,
     workers: int | None = None,
-    measure: bool = True,
     evidence: str | None = None,
     quiet: bool = False,
     sign_key: Path | None = None,
     signer: str | None = None,
-    static: bool = False,
 ) -> int:
     spec, _ = _load(spec_path)
-    with runner.new_run_dir(Path(reports), spec) as run_dir:
-        if static:
-            runner.plan_static(run_dir)
-        elif evidence:
-            runner.import_evidence(Path(evidence), run_dir)
-            if (run_dir / "recertify.json").exists():
-                suites = [*suites, "recertify"]
-        else:
-            _measure_with_progress(spec, run_dir, measure=measure)
-    result = _evaluate(spec_path, run_dir, suites, workers=workers, quiet=quiet, signer=signer)
+    folder = _prepare(spec, reports, mode, evidence)
+    result = _evaluate(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
-        path, fp = attest.sign_run(run_dir, sign_key)
+        path, fp = attest.sign_run(folder.path, sign_key)
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
     return result
 
@@ -196,7 +185,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
     return _run(
         str(project_root() / "examples" / "demo.yaml"),
         a.reports,
-        ["configure", "certify"],
+        runner.Mode.MEASURE,
         workers=a.workers,
         quiet=True,
     )
@@ -207,7 +196,7 @@ def cmd_certify(a: argparse.Namespace) -> int:
     return _run(
         a.spec,
         a.reports,
-        ["configure", "certify"],
+        runner.Mode.MEASURE,
         workers=a.workers,
         quiet=a.quiet,
         sign_key=Path(a.sign_key) if a.sign_key else None,
@@ -238,19 +227,17 @@ def cmd_recertify(a: argparse.Namespace) -> int:
         wait_timeout_s=a.wait_timeout,
     )
 
-    def sign(run_dir: Path) -> str | None:
+    def sign(folder: RunFolder) -> str | None:
         if not a.sign_key:
             return None
-        path, fp = attest.sign_run(run_dir, Path(a.sign_key))
+        path, fp = attest.sign_run(folder.path, Path(a.sign_key))
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
-        return attest.certificate_digest(run_dir)
+        return attest.certificate_digest(folder.path)
 
     code, _ = recertify(
         spec,
         opts,
-        evaluate=lambda run_dir: _evaluate(
-            a.spec, run_dir, ["configure", "certify", "recertify"], workers=None, quiet=a.quiet, signer=signer
-        ),
+        evaluate=lambda folder: _evaluate(a.spec, folder, workers=None, quiet=a.quiet, signer=signer),
         sign=sign,
         progress=console.print,
     )
@@ -316,13 +303,11 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_configure(a: argparse.Namespace) -> int:
-    if a.static:
-        return _run(a.spec, a.reports, ["static"], static=True, quiet=a.quiet)
-    return _run(a.spec, a.reports, ["configure"], measure=False, quiet=a.quiet)
+    return _run(a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet)
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, ["configure", "certify"], workers=a.workers, evidence=a.evidence, quiet=a.quiet)
+    return _run(a.spec, a.reports, runner.Mode.EVIDENCE, workers=a.workers, evidence=a.evidence, quiet=a.quiet)
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
@@ -341,7 +326,7 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
     run_dir = Path(a.run_dir).resolve()
     # beside the run folder, not in it: the signed folder stays as it was signed
     out = Path(a.out) if a.out else run_dir.parent / f"{run_dir.name}-allure"
-    index = build_html(run_dir / "allure-results", out)
+    index = build_html(RunFolder(run_dir).allure_dir, out)
     console.print(f"Allure report: {index}")
     return EXIT_PASS
 

@@ -1,71 +1,56 @@
-"""Everything a suite test asks of a run: the run's files, read once, and one Finding per check.
+"""Everything a suite test asks of a run: find the evidence a check needs, or say why it is missing, and hand the
+numbers to the pure rules (analysis/, stack/). One call shape: `Evaluation.decide(key) -> Finding`.
 
-The suites stay one line each; this module finds the right evidence, decides what a missing dependency means
-(skip with its reason: one root cause, one finding) and hands the numbers to the pure rules in analysis/ and stack/.
+A check that cannot run because something it depends on failed is skipped with that cause (one root cause, one
+finding); one that cannot run for no failing cause is an error. Reads the run folder through RunFolder only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from gpucert.analysis.dcgm import judge_dcgm
+from gpucert.analysis.fabric import MULTINODE, enough_pairs, judge_multinode, judge_pairs, pair_figures
+from gpucert.analysis.handover import judge_against_handover, judge_identity
 from gpucert.analysis.health import judge_health
 from gpucert.analysis.performance import (
-    MIN_PEERS,
-    STRAGGLER_MIN_Z,
     Sampled,
     StragglerIndex,
     against_baseline,
     figure_of,
     sample_problem,
     samples_of,
-    top_busbw,
 )
-from gpucert.analysis.stats import median, summarize
 from gpucert.baseline import GpuBaseline
-from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckKey, CheckStatus, Finding
+from gpucert.checks import NODE_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.errors import EvidenceError
-from gpucert.evidence import (
-    FabricEvidence,
-    FabricPairs,
-    GpuEvidence,
-    NodeEvidence,
-    read_evidence,
-    read_fabric,
-    read_fabric_pairs,
-)
-from gpucert.handover import NodeBaseline, handover_tolerance, load_node_baseline
-from gpucert.inventory import Inventory, read_inventory
-from gpucert.names import NameError_, inside
+from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
+from gpucert.handover import NodeBaseline, load_node_baseline
+from gpucert.inventory import Inventory
 from gpucert.plan import Plan, dcgm_tests, plan_checks
+from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, Probe
-from gpucert.stack import rules
-from gpucert.stack.observe import NodeStack, StackObservation, read_stack
+from gpucert.stack import recipe, rules
+from gpucert.stack.observe import NodeStack, StackObservation
 
-__all__ = ["FABRIC_METRICS", "NODE_METRICS", "Evaluation", "GpuSlot"]
+__all__ = ["Evaluation", "GpuSlot"]
 
-SKIP, ERROR = CheckStatus.SKIP, CheckStatus.ERROR
+SKIP, ERROR, FAIL, PASS = CheckStatus.SKIP, CheckStatus.ERROR, CheckStatus.FAIL, CheckStatus.PASS
 
 
+@dataclass(frozen=True, slots=True)
 class GpuSlot:
     """One expected GPU of one node: what per-GPU tests are parametrized over."""
 
-    __slots__ = ("index", "node")
-
-    def __init__(self, node: str, index: int) -> None:
-        self.node = node
-        self.index = index
+    node: str
+    index: int
 
     def __repr__(self) -> str:
         return f"{self.node}/gpu{self.index}"
-
-
-def _probe_of(check: str) -> Probe:
-    return Probe(check.split(".")[0]) if not check.startswith("health.") else Probe.HEALTH
 
 
 def _because(check: str, node: str | None, gpu: int | None = None, detail: str | None = None) -> str:
@@ -73,73 +58,71 @@ def _because(check: str, node: str | None, gpu: int | None = None, detail: str |
     return str(CheckKey(check, node, gpu, detail))
 
 
-class Evaluation:
-    """The run folder's inventory, stack observation and evidence, with the judgement of every check."""
+def _skip(check: str, node: str | None, gpu: int | None, message: str, cause: str) -> Finding:
+    return Finding(check, SKIP, node, gpu, message, cause=cause)
 
-    def __init__(self, run_dir: Path, spec: ClusterSpec, baseline: GpuBaseline) -> None:
-        self.run_dir = run_dir
+
+class Evaluation:
+    """The run folder's inventory, stack observation and evidence, with the decision of every check."""
+
+    def __init__(self, run_dir: Path | RunFolder, spec: ClusterSpec, baseline: GpuBaseline) -> None:
+        self.folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
         self.spec = spec
         self.baseline = baseline
         self._evidence: dict[str, NodeEvidence | None] = {}
+        self._problems: dict[str, str] = {}
         self._stragglers: dict[str, StragglerIndex] = {}
 
-    # ---- the run's files -------------------------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
+
+    # ---- the run's documents, read once ----------------------------------------------------------------------
 
     @cached_property
     def inventory(self) -> Inventory:
-        return read_inventory(self.run_dir / "inventory.json")
+        return self.folder.read_inventory()
 
     @cached_property
     def stack(self) -> StackObservation:
-        return read_stack(self.run_dir / "stack.json")
+        return self.folder.read_stack()
 
     @property
     def measured(self) -> bool:
-        """Whether this run measured nodes (a configure-only run has no evidence folder)."""
-        return (self.run_dir / "evidence").is_dir()
+        return self.folder.measured
 
     @cached_property
     def recertification(self) -> dict[str, Any] | None:
-        """What `gpucert recertify` wrote about the run (the node, its handover baseline), or None."""
-        path = self.run_dir / "recertify.json"
-        if not path.exists():
-            return None
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return data
+        return self.folder.read_recertify()
 
     @cached_property
     def handover(self) -> NodeBaseline | None:
         """The node's handover baseline as the run used it (copied into inputs/, so it is signed with the run)."""
-        path = self.run_dir / "inputs" / "handover.yaml"
+        path = self.folder.handover_copy
         return load_node_baseline(path) if path.exists() else None
 
     @cached_property
     def fleet_peers(self) -> list[NodeEvidence]:
-        """Other nodes' latest evidence, copied into fleet/ by recertify: the peers a lone node is compared with."""
-        folder = self.run_dir / "fleet"
-        return [read_evidence(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+        return self.folder.read_fleet_peers()
 
     @cached_property
     def fabric(self) -> FabricEvidence | None:
-        return read_fabric(self.run_dir / "evidence") if self.measured else None
+        return self.folder.read_fabric()
 
     @cached_property
     def fabric_pairs(self) -> FabricPairs | None:
-        return read_fabric_pairs(self.run_dir / "evidence") if self.measured else None
+        return self.folder.read_fabric_pairs()
 
     def evidence(self, node: str) -> NodeEvidence | None:
         """The node's evidence, None when none was written; EvidenceError when it cannot be believed."""
+        if node in self._problems:
+            raise EvidenceError(self._problems[node])
         if node not in self._evidence:
             try:
-                path = inside(self.run_dir / "evidence", f"{node}.json")
-            except NameError_ as exc:
-                raise EvidenceError(str(exc), path=self.run_dir / "evidence") from None
-            ev = read_evidence(path) if path.exists() or path.is_symlink() else None
-            if ev is not None and ev.node != node:
-                raise EvidenceError(
-                    f"this file is named for {node}, but its evidence is of node {ev.node!r}", path=path
-                )
-            self._evidence[node] = ev
+                self._evidence[node] = self.folder.read_evidence(node)
+            except EvidenceError as exc:
+                self._problems[node] = str(exc)
+                raise
         return self._evidence[node]
 
     def evidence_problem(self, node: str) -> str | None:
@@ -150,23 +133,22 @@ class Evaluation:
             return str(exc)
         return None
 
-    def _usable(self, node: str) -> NodeEvidence | None:
+    def usable(self, node: str) -> NodeEvidence | None:
+        """The node's evidence when it can be used, else None."""
         return None if self.evidence_problem(node) else self.evidence(node)
+
+    def _measured_node(self, node: str) -> NodeEvidence | None:
+        ev = self.usable(node) if self.measured else None
+        return ev if ev is not None and ev.collected else None
 
     @cached_property
     def plan(self) -> Plan:
         """Every check this run must decide: the suites follow from the run folder (static, configure only,
         measured, recertification), the keys from the spec and the inventory."""
-        if self.inventory.target == "static":
-            suites: tuple[str, ...] = ("static",)
-        elif not self.measured:
-            suites = ("configure",)
-        else:
-            suites = ("configure", "certify", *(("recertify",) if self.recertification is not None else ()))
         return plan_checks(
             self.spec,
             self.inventory.names,
-            suites,
+            self.folder.suites,
             components=self.components(),
             handover=self.handover is not None,
             recertification=self.recertification is not None,
@@ -176,32 +158,27 @@ class Evaluation:
         """GPUs seen: by the probes where a node was measured, else as the cluster labels them."""
         total = 0
         for n in self.inventory.nodes:
-            ev = self._usable(n.name) if self.measured else None
-            total += len(ev.gpus) if ev is not None and ev.collected else (n.gpu_count or 0)
+            ev = self._measured_node(n.name)
+            total += len(ev.gpus) if ev is not None else (n.gpu_count or 0)
         return total
 
     def measured_at(self) -> dict[str, str | None]:
         """When each node's evidence was finished (None for a node not measured)."""
-        out: dict[str, str | None] = {}
-        for node in self.inventory.names:
-            ev = self._usable(node) if self.measured else None
-            out[node] = ev.finished if ev is not None and ev.collected else None
-        return out
+        return {n: (ev.finished if (ev := self._measured_node(n)) else None) for n in self.inventory.names}
 
     @cached_property
     def unknown_evidence(self) -> list[str]:
         """Evidence files for nodes the inventory does not list: not this cluster's, so never judged."""
-        folder = self.run_dir / "evidence"
         known = set(self.inventory.names)
-        return sorted(p.name for p in folder.glob("*.json") if p.stem not in known) if self.measured else []
+        return [p.name for p in self.folder.evidence_files() if p.stem not in known]
 
     @cached_property
     def _duplicate_gpus(self) -> dict[str, list[str]]:
         """Per node, each GPU identity (UUID or serial) reported more than once in the fleet, with where."""
         seen: dict[tuple[str, str], list[str]] = {}
         for node in self.inventory.names:
-            ev = self._usable(node) if self.measured else None
-            for g in ev.gpus if ev is not None and ev.collected else []:
+            ev = self._measured_node(node)
+            for g in ev.gpus if ev is not None else []:
                 for kind, value in (("UUID", g.uuid), ("serial", g.serial)):
                     if value:
                         seen.setdefault((kind, value), []).append(f"{node}/gpu{g.index}")
@@ -212,36 +189,66 @@ class Evaluation:
                     out.setdefault(w.split("/")[0], []).append(f"{kind} {value} is reported by {', '.join(where)}")
         return out
 
+    def components(self) -> list[str]:
+        return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
+
+    def dcgm_tests(self) -> list[str]:
+        return dcgm_tests(self.spec.certify.dcgm.level)
+
+    # ---- one call shape ---------------------------------------------------------------------------------------
+
+    def decide(self, key: CheckKey) -> Finding:
+        """The Finding of one check: what the suites turn into a test outcome."""
+        family = family_of(key.check)
+        node, gpu = key.node, key.gpu
+        if key.node is None and family is Family.STACK:
+            return recipe.decide(key.check, self.spec)
+        if key.check == "inventory.nodes":
+            return self.node_count()
+        if key.check == "node.reachable" and node is not None:
+            return self.reachable(node)
+        if family in (Family.STACK, Family.INVENTORY) and node is not None:
+            return self.configure(key.check, node, key.detail)
+        if family is Family.HEALTH and node is not None and gpu is not None:
+            return self.health(key.check, GpuSlot(node, gpu))
+        if family is Family.DCGM and node is not None and gpu is not None:
+            return self.dcgm(key.check.removeprefix("dcgm."), GpuSlot(node, gpu))
+        if key.check == MULTINODE:
+            return self.multinode()
+        if key.check == f"straggler.{MULTINODE}" and node is not None:
+            return self.fabric_straggler(node)
+        if key.check == "handover.identity" and node is not None and gpu is not None:
+            return self.identity(GpuSlot(node, gpu))
+        if family is Family.HANDOVER and node is not None:
+            return self.against_handover(key.check.removeprefix("handover."), node, gpu)
+        if family is Family.PERFORMANCE and node is not None:
+            return self.metric(key.check, node, gpu)
+        raise ValueError(f"no rule decides {key}: not a check of gpucert's vocabulary")
+
     # ---- configure -------------------------------------------------------------------------------------------
 
-    def _node_stack(self, node: str) -> NodeStack | Finding:
+    def _node_stack(self, check: str, node: str) -> NodeStack | Finding:
         ns = self.stack.nodes.get(node)
         cause = _because("node.reachable", node)
         if ns is None:
-            return Finding(
-                "", SKIP, node, None, f"{node} is not listed by the cluster (see node.reachable)", cause=cause
-            )
+            return _skip(check, node, None, f"{node} is not listed by the cluster (see node.reachable)", cause)
         if not ns.ready:
-            return Finding("", SKIP, node, None, f"{node} is not Ready (see node.reachable)", cause=cause)
+            return _skip(check, node, None, f"{node} is not Ready (see node.reachable)", cause)
         return ns
-
-    def components(self) -> list[str]:
-        return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
 
     def node_count(self) -> Finding:
         unknown = self.unknown_evidence
         if unknown:
             return Finding(
                 "inventory.nodes",
-                CheckStatus.FAIL,
+                FAIL,
                 None,
                 None,
                 f"evidence/ holds documents for nodes the inventory does not list: {', '.join(unknown)}; evidence "
                 "that is not of this cluster's nodes cannot be part of its certification",
             )
         if self.recertification is not None:
-            node = self.recertification["node"]
-            return Finding("inventory.nodes", CheckStatus.PASS, None, None, f"recertification of {node}: one node")
+            return Finding("inventory.nodes", PASS, None, None, f"recertification of {self.recertification['node']}")
         return rules.node_count(self.inventory.names, self.spec)
 
     def reachable(self, node: str) -> Finding:
@@ -258,9 +265,9 @@ class Evaluation:
         return rules.reachable(self.stack.nodes.get(node), node, error)
 
     def configure(self, check: str, node: str, component: str | None = None) -> Finding:
-        ns = self._node_stack(node)
+        ns = self._node_stack(check, node)
         if isinstance(ns, Finding):
-            return dataclasses.replace(ns, check=check)
+            return ns
         match check:
             case "stack.version":
                 assert component is not None
@@ -279,54 +286,37 @@ class Evaluation:
             case "stack.runtime":
                 return rules.runtime(ns, self.spec)
             case "inventory.gpus":
-                ev = self._usable(node) if self.measured else None
-                found = rules.gpu_count(ns, self.spec, len(ev.gpus) if ev and ev.collected else None)
+                ev = self._measured_node(node)
+                found = rules.gpu_count(ns, self.spec, len(ev.gpus) if ev is not None else None)
                 twice = self._duplicate_gpus.get(node)
                 if twice:
-                    return Finding(
-                        check,
-                        CheckStatus.FAIL,
-                        node,
-                        None,
-                        f"{node}: the same GPU is reported more than once: {'; '.join(twice)}",
-                        observed=found.observed,
-                        expected=found.expected,
-                    )
+                    message = f"{node}: the same GPU is reported more than once: {'; '.join(twice)}"
+                    return dataclasses.replace(found, status=FAIL, message=message)
                 return found
             case "inventory.product":
                 return rules.gpu_product(ns, self.spec)
         raise ValueError(f"unknown configure check {check!r}")
 
-    # ---- certify ---------------------------------------------------------------------------------------------
+    # ---- certify: find the evidence, or say why it is missing -------------------------------------------------
 
     def _node_evidence(self, check: str, node: str) -> NodeEvidence | Finding:
-        probe = _probe_of(check)
-        if probe not in self.spec.certify.probes:
+        """The node's evidence for `check`: that of its probe, or (handover.identity) the GPUs the node showed."""
+        probe = None if check == "handover.identity" else Probe(family_of(check).probe or check.split(".")[0])
+        if probe is not None and probe not in self.spec.certify.probes:
             return Finding(check, SKIP, node, None, f"probe {probe.value!r} is not in certify.probes")
-        ev = self._usable(node)
+        ev = self.usable(node)
         if ev is None or not ev.collected:
-            return Finding(
-                check,
-                SKIP,
-                node,
-                None,
-                f"{node} was not measured (see node.reachable)",
-                cause=_because("node.reachable", node),
-            )
+            message = f"{node} was not measured (see node.reachable)"
+            return _skip(check, node, None, message, _because("node.reachable", node))
+        if probe is None:
+            return ev
         err = ev.error_for(probe.value)
         if err is not None and err.unavailable:
             if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.spec.expect.gpus_per_node:
-                return Finding(
-                    check,
-                    SKIP,
-                    node,
-                    None,
-                    f"{node} shows {len(ev.gpus)} GPU: nothing to measure between GPUs (see inventory.gpus)",
-                    cause=_because("inventory.gpus", node),
-                )
-            return Finding(
-                check, ERROR, node, None, f"{node}: the {probe.value} probe could not run there: {err.message}"
-            )
+                message = f"{node} shows {len(ev.gpus)} GPU: nothing to measure between GPUs (see inventory.gpus)"
+                return _skip(check, node, None, message, _because("inventory.gpus", node))
+            message = f"{node}: the {probe.value} probe could not run there: {err.message}"
+            return Finding(check, ERROR, node, None, message)
         if err is not None:
             return Finding(check, ERROR, node, None, f"{node}: the {probe.value} probe failed: {err.message}")
         return ev
@@ -337,14 +327,8 @@ class Evaluation:
             return dataclasses.replace(ev, node=gpu.node, gpu=gpu.index)
         g = ev.gpu(gpu.index)
         if g is None:
-            return Finding(
-                check,
-                SKIP,
-                gpu.node,
-                gpu.index,
-                f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)",
-                cause=_because("inventory.gpus", gpu.node),
-            )
+            message = f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)"
+            return _skip(check, gpu.node, gpu.index, message, _because("inventory.gpus", gpu.node))
         return g
 
     def health(self, check: str, gpu: GpuSlot) -> Finding:
@@ -355,80 +339,19 @@ class Evaluation:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the health probe recorded nothing")
         return judge_health(check, g.health, self.baseline, gpu.node, gpu.index)
 
-    def dcgm_tests(self) -> list[str]:
-        return dcgm_tests(self.spec.certify.dcgm.level)
-
     def dcgm(self, test: str, gpu: GpuSlot) -> Finding:
         check = f"dcgm.{test}"
         g = self._gpu_evidence(check, gpu)
         if isinstance(g, Finding):
             return g
         ev = self.evidence(gpu.node)
-        assert ev is not None
-        d = ev.dcgm
-        if d is not None and d.level < self.spec.certify.dcgm.level:
-            return Finding(
-                check,
-                ERROR,
-                gpu.node,
-                gpu.index,
-                f"{gpu.node}: DCGM ran level {d.level}, the spec asks for level {self.spec.certify.dcgm.level}",
-            )
-        if d is None:
+        if ev is None or ev.dcgm is None:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: no DCGM diagnostic was recorded")
-        if d.runtime_error:
-            return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: dcgmi diag failed: {d.runtime_error}")
-        result = d.results.get(test)
-        if result is None:
-            return Finding(
-                check,
-                CheckStatus.FAIL,
-                gpu.node,
-                gpu.index,
-                f"{gpu!r}: DCGM level {d.level} did not run the {test} test (exit code {d.exit_code})",
-            )
-        mine = result.gpus.get(gpu.index)
-        if mine is not None and mine.status == "Fail":
-            why = "; ".join(mine.warnings) or "no warning text"
-            return Finding(
-                check,
-                CheckStatus.FAIL,
-                gpu.node,
-                gpu.index,
-                f"{gpu!r}: DCGM {test} Fail: {why}",
-                observed="Fail",
-                expected="Pass",
-            )
-        if result.summary == "Fail" and not any(r.status == "Fail" for r in result.gpus.values()):
-            return Finding(
-                check,
-                CheckStatus.FAIL,
-                gpu.node,
-                gpu.index,
-                f"{gpu!r}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})",
-                observed="Fail",
-                expected="Pass",
-            )
-        status = mine.status if mine is not None else (result.summary or "Pass")
-        if status == "Skip":
-            why = "; ".join([*(mine.warnings if mine else []), *result.info]) or "DCGM gave no reason"
-            return Finding(
-                check, ERROR, gpu.node, gpu.index, f"{gpu!r}: DCGM skipped the {test} test, so it was not run: {why}"
-            )
-        return Finding(
-            check,
-            CheckStatus.PASS,
-            gpu.node,
-            gpu.index,
-            f"{gpu!r}: DCGM {test} {status}",
-            observed=status,
-            expected="Pass",
-        )
+        return judge_dcgm(test, gpu.node, gpu.index, ev.dcgm, self.spec.certify.dcgm.level)
 
     def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
-        """The median of one measurement and its sample count, or None when it was not measured (or cannot be
-        believed)."""
-        ev = self._usable(node)
+        """The median of one measurement and its sample count; None when not measured (or not to be believed)."""
+        ev = self.usable(node)
         if ev is None or not ev.collected:
             return None
         b = self.baseline.metrics.get(metric)
@@ -436,87 +359,38 @@ class Evaluation:
             return None
         return figure_of(ev, metric, gpu)
 
-    def p2p_matrix(self, node: str) -> list[list[float | None]] | None:
-        """Median peer copy bandwidth per (source, destination) pair of one node; None on the diagonal."""
-        ev = self._usable(node)
-        if ev is None or ev.p2p is None or not ev.gpus:
-            return None
-        n = len(ev.gpus)
-        m: list[list[float | None]] = [[None] * n for _ in range(n)]
-        for p in ev.p2p.pairs:
-            finite = [x for x in p.samples if math.isfinite(x)]
-            if finite and 0 <= p.src < n and 0 <= p.dst < n:
-                m[p.src][p.dst] = median(finite)
-        return m
-
-    def nccl_curve(self, node: str) -> list[tuple[int, float]]:
-        """(message size, median bus bandwidth) over the node's all-reduce sweep."""
-        ev = self._usable(node)
-        if ev is None or ev.nccl is None:
-            return []
-        curve = [(p.size_bytes, [x for x in p.busbw if math.isfinite(x)]) for p in ev.nccl.points]
-        return [(size, median(busbw)) for size, busbw in curve if busbw and size > 0]
-
-    def evidence_for(self, finding: Finding) -> dict[str, object] | None:
-        """The evidence behind a finding, as JSON-ready data, for the reports' failure details."""
-        node = finding.node
-        if finding.check in FABRIC_METRICS:
-            return self.fabric.model_dump(mode="json") if self.fabric else None
-        if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
-            mine = [p for p in (self.fabric_pairs.pairs if self.fabric_pairs else []) if node in p.nodes]
-            return {"pairs": [p.model_dump(mode="json") for p in mine]}
-        if node is None:
-            return {"nodes": self.inventory.names}
-        family = finding.check.removeprefix("straggler.").split(".")[0]
-        if family in ("stack", "inventory", "node"):
-            ns = self.stack.nodes.get(node)
-            return ns.model_dump(mode="json") if ns is not None else None
-        ev = self._usable(node)
-        if ev is None:
-            return {"unreadable": self.evidence_problem(node)}
-        if family == "nccl":
-            return ev.nccl.model_dump(mode="json") if ev.nccl else None
-        if family == "p2p":
-            pairs = [
-                p.model_dump(mode="json") for p in (ev.p2p.pairs if ev.p2p else []) if finding.gpu in (p.src, p.dst)
-            ]
-            return {"unit": ev.p2p.unit if ev.p2p else None, "pairs": pairs}
-        gpu = ev.gpu(finding.gpu) if finding.gpu is not None else None
-        if gpu is None:
-            return {"errors": [e.model_dump(mode="json") for e in ev.errors]}
-        if family == "health":
-            return gpu.health.model_dump(mode="json") if gpu.health else None
-        if family == "dcgm" and ev.dcgm is not None:
-            test = ev.dcgm.results.get(finding.check.removeprefix("dcgm."))
-            return {
-                "version": ev.dcgm.version,
-                "exit_code": ev.dcgm.exit_code,
-                "result": test.model_dump(mode="json") if test else None,
-            }
-        metric = finding.check.removeprefix("straggler.")
-        m = gpu.measurements.get(metric)
-        return {
-            "gpu": gpu.index,
-            "uuid": gpu.uuid,
-            "serial": gpu.serial,
-            metric: m.model_dump(mode="json") if m else None,
-        }
+    def _figure(self, metric: str, node: str, gpu: int | None) -> Sampled | Finding:
+        """The GPU's (or node's) figure for `metric`, or the Finding that says why there is none to judge."""
+        ev = self._node_evidence(metric, node) if gpu is None else self._gpu_evidence(metric, GpuSlot(node, gpu))
+        if isinstance(ev, Finding):
+            return ev
+        node_ev = self.evidence(node)
+        assert node_ev is not None
+        where = node if gpu is None else f"{node}/gpu{gpu}"
+        samples = samples_of(node_ev, metric, gpu)
+        if not samples:
+            return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
+        problem = sample_problem(samples, self.baseline.metrics[metric].expected)
+        if problem is not None:
+            return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {problem}")
+        sampled = figure_of(node_ev, metric, gpu)
+        assert sampled is not None
+        return sampled
 
     def _straggler_index(self, metric: str) -> StragglerIndex:
         if metric not in self._stragglers:
             values: dict[tuple[str, int | None], Sampled] = {}
-            measured = [self._usable(node) for node in self.inventory.names]
             expected = self.baseline.metrics[metric].expected
+            measured = [self._measured_node(node) for node in self.inventory.names]
             for ev in [*measured, *self.fleet_peers]:
                 if ev is None or not ev.collected:
                     continue
-                node = ev.node
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
                     s = figure_of(ev, metric, idx)
                     # a figure that cannot be believed is no peer: it would move the median the others are held to
                     if s is not None and sample_problem(samples_of(ev, metric, idx), expected) is None:
-                        values[(node, idx)] = s
+                        values[(ev.node, idx)] = s
             self._stragglers[metric] = StragglerIndex(
                 metric,
                 values,
@@ -525,62 +399,82 @@ class Evaluation:
             )
         return self._stragglers[metric]
 
+    def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
+        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
+        if metric not in self.baseline.metrics:
+            return Finding(metric, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        sampled = self._figure(metric, node, gpu)
+        if isinstance(sampled, Finding):
+            return sampled
+        base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
+        if base.status is not PASS:
+            return base
+        straggler = self._straggler_index(metric).judge((node, gpu))
+        return straggler if straggler.status is not PASS else base
+
+    # ---- across nodes ----------------------------------------------------------------------------------------
+
     def _unmeasured(self) -> str | None:
         """The first inventory node that was not measured or showed no GPU, as a cause (a collective across
         nodes needs every node, and each with its GPUs)."""
         for node in self.inventory.names:
-            ev = self._usable(node)
+            ev = self.usable(node)
             if ev is None or not ev.collected:
                 return _because("node.reachable", node)
             if not ev.gpus:
                 return _because("inventory.gpus", node)
         return None
 
-    def multinode(self, metric: str = "nccl.all_reduce.multinode") -> Finding:
+    def multinode(self) -> Finding:
         """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
         if self.spec.certify.multinode is None:
-            return Finding(
-                metric, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes was asked"
-            )
-        if metric not in self.baseline.metrics:
-            return Finding(metric, ERROR, None, None, f"the baseline {self.baseline.sku} has no figure for {metric}")
+            return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
+        if MULTINODE not in self.baseline.metrics:
+            return Finding(MULTINODE, ERROR, None, None, f"the baseline {self.baseline.sku} has no figure for it")
         fabric = self.fabric
         if fabric is None:
-            return Finding(metric, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
+            return Finding(MULTINODE, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
         err = next(iter(fabric.errors), None)
         if err is not None:
             why = f"the all-reduce across nodes did not run: {err.message}"
             cause = self._unmeasured()
             if cause is not None and len(fabric.nodes) < 2:
-                return Finding(metric, SKIP, None, None, f"{why} (see node.reachable)", cause=cause)
-            return Finding(metric, ERROR, None, None, why)
-        if fabric.nccl is None or not fabric.nccl.points:
-            return Finding(metric, ERROR, None, None, "the all-reduce across nodes recorded no samples")
-        where = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs ({', '.join(fabric.nodes)}):"
-        if not fabric.nccl.correct:
-            return Finding(metric, CheckStatus.FAIL, None, None, f"{where} the reduced values were wrong")
-        busbw = top_busbw(fabric.nccl)
-        problem = sample_problem(busbw, self.baseline.metrics[metric].expected)
-        if problem is not None:
-            return Finding(metric, ERROR, None, None, f"{where} the samples cannot be believed: {problem}")
-        sampled = Sampled(median(busbw), len(busbw), "GB/s")
-        found = against_baseline(metric, (where, None), sampled, self.baseline.metrics[metric])
-        return dataclasses.replace(found, node=None)
+                return _skip(MULTINODE, None, None, f"{why} (see node.reachable)", cause)
+            return Finding(MULTINODE, ERROR, None, None, why)
+        return judge_multinode(fabric, self.baseline.metrics[MULTINODE])
+
+    def fabric_straggler(self, node: str) -> Finding:
+        """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
+        check = f"straggler.{MULTINODE}"
+        multinode = self.spec.certify.multinode
+        if multinode is None or not multinode.pairs:
+            return Finding(check, SKIP, node, None, "certify.multinode.pairs is not set: no pairs were measured")
+        ev = self.usable(node)
+        if ev is None or not ev.collected:
+            message = f"{node} was not measured (see node.reachable)"
+            return _skip(check, node, None, message, _because("node.reachable", node))
+        if not ev.gpus:
+            return _skip(
+                check, node, None, f"{node} shows no GPU (see inventory.gpus)", _because("inventory.gpus", node)
+            )
+        cause = self._unmeasured()
+        if self.fabric_pairs is None:
+            if cause is not None:
+                return _skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
+            return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")
+        values, failed = pair_figures(self.fabric_pairs, node)
+        if failed:
+            message = f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}"
+            return Finding(check, ERROR, node, None, message)
+        mine = [name for name in values if node in name.split(" + ")]
+        if not mine or not enough_pairs(values):
+            why = f"{node} was in no pair" if not mine else f"{len(values)} pairs are too few to tell a slow node"
+            if cause is not None:
+                return _skip(check, node, None, f"{why}: not every node was measured", cause)
+            return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
+        return judge_pairs(node, values, self.spec.certify.stragglers.max_deviation)
 
     # ---- recertify: the node against its own handover baseline ------------------------------------------------
-
-    def _no_handover(self, check: str, node: str, gpu: int | None) -> Finding | None:
-        if self.recertification is None:
-            return Finding(check, SKIP, node, gpu, "not a recertification: handover checks run in `gpucert recertify`")
-        if self.handover is None:
-            return Finding(
-                check,
-                SKIP,
-                node,
-                gpu,
-                f"{node} has no handover baseline: recertified against the SKU baseline and the fleet only",
-            )
-        return None
 
     def recertify_summary(self) -> str:
         """One sentence for the reports: what this recertification compared the node with."""
@@ -607,6 +501,13 @@ class Evaluation:
             + f"), the SKU baseline {self.baseline.sku} and {fleet}"
         )
 
+    def _no_handover(self, check: str, node: str, gpu: int | None) -> Finding | None:
+        if self.recertification is None:
+            return Finding(check, SKIP, node, gpu, "not a recertification: handover checks run in `gpucert recertify`")
+        if self.handover is None:
+            return Finding(check, SKIP, node, gpu, f"{node} has no handover baseline")
+        return None
+
     def identity(self, gpu: GpuSlot) -> Finding:
         """The GPU in this slot is the one recorded at handover (by serial, else by UUID)."""
         check = "handover.identity"
@@ -614,41 +515,20 @@ class Evaluation:
         if missing is not None:
             return missing
         assert self.handover is not None
-        ev = self._usable(gpu.node)
-        if ev is None or not ev.collected:
-            return Finding(
-                check,
-                SKIP,
-                gpu.node,
-                gpu.index,
-                f"{gpu.node} was not measured (see node.reachable)",
-                cause=_because("node.reachable", gpu.node),
-            )
-        g = ev.gpu(gpu.index)
-        if g is None:
-            return Finding(
-                check,
-                SKIP,
-                gpu.node,
-                gpu.index,
-                f"{gpu!r} is not present (see inventory.gpus)",
-                cause=_because("inventory.gpus", gpu.node),
-            )
+        g = self._gpu_evidence(check, gpu)
+        if isinstance(g, Finding):
+            return g
         was = self.handover.gpu(gpu.index)
         if was is None:
-            return Finding(check, CheckStatus.FAIL, gpu.node, gpu.index, f"{gpu!r} was not present at handover")
-        then, now, what = (was.serial, g.serial, "serial") if was.serial else (was.uuid, g.uuid, "UUID")
-        if then == now:
-            return Finding(check, CheckStatus.PASS, gpu.node, gpu.index, f"{gpu!r}: {what} {now} as at handover")
-        return Finding(
-            check,
-            CheckStatus.FAIL,
+            return Finding(check, FAIL, gpu.node, gpu.index, f"{gpu!r} was not present at handover")
+        return judge_identity(
             gpu.node,
             gpu.index,
-            f"{gpu!r} was swapped since handover (run {self.handover.recorded.run}): {what} {then} then, {now} now; "
-            "record a new handover baseline once the new GPU is certified",
-            observed=now,
-            expected=then,
+            then_serial=was.serial,
+            then_uuid=was.uuid,
+            serial=g.serial,
+            uuid=g.uuid,
+            run=self.handover.recorded.run,
         )
 
     def against_handover(self, metric: str, node: str, gpu: int | None) -> Finding:
@@ -660,25 +540,15 @@ class Evaluation:
         assert self.handover is not None
         if metric not in self.baseline.metrics:
             return Finding(check, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
-        if gpu is not None:
-            was = self.handover.gpu(gpu)
-            if was is not None and self.identity(GpuSlot(node, gpu)).status is CheckStatus.FAIL:
-                return Finding(
-                    check,
-                    SKIP,
-                    node,
-                    gpu,
-                    f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)",
-                    cause=_because("handover.identity", node, gpu),
-                )
+        swapped = gpu is not None and self.identity(GpuSlot(node, gpu)).status is FAIL
+        if gpu is not None and swapped and self.handover.gpu(gpu) is not None:
+            message = f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)"
+            return _skip(check, node, gpu, message, _because("handover.identity", node, gpu))
         now = self._figure(metric, node, gpu)
         if isinstance(now, Finding):
             return dataclasses.replace(now, check=check)
-        if gpu is None:
-            rec = self.handover.node_metrics.get(metric)
-        else:
-            was = self.handover.gpu(gpu)
-            rec = was.metrics.get(metric) if was is not None else None
+        was = self.handover.gpu(gpu) if gpu is not None else None
+        rec = self.handover.node_metrics.get(metric) if gpu is None else (was.metrics.get(metric) if was else None)
         if rec is None:
             return Finding(
                 check,
@@ -688,120 +558,15 @@ class Evaluation:
                 f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}, so it cannot be "
                 "compared; record a new handover baseline that covers the spec's probes",
             )
-        tol = handover_tolerance(rec.spread)
-        sign = 1.0 if self.baseline.metrics[metric].comparison.value == "min" else -1.0
-        deviation = now.value / rec.median - 1
-        where = node if gpu is None else f"{node}/gpu{gpu}"
-        word = "below" if deviation < 0 else "above"
-        msg = (
-            f"{where} {metric} {now.value:.4g} {now.unit} (median of {now.n} samples) is {abs(deviation):.1%} {word} "
-            f"its handover median {rec.median:.4g} {rec.unit} (run {self.handover.recorded.run}, spread "
-            f"{rec.spread:.1%} over {rec.n} samples, tolerance {tol:.1%})"
+        return judge_against_handover(
+            metric,
+            node,
+            gpu,
+            now,
+            median=rec.median,
+            spread=rec.spread,
+            n=rec.n,
+            unit=rec.unit,
+            run=self.handover.recorded.run,
+            higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
         )
-        status = CheckStatus.FAIL if sign * deviation < -tol else CheckStatus.PASS
-        return Finding(check, status, node, gpu, msg, observed=round(now.value, 4), expected=rec.median, unit=rec.unit)
-
-    def fabric_straggler(self, node: str) -> Finding:
-        """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
-        check = "straggler.nccl.all_reduce.multinode"
-        multinode = self.spec.certify.multinode
-        if multinode is None or not multinode.pairs:
-            return Finding(
-                check, SKIP, node, None, "certify.multinode.pairs is not set: no pairs of nodes were measured"
-            )
-        ev = self._usable(node)
-        if ev is None or not ev.collected:
-            return Finding(
-                check,
-                SKIP,
-                node,
-                None,
-                f"{node} was not measured (see node.reachable)",
-                cause=_because("node.reachable", node),
-            )
-        if not ev.gpus:
-            return Finding(
-                check,
-                SKIP,
-                node,
-                None,
-                f"{node} shows no GPU (see inventory.gpus)",
-                cause=_because("inventory.gpus", node),
-            )
-        pairs = self.fabric_pairs
-        if pairs is None:
-            cause = self._unmeasured()
-            why = "no pairs of nodes were measured"
-            if cause is not None:
-                return Finding(check, SKIP, node, None, f"{why}: not every node was measured", cause=cause)
-            return Finding(check, ERROR, node, None, f"{why} though certify.multinode.pairs asks for them")
-        values: dict[tuple[str, int | None], float] = {}
-        failed: list[str] = []
-        for pair in pairs.pairs:
-            name = " + ".join(pair.nodes)
-            if pair.errors or pair.nccl is None or not pair.nccl.points or not pair.nccl.correct:
-                if node in pair.nodes:
-                    why = "; ".join(e.message for e in pair.errors) or "no correct samples"
-                    failed.append(f"{name}: {why}")
-                continue
-            values[(name, None)] = median(top_busbw(pair.nccl))
-        mine = {k: v for k, v in values.items() if node in k[0].split(" + ")}
-        if failed:
-            return Finding(
-                check, ERROR, node, None, f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}"
-            )
-        if not mine or len(values) - 1 < MIN_PEERS:
-            why = f"{node} was in no pair" if not mine else f"{len(values)} pairs are too few to tell a slow node"
-            cause = self._unmeasured()
-            if cause is not None:
-                return Finding(check, SKIP, node, None, f"{why}: not every node was measured", cause=cause)
-            return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
-        peers = summarize(list(values.values()))
-        limit = self.spec.certify.stragglers.max_deviation
-        behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -limit and peers.z(v) < -STRAGGLER_MIN_Z}
-        detail = ", ".join(f"{k[0]} {v:.4g} GB/s ({v / peers.median - 1:+.1%})" for k, v in mine.items())
-        where = f"the median of {len(values)} pairs is {peers.median:.4g} GB/s"
-        if len(behind) == len(mine):
-            worst = min(mine.values())
-            return Finding(
-                check,
-                CheckStatus.FAIL,
-                node,
-                None,
-                f"{node} slows every ring it is in: {detail}; {where} (limit {limit:.0%})",
-                observed=round(worst, 4),
-                expected=round(peers.median, 4),
-                unit="GB/s",
-            )
-        return Finding(check, CheckStatus.PASS, node, None, f"{node}'s pairs: {detail}; {where}")
-
-    def _figure(self, metric: str, node: str, gpu: int | None) -> Sampled | Finding:
-        """The GPU's (or node's) figure for `metric`, or the Finding that says why there is none to judge."""
-        ev = self._node_evidence(metric, node) if gpu is None else self._gpu_evidence(metric, GpuSlot(node, gpu))
-        if isinstance(ev, Finding):
-            return ev
-        node_ev = self.evidence(node)
-        assert node_ev is not None
-        where = node if gpu is None else f"{node}/gpu{gpu}"
-        samples = samples_of(node_ev, metric, gpu)
-        if not samples:
-            return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
-        problem = sample_problem(samples, self.baseline.metrics[metric].expected)
-        if problem is not None:
-            return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {problem}")
-        sampled = figure_of(node_ev, metric, gpu)
-        assert sampled is not None
-        return sampled
-
-    def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
-        if metric not in self.baseline.metrics:
-            return Finding(metric, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
-        sampled = self._figure(metric, node, gpu)
-        if isinstance(sampled, Finding):
-            return sampled
-        base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
-        if base.status is not CheckStatus.PASS:
-            return base
-        straggler = self._straggler_index(metric).judge((node, gpu))
-        return straggler if straggler.status is not CheckStatus.PASS else base

@@ -14,11 +14,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucert.errors import EvidenceError
-from gpucert.names import NameError_, check_node_name, inside
 
 __all__ = [
     "EVIDENCE_SCHEMA",
-    "FABRIC_EVIDENCE",
     "DcgmEvidence",
     "DcgmGpuResult",
     "DcgmTestResult",
@@ -40,9 +38,7 @@ __all__ = [
     "read_evidence",
     "read_fabric",
     "read_fabric_pairs",
-    "write_evidence",
-    "write_fabric",
-    "write_fabric_pairs",
+    "write_document",
 ]
 
 EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"
@@ -218,10 +214,6 @@ class FabricEvidence(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-# a folder, so it can never collide with a node's `<node>.json`
-FABRIC_EVIDENCE = Path("multinode") / "nccl.json"
-
-
 def _atomic_write(path: Path, text: str) -> Path:
     """Write so that a reader never sees half a document, and no temporary file outlives an interrupt."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -234,8 +226,9 @@ def _atomic_write(path: Path, text: str) -> Path:
     return path
 
 
-def write_fabric(directory: Path, evidence: FabricEvidence) -> Path:
-    return _atomic_write(directory / FABRIC_EVIDENCE, evidence.model_dump_json(by_alias=True))
+def write_document(path: Path, document: BaseModel) -> Path:
+    """Write an evidence document (node, fabric or pairs) atomically, so a reader never sees half of it."""
+    return _atomic_write(path, document.model_dump_json(by_alias=True))
 
 
 class FabricPairs(_Model):
@@ -245,13 +238,6 @@ class FabricPairs(_Model):
     pairs: list[FabricEvidence] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-FABRIC_PAIRS = Path("multinode") / "pairs.json"
-
-
-def write_fabric_pairs(directory: Path, pairs: FabricPairs) -> Path:
-    return _atomic_write(directory / FABRIC_PAIRS, pairs.model_dump_json(by_alias=True))
 
 
 def _load_json(path: Path) -> Any:
@@ -287,24 +273,13 @@ def _read_model(path: Path, model: type[M]) -> M | None:
     return _validate(path, _load_json(path), model)
 
 
-def read_fabric(directory: Path) -> FabricEvidence | None:
-    """The multi-node evidence of an evidence folder, or None when the run measured no collective across nodes."""
-    return _read_model(directory / FABRIC_EVIDENCE, FabricEvidence)
+def read_fabric(path: Path) -> FabricEvidence | None:
+    """The all-reduce across nodes at `path`, or None when the run measured no collective across nodes."""
+    return _read_model(path, FabricEvidence)
 
 
-def read_fabric_pairs(directory: Path) -> FabricPairs | None:
-    return _read_model(directory / FABRIC_PAIRS, FabricPairs)
-
-
-def write_evidence(directory: Path, evidence: NodeEvidence) -> Path:
-    """Write one node's document atomically, so a reader never sees half of it; the node's name must be a node
-    name, so the file stays in `directory`."""
-    try:
-        check_node_name(evidence.node)
-        path = inside(directory, f"{evidence.node}.json")
-    except NameError_ as exc:
-        raise EvidenceError(f"not written: {exc}", path=directory) from None
-    return _atomic_write(path, evidence.model_dump_json(by_alias=True))
+def read_fabric_pairs(path: Path) -> FabricPairs | None:
+    return _read_model(path, FabricPairs)
 
 
 def read_evidence(path: Path) -> NodeEvidence:

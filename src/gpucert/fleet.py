@@ -6,10 +6,11 @@ Pure: a model and its loader. The simulator in targets/simulated.py turns it int
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, field_validator
 
+from gpucert.checks import FABRIC_METRICS, METRICS, NODE_METRICS
 from gpucert.documents import Document, Problem, load_document
 from gpucert.names import NameError_, check_file_stem, check_node_name
 from gpucert.spec import ClusterSpec, Metadata
@@ -17,22 +18,17 @@ from gpucert.versions import VersionError, parse_version
 
 __all__ = ["FLEET_METRICS", "Fault", "SimulatedFleet", "load_fleet"]
 
-Metric = Literal[
-    "memory.bandwidth",
-    "compute.gemm.fp16",
-    "compute.gemm.bf16",
-    "compute.gemm.tf32",
-    "compute.gemm.fp32",
-    "compute.gemm.fp64",
-    "pcie.h2d",
-    "pcie.d2h",
-    "p2p.bandwidth",
-    "nccl.all_reduce",
-    "nccl.all_reduce.multinode",
-]
+
+def _is_metric(name: str) -> str:
+    if name not in METRICS:
+        raise ValueError(f"{name!r} is not a metric; metrics are {', '.join(METRICS)}")
+    return name
+
+
 # the metrics a `slow` fault can scale (the nccl ones are per node: a node's slow NIC slows the multi-node ring)
-FLEET_METRICS: tuple[str, ...] = get_args(Metric)
-NODE_LEVEL_METRICS = ("nccl.all_reduce", "nccl.all_reduce.multinode")  # one figure per node: no `gpu` in a fault
+Metric = Annotated[str, AfterValidator(_is_metric), WithJsonSchema({"type": "string", "enum": list(METRICS)})]
+FLEET_METRICS = METRICS
+NODE_LEVEL_METRICS = (*NODE_METRICS, *FABRIC_METRICS)  # one figure per node: no `gpu` in a fault
 # what a node reports beside the spec's components, which a `version` fault may also change (node status.nodeInfo)
 NODE_FACTS = ("kubelet", "containerRuntime", "kernel", "osImage")
 GpuIndex = Annotated[int, Field(ge=0)]

@@ -9,7 +9,6 @@ a node with its own file: a GPU may be well inside the SKU's tolerance and still
 from __future__ import annotations
 
 import hashlib
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Literal
@@ -17,14 +16,16 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
+from gpucert.analysis.handover import MIN_TOLERANCE, SPREAD_FACTOR, handover_tolerance
 from gpucert.analysis.performance import figure_of, samples_of
 from gpucert.analysis.stats import summarize
 from gpucert.baseline import load_baseline
 from gpucert.checks import NODE_METRICS
 from gpucert.documents import Document, load_document
 from gpucert.errors import ConfigError, EvidenceError
-from gpucert.evidence import NodeEvidence, read_evidence
+from gpucert.evidence import NodeEvidence
 from gpucert.names import NameError_, check_node_name, inside
+from gpucert.runfolder import RunFolder
 
 __all__ = [
     "MIN_TOLERANCE",
@@ -37,16 +38,6 @@ __all__ = [
     "record_baselines",
     "sha256_of",
 ]
-
-# A node is held to its own handover figure within max(SPREAD_FACTOR x spread, MIN_TOLERANCE): three robust
-# standard deviations of what was seen at handover, and never tighter than 3 %, the run-to-run variation of a
-# healthy GPU's clocks and temperature that no sample count removes.
-SPREAD_FACTOR = 3.0
-MIN_TOLERANCE = 0.03
-
-
-def handover_tolerance(spread: float) -> float:
-    return max(SPREAD_FACTOR * spread, MIN_TOLERANCE)
 
 
 class MetricRecord(Document):
@@ -140,8 +131,8 @@ def record_baselines(
     `certificate` is the digest of the run's certificate (None when unsigned: refused unless `allow_unsigned`,
     which the files then say). Returns the files written and the nodes refused (with why).
     """
-    verdict_path = run_dir / "verdict.json"
-    if not verdict_path.exists():
+    folder = RunFolder(run_dir)
+    if not folder.verdict_path.exists():
         raise EvidenceError("no verdict.json: record handover baselines from a completed certification", path=run_dir)
     if certificate is None and not allow_unsigned:
         raise ConfigError(
@@ -150,18 +141,13 @@ def record_baselines(
             "(the files will say so)",
             path=run_dir,
         )
-    verdict = json.loads(verdict_path.read_text(encoding="utf-8"))
-    baseline_path = run_dir / "inputs" / "baseline.yaml"
+    verdict = folder.read_verdict()
+    baseline_path = folder.baseline_copy
     if not baseline_path.exists():
         raise EvidenceError("no inputs/baseline.yaml: not a run folder gpucert certify wrote", path=run_dir)
     sku = load_baseline(baseline_path)
     units = {m: b.unit for m, b in sku.metrics.items()}
-    run_info = run_dir / "run.json"
-    date = (
-        json.loads(run_info.read_text(encoding="utf-8")).get("finished")
-        if run_info.exists()
-        else datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    )
+    date = folder.read_run_info().get("finished") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     written, refused = [], []
     out.mkdir(parents=True, exist_ok=True)
     for node, summary in sorted(verdict.get("nodes", {}).items()):
@@ -181,11 +167,10 @@ def record_baselines(
             what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
             refused.append(f"{node}: {what}; pass --force --reason TEXT to record it")
             continue
-        path = run_dir / "evidence" / f"{node}.json"
-        if not path.exists():
+        ev = folder.read_evidence(node)
+        if ev is None:
             refused.append(f"{node}: no evidence in this run")
             continue
-        ev = read_evidence(path)
         if not ev.collected:
             refused.append(f"{node}: was not measured in this run")
             continue
@@ -211,5 +196,5 @@ def record_baselines(
         )
         written.append(target)
     if not written and not refused:
-        raise ConfigError("the run's verdict lists no nodes", path=verdict_path, key="nodes")
+        raise ConfigError("the run's verdict lists no nodes", path=folder.verdict_path, key="nodes")
     return written, refused

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpucert.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, CheckKey
+from gpucert.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, PCIE_DIRECTIONS, CheckKey
 from gpucert.spec import ClusterSpec, Probe
 
 __all__ = [
@@ -25,14 +25,7 @@ __all__ = [
 
 SUITES = ("static", "configure", "certify", "recertify")
 HEALTH_CHECKS = ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature")
-PCIE_DIRECTIONS = ("h2d", "d2h")
-HANDOVER_GPU_METRICS = (
-    "memory.bandwidth",
-    *(f"compute.gemm.{d}" for d in GEMM_DTYPES),
-    "pcie.h2d",
-    "pcie.d2h",
-    "p2p.bandwidth",
-)
+HANDOVER_GPU_METRICS = GPU_METRICS  # every per-GPU figure is held to its handover median
 # a node behind the fabric is told from its pairs of neighbours only when there are enough pairs to have a median
 # that one slow node cannot move: MIN_PEERS + 1 pairs, one pair per node on the ring
 PAIRS_MIN_NODES = 4

@@ -23,9 +23,10 @@ from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
-from gpucert.inventory import read_inventory
+from gpucert.report import details
 from gpucert.report.allure import write_allure
-from gpucert.report.verdict import Outcome, build_verdict, write_run_info, write_verdict
+from gpucert.report.verdict import Outcome, build_verdict
+from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 else:
     Skipped = pytest.skip.Exception
 
-__all__ = ["CheckFailed", "CheckSkipped", "RunContext", "expect", "run_context"]
+__all__ = ["CheckFailed", "CheckSkipped", "RunContext", "check_key", "expect", "run_context"]
 
 
 class CheckFailed(AssertionError):
@@ -65,7 +66,7 @@ def expect(finding: Finding) -> None:
 class RunContext:
     spec: ClusterSpec
     baseline: GpuBaseline
-    run_dir: Path
+    folder: RunFolder
     readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
     outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
     selected: set[CheckKey] | None = None  # the keys the session collected, after -k, --lf, --deselect
@@ -79,7 +80,7 @@ class RunContext:
     @property
     def evaluation(self) -> Evaluation:
         if self._evaluation is None:
-            self._evaluation = Evaluation(self.run_dir, self.spec, self.baseline)
+            self._evaluation = Evaluation(self.folder, self.spec, self.baseline)
         return self._evaluation
 
 
@@ -136,29 +137,34 @@ def _prepare(config: pytest.Config) -> RunContext | None:
         spec, baseline = runner.load_inputs(Path(spec_opt))
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
-            return RunContext(spec, baseline, Path(workerinput["gpucert_run_dir"]))
+            return RunContext(spec, baseline, RunFolder(Path(workerinput["gpucert_run_dir"])))
         run_dir_opt = config.getoption("run_dir")
         evidence = config.getoption("evidence")
         if run_dir_opt:
-            run_dir = Path(run_dir_opt)
-            if not (run_dir / "inventory.json").is_file():
-                raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {run_dir}")
-            return RunContext(spec, baseline, run_dir, readonly=not _runs_tests(config))
+            folder = RunFolder(Path(run_dir_opt))
+            if not folder.prepared:
+                raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
+            return RunContext(spec, baseline, folder, readonly=not _runs_tests(config))
         if not _runs_tests(config):
             # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
-            if evidence:
-                return RunContext(spec, baseline, runner.evidence_root(Path(evidence)), readonly=True)
-            return None
-        with runner.new_run_dir(Path(config.getoption("reports")), spec) as run_dir:
-            if config.getoption("static"):
-                runner.plan_static(run_dir)
-            elif evidence:
-                runner.import_evidence(Path(evidence), run_dir)
-            else:
-                runner.plan_and_measure(spec, run_dir, plan_only=config.getoption("no_measure"))
-        return RunContext(spec, baseline, run_dir)
+            return RunContext(spec, baseline, runner.recorded_run(Path(evidence)), readonly=True) if evidence else None
+        mode = (
+            runner.Mode.STATIC
+            if config.getoption("static")
+            else runner.Mode.EVIDENCE
+            if evidence
+            else runner.Mode.PLAN
+            if config.getoption("no_measure")
+            else runner.Mode.MEASURE
+        )
+        folder = runner.prepare(
+            spec, Path(config.getoption("reports")), mode, evidence=Path(evidence) if evidence else None
+        )
+        return RunContext(spec, baseline, folder)
     except GpucertError as exc:
-        raise pytest.UsageError(str(exc)) from None
+        if exc.exit_code == 2:  # the input is wrong: a usage error, as pytest says it
+            raise pytest.UsageError(str(exc)) from None
+        pytest.exit(f"gpucert: the run could not complete: {exc}", returncode=exc.exit_code)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -172,10 +178,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(Controller(ctx), "gpucert-controller")
     opt = config.option
     if getattr(opt, "htmlpath", "missing") is None:
-        opt.htmlpath = str(ctx.run_dir / "report.html")
+        opt.htmlpath = str(ctx.folder.report_path)
         opt.self_contained_html = True
     if opt.xmlpath is None:
-        opt.xmlpath = str(ctx.run_dir / "junit.xml")
+        opt.xmlpath = str(ctx.folder.junit_path)
     if config.pluginmanager.hasplugin("html"):
         from gpucert.report.html import HtmlSummary
 
@@ -186,13 +192,13 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_configure_node(node: Any) -> None:
     ctx = run_context(node.config)
     if ctx is not None:
-        node.workerinput["gpucert_run_dir"] = str(ctx.run_dir)
+        node.workerinput["gpucert_run_dir"] = str(ctx.folder.path)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     ctx = run_context(config)
     if ctx is not None:
-        return [f"gpucert: spec {ctx.spec.metadata.name}, run folder {ctx.run_dir}"]
+        return [f"gpucert: spec {ctx.spec.metadata.name}, run folder {ctx.folder.path}"]
     if config.getoption("spec") and not _runs_tests(config):
         return [
             "gpucert: this session runs no tests, so it plans and measures nothing; the checks are parametrized "
@@ -212,7 +218,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not ({"node", "gpu"} & set(names)):
         return
     ev = ctx.evaluation
-    nodes = read_inventory(ctx.run_dir / "inventory.json").names
+    nodes = ev.inventory.names
     if "gpu" in names:
         slots = [GpuSlot(n, i) for n in nodes for i in range(ctx.spec.expect.gpus_per_node)]
         metafunc.parametrize("gpu", slots, ids=[repr(s) for s in slots])
@@ -225,7 +231,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("dcgm_test", ev.dcgm_tests())
 
 
-def _key(item: pytest.Item) -> CheckKey | None:
+def check_key(item: pytest.Item) -> CheckKey | None:
     """The check a test item decides, from its `check` marker and its parameters."""
     marker = item.get_closest_marker("check")
     if marker is None:
@@ -251,7 +257,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ctx is None:
         return
     plan = ctx.evaluation.plan
-    kept = [item for item in items if (key := _key(item)) is None or key in plan]
+    kept = [item for item in items if (key := check_key(item)) is None or key in plan]
     ctx.left_out = len(items) - len(kept)
     items[:] = kept
 
@@ -260,7 +266,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ctx = run_context(session.config)
     if ctx is None:
         return
-    keys = [k for k in map(_key, session.items) if k is not None]
+    keys = [k for k in map(check_key, session.items) if k is not None]
     ctx.selected = set(keys)
     ctx.collected = len(session.items)
     workeroutput = getattr(session.config, "workeroutput", None)
@@ -291,7 +297,7 @@ def _finding(report: pytest.TestReport, call: pytest.CallInfo[None], key: CheckK
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
     ctx = run_context(item.config)
-    key = _key(item) if ctx is not None else None
+    key = check_key(item) if ctx is not None else None
     if ctx is None or key is None:
         return report
     decisive = (
@@ -317,7 +323,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report.gpucert = {"key": key.to_json(), "finding": finding.to_json(), "start": call.start, "stop": call.stop}
     if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR):
         try:
-            evidence = ctx.evaluation.evidence_for(finding)
+            evidence = details.evidence_for(ctx.evaluation, finding)
         except GpucertError as exc:
             evidence = {"unreadable": str(exc)}
         report.gpucert["evidence"] = evidence
@@ -368,7 +374,7 @@ class Controller:
         if session.shouldstop or session.shouldfail:
             stopped = str(session.shouldstop or session.shouldfail)
         verdict = build_verdict(
-            run=ctx.run_dir.name,
+            run=ctx.folder.id,
             spec=ctx.spec.metadata.name,
             target=ev.inventory.target,
             nodes=ev.inventory.names,
@@ -388,17 +394,12 @@ class Controller:
                 "summary": ev.recertify_summary(),
             }
         ctx.verdict = verdict
-        write_verdict(ctx.run_dir / "verdict.json", verdict)
+        ctx.folder.write_verdict(verdict)
         finished = time.time()
-        write_run_info(
-            ctx.run_dir,
-            run=ctx.run_dir.name,
-            spec=ctx.spec.metadata.name,
-            target=ev.inventory.target,
-            started=ctx.started,
-            finished=finished,
+        ctx.folder.write_run_info(
+            spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished
         )
-        dirs = [ctx.run_dir / "allure-results"]
+        dirs = [ctx.folder.allure_dir]
         extra = session.config.getoption("allure_report_dir", None)
         if extra:
             dirs.append(Path(extra))
@@ -447,7 +448,7 @@ class Controller:
             tr.write_line(f"  {self.ctx.left_out} test items the spec does not require were left out")
         for item in c["notRequired"]:
             tr.write_line(f"  not required: {item['check']}: {item['why']}")
-        tr.write_line(f"  verdict: {self.ctx.run_dir / 'verdict.json'}")
+        tr.write_line(f"  verdict: {self.ctx.folder.verdict_path}")
 
 
 def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,11 +21,10 @@ from typing import Any
 
 from gpucert import run as runner
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
-from gpucert.evidence import read_evidence
 from gpucert.handover import NodeBaseline, load_node_baseline, sha256_of
-from gpucert.inventory import Inventory, write_inventory
+from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name, inside
-from gpucert.report.verdict import read_verdict
+from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
 from gpucert.targets import open_target
 from gpucert.targets.base import NodeControl, NodeTarget, Target
@@ -70,22 +68,14 @@ def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeContro
     )
 
 
-def _run_of(run_dir: Path) -> tuple[str | None, str | None]:
+def _run_of(folder: RunFolder) -> tuple[str | None, str | None]:
     """The spec name and the SKU baseline digest a run folder was certified with (None where unknown)."""
-    spec = None
-    for name in ("run.json", "verdict.json"):
-        try:
-            spec = json.loads((run_dir / name).read_text(encoding="utf-8")).get("spec")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if spec:
-            break
-    baseline = run_dir / "inputs" / "baseline.yaml"
+    baseline = folder.baseline_copy
     try:
         digest = sha256_of(baseline) if baseline.is_file() and not baseline.is_symlink() else None
     except OSError:
         digest = None
-    return spec, digest
+    return folder.spec_name(), digest
 
 
 def latest_fleet_evidence(reports: Path, nodes: set[str], *, spec: str, baseline: str) -> dict[str, Path]:
@@ -93,17 +83,16 @@ def latest_fleet_evidence(reports: Path, nodes: set[str], *, spec: str, baseline
     from runs of the same spec (metadata.name) and SKU baseline (sha256) only: another spec's run is no peer."""
     found: dict[str, Path] = {}
     for run_dir in sorted((p for p in reports.iterdir() if p.is_dir()), reverse=True) if reports.is_dir() else []:
-        if _run_of(run_dir) != (spec, baseline):
+        folder = RunFolder(run_dir)
+        if _run_of(folder) != (spec, baseline):
             continue
-        for path in (run_dir / "evidence").glob("*.json"):
-            node = path.stem
-            if node in nodes and node not in found and not path.is_symlink():
-                try:
-                    ev = read_evidence(path)
-                except (EvidenceError, OSError):  # an unreadable file of an old run is no peer
-                    continue
-                if ev.collected and ev.node == node:
-                    found[node] = path
+        for node in sorted(nodes - found.keys()):
+            try:
+                ev = folder.read_evidence(node)
+            except (EvidenceError, OSError):  # an unreadable file of an old run is no peer
+                continue
+            if ev is not None and ev.collected and not folder.evidence_path(node).is_symlink():
+                found[node] = folder.evidence_path(node)
         if len(found) == len(nodes):
             break
     return found
@@ -141,16 +130,12 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _write(run_dir: Path, record: dict[str, Any]) -> None:
-    (run_dir / "recertify.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-
-
 def recertify(
     spec: ClusterSpec,
     opts: RecertifyOptions,
     *,
-    evaluate: Callable[[Path], int],
-    sign: Callable[[Path], str | None],
+    evaluate: Callable[[RunFolder], int],
+    sign: Callable[[RunFolder], str | None],
     progress: Callable[[str], None] = lambda _: None,
 ) -> tuple[int, Path]:
     """Recertify `opts.node`; returns the evaluation's exit code (0 pass, 1 fail) and the run folder."""
@@ -169,8 +154,8 @@ def recertify(
         _check_handover(handover, handover_path, node, spec, baseline_digest)
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
-        with runner.new_run_dir(opts.reports, spec, suffix=f"recertify-{node}") as run_dir:
-            inventory = runner.plan(target, spec, run_dir)
+        with runner.new_run(opts.reports, spec, suffix=f"recertify-{node}") as folder:
+            inventory = runner.plan(target, spec, folder)
             if node not in inventory.names:  # a mistyped node name leaves no run behind
                 shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
                 raise ConfigError(
@@ -179,16 +164,14 @@ def recertify(
                     key="target",
                 )
         one = Inventory(target=inventory.target, nodes=tuple(n for n in inventory.nodes if n.name == node))
-        write_inventory(run_dir / "inventory.json", one)
+        folder.write_inventory(one)
         if handover is not None:
-            shutil.copy2(handover_path, run_dir / "inputs" / "handover.yaml")
+            folder.copy_handover(handover_path)
         peers = latest_fleet_evidence(
             opts.reports, set(inventory.names) - {node}, spec=spec.metadata.name, baseline=baseline_digest
         )
-        if peers:
-            (run_dir / "fleet").mkdir()
-            for peer, path in sorted(peers.items()):
-                shutil.copy2(path, run_dir / "fleet" / f"{peer}.json")
+        for peer, path in sorted(peers.items()):
+            folder.add_fleet_peer(peer, path)
         record: dict[str, Any] = {
             "schema": RECERTIFY_SCHEMA,
             "node": node,
@@ -201,17 +184,17 @@ def recertify(
             ),
             "fleetPeers": {p: str(path.parent.parent.name) for p, path in sorted(peers.items())},
         }
-        _write(run_dir, record)
+        folder.write_recertify(record)
         if opts.cordon:
             record["cordon"] = {"wasCordoned": control.cordon(node)}
-            _write(run_dir, record)
+            folder.write_recertify(record)
             progress(f"cordoned {node}")
         record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
         record["drained"] = opts.drain
-        _write(run_dir, record)
-        runner.measure(target, one, spec, run_dir)
-        code = evaluate(run_dir)
-        verdict = read_verdict(run_dir / "verdict.json")
+        folder.write_recertify(record)
+        runner.measure(target, one, spec, folder)
+        code = evaluate(folder)
+        verdict = folder.read_verdict()
         passed = verdict["result"] == "pass"
         failing = sorted({f["check"] for f in verdict["findings"]})
         record.update(
@@ -224,15 +207,15 @@ def recertify(
                 "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
             },
         )
-        _write(run_dir, record)
-        digest = sign(run_dir)  # the certificate's digest, None when not signed
+        folder.write_recertify(record)
+        digest = sign(folder)  # the certificate's digest, None when not signed
         now_held_by = control.holder(node)
         if now_held_by != holder:
             raise IncompleteRunError(
                 f"lost the hold on {node} during the run (now held by {now_held_by or 'nobody'}): the node was not "
-                f"marked; its verdict ({verdict['result']}) is in {run_dir}"
+                f"marked; its verdict ({verdict['result']}) is in {folder.path}"
             )
-        stamp = {"time": record["finished"], "run": run_dir.name, "certificate": digest}
+        stamp = {"time": record["finished"], "run": folder.id, "certificate": digest}
         annotations = {
             ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),
             ANNOTATION_FAILING: ",".join(failing),
@@ -246,4 +229,4 @@ def recertify(
             f"{node}: {'certified, uncordoned' if passed else 'NOT certified, left cordoned'} "
             f"({LABEL_CERTIFIED}={'true' if passed else 'false'})"
         )
-    return code, run_dir
+    return code, folder.path

@@ -1,7 +1,10 @@
-"""A run folder and the two phases that fill it before evaluation: plan and measure.
+"""Plan and measure: the two phases that fill a run folder before evaluation, and the one entry point for them.
 
-`reports/<run-id>/` holds inputs/ (the spec and baseline as used), inventory.json, stack.json and
-evidence/<node>.json, each written as soon as it is known, so an interrupted run keeps what it measured.
+`prepare` is what both the `gpucert` command and the pytest plugin call: it loads nothing itself (the inputs are
+validated first, `load_inputs`), creates the run folder, and fills it for the chosen mode: the static gate (no
+cluster), recorded evidence (re-evaluation), plan only (configure), or plan and measure. Every document lands on
+disk the moment it is known, so an interrupted run keeps what it measured; a run that fails before it measured
+anything leaves no folder behind.
 """
 
 from __future__ import annotations
@@ -10,43 +13,43 @@ import contextlib
 import shutil
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 
 from gpucert import __version__
 from gpucert.baseline import GpuBaseline, check_baseline_for, load_baseline
 from gpucert.errors import EvidenceError, IncompleteRunError
-from gpucert.evidence import (
-    FabricEvidence,
-    FabricPairs,
-    NodeEvidence,
-    ProbeError,
-    read_evidence,
-    read_fabric,
-    read_fabric_pairs,
-    write_evidence,
-    write_fabric,
-    write_fabric_pairs,
-)
-from gpucert.inventory import Inventory, read_inventory, write_inventory
+from gpucert.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
+from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
-from gpucert.spec import ClusterSpec, load_spec
-from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack, read_stack, write_stack
+from gpucert.runfolder import RunFolder
+from gpucert.spec import ClusterSpec, ReplayTargetSpec, load_spec
+from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
 __all__ = [
-    "create_run_dir",
-    "evidence_root",
+    "Mode",
+    "Progress",
     "import_evidence",
     "load_inputs",
     "measure",
     "neighbour_pairs",
-    "new_run_dir",
+    "new_run",
     "plan",
-    "plan_and_measure",
-    "plan_static",
+    "prepare",
+    "recorded_run",
 ]
 
 Progress = Callable[[NodeEvidence], None]
+
+
+class Mode(StrEnum):
+    """What a run does before it is evaluated."""
+
+    STATIC = "static"  # the recipe alone, no cluster
+    EVIDENCE = "evidence"  # recorded evidence, re-evaluated
+    PLAN = "plan"  # the cluster's inventory and stack, nothing measured (configure)
+    MEASURE = "measure"  # plan, then measure every node
 
 
 def load_inputs(spec_path: Path) -> tuple[ClusterSpec, GpuBaseline]:
@@ -58,60 +61,69 @@ def load_inputs(spec_path: Path) -> tuple[ClusterSpec, GpuBaseline]:
     return spec, baseline
 
 
-def create_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Path:
-    """A new, empty `reports/<run-id>/`, with the spec and baseline it runs under copied into inputs/."""
+def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None) -> RunFolder:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
-    base = f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else "")
-    reports.mkdir(parents=True, exist_ok=True)
-    for n in range(1, 1000):
-        run_dir = reports / (base if n == 1 else f"{base}-{n}")
-        try:
-            run_dir.mkdir()
-            break
-        except FileExistsError:
-            continue
-    inputs = run_dir / "inputs"
-    inputs.mkdir()
-    if spec.path is not None:
-        shutil.copy2(spec.path, inputs / "spec.yaml")
-    baseline = spec.resolve(spec.certify.baseline)
-    if baseline.exists():
-        shutil.copy2(baseline, inputs / "baseline.yaml")
-    return run_dir
+    folder = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else ""))
+    folder.copy_inputs(spec.path, spec.resolve(spec.certify.baseline, "certify.baseline"))
+    return folder
 
 
 @contextlib.contextmanager
-def new_run_dir(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Iterator[Path]:
+def new_run(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Iterator[RunFolder]:
     """A new run folder for the block; if the block fails before any node was measured, the folder goes again, so a
     bad input or a cluster that cannot be reached leaves no empty run behind (measured evidence always stays)."""
     existed = reports.exists()
-    run_dir = create_run_dir(reports, spec, suffix)
+    folder = _new_folder(reports, spec, suffix)
     try:
-        yield run_dir
+        yield folder
     except BaseException:
-        evidence = run_dir / "evidence"
-        if not (evidence.is_dir() and any(evidence.iterdir())):
-            shutil.rmtree(run_dir, ignore_errors=True)
+        if not folder.holds_evidence:
+            shutil.rmtree(folder.path, ignore_errors=True)
             if not existed:
                 with contextlib.suppress(OSError):
                     reports.rmdir()  # only if empty: a reports folder this run created for nothing goes too
         raise
 
 
-def plan_and_measure(
-    spec: ClusterSpec, run_dir: Path, *, plan_only: bool = False, progress: Progress | None = None
-) -> Inventory:
-    """Open the spec's target, plan into `run_dir`, and measure every node unless `plan_only`."""
-    from gpucert.targets import open_target
+def prepare(
+    spec: ClusterSpec,
+    reports: Path,
+    mode: Mode,
+    *,
+    evidence: Path | None = None,
+    progress: Progress | None = None,
+    planned: Callable[[Inventory, str], None] | None = None,
+) -> RunFolder:
+    """A new run folder, filled for `mode` and ready to evaluate (the one path from a spec to a run).
 
-    target = open_target(spec)
-    inventory = plan(target, spec, run_dir)
-    if not plan_only:
-        measure(target, inventory, spec, run_dir, progress)
-    return inventory
+    A spec whose target is `replay` names its recorded evidence itself: planning or measuring it re-evaluates that.
+    """
+    if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
+        mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
+    target = None
+    if mode in (Mode.PLAN, Mode.MEASURE):
+        from gpucert.targets import open_target
+
+        target = open_target(spec)  # a bad fleet or kubeconfig fails before any folder exists
+    with new_run(reports, spec) as folder:
+        if mode is Mode.STATIC:
+            folder.write_stack(StackObservation(nodes={}))
+            folder.write_inventory(Inventory(target="static", nodes=()))
+        elif mode is Mode.EVIDENCE:
+            if evidence is None:
+                raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")
+            import_evidence(evidence, folder)
+        else:
+            assert target is not None
+            inventory = plan(target, spec, folder)
+            if planned is not None:
+                planned(inventory, target.kind)
+            if mode is Mode.MEASURE:
+                measure(target, inventory, spec, folder, progress)
+    return folder
 
 
-def plan(target: Target, spec: ClusterSpec, run_dir: Path) -> Inventory:
+def plan(target: Target, spec: ClusterSpec, folder: RunFolder) -> Inventory:
     """Ask the target what it has; write stack.json and inventory.json."""
     nodes, pods = target.observe()
     stack = observe_stack(nodes, pods, spec.stack.sources())
@@ -126,32 +138,23 @@ def plan(target: Target, spec: ClusterSpec, run_dir: Path) -> Inventory:
     policy = getattr(target, "cluster_policy", None)
     if policy is not None:
         stack = stack.model_copy(update={"cluster_policy": policy})
-    write_stack(run_dir / "stack.json", stack)
+    folder.write_stack(stack)
     inventory = inventory_from_nodes(target.kind, stack)
-    write_inventory(run_dir / "inventory.json", inventory)
+    folder.write_inventory(inventory)
     return inventory
 
 
-def plan_static(run_dir: Path) -> None:
-    """A run with no cluster: an empty inventory and stack, so only the spec itself is checked."""
-    write_stack(run_dir / "stack.json", StackObservation(nodes={}))
-    write_inventory(run_dir / "inventory.json", Inventory(target="static", nodes=()))
-
-
 def measure(
-    target: Target, inventory: Inventory, spec: ClusterSpec, run_dir: Path, progress: Progress | None = None
+    target: Target, inventory: Inventory, spec: ClusterSpec, folder: RunFolder, progress: Progress | None = None
 ) -> None:
     """Measure every node of the inventory; each node's evidence lands on disk the moment it arrives."""
-    evidence_dir = run_dir / "evidence"
-    evidence_dir.mkdir(exist_ok=True)
-    measure_plan = MeasurePlan(
-        run_id=run_dir.name, probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level
-    )
+    folder.evidence_dir.mkdir(exist_ok=True)
+    measure_plan = MeasurePlan(run_id=folder.id, probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level)
 
     collected: list[str] = []
 
     def sink(ev: NodeEvidence) -> None:
-        write_evidence(evidence_dir, ev)
+        folder.write_evidence(ev)
         if ev.collected and ev.gpus:  # a node with no GPU to offer is no member of a collective
             collected.append(ev.node)
         if progress is not None:
@@ -162,12 +165,12 @@ def measure(
     if multinode is not None:
         order = {n: i for i, n in enumerate(inventory.names)}
         nodes = sorted(collected, key=order.__getitem__)[: multinode.max_nodes]
-        write_fabric(evidence_dir, measure_fabric(target, nodes, measure_plan))
+        folder.write_fabric(measure_fabric(target, nodes, measure_plan))
         if multinode.pairs and len(nodes) >= 3 and isinstance(target, FabricTarget):
             done: list[FabricEvidence] = []
             for rnd in neighbour_pairs(nodes):
                 done += target.measure_fabrics(rnd, measure_plan)
-                write_fabric_pairs(evidence_dir, FabricPairs(pairs=done))
+                folder.write_fabric_pairs(FabricPairs(pairs=done))
 
 
 def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:
@@ -206,7 +209,10 @@ def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> Fabri
     )
 
 
-def evidence_root(source: Path) -> Path:
+# ---- recorded evidence ---------------------------------------------------------------------------------------
+
+
+def recorded_run(source: Path) -> RunFolder:
     """The run folder holding recorded evidence given as the folder or its evidence/ folder."""
     try:
         src = source.resolve(strict=True)
@@ -214,10 +220,10 @@ def evidence_root(source: Path) -> Path:
         raise EvidenceError(f"cannot open: {exc}", path=source) from None
     if not src.is_dir():
         raise EvidenceError("--evidence needs a run folder or its evidence/ folder, got a file", path=src)
-    root = src.parent if src.name == "evidence" else src
-    if not (root / "evidence").is_dir() or not (root / "inventory.json").is_file():
+    folder = RunFolder(src.parent if src == RunFolder(src.parent).evidence_dir else src)
+    if not folder.measured or not folder.prepared:
         raise EvidenceError("not a gpucert run folder (expected inventory.json, stack.json and evidence/)", path=src)
-    return root
+    return folder
 
 
 def _copy_regular(src: Path, dst: Path) -> None:
@@ -233,46 +239,41 @@ def _copy_regular(src: Path, dst: Path) -> None:
         _copy_regular(child, dst / child.name)
 
 
-def _check_recorded(run_dir: Path) -> None:
+def _check_recorded(folder: RunFolder) -> None:
     """Recorded evidence is an input like a spec: every document must be one gpucert wrote, of the node it is
     named for, or the re-evaluation stops with the file named (EvidenceError, exit 2)."""
-    read_inventory(run_dir / "inventory.json")
-    read_stack(run_dir / "stack.json")
-    for path in sorted((run_dir / "evidence").iterdir()):
-        if path.is_dir() and path.name == "multinode":
-            read_fabric(path.parent)
-            read_fabric_pairs(path.parent)
+    folder.read_inventory()
+    folder.read_stack()
+    folder.read_fabric()
+    folder.read_fabric_pairs()
+    for path in sorted(folder.evidence_dir.iterdir()):
+        if path == folder.fabric_path.parent:
             continue
         if path.suffix != ".json" or not path.is_file():
             raise EvidenceError("not an evidence document (evidence/ holds <node>.json and multinode/)", path=path)
         try:
-            check_node_name(path.stem)
-        except NameError_ as exc:
-            raise EvidenceError(str(exc), path=path) from None
-        ev = read_evidence(path)
-        if ev.node != path.stem:
-            raise EvidenceError(
-                f"this file is named for {path.stem}, but its evidence is of node {ev.node!r}", path=path
-            )
+            folder.read_evidence(path.stem)
+        except EvidenceError as exc:
+            raise EvidenceError(str(exc).removeprefix(f"{folder.evidence_dir}: "), path=path) from None
 
 
-def import_evidence(source: Path, run_dir: Path) -> None:
+def import_evidence(source: Path, folder: RunFolder) -> None:
     """Copy recorded evidence (a run folder, or its evidence/ folder) into a new run folder for re-evaluation."""
-    root = evidence_root(source)
+    recorded = recorded_run(source)
     try:
-        for name in ("inventory.json", "stack.json"):
-            if not (root / name).exists():
-                raise EvidenceError(f"missing {name}; pass a complete run folder", path=root)
-            _copy_regular(root / name, run_dir / name)
-        _copy_regular(root / "evidence", run_dir / "evidence")
-        _check_recorded(run_dir)
+        for src, dst in ((recorded.inventory_path, folder.inventory_path), (recorded.stack_path, folder.stack_path)):
+            if not src.exists():
+                raise EvidenceError(f"missing {src.name}; pass a complete run folder", path=recorded.path)
+            _copy_regular(src, dst)
+        _copy_regular(recorded.evidence_dir, folder.evidence_dir)
+        _check_recorded(folder)
     except EvidenceError as exc:
-        shutil.rmtree(run_dir / "evidence", ignore_errors=True)  # nothing was measured: the run folder goes
-        raise EvidenceError(str(exc).replace(str(run_dir), str(root))) from None  # name the user's file
+        shutil.rmtree(folder.evidence_dir, ignore_errors=True)  # nothing was measured: the run folder goes
+        raise EvidenceError(str(exc).replace(str(folder.path), str(recorded.path))) from None  # the user's file
     # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
-    if (root / "recertify.json").exists():
-        _copy_regular(root / "recertify.json", run_dir / "recertify.json")
-        if (root / "fleet").is_dir():
-            _copy_regular(root / "fleet", run_dir / "fleet")
-        if (root / "inputs" / "handover.yaml").exists():
-            _copy_regular(root / "inputs" / "handover.yaml", run_dir / "inputs" / "handover.yaml")
+    if recorded.recertify_path.exists():
+        _copy_regular(recorded.recertify_path, folder.recertify_path)
+        if recorded.fleet_dir.is_dir():
+            _copy_regular(recorded.fleet_dir, folder.fleet_dir)
+        if recorded.handover_copy.exists():
+            _copy_regular(recorded.handover_copy, folder.handover_copy)

@@ -44,12 +44,12 @@ class Metadata(Document):
     name: Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 
 
-class SimulatedTarget(Document):
+class SimulatedTargetSpec(Document):
     kind: Literal["simulated"]
     fleet: str
 
 
-class KubernetesTarget(Document):
+class KubernetesTargetSpec(Document):
     kind: Literal["kubernetes"]
     context: str | None = None
     namespace: str = "gpucert"
@@ -67,7 +67,7 @@ class KubernetesTarget(Document):
     fabric_resources: dict[str, str] = Field(default_factory=dict, alias="fabricResources")
 
 
-class LocalTarget(Document):
+class LocalTargetSpec(Document):
     """This host's GPUs, probed in-process: `numpy` runs the same probes on the CPU (no GPU needed)."""
 
     kind: Literal["local"]
@@ -76,12 +76,17 @@ class LocalTarget(Document):
     profile: Literal["quick", "full", "smoke"] = "full"
 
 
-class ReplayTarget(Document):
+class ReplayTargetSpec(Document):
+    """A recorded run folder (or its evidence/) re-evaluated under this spec: `gpucert certify` on a replay target
+    is `gpucert evaluate --evidence` with the folder named in the spec, relative to it."""
+
     kind: Literal["replay"]
     evidence: str
 
 
-Target = Annotated[SimulatedTarget | KubernetesTarget | LocalTarget | ReplayTarget, Field(discriminator="kind")]
+Target = Annotated[
+    SimulatedTargetSpec | KubernetesTargetSpec | LocalTargetSpec | ReplayTargetSpec, Field(discriminator="kind")
+]
 
 
 class Expect(Document):
@@ -217,7 +222,7 @@ class ClusterSpec(Document):
 
     @model_validator(mode="after")
     def _measurable(self) -> ClusterSpec:
-        if self.certify.multinode is not None and isinstance(self.target, LocalTarget):
+        if self.certify.multinode is not None and isinstance(self.target, LocalTargetSpec):
             raise ValueError(
                 "certify.multinode needs several nodes: a `local` target is this host alone; remove "
                 "certify.multinode or certify a kubernetes (or simulated) target"

@@ -2,34 +2,40 @@
 
 import pytest
 
-from gpucert import Evaluation, GpuSlot, expect
+from gpucert import Finding, GpuSlot, expect
 
 
 @pytest.mark.check("health.ecc")
-def test_ecc(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.health("health.ecc", gpu))
+def test_ecc(gpu: GpuSlot, decision: Finding) -> None:
+    """No uncorrected ECC error; corrected (volatile) errors within the baseline's limit; ECC reported at all."""
+    expect(decision)
 
 
 @pytest.mark.check("health.remapped_rows")
-def test_remapped_rows(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.health("health.remapped_rows", gpu))
+def test_remapped_rows(gpu: GpuSlot, decision: Finding) -> None:
+    """No failed row remapping (the bank has spare rows left) and none pending a reset."""
+    expect(decision)
 
 
 @pytest.mark.check("health.pcie_link")
-def test_pcie_link(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.health("health.pcie_link", gpu))
+def test_pcie_link(gpu: GpuSlot, decision: Finding) -> None:
+    """The PCIe link, read under load, runs at the baseline's generation and width."""
+    expect(decision)
 
 
 @pytest.mark.check("health.throttle")
-def test_throttle(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.health("health.throttle", gpu))
+def test_throttle(gpu: GpuSlot, decision: Finding) -> None:
+    """No fault holds the clocks down: no HW slowdown, thermal or power-brake clock event."""
+    expect(decision)
 
 
 @pytest.mark.check("health.xid")
-def test_xid(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.health("health.xid", gpu))
+def test_xid(gpu: GpuSlot, decision: Finding) -> None:
+    """No XID event that points at the GPU or its links (application XIDs excepted)."""
+    expect(decision)
 
 
 @pytest.mark.check("health.temperature")
-def test_temperature(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.health("health.temperature", gpu))
+def test_temperature(gpu: GpuSlot, decision: Finding) -> None:
+    """The temperature stays the baseline's margin below the GPU's slowdown threshold."""
+    expect(decision)

@@ -6,41 +6,49 @@ in the fleet fails `straggler.<metric>`: one test, one root cause, one finding.
 
 import pytest
 
-from gpucert import GEMM_DTYPES, Evaluation, GpuSlot, expect
+from gpucert import GEMM_DTYPES, Finding, GpuSlot, expect
 
 
 @pytest.mark.check("memory.bandwidth")
-def test_memory_bandwidth(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.metric("memory.bandwidth", gpu.node, gpu.index))
+def test_memory_bandwidth(gpu: GpuSlot, decision: Finding) -> None:
+    """HBM copy bandwidth at least the baseline's limit, and in line with the GPU's peers."""
+    expect(decision)
 
 
 @pytest.mark.parametrize("dtype", GEMM_DTYPES)
 @pytest.mark.check("compute.gemm.{dtype}")
-def test_gemm(evaluation: Evaluation, gpu: GpuSlot, dtype: str) -> None:
-    expect(evaluation.metric(f"compute.gemm.{dtype}", gpu.node, gpu.index))
+def test_gemm(gpu: GpuSlot, dtype: str, decision: Finding) -> None:
+    """GEMM throughput of each dtype at least the baseline's limit, and in line with the GPU's peers."""
+    expect(decision)
 
 
 @pytest.mark.parametrize("direction", ["h2d", "d2h"])
 @pytest.mark.check("pcie.{direction}")
-def test_pcie_bandwidth(evaluation: Evaluation, gpu: GpuSlot, direction: str) -> None:
-    expect(evaluation.metric(f"pcie.{direction}", gpu.node, gpu.index))
+def test_pcie_bandwidth(gpu: GpuSlot, direction: str, decision: Finding) -> None:
+    """Pinned host-to-device and device-to-host copies at least the baseline's limit, in line with the peers."""
+    expect(decision)
 
 
 @pytest.mark.check("p2p.bandwidth")
-def test_p2p_bandwidth(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.metric("p2p.bandwidth", gpu.node, gpu.index))
+def test_p2p_bandwidth(gpu: GpuSlot, decision: Finding) -> None:
+    """Peer copies to and from the GPU's peers (NVLink) at least the baseline's limit, in line with the peers."""
+    expect(decision)
 
 
 @pytest.mark.check("nccl.all_reduce")
-def test_nccl_all_reduce(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.metric("nccl.all_reduce", node, None))
+def test_nccl_all_reduce(node: str, decision: Finding) -> None:
+    """The node's all-reduce bus bandwidth at the largest message at least the baseline's limit, and in line
+    with the other nodes'."""
+    expect(decision)
 
 
 @pytest.mark.check("nccl.all_reduce.multinode")
-def test_nccl_all_reduce_multinode(evaluation: Evaluation) -> None:
-    expect(evaluation.multinode())
+def test_nccl_all_reduce_multinode(decision: Finding) -> None:
+    """The all-reduce across nodes at least the baseline's multi-node figure, with correct results."""
+    expect(decision)
 
 
 @pytest.mark.check("straggler.nccl.all_reduce.multinode")
-def test_node_keeps_pace_on_the_fabric(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.fabric_straggler(node))
+def test_node_keeps_pace_on_the_fabric(node: str, decision: Finding) -> None:
+    """Not every pair of neighbours the node is in is behind the pairs' median: the node does not slow the ring."""
+    expect(decision)

@@ -2,24 +2,28 @@
 
 import pytest
 
-from gpucert import Evaluation, expect
+from gpucert import Finding, expect
 
 
 @pytest.mark.check("inventory.nodes")
-def test_node_count(evaluation: Evaluation) -> None:
-    expect(evaluation.node_count())
+def test_node_count(decision: Finding) -> None:
+    """As many GPU nodes as expect.nodes, and evidence of no node the inventory does not list."""
+    expect(decision)
 
 
 @pytest.mark.check("node.reachable")
-def test_reachable(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.reachable(node))
+def test_reachable(node: str, decision: Finding) -> None:
+    """The node is listed, Ready, and (when measured) its probe ran and its evidence can be used."""
+    expect(decision)
 
 
 @pytest.mark.check("inventory.gpus")
-def test_gpu_count(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.configure("inventory.gpus", node))
+def test_gpu_count(node: str, decision: Finding) -> None:
+    """expect.gpusPerNode GPUs labelled, allocatable and seen by the probe; no GPU reported twice."""
+    expect(decision)
 
 
 @pytest.mark.check("inventory.product")
-def test_gpu_product(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.configure("inventory.product", node))
+def test_gpu_product(node: str, decision: Finding) -> None:
+    """The node's GPUs are the product the spec expects (nvidia.com/gpu.product)."""
+    expect(decision)

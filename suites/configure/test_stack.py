@@ -2,34 +2,40 @@
 
 import pytest
 
-from gpucert import Evaluation, expect
+from gpucert import Finding, expect
 
 
 @pytest.mark.check("stack.version")
-def test_version(evaluation: Evaluation, node: str, component: str) -> None:
-    expect(evaluation.configure("stack.version", node, component))
+def test_version(node: str, component: str, decision: Finding) -> None:
+    """The component runs, Ready, at the version the spec pins."""
+    expect(decision)
 
 
 @pytest.mark.check("stack.skew")
-def test_skew(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.configure("stack.skew", node))
+def test_skew(node: str, decision: Finding) -> None:
+    """Kubelet, container runtime, kernel and OS image are those of the fleet's majority."""
+    expect(decision)
 
 
 @pytest.mark.check("stack.compat")
-def test_driver_cuda_compat(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.configure("stack.compat", node))
+def test_driver_cuda_compat(node: str, decision: Finding) -> None:
+    """The node's driver supports the CUDA release the spec declares."""
+    expect(decision)
 
 
 @pytest.mark.check("stack.ordering")
-def test_ordering(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.configure("stack.ordering", node))
+def test_ordering(node: str, decision: Finding) -> None:
+    """Each component started after every component it is declared `after` was Ready."""
+    expect(decision)
 
 
 @pytest.mark.check("stack.kubernetes")
-def test_kubelet_version(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.configure("stack.kubernetes", node))
+def test_kubelet_version(node: str, decision: Finding) -> None:
+    """The kubelet is at least stack.kubernetes.minVersion."""
+    expect(decision)
 
 
 @pytest.mark.check("stack.runtime")
-def test_container_runtime(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.configure("stack.runtime", node))
+def test_container_runtime(node: str, decision: Finding) -> None:
+    """The container runtime is the one the spec names, at least its minVersion."""
+    expect(decision)

@@ -4,28 +4,24 @@ configure and certify suites, run over the same one-node inventory."""
 
 import pytest
 
-from gpucert import GEMM_DTYPES, Evaluation, GpuSlot, expect
-
-GPU_METRICS = [
-    "memory.bandwidth",
-    *(f"compute.gemm.{d}" for d in GEMM_DTYPES),
-    "pcie.h2d",
-    "pcie.d2h",
-    "p2p.bandwidth",
-]
+from gpucert import Finding, GpuSlot, expect
+from gpucert.plan import HANDOVER_GPU_METRICS
 
 
 @pytest.mark.check("handover.identity")
-def test_gpu_is_the_one_of_handover(evaluation: Evaluation, gpu: GpuSlot) -> None:
-    expect(evaluation.identity(gpu))
+def test_gpu_is_the_one_of_handover(gpu: GpuSlot, decision: Finding) -> None:
+    """The GPU in the slot is the board recorded at handover (by serial, else UUID): it was not swapped."""
+    expect(decision)
 
 
-@pytest.mark.parametrize("metric", GPU_METRICS)
+@pytest.mark.parametrize("metric", HANDOVER_GPU_METRICS)
 @pytest.mark.check("handover.{metric}")
-def test_gpu_as_fast_as_at_handover(evaluation: Evaluation, gpu: GpuSlot, metric: str) -> None:
-    expect(evaluation.against_handover(metric, gpu.node, gpu.index))
+def test_gpu_as_fast_as_at_handover(gpu: GpuSlot, metric: str, decision: Finding) -> None:
+    """Each figure within max(3 x the spread recorded at handover, 3 %) of its handover median."""
+    expect(decision)
 
 
 @pytest.mark.check("handover.nccl.all_reduce")
-def test_node_all_reduce_as_at_handover(evaluation: Evaluation, node: str) -> None:
-    expect(evaluation.against_handover("nccl.all_reduce", node, None))
+def test_node_all_reduce_as_at_handover(node: str, decision: Finding) -> None:
+    """The node's all-reduce within its handover tolerance."""
+    expect(decision)

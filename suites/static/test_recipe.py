@@ -2,20 +2,22 @@
 
 import pytest
 
-from gpucert import Evaluation, expect
-from gpucert.stack.recipe import recipe_compat, recipe_graph, recipe_shared_images
+from gpucert import Finding, expect
 
 
 @pytest.mark.check("stack.ordering")
-def test_after_graph_is_a_dag_of_declared_components(evaluation: Evaluation) -> None:
-    expect(recipe_graph(evaluation.spec))
+def test_after_graph_is_a_dag_of_declared_components(decision: Finding) -> None:
+    """The `after` graph has no cycle, so the stack has an order to come up in."""
+    expect(decision)
 
 
 @pytest.mark.check("stack.compat")
-def test_driver_pin_supports_the_declared_cuda(evaluation: Evaluation) -> None:
-    expect(recipe_compat(evaluation.spec))
+def test_driver_pin_supports_the_declared_cuda(decision: Finding) -> None:
+    """The driver pin is at least the minimum driver of the CUDA release the spec declares."""
+    expect(decision)
 
 
 @pytest.mark.check("stack.version")
-def test_pins_that_share_an_image_agree(evaluation: Evaluation) -> None:
-    expect(recipe_shared_images(evaluation.spec))
+def test_pins_that_share_an_image_agree(decision: Finding) -> None:
+    """Components built into one image (device plugin and GFD) are pinned to one version."""
+    expect(decision)

@@ -183,13 +183,14 @@ def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:
 
     from gpucert.errors import IncompleteRunError
     from gpucert.recertify import RecertifyOptions, recertify
+    from gpucert.runfolder import RunFolder
     from gpucert.spec import load_spec
 
     from .conftest import ROOT
 
     state_dir = handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a"
 
-    def evaluate_then_lose_the_hold(run_dir: Path) -> int:
+    def evaluate_then_lose_the_hold(folder: RunFolder) -> int:
         r = subprocess.run(
             [
                 sys.executable,
@@ -199,7 +200,7 @@ def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:
                 "--spec",
                 str(handed_over / SPEC),
                 "--run-dir",
-                str(run_dir),
+                str(folder.path),
                 "-q",
                 "-p",
                 "no:cacheprovider",

@@ -65,12 +65,14 @@ def spec_file(tmp_path: Path, multinode: dict[str, Any] | None = None, **target:
 
 def measure(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: Any) -> tuple[Path, Evaluation, float]:
     spec = load_spec(spec_file(tmp_path, multinode, **target))
-    run_dir = runner.create_run_dir(tmp_path / "reports", spec)
+    with runner.new_run(tmp_path / "reports", spec) as folder:
+        pass
     t = open_target(spec)
-    inventory = runner.plan(t, spec, run_dir)
+    inventory = runner.plan(t, spec, folder)
     t0 = time.monotonic()
-    runner.measure(t, inventory, spec, run_dir)
-    return run_dir, Evaluation(run_dir, spec, load_baseline(spec.resolve(spec.certify.baseline))), time.monotonic() - t0
+    runner.measure(t, inventory, spec, folder)
+    baseline = load_baseline(spec.resolve(spec.certify.baseline))
+    return folder.path, Evaluation(folder, spec, baseline), time.monotonic() - t0
 
 
 def interrupt_certify(

@@ -22,7 +22,7 @@ from allure_commons.logger import AllureFileLogger
 from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDetails, TestResult, TestStepResult
 
 from gpucert import __version__
-from gpucert.checks import CheckKey, CheckStatus, check_category
+from gpucert.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.report.verdict import Outcome
 from gpucert.resources import project_root
@@ -36,32 +36,27 @@ _STATUS = {
     CheckStatus.SKIP: Status.SKIPPED,
 }
 _RANK = {CheckStatus.ERROR: 3, CheckStatus.FAIL: 2, CheckStatus.PASS: 1, CheckStatus.SKIP: 0}
-CATEGORIES = ("Stack", "Health", "DCGM", "Performance", "Stragglers", "Infrastructure")
 
 
 def suite_of(check: str) -> str:
-    return "configure" if check.startswith(("stack.", "inventory.", "node.")) else "certify"
+    return family_of(check).suite
 
 
 def _categories() -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
-    prefixes = {
-        "Stack": r"(stack|inventory)\..*",
-        "Health": r"health\..*",
-        "DCGM": r"dcgm\..*",
-        "Stragglers": r"straggler\..*",
-        "Infrastructure": r"node\..*",
-        "Performance": r"(memory|compute|pcie|p2p|nccl)\..*",
-    }
-    for name in CATEGORIES:
-        out.append(
-            {
-                "name": name,
-                "matchedStatuses": ["failed", "broken"],
-                "messageRegex": rf"(?s)\[{prefixes[name]}\].*",
-            }
-        )
-    return out
+    """Allure's categories, one per report category of the check vocabulary, matched by the `[check]` prefix of
+    each failure message."""
+    prefixes: dict[str, list[str]] = {}
+    for family in Family:
+        names = list(PERFORMANCE_PREFIXES) if family is Family.PERFORMANCE else [family.value]
+        prefixes.setdefault(family.category, []).extend(names)
+    return [
+        {
+            "name": category,
+            "matchedStatuses": ["failed", "broken"],
+            "messageRegex": rf"(?s)\[({'|'.join(names)})\..*\].*",
+        }
+        for category, names in prefixes.items()
+    ]
 
 
 def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int) -> TestResult:

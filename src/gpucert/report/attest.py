@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gpucert import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.runfolder import ENVELOPE, RunFolder
 
 __all__ = [
     "ENVELOPE",
@@ -38,7 +39,6 @@ __all__ = [
     "verify_run",
 ]
 
-ENVELOPE = "certificate.intoto.json"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://gpucert.io/certification/v1"
@@ -154,13 +154,11 @@ def subjects(run_dir: Path) -> dict[str, str]:
     return {name: _sha256(p) for name, p in files.items()}
 
 
-def _predicate(run_dir: Path) -> dict[str, Any]:
-    verdict = json.loads((run_dir / "verdict.json").read_text(encoding="utf-8"))
-    run_info_path = run_dir / "run.json"
-    run_info = json.loads(run_info_path.read_text(encoding="utf-8")) if run_info_path.exists() else {}
-    inputs = run_dir / "inputs"
-    baselines = {p.name: _sha256(p) for p in sorted(inputs.glob("baseline*.yaml"))} if inputs.is_dir() else {}
-    spec_file = inputs / "spec.yaml"
+def _predicate(folder: RunFolder) -> dict[str, Any]:
+    verdict = folder.read_verdict()
+    run_info = folder.read_run_info()
+    baselines = {p.name: _sha256(p) for p in (folder.baseline_copy, folder.handover_copy) if p.is_file()}
+    spec_file = folder.spec_copy
     return {
         "spec": {"name": verdict["spec"], "sha256": _sha256(spec_file) if spec_file.exists() else None},
         "baselines": baselines,
@@ -178,14 +176,15 @@ def _predicate(run_dir: Path) -> dict[str, Any]:
 
 def certificate_digest(run_dir: Path) -> str | None:
     """`sha256:<hex>` of the run's certificate, the handle a node baseline or a node annotation cites; None unsigned."""
-    path = run_dir / ENVELOPE
+    path = RunFolder(run_dir).envelope_path
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
 def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
     """Write `certificate.intoto.json` into the run folder; returns its path and the signer's fingerprint."""
     run_dir = run_dir.resolve()
-    if not (run_dir / "verdict.json").exists():
+    folder = RunFolder(run_dir)
+    if not folder.verdict_path.exists():
         raise EvidenceError("no verdict.json: only a completed run can be signed", path=run_dir)
     if key_path.resolve().is_relative_to(run_dir):
         raise ConfigError("the private key must not live inside the run folder it signs", path=key_path)
@@ -194,7 +193,7 @@ def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
         "_type": STATEMENT_TYPE,
         "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in subjects(run_dir).items()],
         "predicateType": PREDICATE_TYPE,
-        "predicate": _predicate(run_dir),
+        "predicate": _predicate(folder),
     }
     payload = json.dumps(statement, indent=1, sort_keys=True).encode()
     fp = fingerprint(key.public_key())
@@ -203,7 +202,7 @@ def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
         "payload": base64.b64encode(payload).decode(),
         "signatures": [{"keyid": fp, "sig": base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()}],
     }
-    path = run_dir / ENVELOPE
+    path = folder.envelope_path
     path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
     return path, fp
 
@@ -243,7 +242,7 @@ class Verification:
 def verify_run(run_dir: Path, pub_path: Path) -> Verification:
     """Check the envelope's signature with `pub_path`, then every file of the run folder against its subjects."""
     key = load_public_key(pub_path)
-    env_path = run_dir / ENVELOPE
+    env_path = RunFolder(run_dir).envelope_path
     if env_path.is_symlink():
         raise EvidenceError("the envelope is a link: a run's certificate is a plain file in its folder", path=env_path)
     try:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucert.analysis.stats import median
 from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
-from gpucert.report import plots
+from gpucert.report import details, plots
 
 if TYPE_CHECKING:
     from gpucert.plugin import RunContext
@@ -58,7 +58,7 @@ class HtmlSummary:
             data[:] = [escape(str(report.longrepr[2]).removeprefix("Skipped: ")) + "\n"]
 
     def _signature(self) -> str:
-        run = self.ctx.run_dir
+        run = self.ctx.folder.path
         if self.signer:
             return (
                 f"<p id='gpucert-signer'>Signed with key <code>{escape(self.signer)}</code>. Verify: "
@@ -112,7 +112,7 @@ class HtmlSummary:
                 continue
             points, groups = [], []
             for node in nodes:
-                e = ev.evidence(node)
+                e = ev.usable(node)
                 count = 0
                 for g in e.gpus if e is not None and e.collected else []:
                     s = ev.sampled(metric, node, g.index)
@@ -127,12 +127,12 @@ class HtmlSummary:
         if p2p is not None:
             bad = [n for n in nodes if any(k[0] == "p2p.bandwidth" and k[1] == n for k in flagged)]
             for node in (bad or nodes[:1])[:MAX_HEATMAPS]:
-                m = ev.p2p_matrix(node)
+                m = details.p2p_matrix(ev, node)
                 if m:
                     out.append(plots.heatmap(f"P2P copy bandwidth, {node}", p2p.unit, m, p2p.expected))
         nccl = ev.baseline.metrics.get("nccl.all_reduce")
         if nccl is not None:
-            curves = {n: ev.nccl_curve(n) for n in nodes}
+            curves = {n: details.nccl_curve(ev, n) for n in nodes}
             curves = {n: c for n, c in curves.items() if c}
             if curves:
                 by_size: dict[int, list[float]] = defaultdict(list)
@@ -189,7 +189,7 @@ class HtmlSummary:
         if recert:
             banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
         prefix.append(
-            f"{self._headline()}<p>run <code>{escape(self.ctx.run_dir.name)}</code>, spec "
+            f"{self._headline()}<p>run <code>{escape(self.ctx.folder.id)}</code>, spec "
             f"<code>{escape(self.ctx.spec.metadata.name)}</code></p>{banner}{self._signature()}{note}{self._node_table()}{self._plots()}"
         )
 

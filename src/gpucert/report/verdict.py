@@ -1,4 +1,4 @@
-"""verdict.json (`gpucert.io/verdict/v2`): the machine-readable result of a run. Pure but for the final writes.
+"""verdict.json (`gpucert.io/verdict/v2`): the machine-readable result of a run. Pure (RunFolder writes it).
 
 `result` is `pass` only when every check the plan requires ran and none failed or errored; `incomplete` when a
 required check was deselected, never reached, or skipped for a cause that did not run; `fail` otherwise (a failed
@@ -8,28 +8,15 @@ failed: a skip whose cause passed is reported as an error.
 
 from __future__ import annotations
 
-import json
-import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan import Plan
 
-__all__ = [
-    "RESULTS",
-    "VERDICT_SCHEMA",
-    "Outcome",
-    "build_verdict",
-    "read_verdict",
-    "write_json_atomic",
-    "write_run_info",
-    "write_verdict",
-]
+__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict"]
 
 VERDICT_SCHEMA = "gpucert.io/verdict/v2"
 RESULTS = ("pass", "fail", "incomplete")
@@ -165,42 +152,3 @@ def build_verdict(
         "fleet": group(None),
         "nodes": {n: {**group(n), "measured": when.get(n), "carriedFrom": None} for n in names},
     }
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader (or an interrupt) never finds half a file; no temporary file is left behind."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_verdict(path: Path, verdict: dict[str, Any]) -> None:
-    write_json_atomic(path, verdict)
-
-
-def write_run_info(run_dir: Path, *, run: str, spec: str, target: str, started: float, finished: float) -> None:
-    """run.json: when the run ran and with which gpucert, for the attestation's predicate."""
-    from gpucert import __version__
-    from gpucert.resources import source_commit
-
-    def iso(t: float) -> str:
-        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    info = {
-        "run": run,
-        "spec": spec,
-        "target": target,
-        "started": iso(started),
-        "finished": iso(finished),
-        "gpucert_version": __version__,
-        "git_commit": source_commit(),
-    }
-    write_json_atomic(run_dir / "run.json", info)
-
-
-def read_verdict(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data

@@ -12,7 +12,7 @@ from gpucert.spec import ClusterSpec
 from gpucert.stack.compat import COMPAT_SOURCE, MIN_DRIVER_FOR_CUDA, min_driver_for_cuda
 from gpucert.versions import at_least, normalize
 
-__all__ = ["recipe_compat", "recipe_graph", "recipe_shared_images"]
+__all__ = ["decide", "recipe_compat", "recipe_graph", "recipe_shared_images"]
 
 OK, FAIL, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.SKIP
 # components that ship in one image, so their pins must agree (GFD joined the device plugin's image in v0.15.0)
@@ -73,3 +73,11 @@ def recipe_shared_images(spec: ClusterSpec) -> Finding:
     if problems:
         return Finding("stack.version", FAIL, None, None, "; ".join(problems))
     return Finding("stack.version", OK, None, None, "pins that share an image agree")
+
+
+def decide(check: str, spec: ClusterSpec) -> Finding:
+    """The static gate's finding for `check` (stack.ordering, stack.compat or stack.version, fleet-level)."""
+    rules = {"stack.ordering": recipe_graph, "stack.compat": recipe_compat, "stack.version": recipe_shared_images}
+    if check not in rules:
+        raise ValueError(f"the static gate has no rule for {check!r}")
+    return rules[check](spec)

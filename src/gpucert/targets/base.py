@@ -10,9 +10,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from gpucert.errors import ConfigError
 from gpucert.evidence import FabricEvidence, NodeEvidence
-from gpucert.spec import ClusterSpec, Probe, SimulatedTarget
-from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
-from gpucert.spec import LocalTarget as LocalTargetSpec
+from gpucert.spec import ClusterSpec, KubernetesTargetSpec, LocalTargetSpec, Probe, SimulatedTargetSpec
 
 __all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeTarget", "Target", "open_target"]
 
@@ -96,7 +94,7 @@ class NodeTarget(Target, Protocol):
 
 def open_target(spec: ClusterSpec) -> Target:
     """The target the spec declares."""
-    if isinstance(spec.target, SimulatedTarget):
+    if isinstance(spec.target, SimulatedTargetSpec):
         from gpucert.targets.simulated import SimulatedTarget as Simulated
 
         return Simulated.from_spec(spec)
@@ -109,8 +107,8 @@ def open_target(spec: ClusterSpec) -> Target:
 
         return KubernetesTarget.from_spec(spec)
     raise ConfigError(
-        f"target kind {spec.target.kind!r} is not available in this version; "
-        "use `kind: simulated` or `kind: kubernetes`, or `gpucert evaluate SPEC --evidence DIR` for recorded evidence",
+        f"a {spec.target.kind} target is recorded evidence: it has no cluster to observe, measure or hold; "
+        "`gpucert certify` and `evaluate` re-evaluate it",
         path=spec.path,
         key="target.kind",
     )

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
 from gpucert.evidence import FabricEvidence
-from gpucert.spec import ClusterSpec
-from gpucert.spec import KubernetesTarget as KubernetesTargetSpec
+from gpucert.spec import ClusterSpec, KubernetesTargetSpec
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 
 if TYPE_CHECKING:

@@ -7,8 +7,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpucert.probes.runner import BudgetSpec, DcgmPlan, ProbePlan, Sizes, run_plan
-from gpucert.spec import ClusterSpec
-from gpucert.spec import LocalTarget as LocalTargetSpec
+from gpucert.spec import ClusterSpec, LocalTargetSpec
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 
 __all__ = ["PROFILES", "LocalTarget"]

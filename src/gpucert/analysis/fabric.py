@@ -1,0 +1,95 @@
+"""Fabric rules: the all-reduce across nodes against its baseline figure, and the node that slows the ring.
+Pure: they take the multi-node evidence and return Findings.
+
+One number for the whole ring does not say which node slows it: every pair of neighbours runs the same
+all-reduce, and a node whose every pair is behind the pairs' median (by more than the straggler limit and outside
+their spread, robust z) is the one.
+"""
+
+from __future__ import annotations
+
+from gpucert.analysis.performance import (
+    MIN_PEERS,
+    STRAGGLER_MIN_Z,
+    Sampled,
+    against_baseline,
+    sample_problem,
+    top_busbw,
+)
+from gpucert.analysis.stats import median, summarize
+from gpucert.baseline import MetricBaseline
+from gpucert.checks import CheckStatus, Finding
+from gpucert.evidence import FabricEvidence, FabricPairs
+
+__all__ = ["MULTINODE", "PAIRS_CHECK", "judge_multinode", "judge_pairs", "pair_figures"]
+
+MULTINODE = "nccl.all_reduce.multinode"
+PAIRS_CHECK = f"straggler.{MULTINODE}"
+
+
+def judge_multinode(fabric: FabricEvidence, baseline: MetricBaseline) -> Finding:
+    """A collective that ran, against the baseline's multi-node figure (one finding for the set, node None)."""
+    if fabric.nccl is None or not fabric.nccl.points:
+        return Finding(MULTINODE, CheckStatus.ERROR, None, None, "the all-reduce across nodes recorded no samples")
+    where = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs ({', '.join(fabric.nodes)}):"
+    if not fabric.nccl.correct:
+        return Finding(MULTINODE, CheckStatus.FAIL, None, None, f"{where} the reduced values were wrong")
+    busbw = top_busbw(fabric.nccl)
+    problem = sample_problem(busbw, baseline.expected)
+    if problem is not None:
+        return Finding(MULTINODE, CheckStatus.ERROR, None, None, f"{where} the samples cannot be believed: {problem}")
+    found = against_baseline(MULTINODE, (where, None), Sampled(median(busbw), len(busbw), "GB/s"), baseline)
+    return Finding(
+        found.check,
+        found.status,
+        None,
+        None,
+        found.message,
+        observed=found.observed,
+        expected=found.expected,
+        unit=found.unit,
+        limit=found.limit,
+    )
+
+
+def pair_figures(pairs: FabricPairs, node: str) -> tuple[dict[str, float], list[str]]:
+    """Each pair's bus bandwidth at the largest message (by "a + b"), and the pairs of `node` that did not run."""
+    values: dict[str, float] = {}
+    failed: list[str] = []
+    for pair in pairs.pairs:
+        name = " + ".join(pair.nodes)
+        busbw = top_busbw(pair.nccl) if pair.nccl is not None else []
+        if pair.errors or not busbw or not (pair.nccl and pair.nccl.correct) or sample_problem(busbw, None):
+            if node in pair.nodes:
+                why = "; ".join(e.message for e in pair.errors) or "no correct samples"
+                failed.append(f"{name}: {why}")
+            continue
+        values[name] = median(busbw)
+    return values, failed
+
+
+def judge_pairs(node: str, values: dict[str, float], max_deviation: float) -> Finding:
+    """`straggler.nccl.all_reduce.multinode` for `node`, from the figures of every pair (at least MIN_PEERS + 1
+    of them, and `node` in one: the caller says why not when there are fewer)."""
+    mine = {name: v for name, v in values.items() if node in name.split(" + ")}
+    peers = summarize(list(values.values()))
+    behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -max_deviation and peers.z(v) < -STRAGGLER_MIN_Z}
+    detail = ", ".join(f"{k} {v:.4g} GB/s ({v / peers.median - 1:+.1%})" for k, v in mine.items())
+    where = f"the median of {len(values)} pairs is {peers.median:.4g} GB/s"
+    if mine and len(behind) == len(mine):
+        return Finding(
+            PAIRS_CHECK,
+            CheckStatus.FAIL,
+            node,
+            None,
+            f"{node} slows every ring it is in: {detail}; {where} (limit {max_deviation:.0%})",
+            observed=round(min(mine.values()), 4),
+            expected=round(peers.median, 4),
+            unit="GB/s",
+            limit=round(peers.median * (1 - max_deviation), 4),
+        )
+    return Finding(PAIRS_CHECK, CheckStatus.PASS, node, None, f"{node}'s pairs: {detail}; {where}")
+
+
+def enough_pairs(values: dict[str, float]) -> bool:
+    return len(values) - 1 >= MIN_PEERS

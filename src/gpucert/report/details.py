@@ -1,0 +1,77 @@
+"""What the reports show beside a verdict: the evidence behind each failure, the P2P matrix and the all-reduce
+curve of a node. Reads the run through the Evaluation; decides nothing."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from gpucert.analysis.stats import median
+from gpucert.checks import FABRIC_METRICS, Family, Finding, family_of
+
+if TYPE_CHECKING:
+    from gpucert.evaluation import Evaluation
+
+__all__ = ["evidence_for", "nccl_curve", "p2p_matrix"]
+
+
+def p2p_matrix(ev: Evaluation, node: str) -> list[list[float | None]] | None:
+    """Median peer copy bandwidth per (source, destination) pair of one node; None on the diagonal."""
+    e = ev.usable(node)
+    if e is None or e.p2p is None or not e.gpus:
+        return None
+    n = len(e.gpus)
+    m: list[list[float | None]] = [[None] * n for _ in range(n)]
+    for p in e.p2p.pairs:
+        finite = [x for x in p.samples if math.isfinite(x)]
+        if finite and 0 <= p.src < n and 0 <= p.dst < n:
+            m[p.src][p.dst] = median(finite)
+    return m
+
+
+def nccl_curve(ev: Evaluation, node: str) -> list[tuple[int, float]]:
+    """(message size, median bus bandwidth) over the node's all-reduce sweep."""
+    e = ev.usable(node)
+    if e is None or e.nccl is None:
+        return []
+    curve = [(p.size_bytes, [x for x in p.busbw if math.isfinite(x)]) for p in e.nccl.points]
+    return [(size, median(busbw)) for size, busbw in curve if busbw and size > 0]
+
+
+def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
+    """The evidence behind a finding, as JSON-ready data, for the reports' failure details."""
+    node = finding.node
+    if finding.check in FABRIC_METRICS:
+        return ev.fabric.model_dump(mode="json") if ev.fabric else None
+    if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
+        mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if node in p.nodes]
+        return {"pairs": [p.model_dump(mode="json") for p in mine]}
+    if node is None:
+        return {"nodes": ev.inventory.names}
+    family = family_of(finding.check)
+    if family in (Family.STACK, Family.INVENTORY, Family.NODE):
+        ns = ev.stack.nodes.get(node)
+        return ns.model_dump(mode="json") if ns is not None else None
+    e = ev.usable(node)
+    if e is None:
+        return {"unreadable": ev.evidence_problem(node)}
+    metric = finding.check.removeprefix("straggler.").removeprefix("handover.")
+    if metric.startswith("nccl."):
+        return e.nccl.model_dump(mode="json") if e.nccl else None
+    if metric.startswith("p2p."):
+        pairs = [p.model_dump(mode="json") for p in (e.p2p.pairs if e.p2p else []) if finding.gpu in (p.src, p.dst)]
+        return {"unit": e.p2p.unit if e.p2p else None, "pairs": pairs}
+    gpu = e.gpu(finding.gpu) if finding.gpu is not None else None
+    if gpu is None:
+        return {"errors": [x.model_dump(mode="json") for x in e.errors]}
+    if family is Family.HEALTH:
+        return gpu.health.model_dump(mode="json") if gpu.health else None
+    if family is Family.DCGM and e.dcgm is not None:
+        test = e.dcgm.results.get(finding.check.removeprefix("dcgm."))
+        return {
+            "version": e.dcgm.version,
+            "exit_code": e.dcgm.exit_code,
+            "result": test.model_dump(mode="json") if test else None,
+        }
+    m = gpu.measurements.get(metric)
+    return {"gpu": gpu.index, "uuid": gpu.uuid, "serial": gpu.serial, metric: m.model_dump(mode="json") if m else None}

@@ -1,0 +1,326 @@
+"""The run folder, `reports/<run-id>/`: the one owner of its layout, every file name in it, and their readers and
+writers. Everything else asks a RunFolder for a path or a document; no other module spells a file name of it.
+
+```
+inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
+inventory.json, stack.json                       what the cluster reported (plan)
+evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
+recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
+verdict.json, run.json                           the result and when the run ran (evaluate)
+report.html, junit.xml, allure-results/          the reports
+certificate.intoto.json                          the signature over all of it (sign)
+```
+Touches the file system only; what the documents mean is for their own modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpucert.errors import EvidenceError
+from gpucert.evidence import (
+    FabricEvidence,
+    FabricPairs,
+    NodeEvidence,
+    read_evidence,
+    read_fabric,
+    read_fabric_pairs,
+    write_document,
+)
+from gpucert.inventory import Inventory, read_inventory, write_inventory
+from gpucert.names import NameError_, check_node_name, inside
+from gpucert.stack.observe import StackObservation, read_stack, write_stack
+
+__all__ = ["ENVELOPE", "RunFolder", "write_json_atomic"]
+
+INPUTS = "inputs"
+SPEC = "spec.yaml"
+BASELINE = "baseline.yaml"
+HANDOVER = "handover.yaml"
+INVENTORY = "inventory.json"
+STACK = "stack.json"
+EVIDENCE = "evidence"
+MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<node>.json`
+FABRIC = "nccl.json"
+PAIRS = "pairs.json"
+RECERTIFY = "recertify.json"
+FLEET = "fleet"
+VERDICT = "verdict.json"
+RUN_INFO = "run.json"
+REPORT = "report.html"
+JUNIT = "junit.xml"
+ALLURE = "allure-results"
+ENVELOPE = "certificate.intoto.json"
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or an interrupt) never finds half a file; no temporary file is left behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise EvidenceError("missing: pass a run folder written by gpucert", path=path) from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise EvidenceError(f"cannot be read as JSON ({exc})", path=path) from None
+    if not isinstance(data, dict):
+        raise EvidenceError(f"expected a JSON object, got {type(data).__name__}", path=path)
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunFolder:
+    """One run's folder. Paths are properties; documents are read and written through methods."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, reports: Path, name: str) -> RunFolder:
+        """A new, empty run folder `reports/<name>` (`-2`, `-3`, ... when taken), with its inputs/ folder."""
+        reports.mkdir(parents=True, exist_ok=True)
+        for n in range(1, 1000):
+            path = reports / (name if n == 1 else f"{name}-{n}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            (path / INPUTS).mkdir()
+            return cls(path)
+        raise EvidenceError("a thousand runs of this name this second: choose another --reports", path=reports)
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    # ---- paths ------------------------------------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> Path:
+        return self.path / INPUTS
+
+    @property
+    def spec_copy(self) -> Path:
+        return self.inputs / SPEC
+
+    @property
+    def baseline_copy(self) -> Path:
+        return self.inputs / BASELINE
+
+    @property
+    def handover_copy(self) -> Path:
+        return self.inputs / HANDOVER
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.path / INVENTORY
+
+    @property
+    def stack_path(self) -> Path:
+        return self.path / STACK
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.path / EVIDENCE
+
+    @property
+    def fleet_dir(self) -> Path:
+        return self.path / FLEET
+
+    @property
+    def recertify_path(self) -> Path:
+        return self.path / RECERTIFY
+
+    @property
+    def verdict_path(self) -> Path:
+        return self.path / VERDICT
+
+    @property
+    def run_info_path(self) -> Path:
+        return self.path / RUN_INFO
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT
+
+    @property
+    def junit_path(self) -> Path:
+        return self.path / JUNIT
+
+    @property
+    def allure_dir(self) -> Path:
+        return self.path / ALLURE
+
+    @property
+    def envelope_path(self) -> Path:
+        return self.path / ENVELOPE
+
+    def evidence_path(self, node: str) -> Path:
+        """`evidence/<node>.json`, for a node name only (EvidenceError otherwise): it never leaves evidence/."""
+        try:
+            return inside(self.evidence_dir, f"{check_node_name(node)}.json")
+        except NameError_ as exc:
+            raise EvidenceError(str(exc), path=self.evidence_dir) from None
+
+    @property
+    def fabric_path(self) -> Path:
+        return self.evidence_dir / MULTINODE / FABRIC
+
+    @property
+    def pairs_path(self) -> Path:
+        return self.evidence_dir / MULTINODE / PAIRS
+
+    # ---- what the folder holds --------------------------------------------------------------------------------
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the run was planned (inventory.json is there): the least an evaluation needs."""
+        return self.inventory_path.is_file()
+
+    @property
+    def measured(self) -> bool:
+        """Whether this run measured nodes (a configure-only or static run has no evidence folder)."""
+        return self.evidence_dir.is_dir()
+
+    @property
+    def holds_evidence(self) -> bool:
+        return self.measured and any(self.evidence_dir.iterdir())
+
+    @property
+    def suites(self) -> tuple[str, ...]:
+        """The suites that judge this run: the static gate (no cluster), configure only (nothing measured), or
+        configure and certify, and recertify for a recertification."""
+        if self.read_inventory().target == "static":
+            return ("static",)
+        if not self.measured:
+            return ("configure",)
+        return ("configure", "certify", *(("recertify",) if self.recertify_path.exists() else ()))
+
+    @property
+    def signed(self) -> bool:
+        return self.envelope_path.exists()
+
+    def evidence_files(self) -> list[Path]:
+        """The node documents in evidence/ (not the multi-node folder)."""
+        return sorted(self.evidence_dir.glob("*.json")) if self.measured else []
+
+    # ---- documents --------------------------------------------------------------------------------------------
+
+    def read_inventory(self) -> Inventory:
+        return read_inventory(self.inventory_path)
+
+    def write_inventory(self, inventory: Inventory) -> None:
+        write_inventory(self.inventory_path, inventory)
+
+    def read_stack(self) -> StackObservation:
+        return read_stack(self.stack_path)
+
+    def write_stack(self, stack: StackObservation) -> None:
+        write_stack(self.stack_path, stack)
+
+    def read_evidence(self, node: str) -> NodeEvidence | None:
+        """The node's evidence, None when none was written; EvidenceError when it is not the node's own."""
+        path = self.evidence_path(node)
+        if not path.exists() and not path.is_symlink():
+            return None
+        ev = read_evidence(path)
+        if ev.node != node:
+            raise EvidenceError(f"this file is named for {node}, but its evidence is of node {ev.node!r}", path=path)
+        return ev
+
+    def write_evidence(self, ev: NodeEvidence) -> Path:
+        """Write one node's document the moment it arrives (atomically: a reader never sees half of it)."""
+        path = self.evidence_path(ev.node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_document(path, ev)
+
+    def read_fabric(self) -> FabricEvidence | None:
+        return read_fabric(self.fabric_path) if self.measured else None
+
+    def write_fabric(self, ev: FabricEvidence) -> Path:
+        return write_document(self.fabric_path, ev)
+
+    def read_fabric_pairs(self) -> FabricPairs | None:
+        return read_fabric_pairs(self.pairs_path) if self.measured else None
+
+    def write_fabric_pairs(self, pairs: FabricPairs) -> Path:
+        return write_document(self.pairs_path, pairs)
+
+    def read_recertify(self) -> dict[str, Any] | None:
+        """What `gpucert recertify` wrote about the run, or None for a certification."""
+        return _read_json(self.recertify_path) if self.recertify_path.exists() else None
+
+    def write_recertify(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.recertify_path, record)
+
+    def fleet_peer_files(self) -> list[Path]:
+        return sorted(self.fleet_dir.glob("*.json")) if self.fleet_dir.is_dir() else []
+
+    def read_fleet_peers(self) -> list[NodeEvidence]:
+        """Other nodes' latest evidence, copied into fleet/ by recertify: the peers a lone node is compared with."""
+        return [read_evidence(p) for p in self.fleet_peer_files()]
+
+    def add_fleet_peer(self, node: str, source: Path) -> None:
+        self.fleet_dir.mkdir(exist_ok=True)
+        shutil.copy2(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
+
+    def read_verdict(self) -> dict[str, Any]:
+        return _read_json(self.verdict_path)
+
+    def write_verdict(self, verdict: dict[str, Any]) -> None:
+        write_json_atomic(self.verdict_path, verdict)
+
+    def read_run_info(self) -> dict[str, Any]:
+        return _read_json(self.run_info_path) if self.run_info_path.exists() else {}
+
+    def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
+        """run.json: when the run ran and with which gpucert, for the attestation's predicate."""
+        from gpucert import __version__
+        from gpucert.resources import source_commit
+
+        def iso(t: float) -> str:
+            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        info = {
+            "run": self.id,
+            "spec": spec,
+            "target": target,
+            "started": iso(started),
+            "finished": iso(finished),
+            "gpucert_version": __version__,
+            "git_commit": source_commit(),
+        }
+        write_json_atomic(self.run_info_path, info)
+
+    def copy_inputs(self, spec: Path | None, baseline: Path) -> None:
+        """The spec and SKU baseline as the run used them: signed with it, so the judgement can be re-done."""
+        if spec is not None:
+            shutil.copy2(spec, self.spec_copy)
+        if baseline.exists():
+            shutil.copy2(baseline, self.baseline_copy)
+
+    def copy_handover(self, source: Path) -> None:
+        shutil.copy2(source, self.handover_copy)
+
+    def spec_name(self) -> str | None:
+        """The spec (metadata.name) the run was certified under, from run.json or verdict.json."""
+        for path in (self.run_info_path, self.verdict_path):
+            try:
+                name = _read_json(path).get("spec") if path.exists() else None
+            except EvidenceError:
+                continue
+            if isinstance(name, str):
+                return name
+        return None

@@ -1,0 +1,110 @@
+"""The simulated fleet's world: the spec, the fleet and its faults indexed per node, and what every part of the
+simulation asks of them (a component's version on a node, the GPUs on its bus, a metric's slow-down factor, a
+node's random generator). Deterministic: every node draws from its own generator seeded by (fleet seed, node
+number), so the order and parallelism of measuring change nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from gpucert.baseline import GpuBaseline
+from gpucert.fleet import (
+    Fault,
+    MissingComponentFault,
+    MissingGpuFault,
+    OrderingFault,
+    SimulatedFleet,
+    SlowFault,
+    SwappedGpuFault,
+    UnhealthyGpuFault,
+    UnreachableFault,
+    VersionFault,
+)
+from gpucert.spec import ClusterSpec
+
+__all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "iso", "sig"]
+
+T0 = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
+DEFAULT_NODE_STACK = {
+    "kubelet": "v1.31.4",
+    "containerRuntime": "containerd://1.7.24",
+    "kernel": "5.15.0-131-generic",
+    "osImage": "Ubuntu 22.04.5 LTS",
+    "dcgm": "4.2.3",
+}
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sig(x: float) -> float:
+    return float(f"{x:.5g}")
+
+
+@dataclass
+class NodeFaults:
+    """The faults of one node, indexed for the generator."""
+
+    slow: dict[tuple[int | None, str], float] = field(default_factory=dict)
+    gpu: dict[int, list[Fault]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    ordering: list[OrderingFault] = field(default_factory=list)
+    missing: set[int] = field(default_factory=set)
+    swapped: set[int] = field(default_factory=set)
+    unhealthy: set[int] = field(default_factory=set)
+    missing_components: set[str] = field(default_factory=set)
+    unreachable: bool = False
+
+
+class World:
+    """The spec, the fleet and its faults: what the cluster objects and the probe evidence are drawn from."""
+
+    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baseline: GpuBaseline) -> None:
+        self.spec = spec
+        self.fleet = fleet
+        self.baseline = baseline
+        pins = {c.name: c.version for c in spec.stack.components}
+        self.versions = {**DEFAULT_NODE_STACK, **pins, **fleet.stack}
+        self.names = fleet.nodes.names()
+        self.faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self.names}
+        for f in fleet.faults:
+            nf = self.faults[f.node]
+            match f:
+                case SlowFault():
+                    nf.slow[(f.gpu, f.metric)] = nf.slow.get((f.gpu, f.metric), 1.0) * f.factor
+                case VersionFault():
+                    nf.versions[f.component] = f.version
+                case OrderingFault():
+                    nf.ordering.append(f)
+                case MissingGpuFault():
+                    nf.missing.add(f.gpu)
+                case SwappedGpuFault():
+                    nf.swapped.add(f.gpu)
+                case UnhealthyGpuFault():
+                    nf.unhealthy.add(f.gpu)
+                case MissingComponentFault():
+                    nf.missing_components.add(f.component)
+                case UnreachableFault():
+                    nf.unreachable = True
+                case _:
+                    nf.gpu.setdefault(f.gpu, []).append(f)
+
+    def _version(self, node: str, component: str) -> str:
+        return self.faults[node].versions.get(component, self.versions.get(component, "0.0.0"))
+
+    def _present(self, node: str) -> list[int]:
+        """Physical GPU slots that answer on the bus; NVML numbers them 0.. in bus order."""
+        return [s for s in range(self.fleet.nodes.gpus_per_node) if s not in self.faults[node].missing]
+
+    def _rng(self, node: str) -> np.random.Generator:
+        return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1])
+
+    def _factor(self, node: str, slot: int | None, metric: str) -> float:
+        slow = self.faults[node].slow
+        f = slow.get((None, metric), 1.0)
+        return f * slow.get((slot, metric), 1.0) if slot is not None else f
