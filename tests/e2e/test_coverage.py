@@ -196,35 +196,26 @@ def test_an_interrupt_during_evaluation_writes_an_incomplete_verdict(pytester: p
     assert not list(run.rglob("*.tmp"))
 
 
-def test_the_signed_predicate_says_incomplete(project: Path) -> None:
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    spec = project / "examples" / "clean.yaml"
-    r = gpucert("certify", str(spec), "-q", cwd=project)
-    assert r.returncode == 0, r.stdout + r.stderr
-    # the same cluster, evaluated with -k through plain pytest: 8 checks of all those required
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(SUITES / "configure"),
-            str(SUITES / "certify"),
-            "--spec",
-            str(spec),
-            "--reports",
-            "partial",
-            "-k",
-            "ecc and gpu-node-2",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ],
+def pytest_k(project: Path, spec: Path, keyword: str) -> subprocess.CompletedProcess[str]:
+    """Plain pytest over the suites in its own process, as a user types it, with `-k keyword`: into partial/."""
+    args = [str(SUITES / "configure"), str(SUITES / "certify"), "--spec", str(spec), "--reports", "partial"]
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *args, "-k", keyword, "-p", "no:cacheprovider", "-q"],
         cwd=project,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
+
+
+def test_the_signed_predicate_says_incomplete(project: Path) -> None:
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    spec = project / "examples" / "clean.yaml"
+    r = gpucert("certify", str(spec), "-q", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    # the same cluster, evaluated with -k through plain pytest: 8 checks of all those required
+    r = pytest_k(project, spec, "ecc and gpu-node-2")
     assert r.returncode == 1, r.stdout + r.stderr
     (run,) = (project / "partial").iterdir()
     assert gpucert("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0
@@ -246,30 +237,7 @@ def test_the_signed_predicate_says_incomplete(project: Path) -> None:
 
 
 def test_an_incomplete_run_cannot_give_a_handover_baseline(project: Path) -> None:
-    spec = project / "examples" / "clean.yaml"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            str(SUITES / "configure"),
-            str(SUITES / "certify"),
-            "--spec",
-            str(spec),
-            "--reports",
-            "partial",
-            "-k",
-            "gpu-node-2",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-        ],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    pytest_k(project, project / "examples" / "clean.yaml", "gpu-node-2")
     (run,) = (project / "partial").iterdir()
     r = gpucert("baseline", "record", str(run), "--allow-unsigned", cwd=project)
     assert r.returncode == 1
