@@ -28,11 +28,16 @@ def write_inputs(path: Path, fleet: dict[str, Any] | None = None, **certify: Any
     return path / "spec.yaml"
 
 
-def run_suites(pytester: pytest.Pytester, *args: str, plugins: list[object] | None = None) -> pytest.RunResult:
-    spec = write_inputs(pytester.path)
+def run_suites(
+    pytester: pytest.Pytester,
+    *args: str,
+    plugins: list[object] | None = None,
+    suites: tuple[str, ...] = ("configure", "certify"),
+    fleet: dict[str, Any] | None = None,
+) -> pytest.RunResult:
+    spec = write_inputs(pytester.path, fleet)
     return pytester.runpytest(
-        str(SUITES / "configure"),
-        str(SUITES / "certify"),
+        *(str(SUITES / s) for s in suites),
         "--spec",
         str(spec),
         "--reports",
@@ -111,16 +116,7 @@ def test_deselected_checks_make_the_run_incomplete(pytester: pytest.Pytester, ar
 
 
 def test_a_suite_left_off_the_command_line_is_not_run(pytester: pytest.Pytester) -> None:
-    spec = write_inputs(pytester.path)
-    result = pytester.runpytest(
-        str(SUITES / "certify"),
-        "--spec",
-        str(spec),
-        "--reports",
-        str(pytester.path / "reports"),
-        "-p",
-        "no:cacheprovider",
-    )
+    result = run_suites(pytester, suites=("certify",))
     v = verdict_of(the_run(pytester))
     assert v["result"] == "incomplete"
     assert v["coverage"]["deselected"] > 0
@@ -131,18 +127,7 @@ def test_a_suite_left_off_the_command_line_is_not_run(pytester: pytest.Pytester)
 @pytest.mark.parametrize("args", [("-x",), ("--maxfail", "1")])
 def test_stopping_early_is_never_a_pass(pytester: pytest.Pytester, args: tuple[str, ...]) -> None:
     fault = {"kind": "ecc", "node": "gpu-node-1", "gpu": 0, "uncorrected": 1}
-    spec = write_inputs(pytester.path, fleet_doc([fault]))
-    result = pytester.runpytest(
-        str(SUITES / "configure"),
-        str(SUITES / "certify"),
-        "--spec",
-        str(spec),
-        "--reports",
-        str(pytester.path / "reports"),
-        "-p",
-        "no:cacheprovider",
-        *args,
-    )
+    result = run_suites(pytester, *args, fleet=fleet_doc([fault]))
     v = verdict_of(the_run(pytester))
     assert v["result"] == "fail"  # a failed check outranks incompleteness
     assert v["coverage"]["notReached"] > 0
