@@ -205,6 +205,9 @@ class Evaluation:
                 gpu.index,
                 f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)",
             )
+        err = ev.error_for(_probe_of(check).value, gpu.index, check)  # this GPU's alone: the others stand
+        if err is not None:
+            return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the {err.probe} probe failed: {err.message}")
         return g
 
     def health(self, check: str, gpu: GpuSlot) -> Finding:
