@@ -245,7 +245,7 @@ class Evaluation:
             )
         mine = result.gpus.get(gpu.index)
         if mine is not None and mine.status == "Fail":
-            why = "; ".join(mine.warnings) or "no warning text"
+            why = mine.describe()  # with the DCGM_FR_* id, category and severity where DCGM gave them
             return Finding(
                 check,
                 CheckStatus.FAIL,
