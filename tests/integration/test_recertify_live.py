@@ -19,7 +19,8 @@ import yaml
 from gpucert.spec import load_spec
 from gpucert.targets.simulated import SimulatedTarget
 
-from .fakecluster import FakeCluster, FakeKubelet
+from .fakecluster import FakeCluster
+from .fakekubelet import FakeKubelet
 from .rbac import not_granted, unused, verb
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -255,12 +255,14 @@ class KubernetesNodeControl:
                     f"the node stays cordoned. Rerun with --drain to evict them, or when they are done"
                 )
             w = watch.Watch()
+            slice_s = max(1, min(int(left), 5))
             with contextlib.suppress(Exception):  # any event, or the slice ending, means: look again
                 for _ in w.stream(
                     self.core.list_pod_for_all_namespaces,
                     field_selector=f"spec.nodeName={node}",
                     resource_version=rv,
-                    timeout_seconds=max(1, min(int(left), 5)),
+                    timeout_seconds=slice_s,
+                    _request_timeout=(self.target.timeout_s[0], slice_s + self.target.timeout_s[1]),
                 ):
                     w.stop()
 
