@@ -83,6 +83,8 @@ def unframe(log: str) -> str:
     last = max((i for i, f in enumerate(frames) if f.key is None), default=None)
     if cut:  # the probe was stopped while writing a header: whatever came before it is not the last word
         raise FramingError("the log ends inside a frame header: the log is truncated")
+    if last is None and frames:
+        raise FramingError(f"the log is truncated: {len(frames)} parts arrived, the evidence document did not")
     if last is None:
         raise FramingError("no evidence frame in the log (the probe did not finish writing its document)")
     if frames[last].body is None:
