@@ -128,9 +128,13 @@ def test_pcie_runs_on_the_cpus_of_the_gpus_numa_node() -> None:
             seen[self.index] = os.sched_getaffinity(0)
             super().h2d(dst, src)
 
-    ev = run_plan(plan(2, ["pcie"]), nvml=fake_nvml(*gpus), open_device=Watching)
+    streamed: dict[str, Any] = {}
+    ev = run_plan(
+        plan(2, ["pcie"]), nvml=fake_nvml(*gpus), open_device=Watching, emit=lambda k, m: streamed.setdefault(k, m)
+    )
     assert seen == {0: {cpus[-1]}, 1: {cpus[0]}}
     assert ev.gpus[1].measurements["pcie.h2d"].params["cpus"] == str(cpus[0])
+    assert streamed["gpu/1/pcie.h2d"].params["cpus"] == str(cpus[0])  # the streamed part says so too
     assert os.sched_getaffinity(0) == set(cpus)  # the main thread was never pinned
 
 

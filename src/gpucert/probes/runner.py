@@ -265,14 +265,8 @@ def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
         if Probe.PCIE in node.probes:
             cpus = nvml_probe.numa_cpus(node.nvml, i) if node.nvml is not None else None
             for direction in ("h2d", "d2h"):
-                fn = partial(
-                    _pinned, cpus, partial(pcie.host_copy_bandwidth, dev, direction, budget, plan.sizes.pcie_bytes)
-                )
+                fn = partial(_pcie_near, cpus, dev, direction, budget, plan.sizes.pcie_bytes)
                 node.measure(i, Probe.PCIE, f"pcie.{direction}", fn)
-                m = node.measured.get(i, {}).get(f"pcie.{direction}")
-                if m is not None and cpus:
-                    m = m.model_copy(update={"params": {**m.params, "cpus": _cpu_list(cpus)}})
-                    node.measured[i][f"pcie.{direction}"] = m
             if node.nvml is not None and Probe.HEALTH in node.probes and i not in node.unusable:
                 # read the link while a transfer is in flight: idle links train down on purpose
                 read = partial(_pinned, cpus, partial(_link_under_load, node, dev, i))
@@ -346,7 +340,8 @@ def _between_gpus(node: _Node, devices: dict[int, Device], count: int, on_gpu: b
                 coll = nccl.CupyNccl(ordered) if on_gpu else nccl.NumpyCollective(len(ordered))
                 return nccl.all_reduce_sweep(coll, node.budget, plan.sizes.nccl_sizes)
 
-            limit = node.plan.budget.watchdog_s + len(plan.sizes.nccl_sizes) * node.limit_s
+            b = plan.budget  # one watchdog margin for the communicators and the sweep, plus each size's budget
+            limit = b.watchdog_s + len(plan.sizes.nccl_sizes) * (b.warmup_s + b.measure_s)
             nccl_ev = node.rec.attempt(
                 "nccl", lambda: node.loaded(every, "nccl.all_reduce", lambda: within(limit, sweep, "the all-reduce"))
             )
