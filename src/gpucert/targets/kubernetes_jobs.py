@@ -342,7 +342,7 @@ class ProbeJobs:
             self._failed(run, f"the node {run.node} was deleted during the run ({said})")
             return
         why = self._job_deadline(run) or why
-        log = run.log if run.log is not None else self.log_or_none(run.pod or "")
+        log = run.log if run.log is not None or run.pod is None else self.log_or_none(run.pod)
         evidence = rebuild(parts(log), why) if log else None
         if evidence is not None and evidence.node == run.node:
             self._finish(run, evidence)  # the probes it finished stand; the others are errors naming `why`
@@ -404,7 +404,7 @@ class ProbeJobs:
                 self.core.list_pod_for_all_namespaces,
                 field_selector=f"spec.nodeName={run.node}",
             )
-            holders = gpu_pods(json.loads(resp.data).get("items") or [])
+            holders = gpu_pods(json.loads(resp.data).get("items") or [], run_label=self.label)
         except (ClusterAccessError, IncompleteRunError) as exc:
             return f"{run.node}'s GPUs are taken (the pods holding them could not be listed: {exc})"
         if holders:
@@ -434,16 +434,7 @@ class ProbeJobs:
                     why = run.unschedulable or ("no pod was created" if run.pod is None else "")
                     self._failed(run, f"the probe pod was still Pending after {limit} s" + (f" ({why})" if why else ""))
             elif age > t.active_deadline_seconds + 60:
-                log = self.log_or_none(run.pod) if run.pod else None
-                evidence = (
-                    rebuild(parts(log), f"the probe ran past its {t.active_deadline_seconds} s deadline")
-                    if log
-                    else None
-                )
-                if evidence is not None and evidence.node == run.node:
-                    self._finish(run, evidence)
-                else:
-                    self._failed(run, f"the probe ran past its {t.active_deadline_seconds} s deadline")
+                self._stopped(run, {}, f"the probe ran past its {t.active_deadline_seconds} s deadline")
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
