@@ -24,7 +24,7 @@ from gpucert.targets import open_target
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
-from .gpu_operator import node
+from .gpu_operator import gpu_pod, node
 from .rbac import not_granted, unused, verb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,22 +100,6 @@ def interrupt_certify(
 
 def job_node(job: dict[str, Any]) -> str:
     return str(job["metadata"]["annotations"]["gpucert.io/node"])
-
-
-def gpu_pod(name: str, node: str, gpus: int = 8) -> dict[str, Any]:
-    """Someone else's training pod holding `gpus` of the node's GPUs."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml-team", "labels": {"app": "trainer"}},
-        "spec": {
-            "nodeName": node,
-            "containers": [
-                {"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
-            ],
-        },
-        "status": {"phase": "Running"},
-    }
 
 
 def taint_before_the_collective(kubelet: FakeKubelet, name: str) -> None:

@@ -74,7 +74,6 @@ class FabricJobs(ProbeJobs):
 
     def fabric_bodies(self, name: str, nodes: list[str], owner_uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
         """The headless Service and the Indexed Job of the all-reduce across `nodes`."""
-        t = self.target.target
         labels = {**self.labels, LABEL_ROLE: "nccl-multinode", LABEL_FABRIC: name}
         meta = self.owned_meta(name, name, owner_uid, labels, **{"gpucert.io/nodes": ",".join(nodes)})
         service = {
@@ -88,40 +87,17 @@ class FabricJobs(ProbeJobs):
                 "ports": [{"name": "rendezvous", "port": DEFAULT_PORT, "protocol": "TCP"}],
             },
         }
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": meta,
-            "spec": {
-                "completionMode": "Indexed",
-                "completions": len(nodes),
-                "parallelism": len(nodes),
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": t.active_deadline_seconds,
-                "ttlSecondsAfterFinished": 3600,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "subdomain": name,  # with the hostname `<job>-<index>`: `<job>-0.<service>` resolves
-                        "affinity": {
-                            "nodeAffinity": {
-                                "requiredDuringSchedulingIgnoredDuringExecution": {
-                                    "nodeSelectorTerms": [
-                                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
-                                    ]
-                                }
-                            },
-                            "podAntiAffinity": {
-                                "requiredDuringSchedulingIgnoredDuringExecution": [
-                                    {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
-                                ]
-                            },
-                        },
-                        **self.fabric_pod(name, nodes),
-                    },
-                },
+        on_nodes = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
+        one_each = {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
+        pod = {
+            "subdomain": name,  # with the hostname `<job>-<index>`: `<job>-0.<service>` resolves
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_nodes]}},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_each]},
             },
+            **self.fabric_pod(name, nodes),
         }
+        job = self.job(meta, labels, pod, completionMode="Indexed", completions=len(nodes), parallelism=len(nodes))
         return service, job
 
     def _fabric_failed(self, run: _FabricRun, message: str) -> None:

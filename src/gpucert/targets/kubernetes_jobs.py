@@ -229,32 +229,30 @@ class ProbeJobs:
         self.target.hostnames[node] = labels.get(HOSTNAME, node)
         return self.target.hostnames[node]
 
-    def job_body(self, node: str, owner_uid: str) -> dict[str, Any]:
-        t = self.target.target
-        labels = {**self.labels, LABEL_NODE: node[:63]}
-        name = f"gpucert-{self.label}-{short(node)}"
-        on_node = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [self.hostname(node)]}]}
+    def job(self, meta: dict[str, Any], labels: dict[str, str], pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
+        """A probe Job: one try, the spec's deadline, gone an hour after it finished; `spec` adds to its spec."""
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": self.owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node}),
+            "metadata": meta,
             "spec": {
+                **spec,
                 "backoffLimit": 0,
-                "activeDeadlineSeconds": t.active_deadline_seconds,
+                "activeDeadlineSeconds": self.target.target.active_deadline_seconds,
                 "ttlSecondsAfterFinished": 3600,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "affinity": {
-                            "nodeAffinity": {
-                                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_node]}
-                            }
-                        },
-                        **self.probe_pod(self.cm_name),
-                    },
-                },
+                "template": {"metadata": {"labels": labels}, "spec": pod},
             },
         }
+
+    def job_body(self, node: str, owner_uid: str) -> dict[str, Any]:
+        labels = {**self.labels, LABEL_NODE: node[:63]}
+        name = f"gpucert-{self.label}-{short(node)}"
+        on_node = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [self.hostname(node)]}]}
+        affinity = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_node]}}
+        }
+        meta = self.owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node})
+        return self.job(meta, labels, {"affinity": affinity, **self.probe_pod(self.cm_name)})
 
     def _start(self, node: str, owner_uid: str) -> None:
         body = self.job_body(node, owner_uid)
