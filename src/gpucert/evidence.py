@@ -107,7 +107,7 @@ class Health(_Model):
     power_w: float | None = None
     power_limit_w: float | None = None
     xid: list[XidEvent] = Field(default_factory=list)
-    nvlink_active: list[bool] | None = None
+    nvlink_active: list[bool | None] | None = None  # None for a link whose state NVML refused (see unavailable)
     not_supported: list[str] = Field(default_factory=list)
     # readings NVML refused for another reason than "not supported": reading -> NVML's error (the rest stand)
     unavailable: dict[str, str] = Field(default_factory=dict)

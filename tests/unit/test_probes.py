@@ -177,6 +177,22 @@ def test_nvlink_loop_stops_at_the_gpus_own_links(product: str, links: int) -> No
     assert g.health.unavailable == {}
 
 
+def test_a_link_nvml_refuses_is_unknown_and_the_others_stand() -> None:
+    nvml = fake_nvml(FakeGpu(nvlinks=4))
+    real = nvml.nvmlDeviceGetNvLinkState
+
+    def flaky(h: Any, link: int) -> int:
+        if link == 2:
+            raise NVMLError_GpuIsLost()
+        return int(real(h, link))
+
+    nvml.nvmlDeviceGetNvLinkState = flaky
+    h = read_gpu(nvml, 0).health
+    assert h is not None
+    assert h.nvlink_active == [True, True, None, True]
+    assert h.unavailable == {"nvlink.2": "NVMLError_GpuIsLost: GPU is lost"}
+
+
 def test_not_supported_is_recorded_never_zero() -> None:
     gpu = FakeGpu(
         fail={"nvmlDeviceGetRemappedRows": NVMLError_NotSupported, "nvmlDeviceGetNvLinkState": NVMLError_NotSupported}
