@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_check.py                  # quick profile, all GPUs, all probes but DCGM
     python benchmarks/gpu_check.py --device numpy   # the same path on the CPU (no GPU needed; figures mean nothing)
+    python benchmarks/gpu_check.py --budget         # the quick profile's time budget on an 8-GPU node, worked out
 
 Targets (issue 5, on an H200): copy bandwidth >= 90% of torch's copy_, bf16 GEMM >= 90% of torch.matmul, the
 repetition spread (CV) of each probe under 2%, and the whole quick profile under 60 s. Exit 0 when all are met.
@@ -10,16 +11,69 @@ repetition spread (CV) of each probe under 2%, and the whole quick profile under
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from gpucert.probes.runner import ProbePlan, run_plan
+from gpucert.baseline import load_baseline
+from gpucert.probes import nccl
+from gpucert.probes.runner import BudgetSpec, ProbePlan, run_plan
 from gpucert.spec import Probe
 from gpucert.targets.local import PROFILES
 
 TARGET_RATIO, TARGET_CV, TARGET_S = 0.90, 0.02, 60.0
+ROOT = Path(__file__).resolve().parents[1]
+
+# What the arithmetic assumes besides the baseline's rates (conservative, from CUDA/NCCL start-up on HGX nodes):
+START_GPU_S = 0.5  # a CUDA context, a cuBLAS handle and the GEMM operands, per GPU
+START_PROCESS_S = 2.0  # importing CuPy, NVML readings of every GPU, the first and last health pass
+NCCL_INIT_S = 5.0  # ncclCommInitAll over 8 GPUs (topology detection, NVLS set-up)
+LAUNCH_FLOOR_S = 30e-6  # no collective or copy completes faster than this, whatever its size
+L2_BYTES = 50 << 20  # H100/H200 L2: the flush written before each repetition is twice this
+
+
+def _region_s(rep_s: float, budget: BudgetSpec, flush_s: float) -> float:
+    """One `time_region`: warm-up (at least one call, then until warmup_s), then repetitions until measure_s,
+    never fewer than min_reps nor more than max_reps, each after an L2 flush."""
+    warm = max(rep_s, budget.warmup_s)
+    reps = min(budget.max_reps, max(budget.min_reps, math.ceil(budget.measure_s / (rep_s + flush_s))))
+    return warm + reps * (rep_s + flush_s)
+
+
+def budget_estimate(gpus: int = 8, profile: str = "quick", sku: str = "H200-SXM-141GB") -> list[tuple[str, float]]:
+    """Seconds each part of a profile takes on a node of `gpus` GPUs running at the SKU baseline's figures."""
+    budget, sizes = PROFILES[profile]
+    rate = {m: b.expected for m, b in load_baseline(ROOT / "baselines" / "gpus" / f"{sku}.yaml").metrics.items()}
+    flush_s = 2 * L2_BYTES / (rate["memory.bandwidth"] * 1e9)
+    gemm_flop = 2 * sizes.gemm_n**3
+    per_gpu = [
+        ("memory.bandwidth", _region_s(2 * sizes.memory_bytes / (rate["memory.bandwidth"] * 1e9), budget, flush_s)),
+        *(
+            (f"compute.gemm.{t}", _region_s(gemm_flop / (rate[f"compute.gemm.{t}"] * 1e12), budget, flush_s))
+            for t in ("fp16", "bf16", "tf32", "fp32", "fp64")
+        ),
+        *(
+            (f"pcie.{d}", _region_s(sizes.pcie_bytes / (rate[f"pcie.{d}"] * 1e9), budget, flush_s))
+            for d in ("h2d", "d2h")
+        ),
+    ]
+    rows = [(f"{gpus} GPUs x {name}", gpus * s) for name, s in per_gpu]
+    pairs = gpus * (gpus - 1)
+    rows.append(
+        (
+            f"p2p, {pairs} ordered pairs",
+            pairs * _region_s(sizes.p2p_bytes / (rate["p2p.bandwidth"] * 1e9), budget, flush_s),
+        )
+    )
+    algbw = rate["nccl.all_reduce"] / nccl.busbw_factor(gpus) * 1e9
+    sweep = sum(_region_s(max(LAUNCH_FLOOR_S, size / algbw), budget, 0.0) for size in sizes.nccl_sizes)
+    rows.append((f"nccl sweep, {len(sizes.nccl_sizes)} sizes to {max(sizes.nccl_sizes) >> 30} GiB", sweep))
+    rows.append(("nccl communicator set-up", NCCL_INIT_S))
+    rows.append((f"start-up: process, then {gpus} GPUs", START_PROCESS_S + gpus * START_GPU_S))
+    return rows
 
 
 def cv(samples: list[float]) -> float:
@@ -64,7 +118,16 @@ def main() -> int:
     ap.add_argument("--device", choices=["cupy", "numpy"], default="cupy")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     ap.add_argument("--gpus", type=int, default=None)
+    ap.add_argument("--budget", action="store_true", help="print the profile's time budget on 8 GPUs and exit")
     args = ap.parse_args()
+    if args.budget:
+        rows = budget_estimate(args.gpus or 8, args.profile)
+        for what, seconds in rows:
+            print(f"{what:<40}{seconds:>7.1f} s")
+        total = sum(s for _, s in rows)
+        target = f" (target under {TARGET_S:.0f} s)" if args.profile == "quick" else ""
+        print(f"{'total':<40}{total:>7.1f} s{target}")
+        return 0 if total < TARGET_S or args.profile != "quick" else 1
     budget, sizes = PROFILES[args.profile]
     probes = [p for p in Probe if p is not Probe.DCGM and (args.device == "cupy" or p is not Probe.HEALTH)]
     plan = ProbePlan(

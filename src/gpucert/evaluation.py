@@ -58,6 +58,11 @@ def _because(check: str, node: str | None, gpu: int | None = None, detail: str |
     return str(CheckKey(check, node, gpu, detail))
 
 
+def _probe_of(check: str) -> Probe | None:
+    """The probe whose evidence a check judges (None for handover.identity: the GPUs the node showed at all)."""
+    return None if check == "handover.identity" else Probe(family_of(check).probe or check.split(".")[0])
+
+
 def _skip(check: str, node: str | None, gpu: int | None, message: str, cause: str) -> Finding:
     return Finding(check, SKIP, node, gpu, message, cause=cause)
 
@@ -301,7 +306,7 @@ class Evaluation:
 
     def _node_evidence(self, check: str, node: str) -> NodeEvidence | Finding:
         """The node's evidence for `check`: that of its probe, or (handover.identity) the GPUs the node showed."""
-        probe = None if check == "handover.identity" else Probe(family_of(check).probe or check.split(".")[0])
+        probe = _probe_of(check)
         if probe is not None and probe not in self.spec.certify.probes:
             return Finding(check, SKIP, node, None, f"probe {probe.value!r} is not in certify.probes")
         ev = self.usable(node)
@@ -329,6 +334,10 @@ class Evaluation:
         if g is None:
             message = f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)"
             return _skip(check, gpu.node, gpu.index, message, _because("inventory.gpus", gpu.node))
+        probe = _probe_of(check)
+        err = ev.error_for(probe.value, gpu.index, check) if probe is not None else None
+        if err is not None:  # this GPU's alone: the other GPUs of the node stand
+            return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the {err.probe} probe failed: {err.message}")
         return g
 
     def health(self, check: str, gpu: GpuSlot) -> Finding:

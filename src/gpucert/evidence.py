@@ -17,6 +17,7 @@ from gpucert.errors import EvidenceError
 
 __all__ = [
     "EVIDENCE_SCHEMA",
+    "DcgmError",
     "DcgmEvidence",
     "DcgmGpuResult",
     "DcgmTestResult",
@@ -34,6 +35,7 @@ __all__ = [
     "ProbeError",
     "RemappedRows",
     "SystemFacts",
+    "ThrottleWindow",
     "XidEvent",
     "read_evidence",
     "read_fabric",
@@ -83,6 +85,15 @@ class XidEvent(_Model):
     text: str = ""
 
 
+class ThrottleWindow(_Model):
+    """What held the clocks down while one probe loaded the GPU: NVML's cumulative counters (nanoseconds per
+    reason) read before and after it, so throttling is seen when it matters rather than at idle."""
+
+    probe: str  # the measurement that loaded the GPU, e.g. compute.gemm.bf16
+    seconds: float  # how long the window lasted on the host clock
+    reasons_ns: dict[str, int] = Field(default_factory=dict)  # reason -> nanoseconds throttled in the window
+
+
 class Health(_Model):
     ecc: EccCounts = Field(default_factory=EccCounts)
     remapped_rows: RemappedRows = Field(default_factory=RemappedRows)
@@ -93,13 +104,16 @@ class Health(_Model):
     power_w: float | None = None
     power_limit_w: float | None = None
     xid: list[XidEvent] = Field(default_factory=list)
-    nvlink_active: list[bool] | None = None
+    nvlink_active: list[bool | None] | None = None  # None for a link whose state NVML refused (see unavailable)
     not_supported: list[str] = Field(default_factory=list)
+    # readings NVML refused for another reason than "not supported": reading -> NVML's error (the rest stand)
+    unavailable: dict[str, str] = Field(default_factory=dict)
+    throttle_under_load: list[ThrottleWindow] = Field(default_factory=list)
 
 
 class GpuEvidence(_Model):
     index: int
-    uuid: str
+    uuid: str | None = None  # None when NVML could not read it: never a made-up identity
     serial: str | None = None
     pci_bus_id: str | None = None
     product: str | None = None
@@ -114,6 +128,7 @@ class P2pPair(_Model):
     dst: int
     peer_access: bool
     samples: list[float]
+    error: str | None = None  # this pair could not be measured (the rest of the matrix stands)
 
 
 class P2pEvidence(_Model):
@@ -138,10 +153,38 @@ class NcclEvidence(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class DcgmError(_Model):
+    """One DCGM_FR_* error as `dcgmi diag -j` reports it: id, category and severity with DCGM's names."""
+
+    id: int
+    name: str  # DCGM_FR_PERSISTENCE_MODE
+    category: int | None = None
+    category_name: str | None = None  # SOFTWARE_OTHER
+    severity: int | None = None
+    severity_name: str | None = None  # CONFIG
+    message: str = ""
+
+    def describe(self) -> str:
+        """The message with the id, category and severity a vendor looks up in DCGM's error table."""
+        tags = [f"{self.name} (id {self.id})"]
+        if self.category is not None:
+            tags.append(f"category {self.category_name or '?'} ({self.category})")
+        if self.severity is not None:
+            tags.append(f"severity {self.severity_name or '?'} ({self.severity})")
+        return f"{self.message} [{', '.join(tags)}]"
+
+
 class DcgmGpuResult(_Model):
     status: str  # Pass | Fail | Skip, as DCGM writes it
     warnings: list[str] = Field(default_factory=list)
     serial: str | None = None
+    errors: list[DcgmError] = Field(default_factory=list)  # the warnings that carried a DCGM_FR_* id
+
+    def describe(self) -> str:
+        """Every warning, those with an error id in DCGM's terms."""
+        coded = {e.message for e in self.errors}
+        texts = [e.describe() for e in self.errors] + [w for w in self.warnings if w not in coded]
+        return "; ".join(texts) or "no warning text"
 
 
 class DcgmTestResult(_Model):
@@ -170,6 +213,8 @@ class ProbeError(_Model):
     probe: str
     message: str
     unavailable: bool = False  # the tool is not installed on the node: its checks skip, they never pass
+    gpu: int | None = None  # the error of one GPU (the node's other GPUs stand); None: the whole probe
+    metric: str | None = None  # with `gpu`: only this measurement of the probe (compute.gemm.fp64); None: all
 
 
 class NodeEvidence(_Model):
@@ -192,8 +237,16 @@ class NodeEvidence(_Model):
     def gpu(self, index: int) -> GpuEvidence | None:
         return next((g for g in self.gpus if g.index == index), None)
 
-    def error_for(self, probe: str) -> ProbeError | None:
-        return next((e for e in self.errors if e.probe in (probe, "*")), None)
+    def error_for(self, probe: str, gpu: int | None = None, metric: str | None = None) -> ProbeError | None:
+        """The probe's error for the whole node, or (with `gpu`) the error of that one GPU (for `metric`)."""
+        return next(
+            (
+                e
+                for e in self.errors
+                if e.probe in (probe, "*") and e.gpu == gpu and (e.metric is None or e.metric == metric)
+            ),
+            None,
+        )
 
 
 class FabricEvidence(_Model):

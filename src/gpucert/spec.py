@@ -62,9 +62,14 @@ class KubernetesTargetSpec(Document):
         default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     )
     pending_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="pendingTimeoutSeconds")
+    # how long a probe pod waits for a node whose GPUs other pods hold (the scheduler says Insufficient
+    # nvidia.com/gpu); 0: report it busy, naming the pods, at pendingTimeoutSeconds
+    busy_timeout_seconds: Annotated[int, Field(ge=0)] = Field(0, alias="busyTimeoutSeconds")
     active_deadline_seconds: Annotated[int, Field(ge=60)] = Field(7200, alias="activeDeadlineSeconds")
     # extra limits for the all-reduce across nodes, e.g. the RDMA device plugin's {rdma/rdma_shared_device_a: 1}
     fabric_resources: dict[str, str] = Field(default_factory=dict, alias="fabricResources")
+    # the all-reduce pods on the nodes' network namespace (NCCL then sees every host interface and RDMA device)
+    fabric_host_network: bool = Field(False, alias="fabricHostNetwork")
 
 
 class LocalTargetSpec(Document):

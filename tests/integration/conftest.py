@@ -19,7 +19,7 @@ import yaml
 from werkzeug import Request, Response
 
 from .fakecluster import FakeCluster, _selected
-from .gpu_operator import NS
+from .gpu_operator import NS, node
 
 PATHS = {
     "nodes": re.compile(r"^/api/v1/nodes$"),
@@ -136,3 +136,11 @@ def served_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     server.clear()
     if server.is_running():
         server.stop()
+
+
+@pytest.fixture
+def cluster(served_cluster: FakeCluster) -> FakeCluster:
+    """The served fake cluster with sixteen GPU nodes, gpu-01 .. gpu-16 (eight H100s each)."""
+    for i in range(1, 17):
+        served_cluster.put("nodes", node(f"gpu-{i:02d}"))
+    return served_cluster

@@ -1,7 +1,10 @@
-"""A fake Kubernetes API server with an object store, watches and cascading deletes, and a fake kubelet that runs
-each probe Job's plan on the NumPy device and serves the framed evidence as the pod's log.
+"""A fake Kubernetes API server with an object store, watches and cascading deletes (fakekubelet.py adds the
+scheduler and kubelet that run the probe pods).
 
-Served by pytest-httpserver's threaded server, so a watch stream and other requests proceed at once.
+Served by pytest-httpserver's threaded server, so a watch stream and other requests proceed at once. Faults are
+injected per request: a status (with headers, e.g. Retry-After), a hang (a request answered only after a delay),
+a watch whose resourceVersion has expired (410 Gone as an ERROR event), a watch that hangs without a byte, and a
+pod whose log the kubelet cannot serve.
 """
 
 from __future__ import annotations
@@ -9,19 +12,14 @@ from __future__ import annotations
 import copy
 import json
 import re
-import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from werkzeug import Request, Response
-
-from gpucert.probes.framing import frame
-from gpucert.probes.multinode import run_multinode
-from gpucert.probes.runner import BudgetSpec, ProbePlan, Sizes, run_plan
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
@@ -78,8 +76,17 @@ def _merge(dst: dict[str, Any], patch: dict[str, Any]) -> None:
             dst[k] = v
 
 
-def _status(code: int, message: str) -> Response:
-    reason = {403: "Forbidden", 404: "NotFound", 409: "Conflict", 410: "Gone", 500: "InternalError"}.get(code, "Error")
+def _status(code: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    reason = {
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "NotFound",
+        409: "Conflict",
+        410: "Gone",
+        429: "TooManyRequests",
+        500: "InternalError",
+        503: "ServiceUnavailable",
+    }.get(code, "Error")
     body = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -88,7 +95,7 @@ def _status(code: int, message: str) -> Response:
         "reason": reason,
         "code": code,
     }
-    return Response(json.dumps(body), status=code, content_type="application/json")
+    return Response(json.dumps(body), status=code, content_type="application/json", headers=headers)
 
 
 @dataclass
@@ -96,8 +103,14 @@ class FakeCluster:
     objects: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
     events: list[tuple[int, str, str | None, str, dict[str, Any]]] = field(default_factory=list)
     logs: dict[tuple[str, str], str] = field(default_factory=dict)
-    failures: dict[tuple[str, str], list[tuple[int, str]]] = field(default_factory=dict)
+    failures: dict[tuple[str, str], list[tuple[int, str, dict[str, str]]]] = field(default_factory=dict)
+    hangs: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    log_errors: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # (ns, pod) -> kubelet's answer
+    expired_watches: int = 0  # the next N watches from a resourceVersion get 410 Gone (compacted away)
+    hung_watches: int = 0  # the next N watches send nothing for `hang_s` (a hung API server)
+    hang_s: float = 0.0
     requests: list[tuple[str, str]] = field(default_factory=list)
+    on_request: Callable[[str, str], None] | None = None  # (method, path), before the request is answered
     max_jobs: int = 0
     rv: int = 1000
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -147,13 +160,21 @@ class FakeCluster:
             o = self.objects.get((kind, ns, name))
             return copy.deepcopy(o) if o else None
 
-    def fail(self, method: str, kind: str, status: int, times: int = 1, message: str = "") -> None:
-        self.failures.setdefault((method, kind), []).extend([(status, message)] * times)
+    def fail(self, method: str, kind: str, status: int, times: int = 1, message: str = "", **headers: str) -> None:
+        """The next `times` requests `method kind` get `status` (headers: Retry_After="2" sends Retry-After: 2)."""
+        named = {k.replace("_", "-"): v for k, v in headers.items()}
+        self.failures.setdefault((method, kind), []).extend([(status, message, named)] * times)
+
+    def hang(self, method: str, kind: str, seconds: float, times: int = 1) -> None:
+        """The next `times` requests `method kind` are answered only after `seconds` (a hung API server)."""
+        self.hangs.setdefault((method, kind), []).extend([seconds] * times)
 
     # ---- HTTP ----------------------------------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
         self.requests.append((request.method, request.full_path))
+        if self.on_request is not None:
+            self.on_request(request.method, request.path)
         found = next(((k, p.match(request.path)) for k, p in ROUTES if p.match(request.path)), None)
         if found is None:
             return _status(404, f"no route for {request.path}")
@@ -165,8 +186,11 @@ class FakeCluster:
         ns, name = groups.get("ns"), groups.get("name")
         pending = self.failures.get((request.method, kind))
         if pending:
-            code, message = pending.pop(0)
-            return _status(code, message or f"injected {code}")
+            code, message, headers = pending.pop(0)
+            return _status(code, message or f"injected {code}", headers)
+        stall = self.hangs.get((request.method, kind))
+        if stall:
+            time.sleep(stall.pop(0))
         args = request.args
         if request.method == "POST" and groups.get("eviction"):  # no PodDisruptionBudgets here: evicted at once
             gone = self.delete("pods", ns, name or "")
@@ -176,6 +200,8 @@ class FakeCluster:
                 else _status(404, f'pods "{name}" not found')
             )
         if request.method == "GET" and groups.get("log"):
+            if (ns or "", name or "") in self.log_errors:
+                return _status(*self.log_errors[(ns or "", name or "")])
             log = self.logs.get((ns or "", name or ""))
             return (
                 Response(log or "", content_type="text/plain")
@@ -257,6 +283,19 @@ class FakeCluster:
     ) -> Iterator[bytes]:
         deadline = time.monotonic() + timeout
         with self.cond:
+            hung = self.hung_watches > 0
+            self.hung_watches -= hung
+            expired = bool(rv) and self.expired_watches > 0
+            self.expired_watches -= expired
+        if hung:  # not a byte, past the watch's own timeout: only a client-side read timeout ends this
+            time.sleep(self.hang_s)
+            return
+        if expired:
+            gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}
+            gone["message"] = f"too old resource version: {rv} ({self.rv})"
+            yield (json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()
+            return
+        with self.cond:
             if rv:
                 seen = int(rv)
             else:
@@ -278,241 +317,3 @@ class FakeCluster:
                 seen = rv_
                 if _selected(obj, selector, fields):
                     yield (json.dumps({"type": etype, "object": obj}) + "\n").encode()
-
-
-# ---- the fake kubelet -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FakeKubelet:
-    """Runs each probe Job's pod: the plan from its ConfigMap, on the NumPy device, the framed evidence as its log.
-
-    `behaviour[node]` changes what happens on a node: "pending" (unschedulable, stays Pending), "imagepull",
-    "oom" (killed mid-run), "truncate" (the log is cut), "slow" (takes `slow_s` seconds).
-
-    An Indexed Job (the all-reduce across nodes) gets one pod per index, placed on the nodes its node affinity
-    names, in order; each runs its rank of the collective over loopback. The fake DNS resolves `<hostname>.<svc>`
-    only when a headless Service `svc` selects a pod with that hostname and subdomain, as the cluster DNS does.
-    `fabric_behaviour[node]` ("pending", "oom") changes that node's pod of the collective only.
-    """
-
-    cluster: FakeCluster
-    behaviour: dict[str, str] = field(default_factory=dict)
-    fabric_behaviour: dict[str, str] = field(default_factory=dict)
-    simulator: Any = None  # a SimulatedTarget: its evidence for the node instead of running the plan on NumPy
-    slow_s: float = 0.0
-    stop: threading.Event = field(default_factory=threading.Event)
-    thread: threading.Thread | None = None
-
-    def start(self) -> FakeKubelet:
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-        return self
-
-    def close(self) -> None:
-        self.stop.set()
-        if self.thread:
-            self.thread.join(10)
-
-    def _loop(self) -> None:
-        while not self.stop.is_set():
-            for job in self.cluster.list("jobs"):
-                ns, jname = job["metadata"]["namespace"], job["metadata"]["name"]
-                if not any(p["metadata"]["labels"].get("job-name") == jname for p in self.cluster.list("pods", ns)):
-                    if job["spec"].get("completionMode") == "Indexed":
-                        self._run_indexed(job)
-                    else:
-                        self._run_pod(job)
-            self.stop.wait(0.01)
-
-    def _pod(self, job: dict[str, Any]) -> dict[str, Any]:
-        tmpl = job["spec"]["template"]
-        name = f"{job['metadata']['name']}-{uuid.uuid4().hex[:5]}"
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": job["metadata"]["namespace"],
-                "labels": {**tmpl["metadata"]["labels"], "job-name": job["metadata"]["name"]},
-                "ownerReferences": [
-                    {
-                        "apiVersion": "batch/v1",
-                        "kind": "Job",
-                        "name": job["metadata"]["name"],
-                        "uid": job["metadata"]["uid"],
-                    }
-                ],
-            },
-            "spec": copy.deepcopy(tmpl["spec"]),
-            "status": {"phase": "Pending"},
-        }
-
-    def _run_pod(self, job: dict[str, Any]) -> None:
-        pod = self._pod(job)
-        node = pod["spec"]["nodeName"]
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        what = self.behaviour.get(node, "ok")
-        if what == "pending":
-            pod["status"]["conditions"] = [
-                {
-                    "type": "PodScheduled",
-                    "status": "False",
-                    "reason": "Unschedulable",
-                    "message": "0/16 nodes are available: 1 Insufficient nvidia.com/gpu.",
-                }
-            ]
-            self.cluster.put("pods", pod)
-            return
-        image = pod["spec"]["containers"][0]["image"]
-        if what == "imagepull":
-            waiting = {
-                "reason": "ErrImagePull",
-                "message": "rpc error: code = NotFound desc = failed to pull and "
-                'unpack image "registry.local/gpucert-probe:missing": not found',
-            }
-            pod["status"]["containerStatuses"] = [container_status(image, {"waiting": waiting})]
-            self.cluster.put("pods", pod)
-            return
-        self.cluster.put("pods", pod)
-        threading.Thread(target=self._execute, args=(job, pod, node, ns, name, what), daemon=True).start()
-
-    # ---- the Indexed Job of the all-reduce across nodes -----------------------------------------------------------
-
-    def _run_indexed(self, job: dict[str, Any]) -> None:
-        affinity = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
-        term = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-        nodes = term["matchFields"][0]["values"]
-        with socket.socket() as probe:  # the port the fake DNS maps the rendezvous to
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        for i in range(job["spec"]["completions"]):
-            pod = self._pod(job)
-            pod["metadata"]["name"] = f"{job['metadata']['name']}-{i}-{uuid.uuid4().hex[:5]}"
-            pod["metadata"]["annotations"] = {INDEX: str(i)}
-            pod["metadata"]["labels"][INDEX] = str(i)
-            pod["spec"]["hostname"] = f"{job['metadata']['name']}-{i}"
-            node = nodes[i]
-            if self.fabric_behaviour.get(node) == "pending":
-                pod["status"]["conditions"] = [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": f"0/16 nodes are available: 1 node(s) had untolerated taint; {node} is cordoned.",
-                    }
-                ]
-                self.cluster.put("pods", pod)
-                continue
-            pod["spec"]["nodeName"] = node
-            self.cluster.put("pods", pod)
-            threading.Thread(target=self._execute_rank, args=(job, pod, port), daemon=True).start()
-
-    def _resolve(self, ns: str, host: str) -> str:
-        hostname, _, subdomain = host.partition(".")
-        svc = self.cluster.get("services", ns, subdomain)
-        if svc is None or svc["spec"].get("clusterIP") != "None":
-            return "unresolvable.invalid"
-        for pod in self.cluster.list("pods", ns):
-            spec = pod["spec"]
-            if (
-                spec.get("hostname") == hostname
-                and spec.get("subdomain") == subdomain
-                and all(pod["metadata"]["labels"].get(k) == v for k, v in svc["spec"]["selector"].items())
-            ):
-                return "127.0.0.1"
-        return "unresolvable.invalid"
-
-    def _execute_rank(self, job: dict[str, Any], pod: dict[str, Any], port: int) -> None:
-        ns, name, node = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["spec"]["nodeName"]
-        container = pod["spec"]["containers"][0]
-        image, cmd = container["image"], container["command"]
-        arg = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
-        env = {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]}
-        assert arg["--rank"] == "$(RANK)"
-        assert env["RANK"] == f"metadata.annotations['{INDEX}']"
-        rank = int(pod["metadata"]["annotations"][INDEX])
-        running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
-        pod["status"] = {"phase": "Running", "containerStatuses": [container_status(image, running, ready=True)]}
-        self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
-        if self.fabric_behaviour.get(node) == "oom":
-            self.cluster.logs[(ns, name)] = "probe: starting\nprobe: nccl 8 GiB buffers\n"
-            terminated = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
-            pod["status"] = {"phase": "Failed", "containerStatuses": [container_status(image, terminated)]}
-            self.cluster.put("pods", pod, "MODIFIED")
-            return
-        plan = self._plan(ns, pod, node, Sizes(nccl_sizes=[1 << 16, 1 << 20]))
-        assert plan is not None
-        host = self._resolve(ns, arg["--rendezvous"].rpartition(":")[0])
-        try:
-            fabric = run_multinode(
-                ProbePlan.model_validate(plan),
-                rank=rank,
-                processes=int(arg["--processes"]),
-                host=host,
-                port=port,
-                timeout_s=min(float(arg["--rendezvous-timeout"]), 10),
-            )
-            log = frame(fabric.model_dump_json(by_alias=True)) if fabric is not None else f"rank {rank} done\n"
-            phase, state = "Succeeded", {"terminated": {"exitCode": 0, "reason": "Completed"}}
-        except Exception as exc:
-            log = f"gpucert.probes: error: {type(exc).__name__}: {exc}\n"
-            phase, state = "Failed", {"terminated": {"exitCode": 3, "reason": "Error"}}
-        self.cluster.logs[(ns, name)] = log
-        pod["status"] = {"phase": phase, "containerStatuses": [container_status(image, state)]}
-        if self.cluster.get("pods", ns, name) is not None:
-            self.cluster.put("pods", pod, "MODIFIED")
-
-    def _plan(self, ns: str, pod: dict[str, Any], node: str, sizes: Sizes) -> dict[str, Any] | None:
-        """The plan the pod mounts, made small: two NumPy devices, three repetitions, small buffers."""
-        cm = self.cluster.get("configmaps", ns, pod["spec"]["volumes"][0]["configMap"]["name"])
-        if cm is None:
-            return None
-        plan: dict[str, Any] = json.loads(cm["data"]["plan.json"])
-        plan.update(
-            node=node,
-            device="numpy",
-            gpus=2,
-            budget=BudgetSpec(warmup_s=0, measure_s=0.01, min_reps=5, max_reps=5).model_dump(),
-            sizes=sizes.model_dump(),
-        )
-        return plan
-
-    def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, ns: str, name: str, what: str) -> None:
-        image = pod["spec"]["containers"][0]["image"]
-        running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
-        pod["status"] = {"phase": "Running", "containerStatuses": [container_status(image, running, ready=True)]}
-        self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
-        sizes = Sizes(memory_bytes=1 << 20, gemm_n=32, pcie_bytes=1 << 18, p2p_bytes=1 << 18, nccl_sizes=[1 << 16])
-        plan = self._plan(ns, pod, node, sizes)
-        if plan is None:
-            return
-        if self.slow_s:
-            time.sleep(self.slow_s)
-        if self.cluster.get("pods", ns, name) is None:
-            return  # deleted while it ran
-        if self.simulator is not None:
-            from gpucert.targets.base import MeasurePlan
-
-            probes = tuple(self.simulator.spec.certify.probes)
-            evidence = self.simulator.measure_node(node, MeasurePlan(plan["run_id"], probes, plan["dcgm"]["level"]))
-            evidence = evidence.model_copy(update={"target": "kubernetes"})
-        else:
-            evidence = run_plan(ProbePlan.model_validate(plan))
-        log = "probe: starting\n" + frame(evidence.model_dump_json(by_alias=True))
-        if what == "oom":
-            self.cluster.logs[(ns, name)] = "probe: starting\nprobe: memory 1 GiB x 2 buffers\n"
-            pod["status"] = {
-                "phase": "Failed",
-                "containerStatuses": [
-                    container_status(image, {"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
-                ],
-            }
-        else:
-            self.cluster.logs[(ns, name)] = log[: len(log) // 2] if what == "truncate" else log
-            pod["status"] = {
-                "phase": "Succeeded",
-                "containerStatuses": [container_status(image, {"terminated": {"exitCode": 0, "reason": "Completed"}})],
-            }
-        if self.cluster.get("pods", ns, name) is not None:
-            self.cluster.put("pods", pod, "MODIFIED")

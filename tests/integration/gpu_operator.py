@@ -313,3 +313,19 @@ def install(
             }
         )
     return pods
+
+
+def gpu_pod(name: str, node: str, gpus: int = 8) -> dict[str, Any]:
+    """Someone else's training pod holding `gpus` of the node's GPUs."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml-team", "labels": {"app": "trainer"}},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ],
+        },
+        "status": {"phase": "Running"},
+    }

@@ -22,19 +22,13 @@ from gpucert.evaluation import Evaluation
 from gpucert.spec import load_spec
 from gpucert.targets import open_target
 
-from .fakecluster import FakeCluster, FakeKubelet
-from .gpu_operator import node
+from .fakecluster import FakeCluster
+from .fakekubelet import FakeKubelet
+from .gpu_operator import gpu_pod, node
 from .rbac import not_granted, unused, verb
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "gpucert"
-
-
-@pytest.fixture
-def cluster(served_cluster: FakeCluster) -> FakeCluster:
-    for i in range(1, 17):
-        served_cluster.put("nodes", node(f"gpu-{i:02d}"))
-    return served_cluster
 
 
 def spec_file(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: Any) -> Path:
@@ -76,9 +70,14 @@ def measure(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: A
 
 
 def interrupt_certify(
-    spec: Path, tmp_path: Path, kubelet: FakeKubelet, ready: Callable[[], bool], settle_s: float = 0.0
+    spec: Path,
+    tmp_path: Path,
+    kubelet: FakeKubelet,
+    ready: Callable[[], bool],
+    settle_s: float = 0.0,
+    sig: signal.Signals = signal.SIGINT,
 ) -> tuple[subprocess.Popen[str], str]:
-    """`gpucert certify SPEC` in its own process, sent SIGINT once `ready()`; returns it and its stderr."""
+    """`gpucert certify SPEC` in its own process, sent `sig` once `ready()`; returns it and its stderr."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "gpucert.cli", "certify", str(spec), "--reports", str(tmp_path / "reports")],
         stdout=subprocess.PIPE,
@@ -92,13 +91,31 @@ def interrupt_certify(
             time.sleep(0.1)
         assert ready(), proc.stderr.read() if proc.poll() is not None else "not ready within 60 s"
         time.sleep(settle_s)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         kubelet.close()
         if proc.poll() is None:
             proc.kill()
     return proc, err
+
+
+def job_node(job: dict[str, Any]) -> str:
+    return str(job["metadata"]["annotations"]["gpucert.io/node"])
+
+
+def taint_before_the_collective(kubelet: FakeKubelet, name: str) -> None:
+    """`name` is measured alone, then put under maintenance (a NoSchedule taint) before the all-reduce starts."""
+    original = kubelet._run_indexed
+
+    def taint_first(job: dict[str, Any]) -> None:
+        tainted = kubelet.cluster.get("nodes", None, name)
+        assert tainted is not None
+        tainted["spec"]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
+        kubelet.cluster.put("nodes", tainted, "MODIFIED")
+        original(job)
+
+    kubelet._run_indexed = taint_first  # type: ignore[method-assign]
 
 
 def leftovers(fake: FakeCluster) -> dict[str, int]:
@@ -123,9 +140,18 @@ def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> N
     assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
     job = next(e[4] for e in cluster.events if e[1] == "jobs")
     pod_spec = job["spec"]["template"]["spec"]
-    assert pod_spec["nodeName"].startswith("gpu-")
+    assert "nodeName" not in pod_spec  # placed by the scheduler, which explains a pod it cannot place
+    (term,) = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term == {
+        "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [job_node(job)]}]
+    }
     assert pod_spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
-    assert pod_spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod_spec["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+    ]
     assert job["spec"]["activeDeadlineSeconds"] == 7200
     assert job["spec"]["ttlSecondsAfterFinished"] > 0
     assert job["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
@@ -133,8 +159,9 @@ def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> N
     assert watches, "progress must come from watches"
 
 
-def test_a_pending_node_is_reported_within_its_timeout(cluster: FakeCluster, tmp_path: Path) -> None:
-    kubelet = FakeKubelet(cluster, behaviour={"gpu-07": "pending"}).start()
+def test_a_busy_node_names_the_pods_holding_its_gpus(cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster.put("pods", gpu_pod("trainer-0", "gpu-07"))
+    kubelet = FakeKubelet(cluster).start()
     try:
         _run_dir, ev, seconds = measure(tmp_path)
     finally:
@@ -142,11 +169,71 @@ def test_a_pending_node_is_reported_within_its_timeout(cluster: FakeCluster, tmp
     assert seconds < 3 + 5 + 5  # the timeout, one watch slice, and the other nodes' work
     finding = ev.reachable("gpu-07")
     assert finding.status.value == "fail"
-    assert "Pending after 3 s" in finding.message
-    assert "Insufficient nvidia.com/gpu" in finding.message
+    assert "gpu-07 is busy: its GPUs are held by ml-team/trainer-0" in finding.message
+    assert "0/16 nodes are available: 1 Insufficient nvidia.com/gpu" in finding.message  # the scheduler's words
+    assert "busyTimeoutSeconds" in finding.message
     others = [ev.reachable(f"gpu-{i:02d}") for i in range(1, 17) if i != 7]
     assert [f.message for f in others if f.status.value != "pass"] == []
     assert leftovers(cluster)["jobs"] == 0
+
+
+def test_certify_waits_for_a_busy_node_when_told_to(cluster: FakeCluster, tmp_path: Path) -> None:
+    import threading
+
+    cluster.put("pods", gpu_pod("trainer-0", "gpu-07"))
+    done = threading.Timer(4.0, lambda: cluster.delete("pods", "ml-team", "trainer-0"))  # the training job ends
+    done.start()
+    kubelet = FakeKubelet(cluster).start()
+    try:
+        _run_dir, ev, seconds = measure(tmp_path, busyTimeoutSeconds=30)
+    finally:
+        kubelet.close()
+        done.cancel()
+    assert ev.reachable("gpu-07").status.value == "pass", ev.reachable("gpu-07").message
+    assert seconds < 30
+    waited = [
+        e[4]
+        for e in cluster.events
+        if e[1] == "pods" and e[4]["metadata"].get("labels", {}).get("gpucert.io/node") == "gpu-07"
+    ]
+    conditions = [c for pod in waited for c in (pod.get("status") or {}).get("conditions") or []]
+    assert any("Insufficient nvidia.com/gpu" in c.get("message", "") for c in conditions)  # it was busy, and waited
+
+
+def test_a_node_whose_gpus_are_short_with_no_holder_says_so(cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster.put("nodes", node("gpu-03", allocatable=7))  # the device plugin marked one GPU unhealthy
+    kubelet = FakeKubelet(cluster).start()
+    try:
+        _, ev, _ = measure(tmp_path)
+    finally:
+        kubelet.close()
+    msg = ev.reachable("gpu-03").message
+    assert "gpu-03 has fewer free nvidia.com/gpu than the 8 requested and no pod holds any" in msg
+
+
+def test_taints_and_hostnames_are_the_schedulers_business(cluster: FakeCluster, tmp_path: Path) -> None:
+    tainted = node("gpu-09")
+    tainted["spec"]["taints"] = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    cluster.put("nodes", tainted)
+    renamed = node("gpu-12")
+    renamed["metadata"]["labels"]["kubernetes.io/hostname"] = "ip-10-0-3-12"  # hostname label != node name
+    cluster.put("nodes", renamed)
+    cordoned = node("gpu-13")
+    cordoned["spec"]["unschedulable"] = True  # gpucert measures a node it was given, cordoned or not
+    cluster.put("nodes", cordoned)
+    kubelet = FakeKubelet(cluster).start()
+    try:
+        _, ev, _ = measure(tmp_path)
+    finally:
+        kubelet.close()
+    msg = ev.reachable("gpu-09").message
+    assert "Pending after 3 s" in msg
+    assert "1 node(s) had untolerated taint {dedicated: ml}" in msg
+    assert ev.reachable("gpu-12").status.value == "pass"
+    assert ev.reachable("gpu-13").status.value == "pass"
+    job = next(e[4] for e in cluster.events if e[1] == "jobs" and job_node(e[4]) == "gpu-12")
+    term = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["ip-10-0-3-12"]
 
 
 def test_oomkilled_truncated_and_unpullable(cluster: FakeCluster, tmp_path: Path) -> None:
@@ -243,13 +330,15 @@ def test_pairs_of_neighbours_run_side_by_side(cluster: FakeCluster, tmp_path: Pa
     ("behaviour", "words"),
     [
         ("oom", ["process 2 (gpu-03)", "OOMKilled", "nccl 8 GiB buffers"]),
-        ("pending", ["Pending after 3 s", "cordoned"]),
+        ("taint", ["Pending after 3 s", "untolerated taint {maintenance: }"]),
     ],
 )
 def test_a_failed_process_of_the_collective_is_reported(
     cluster: FakeCluster, tmp_path: Path, behaviour: str, words: list[str]
 ) -> None:
     kubelet = FakeKubelet(cluster, fabric_behaviour={"gpu-03": behaviour}).start()
+    if behaviour == "taint":
+        taint_before_the_collective(kubelet, "gpu-03")
     try:
         _, ev, seconds = measure(tmp_path, multinode={"maxNodes": 4}, maxParallel=8)
     finally:
@@ -263,7 +352,8 @@ def test_a_failed_process_of_the_collective_is_reported(
 
 
 def test_sigint_during_the_collective_leaves_no_service_behind(cluster: FakeCluster, tmp_path: Path) -> None:
-    kubelet = FakeKubelet(cluster, fabric_behaviour={"gpu-05": "pending"}).start()
+    kubelet = FakeKubelet(cluster).start()
+    taint_before_the_collective(kubelet, "gpu-05")
     spec = spec_file(tmp_path, multinode={}, maxParallel=16, pendingTimeoutSeconds=120)
     proc, err = interrupt_certify(spec, tmp_path, kubelet, lambda: bool(cluster.list("services", NS)), settle_s=0.5)
     assert proc.returncode == 3, err

@@ -19,7 +19,9 @@ import yaml
 from gpucert.spec import load_spec
 from gpucert.targets.simulated import SimulatedTarget
 
-from .fakecluster import FakeCluster, FakeKubelet
+from .fakecluster import FakeCluster
+from .fakekubelet import FakeKubelet
+from .gpu_operator import gpu_pod
 from .rbac import not_granted, unused, verb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,19 +95,6 @@ def node_obj(cluster: FakeCluster, name: str) -> dict[str, Any]:
 
 def cordoned(cluster: FakeCluster, name: str) -> bool:
     return bool(node_obj(cluster, name).get("spec", {}).get("unschedulable"))
-
-
-def gpu_pod(name: str, node: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml-team", "labels": {"app": "trainer"}},
-        "spec": {
-            "nodeName": node,
-            "containers": [{"name": "train", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
-        },
-        "status": {"phase": "Running"},
-    }
 
 
 def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) -> None:

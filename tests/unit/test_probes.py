@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import types
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,14 @@ from gpucert.probes.device import NumpyDevice
 from gpucert.probes.health import read_gpu
 from gpucert.probes.runner import ProbePlan, run_plan
 from gpucert.probes.timing import Budget, time_region
+
+from .fake_nvml import (
+    FakeGpu,
+    NVMLError_GpuIsLost,
+    NVMLError_NoPermission,
+    NVMLError_NotSupported,
+    fake_nvml,
+)
 
 FAST = Budget(warmup_s=0.0, measure_s=0.02, min_reps=3, max_reps=6)
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
@@ -123,61 +130,29 @@ def test_nccl_detects_a_wrong_reduction() -> None:
     assert not nccl.all_reduce_sweep(Broken(3), FAST, sizes=[1 << 12]).correct
 
 
-# ---- NVML health, against recorded answers of a GPU ---------------------------------------------------------
+# ---- NVML health, against a fake pynvml that answers as the driver does -----------------------------------------
 
 
-def fake_nvml(*, remap: tuple[int, int, int, int] | None = (0, 0, 0, 0), nvlink: bool = True) -> Any:
-    class NVMLError(Exception):
-        pass
+def test_fake_nvml_matches_the_real_module() -> None:
+    pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py is in the test extra; install it to check the fake")
+    fake = fake_nvml()
+    for name, value in vars(fake).items():
+        if name.startswith("__"):
+            continue
+        assert hasattr(pynvml, name), f"pynvml has no {name}: the fake NVML invented it"
+        if name.startswith("NVML_"):
+            assert getattr(pynvml, name) == value, f"{name} is {getattr(pynvml, name)} in pynvml"
+        elif name.startswith("NVMLError_"):
+            assert value.value == getattr(pynvml, name)(value.value).value
+    assert pynvml.NVML_NVLINK_MAX_LINKS > 18  # why the link loop must stop at the GPU's own count
 
-    class NVMLError_NotSupported(NVMLError):  # noqa: N801 - pynvml's name
-        pass
 
-    def remapped(h: Any) -> Any:
-        if remap is None:
-            raise NVMLError_NotSupported()
-        return remap
-
-    def link_state(h: Any, link: int) -> int:
-        if not nvlink:
-            raise NVMLError_NotSupported()
-        return 1
-
-    ecc = {(1, 0): 3, (1, 1): 0, (0, 0): 12, (0, 1): 0}  # (counter, error) -> count; 1 volatile, 0 aggregate
-    return types.SimpleNamespace(
-        NVMLError=NVMLError,
-        NVMLError_NotSupported=NVMLError_NotSupported,
-        NVML_VOLATILE_ECC=1,
-        NVML_AGGREGATE_ECC=0,
-        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
-        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
-        NVML_NVLINK_MAX_LINKS=18,
-        NVML_TEMPERATURE_GPU=0,
-        NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
-        nvmlDeviceGetHandleByIndex=lambda i: f"h{i}",
-        nvmlDeviceGetTotalEccErrors=lambda h, error, counter: ecc[(counter, error)],
-        nvmlDeviceGetRemappedRows=remapped,
-        nvmlDeviceGetCurrentClocksEventReasons=lambda h: 0x1,
-        nvmlDeviceGetPowerUsage=lambda h: 71234,
-        nvmlDeviceGetEnforcedPowerLimit=lambda h: 700000,
-        nvmlDeviceGetNvLinkState=link_state,
-        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(total=85520809984),
-        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: 1,
-        nvmlDeviceGetCurrPcieLinkWidth=lambda h: 16,
-        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: 5,
-        nvmlDeviceGetMaxPcieLinkWidth=lambda h: 16,
-        nvmlDeviceGetTemperature=lambda h, s: 33,
-        nvmlDeviceGetTemperatureThreshold=lambda h, t: 87,
-        nvmlDeviceGetUUID=lambda h: b"GPU-6f1e7f3a-8a21-4c3b-9d55-0c6b0e4f8a10",
-        nvmlDeviceGetSerial=lambda h: "1654922041276",
-        nvmlDeviceGetPciInfo=lambda h: types.SimpleNamespace(busId=b"00000000:18:00.0"),
-        nvmlDeviceGetName=lambda h: "NVIDIA H100 80GB HBM3",
-        nvmlDeviceGetVbiosVersion=lambda h: "96.00.99.00.01",
-    )
+def ecc_counts() -> dict[tuple[int, int], int]:
+    return {(0, 0): 3, (0, 1): 0, (1, 0): 12, (1, 1): 0}  # (counter, error): volatile 0, aggregate 1
 
 
 def test_health_reads_every_counter() -> None:
-    g = read_gpu(fake_nvml(remap=(2, 0, 0, 0)), 0)
+    g = read_gpu(fake_nvml(FakeGpu(remap=(2, 0, 0, 0), ecc=ecc_counts())), 0)
     h = g.health
     assert h is not None
     assert (h.ecc.volatile_corrected, h.ecc.volatile_uncorrected, h.ecc.aggregate_corrected) == (3, 0, 12)
@@ -186,19 +161,73 @@ def test_health_reads_every_counter() -> None:
     assert (h.pcie.current_generation, h.pcie.max_generation, h.pcie.under_load) == (1, 5, False)
     assert h.power_w == pytest.approx(71.234)
     assert h.slowdown_temperature_c == 87
-    assert h.nvlink_active == [True] * 18
     assert g.memory_mib == 81559
+    assert g.uuid is not None
     assert g.uuid.startswith("GPU-6f1e7f3a")
-    assert h.not_supported == []
+    assert (h.not_supported, h.unavailable) == ([], {})
+
+
+@pytest.mark.parametrize(("product", "links"), [("NVIDIA H200", 18), ("NVIDIA A100-SXM4-80GB", 12)])
+def test_nvlink_loop_stops_at_the_gpus_own_links(product: str, links: int) -> None:
+    """nvidia-ml-py 13 says 36 links; the driver answers INVALID_ARGUMENT past the GPU's own."""
+    g = read_gpu(fake_nvml(FakeGpu(name=product, nvlinks=links)), 0)
+    assert g.product == product
+    assert g.health is not None
+    assert g.health.nvlink_active == [True] * links
+    assert g.health.unavailable == {}
+
+
+def test_a_link_nvml_refuses_is_unknown_and_the_others_stand() -> None:
+    nvml = fake_nvml(FakeGpu(nvlinks=4))
+    real = nvml.nvmlDeviceGetNvLinkState
+
+    def flaky(h: Any, link: int) -> int:
+        if link == 2:
+            raise NVMLError_GpuIsLost()
+        return int(real(h, link))
+
+    nvml.nvmlDeviceGetNvLinkState = flaky
+    h = read_gpu(nvml, 0).health
+    assert h is not None
+    assert h.nvlink_active == [True, True, None, True]
+    assert h.unavailable == {"nvlink.2": "NVMLError_GpuIsLost: GPU is lost"}
 
 
 def test_not_supported_is_recorded_never_zero() -> None:
-    h = read_gpu(fake_nvml(remap=None, nvlink=False), 0).health
+    gpu = FakeGpu(
+        fail={"nvmlDeviceGetRemappedRows": NVMLError_NotSupported, "nvmlDeviceGetNvLinkState": NVMLError_NotSupported}
+    )
+    h = read_gpu(fake_nvml(gpu), 0).health
     assert h is not None
     assert h.remapped_rows.failure is None
     assert h.remapped_rows.uncorrectable is None
     assert h.nvlink_active is None
     assert set(h.not_supported) == {"remapped_rows", "nvlink.0"}
+
+
+def test_one_refused_reading_leaves_the_others_standing() -> None:
+    gpu = FakeGpu(
+        ecc=ecc_counts(),
+        fail={"nvmlDeviceGetPowerUsage": NVMLError_GpuIsLost, "nvmlDeviceGetSerial": NVMLError_NoPermission},
+    )
+    g = read_gpu(fake_nvml(gpu), 0)
+    assert g.health is not None
+    assert g.health.power_w is None
+    assert g.health.unavailable == {
+        "power": "NVMLError_GpuIsLost: GPU is lost",
+        "serial": "NVMLError_NoPermission: Insufficient Permissions",
+    }
+    assert g.serial is None
+    assert g.uuid == gpu.uuid  # the identity NVML did give stands
+    assert g.health.ecc.volatile_corrected == 3
+    assert g.health.power_limit_w == 700
+
+
+def test_a_gpu_nvml_cannot_open_is_never_given_an_identity() -> None:
+    g = read_gpu(fake_nvml(FakeGpu(fail={"nvmlDeviceGetHandleByIndex": NVMLError_GpuIsLost})), 0)
+    assert (g.uuid, g.product, g.serial, g.pci_bus_id) == (None, None, None, None)
+    assert g.health is not None
+    assert g.health.unavailable == {"handle": "NVMLError_GpuIsLost: GPU is lost"}
 
 
 # ---- dcgmi, run for real: a stand-in executable prints a recorded document and exits with dcgmi's code ---------

@@ -37,7 +37,8 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int) -> F
         )
     mine = result.gpus.get(gpu)
     if mine is not None and mine.status == "Fail":
-        return fail(f"{where}: DCGM {test} Fail: {'; '.join(mine.warnings) or 'no warning text'}")
+        # with the DCGM_FR_* id, category and severity where DCGM gave them, as a vendor looks them up
+        return fail(f"{where}: DCGM {test} Fail: {mine.describe()}")
     if result.summary == "Fail" and not any(r.status == "Fail" for r in result.gpus.values()):
         return fail(f"{where}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})")
     status = mine.status if mine is not None else (result.summary or "Pass")

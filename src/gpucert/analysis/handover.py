@@ -24,7 +24,14 @@ def handover_tolerance(spread: float) -> float:
 
 
 def judge_identity(
-    node: str, gpu: int, *, then_serial: str | None, then_uuid: str | None, serial: str | None, uuid: str, run: str
+    node: str,
+    gpu: int,
+    *,
+    then_serial: str | None,
+    then_uuid: str | None,
+    serial: str | None,
+    uuid: str | None,
+    run: str,
 ) -> Finding:
     """The GPU in this slot is the one recorded at handover: by serial, else by UUID."""
     where = f"{node}/gpu{gpu}"

@@ -13,7 +13,7 @@ from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckStatus, Finding
 from gpucert.evidence import Health
 
-__all__ = ["CLOCK_EVENT_REASONS", "FAILING_CLOCK_EVENTS", "judge_health"]
+__all__ = ["CLOCK_EVENT_REASONS", "FAILING_CLOCK_EVENTS", "FAILING_UNDER_LOAD", "judge_health"]
 
 # NVML nvmlClocksEventReason* bits (nvml.h)
 CLOCK_EVENT_REASONS = {
@@ -135,8 +135,34 @@ def pcie_link(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     )
 
 
+# the cumulative NVML counters (read around each loaded probe) that mean a fault held the clocks down; a power cap
+# under a full GEMM is the GPU working as designed
+FAILING_UNDER_LOAD = ("hw_thermal", "hw_power_brake", "sw_thermal", "thermal", "reliability")
+
+
+def _under_load(h: Health) -> str:
+    """What held the clocks down while the probes loaded the GPU, probe by probe; empty when nothing did."""
+    parts = []
+    for w in h.throttle_under_load:
+        held = {r: ns for r, ns in w.reasons_ns.items() if r in FAILING_UNDER_LOAD and ns > 0}
+        if held:
+            what = ", ".join(f"{r} {ns / 1e6:.3g} ms" for r, ns in sorted(held.items()))
+            share = max(held.values()) / 1e9 / w.seconds if w.seconds > 0 else 0.0
+            parts.append(f"{what} during {w.probe} ({share:.1%} of its {w.seconds:.3g} s)")
+    return "; ".join(parts)
+
+
 def throttle(h: Health, node: str, gpu: int) -> Finding:
+    odd = [f"{w.probe}: {r}={ns}" for w in h.throttle_under_load for r, ns in w.reasons_ns.items() if ns < 0]
+    if odd:
+        return _error("health.throttle", node, gpu, f"clock-event counters out of range (negative): {', '.join(odd)}")
+    loaded = _under_load(h)
+    if loaded:
+        msg = f"clocks held down under load: {loaded}"
+        return _f("health.throttle", False, node, gpu, msg, observed="throttled under load", expected="none")
     if h.clock_event_reasons is None:
+        if h.throttle_under_load:
+            return _f("health.throttle", True, node, gpu, "no fault held the clocks down under load")
         return _error("health.throttle", node, gpu, "clock event reasons were not reported: cannot check throttling")
     if h.clock_event_reasons < 0 or h.clock_event_reasons & ~CLOCK_EVENT_BITS:
         return _error(
@@ -151,6 +177,8 @@ def throttle(h: Health, node: str, gpu: int) -> Finding:
     msg = (
         f"clocks held down by {', '.join(bad)}" if bad else "no fault is holding the clocks down"
     ) + f" (active reasons: {', '.join(active) or 'none'}; bitmask 0x{h.clock_event_reasons:x})"
+    if h.throttle_under_load:
+        msg += f"; none under load ({len(h.throttle_under_load)} probes watched)"
     return _f("health.throttle", not bad, node, gpu, msg, observed=", ".join(bad) or "none", expected="none")
 
 

@@ -135,6 +135,7 @@ def against_baseline(check: str, key: Key, sampled: Sampled, baseline: MetricBas
         observed=round(sampled.value, 4),
         expected=baseline.expected,
         unit=baseline.unit,
+        limit=round(limit, 4),
     )
 
 

@@ -1,7 +1,9 @@
 """`python -m gpucert.probes --plan plan.json`: run one node's probes and print its evidence document.
 
-With `--processes N --rendezvous HOST:PORT` this process is one node of an all-reduce across N nodes (its rank
-from `--rank`, default $JOB_COMPLETION_INDEX); process 0 prints the multi-node evidence document.
+With `--framed` every probe's part is printed framed as soon as it finishes, and the document last (see
+`framing`), so a pod killed half-way keeps what it measured. With `--processes N --rendezvous HOST:PORT` this
+process is one node of an all-reduce across N nodes (its rank from `--rank`, default $JOB_COMPLETION_INDEX);
+process 0 prints the multi-node evidence document.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from pydantic import ValidationError
 from gpucert.errors import GpucertError
 from gpucert.probes.framing import frame
 from gpucert.probes.runner import ProbePlan, run_plan
+from gpucert.probes.stream import framer
+from gpucert.probes.watchdog import abandoned
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             document = fabric.model_dump_json(by_alias=True)
         else:
-            document = run_plan(plan).model_dump_json(by_alias=True)
+            emit = framer(sys.stdout.write, sys.stdout.flush) if args.framed else None
+            document = run_plan(plan, emit=emit).model_dump_json(by_alias=True)
     except GpucertError as exc:
         print(f"gpucert.probes: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -62,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     sys.stdout.write(frame(document) if args.framed else document + "\n")
     sys.stdout.flush()
+    if abandoned():  # a hung probe's thread (and its CUDA context) would hold the exit forever
+        print(f"gpucert.probes: abandoned {', '.join(abandoned())}", file=sys.stderr)
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -3,6 +3,8 @@
 Facts from DCGM's sources: 3.x roots at "DCGM GPU Diagnostic" with display names and `gpu_ids`; 4.x roots at
 "DCGM Diagnostic" with `entity_id` per result and a `test_summary` per test, which can say Fail while every GPU
 result says Pass (DCGM issue 253), so both are kept. Status strings are Pass, Skip and Fail (a warning prints Fail).
+A 4.x warning carries `error_id`, `error_category` and `error_severity` (dcgm_errors.h): they are kept with
+DCGM's names, because the id is what a vendor looks up, and the severity says whether to isolate the GPU.
 """
 
 from __future__ import annotations
@@ -10,9 +12,41 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpucert.evidence import DcgmEvidence, DcgmGpuResult, DcgmTestResult
+from gpucert.evidence import DcgmError, DcgmEvidence, DcgmGpuResult, DcgmTestResult
 
-__all__ = ["DCGMI_EXIT_CODES", "parse_diag", "worst_status"]
+__all__ = ["DCGMI_EXIT_CODES", "DCGM_FR", "dcgm_error", "parse_diag", "worst_status"]
+
+# dcgmError_t (dcgm_errors.h, DCGM 4.x): DCGM_FR_<name> by id; ids are only ever appended
+DCGM_FR = (  # noqa: SIM905 - a table transcribed from dcgm_errors.h, one name per id
+    "OK UNKNOWN UNRECOGNIZED PCI_REPLAY_RATE VOLATILE_DBE_DETECTED VOLATILE_SBE_DETECTED PENDING_PAGE_RETIREMENTS "
+    "RETIRED_PAGES_LIMIT RETIRED_PAGES_DBE_LIMIT CORRUPT_INFOROM CLOCK_THROTTLE_THERMAL POWER_UNREADABLE "
+    "CLOCK_THROTTLE_POWER NVLINK_ERROR_THRESHOLD NVLINK_DOWN NVSWITCH_FATAL_ERROR NVSWITCH_NON_FATAL_ERROR "
+    "NVSWITCH_DOWN NO_ACCESS_TO_FILE NVML_API DEVICE_COUNT_MISMATCH BAD_PARAMETER CANNOT_OPEN_LIB DENYLISTED_DRIVER "
+    "NVML_LIB_BAD GRAPHICS_PROCESSES HOSTENGINE_CONN FIELD_QUERY BAD_CUDA_ENV PERSISTENCE_MODE LOW_BANDWIDTH "
+    "HIGH_LATENCY CANNOT_GET_FIELD_TAG FIELD_VIOLATION FIELD_THRESHOLD FIELD_VIOLATION_DBL FIELD_THRESHOLD_DBL "
+    "UNSUPPORTED_FIELD_TYPE FIELD_THRESHOLD_TS FIELD_THRESHOLD_TS_DBL THERMAL_VIOLATIONS THERMAL_VIOLATIONS_TS "
+    "TEMP_VIOLATION THROTTLING_VIOLATION INTERNAL PCIE_GENERATION PCIE_WIDTH ABORTED TEST_DISABLED CANNOT_GET_STAT "
+    "STRESS_LEVEL CUDA_API FAULTY_MEMORY CANNOT_SET_WATCHES CUDA_UNBOUND ECC_DISABLED MEMORY_ALLOC CUDA_DBE "
+    "MEMORY_MISMATCH CUDA_DEVICE ECC_UNSUPPORTED ECC_PENDING MEMORY_BANDWIDTH TARGET_POWER API_FAIL API_FAIL_GPU "
+    "CUDA_CONTEXT DCGM_API CONCURRENT_GPUS TOO_MANY_ERRORS NVLINK_CRC_ERROR_THRESHOLD NVLINK_ERROR_CRITICAL "
+    "ENFORCED_POWER_LIMIT MEMORY_ALLOC_HOST GPU_OP_MODE NO_MEMORY_CLOCKS NO_GRAPHICS_CLOCKS HAD_TO_RESTORE_STATE "
+    "L1TAG_UNSUPPORTED L1TAG_MISCOMPARE ROW_REMAP_FAILURE UNCONTAINED_ERROR EMPTY_GPU_LIST "
+    "DBE_PENDING_PAGE_RETIREMENTS UNCORRECTABLE_ROW_REMAP PENDING_ROW_REMAP BROKEN_P2P_MEMORY_DEVICE "
+    "BROKEN_P2P_WRITER_DEVICE NVSWITCH_NVLINK_DOWN EUD_BINARY_PERMISSIONS EUD_NON_ROOT_USER EUD_SPAWN_FAILURE "
+    "EUD_TIMEOUT EUD_ZOMBIE EUD_NON_ZERO_EXIT_CODE EUD_TEST_FAILED FILE_CREATE_PERMISSIONS PAUSE_RESUME_FAILED "
+    "PCIE_H_REPLAY_VIOLATION GPU_EXPECTED_NVLINKS_UP NVSWITCH_EXPECTED_NVLINKS_UP XID_ERROR SBE_VIOLATION "
+    "DBE_VIOLATION PCIE_REPLAY_VIOLATION SBE_THRESHOLD_VIOLATION DBE_THRESHOLD_VIOLATION "
+    "PCIE_REPLAY_THRESHOLD_VIOLATION CUDA_FM_NOT_INITIALIZED SXID_ERROR GFLOPS_THRESHOLD_VIOLATION NAN_VALUE "
+).split()
+# dcgmErrorCategory_t and dcgmErrorSeverity_t
+_CATEGORIES = (  # noqa: SIM905 - a table transcribed from dcgm_errors.h, one name per id
+    "NONE PERF_THRESHOLD PERF_VIOLATION SOFTWARE_CONFIG SOFTWARE_LIBRARY SOFTWARE_XID SOFTWARE_CUDA SOFTWARE_EUD "
+    "SOFTWARE_OTHER HARDWARE_THERMAL HARDWARE_MEMORY HARDWARE_NVLINK HARDWARE_NVSWITCH HARDWARE_PCIE HARDWARE_POWER "
+    "HARDWARE_OTHER INTERNAL_OTHER "
+).split()
+_SEVERITIES = (  # noqa: SIM905 - a table transcribed from dcgm_errors.h, one name per id
+    "NONE MONITOR ISOLATE UNKNOWN TRIAGE CONFIG RESET "
+).split()
 
 DCGMI_EXIT_CODES = {
     0: "ok",
@@ -62,6 +96,32 @@ def _texts(value: Any) -> list[str]:
     return out
 
 
+def _named(names: list[str], value: Any) -> str | None:
+    return names[value] if isinstance(value, int) and 0 <= value < len(names) else None
+
+
+def dcgm_error(warning: dict[str, Any]) -> DcgmError | None:
+    """The DCGM_FR_* error a 4.x warning carries, with DCGM's names; None for a warning without an id."""
+    eid = warning.get("error_id")
+    if not isinstance(eid, int):
+        return None
+    cat, sev = warning.get("error_category"), warning.get("error_severity")
+    return DcgmError(
+        id=eid,
+        name="DCGM_FR_" + (_named(DCGM_FR, eid) or f"UNLISTED_{eid}"),
+        category=cat if isinstance(cat, int) else None,
+        category_name=_named(_CATEGORIES, cat),
+        severity=sev if isinstance(sev, int) else None,
+        severity_name=_named(_SEVERITIES, sev),
+        message=str(warning.get("warning", "")),
+    )
+
+
+def _errors(value: Any) -> list[DcgmError]:
+    items = value if isinstance(value, list) else []
+    return [e for e in (dcgm_error(w) for w in items if isinstance(w, dict)) if e is not None]
+
+
 def _name(raw: str, category: str) -> str:
     if raw.islower() and " " not in raw:
         return raw
@@ -98,6 +158,7 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
             for res in test.get("results") or []:
                 status = _status(res.get("status"))
                 warnings = _texts(res.get("warnings", res.get("warning")))
+                errors = _errors(res.get("warnings"))
                 if "entity_id" in res and res.get("entity_group", "GPU") == "GPU":
                     ids = [int(res["entity_id"])]
                 elif "gpu_ids" in res:
@@ -112,12 +173,13 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
                     entry["gpus"][gpu] = {
                         "status": st,
                         "warnings": (prev["warnings"] if prev else []) + warnings,
+                        "errors": (prev["errors"] if prev else []) + errors,
                     }
     results = {
         name: DcgmTestResult(
             summary=worst_status(e["summary"]),
             gpus={
-                g: DcgmGpuResult(status=r["status"], warnings=r["warnings"], serial=serials.get(g))
+                g: DcgmGpuResult(status=r["status"], warnings=r["warnings"], errors=r["errors"], serial=serials.get(g))
                 for g, r in sorted(e["gpus"].items())
             },
             info=e["info"],

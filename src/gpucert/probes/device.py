@@ -8,14 +8,17 @@ multiplies. cupy is imported lazily, here only.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
+from collections.abc import MutableMapping
 from typing import Any, Protocol
 
 import numpy as np
 
 from gpucert.errors import ConfigError
 
-__all__ = ["DTYPE_BYTES", "CupyDevice", "Device", "NumpyDevice", "missing_gpu_extra"]
+__all__ = ["DTYPE_BYTES", "CupyDevice", "Device", "NumpyDevice", "missing_gpu_extra", "prepare_cuda_environment"]
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "tf32": 4, "fp32": 4, "fp64": 8}
 
@@ -24,12 +27,43 @@ def missing_gpu_extra(piece: str, exc: Exception) -> ConfigError:
     return ConfigError(f"{piece} is not available ({exc}); install the GPU extra: pip install 'gpucert[gpu]'")
 
 
+def _writable(directory: str) -> bool:
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            return True
+    except OSError:
+        return False
+
+
+def prepare_cuda_environment(env: MutableMapping[str, str] | None = None) -> list[str]:
+    """Set what CUDA and CuPy read when first loaded; call before either is imported. Returns what it changed.
+
+    CUDA numbers devices fastest-first unless told PCI bus order, which is the order NVML uses: the runner also
+    checks each pair by bus id. CuPy 14 creates its kernel cache (`$CUPY_CACHE_DIR`, else `~/.cupy/kernel_cache`)
+    when `cupy` is imported, CuPy 13 at the first kernel it compiles; a probe pod's user may have no writable
+    home, so an unwritable cache moves to a fresh temporary directory.
+    """
+    env = os.environ if env is None else env
+    notes = []
+    if env.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        notes.append("CUDA_DEVICE_ORDER=PCI_BUS_ID (the order NVML numbers GPUs in)")
+    home = env.get("HOME") or os.path.expanduser("~")
+    cache = env.get("CUPY_CACHE_DIR") or os.path.join(home, ".cupy", "kernel_cache")
+    if not _writable(cache):
+        env["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="gpucert-cupy-cache-")
+        notes.append(f"CUPY_CACHE_DIR={env['CUPY_CACHE_DIR']} ({cache} is not writable for this user)")
+    return notes
+
+
 class Device(Protocol):
     """One accelerator (or the CPU standing in for one)."""
 
     name: str
     index: int
     l2_bytes: int
+    pci_bus_id: str | None  # None where the device has no bus (the CPU): it is then matched to NVML by index
 
     def empty(self, nbytes: int) -> Any: ...
     def fill(self, buf: Any, value: float) -> None: ...
@@ -53,10 +87,11 @@ class NumpyDevice:
     bf16 and tf32 have no CPU type in numpy: their GEMM runs in float32 (`emulated` in the probe's params).
     """
 
-    def __init__(self, index: int = 0, l2_bytes: int = 2 << 20) -> None:
+    def __init__(self, index: int = 0, l2_bytes: int = 2 << 20, pci_bus_id: str | None = None) -> None:
         self.index = index
         self.name = f"cpu{index} (numpy)"
         self.l2_bytes = l2_bytes
+        self.pci_bus_id = pci_bus_id
 
     def empty(self, nbytes: int) -> Any:
         return np.empty(nbytes, dtype=np.uint8)
@@ -123,6 +158,7 @@ class CupyDevice:
         props = cupy.cuda.runtime.getDeviceProperties(index)
         self.name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         self.l2_bytes = int(props.get("l2CacheSize", 50 << 20))
+        self.pci_bus_id: str | None = str(self.dev.pci_bus_id)
         self._handle = self.dev.cublas_handle
 
     def empty(self, nbytes: int) -> Any:

@@ -1,22 +1,48 @@
 """NVML readings per GPU through nvidia-ml-py: identity, ECC, remapped rows, PCIe link, clock-event reasons,
-temperature against the slowdown threshold, power against its limit, NVLink state, XID events.
+temperature against the slowdown threshold, power against its limit, NVLink state, XID events, the cumulative
+throttle counters read around each loaded probe, and the CPUs of the GPU's NUMA node.
 
-A reading the device does not support is None and named in `not_supported`, never zero. `pynvml` is imported
-lazily and passed around as a module, so the same code reads a real GPU or the tests' recorded answers.
+Every reading is independent: one NVML refuses is None and named (`not_supported`, or `unavailable` with NVML's
+error), never zero, and the others stand. A GPU whose identity cannot be read keeps its fields empty: no
+placeholder identity is ever written. `pynvml` is imported lazily and passed around as a module, so the same code
+reads a real GPU or the tests' fake.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from functools import partial
 from typing import Any, TypeVar
 
 from gpucert.evidence import EccCounts, GpuEvidence, Health, PcieLink, RemappedRows, SystemFacts, XidEvent
 from gpucert.probes.device import missing_gpu_extra
 
-__all__ = ["open_nvml", "read_gpu", "read_system", "watch_xids"]
+__all__ = [
+    "THROTTLE_COUNTERS",
+    "numa_cpus",
+    "open_nvml",
+    "pcie_under_load",
+    "read_gpu",
+    "read_system",
+    "same_bus",
+    "throttle_counters",
+    "watch_xids",
+]
 
 T = TypeVar("T")
+
+# NVML field ids of the cumulative throttle counters (nanoseconds a reason held the clocks down, nvml.h):
+# NVML_FI_DEV_PERF_POLICY_* (74..81) and NVML_FI_DEV_CLOCKS_EVENT_REASON_* (269..271, drivers R550 and later)
+THROTTLE_COUNTERS = {
+    74: "sw_power_cap",
+    75: "thermal",
+    76: "sync_boost",
+    77: "board_limit",
+    79: "reliability",
+    269: "sw_thermal",
+    270: "hw_thermal",
+    271: "hw_power_brake",
+}
 
 
 def open_nvml() -> Any:
@@ -32,10 +58,22 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _end_of_links(nvml: Any, exc: BaseException) -> bool:
+    """NVML's answer for a link index past the GPU's own (18 on H100/H200, 12 on A100): the list is complete."""
+    return isinstance(exc, (nvml.NVMLError_NotSupported, nvml.NVMLError_InvalidArgument))
+
+
 class _Reader:
+    """Reads one value at a time; a refusal is recorded by name and the reading is None."""
+
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
         self.not_supported: list[str] = []
+        self.unavailable: dict[str, str] = {}
 
     def get(self, name: str, fn: Callable[[], T]) -> T | None:
         try:
@@ -43,31 +81,52 @@ class _Reader:
         except self.nvml.NVMLError as exc:
             if isinstance(exc, self.nvml.NVMLError_NotSupported):
                 self.not_supported.append(name)
-                return None
-            raise
+            else:
+                self.unavailable[name] = _why(exc)
+            return None
 
 
 def read_system(nvml: Any) -> SystemFacts:
-    import os
     import platform
 
-    cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()  # e.g. 12080 for CUDA 12.8
+    r = _Reader(nvml)
+    cuda = r.get("cuda_driver_version", nvml.nvmlSystemGetCudaDriverVersion_v2)  # e.g. 12080 for CUDA 12.8
+    driver = r.get("driver_version", nvml.nvmlSystemGetDriverVersion)
     os_name = (
         platform.freedesktop_os_release().get("PRETTY_NAME") if hasattr(platform, "freedesktop_os_release") else None
     )
     return SystemFacts(
-        driver_version=_text(nvml.nvmlSystemGetDriverVersion()),
-        cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}",
+        driver_version=_text(driver) if driver is not None else None,
+        cuda_driver_version=f"{cuda // 1000}.{cuda % 1000 // 10}" if cuda is not None else None,
         kernel=os.uname().release,
         os=os_name,
     )
 
 
+def _nvlinks(r: _Reader, n: Any, h: Any) -> list[bool | None] | None:
+    links: list[bool | None] = []
+    for link in range(n.NVML_NVLINK_MAX_LINKS):
+        try:
+            links.append(bool(n.nvmlDeviceGetNvLinkState(h, link)))
+        except n.NVMLError as exc:
+            if _end_of_links(n, exc):
+                if not links:
+                    r.not_supported.append(f"nvlink.{link}")
+                break
+            r.unavailable[f"nvlink.{link}"] = _why(exc)
+            links.append(None)
+    return links or None
+
+
 def read_gpu(nvml: Any, index: int, xids: list[XidEvent] | None = None) -> GpuEvidence:
-    """Identity and health of GPU `index`; `xids` are the XID events seen while the probes ran."""
+    """Identity and health of NVML device `index`; `xids` are the XID events seen while the probes ran."""
     n = nvml
-    h = n.nvmlDeviceGetHandleByIndex(index)
     r = _Reader(n)
+    h = r.get("handle", lambda: n.nvmlDeviceGetHandleByIndex(index))
+    if h is None:  # nothing else can be read; the GPU stays in the evidence, unnamed, with the reason
+        return GpuEvidence(
+            index=index, health=Health(not_supported=r.not_supported, unavailable=r.unavailable, xid=list(xids or []))
+        )
 
     def ecc(counter: int, error: int) -> int | None:
         return r.get(f"ecc.{counter}.{error}", lambda: int(n.nvmlDeviceGetTotalEccErrors(h, error, counter)))
@@ -78,13 +137,12 @@ def read_gpu(nvml: Any, index: int, xids: list[XidEvent] | None = None) -> GpuEv
     )
     power_mw = r.get("power", lambda: n.nvmlDeviceGetPowerUsage(h))
     limit_mw = r.get("power_limit", lambda: n.nvmlDeviceGetEnforcedPowerLimit(h))
-    links = []
-    for link in range(n.NVML_NVLINK_MAX_LINKS):
-        state = r.get(f"nvlink.{link}", partial(n.nvmlDeviceGetNvLinkState, h, link))
-        if state is None:
-            break
-        links.append(bool(state))
-    mem = n.nvmlDeviceGetMemoryInfo(h)
+    mem = r.get("memory", lambda: n.nvmlDeviceGetMemoryInfo(h))
+    pci = r.get("pci", lambda: n.nvmlDeviceGetPciInfo(h))
+    uuid = r.get("uuid", lambda: _text(n.nvmlDeviceGetUUID(h)))
+    product = r.get("name", lambda: _text(n.nvmlDeviceGetName(h)))
+    serial = r.get("serial", lambda: _text(n.nvmlDeviceGetSerial(h)))
+    vbios = r.get("vbios", lambda: _text(n.nvmlDeviceGetVbiosVersion(h)))
     health = Health(
         ecc=EccCounts(
             volatile_corrected=ecc(n.NVML_VOLATILE_ECC, n.NVML_MEMORY_ERROR_TYPE_CORRECTED),
@@ -107,17 +165,18 @@ def read_gpu(nvml: Any, index: int, xids: list[XidEvent] | None = None) -> GpuEv
         power_w=power_mw / 1000 if power_mw is not None else None,
         power_limit_w=limit_mw / 1000 if limit_mw is not None else None,
         xid=list(xids or []),
-        nvlink_active=links or None,
+        nvlink_active=_nvlinks(r, n, h),
         not_supported=r.not_supported,
+        unavailable=r.unavailable,
     )
     return GpuEvidence(
         index=index,
-        uuid=_text(n.nvmlDeviceGetUUID(h)),
-        serial=r.get("serial", lambda: _text(n.nvmlDeviceGetSerial(h))),
-        pci_bus_id=_text(n.nvmlDeviceGetPciInfo(h).busId),
-        product=_text(n.nvmlDeviceGetName(h)),
-        memory_mib=int(mem.total) // 2**20,
-        vbios=r.get("vbios", lambda: _text(n.nvmlDeviceGetVbiosVersion(h))),
+        uuid=uuid,
+        serial=serial,
+        pci_bus_id=_text(pci.busId) if pci is not None else None,
+        product=product,
+        memory_mib=int(mem.total) // 2**20 if mem is not None else None,
+        vbios=vbios,
         health=health,
     )
 
@@ -135,6 +194,59 @@ def _pcie(r: _Reader, n: Any, h: Any, *, under_load: bool) -> PcieLink:
 def pcie_under_load(nvml: Any, index: int) -> PcieLink:
     """The link as trained while traffic flows: an idle GPU trains its link down on purpose, so read it now."""
     return _pcie(_Reader(nvml), nvml, nvml.nvmlDeviceGetHandleByIndex(index), under_load=True)
+
+
+def throttle_counters(nvml: Any, index: int) -> dict[str, int] | None:
+    """NVML's cumulative throttle counters (ns per reason) now; None where the driver keeps none.
+
+    Read before and after a probe, their difference is the throttling that happened while the GPU was loaded;
+    a counter the driver does not keep (its field's own return code is not success) is left out.
+    """
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(index)
+        values = nvml.nvmlDeviceGetFieldValues(h, list(THROTTLE_COUNTERS))
+    except (nvml.NVMLError, AttributeError):
+        return None
+    out = {}
+    for v in values:
+        if int(v.nvmlReturn) == 0 and int(v.fieldId) in THROTTLE_COUNTERS:
+            out[THROTTLE_COUNTERS[int(v.fieldId)]] = int(v.value.ullVal)
+    return out or None
+
+
+def numa_cpus(nvml: Any, index: int) -> set[int] | None:
+    """The CPUs of the GPU's NUMA node (NVML's CPU affinity) that this process may run on; None when unknown.
+
+    The PCIe probe runs there: a host buffer on the far socket crosses the inter-socket link and makes a sound GPU
+    look like a straggler.
+    """
+    allowed = os.sched_getaffinity(0)
+    words = (max(allowed | {os.cpu_count() or 1}) + 64) // 64
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(index)
+        scoped = getattr(nvml, "nvmlDeviceGetCpuAffinityWithinScope", None)
+        if scoped is not None:
+            mask = scoped(h, words, nvml.NVML_AFFINITY_SCOPE_NODE)
+        else:
+            mask = nvml.nvmlDeviceGetCpuAffinity(h, words)
+    except nvml.NVMLError:
+        return None
+    cpus = {w * 64 + b for w, word in enumerate(mask) for b in range(64) if int(word) >> b & 1}
+    return (cpus & allowed) or None
+
+
+def same_bus(a: str | None, b: str | None) -> bool:
+    """Whether two PCI bus ids name the same device: NVML writes an 8-digit domain, CUDA a 4-digit one."""
+    if not a or not b:
+        return False
+
+    def parts(bus: str) -> tuple[int, ...]:  # domain:bus:device.function, each hexadecimal
+        return tuple(int(x, 16) for x in bus.strip().replace(".", ":").split(":"))
+
+    try:
+        return parts(a) == parts(b)
+    except ValueError:
+        return False
 
 
 class watch_xids:  # noqa: N801 - a context manager read like a function

@@ -186,7 +186,7 @@ def run_multinode(
                 return None
             from cupy.cuda import nccl as cupy_nccl
 
-            return list(cupy_nccl.get_unique_id())
+            return nccl.unique_id_wire(cupy_nccl.get_unique_id())
 
         rdzv.join(plan.node, len(devices), make_uid)
         coll: nccl.Collective = (

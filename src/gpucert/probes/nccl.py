@@ -19,9 +19,21 @@ from gpucert.evidence import NcclEvidence, NcclPoint
 from gpucert.probes.device import Device, missing_gpu_extra
 from gpucert.probes.timing import Budget, time_region
 
-__all__ = ["DEFAULT_SIZES", "Collective", "CupyNccl", "NumpyCollective", "all_reduce_sweep", "busbw_factor"]
+__all__ = [
+    "BASELINE_SIZE",
+    "DEFAULT_SIZES",
+    "Collective",
+    "CupyNccl",
+    "NumpyCollective",
+    "all_reduce_sweep",
+    "busbw_factor",
+    "new_communicator",
+    "unique_id_wire",
+]
 
-DEFAULT_SIZES = [1 << s for s in range(20, 34, 2)]  # 1 MiB .. 8 GiB, x4
+# the message size the baselines quote their all-reduce bus bandwidth at (`nccl.all_reduce` is judged there)
+BASELINE_SIZE = 8 << 30
+DEFAULT_SIZES = [*(1 << s for s in range(20, 33, 2)), BASELINE_SIZE]  # 1 MiB .. 4 GiB x4, then 8 GiB
 
 
 def busbw_factor(ranks: int) -> float:
@@ -66,15 +78,38 @@ class NumpyCollective:
         return all(bool(np.all(r == want)) for r in recv)
 
 
+def unique_id_wire(uid: bytes | Sequence[int]) -> list[int]:
+    """NCCL's unique id as the rendezvous carries it (JSON): its 128 bytes, unsigned.
+
+    CuPy 14 and later return `bytes`; CuPy 13 a tuple of C `char` values, which are signed on x86 and Arm.
+    """
+    return [int(x) & 0xFF for x in uid]
+
+
+def new_communicator(nccl: Any, ranks: int, wire: Sequence[int], rank: int) -> Any:
+    """ncclCommInitRank with the id in the shape the installed CuPy takes: `bytes` (CuPy 14 and later) or a
+    tuple of signed C chars (CuPy 13). Cython checks the argument's type before any NCCL call, so the TypeError
+    of the wrong shape has done nothing yet."""
+    try:
+        return nccl.NcclCommunicator(ranks, bytes(wire), rank)
+    except TypeError:
+        return nccl.NcclCommunicator(ranks, tuple(x - 256 if x > 127 else x for x in wire), rank)
+
+
 class CupyNccl:
     """One NCCL communicator per GPU of this process, launched together in a group.
 
     Alone (`uid` None) the process's GPUs are the whole world (ncclCommInitAll); across nodes each process holds
-    ranks `first_rank ..` of a `world` that shares the `uid` handed out at rendezvous (ncclCommInitRank per GPU).
+    ranks `first_rank ..` of a `world` that shares the `uid` handed out at rendezvous (ncclCommInitRank per GPU),
+    as `unique_id_wire` wrote it.
     """
 
     def __init__(
-        self, devices: Sequence[Device], world: int | None = None, first_rank: int = 0, uid: Any = None
+        self,
+        devices: Sequence[Device],
+        world: int | None = None,
+        first_rank: int = 0,
+        uid: Sequence[int] | None = None,
     ) -> None:
         try:
             import cupy
@@ -92,7 +127,7 @@ class CupyNccl:
             self.comms = []
             for r, i in enumerate(self.ids):
                 with cupy.cuda.Device(i):
-                    self.comms.append(nccl.NcclCommunicator(self.ranks, tuple(uid), first_rank + r))
+                    self.comms.append(new_communicator(nccl, self.ranks, uid, first_rank + r))
             nccl.groupEnd()
         self.streams = []
         for i in self.ids:
@@ -171,7 +206,7 @@ def all_reduce_sweep(coll: Collective, budget: Budget, sizes: Sequence[int] = DE
     for size in sizes:
         count = size // 4  # float32 elements
         send, recv = coll.buffers(count)
-        seconds = time_region(clock, partial(coll.all_reduce, send, recv, count), budget, flush=False)
+        seconds = time_region(clock, partial(coll.all_reduce, send, recv, count), budget)
         correct = correct and coll.correct(recv, count)
         algbw = [size / t / 1e9 for t in seconds]
         points.append(

@@ -15,9 +15,9 @@ def host_copy_bandwidth(device: Device, direction: str, budget: Budget, nbytes: 
     host, dev = device.host_pinned(nbytes), device.empty(nbytes)
     host[:] = 7
     if direction == "h2d":
-        seconds = time_region(device, lambda: device.h2d(dev, host), budget, flush=False)
+        seconds = time_region(device, lambda: device.h2d(dev, host), budget)
     elif direction == "d2h":
-        seconds = time_region(device, lambda: device.d2h(host, dev), budget, flush=False)
+        seconds = time_region(device, lambda: device.d2h(host, dev), budget)
     else:
         raise ValueError(f"direction must be h2d or d2h, got {direction!r}")
     return Measurement(

@@ -1,33 +1,58 @@
 """The probe runner: one node's plan in, one evidence document out.
 
-`python -m gpucert.probes --plan plan.json` runs it in a probe pod and prints the document; the `local` target
-runs the same function in-process. A probe that fails is recorded in `errors` and the others still run.
+`python -m gpucert.probes --plan plan.json` runs it in a probe pod; the `local` target runs the same function
+in-process. The order on a GPU node:
+1. NVML: the system, and each GPU's identity and health at idle (so a GPU that cannot start is still named and
+   its health explains why);
+2. CuPy is loaded (a failure here, e.g. an unwritable kernel cache, is the node's one error, with its cause);
+3. DCGM's diagnostic, before this process creates any CUDA context or holds any GPU memory;
+4. each GPU is started (a GPU whose context or cuBLAS handle cannot be created is that GPU's error) and matched
+   to its NVML device by PCI bus id;
+5. per GPU: HBM copy, GEMM per dtype, PCIe pinned to the GPU's NUMA node; then P2P and the all-reduce;
+6. NVML again: health after the load, XIDs seen meanwhile, throttling while each probe ran.
+Every probe runs under a watchdog and each result is emitted (framed) as soon as it exists; a probe that fails
+is recorded in `errors` (per GPU where it is one GPU's) and the others still run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import platform
+import sys
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert import __version__
-from gpucert.checks import GEMM_DTYPES
 from gpucert.errors import GpucertError
-from gpucert.evidence import DcgmEvidence, GpuEvidence, Measurement, NodeEvidence, ProbeError, SystemFacts
+from gpucert.evidence import (
+    DcgmEvidence,
+    GpuEvidence,
+    Measurement,
+    NodeEvidence,
+    ProbeError,
+    SystemFacts,
+    ThrottleWindow,
+)
 from gpucert.probes import compute, memory, nccl, p2p, pcie
-from gpucert.probes.device import CupyDevice, Device, NumpyDevice
+from gpucert.probes import health as nvml_probe
+from gpucert.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
+from gpucert.probes.stream import GPU_PROBES, METRICS, Done, Emit, NodeHeader
 from gpucert.probes.timing import Budget
+from gpucert.probes.watchdog import ProbeTimeout, within
 from gpucert.spec import Probe
 
 __all__ = ["PLAN_SCHEMA", "ProbePlan", "devices_for", "run_plan"]
 
 PLAN_SCHEMA = "gpucert.io/probe-plan/v1"
+T = TypeVar("T")
 
 
 class _M(BaseModel):
@@ -39,6 +64,8 @@ class BudgetSpec(_M):
     measure_s: float = 1.0
     min_reps: int = 5
     max_reps: int = 100
+    # what a probe may take past its time budget before its thread is abandoned (a hung GPU or NCCL call)
+    watchdog_s: float = 120.0
 
 
 class Sizes(_M):
@@ -75,136 +102,357 @@ def _now() -> str:
 
 
 def devices_for(plan: ProbePlan) -> list[Device]:
+    """Every device of the plan, started (the multi-node all-reduce: there a GPU that cannot start stops it)."""
     if plan.device == "numpy":
         return [NumpyDevice(i) for i in range(plan.gpus or 1)]
+    prepare_cuda_environment()
     try:
         import cupy
-    except ImportError:
-        CupyDevice(0)  # raises the ConfigError that names the extra to install
-        raise
+    except ImportError as exc:
+        raise missing_gpu_extra("CuPy", exc) from None
     count = plan.gpus if plan.gpus is not None else cupy.cuda.runtime.getDeviceCount()
     return [CupyDevice(i) for i in range(count)]
 
 
 def _cpu_identity(node: str, index: int) -> GpuEvidence:
+    """The CPU standing in for GPU `index` (the NumPy device without NVML): never a GPU's identity."""
     digest = hashlib.sha256(f"{node}/{index}".encode()).hexdigest()
     return GpuEvidence(index=index, uuid=f"CPU-{uuid.UUID(digest[:32])}", product="CPU (numpy device)")
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.errors: list[ProbeError] = []
+def _why(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, (ProbeTimeout, GpucertError)) else f"{type(exc).__name__}: {exc}"
 
-    def attempt(self, probe: str, fn: Callable[[], Any]) -> Any:
+
+def _cpu_list(cpus: set[int]) -> str:
+    """0-55,112-167: the form taskset and /sys print."""
+    out, run = [], sorted(cpus)
+    start = prev = run[0]
+    for c in [*run[1:], None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        out.append(f"{start}-{prev}" if prev > start else str(start))
+        if c is not None:
+            start = prev = c
+    return ",".join(out)
+
+
+def _pinned(cpus: set[int] | None, fn: Callable[[], T]) -> T:
+    """`fn()` on the calling thread pinned to `cpus` (the watchdog's thread: the pin goes with it)."""
+    if not cpus:
+        return fn()
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        return fn()
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+class _Recorder:
+    def __init__(self, emit: Emit) -> None:
+        self.errors: list[ProbeError] = []
+        self.emit = emit
+
+    def error(self, err: ProbeError) -> None:
+        self.errors.append(err)
+        self.emit(f"error/{len(self.errors)}", err)
+
+    def attempt(self, probe: str, fn: Callable[[], T]) -> T | None:
         try:
             return fn()
         except FileNotFoundError as exc:
-            self.errors.append(ProbeError(probe=probe, message=str(exc), unavailable=True))
-        except (GpucertError, RuntimeError, ValueError, MemoryError, OSError) as exc:
-            self.errors.append(ProbeError(probe=probe, message=f"{type(exc).__name__}: {exc}"))
+            self.error(ProbeError(probe=probe, message=str(exc), unavailable=True))
         except Exception as exc:
-            self.errors.append(ProbeError(probe=probe, message=f"{type(exc).__name__}: {exc}"))
+            self.error(ProbeError(probe=probe, message=_why(exc)))
         return None
 
 
-def run_plan(plan: ProbePlan, nvml: Any = None) -> NodeEvidence:
-    """Run every probe of the plan on this node's devices; `nvml` is pynvml (opened here when None on a GPU)."""
-    started = _now()
-    budget = Budget(plan.budget.warmup_s, plan.budget.measure_s, plan.budget.min_reps, plan.budget.max_reps)
-    rec = _Recorder()
-    probes = set(plan.probes)
-    devices = devices_for(plan)
-    on_gpu = plan.device == "cupy"
-    if on_gpu and nvml is None:
-        from gpucert.probes.health import open_nvml
+class _Node:
+    """One run of a plan: what was learned so far, and how each probe is run and recorded."""
 
-        nvml = open_nvml()
-    from gpucert.probes import health as nvml_probe
+    def __init__(self, plan: ProbePlan, nvml: Any, emit: Emit) -> None:
+        self.plan, self.nvml, self.emit = plan, nvml, emit
+        b = plan.budget
+        self.budget = Budget(b.warmup_s, b.measure_s, b.min_reps, b.max_reps)
+        self.limit_s = b.watchdog_s + b.warmup_s + b.measure_s  # one timed region, and the work around it
+        self.rec = _Recorder(emit)
+        self.probes = set(plan.probes)
+        self.gpus: dict[int, GpuEvidence] = {}
+        self.measured: dict[int, dict[str, Measurement]] = {}
+        self.windows: dict[int, list[ThrottleWindow]] = {}
+        self.unusable: dict[int, str] = {}  # GPU -> why no more probes run on it
 
-    system = SystemFacts(kernel=platform.release(), os=platform.platform())
-    gpus: list[GpuEvidence] = [_cpu_identity(plan.node, i) for i in range(len(devices))]
-    measurements: list[dict[str, Measurement]] = [{} for _ in devices]
-    watcher = nvml_probe.watch_xids(nvml, len(devices)) if on_gpu else None
-    if watcher is not None:
-        watcher.__enter__()
+    def loaded(self, indices: list[int], label: str, fn: Callable[[], T]) -> T:
+        """`fn()` with NVML's throttle counters of `indices` read before and after: the throttling under load."""
+        before = {i: nvml_probe.throttle_counters(self.nvml, i) for i in indices} if self.nvml else {}
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            seconds = time.perf_counter() - t0
+            for i, start in before.items():
+                end = nvml_probe.throttle_counters(self.nvml, i)
+                if start is not None and end is not None:
+                    delta = {k: max(0, end[k] - start[k]) for k in end if k in start}
+                    self.windows.setdefault(i, []).append(
+                        ThrottleWindow(probe=label, seconds=seconds, reasons_ns=delta)
+                    )
+
+    def gpu_error(self, probe: Probe, index: int, message: str, metric: str | None = None) -> None:
+        self.rec.error(ProbeError(probe=probe.value, gpu=index, metric=metric, message=message))
+
+    def measure(self, index: int, probe: Probe, metric: str, fn: Callable[[], Measurement]) -> None:
+        """One measurement of one GPU, under the watchdog; a hang leaves the GPU out of what follows."""
+        if index in self.unusable:
+            self.gpu_error(probe, index, f"GPU {index} {self.unusable[index]}: {metric} was not run", metric)
+            return
+        try:
+            m = self.loaded([index], metric, lambda: within(self.limit_s, fn, f"{metric} on GPU {index}"))
+        except ProbeTimeout as exc:
+            self.unusable[index] = f"hung in {metric}"
+            self.gpu_error(probe, index, str(exc), metric)
+            return
+        except Exception as exc:
+            self.gpu_error(probe, index, f"GPU {index}: {metric}: {_why(exc)}", metric)
+            return
+        self.measured.setdefault(index, {})[metric] = m
+        self.emit(f"gpu/{index}/{metric}", m)
+
+
+def _open_devices(node: _Node, count: int, opener: Callable[[int], Device]) -> dict[int, Device]:
+    """Start each GPU; key it by its NVML index (matched by PCI bus id). A GPU that cannot start is that GPU's
+    error on every per-GPU probe; with CUDA_DEVICE_ORDER=PCI_BUS_ID its CUDA ordinal is its NVML index."""
+    devices: dict[int, Device] = {}
+    for ordinal in range(count):
+        try:
+            dev = within(node.limit_s, partial(opener, ordinal), f"starting GPU {ordinal}")
+        except Exception as exc:
+            node.unusable[ordinal] = f"could not be started: {_why(exc)}"
+            continue
+        index = ordinal
+        if node.nvml is not None and dev.pci_bus_id is not None:
+            match = [i for i, g in node.gpus.items() if nvml_probe.same_bus(g.pci_bus_id, dev.pci_bus_id)]
+            if not match:
+                node.unusable[ordinal] = f"CUDA device {ordinal} ({dev.pci_bus_id}) has no NVML device with that bus id"
+                continue
+            index = match[0]
+        devices[index] = dev
+    for index, why in sorted(node.unusable.items()):
+        for probe in (p for p in GPU_PROBES if p in node.probes):
+            node.gpu_error(probe, index, f"GPU {index} {why}")
+    return devices
+
+
+def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
+    """Memory, GEMM per dtype and PCIe on each GPU in turn; returns each GPU's PCIe link read under load."""
+    plan, budget, links = node.plan, node.budget, {}
+    for i, dev in sorted(devices.items()):
+        if Probe.MEMORY in node.probes:
+            node.measure(
+                i,
+                Probe.MEMORY,
+                "memory.bandwidth",
+                partial(memory.copy_bandwidth, dev, budget, plan.sizes.memory_bytes),
+            )
+        if Probe.COMPUTE in node.probes:
+            for metric in METRICS[Probe.COMPUTE]:
+                dtype = metric.rpartition(".")[2]
+                node.measure(
+                    i, Probe.COMPUTE, metric, partial(compute.gemm_throughput, dev, dtype, budget, plan.sizes.gemm_n)
+                )
+        if Probe.PCIE in node.probes:
+            cpus = nvml_probe.numa_cpus(node.nvml, i) if node.nvml is not None else None
+            for direction in ("h2d", "d2h"):
+                fn = partial(_pcie_near, cpus, dev, direction, budget, plan.sizes.pcie_bytes)
+                node.measure(i, Probe.PCIE, f"pcie.{direction}", fn)
+            if node.nvml is not None and Probe.HEALTH in node.probes and i not in node.unusable:
+                # read the link while a transfer is in flight: idle links train down on purpose
+                read = partial(_pinned, cpus, partial(_link_under_load, node, dev, i))
+                links[i] = node.rec.attempt("health", partial(within, node.limit_s, read, f"PCIe link of GPU {i}"))
+    for probe in GPU_PROBES:
+        if probe in node.probes:
+            node.emit(f"done/{probe.value}", Done(probe=probe))
+    return links
+
+
+def _pcie_near(cpus: set[int] | None, dev: Device, direction: str, budget: Budget, nbytes: int) -> Measurement:
+    """The PCIe probe on the CPUs of the GPU's NUMA node, its pinned host buffer allocated (first touched) there."""
+    m = _pinned(cpus, partial(pcie.host_copy_bandwidth, dev, direction, budget, nbytes))
+    where = (
+        _cpu_list(cpus) if cpus else "not pinned: no CPU of the GPU's NUMA node (NVML affinity) is known to this pod"
+    )
+    return m.model_copy(update={"params": {**m.params, "cpus": where}})
+
+
+def _link_under_load(node: _Node, dev: Device, index: int) -> Any:
+    host, buf = dev.host_pinned(node.plan.sizes.pcie_bytes), dev.empty(node.plan.sizes.pcie_bytes)
+    dev.h2d(buf, host)
     try:
-        if on_gpu:
-            system = rec.attempt("health", lambda: nvml_probe.read_system(nvml)) or system
-        for i, dev in enumerate(devices):
-            m = measurements[i]
-            if Probe.MEMORY in probes:
-                r = rec.attempt("memory", partial(memory.copy_bandwidth, dev, budget, plan.sizes.memory_bytes))
-                if r is not None:
-                    m["memory.bandwidth"] = r
-            if Probe.COMPUTE in probes:
-                for dtype in GEMM_DTYPES:
-                    r = rec.attempt("compute", partial(compute.gemm_throughput, dev, dtype, budget, plan.sizes.gemm_n))
-                    if r is not None:
-                        m[f"compute.gemm.{dtype}"] = r
-            if Probe.PCIE in probes:
-                for direction in ("h2d", "d2h"):
-                    r = rec.attempt(
-                        "pcie", partial(pcie.host_copy_bandwidth, dev, direction, budget, plan.sizes.pcie_bytes)
-                    )
-                    if r is not None:
-                        m[f"pcie.{direction}"] = r
-        link_under_load = {}
-        if on_gpu and Probe.PCIE in probes and Probe.HEALTH in probes:
-            # read each link while a transfer is in flight: idle links train down on purpose
-            for i, dev in enumerate(devices):
-                host, buf = dev.host_pinned(plan.sizes.pcie_bytes), dev.empty(plan.sizes.pcie_bytes)
-                dev.h2d(buf, host)
-                link_under_load[i] = rec.attempt("health", partial(nvml_probe.pcie_under_load, nvml, i))
-                dev.synchronize()
-        p2p_ev = nccl_ev = None
-        if len(devices) < 2:  # nothing to measure between GPUs: their checks skip with this reason
-            for probe in sorted({Probe.P2P, Probe.NCCL} & probes):
-                rec.errors.append(
-                    ProbeError(
-                        probe=probe.value,
-                        unavailable=True,
-                        message="this node has one GPU: nothing to measure between GPUs",
-                    )
-                )
-        else:
-            if Probe.P2P in probes:
-                p2p_ev = rec.attempt("p2p", partial(p2p.peer_matrix, devices, budget, plan.sizes.p2p_bytes))
-            if Probe.NCCL in probes:
-                coll: Callable[[], Any] = (
-                    (lambda: nccl.CupyNccl(devices)) if on_gpu else (lambda: nccl.NumpyCollective(len(devices)))
-                )
-                nccl_ev = rec.attempt("nccl", lambda: nccl.all_reduce_sweep(coll(), budget, plan.sizes.nccl_sizes))
+        return nvml_probe.pcie_under_load(node.nvml, index)
     finally:
-        if watcher is not None:
-            watcher.__exit__(None, None, None)
-    if on_gpu and Probe.HEALTH in probes:
-        for i in range(len(devices)):
-            xids = watcher.events.get(i, []) if watcher is not None else []
-            g = rec.attempt("health", partial(nvml_probe.read_gpu, nvml, i, xids))
-            if g is not None:
-                if link_under_load.get(i) is not None and g.health is not None:
-                    g = g.model_copy(update={"health": g.health.model_copy(update={"pcie": link_under_load[i]})})
-                gpus[i] = g
-    gpus = [g.model_copy(update={"measurements": measurements[i]}) for i, g in enumerate(gpus)]
+        dev.synchronize()
+
+
+def _between_gpus(node: _Node, devices: dict[int, Device], count: int, on_gpu: bool) -> tuple[Any, Any]:
+    plan, probes = node.plan, node.probes
+    p2p_ev = nccl_ev = None
+    if count < 2:  # nothing to measure between GPUs: their checks skip with this reason
+        for probe in sorted({Probe.P2P, Probe.NCCL} & probes):
+            node.rec.error(
+                ProbeError(
+                    probe=probe.value,
+                    unavailable=True,
+                    message="this node has one GPU: nothing to measure between GPUs",
+                )
+            )
+        return None, None
+    every = sorted(set(devices) | set(node.unusable))
+    if Probe.P2P in probes:
+
+        def run_pair(fn: Callable[[], Any], what: str) -> Any:
+            return within(node.limit_s, fn, what)
+
+        p2p_ev = node.rec.attempt(
+            "p2p",
+            lambda: node.loaded(
+                sorted(devices),
+                "p2p.bandwidth",
+                lambda: p2p.peer_matrix(
+                    devices, node.budget, plan.sizes.p2p_bytes, unusable=node.unusable, run=run_pair
+                ),
+            ),
+        )
+        if p2p_ev is not None:
+            for pair in p2p_ev.pairs:
+                if pair.error is not None:
+                    node.gpu_error(Probe.P2P, pair.src, f"peer copy GPU {pair.src} -> GPU {pair.dst}: {pair.error}")
+            node.emit("p2p", p2p_ev)
+    if Probe.NCCL in probes:
+        if node.unusable:
+            why = "; ".join(f"GPU {i} {w}" for i, w in sorted(node.unusable.items()))
+            node.rec.error(ProbeError(probe="nccl", message=f"the all-reduce needs every GPU of the node: {why}"))
+        else:
+            ordered = [devices[i] for i in every]
+
+            def sweep() -> Any:
+                coll = nccl.CupyNccl(ordered) if on_gpu else nccl.NumpyCollective(len(ordered))
+                return nccl.all_reduce_sweep(coll, node.budget, plan.sizes.nccl_sizes)
+
+            b = plan.budget  # one watchdog margin for the communicators and the sweep, plus each size's budget
+            limit = b.watchdog_s + len(plan.sizes.nccl_sizes) * (b.warmup_s + b.measure_s)
+            nccl_ev = node.rec.attempt(
+                "nccl", lambda: node.loaded(every, "nccl.all_reduce", lambda: within(limit, sweep, "the all-reduce"))
+            )
+            if nccl_ev is not None:
+                node.emit("nccl", nccl_ev)
+    return p2p_ev, nccl_ev
+
+
+def run_plan(
+    plan: ProbePlan,
+    nvml: Any = None,
+    *,
+    emit: Emit | None = None,
+    open_device: Callable[[int], Device] | None = None,
+) -> NodeEvidence:
+    """Run every probe of the plan on this node's devices and return the node's evidence.
+
+    `nvml` is pynvml (opened here when None on a GPU; given with the NumPy device, the tests' fake NVML);
+    `emit(key, part)` receives each part as it is measured (see `stream`); `open_device(ordinal)` starts one
+    device (CupyDevice or NumpyDevice by default).
+    """
+    started = _now()
+    emit = emit or (lambda key, part: None)
+    on_gpu = plan.device == "cupy"
+    failure = ""
+    if on_gpu:
+        for note in prepare_cuda_environment():
+            print(f"gpucert.probes: {note}", file=sys.stderr)
+        if nvml is None:
+            try:
+                nvml = nvml_probe.open_nvml()
+            except GpucertError:
+                raise  # the GPU extra is not installed: the image is wrong, not the node
+            except Exception as exc:  # no driver, a library mismatch: the node's one error
+                failure = f"NVML could not start: {_why(exc)}"
+    node = _Node(plan, nvml, emit)
+    count = plan.gpus if plan.gpus is not None else int(nvml.nvmlDeviceGetCount()) if nvml is not None else 1
+    if failure:
+        count = plan.gpus or 0
+    emit(
+        "node",
+        NodeHeader(
+            run_id=plan.run_id,
+            node=plan.node,
+            target=plan.target,
+            probe_version=__version__,
+            started=started,
+            probes=plan.probes,
+            gpus=count,
+        ),
+    )
+    system = SystemFacts(kernel=platform.release(), os=platform.platform())
+    if nvml is not None:
+        system = node.rec.attempt("health", lambda: nvml_probe.read_system(nvml)) or system
+    emit("system", system)
+    for i in range(count):
+        node.gpus[i] = nvml_probe.read_gpu(nvml, i) if nvml is not None else _cpu_identity(plan.node, i)
+        emit(f"gpu/{i}", node.gpus[i])
+
+    def finish(**parts: Any) -> NodeEvidence:
+        return NodeEvidence(
+            node=plan.node,
+            target=plan.target,
+            probe_version=__version__,
+            started=started,
+            finished=_now(),
+            system=system,
+            gpus=[
+                g.model_copy(update={"measurements": node.measured.get(i, {})}) for i, g in sorted(node.gpus.items())
+            ],
+            errors=node.rec.errors,
+            **parts,
+        )
+
+    if failure:
+        node.rec.error(ProbeError(probe="*", message=failure))
+        return finish(collected=False)
+    opener: Callable[[int], Device] = open_device or (CupyDevice if on_gpu else NumpyDevice)
+    if on_gpu and open_device is None:
+        try:
+            import cupy  # noqa: F401 - CuPy 14 creates its kernel cache here: an OSError is the node's error
+        except ImportError as exc:
+            raise missing_gpu_extra("CuPy", exc) from None
+        except Exception as exc:
+            node.rec.error(ProbeError(probe="*", message=f"the GPU runtime (CuPy) could not start: {_why(exc)}"))
+            return finish(collected=False)
     dcgm_ev: DcgmEvidence | None = None
-    if Probe.DCGM in probes:
+    if Probe.DCGM in node.probes:  # first: no CUDA context of ours yet, no GPU memory held in CuPy's pools
         from gpucert.probes.dcgm import run_diag
 
-        serials = {g.index: g.serial for g in gpus if g.serial}
-        dcgm_ev = rec.attempt(
+        serials = {g.index: g.serial for g in node.gpus.values() if g.serial}
+        dcgm_ev = node.rec.attempt(
             "dcgm",
             lambda: run_diag(plan.dcgm.level, serials=serials, host=plan.dcgm.host, timeout_s=plan.dcgm.timeout_s),
         )
-    return NodeEvidence(
-        node=plan.node,
-        target=plan.target,
-        probe_version=__version__,
-        started=started,
-        finished=_now(),
-        system=system,
-        gpus=gpus,
-        p2p=p2p_ev,
-        nccl=nccl_ev,
-        dcgm=dcgm_ev,
-        errors=rec.errors,
-    )
+        if dcgm_ev is not None:
+            emit("dcgm", dcgm_ev)
+    watcher = nvml_probe.watch_xids(nvml, count) if nvml is not None else None
+    with watcher if watcher is not None else contextlib.nullcontext():
+        devices = _open_devices(node, count, opener)
+        links = _per_gpu(node, devices)
+        p2p_ev, nccl_ev = _between_gpus(node, devices, count, on_gpu)
+    if nvml is not None and Probe.HEALTH in node.probes:
+        for i in range(count):  # after the load: ECC, remapped rows, XIDs and throttling are what the load left
+            xids = watcher.events.get(i, []) if watcher is not None else []
+            g = nvml_probe.read_gpu(nvml, i, xids)
+            if g.health is not None:
+                update: dict[str, Any] = {"throttle_under_load": node.windows.get(i, [])}
+                if links.get(i) is not None:
+                    update["pcie"] = links[i]
+                g = g.model_copy(update={"health": g.health.model_copy(update=update)})
+            node.gpus[i] = g
+            emit(f"gpu/{i}", g)
+    return finish(p2p=p2p_ev, nccl=nccl_ev, dcgm=dcgm_ev)

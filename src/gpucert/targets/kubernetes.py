@@ -1,8 +1,10 @@
 """A live cluster through the official `kubernetes` client: GPU nodes, the stack's pods, ClusterPolicy.
 
-The only module that imports the client. Transport errors are translated here, once: 401/403 become a
-ClusterAccessError naming the verb, the resource and the identity (fix: deploy/rbac.yaml); connection failures,
-timeouts, 429 and 5xx are retried with exponential backoff, then become an IncompleteRunError naming the endpoint.
+The only module that imports the client. Transport errors are translated here, once: 401 becomes a
+ClusterAccessError about the credentials (expired or for another cluster), 403 one naming the verb, the resource
+and the identity (fix: deploy/rbac.yaml); connection failures, timeouts, 429 (after its Retry-After) and 5xx are
+retried with exponential backoff, then become an IncompleteRunError naming the endpoint. Every request, watches
+included, has a client-side timeout, so a hung API server is a retried failure, never a hung run.
 Lists are paginated (limit/continue) and read as raw JSON, one page at a time, so the objects reach
 stack/observe.py exactly as the API serves them and a 5,000-node cluster is read in bounded memory.
 """
@@ -27,7 +29,22 @@ if TYPE_CHECKING:
 __all__ = ["RBAC_HINT", "KubernetesTarget"]
 
 RBAC_HINT = "grant it with deploy/rbac.yaml (kubectl apply -f deploy/rbac.yaml) and run as that service account"
+CREDENTIALS_HINT = (
+    "the token or client certificate is expired, revoked or for another cluster: refresh the kubeconfig's "
+    "credentials (or the pod's service account token) and run again"
+)
 PAGE_SIZE = 500
+MAX_RETRY_AFTER_S = 120.0  # a Retry-After beyond this is capped: the run keeps its own bound
+
+
+def retry_after_s(exc: Any) -> float | None:
+    """The seconds a 429's Retry-After header asks for (seconds form; the HTTP-date form is rare from the API)."""
+    headers = getattr(exc, "headers", None) or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        return min(MAX_RETRY_AFTER_S, max(0.0, float(value))) if value is not None else None
+    except ValueError:
+        return None
 
 
 def _message(body: Any) -> str:
@@ -62,6 +79,7 @@ class KubernetesTarget:
         self.page_size = page_size
         self.endpoint = str(api_client.configuration.host)
         self.cluster_policy: dict[str, Any] | None = None
+        self.hostnames: dict[str, str] = {}  # node -> its kubernetes.io/hostname label, as the nodes are listed
 
     @classmethod
     def from_spec(cls, spec: ClusterSpec, **kwargs: Any) -> KubernetesTarget:
@@ -72,8 +90,16 @@ class KubernetesTarget:
         context = spec.target.context
         # read $KUBECONFIG now: the client reads it once, when first imported
         kubeconfig = os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        # one retry loop, ours (`_call`): urllib3's own would make each of our tries up to four, a hung API server
+        # four read timeouts per try, and the "N tries" of our messages untrue
+        configuration.retries = False
         try:
-            api = config.new_client_from_config(config_file=kubeconfig, context=context)
+            api = config.new_client_from_config(
+                config_file=kubeconfig, context=context, client_configuration=configuration
+            )
             contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
             ctx = next((c for c in contexts if c["name"] == context), active)
             identity = f"user {ctx['context'].get('user', '?')} of context {ctx['name']}"
@@ -85,9 +111,6 @@ class KubernetesTarget:
                     key="target.context",
                 ) from None
             try:
-                from kubernetes import client
-
-                configuration = client.Configuration()
                 config.load_incluster_config(client_configuration=configuration)
                 api = client.ApiClient(configuration)
                 identity = "this pod's service account"
@@ -101,6 +124,9 @@ class KubernetesTarget:
         backoff = os.environ.get("GPUCERT_API_BACKOFF_S")
         if backoff is not None:
             kwargs.setdefault("backoff_s", float(backoff))
+        read_timeout = os.environ.get("GPUCERT_API_TIMEOUT_S")
+        if read_timeout is not None:
+            kwargs.setdefault("timeout_s", (5.0, float(read_timeout)))
         return cls(spec, api, identity=identity, **kwargs)
 
     # ---- transport -------------------------------------------------------------------------------------------
@@ -110,20 +136,27 @@ class KubernetesTarget:
         from urllib3.exceptions import HTTPError
 
         last: Exception | None = None
+        wait: float | None = None
         for attempt in range(self.retries + 1):
             if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+                time.sleep(wait if wait is not None else self.backoff_s * 2 ** (attempt - 1))
+            wait = None
             try:
                 return fn(_request_timeout=self.timeout_s, _preload_content=False, **kwargs)
             except ApiException as exc:
-                if exc.status in (401, 403):
-                    why = "unauthorized: the credentials were rejected" if exc.status == 401 else "forbidden"
+                if exc.status == 401:
                     raise ClusterAccessError(
-                        f"cannot {verb} {resource} at {self.endpoint}: {why} for {self.identity} "
+                        f"cannot {verb} {resource} at {self.endpoint}: the API server rejected the credentials of "
+                        f"{self.identity} (401 Unauthorized: {_message(exc.body)}); {CREDENTIALS_HINT}"
+                    ) from exc
+                if exc.status == 403:
+                    raise ClusterAccessError(
+                        f"cannot {verb} {resource} at {self.endpoint}: forbidden for {self.identity} "
                         f"({_message(exc.body)}); {RBAC_HINT}"
                     ) from exc
                 if exc.status is not None and (exc.status >= 500 or exc.status == 429):
                     last = exc
+                    wait = retry_after_s(exc) if exc.status == 429 else None
                     continue
                 raise ClusterAccessError(
                     f"cannot {verb} {resource} at {self.endpoint}: HTTP {exc.status} {exc.reason}: {_message(exc.body)}"
@@ -158,7 +191,10 @@ class KubernetesTarget:
 
         selector = ",".join(f"{k}={v}" for k, v in self.target.node_selector.items())
         core = client.CoreV1Api(self.api)
-        yield from self._pages("list", "nodes", core.list_node, label_selector=selector)
+        for node in self._pages("list", "nodes", core.list_node, label_selector=selector):
+            meta = node.get("metadata") or {}
+            self.hostnames[meta["name"]] = (meta.get("labels") or {}).get("kubernetes.io/hostname", meta["name"])
+            yield node
 
     def _pods(self) -> Iterator[dict[str, Any]]:
         from kubernetes import client
@@ -202,9 +238,9 @@ class KubernetesTarget:
         ProbeJobs(self, plan, sink, gpus_per_node=self.spec.expect.gpus_per_node).run(nodes)
 
     def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
-        from gpucert.targets.kubernetes_jobs import ProbeJobs
+        from gpucert.targets.kubernetes_fabric import FabricJobs
 
-        jobs = ProbeJobs(self, plan, lambda ev: None, gpus_per_node=self.spec.expect.gpus_per_node)
+        jobs = FabricJobs(self, plan, lambda ev: None, gpus_per_node=self.spec.expect.gpus_per_node)
         out: list[FabricEvidence] = []
         batch: list[list[str]] = []
         for group in groups:  # at most maxParallel nodes busy at once, as in the per-node phase

@@ -1,15 +1,18 @@
 """Probe Jobs: kubernetes.py's helper that measures a live cluster on its own nodes.
 
-One Job per node (nodeName pinned, all its GPUs requested, the spec's tolerations, a deadline and a TTL), at most
-`maxParallel` at once, the plan mounted from the run's ConfigMap, progress from a watch on the run's pods, and each
-node's evidence read from its pod log (framed with length and sha256) and written the moment it arrives. Anything
-that stops a node (Pending past its timeout, an image that does not pull, OOMKilled, a non-zero exit, a cut log,
-the node deleted) becomes that node's finding and the others go on. Every object carries the run's label and is
-owned by the run's ConfigMap; all are deleted at the end, on failure and on interrupt.
+One Job per node, placed by the scheduler (required node affinity on the node's `kubernetes.io/hostname`, never
+`nodeName`, so a pod that cannot be placed is Pending with the scheduler's reason rather than rejected by the
+kubelet), all its GPUs requested, the spec's tolerations and the cordon's (recertification measures a cordoned
+node), a deadline and a TTL, at most `maxParallel` at once, the plan mounted from the run's ConfigMap, progress
+from a watch on the run's pods, and each node's evidence read from its pod log (framed parts, then the framed
+document) and written the moment it arrives.
 
-The all-reduce across nodes is one Indexed Job (a pod per node, held to the chosen nodes by node affinity and to
-one per node by anti-affinity) with a headless Service, so process 0 answers at `<job>-0.<service>` for the
-rendezvous; process 0's log carries the multi-node evidence.
+Anything that stops one node is that node's finding and the others go on: Pending past its timeout (with the
+scheduler's reason), GPUs held by other pods (named; `busyTimeoutSeconds` waits for them), an image that does not
+pull, OOMKilled or another crash, an eviction, the Job's deadline, the node deleted (Pod GC's DeletionByPodGC), a
+log that cannot be read. A pod that stopped half-way keeps the probes it finished (the parts in its log). Every
+object carries the run's label and is owned by the run's ConfigMap; all are deleted at the end, on failure and on
+interrupt. The all-reduce across nodes is kubernetes_fabric.py's.
 """
 
 from __future__ import annotations
@@ -28,11 +31,21 @@ from pydantic import ValidationError
 
 from gpucert import __version__
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
-from gpucert.evidence import FabricEvidence, NodeEvidence, ProbeError
-from gpucert.probes.framing import FramingError, unframe
-from gpucert.probes.multinode import DEFAULT_PORT
+from gpucert.evidence import NodeEvidence, ProbeError
+from gpucert.probes.framing import FramingError, parts, unframe
 from gpucert.probes.runner import DcgmPlan, ProbePlan
+from gpucert.probes.stream import rebuild
 from gpucert.targets.base import EvidenceSink, MeasurePlan
+from gpucert.targets.kubernetes_nodes import gpu_pods
+from gpucert.targets.kubernetes_pods import (
+    IMAGE_ERRORS,
+    container_state,
+    disruption,
+    lacks_gpus,
+    node_deleted,
+    stop_reason,
+    unschedulable,
+)
 
 if TYPE_CHECKING:
     from gpucert.targets.kubernetes import KubernetesTarget
@@ -42,18 +55,11 @@ __all__ = ["LABEL_MANAGED", "LABEL_NODE", "LABEL_RUN", "ProbeJobs", "cleanup_run
 LABEL_RUN = "gpucert.io/run"
 LABEL_NODE = "gpucert.io/node"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
-LABEL_ROLE = "gpucert.io/role"
-LABEL_FABRIC = "gpucert.io/fabric"  # which all-reduce across nodes a pod belongs to (several run at once)
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+HOSTNAME = "kubernetes.io/hostname"
 PLAN_PATH = "/etc/gpucert/plan.json"
-IMAGE_ERRORS = {
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "ErrImageNeverPull",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-}
+SCRATCH = "/var/cache/gpucert"  # a writable emptyDir: CuPy's kernel cache (the image's user has no other)
+# a cordoned node is still measured: gpucert chose it (recertification cordons the node it measures)
+CORDON_TOLERATION = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
 WATCH_SLICE_S = 5
 
 
@@ -62,21 +68,16 @@ def run_label(run_id: str) -> str:
     return "r" + hashlib.sha256(run_id.encode()).hexdigest()[:15]
 
 
-def _short(node: str) -> str:
-    return hashlib.sha256(node.encode()).hexdigest()[:8]
+def short(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:8]
 
 
-def _container_state(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
-    """The first container's `terminated` or `waiting` state in a pod status, if any has one."""
-    for cs in status.get("containerStatuses") or []:
-        state = (cs.get("state") or {}).get(kind)
-        if state:
-            return dict(state)
-    return None
-
-
-def _now() -> str:
+def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status_of(exc: ClusterAccessError) -> int | None:
+    return getattr(exc.__cause__, "status", None)
 
 
 @dataclass
@@ -87,15 +88,7 @@ class _NodeRun:
     pod: str | None = None
     phase: str | None = None
     unschedulable: str = ""
-
-
-@dataclass
-class _FabricRun:
-    name: str
-    nodes: list[str]
-    created: float
-    pods: dict[int, dict[str, Any]] = field(default_factory=dict)
-    result: FabricEvidence | None = None
+    log: str | None = None  # read while the pod was being ended: its log goes with it
 
 
 PodHandler = Callable[[dict[str, Any], bool], bool]  # (pod, deleted) -> stop watching now
@@ -130,7 +123,7 @@ class ProbeJobs:
 
     # ---- objects -----------------------------------------------------------------------------------------------
 
-    def _create_configmap(self, name: str | None = None) -> str:
+    def create_configmap(self, name: str | None = None) -> str:
         probe_plan = ProbePlan(
             run_id=self.plan.run_id,
             node="(set by --node)",
@@ -159,9 +152,7 @@ class ProbeJobs:
         )
         return str(json.loads(resp.data)["metadata"]["uid"])
 
-    def _owned_meta(
-        self, name: str, owner: str, owner_uid: str, labels: dict[str, str], **notes: str
-    ) -> dict[str, Any]:
+    def owned_meta(self, name: str, owner: str, owner_uid: str, labels: dict[str, str], **notes: str) -> dict[str, Any]:
         """Metadata of an object the run's ConfigMap `owner` owns: deleting that ConfigMap cascades to it."""
         return {
             "name": name,
@@ -173,7 +164,7 @@ class ProbeJobs:
             ],
         }
 
-    def _probe_pod(
+    def probe_pod(
         self,
         plan_configmap: str,
         extra_args: Sequence[str] = (),
@@ -182,7 +173,11 @@ class ProbeJobs:
         limits: dict[str, str] | None = None,
         ports: Sequence[dict[str, Any]] = (),
     ) -> dict[str, Any]:
-        """The probe pod's spec: `python -m gpucert.probes` on all the node's GPUs, the plan from the ConfigMap."""
+        """The probe pod's spec: `python -m gpucert.probes` on all the node's GPUs, the plan from the ConfigMap.
+
+        A writable emptyDir holds CuPy's kernel cache (the image runs as a user without a home), and /dev/shm is
+        memory-backed: a container's default 64 MiB is too small for NCCL's shared-memory segments.
+        """
         container: dict[str, Any] = {
             "name": "probe",
             "image": self.target.target.image,
@@ -190,37 +185,74 @@ class ProbeJobs:
                 *("python", "-m", "gpucert.probes", "--plan", PLAN_PATH, "--node", "$(NODE_NAME)", "--framed"),
                 *extra_args,
             ],
-            "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}, *env],
+            "env": [
+                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                {"name": "CUPY_CACHE_DIR", "value": f"{SCRATCH}/cupy"},
+                {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
+                *env,
+            ],
             "resources": {"limits": {"nvidia.com/gpu": str(self.gpus_per_node), **(limits or {})}},
-            "volumeMounts": [{"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True}],
+            "volumeMounts": [
+                {"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True},
+                {"name": "scratch", "mountPath": SCRATCH},
+                {"name": "shm", "mountPath": "/dev/shm"},
+            ],
         }
         if ports:
             container["ports"] = list(ports)
+        tolerations = list(self.target.target.tolerations)
+        if CORDON_TOLERATION not in tolerations:
+            tolerations.append(CORDON_TOLERATION)
         return {
             "restartPolicy": "Never",
-            "tolerations": self.target.target.tolerations,
+            "tolerations": tolerations,
             "containers": [container],
-            "volumes": [{"name": "plan", "configMap": {"name": plan_configmap}}],
+            "volumes": [
+                {"name": "plan", "configMap": {"name": plan_configmap}},
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "shm", "emptyDir": {"medium": "Memory"}},
+            ],
         }
 
-    def job_body(self, node: str, owner_uid: str) -> dict[str, Any]:
-        t = self.target.target
-        labels = {**self.labels, LABEL_NODE: node[:63]}
-        name = f"gpucert-{self.label}-{_short(node)}"
+    def hostname(self, node: str) -> str:
+        """The node's `kubernetes.io/hostname` label (the scheduler places by it; it need not equal the name)."""
+        known = self.target.hostnames.get(node)
+        if known is not None:
+            return known
+        try:
+            resp = self.target._call("get", f"node {node}", self.core.read_node, name=node)
+            labels = (json.loads(resp.data).get("metadata") or {}).get("labels") or {}
+        except ClusterAccessError as exc:
+            if status_of(exc) != 404:
+                raise
+            labels = {}  # gone: the pod stays Pending and the node is reported deleted
+        self.target.hostnames[node] = labels.get(HOSTNAME, node)
+        return self.target.hostnames[node]
+
+    def job(self, meta: dict[str, Any], labels: dict[str, str], pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
+        """A probe Job: one try, the spec's deadline, gone an hour after it finished; `spec` adds to its spec."""
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
-            "metadata": self._owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node}),
+            "metadata": meta,
             "spec": {
+                **spec,
                 "backoffLimit": 0,
-                "activeDeadlineSeconds": t.active_deadline_seconds,
+                "activeDeadlineSeconds": self.target.target.active_deadline_seconds,
                 "ttlSecondsAfterFinished": 3600,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {"nodeName": node, **self._probe_pod(self.cm_name)},
-                },
+                "template": {"metadata": {"labels": labels}, "spec": pod},
             },
         }
+
+    def job_body(self, node: str, owner_uid: str) -> dict[str, Any]:
+        labels = {**self.labels, LABEL_NODE: node[:63]}
+        name = f"gpucert-{self.label}-{short(node)}"
+        on_node = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [self.hostname(node)]}]}
+        affinity = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_node]}}
+        }
+        meta = self.owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node})
+        return self.job(meta, labels, {"affinity": affinity, **self.probe_pod(self.cm_name)})
 
     def _start(self, node: str, owner_uid: str) -> None:
         body = self.job_body(node, owner_uid)
@@ -234,7 +266,7 @@ class ProbeJobs:
         self.sink(evidence)
         del self._active[run.node]
         # already gone (TTL, or deleted by hand) is fine: the final cleanup sweeps by label anyway
-        with contextlib.suppress(ClusterAccessError):
+        with contextlib.suppress(ClusterAccessError, IncompleteRunError):
             self.target._call(
                 "delete",
                 f"job {run.job}",
@@ -245,15 +277,15 @@ class ProbeJobs:
             )
 
     def _failed(self, run: _NodeRun, message: str) -> None:
-        now = _now()
+        t = now()
         self._finish(
             run,
             NodeEvidence(
                 node=run.node,
                 target="kubernetes",
                 probe_version=__version__,
-                started=now,
-                finished=now,
+                started=t,
+                finished=t,
                 collected=False,
                 errors=[ProbeError(probe="*", message=message)],
             ),
@@ -261,11 +293,60 @@ class ProbeJobs:
 
     # ---- outcomes ------------------------------------------------------------------------------------------------
 
-    def _log(self, pod: str) -> str:
+    def log(self, pod: str) -> str:
         resp = self.target._call(
             "get", f"the log of pod {pod}", self.core.read_namespaced_pod_log, name=pod, namespace=self.ns
         )
         return bytes(resp.data).decode(errors="replace")
+
+    def log_or_none(self, pod: str) -> str | None:
+        try:
+            return self.log(pod)
+        except (ClusterAccessError, IncompleteRunError):
+            return None
+
+    @staticmethod
+    def tail(log: str | None) -> str:
+        return " | ".join((log or "").strip().splitlines()[-5:])
+
+    def node_gone(self, node: str) -> bool:
+        try:
+            self.target._call("get", f"node {node}", self.core.read_node, name=node)
+        except ClusterAccessError as exc:
+            return status_of(exc) == 404
+        except IncompleteRunError:
+            pass
+        return False
+
+    def _job_deadline(self, run: _NodeRun) -> str:
+        """The Job's own account when its activeDeadlineSeconds ran out (it then ends the pod)."""
+        try:
+            resp = self.target._call(
+                "get", f"job {run.job}", self.batch.read_namespaced_job, name=run.job, namespace=self.ns
+            )
+        except (ClusterAccessError, IncompleteRunError):
+            return ""
+        for cond in (json.loads(resp.data).get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "Failed" and cond.get("reason") == "DeadlineExceeded":
+                secs = self.target.target.active_deadline_seconds
+                return f"the Job's activeDeadlineSeconds ({secs} s) ran out (DeadlineExceeded: {cond.get('message')})"
+        return ""
+
+    def _stopped(self, run: _NodeRun, pod: dict[str, Any], why: str) -> None:
+        """A probe pod ended without its document: keep what its log's parts say was measured, or say why not."""
+        gc = disruption(pod) if node_deleted(pod) else None
+        if gc is not None or (disruption(pod) is None and self.node_gone(run.node)):
+            said = f"{gc[0]}: {gc[1]}" if gc is not None else f"{run.node} is no longer in the cluster; {why}"
+            self._failed(run, f"the node {run.node} was deleted during the run ({said})")
+            return
+        why = self._job_deadline(run) or why
+        log = run.log if run.log is not None or run.pod is None else self.log_or_none(run.pod)
+        evidence = rebuild(parts(log), why) if log else None
+        if evidence is not None and evidence.node == run.node:
+            self._finish(run, evidence)  # the probes it finished stand; the others are errors naming `why`
+            return
+        tail = self.tail(log)
+        self._failed(run, why + (f"; log tail: {tail}" if tail else ""))
 
     def _on_pod(self, pod: dict[str, Any], deleted: bool) -> None:
         labels = pod["metadata"].get("labels") or {}
@@ -276,51 +357,31 @@ class ProbeJobs:
         run.pod = pod["metadata"]["name"]
         status = pod.get("status") or {}
         phase = run.phase = status.get("phase")
-        term = _container_state(status, "terminated")
-        waiting = _container_state(status, "waiting")
-        if deleted and phase not in ("Succeeded", "Failed"):
-            self._failed(run, f"the probe pod {run.pod} was deleted before it finished{self._node_gone(node)}")
+        waiting = container_state(status, "waiting")
+        ending = bool(pod["metadata"].get("deletionTimestamp")) or disruption(pod) is not None
+        if ending and run.log is None and phase != "Succeeded" and not node_deleted(pod):
+            run.log = self.log_or_none(run.pod)  # read it while the pod still exists
+        if deleted and phase != "Succeeded":
+            why = stop_reason(pod) if (phase == "Failed" or disruption(pod)) else "it was deleted before it finished"
+            self._stopped(run, pod, f"the probe pod {run.pod} stopped: {why}")
         elif phase == "Succeeded":
             self._collect(run)
         elif phase == "Failed":
-            reason = (term or {}).get("reason") or status.get("reason") or "Failed"
-            code = (term or {}).get("exitCode")
-            tail = self._log_tail(run.pod)
-            self._failed(
-                run,
-                f"the probe pod failed: {reason}"
-                + (f" (exit code {code})" if code is not None else "")
-                + (f"; log tail: {tail}" if tail else ""),
-            )
+            self._stopped(run, pod, f"the probe pod failed: {stop_reason(pod)}")
         elif waiting and waiting.get("reason") in IMAGE_ERRORS:
             self._failed(run, f"the probe pod cannot start: {waiting['reason']}: {waiting.get('message', '')}".strip())
         elif phase == "Pending":
-            for cond in status.get("conditions") or []:
-                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                    run.unschedulable = f"{cond.get('reason', '')}: {cond.get('message', '')}"
-
-    def _log_tail(self, pod: str) -> str:
-        try:
-            lines = self._log(pod).strip().splitlines()
-        except (ClusterAccessError, IncompleteRunError):
-            return ""
-        return " | ".join(lines[-5:])
-
-    def _node_gone(self, node: str) -> str:
-        try:
-            self.target._call("get", f"node {node}", self.core.read_node, name=node)
-        except ClusterAccessError as exc:
-            if "404" in str(exc):
-                return f"; the node {node} was deleted during the run"
-        except IncompleteRunError:
-            pass
-        return ""
+            run.unschedulable = unschedulable(pod) or run.unschedulable
 
     def _collect(self, run: _NodeRun) -> None:
         assert run.pod is not None
         try:
-            document = unframe(self._log(run.pod))
+            document = unframe(self.log(run.pod))
             evidence = NodeEvidence.model_validate_json(document)
+        except (ClusterAccessError, IncompleteRunError) as exc:  # a 404 (node object gone), a kubelet 5xx
+            gone = f"; the node {run.node} was deleted during the run" if self.node_gone(run.node) else ""
+            self._failed(run, f"cannot read the log of {run.pod}: {exc}{gone}")
+            return
         except FramingError as exc:
             self._failed(run, f"the evidence in the log of {run.pod} is unusable: {exc}")
             return
@@ -332,20 +393,46 @@ class ProbeJobs:
             return
         self._finish(run, evidence)
 
+    def _busy(self, run: _NodeRun) -> str:
+        """Who holds the node's GPUs, from its pods; or why the scheduler finds too few with none held."""
+        try:
+            resp = self.target._call(
+                "list",
+                f"pods on node {run.node}",
+                self.core.list_pod_for_all_namespaces,
+                field_selector=f"spec.nodeName={run.node}",
+            )
+            holders = gpu_pods(json.loads(resp.data).get("items") or [], run_label=self.label)
+        except (ClusterAccessError, IncompleteRunError) as exc:
+            return f"{run.node}'s GPUs are taken (the pods holding them could not be listed: {exc})"
+        if holders:
+            return f"{run.node} is busy: its GPUs are held by {', '.join(holders)}"
+        return (
+            f"{run.node} has fewer free nvidia.com/gpu than the {self.gpus_per_node} requested and no pod holds any: "
+            "its allocatable count is short (a GPU the device plugin marked unhealthy?)"
+        )
+
     def _expire(self) -> None:
-        """Pending too long is the node's finding; so is running past the Job's deadline without a verdict."""
+        """Pending too long is the node's finding (a busy node may wait longer); so is running past the deadline."""
         t = self.target.target
         for run in list(self._active.values()):
             age = self.clock() - run.created
-            if run.phase in (None, "Pending") and age > t.pending_timeout_seconds:
-                why = run.unschedulable or ("no pod was created" if run.pod is None else "")
-                self._failed(
-                    run,
-                    f"the probe pod was still Pending after {t.pending_timeout_seconds} s"
-                    + (f" ({why})" if why else ""),
-                )
+            busy = lacks_gpus(run.unschedulable)
+            limit = max(t.pending_timeout_seconds, t.busy_timeout_seconds) if busy else t.pending_timeout_seconds
+            if run.phase in (None, "Pending") and age > limit:
+                if busy:
+                    self._failed(
+                        run,
+                        f"{self._busy(run)}; the probe pod waited {limit} s ({run.unschedulable}); free the node, or "
+                        "let the run wait longer with target.busyTimeoutSeconds",
+                    )
+                elif self.node_gone(run.node):
+                    self._failed(run, f"the node {run.node} was deleted during the run (its probe pod was Pending)")
+                else:
+                    why = run.unschedulable or ("no pod was created" if run.pod is None else "")
+                    self._failed(run, f"the probe pod was still Pending after {limit} s" + (f" ({why})" if why else ""))
             elif age > t.active_deadline_seconds + 60:
-                self._failed(run, f"the probe ran past its {t.active_deadline_seconds} s deadline")
+                self._stopped(run, {}, f"the probe ran past its {t.active_deadline_seconds} s deadline")
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
@@ -375,11 +462,13 @@ class ProbeJobs:
         if not resource_version:
             resource_version = self._list(handler)
         w = watch.Watch()
+        connect, read = self.target.timeout_s
         kwargs: dict[str, Any] = {
             "namespace": self.ns,
             "label_selector": f"{LABEL_RUN}={self.label}",
             "timeout_seconds": seconds,
             "resource_version": resource_version,
+            "_request_timeout": (connect, seconds + read),  # a hung API server ends the slice, not the run
         }
         try:
             for event in w.stream(self.core.list_namespaced_pod, **kwargs):
@@ -390,20 +479,27 @@ class ProbeJobs:
                 if handler(raw, event.get("type") == "DELETED"):
                     w.stop()  # something finished: go and act on it
         except ApiException as exc:
-            if exc.status == 410:
+            if exc.status == 410:  # the resourceVersion expired: list again
                 return None
             raise
         return resource_version
 
-    def _follow(self, handler: PodHandler, step: Callable[[], bool]) -> None:
+    def follow(self, handler: PodHandler, step: Callable[[], bool]) -> None:
         """Watch the run's pods with `handler` while `step()` (called between watch slices) says there is more."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
         rv: str | None = None
         failures = 0
-        while step():
+        while True:
             try:
+                if not rv:  # first, and after a failed or expired watch: the pods as they are now, before `step`
+                    rv = self._list(handler)  # judges anything (a Pending timeout) on what it knew before
+                if not step():
+                    return
                 rv = self._watch(rv, WATCH_SLICE_S, handler)
                 failures = 0
-            except Exception as exc:
+            except (ApiException, HTTPError, OSError, IncompleteRunError) as exc:
                 failures += 1
                 if failures > self.target.retries:
                     raise IncompleteRunError(
@@ -414,7 +510,7 @@ class ProbeJobs:
 
     def run(self, nodes: list[str]) -> None:
         queue = deque(nodes)
-        owner = self._create_configmap()
+        owner = self.create_configmap()
 
         def on_pod(pod: dict[str, Any], deleted: bool) -> bool:
             before = len(self._active)
@@ -428,181 +524,9 @@ class ProbeJobs:
             return bool(queue or self._active)
 
         try:
-            self._follow(on_pod, step)
+            self.follow(on_pod, step)
         finally:
             cleanup_runs(self.target, self.ns, self.label)
-
-    # ---- the all-reduce across nodes ----------------------------------------------------------------------------
-
-    def fabric_bodies(self, name: str, nodes: list[str], owner_uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The headless Service and the Indexed Job of the all-reduce across `nodes`."""
-        t = self.target.target
-        labels = {**self.labels, LABEL_ROLE: "nccl-multinode", LABEL_FABRIC: name}
-        meta = self._owned_meta(name, name, owner_uid, labels, **{"gpucert.io/nodes": ",".join(nodes)})
-        service = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": meta,
-            "spec": {
-                "clusterIP": "None",
-                "selector": labels,
-                "publishNotReadyAddresses": True,  # the rendezvous starts before any readiness could be known
-                "ports": [{"name": "rendezvous", "port": DEFAULT_PORT, "protocol": "TCP"}],
-            },
-        }
-        args = [
-            *("--processes", str(len(nodes)), "--rank", "$(RANK)"),
-            *("--rendezvous", f"{name}-0.{name}:{DEFAULT_PORT}"),
-            # past the Pending timeout, so a pod that never starts is reported as such
-            *("--rendezvous-timeout", str(t.pending_timeout_seconds + 60)),
-        ]
-        rank = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
-        pod = self._probe_pod(
-            name,
-            args,
-            env=[{"name": "RANK", "valueFrom": rank}],
-            limits=t.fabric_resources,
-            ports=[{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
-        )
-        job = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": meta,
-            "spec": {
-                "completionMode": "Indexed",
-                "completions": len(nodes),
-                "parallelism": len(nodes),
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": t.active_deadline_seconds,
-                "ttlSecondsAfterFinished": 3600,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "subdomain": name,  # with the hostname `<job>-<index>`: `<job>-0.<service>` resolves
-                        "affinity": {
-                            "nodeAffinity": {
-                                "requiredDuringSchedulingIgnoredDuringExecution": {
-                                    "nodeSelectorTerms": [
-                                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": nodes}]}
-                                    ]
-                                }
-                            },
-                            "podAntiAffinity": {
-                                "requiredDuringSchedulingIgnoredDuringExecution": [
-                                    {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}
-                                ]
-                            },
-                        },
-                        **pod,
-                    },
-                },
-            },
-        }
-        return service, job
-
-    def _fabric_failed(self, run: _FabricRun, message: str) -> None:
-        now = _now()
-        run.result = FabricEvidence(
-            run_id=self.plan.run_id,
-            target="kubernetes",
-            probe_version=__version__,
-            started=now,
-            finished=now,
-            nodes=run.nodes,
-            gpus_per_node=self.gpus_per_node,
-            collected=False,
-            errors=[ProbeError(probe="nccl", message=message)],
-        )
-
-    def _on_fabric_pod(self, runs: dict[str, _FabricRun], pod: dict[str, Any], deleted: bool) -> bool:
-        meta = pod["metadata"]
-        run = runs.get((meta.get("labels") or {}).get(LABEL_FABRIC, ""))
-        if run is None or run.result is not None:
-            return False
-        index = int((meta.get("annotations") or {}).get(INDEX_ANNOTATION, "-1"))
-        run.pods[index] = pod
-        status = pod.get("status") or {}
-        phase = status.get("phase")
-        where = f"process {index} ({pod['spec'].get('nodeName') or 'not scheduled'})"
-        if index == 0 and phase == "Succeeded":
-            try:
-                run.result = FabricEvidence.model_validate_json(unframe(self._log(meta["name"])))
-            except (FramingError, ValidationError) as exc:
-                self._fabric_failed(run, f"the evidence in the log of {meta['name']} is unusable: {exc}")
-        elif phase == "Failed" or (deleted and phase != "Succeeded"):
-            term = _container_state(status, "terminated")
-            reason = "deleted" if deleted else (term or {}).get("reason") or status.get("reason") or "Failed"
-            tail = "" if deleted else self._log_tail(meta["name"])
-            self._fabric_failed(
-                run,
-                f"{where} of the all-reduce across nodes failed: {reason}" + (f"; log tail: {tail}" if tail else ""),
-            )
-        else:
-            waiting = _container_state(status, "waiting")
-            if waiting and waiting.get("reason") in IMAGE_ERRORS:
-                self._fabric_failed(run, f"{where} cannot start: {waiting['reason']}: {waiting.get('message', '')}")
-        return run.result is not None
-
-    def _fabric_expire(self, run: _FabricRun) -> None:
-        t = self.target.target
-        age = self.clock() - run.created
-        pending = sorted(
-            i
-            for i in range(len(run.nodes))
-            if (run.pods.get(i, {}).get("status") or {}).get("phase", "Pending") == "Pending"
-        )
-        if pending and age > t.pending_timeout_seconds:
-            why = []
-            for i in pending:
-                conds = (run.pods.get(i, {}).get("status") or {}).get("conditions") or []
-                msg = next((c.get("message", "") for c in conds if c.get("type") == "PodScheduled"), "")
-                why.append(
-                    f"process {i}" + (f" ({msg})" if msg else " (no pod was created)" if i not in run.pods else "")
-                )
-            self._fabric_failed(
-                run,
-                f"the all-reduce across nodes was still Pending after {t.pending_timeout_seconds} s: {'; '.join(why)}",
-            )
-        elif age > t.active_deadline_seconds + 60:
-            self._fabric_failed(run, f"the all-reduce across nodes ran past its {t.active_deadline_seconds} s deadline")
-
-    def run_fabrics(self, groups: list[list[str]]) -> list[FabricEvidence]:
-        """One all-reduce across each group of nodes, all at once (no node is in two groups); whatever stops one
-        becomes its document's error, never an exception."""
-        runs: dict[str, _FabricRun] = {}
-        try:
-            for nodes in groups:
-                name = f"gpucert-{self.label}-n{_short(','.join(nodes))}"
-                owner = self._create_configmap(name)
-                runs[name] = _FabricRun(name=name, nodes=nodes, created=self.clock())
-                service, job = self.fabric_bodies(name, nodes, owner)
-                self.target._call(
-                    "create",
-                    f"services in namespace {self.ns}",
-                    self.core.create_namespaced_service,
-                    namespace=self.ns,
-                    body=service,
-                )
-                self.target._call(
-                    "create",
-                    f"jobs in namespace {self.ns}",
-                    self.batch.create_namespaced_job,
-                    namespace=self.ns,
-                    body=job,
-                )
-
-            def step() -> bool:
-                waiting = [r for r in runs.values() if r.result is None]
-                for r in waiting:
-                    self._fabric_expire(r)
-                return any(r.result is None for r in waiting)
-
-            self._follow(lambda pod, deleted: self._on_fabric_pod(runs, pod, deleted), step)
-        finally:
-            cleanup_runs(self.target, self.ns, self.label)
-        results = [r.result for r in runs.values()]
-        assert all(r is not None for r in results)
-        return [r for r in results if r is not None]
 
 
 def cleanup_runs(target: KubernetesTarget, namespace: str, label: str | None = None) -> int:
@@ -631,6 +555,6 @@ def cleanup_runs(target: KubernetesTarget, namespace: str, label: str | None = N
                 )
                 deleted += 1
             except ClusterAccessError as exc:
-                if "404" not in str(exc):
+                if status_of(exc) != 404:
                     raise
     return deleted

@@ -41,14 +41,16 @@ def _status(exc: ClusterAccessError) -> int | None:
     return getattr(exc.__cause__, "status", None)
 
 
-def gpu_pods(pods: list[dict[str, Any]]) -> list[str]:
-    """`namespace/name` of the pods that hold GPUs and have not finished (gpucert's own probe pods aside)."""
+def gpu_pods(pods: list[dict[str, Any]], *, run_label: str | None = None) -> list[str]:
+    """`namespace/name` of the pods that hold GPUs and have not finished: gpucert's own probe pods aside, or with
+    `run_label` only that run's (another gpucert run's probe pod does hold the GPUs)."""
     out = []
     for pod in pods:
         meta, spec = pod["metadata"], pod.get("spec") or {}
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
             continue
-        if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpucert":
+        labels = meta.get("labels") or {}
+        if labels.get("gpucert.io/run" if run_label else "app.kubernetes.io/managed-by") == (run_label or "gpucert"):
             continue
         wants = any(
             GPU_RESOURCE in ((c.get("resources") or {}).get(kind) or {})
@@ -255,12 +257,14 @@ class KubernetesNodeControl:
                     f"the node stays cordoned. Rerun with --drain to evict them, or when they are done"
                 )
             w = watch.Watch()
+            slice_s = max(1, min(int(left), 5))
             with contextlib.suppress(Exception):  # any event, or the slice ending, means: look again
                 for _ in w.stream(
                     self.core.list_pod_for_all_namespaces,
                     field_selector=f"spec.nodeName={node}",
                     resource_version=rv,
-                    timeout_seconds=max(1, min(int(left), 5)),
+                    timeout_seconds=slice_s,
+                    _request_timeout=(self.target.timeout_s[0], slice_s + self.target.timeout_s[1]),
                 ):
                     w.stop()
 
