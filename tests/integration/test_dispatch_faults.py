@@ -88,12 +88,10 @@ def test_401_is_about_the_credentials_not_rbac(
 
 
 def test_429_waits_as_long_as_retry_after_says(cluster: FakeCluster, tmp_path: Path) -> None:
-    from kubernetes import client
-
-    target = open_target(load_spec(spec_file(tmp_path)))
+    kube = open_target(load_spec(spec_file(tmp_path))).kube  # type: ignore[attr-defined]
     cluster.fail("GET", "nodes", 429, message="too many requests", Retry_After="2")
     t0 = time.monotonic()
-    resp = target._call("list", "nodes", client.CoreV1Api(target.api).list_node)  # type: ignore[attr-defined]
+    resp = kube.call("list", "nodes", kube.core.list_node)
     assert time.monotonic() - t0 >= 2.0  # the first backoff alone would be 0.01 s
     assert len(json.loads(resp.data)["items"]) == 16
 
@@ -217,7 +215,8 @@ def test_probe_pods_are_what_the_kubernetes_models_accept(cluster: FakeCluster, 
 
     spec = load_spec(spec_file(tmp_path, fabricResources={"rdma/rdma_shared_device_a": "1"}, fabricHostNetwork=True))
     target = open_target(spec)
-    jobs = FabricJobs(target, MeasurePlan("run-1", tuple(spec.certify.probes), 2), lambda ev: None, 8)  # type: ignore[arg-type]
+    plan = MeasurePlan("run-1", tuple(spec.certify.probes), 2)
+    jobs = FabricJobs(target.cluster, plan, lambda ev: None, 8)  # type: ignore[attr-defined]
     job = jobs.job_body("gpu-03", "uid-1")
     service, fabric = jobs.fabric_bodies("gpucert-x-n1", ["gpu-01", "gpu-02"], "uid-2")
     for body, model in ((job, "V1Job"), (fabric, "V1Job"), (service, "V1Service")):

@@ -391,7 +391,7 @@ def test_rbac_grants_exactly_what_a_measured_run_uses(cluster: FakeCluster, tmp_
 
     spec = load_spec(spec_file(tmp_path))
     target = open_target(spec)
-    cleanup_runs(target, NS)  # type: ignore[arg-type]
+    cleanup_runs(target.kube, NS)  # type: ignore[attr-defined]
     used = {verb(m, p) for m, p in cluster.requests}
     used.add(("", "nodes", "get", None))  # read when a probe pod disappears (covered by the deletion path)
     assert not_granted(used) == set(), "a request the RBAC manifest does not grant"

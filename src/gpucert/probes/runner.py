@@ -250,12 +250,8 @@ def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
     plan, budget, links = node.plan, node.budget, {}
     for i, dev in sorted(devices.items()):
         if Probe.MEMORY in node.probes:
-            node.measure(
-                i,
-                Probe.MEMORY,
-                "memory.bandwidth",
-                partial(memory.copy_bandwidth, dev, budget, plan.sizes.memory_bytes),
-            )
+            (metric,) = METRICS[Probe.MEMORY]
+            node.measure(i, Probe.MEMORY, metric, partial(memory.copy_bandwidth, dev, budget, plan.sizes.memory_bytes))
         if Probe.COMPUTE in node.probes:
             for metric in METRICS[Probe.COMPUTE]:
                 dtype = metric.rpartition(".")[2]
@@ -264,9 +260,10 @@ def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
                 )
         if Probe.PCIE in node.probes:
             cpus = nvml_probe.numa_cpus(node.nvml, i) if node.nvml is not None else None
-            for direction in ("h2d", "d2h"):
+            for metric in METRICS[Probe.PCIE]:
+                direction = metric.rpartition(".")[2]
                 fn = partial(_pcie_near, cpus, dev, direction, budget, plan.sizes.pcie_bytes)
-                node.measure(i, Probe.PCIE, f"pcie.{direction}", fn)
+                node.measure(i, Probe.PCIE, metric, fn)
             if node.nvml is not None and Probe.HEALTH in node.probes and i not in node.unusable:
                 # read the link while a transfer is in flight: idle links train down on purpose
                 read = partial(_pinned, cpus, partial(_link_under_load, node, dev, i))

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from gpucert.checks import GPU_METRICS
 from gpucert.evidence import (
     DcgmEvidence,
     GpuEvidence,
@@ -49,11 +50,10 @@ def framer(write: Callable[[str], object], flush: Callable[[], object] | None = 
     return emit
 
 
-# the measurements each per-GPU probe writes
+# the measurements each per-GPU probe writes (the check vocabulary's per-GPU metrics, by probe)
 METRICS = {
-    Probe.MEMORY: ("memory.bandwidth",),
-    Probe.COMPUTE: tuple(f"compute.gemm.{t}" for t in ("fp16", "bf16", "tf32", "fp32", "fp64")),
-    Probe.PCIE: ("pcie.h2d", "pcie.d2h"),
+    probe: tuple(m for m in GPU_METRICS if m.split(".")[0] == probe.value)
+    for probe in (Probe.MEMORY, Probe.COMPUTE, Probe.PCIE)
 }
 GPU_PROBES = tuple(METRICS)
 

@@ -46,7 +46,7 @@ class _FabricRun:
 class FabricJobs(ProbeJobs):
     def fabric_pod(self, name: str, nodes: list[str]) -> dict[str, Any]:
         """The pod of every process of the all-reduce across `nodes` (its rank from the completion index)."""
-        t = self.target.target
+        t = self.cluster.options
         args = [
             *("--processes", str(len(nodes)), "--rank", "$(RANK)"),
             *("--rendezvous", f"{name}-0.{name}:{DEFAULT_PORT}"),
@@ -143,7 +143,7 @@ class FabricJobs(ProbeJobs):
         return run.result is not None
 
     def _fabric_expire(self, run: _FabricRun) -> None:
-        t = self.target.target
+        t = self.cluster.options
         age = self.clock() - run.created
         pending = sorted(
             i
@@ -174,14 +174,14 @@ class FabricJobs(ProbeJobs):
                 owner = self.create_configmap(name)
                 runs[name] = _FabricRun(name=name, nodes=nodes, created=self.clock())
                 service, job = self.fabric_bodies(name, nodes, owner)
-                self.target._call(
+                self.cluster.kube.call(
                     "create",
                     f"services in namespace {self.ns}",
                     self.core.create_namespaced_service,
                     namespace=self.ns,
                     body=service,
                 )
-                self.target._call(
+                self.cluster.kube.call(
                     "create",
                     f"jobs in namespace {self.ns}",
                     self.batch.create_namespaced_job,
@@ -197,7 +197,7 @@ class FabricJobs(ProbeJobs):
 
             self.follow(lambda pod, deleted: self._on_fabric_pod(runs, pod, deleted), step)
         finally:
-            cleanup_runs(self.target, self.ns, self.label)
+            cleanup_runs(self.cluster.kube, self.ns, self.label)
         results = [r.result for r in runs.values()]
         assert all(r is not None for r in results)
         return [r for r in results if r is not None]

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -36,6 +36,7 @@ from gpucert.probes.framing import FramingError, parts, unframe
 from gpucert.probes.runner import DcgmPlan, ProbePlan
 from gpucert.probes.stream import rebuild
 from gpucert.targets.base import EvidenceSink, MeasurePlan
+from gpucert.targets.kubeapi import Cluster, KubeApi, status_of
 from gpucert.targets.kubernetes_nodes import gpu_pods
 from gpucert.targets.kubernetes_pods import (
     IMAGE_ERRORS,
@@ -46,9 +47,6 @@ from gpucert.targets.kubernetes_pods import (
     stop_reason,
     unschedulable,
 )
-
-if TYPE_CHECKING:
-    from gpucert.targets.kubernetes import KubernetesTarget
 
 __all__ = ["LABEL_MANAGED", "LABEL_NODE", "LABEL_RUN", "ProbeJobs", "cleanup_runs", "run_label"]
 
@@ -76,10 +74,6 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def status_of(exc: ClusterAccessError) -> int | None:
-    return getattr(exc.__cause__, "status", None)
-
-
 @dataclass
 class _NodeRun:
     node: str
@@ -96,7 +90,7 @@ PodHandler = Callable[[dict[str, Any], bool], bool]  # (pod, deleted) -> stop wa
 
 @dataclass
 class ProbeJobs:
-    target: KubernetesTarget
+    cluster: Cluster
     plan: MeasurePlan
     sink: EvidenceSink
     gpus_per_node: int
@@ -105,18 +99,16 @@ class ProbeJobs:
     _active: dict[str, _NodeRun] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from kubernetes import client
-
-        t = self.target.target
+        t = self.cluster.options
         if not t.image:
             raise ConfigError(
                 "measuring a cluster needs the probe image (built from deploy/Dockerfile); set it, pinned by digest",
-                path=self.target.spec.path,
+                path=self.cluster.spec_path,
                 key="target.image",
             )
         self.ns = t.namespace
-        self.core = client.CoreV1Api(self.target.api)
-        self.batch = client.BatchV1Api(self.target.api)
+        self.core = self.cluster.kube.core
+        self.batch = self.cluster.kube.batch
         self.label = run_label(self.plan.run_id)
         self.labels = {LABEL_RUN: self.label, LABEL_MANAGED: "gpucert"}
         self.cm_name = f"gpucert-{self.label}"
@@ -143,7 +135,7 @@ class ProbeJobs:
             },
             "data": {"plan.json": probe_plan.model_dump_json(by_alias=True)},
         }
-        resp = self.target._call(
+        resp = self.cluster.kube.call(
             "create",
             f"configmaps in namespace {self.ns}",
             self.core.create_namespaced_config_map,
@@ -180,7 +172,7 @@ class ProbeJobs:
         """
         container: dict[str, Any] = {
             "name": "probe",
-            "image": self.target.target.image,
+            "image": self.cluster.options.image,
             "command": [
                 *("python", "-m", "gpucert.probes", "--plan", PLAN_PATH, "--node", "$(NODE_NAME)", "--framed"),
                 *extra_args,
@@ -200,7 +192,7 @@ class ProbeJobs:
         }
         if ports:
             container["ports"] = list(ports)
-        tolerations = list(self.target.target.tolerations)
+        tolerations = list(self.cluster.options.tolerations)
         if CORDON_TOLERATION not in tolerations:
             tolerations.append(CORDON_TOLERATION)
         return {
@@ -216,18 +208,18 @@ class ProbeJobs:
 
     def hostname(self, node: str) -> str:
         """The node's `kubernetes.io/hostname` label (the scheduler places by it; it need not equal the name)."""
-        known = self.target.hostnames.get(node)
+        known = self.cluster.hostnames.get(node)
         if known is not None:
             return known
         try:
-            resp = self.target._call("get", f"node {node}", self.core.read_node, name=node)
+            resp = self.cluster.kube.call("get", f"node {node}", self.core.read_node, name=node)
             labels = (json.loads(resp.data).get("metadata") or {}).get("labels") or {}
         except ClusterAccessError as exc:
             if status_of(exc) != 404:
                 raise
             labels = {}  # gone: the pod stays Pending and the node is reported deleted
-        self.target.hostnames[node] = labels.get(HOSTNAME, node)
-        return self.target.hostnames[node]
+        self.cluster.hostnames[node] = labels.get(HOSTNAME, node)
+        return self.cluster.hostnames[node]
 
     def job(self, meta: dict[str, Any], labels: dict[str, str], pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
         """A probe Job: one try, the spec's deadline, gone an hour after it finished; `spec` adds to its spec."""
@@ -238,7 +230,7 @@ class ProbeJobs:
             "spec": {
                 **spec,
                 "backoffLimit": 0,
-                "activeDeadlineSeconds": self.target.target.active_deadline_seconds,
+                "activeDeadlineSeconds": self.cluster.options.active_deadline_seconds,
                 "ttlSecondsAfterFinished": 3600,
                 "template": {"metadata": {"labels": labels}, "spec": pod},
             },
@@ -256,7 +248,7 @@ class ProbeJobs:
 
     def _start(self, node: str, owner_uid: str) -> None:
         body = self.job_body(node, owner_uid)
-        self.target._call(
+        self.cluster.kube.call(
             "create", f"jobs in namespace {self.ns}", self.batch.create_namespaced_job, namespace=self.ns, body=body
         )
         self._active[node] = _NodeRun(node=node, job=body["metadata"]["name"], created=self.clock())
@@ -267,7 +259,7 @@ class ProbeJobs:
         del self._active[run.node]
         # already gone (TTL, or deleted by hand) is fine: the final cleanup sweeps by label anyway
         with contextlib.suppress(ClusterAccessError, IncompleteRunError):
-            self.target._call(
+            self.cluster.kube.call(
                 "delete",
                 f"job {run.job}",
                 self.batch.delete_namespaced_job,
@@ -294,7 +286,7 @@ class ProbeJobs:
     # ---- outcomes ------------------------------------------------------------------------------------------------
 
     def log(self, pod: str) -> str:
-        resp = self.target._call(
+        resp = self.cluster.kube.call(
             "get", f"the log of pod {pod}", self.core.read_namespaced_pod_log, name=pod, namespace=self.ns
         )
         return bytes(resp.data).decode(errors="replace")
@@ -311,7 +303,7 @@ class ProbeJobs:
 
     def node_gone(self, node: str) -> bool:
         try:
-            self.target._call("get", f"node {node}", self.core.read_node, name=node)
+            self.cluster.kube.call("get", f"node {node}", self.core.read_node, name=node)
         except ClusterAccessError as exc:
             return status_of(exc) == 404
         except IncompleteRunError:
@@ -321,14 +313,14 @@ class ProbeJobs:
     def _job_deadline(self, run: _NodeRun) -> str:
         """The Job's own account when its activeDeadlineSeconds ran out (it then ends the pod)."""
         try:
-            resp = self.target._call(
+            resp = self.cluster.kube.call(
                 "get", f"job {run.job}", self.batch.read_namespaced_job, name=run.job, namespace=self.ns
             )
         except (ClusterAccessError, IncompleteRunError):
             return ""
         for cond in (json.loads(resp.data).get("status") or {}).get("conditions") or []:
             if cond.get("type") == "Failed" and cond.get("reason") == "DeadlineExceeded":
-                secs = self.target.target.active_deadline_seconds
+                secs = self.cluster.options.active_deadline_seconds
                 return f"the Job's activeDeadlineSeconds ({secs} s) ran out (DeadlineExceeded: {cond.get('message')})"
         return ""
 
@@ -396,7 +388,7 @@ class ProbeJobs:
     def _busy(self, run: _NodeRun) -> str:
         """Who holds the node's GPUs, from its pods; or why the scheduler finds too few with none held."""
         try:
-            resp = self.target._call(
+            resp = self.cluster.kube.call(
                 "list",
                 f"pods on node {run.node}",
                 self.core.list_pod_for_all_namespaces,
@@ -414,7 +406,7 @@ class ProbeJobs:
 
     def _expire(self) -> None:
         """Pending too long is the node's finding (a busy node may wait longer); so is running past the deadline."""
-        t = self.target.target
+        t = self.cluster.options
         for run in list(self._active.values()):
             age = self.clock() - run.created
             busy = lacks_gpus(run.unschedulable)
@@ -442,7 +434,7 @@ class ProbeJobs:
         Watch events come in resourceVersion order, so a watch stopped half-way resumes from the last event it
         handled; the objects of a list do not, which is why (re)starting is a list followed by a watch.
         """
-        resp = self.target._call(
+        resp = self.cluster.kube.call(
             "list",
             f"pods in namespace {self.ns}",
             self.core.list_namespaced_pod,
@@ -462,7 +454,7 @@ class ProbeJobs:
         if not resource_version:
             resource_version = self._list(handler)
         w = watch.Watch()
-        connect, read = self.target.timeout_s
+        connect, read = self.cluster.kube.timeout_s
         kwargs: dict[str, Any] = {
             "namespace": self.ns,
             "label_selector": f"{LABEL_RUN}={self.label}",
@@ -501,11 +493,11 @@ class ProbeJobs:
                 failures = 0
             except (ApiException, HTTPError, OSError, IncompleteRunError) as exc:
                 failures += 1
-                if failures > self.target.retries:
+                if failures > self.cluster.kube.retries:
                     raise IncompleteRunError(
-                        f"watching the probe pods at {self.target.endpoint} failed {failures} times: {exc}"
+                        f"watching the probe pods at {self.cluster.kube.endpoint} failed {failures} times: {exc}"
                     ) from exc
-                time.sleep(self.target.backoff_s * 2 ** (failures - 1))
+                time.sleep(self.cluster.kube.backoff(failures))
                 rv = None
 
     def run(self, nodes: list[str]) -> None:
@@ -519,21 +511,19 @@ class ProbeJobs:
 
         def step() -> bool:
             self._expire()
-            while queue and len(self._active) < self.target.target.max_parallel:
+            while queue and len(self._active) < self.cluster.options.max_parallel:
                 self._start(queue.popleft(), owner)
             return bool(queue or self._active)
 
         try:
             self.follow(on_pod, step)
         finally:
-            cleanup_runs(self.target, self.ns, self.label)
+            cleanup_runs(self.cluster.kube, self.ns, self.label)
 
 
-def cleanup_runs(target: KubernetesTarget, namespace: str, label: str | None = None) -> int:
+def cleanup_runs(kube: KubeApi, namespace: str, label: str | None = None) -> int:
     """Delete the Jobs, Pods, Services and ConfigMaps of one run (or, without `label`, of every gpucert run)."""
-    from kubernetes import client
-
-    core, batch = client.CoreV1Api(target.api), client.BatchV1Api(target.api)
+    core, batch = kube.core, kube.batch
     selector = f"{LABEL_RUN}={label}" if label else f"{LABEL_MANAGED}=gpucert"
     deleted = 0
     kinds: list[tuple[str, Callable[..., Any], Callable[..., Any]]] = [
@@ -544,13 +534,11 @@ def cleanup_runs(target: KubernetesTarget, namespace: str, label: str | None = N
     ]
     for kind, lister, deleter in kinds:
         for obj in list(
-            target._pages(
-                "list", f"{kind} in namespace {namespace}", lister, namespace=namespace, label_selector=selector
-            )
+            kube.pages("list", f"{kind} in namespace {namespace}", lister, namespace=namespace, label_selector=selector)
         ):
             name = obj["metadata"]["name"]
             try:
-                target._call(
+                kube.call(
                     "delete", f"{kind} {name}", deleter, name=name, namespace=namespace, propagation_policy="Background"
                 )
                 deleted += 1

@@ -14,12 +14,10 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpucert.errors import ClusterAccessError, IncompleteRunError, NodeBusyError
-
-if TYPE_CHECKING:
-    from gpucert.targets.kubernetes import KubernetesTarget
+from gpucert.targets.kubeapi import Cluster
 
 __all__ = ["LEASE_SECONDS", "KubernetesNodeControl", "gpu_pods"]
 
@@ -63,13 +61,11 @@ def gpu_pods(pods: list[dict[str, Any]], *, run_label: str | None = None) -> lis
 
 
 class KubernetesNodeControl:
-    def __init__(self, target: KubernetesTarget) -> None:
-        from kubernetes import client
-
-        self.target = target
-        self.ns = target.target.namespace
-        self.core = client.CoreV1Api(target.api)
-        self.coord = client.CoordinationV1Api(target.api)
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.ns = cluster.options.namespace
+        self.core = cluster.kube.core
+        self.coord = cluster.kube.coordination
         # renewed every third of its duration; GPUCERT_LEASE_SECONDS shortens it (tests)
         self.lease_seconds = int(os.environ.get("GPUCERT_LEASE_SECONDS", LEASE_SECONDS))
 
@@ -115,7 +111,7 @@ class KubernetesNodeControl:
     def _read_lease(self, name: str) -> dict[str, Any] | None:
         """The Lease as the API has it now, or None when there is none."""
         try:
-            resp = self.target._call(
+            resp = self.cluster.kube.call(
                 "get", f"lease {name}", self.coord.read_namespaced_lease, name=name, namespace=self.ns
             )
         except ClusterAccessError as exc:
@@ -129,7 +125,7 @@ class KubernetesNodeControl:
         name = self.lease_name(node)
         acquired = datetime.now(UTC)
         try:
-            self.target._call(
+            self.cluster.kube.call(
                 "create",
                 f"leases in namespace {self.ns}",
                 self.coord.create_namespaced_lease,
@@ -149,7 +145,7 @@ class KubernetesNodeControl:
         if spec.get("holderIdentity") and alive:
             raise self._busy(node, lease)
         try:  # a lapsed lease: take it over, unless someone else does first (the resourceVersion decides)
-            self.target._call(
+            self.cluster.kube.call(
                 "update",
                 f"lease {name}",
                 self.coord.replace_namespaced_lease,
@@ -171,7 +167,7 @@ class KubernetesNodeControl:
         def renew() -> None:
             while not stop.wait(self.lease_seconds / 3):
                 with contextlib.suppress(ClusterAccessError, IncompleteRunError):
-                    self.target._call(
+                    self.cluster.kube.call(
                         "patch",
                         f"lease {name}",
                         self.coord.patch_namespaced_lease,
@@ -189,7 +185,7 @@ class KubernetesNodeControl:
             renewer.join(5)
             with contextlib.suppress(ClusterAccessError, IncompleteRunError):
                 if self.holder(node) == holder:  # a lease taken over by another run is theirs to release
-                    self.target._call(
+                    self.cluster.kube.call(
                         "delete", f"lease {name}", self.coord.delete_namespaced_lease, name=name, namespace=self.ns
                     )
 
@@ -201,16 +197,16 @@ class KubernetesNodeControl:
     # ---- the node --------------------------------------------------------------------------------------------------
 
     def cordon(self, node: str) -> bool:
-        resp = self.target._call("get", f"node {node}", self.core.read_node, name=node)
+        resp = self.cluster.kube.call("get", f"node {node}", self.core.read_node, name=node)
         was = bool((json.loads(resp.data).get("spec") or {}).get("unschedulable"))
         if not was:
-            self.target._call(
+            self.cluster.kube.call(
                 "patch", f"node {node}", self.core.patch_node, name=node, body={"spec": {"unschedulable": True}}
             )
         return was
 
     def _pods_on(self, node: str) -> tuple[list[dict[str, Any]], str]:
-        resp = self.target._call(
+        resp = self.cluster.kube.call(
             "list",
             f"pods on node {node}",
             self.core.list_pod_for_all_namespaces,
@@ -230,7 +226,7 @@ class KubernetesNodeControl:
                 ns, name = ref.split("/", 1)
                 body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
                 try:
-                    self.target._call(
+                    self.cluster.kube.call(
                         "create",
                         f"the eviction of pod {ref}",
                         self.core.create_namespaced_pod_eviction,
@@ -264,7 +260,7 @@ class KubernetesNodeControl:
                     field_selector=f"spec.nodeName={node}",
                     resource_version=rv,
                     timeout_seconds=slice_s,
-                    _request_timeout=(self.target.timeout_s[0], slice_s + self.target.timeout_s[1]),
+                    _request_timeout=self.cluster.kube.watch_timeout(slice_s),
                 ):
                     w.stop()
 
@@ -272,4 +268,4 @@ class KubernetesNodeControl:
         body: dict[str, Any] = {"metadata": {"labels": labels, "annotations": annotations}}
         if uncordon:
             body["spec"] = {"unschedulable": False}
-        self.target._call("patch", f"node {node}", self.core.patch_node, name=node, body=body)
+        self.cluster.kube.call("patch", f"node {node}", self.core.patch_node, name=node, body=body)
