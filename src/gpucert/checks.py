@@ -17,6 +17,7 @@ __all__ = [
     "NODE_METRICS",
     "PCIE_DIRECTIONS",
     "PERFORMANCE_PREFIXES",
+    "REPEATED_METRICS",
     "CheckKey",
     "CheckStatus",
     "Family",
@@ -37,6 +38,9 @@ GPU_METRICS = (
 NODE_METRICS = ("nccl.all_reduce",)  # one figure per node
 FABRIC_METRICS = ("nccl.all_reduce.multinode",)  # one figure for a set of nodes together
 METRICS = (*GPU_METRICS, *NODE_METRICS, *FABRIC_METRICS)
+# the metrics whose samples are one GPU's (or one node's) repetitions over time: what can come and go, and what
+# `stability.<metric>` judges. P2P samples come from a GPU's different pairs, the multi-node figure from a set.
+REPEATED_METRICS = tuple(m for m in METRICS if not m.startswith("p2p.") and m not in FABRIC_METRICS)
 
 # DCGM 4.x test names by the run level that first includes them (dcgmi diag -r LEVEL): a certification requires
 # each of them; the extra ones depend on the DCGM release (nvbandwidth 4.0+, nccl_tests 4.5+) or on an installed
@@ -139,6 +143,7 @@ class Family(StrEnum):
     DCGM = "dcgm"
     PERFORMANCE = "performance"
     STRAGGLER = "straggler"
+    STABILITY = "stability"  # a GPU whose samples are unstable where its peers' are not
     HANDOVER = "handover"
 
     @property
@@ -158,6 +163,7 @@ class Family(StrEnum):
             Family.HEALTH: "Health",
             Family.DCGM: "DCGM",
             Family.STRAGGLER: "Stragglers",
+            Family.STABILITY: "Stragglers",
             Family.HANDOVER: "Handover",
         }.get(self, "Performance")
 

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, WithJsonSchema, field_validator
 
-from gpucert.checks import FABRIC_METRICS, METRICS, NODE_METRICS
+from gpucert.checks import FABRIC_METRICS, METRICS, NODE_METRICS, REPEATED_METRICS
 from gpucert.documents import Document, Problem, load_document
 from gpucert.names import NameError_, check_file_stem, check_node_name
 from gpucert.spec import ClusterSpec, Metadata
@@ -54,8 +54,29 @@ class Nodes(Document):
         return prefix
 
 
+Fraction = Annotated[float, Field(ge=0, le=0.5)]
+
+
+class Tails(Document):
+    """Samples heavier-tailed than a Gaussian: Student-t noise, and rare one-sided slow samples (a preempted
+    repetition, a clock that had not ramped up) that healthy GPUs show too."""
+
+    # Student-t degrees of freedom for the per-sample noise (scaled so its standard deviation stays `cv`)
+    df: Annotated[float, Field(gt=2, le=1000)] | None = None
+    outliers: Fraction = 0.0  # the fraction of samples that come out slow, whatever the GPU
+    depth: Annotated[float, Field(gt=0, lt=1)] = 0.05  # how slow such a sample is: uniform in (0, depth)
+
+
 class Noise(Document):
-    cv: Annotated[float, Field(ge=0, le=0.5)] = 0.01
+    """What varies in a healthy fleet. Every key but `cv` defaults to none, so a fleet that sets none of them
+    measures exactly as before they existed."""
+
+    cv: Fraction = 0.01  # relative standard deviation of every measured sample
+    # a fixed offset per GPU and metric (sd, relative): boards of one SKU differ (manufacturing, power management)
+    gpu_spread: Fraction = Field(0.0, alias="gpuSpread")
+    # a fixed offset per node and metric (sd, relative), shared by the node's GPUs (chassis cooling, power, host)
+    node_spread: Fraction = Field(0.0, alias="nodeSpread")
+    tails: Tails | None = None
 
 
 class SlowFault(Document):
@@ -63,6 +84,43 @@ class SlowFault(Document):
     node: str
     gpu: GpuIndex | None = None  # every GPU of the node when absent
     metric: Metric
+    factor: Annotated[float, Field(gt=0, le=2)]
+
+
+def _is_repeated(name: str) -> str:
+    if name not in REPEATED_METRICS:
+        raise ValueError(
+            f"{name!r} is not measured by repetitions of one GPU or node; an intermittent or drifting fault applies "
+            f"to {', '.join(REPEATED_METRICS)} (use `slow` for the others)"
+        )
+    return name
+
+
+RepeatedMetric = Annotated[
+    str, AfterValidator(_is_repeated), WithJsonSchema({"type": "string", "enum": list(REPEATED_METRICS)})
+]
+
+
+class IntermittentFault(Document):
+    """Slow in a fraction of the samples only: each repetition is slowed by `factor` with probability `fraction`
+    (a GPU that throttles now and then, a flaky link). The median of its samples can hide it."""
+
+    kind: Literal["intermittent"]
+    node: str
+    gpu: GpuIndex | None = None  # every GPU of the node when absent
+    metric: RepeatedMetric
+    factor: Annotated[float, Field(gt=0, le=2)]
+    fraction: Annotated[float, Field(gt=0, le=1)]
+
+
+class DriftFault(Document):
+    """Slowing over the run: a measurement's samples go from full speed at the first repetition to `factor` at
+    the last (a GPU heating up, a clock stepping down)."""
+
+    kind: Literal["drift"]
+    node: str
+    gpu: GpuIndex | None = None  # every GPU of the node when absent
+    metric: RepeatedMetric
     factor: Annotated[float, Field(gt=0, le=2)]
 
 
@@ -180,6 +238,8 @@ class UnreachableFault(Document):
 
 Fault = Annotated[
     SlowFault
+    | IntermittentFault
+    | DriftFault
     | EccFault
     | RemappedRowsFault
     | PcieLinkFault
@@ -232,7 +292,11 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
                 )
             )
         gpu = getattr(fault, "gpu", None)
-        if isinstance(fault, SlowFault) and gpu is not None and fault.metric in NODE_LEVEL_METRICS:
+        if (
+            isinstance(fault, SlowFault | IntermittentFault | DriftFault)
+            and gpu is not None
+            and fault.metric in NODE_LEVEL_METRICS
+        ):
             problems.append(
                 (("faults", i, "gpu"), f"{fault.metric} is one figure per node: remove `gpu` to slow the node's")
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,12 +24,14 @@ class MeasurePlan:
     run_id: str
     probes: tuple[Probe, ...]
     dcgm_level: int
+    samples: Mapping[str, int] = field(default_factory=dict)  # per probe, the fewest repetitions to take
 
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "probes": [p.value for p in self.probes],
             "dcgm_level": self.dcgm_level,
+            "samples": dict(self.samples),
         }
 
 

@@ -43,7 +43,7 @@ from gpucert.probes.dcgm import parse_diag
 from gpucert.spec import Probe
 from gpucert.stack.compat import cuda_of_driver
 from gpucert.targets.base import MeasurePlan
-from gpucert.targets.simulated.world import T0, World
+from gpucert.targets.simulated.world import OUTLIER_STREAM, T0, World
 from gpucert.targets.simulated.world import iso as _iso
 from gpucert.targets.simulated.world import sig as _sig
 
@@ -75,9 +75,31 @@ class SimulatedProbes(World):
 
     kind = "simulated"
 
-    def _samples(self, rng: np.random.Generator, nominal: float, n: int) -> list[float]:
-        cv = self.fleet.noise.cv
-        return [_sig(x) for x in nominal * (1 + cv * rng.standard_normal(n))]
+    def _samples(
+        self,
+        rng: np.random.Generator,
+        nominal: float,
+        n: int,
+        *,
+        factors: np.ndarray | None = None,
+        outliers: np.random.Generator | None = None,
+    ) -> list[float]:
+        """`n` noisy samples around `nominal`: Gaussian (or Student-t, `noise.tails.df`) with sd `noise.cv`, times
+        the per-sample `factors` of faults that come and go, and `noise.tails.outliers` of them slow (drawn from
+        `outliers`, a generator of its own, so fleets without tails keep their samples)."""
+        noise = self.fleet.noise
+        tails = noise.tails
+        if tails is not None and tails.df is not None:
+            z = rng.standard_t(tails.df, n) * np.sqrt((tails.df - 2) / tails.df)
+        else:
+            z = rng.standard_normal(n)
+        x = nominal * (1 + noise.cv * z)
+        if factors is not None:
+            x = x * factors
+        if tails is not None and tails.outliers and outliers is not None:
+            hit = outliers.random(n) < tails.outliers
+            x = np.where(hit, x * (1 - tails.depth * outliers.random(n)), x)
+        return [_sig(v) for v in x]
 
     def _health(self, rng: np.random.Generator, node: str, slot: int) -> Health:
         ecc, rows = (
@@ -132,7 +154,16 @@ class SimulatedProbes(World):
             nvlink_active=[True] * 18,
         )
 
-    def _gpu(self, rng: np.random.Generator, node: str, index: int, slot: int, probes: set[Probe]) -> GpuEvidence:
+    def _gpu(
+        self,
+        rng: np.random.Generator,
+        node: str,
+        index: int,
+        slot: int,
+        probes: set[Probe],
+        plan: MeasurePlan,
+        aux: np.random.Generator,
+    ) -> GpuEvidence:
         board = "/replacement" if slot in self.faults[node].swapped else ""
         digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
         measurements: dict[str, Measurement] = {}
@@ -140,12 +171,10 @@ class SimulatedProbes(World):
             family = metric.split(".")[0]
             if family in ("p2p", "nccl") or Probe(family) not in probes:
                 continue
-            n = SAMPLES[family]
-            measurements[metric] = Measurement(
-                unit=b.unit,
-                samples=self._samples(rng, b.expected * self._factor(node, slot, metric), n),
-                params={"simulated": True},
-            )
+            n = max(SAMPLES[family], plan.samples.get(family, 0))
+            nominal = b.expected * self._factor(node, slot, metric) * self._offset(node, slot, metric)
+            samples = self._samples(rng, nominal, n, factors=self._varying(node, slot, metric, n), outliers=aux)
+            measurements[metric] = Measurement(unit=b.unit, samples=samples, params={"simulated": True})
         return GpuEvidence(
             index=index,
             uuid=f"GPU-{uuid.UUID(digest[:32])}",
@@ -158,10 +187,14 @@ class SimulatedProbes(World):
             measurements=measurements,
         )
 
-    def _p2p(self, rng: np.random.Generator, node: str, slots: list[int]) -> P2pEvidence | None:
+    def _p2p(
+        self, rng: np.random.Generator, node: str, slots: list[int], plan: MeasurePlan, aux: np.random.Generator
+    ) -> P2pEvidence | None:
         b = self.baseline.metrics.get("p2p.bandwidth")
         if b is None:
             return None
+        n = max(SAMPLES["p2p"], plan.samples.get("p2p", 0))
+        offset = self._offset(node, None, "p2p.bandwidth")
         pairs = []
         for i, si in enumerate(slots):
             for j, sj in enumerate(slots):
@@ -172,22 +205,35 @@ class SimulatedProbes(World):
                             src=i,
                             dst=j,
                             peer_access=True,
-                            samples=self._samples(rng, b.expected * f, SAMPLES["p2p"]),
+                            samples=self._samples(rng, b.expected * f * offset, n, outliers=aux),
                         )
                     )
         return P2pEvidence(unit=b.unit, pairs=pairs, params={"bytes": 1 << 30, "simulated": True})
 
     def _nccl(
-        self, rng: np.random.Generator, ranks: int, factor: float, metric: str = "nccl.all_reduce"
+        self,
+        rng: np.random.Generator,
+        ranks: int,
+        factor: float,
+        metric: str = "nccl.all_reduce",
+        *,
+        node: str | None = None,
+        n: int = SAMPLES["nccl"],
+        aux: np.random.Generator | None = None,
     ) -> NcclEvidence | None:
+        """The sweep; `node` for one node's own all-reduce (its offset and its faults that come and go)."""
         b = self.baseline.metrics.get(metric)
         if b is None:
             return None
+        if node is not None:
+            factor *= self._offset(node, None, metric)
         bus_factor = 2 * (ranks - 1) / ranks
         plateau = b.expected * factor * (NCCL_SIZES[-1] + NCCL_HALF_SIZE) / NCCL_SIZES[-1]
         points = []
-        for size in NCCL_SIZES:
-            busbw = np.array(self._samples(rng, plateau * size / (size + NCCL_HALF_SIZE), SAMPLES["nccl"]))
+        for i, size in enumerate(NCCL_SIZES):
+            varying = self._varying(node, None, metric, n, salt=i) if node is not None else None
+            nominal = plateau * size / (size + NCCL_HALF_SIZE)
+            busbw = np.array(self._samples(rng, nominal, n, factors=varying, outliers=aux))
             algbw = busbw / bus_factor
             time_us = size / (algbw * 1e9) * 1e6
             points.append(
@@ -265,9 +311,10 @@ class SimulatedProbes(World):
                 ],
             )
         rng = self._rng(node)
+        aux = self._stream(node, OUTLIER_STREAM)
         probes = set(plan.probes)
         slots = self._present(node)
-        gpus = [self._gpu(rng, node, i, s, probes) for i, s in enumerate(slots)]
+        gpus = [self._gpu(rng, node, i, s, probes, plan, aux) for i, s in enumerate(slots)]
         errors = []
         if len(slots) < 2:  # as the probe runner says it: nothing to measure between GPUs
             errors = [
@@ -303,9 +350,16 @@ class SimulatedProbes(World):
                 os=self._version(node, "osImage"),
             ),
             gpus=gpus,
-            p2p=self._p2p(rng, node, slots) if Probe.P2P in probes and several else None,
+            p2p=self._p2p(rng, node, slots, plan, aux) if Probe.P2P in probes and several else None,
             nccl=(
-                self._nccl(rng, len(slots), self._factor(node, None, "nccl.all_reduce"))
+                self._nccl(
+                    rng,
+                    len(slots),
+                    self._factor(node, None, "nccl.all_reduce"),
+                    node=node,
+                    n=max(SAMPLES["nccl"], plan.samples.get("nccl", 0)),
+                    aux=aux,
+                )
                 if Probe.NCCL in probes and several
                 else None
             ),

@@ -12,8 +12,11 @@ from datetime import UTC, datetime
 import numpy as np
 
 from gpucert.baseline import GpuBaseline
+from gpucert.checks import GPU_METRICS, METRICS
 from gpucert.fleet import (
+    DriftFault,
     Fault,
+    IntermittentFault,
     MissingComponentFault,
     MissingGpuFault,
     OrderingFault,
@@ -27,6 +30,10 @@ from gpucert.fleet import (
 from gpucert.spec import ClusterSpec
 
 __all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "iso", "sig"]
+
+# the streams of the noise keys added after the first fleets: each draws from a generator of its own, so a fleet
+# that does not set them measures exactly as it did before they existed
+GPU_SPREAD_STREAM, NODE_SPREAD_STREAM, VARYING_STREAM, OUTLIER_STREAM = 0x5B, 0x5C, 0x5D, 0x5E
 
 T0 = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
 DEFAULT_NODE_STACK = {
@@ -51,6 +58,7 @@ class NodeFaults:
     """The faults of one node, indexed for the generator."""
 
     slow: dict[tuple[int | None, str], float] = field(default_factory=dict)
+    varying: dict[tuple[int | None, str], list[IntermittentFault | DriftFault]] = field(default_factory=dict)
     gpu: dict[int, list[Fault]] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
     ordering: list[OrderingFault] = field(default_factory=list)
@@ -77,6 +85,8 @@ class World:
             match f:
                 case SlowFault():
                     nf.slow[(f.gpu, f.metric)] = nf.slow.get((f.gpu, f.metric), 1.0) * f.factor
+                case IntermittentFault() | DriftFault():
+                    nf.varying.setdefault((f.gpu, f.metric), []).append(f)
                 case VersionFault():
                     nf.versions[f.component] = f.version
                 case OrderingFault():
@@ -108,3 +118,41 @@ class World:
         slow = self.faults[node].slow
         f = slow.get((None, metric), 1.0)
         return f * slow.get((slot, metric), 1.0) if slot is not None else f
+
+    def _stream(self, node: str, *key: int) -> np.random.Generator:
+        return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1, *key])
+
+    def _offset(self, node: str, slot: int | None, metric: str) -> float:
+        """What this node (and board, for a GPU's own measurement) measures of `metric` beside the SKU's nominal
+        figure, healthy: the fleet's `noise.nodeSpread` and `noise.gpuSpread`, drawn once per node and board."""
+        noise = self.fleet.noise
+        offset = 1.0
+        m = METRICS.index(metric)
+        if noise.node_spread:
+            offset *= 1 + noise.node_spread * float(
+                self._stream(node, NODE_SPREAD_STREAM).standard_normal(len(METRICS))[m]
+            )
+        if noise.gpu_spread and slot is not None and metric in GPU_METRICS and not metric.startswith("p2p."):
+            board = int(slot in self.faults[node].swapped)  # a replacement board is another draw
+            z = self._stream(node, GPU_SPREAD_STREAM, slot, board).standard_normal(len(METRICS))[m]
+            offset *= 1 + noise.gpu_spread * float(z)
+        return max(offset, 0.05)
+
+    def _varying(self, node: str, slot: int | None, metric: str, n: int, salt: int = 0) -> np.ndarray | None:
+        """Per-sample factors of the faults that come and go or drift on this GPU (or node), None when none do."""
+        nf = self.faults[node]
+        faults = [
+            *nf.varying.get((None, metric), []),
+            *(nf.varying.get((slot, metric), []) if slot is not None else []),
+        ]
+        if not faults:
+            return None
+        out = np.ones(n)
+        for i, f in enumerate(faults):
+            if isinstance(f, IntermittentFault):
+                where = 999 if slot is None else slot
+                hit = self._stream(node, VARYING_STREAM, where, METRICS.index(metric), i, salt).random(n) < f.fraction
+                out *= np.where(hit, f.factor, 1.0)
+            else:
+                out *= np.linspace(1.0, f.factor, n) if n > 1 else f.factor
+        return out
