@@ -149,7 +149,12 @@ def measure(
 ) -> None:
     """Measure every node of the inventory; each node's evidence lands on disk the moment it arrives."""
     folder.evidence_dir.mkdir(exist_ok=True)
-    measure_plan = MeasurePlan(run_id=folder.id, probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level)
+    measure_plan = MeasurePlan(
+        run_id=folder.id,
+        probes=tuple(spec.certify.probes),
+        dcgm_level=spec.certify.dcgm.level,
+        samples=dict(spec.certify.samples),
+    )
 
     collected: list[str] = []
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from gpucert.documents import Document, Key, Problem, load_document
 from gpucert.errors import ConfigError
@@ -185,7 +185,30 @@ class DcgmSpec(Document):
 
 
 class StragglerSpec(Document):
+    """The peer comparisons' knobs (README "How a straggler and an unstable GPU are decided" says what they trade).
+
+    A GPU (or a node) is behind its peers when it is more than `maxDeviation` behind their median AND that stands
+    out of their own spread by a robust z of `minZ`; a GPU is unstable when more of its samples are slow than its
+    peers' make likely at the same `minZ`. Lower values catch smaller stragglers and flag more healthy GPUs.
+    """
+
     max_deviation: Annotated[float, Field(gt=0, lt=1)] = Field(0.05, alias="maxDeviation")
+    min_z: Annotated[float, Field(ge=1, le=20)] = Field(3.5, alias="minZ")
+
+
+# the probes whose samples are repetitions of a timed operation; `certify.samples` sets their minimum count
+SAMPLED_PROBES = ("memory", "compute", "pcie", "p2p", "nccl")
+MIN_SAMPLES = 5  # every probe's timing protocol takes at least five repetitions
+MAX_SAMPLES = 1000
+
+
+def _sample_counts(counts: dict[str, int]) -> dict[str, int]:
+    for probe, n in counts.items():
+        if probe not in SAMPLED_PROBES:
+            raise ValueError(f"{probe!r} takes no timed samples; sampled probes are {', '.join(SAMPLED_PROBES)}")
+        if not MIN_SAMPLES <= n <= MAX_SAMPLES:
+            raise ValueError(f"{probe}: {n} samples; give {MIN_SAMPLES} to {MAX_SAMPLES}")
+    return counts
 
 
 class MultinodeSpec(Document):
@@ -203,7 +226,14 @@ class CertifySpec(Document):
     dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
     probes: Annotated[list[Probe], Field(min_length=1)] = Field(default_factory=lambda: list(Probe))
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
+    # at least this many samples per probe (repetitions; probes take more where their time budget allows): more
+    # samples make each GPU's figure steadier, so smaller stragglers stand out, for more time on every node
+    samples: Annotated[dict[str, int], AfterValidator(_sample_counts)] = Field(default_factory=dict)
     multinode: MultinodeSpec | None = None
+
+    def min_samples(self, probe: str) -> int:
+        """The fewest samples a figure of `probe` may rest on: the spec's count, at least the protocol's five."""
+        return max(MIN_SAMPLES, self.samples.get(probe, 0))
 
     @field_validator("probes")
     @classmethod

@@ -91,6 +91,8 @@ class ProbePlan(_M):
     device: Literal["cupy", "numpy"] = "cupy"
     gpus: int | None = None  # how many devices: all visible GPUs when None (numpy: 1)
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
+    # per probe, at least this many repetitions (the spec's certify.samples): more than budget.min_reps
+    samples: dict[Probe, int] = Field(default_factory=dict)
     sizes: Sizes = Field(default_factory=Sizes)
     dcgm: DcgmPlan = Field(default_factory=DcgmPlan)
 
@@ -176,6 +178,10 @@ class _Node:
         self.plan, self.nvml, self.emit = plan, nvml, emit
         b = plan.budget
         self.budget = Budget(b.warmup_s, b.measure_s, b.min_reps, b.max_reps)
+        self.budgets = {
+            probe: Budget(b.warmup_s, b.measure_s, max(b.min_reps, n), max(b.max_reps, n))
+            for probe, n in plan.samples.items()
+        }
         self.limit_s = b.watchdog_s + b.warmup_s + b.measure_s  # one timed region, and the work around it
         self.rec = _Recorder(emit)
         self.probes = set(plan.probes)
@@ -183,6 +189,10 @@ class _Node:
         self.measured: dict[int, dict[str, Measurement]] = {}
         self.windows: dict[int, list[ThrottleWindow]] = {}
         self.unusable: dict[int, str] = {}  # GPU -> why no more probes run on it
+
+    def budget_for(self, probe: Probe) -> Budget:
+        """The timing budget of one probe: the plan's, with at least the repetitions the spec asks of it."""
+        return self.budgets.get(probe, self.budget)
 
     def loaded(self, indices: list[int], label: str, fn: Callable[[], T]) -> T:
         """`fn()` with NVML's throttle counters of `indices` read before and after: the throttling under load."""
@@ -247,12 +257,14 @@ def _open_devices(node: _Node, count: int, opener: Callable[[int], Device]) -> d
 
 def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
     """Memory, GEMM per dtype and PCIe on each GPU in turn; returns each GPU's PCIe link read under load."""
-    plan, budget, links = node.plan, node.budget, {}
+    plan, links = node.plan, {}
     for i, dev in sorted(devices.items()):
         if Probe.MEMORY in node.probes:
             (metric,) = METRICS[Probe.MEMORY]
+            budget = node.budget_for(Probe.MEMORY)
             node.measure(i, Probe.MEMORY, metric, partial(memory.copy_bandwidth, dev, budget, plan.sizes.memory_bytes))
         if Probe.COMPUTE in node.probes:
+            budget = node.budget_for(Probe.COMPUTE)
             for metric in METRICS[Probe.COMPUTE]:
                 dtype = metric.rpartition(".")[2]
                 node.measure(
@@ -260,6 +272,7 @@ def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
                 )
         if Probe.PCIE in node.probes:
             cpus = nvml_probe.numa_cpus(node.nvml, i) if node.nvml is not None else None
+            budget = node.budget_for(Probe.PCIE)
             for metric in METRICS[Probe.PCIE]:
                 direction = metric.rpartition(".")[2]
                 fn = partial(_pcie_near, cpus, dev, direction, budget, plan.sizes.pcie_bytes)
@@ -317,7 +330,7 @@ def _between_gpus(node: _Node, devices: dict[int, Device], count: int, on_gpu: b
                 sorted(devices),
                 "p2p.bandwidth",
                 lambda: p2p.peer_matrix(
-                    devices, node.budget, plan.sizes.p2p_bytes, unusable=node.unusable, run=run_pair
+                    devices, node.budget_for(Probe.P2P), plan.sizes.p2p_bytes, unusable=node.unusable, run=run_pair
                 ),
             ),
         )
@@ -335,7 +348,7 @@ def _between_gpus(node: _Node, devices: dict[int, Device], count: int, on_gpu: b
 
             def sweep() -> Any:
                 coll = nccl.CupyNccl(ordered) if on_gpu else nccl.NumpyCollective(len(ordered))
-                return nccl.all_reduce_sweep(coll, node.budget, plan.sizes.nccl_sizes)
+                return nccl.all_reduce_sweep(coll, node.budget_for(Probe.NCCL), plan.sizes.nccl_sizes)
 
             b = plan.budget  # one watchdog margin for the communicators and the sweep, plus each size's budget
             limit = b.watchdog_s + len(plan.sizes.nccl_sizes) * (b.warmup_s + b.measure_s)

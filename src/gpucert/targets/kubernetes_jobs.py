@@ -35,6 +35,7 @@ from gpucert.evidence import NodeEvidence, ProbeError
 from gpucert.probes.framing import FramingError, parts, unframe
 from gpucert.probes.runner import DcgmPlan, ProbePlan
 from gpucert.probes.stream import rebuild
+from gpucert.spec import Probe
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 from gpucert.targets.kubeapi import Cluster, KubeApi, status_of
 from gpucert.targets.kubernetes_nodes import gpu_pods
@@ -122,6 +123,7 @@ class ProbeJobs:
             target="kubernetes",
             probes=list(self.plan.probes),
             device="cupy",
+            samples={Probe(k): n for k, n in self.plan.samples.items()},
             dcgm=DcgmPlan(level=self.plan.dcgm_level),
         )
         body = {

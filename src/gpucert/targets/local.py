@@ -8,7 +8,7 @@ from typing import Any
 
 from gpucert.probes import nccl
 from gpucert.probes.runner import BudgetSpec, DcgmPlan, ProbePlan, Sizes, run_plan
-from gpucert.spec import ClusterSpec, LocalTargetSpec
+from gpucert.spec import ClusterSpec, LocalTargetSpec, Probe
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 
 __all__ = ["PROFILES", "LocalTarget"]
@@ -96,6 +96,7 @@ class LocalTarget:
             gpus=self.options.gpus,
             budget=budget,
             sizes=sizes,
+            samples={Probe(k): n for k, n in plan.samples.items()},
             dcgm=DcgmPlan(level=plan.dcgm_level),
         )
         sink(run_plan(probe_plan, nvml=self._nvml))
