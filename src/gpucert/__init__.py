@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from gpucert._version import __version__
 
 if TYPE_CHECKING:
-    from gpucert.checks import GEMM_DTYPES, CheckKey, CheckStatus, Finding
+    from gpucert.checks import GEMM_DTYPES, GPU_METRICS, CheckKey, CheckStatus, Finding
     from gpucert.errors import ClusterAccessError, ConfigError, EvidenceError, GpucertError
     from gpucert.evaluation import Evaluation, GpuSlot
     from gpucert.plugin import CheckFailed, check_key, expect, run_context
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GEMM_DTYPES",
+    "GPU_METRICS",
     "CheckFailed",
     "CheckKey",
     "CheckStatus",
@@ -41,6 +42,7 @@ __all__ = [
 
 _WHERE = {
     "GEMM_DTYPES": "gpucert.checks",
+    "GPU_METRICS": "gpucert.checks",
     "CheckKey": "gpucert.checks",
     "CheckStatus": "gpucert.checks",
     "Finding": "gpucert.checks",

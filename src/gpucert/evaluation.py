@@ -17,20 +17,14 @@ from gpucert.analysis.dcgm import judge_dcgm
 from gpucert.analysis.fabric import MULTINODE, enough_pairs, judge_multinode, judge_pairs, pair_figures
 from gpucert.analysis.handover import judge_against_handover, judge_identity
 from gpucert.analysis.health import judge_health
-from gpucert.analysis.performance import (
-    Sampled,
-    StragglerIndex,
-    against_baseline,
-    figure_of,
-    sample_problem,
-    samples_of,
-)
+from gpucert.analysis.performance import Sampled, against_baseline, figure_of, sample_problem, samples_of
 from gpucert.baseline import GpuBaseline
-from gpucert.checks import NODE_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
+from gpucert.checks import GPU_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.errors import EvidenceError
 from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
 from gpucert.handover import NodeBaseline, load_node_baseline
 from gpucert.inventory import Inventory
+from gpucert.peers import PeerComparisons, probe_of_metric, unstable_is_judged
 from gpucert.plan import Plan, dcgm_tests, plan_checks
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, Probe
@@ -76,7 +70,7 @@ class Evaluation:
         self.baseline = baseline
         self._evidence: dict[str, NodeEvidence | None] = {}
         self._problems: dict[str, str] = {}
-        self._stragglers: dict[str, StragglerIndex] = {}
+        self.peers = PeerComparisons(self._peer_evidence, spec, baseline)
 
     @property
     def run_dir(self) -> Path:
@@ -149,7 +143,8 @@ class Evaluation:
     @cached_property
     def plan(self) -> Plan:
         """Every check this run must decide: the suites follow from the run folder (static, configure only,
-        measured, recertification), the keys from the spec and the inventory."""
+        measured, recertification), the keys from the spec and the inventory (and the fleet's nodes a
+        recertified node is compared with)."""
         return plan_checks(
             self.spec,
             self.inventory.names,
@@ -157,7 +152,13 @@ class Evaluation:
             components=self.components(),
             handover=self.handover is not None,
             recertification=self.recertification is not None,
+            comparable_nodes=len(self.inventory.names) + len(self.fleet_peers),
         )
+
+    def _peer_evidence(self) -> list[NodeEvidence]:
+        """Every node a figure is compared with: this run's measured nodes and the fleet's peers."""
+        measured = [self._measured_node(node) for node in self.inventory.names]
+        return [ev for ev in [*measured, *self.fleet_peers] if ev is not None]
 
     def gpu_total(self) -> int:
         """GPUs seen: by the probes where a node was measured, else as the cluster labels them."""
@@ -226,6 +227,8 @@ class Evaluation:
             return self.identity(GpuSlot(node, gpu))
         if family is Family.HANDOVER and node is not None:
             return self.against_handover(key.check.removeprefix("handover."), node, gpu)
+        if family is Family.STRAGGLER and key.check.removeprefix("straggler.") in GPU_METRICS and gpu is None and node:
+            return self.node_straggler(key.check.removeprefix("straggler."), node)
         if family is Family.PERFORMANCE and node is not None:
             return self.metric(key.check, node, gpu)
         raise ValueError(f"no rule decides {key}: not a check of gpucert's vocabulary")
@@ -364,7 +367,8 @@ class Evaluation:
         if ev is None or not ev.collected:
             return None
         b = self.baseline.metrics.get(metric)
-        if sample_problem(samples_of(ev, metric, gpu), b.expected if b else None) is not None:
+        least = self.spec.certify.min_samples(probe_of_metric(metric))
+        if sample_problem(samples_of(ev, metric, gpu), b.expected if b else None, least) is not None:
             return None
         return figure_of(ev, metric, gpu)
 
@@ -379,47 +383,53 @@ class Evaluation:
         samples = samples_of(node_ev, metric, gpu)
         if not samples:
             return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
-        problem = sample_problem(samples, self.baseline.metrics[metric].expected)
+        least = self.spec.certify.min_samples(probe_of_metric(metric))
+        problem = sample_problem(samples, self.baseline.metrics[metric].expected, least)
         if problem is not None:
             return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {problem}")
         sampled = figure_of(node_ev, metric, gpu)
         assert sampled is not None
         return sampled
 
-    def _straggler_index(self, metric: str) -> StragglerIndex:
-        if metric not in self._stragglers:
-            values: dict[tuple[str, int | None], Sampled] = {}
-            expected = self.baseline.metrics[metric].expected
-            measured = [self._measured_node(node) for node in self.inventory.names]
-            for ev in [*measured, *self.fleet_peers]:
-                if ev is None or not ev.collected:
-                    continue
-                indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
-                for idx in indices:
-                    s = figure_of(ev, metric, idx)
-                    # a figure that cannot be believed is no peer: it would move the median the others are held to
-                    if s is not None and sample_problem(samples_of(ev, metric, idx), expected) is None:
-                        values[(ev.node, idx)] = s
-            self._stragglers[metric] = StragglerIndex(
-                metric,
-                values,
-                max_deviation=self.spec.certify.stragglers.max_deviation,
-                higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
-            )
-        return self._stragglers[metric]
-
     def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
+        """Against the baseline first; inside it, the node as a whole against the other nodes (one finding: its
+        GPUs' checks skip), then the GPU against its peers, then its samples' stability against theirs."""
         if metric not in self.baseline.metrics:
             return Finding(metric, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
         sampled = self._figure(metric, node, gpu)
         if isinstance(sampled, Finding):
             return sampled
         base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
-        if base.status is not PASS:
-            return base
-        straggler = self._straggler_index(metric).judge((node, gpu))
-        return straggler if straggler.status is not PASS else base
+        index = self.peers.index(metric)
+        whole = index.node_level(node) if gpu is not None and base.status is PASS else None
+        if whole is not None and whole.status is FAIL:
+            message = f"{node} as a whole is behind the other nodes on {metric} (see straggler.{metric}@{node})"
+            return _skip(metric, node, gpu, message, _because(f"straggler.{metric}", node))
+        stable = index.stability((node, gpu)) if unstable_is_judged(metric) else None
+        for found in (base, index.judge((node, gpu)), stable):
+            if found is not None and found.status is not PASS:
+                return found
+        notes = index.notes((node, gpu), stability=unstable_is_judged(metric))  # comparisons too few peers allow
+        return dataclasses.replace(base, message="; ".join([base.message, *notes])) if notes else base
+
+    def node_straggler(self, metric: str, node: str) -> Finding:
+        """`straggler.<metric>` of the node as a whole: the median of its GPUs against the other nodes'."""
+        check = f"straggler.{metric}"
+        ev = self._node_evidence(metric, node) if metric in self.baseline.metrics else None
+        if not isinstance(ev, NodeEvidence):
+            return dataclasses.replace(ev, check=check) if ev else Finding(check, ERROR, node, None, "no baseline")
+        index = self.peers.index(metric)
+        found = index.node_level(node)
+        if found is not None:
+            return found
+        if not any(k[0] == node for k in index.values):  # none of its GPUs has a figure to believe: theirs is
+            bad = [f for g in ev.gpus if (f := self.metric(metric, node, g.index)).status in (FAIL, ERROR)]
+            because = _because(metric, node, bad[0].gpu) if bad else _because("inventory.gpus", node)
+            return _skip(check, node, None, f"{node} has no {metric} figure to compare (see {because})", because)
+        why = f"{len({k[0] for k in index.values}) - 1} other node(s) have a figure: the rule needs 3"
+        if (cause := self._unmeasured()) is not None:
+            return _skip(check, node, None, f"{why}; not every node was measured", cause)
+        return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
 
     # ---- across nodes ----------------------------------------------------------------------------------------
 
@@ -481,7 +491,8 @@ class Evaluation:
             if cause is not None:
                 return _skip(check, node, None, f"{why}: not every node was measured", cause)
             return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
-        return judge_pairs(node, values, self.spec.certify.stragglers.max_deviation)
+        s = self.spec.certify.stragglers
+        return judge_pairs(node, values, s.max_deviation, s.min_z)
 
     # ---- recertify: the node against its own handover baseline ------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpucert.analysis.stragglers import MIN_PEERS
 from gpucert.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, PCIE_DIRECTIONS, CheckKey
 from gpucert.spec import ClusterSpec, Probe
 
@@ -72,11 +73,14 @@ def plan_checks(
     components: list[str],
     handover: bool = False,
     recertification: bool = False,
+    comparable_nodes: int | None = None,
 ) -> Plan:
     """Every check of `suites` the spec requires on `nodes` (the inventory, in its order).
 
     `components` are the spec's components whose version a node shows (`stack.version` per node and component);
-    `handover` says whether a recertification has the node's handover baseline to compare with.
+    `handover` says whether a recertification has the node's handover baseline to compare with;
+    `comparable_nodes` how many nodes' figures a node is compared with, itself included (a recertified node's
+    fleet peers count; `nodes` when not given).
     """
     chosen = tuple(s for s in SUITES if s in set(suites))
     b = _Builder()
@@ -86,6 +90,7 @@ def plan_checks(
         _configure(spec, nodes, components, recertification, b)
     if "certify" in chosen:
         _certify(spec, nodes, b)
+        _peers(spec, nodes, len(nodes) if comparable_nodes is None else comparable_nodes, b)
     if "recertify" in chosen:
         _recertify(spec, nodes, handover, b)
     return Plan(chosen, frozenset(b.keys), tuple(sorted(b.left_out.items())))
@@ -166,6 +171,36 @@ def _certify(spec: ClusterSpec, nodes: list[str], b: _Builder) -> None:
         b.add(CheckKey("straggler.nccl.all_reduce.multinode", n) for n in ring)
         if len(ring) < len(nodes):
             b.skip("straggler.nccl.all_reduce.multinode", f"nodes past certify.multinode.maxNodes ({len(ring)})")
+
+
+def _peers(spec: ClusterSpec, nodes: list[str], comparable: int, b: _Builder) -> None:
+    """A node behind the others as a whole is one check per node and per-GPU metric, where there are enough other
+    nodes to tell; the comparisons too few peers rule out are said (coverage.notRequired), never passed silently."""
+    probes = {p.value for p in spec.certify.probes}
+    several = spec.expect.gpus_per_node >= 2
+    metrics = [m for m in GPU_METRICS if m.split(".")[0] in probes and (several or not m.startswith("p2p."))]
+    if not metrics:
+        return
+    if comparable >= MIN_PEERS + 1:
+        b.add(CheckKey(f"straggler.{m}", n) for n in nodes for m in metrics)
+    else:
+        b.skip(
+            "straggler.<metric>@<node>",
+            f"{comparable} node(s): a node is compared with the others as a whole from {MIN_PEERS + 1}; no node-level "
+            "straggler can be told",
+        )
+    if spec.expect.gpus_per_node - 1 < MIN_PEERS:
+        b.skip(
+            "straggler.<metric> against node peers",
+            f"expect.gpusPerNode is {spec.expect.gpus_per_node}: a GPU is compared with its node's peers from "
+            f"{MIN_PEERS} peers; each GPU is compared with the fleet only",
+        )
+    if comparable * spec.expect.gpus_per_node - 1 < MIN_PEERS:
+        b.skip(
+            "straggler.<metric> and stability.<metric> against the fleet",
+            f"{comparable * spec.expect.gpus_per_node} GPU(s): a GPU is compared with the fleet from {MIN_PEERS} "
+            "peers; each figure is held to the SKU baseline only",
+        )
 
 
 def _recertify(spec: ClusterSpec, nodes: list[str], handover: bool, b: _Builder) -> None:

@@ -1,12 +1,14 @@
 """Each GPU's measured performance against the SKU baseline, then against its peers (straggler detection).
 
 A GPU below the baseline fails the metric's check; one inside the baseline but behind its peers on the node or
-in the fleet fails `straggler.<metric>`: one test, one root cause, one finding.
+in the fleet fails `straggler.<metric>`, and one whose samples are unstable where its peers' are not fails
+`stability.<metric>`: one test, one root cause, one finding. A node behind the other nodes as a whole is one
+node-level `straggler.<metric>` finding, and its GPUs' checks of that metric skip with it as their cause.
 """
 
 import pytest
 
-from gpucert import GEMM_DTYPES, Finding, GpuSlot, expect
+from gpucert import GEMM_DTYPES, GPU_METRICS, Finding, GpuSlot, expect
 
 
 @pytest.mark.check("memory.bandwidth")
@@ -51,4 +53,12 @@ def test_nccl_all_reduce_multinode(decision: Finding) -> None:
 @pytest.mark.check("straggler.nccl.all_reduce.multinode")
 def test_node_keeps_pace_on_the_fabric(node: str, decision: Finding) -> None:
     """Not every pair of neighbours the node is in is behind the pairs' median: the node does not slow the ring."""
+    expect(decision)
+
+
+@pytest.mark.parametrize("metric", GPU_METRICS)
+@pytest.mark.check("straggler.{metric}")
+def test_node_keeps_pace(node: str, metric: str, decision: Finding) -> None:
+    """The median of the node's GPUs not behind the other nodes' median by more than stragglers.maxDeviation and
+    outside their spread (robust z stragglers.minZ): one slow node is one finding, naming its GPUs' figures."""
     expect(decision)

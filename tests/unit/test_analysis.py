@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from gpucert.analysis.performance import Sampled, StragglerIndex, against_baseline
+from gpucert.analysis.performance import Sampled, against_baseline
 from gpucert.analysis.stats import median, summarize
+from gpucert.analysis.stragglers import PeerIndex, Rules
 from gpucert.baseline import Comparison, MetricBaseline
 from gpucert.checks import CheckStatus
 
@@ -52,7 +53,7 @@ def fleet(values: dict[tuple[str, int | None], float]) -> dict[tuple[str, int | 
 def test_straggler_within_node_and_fleet() -> None:
     vals = {(f"n{n}", g): 100.0 + 0.3 * ((g * 7 + n) % 5) for n in range(4) for g in range(8)}
     vals[("n2", 3)] = 93.0
-    idx = StragglerIndex("memory.bandwidth", fleet(vals), max_deviation=0.05)
+    idx = PeerIndex("memory.bandwidth", fleet(vals), Rules(0.05))
     bad = idx.judge(("n2", 3))
     assert bad.status is CheckStatus.FAIL
     assert bad.check == "straggler.memory.bandwidth"
@@ -65,21 +66,21 @@ def test_straggler_within_node_and_fleet() -> None:
 def test_deviation_inside_the_limit_is_not_a_straggler() -> None:
     vals = {("n1", g): 100.0 + 0.1 * g for g in range(8)}
     vals[("n1", 0)] = 96.0  # 4% behind: well outside the noise, but inside maxDeviation 5%
-    idx = StragglerIndex("m", fleet(vals), max_deviation=0.05)
+    idx = PeerIndex("m", fleet(vals), Rules(0.05))
     assert idx.judge(("n1", 0)).status is CheckStatus.PASS
 
 
 def test_noisy_peers_need_a_significant_deviation() -> None:
     # peers spread widely: 6% below the median is within their own noise (robust z > -3.5)
     vals = {("n1", g): v for g, v in enumerate([100.0, 90.0, 110.0, 95.0, 105.0, 85.0, 115.0, 94.0])}
-    idx = StragglerIndex("m", fleet(vals), max_deviation=0.05)
+    idx = PeerIndex("m", fleet(vals), Rules(0.05))
     assert idx.judge(("n1", 7)).status is CheckStatus.PASS
 
 
 def test_lower_is_better_metrics() -> None:
     vals = {("n1", g): 10.0 for g in range(8)}
     vals[("n1", 2)] = 11.0
-    idx = StragglerIndex("latency", fleet(vals), max_deviation=0.05, higher_is_better=False)
+    idx = PeerIndex("latency", fleet(vals), Rules(0.05, higher_is_better=False))
     f = idx.judge(("n1", 2))
     assert f.status is CheckStatus.FAIL
     assert "above the median" in f.message
@@ -88,7 +89,7 @@ def test_lower_is_better_metrics() -> None:
 def test_node_level_metric_uses_the_fleet_only() -> None:
     vals: dict[tuple[str, int | None], float] = {(f"n{i}", None): 460.0 + i * 0.5 for i in range(6)}
     vals[("n3", None)] = 400.0
-    idx = StragglerIndex("nccl.all_reduce", fleet(vals), max_deviation=0.05)
+    idx = PeerIndex("nccl.all_reduce", fleet(vals), Rules(0.05))
     f = idx.judge(("n3", None))
     assert f.status is CheckStatus.FAIL
     assert "fleet median over 6 nodes" in f.message

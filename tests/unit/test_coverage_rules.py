@@ -37,8 +37,10 @@ def test_the_plan_counts_checks_nodes_gpus_metrics_and_dcgm_tests(tmp_path: Path
     # reachable, gpus, product, skew, ordering, compat, kubernetes, runtime, and a version per pinned component
     per_node = 8 + len(COMPONENTS)
     configure = 1 + len(NODES) * per_node
-    assert len(plan) == configure + len(NODES) * (8 * per_gpu + 1)
+    node_level = 9  # each per-GPU metric: the node as a whole against the other nodes
+    assert len(plan) == configure + len(NODES) * (8 * per_gpu + 1 + node_level)
     assert CheckKey("dcgm.memory", "n3", 7) in plan
+    assert CheckKey("straggler.memory.bandwidth", "n3") in plan
     assert CheckKey("stack.version", "n2", None, "driver") in plan
     assert ("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked") in (
         plan.not_required

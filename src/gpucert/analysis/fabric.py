@@ -8,15 +8,9 @@ their spread, robust z) is the one.
 
 from __future__ import annotations
 
-from gpucert.analysis.performance import (
-    MIN_PEERS,
-    STRAGGLER_MIN_Z,
-    Sampled,
-    against_baseline,
-    sample_problem,
-    top_busbw,
-)
+from gpucert.analysis.performance import Sampled, against_baseline, sample_problem, top_busbw
 from gpucert.analysis.stats import median, summarize
+from gpucert.analysis.stragglers import MIN_PEERS
 from gpucert.baseline import MetricBaseline
 from gpucert.checks import CheckStatus, Finding
 from gpucert.evidence import FabricEvidence, FabricPairs
@@ -68,12 +62,12 @@ def pair_figures(pairs: FabricPairs, node: str) -> tuple[dict[str, float], list[
     return values, failed
 
 
-def judge_pairs(node: str, values: dict[str, float], max_deviation: float) -> Finding:
+def judge_pairs(node: str, values: dict[str, float], max_deviation: float, min_z: float = 3.5) -> Finding:
     """`straggler.nccl.all_reduce.multinode` for `node`, from the figures of every pair (at least MIN_PEERS + 1
     of them, and `node` in one: the caller says why not when there are fewer)."""
     mine = {name: v for name, v in values.items() if node in name.split(" + ")}
     peers = summarize(list(values.values()))
-    behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -max_deviation and peers.z(v) < -STRAGGLER_MIN_Z}
+    behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -max_deviation and peers.z(v) < -min_z}
     detail = ", ".join(f"{k} {v:.4g} GB/s ({v / peers.median - 1:+.1%})" for k, v in mine.items())
     where = f"the median of {len(values)} pairs is {peers.median:.4g} GB/s"
     if mine and len(behind) == len(mine):

@@ -1,28 +1,22 @@
-"""Measured performance against the SKU baseline, then against peers (straggler detection).
-
-A GPU below its baseline is a baseline finding; one inside the baseline but well behind its peers on the same node
-or in the fleet is a straggler finding. Never both: one root cause, one finding.
+"""Measured performance: the figure of a measurement (the median of its samples), whether its samples can be
+believed at all, and the figure against the SKU baseline. The comparisons with peers are in `stragglers`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gpucert.analysis.stats import Summary, median, summarize
+from gpucert.analysis.stats import median
 from gpucert.baseline import Comparison, MetricBaseline
 from gpucert.checks import CheckStatus, Finding
 from gpucert.evidence import Measurement, NcclEvidence, NodeEvidence, P2pPair
+from gpucert.spec import MIN_SAMPLES as SPEC_MIN_SAMPLES
 
 __all__ = [
     "ABSURD_FACTOR",
-    "MIN_PEERS",
     "MIN_SAMPLES",
-    "STRAGGLER_MIN_Z",
     "Sampled",
-    "StragglerIndex",
     "against_baseline",
     "figure_of",
     "sample_problem",
@@ -30,10 +24,8 @@ __all__ = [
     "top_busbw",
 ]
 
-STRAGGLER_MIN_Z = 3.5  # a deviation must also stand out of the peers' own spread by this robust z
-MIN_PEERS = 3
 # a figure needs this many samples: every probe's timing protocol takes at least five repetitions (min_reps)
-MIN_SAMPLES = 5
+MIN_SAMPLES = SPEC_MIN_SAMPLES
 # no GPU measures ten times its SKU's figure: a sample that does is not a measurement
 ABSURD_FACTOR = 10.0
 
@@ -93,11 +85,14 @@ def samples_of(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
     return list(m.samples) if m is not None else []
 
 
-def sample_problem(samples: list[float], expected: float | None) -> str | None:
-    """Why these samples cannot be believed as a measurement (None when they can): too few, not numbers, zero or
-    negative, or orders of magnitude beyond the SKU's figure `expected`."""
-    if len(samples) < MIN_SAMPLES:
-        return f"{len(samples)} samples, fewer than the {MIN_SAMPLES} a figure needs"
+def sample_problem(samples: list[float], expected: float | None, min_samples: int = MIN_SAMPLES) -> str | None:
+    """Why these samples cannot be believed as a measurement (None when they can): fewer than `min_samples` (the
+    spec's count for the probe, at least five), not numbers, zero or negative, or orders of magnitude beyond the
+    SKU's figure `expected`."""
+    if len(samples) < max(min_samples, MIN_SAMPLES):
+        need = max(min_samples, MIN_SAMPLES)
+        why = "a figure needs" if need == MIN_SAMPLES else "the spec asks of this probe (certify.samples)"
+        return f"{len(samples)} samples, fewer than the {need} {why}"
     odd = [x for x in samples if not math.isfinite(x)]
     if odd:
         return f"{len(odd)} of {len(samples)} samples are not numbers ({odd[0]})"
@@ -137,85 +132,3 @@ def against_baseline(check: str, key: Key, sampled: Sampled, baseline: MetricBas
         unit=baseline.unit,
         limit=round(limit, 4),
     )
-
-
-class StragglerIndex:
-    """One metric across the fleet, summarised once; judges each GPU against its node peers and the fleet."""
-
-    def __init__(
-        self,
-        metric: str,
-        values: Mapping[Key, Sampled],
-        *,
-        max_deviation: float,
-        higher_is_better: bool = True,
-        min_z: float = STRAGGLER_MIN_Z,
-    ) -> None:
-        self.metric = metric
-        self.values = values
-        self.max_deviation = max_deviation
-        self.sign = 1.0 if higher_is_better else -1.0
-        self.min_z = min_z
-        self.fleet: Summary | None = summarize([s.value for s in values.values()]) if values else None
-        self._by_node: dict[str, list[Key]] = defaultdict(list)
-        for key in values:
-            self._by_node[key[0]].append(key)
-
-    def _behind(self, value: float, peers: Summary) -> tuple[float, float] | None:
-        deviation = value / peers.median - 1
-        z = peers.z(value)
-        if self.sign * deviation < -self.max_deviation and self.sign * z < -self.min_z:
-            return deviation, z
-        return None
-
-    def judge(self, key: Key) -> Finding:
-        """Pass, or a `straggler.<metric>` failure saying by how much, against whom, and on how many samples."""
-        check = f"straggler.{self.metric}"
-        s = self.values[key]
-        reasons: list[str] = []
-        if key[1] is not None:
-            peers = [self.values[k].value for k in self._by_node[key[0]] if k != key]
-            if len(peers) >= MIN_PEERS:
-                node_peers = summarize(peers)
-                hit = self._behind(s.value, node_peers)
-                if hit:
-                    reasons.append(
-                        f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the median of its "
-                        f"{len(peers)} peers on {key[0]} ({node_peers.median:.4g} {s.unit}, robust z "
-                        f"{hit[1]:.1f})"
-                    )
-        if self.fleet is not None and self.fleet.n - 1 >= MIN_PEERS:
-            hit = self._behind(s.value, self.fleet)
-            if hit:
-                reasons.append(
-                    f"{abs(hit[0]):.1%} {'below' if self.sign > 0 else 'above'} the fleet median over "
-                    f"{self.fleet.n} {'GPUs' if key[1] is not None else 'nodes'} "
-                    f"({self.fleet.median:.4g} {s.unit}, robust z {hit[1]:.1f})"
-                )
-        fleet_median = self.fleet.median if self.fleet else s.value
-        if not reasons:
-            return Finding(
-                check=check,
-                status=CheckStatus.PASS,
-                node=key[0],
-                gpu=key[1],
-                observed=s.value,
-                expected=round(fleet_median, 4),
-                unit=s.unit,
-                message=f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} is in line with its peers",
-            )
-        msg = (
-            f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} (median of {s.n} samples) is "
-            + " and ".join(reasons)
-            + f"; limit {self.max_deviation:.0%}"
-        )
-        return Finding(
-            check=check,
-            status=CheckStatus.FAIL,
-            node=key[0],
-            gpu=key[1],
-            message=msg,
-            observed=round(s.value, 4),
-            expected=round(fleet_median, 4),
-            unit=s.unit,
-        )

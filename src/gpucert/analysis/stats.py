@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MAD_TO_SIGMA", "Summary", "mad", "median", "summarize"]
+__all__ = ["MAD_TO_SIGMA", "Summary", "mad", "median", "quantile", "summarize"]
 
 MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normally distributed data
 
@@ -17,6 +17,17 @@ def median(values: Sequence[float]) -> float:
     n = len(s)
     mid = n // 2
     return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1), interpolated linearly between the order statistics (numpy's default)."""
+    if not values:
+        raise ValueError("quantile of no values")
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def mad(values: Sequence[float], center: float | None = None) -> float:

@@ -1,0 +1,178 @@
+"""The peer rules on hand-made numbers: node-level stragglers, stability, the pooled node spread, too few peers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gpucert.analysis.performance import Sampled
+from gpucert.analysis.stats import quantile
+from gpucert.analysis.stragglers import MIN_PEERS, PeerIndex, Rules, binomial_tail, tail_z
+from gpucert.checks import CheckStatus
+
+Key = tuple[str, int | None]
+
+
+def test_binomial_tail_and_its_z() -> None:
+    assert binomial_tail(0, 20, 0.1) == 1.0
+    assert binomial_tail(1, 20, 0.1) == pytest.approx(1 - 0.9**20)
+    assert binomial_tail(20, 20, 0.5) == pytest.approx(0.5**20)
+    assert binomial_tail(21, 20, 0.5) == 0.0
+    assert tail_z(2.326e-4) == pytest.approx(3.5, abs=0.01)
+    assert tail_z(1.0) == -math.inf
+    assert tail_z(0.0) > 30
+
+
+def test_quantile_interpolates_like_numpy() -> None:
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0, 10.0]
+    for q in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
+        assert quantile(xs, q) == pytest.approx(float(np.quantile(xs, q)))
+
+
+def fleet(values: dict[Key, float], n: int = 20) -> dict[Key, Sampled]:
+    return {k: Sampled(v, n, "GB/s") for k, v in values.items()}
+
+
+def boards(nodes: int, gpus: int = 8, sd: float = 0.01, seed: int = 1) -> dict[Key, float]:
+    rng = np.random.default_rng(seed)
+    return {(f"n{i}", g): float(100 * (1 + sd * rng.standard_normal())) for i in range(nodes) for g in range(gpus)}
+
+
+def test_seven_tight_peers_do_not_make_a_board_inside_the_fleets_spread_a_straggler() -> None:
+    """The study's false alarms: a node whose seven other GPUs happen to agree closely gave a MAD so small that a
+    board 5.5% below them, inside a fleet whose boards spread by sd 2%, stood out. The spread of GPUs against
+    their own node's others is pooled over the fleet."""
+    vals = boards(16, sd=0.02)
+    for g in range(7):
+        vals[("n1", g)] = 100.0 + 0.05 * g
+    vals[("n1", 7)] = 94.5
+    assert abs(94.5 / float(np.median(list(vals.values()))) - 1) < 0.06  # inside the fleet's spread (z > -3.5)
+    found = PeerIndex("m", fleet(vals), Rules(0.05)).judge(("n1", 7))
+    assert found.status is CheckStatus.PASS, found.message
+
+
+def test_a_board_far_outside_the_pooled_spread_is_a_straggler_against_its_node() -> None:
+    vals = boards(4, sd=0.005)
+    vals[("n2", 3)] = 93.0
+    found = PeerIndex("m", fleet(vals), Rules(0.05)).judge(("n2", 3))
+    assert found.status is CheckStatus.FAIL
+    assert "7 peers on n2" in found.message
+    assert "spread of every GPU from its own node's others, 32 GPUs" in found.message
+    assert found.limit is not None
+
+
+def test_a_node_behind_the_others_is_one_node_level_finding_naming_its_gpus() -> None:
+    vals = boards(6)
+    for g in range(8):
+        vals[("n4", g)] *= 0.94
+    idx = PeerIndex("memory.bandwidth", fleet(vals), Rules(0.05))
+    found = idx.node_level("n4")
+    assert found is not None
+    assert found.status is CheckStatus.FAIL
+    assert (found.check, found.node, found.gpu) == ("straggler.memory.bandwidth", "n4", None)
+    assert "the median over 6 nodes" in found.message
+    assert all(f"gpu{g} {vals[('n4', g)]:.4g}" in found.message for g in range(8))
+    other = idx.node_level("n1")
+    assert other is not None
+    assert other.status is CheckStatus.PASS
+
+
+def test_a_node_with_one_slow_gpu_is_not_behind_as_a_whole() -> None:
+    vals = boards(4)
+    vals[("n2", 3)] = 80.0
+    idx = PeerIndex("m", fleet(vals), Rules(0.05))
+    node = idx.node_level("n2")
+    assert node is not None
+    assert node.status is CheckStatus.PASS
+    assert idx.judge(("n2", 3)).status is CheckStatus.FAIL
+
+
+def test_too_few_nodes_or_peers_cannot_decide_and_say_so() -> None:
+    vals = {("n1", 0): 100.0, ("n1", 1): 99.0, ("n2", 0): 101.0, ("n2", 1): 97.0}
+    idx = PeerIndex("m", fleet(vals), Rules(0.05))
+    assert idx.node_level("n1") is None
+    found = idx.judge(("n2", 1))
+    assert found.status is CheckStatus.PASS
+    assert "not compared with its node's peers: 1, the rule needs 3" in found.message
+    assert "not compared with the fleet: 3 other GPUs, the rule needs 3" not in found.message  # 3 is enough
+    undecided = {(u.comparison, u.where) for u in idx.undecided(stability=True)}
+    assert ("node peers", ("n1", "n2")) in undecided
+    assert ("nodes", ("fleet",)) in undecided
+    two = PeerIndex("m", fleet({("n1", 0): 100.0, ("n2", 0): 90.0}), Rules(0.05))
+    assert "not compared with the fleet: 1 other GPUs" in two.judge(("n2", 0)).message
+    assert {u.comparison for u in two.undecided(stability=True)} == {"node peers", "fleet", "stability", "nodes"}
+    assert MIN_PEERS == 3
+
+
+def samples_for(values: dict[Key, float], n: int = 20, cv: float = 0.01, seed: int = 3) -> dict[Key, list[float]]:
+    rng = np.random.default_rng(seed)
+    return {k: list(v * (1 + cv * rng.standard_normal(n))) for k, v in values.items()}
+
+
+def index_with(samples: dict[Key, list[float]]) -> PeerIndex:
+    values = {k: Sampled(float(np.median(s)), len(s), "GB/s") for k, s in samples.items()}
+    return PeerIndex("memory.bandwidth", values, Rules(0.05), samples=samples)
+
+
+def test_slowness_in_fewer_than_half_the_samples_is_unstable() -> None:
+    """The study: 9 of 20 samples at x0.5 passed, the median unmoved; and 30% of samples at -50%."""
+    for slow in (9, 6):
+        samples = samples_for(boards(4))
+        samples[("n2", 3)] = [x * 0.5 if i < slow else x for i, x in enumerate(samples[("n2", 3)])]
+        idx = index_with(samples)
+        assert idx.judge(("n2", 3)).status is CheckStatus.PASS  # the median hides it
+        found = idx.stability(("n2", 3))
+        assert found is not None
+        assert found.status is CheckStatus.FAIL
+        assert found.check == "stability.memory.bandwidth"
+        assert f"{slow} of 20 samples are more than 5.0% below its own median" in found.message
+        assert "its 31 peers: 0 of 620 samples" in found.message
+        assert found.observed is not None
+        assert found.expected is not None
+        assert float(found.observed) < 0.6 * float(found.expected)  # the 10th percentile against the median
+
+
+def test_one_slow_sample_is_never_a_pattern() -> None:
+    samples = samples_for(boards(32))
+    samples[("n2", 3)][5] *= 0.3
+    found = index_with(samples).stability(("n2", 3))
+    assert found is not None
+    assert found.status is CheckStatus.PASS
+
+
+def test_peers_that_are_as_unstable_excuse_the_same_count() -> None:
+    """Healthy GPUs have bad moments: where every GPU shows a slow sample now and then, two are no finding."""
+    rng = np.random.default_rng(9)
+    samples = samples_for(boards(32))
+    for k in samples:
+        samples[k] = [x * 0.9 if rng.random() < 0.02 else x for x in samples[k]]
+    samples[("n2", 3)] = [x * 0.9 if i < 2 else x for i, x in enumerate(samples[("n2", 3)])]
+    assert index_with(samples).stability(("n2", 3)).status is CheckStatus.PASS  # type: ignore[union-attr]
+    samples[("n2", 3)] = [x * 0.9 if i < 8 else x for i, x in enumerate(samples[("n2", 3)])]
+    assert index_with(samples).stability(("n2", 3)).status is CheckStatus.FAIL  # type: ignore[union-attr]
+
+
+def test_min_z_trades_detection_for_false_alarms() -> None:
+    vals = boards(32, sd=0.005)
+    vals[("n5", 1)] = 94.0
+    loose = PeerIndex("m", fleet(vals), Rules(0.05, min_z=3.5)).judge(("n5", 1))
+    strict = PeerIndex("m", fleet(vals), Rules(0.05, min_z=20)).judge(("n5", 1))
+    assert loose.status is CheckStatus.FAIL
+    assert strict.status is CheckStatus.PASS
+
+
+def test_pools_decide_who_the_peers_are() -> None:
+    """Two hardware batches in two pools: each batch is compared with itself, so neither is behind the other."""
+    vals = boards(8)
+    for i in range(4, 8):
+        for g in range(8):
+            vals[(f"n{i}", g)] *= 0.9
+    vals[("n6", 2)] *= 0.9  # 10% behind its own batch
+    pools = PeerIndex("m", fleet(vals), Rules(0.05), pool_of=lambda node: "b" if int(node[1:]) >= 4 else "a")
+    assert pools.peers_of(("n6", 2)) == [k for k in vals if int(k[0][1:]) >= 4 and k != ("n6", 2)]
+    assert pools.node_level("n5").status is CheckStatus.PASS  # type: ignore[union-attr]
+    assert pools.judge(("n6", 2)).status is CheckStatus.FAIL
+    whole = PeerIndex("m", fleet(vals), Rules(0.05))
+    assert whole.fleet_median() is not None
