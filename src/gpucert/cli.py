@@ -143,6 +143,12 @@ def _print_verdict(folder: RunFolder) -> int:
             f"reached ({c.get('stopped') or 'the session ended early'}), {c['skippedWithoutCause']} skipped for a "
             "cause that did not run; a certification is PASS only when every required check ran"
         )
+    for u in verdict.get("undecided", []):
+        where = ", ".join(u["where"])
+        console.print(f"  [yellow]undecided[/]: {u['metric']} against {u['comparison']} ({where}): {u['why']}")
+    for line in verdict.get("fleetAgainstSku", []):
+        if line["behind"]:
+            console.print(f"  [yellow]informational[/]: {line['message']}")
     for path in (folder.report_path, folder.allure_dir, folder.junit_path, folder.verdict_path):
         console.print(f"  {path.name:<15} {path}")
     return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL

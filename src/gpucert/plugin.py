@@ -385,6 +385,10 @@ class Controller:
             stopped=stopped,
             measured=ev.measured_at(),
         )
+        # beside the checks: the fleet against the SKU figure (informational) and the peer comparisons too few
+        # peers ruled out, so that a pass is never silent about what it could not compare
+        verdict["fleetAgainstSku"] = ev.peers.against_sku()
+        verdict["undecided"] = ev.peers.undecided()
         recert = ev.recertification
         if recert is not None:
             verdict["recertify"] = {
@@ -448,6 +452,12 @@ class Controller:
             tr.write_line(f"  {self.ctx.left_out} test items the spec does not require were left out")
         for item in c["notRequired"]:
             tr.write_line(f"  not required: {item['check']}: {item['why']}")
+        for u in verdict.get("undecided", []):
+            where = ", ".join(u["where"])
+            tr.write_line(f"  undecided: {u['metric']} against {u['comparison']} ({where}): {u['why']}")
+        for line in verdict.get("fleetAgainstSku", []):
+            if line["behind"]:
+                tr.write_line(f"  informational: {line['message']}")
         tr.write_line(f"  verdict: {self.ctx.folder.verdict_path}")
 
 

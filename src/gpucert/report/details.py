@@ -7,7 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from gpucert.analysis.stats import median
-from gpucert.checks import FABRIC_METRICS, Family, Finding, family_of
+from gpucert.checks import FABRIC_METRICS, GPU_METRICS, Family, Finding, family_of
 
 if TYPE_CHECKING:
     from gpucert.evaluation import Evaluation
@@ -55,12 +55,14 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     e = ev.usable(node)
     if e is None:
         return {"unreadable": ev.evidence_problem(node)}
-    metric = finding.check.removeprefix("straggler.").removeprefix("handover.")
+    metric = finding.check.removeprefix("straggler.").removeprefix("stability.").removeprefix("handover.")
     if metric.startswith("nccl."):
         return e.nccl.model_dump(mode="json") if e.nccl else None
     if metric.startswith("p2p."):
         pairs = [p.model_dump(mode="json") for p in (e.p2p.pairs if e.p2p else []) if finding.gpu in (p.src, p.dst)]
         return {"unit": e.p2p.unit if e.p2p else None, "pairs": pairs}
+    if finding.gpu is None and metric in GPU_METRICS:  # the node as a whole: each of its GPUs' samples
+        return {"gpus": {str(g.index): m.model_dump(mode="json") for g in e.gpus if (m := g.measurements.get(metric))}}
     gpu = e.gpu(finding.gpu) if finding.gpu is not None else None
     if gpu is None:
         return {"errors": [x.model_dump(mode="json") for x in e.errors]}

@@ -103,8 +103,9 @@ class HtmlSummary:
         flagged: dict[tuple[str, str, int | None], str] = {}
         for f in (o.finding for o in self.ctx.outcomes.values()):
             if f.status in (CheckStatus.FAIL, CheckStatus.ERROR) and f.node is not None:
-                straggler = f.check.startswith("straggler.")
-                flagged[(f.check.removeprefix("straggler."), f.node, f.gpu)] = "straggler" if straggler else "fail"
+                peer = f.check.startswith(("straggler.", "stability."))
+                metric = f.check.removeprefix("straggler.").removeprefix("stability.")
+                flagged[(metric, f.node, f.gpu)] = "straggler" if peer else "fail"
         nodes = sorted(ev.inventory.names, key=natural_key)
         out = []
         for metric, b in ev.baseline.metrics.items():
@@ -152,6 +153,37 @@ class HtmlSummary:
             out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 
+    def _fleet(self) -> str:
+        """The fleet's median against the SKU figure per metric (informational: peers cannot see a fleet that is
+        behind as a whole), and the comparisons too few peers ruled out."""
+        verdict = self.ctx.verdict or {}
+        lines, undecided = verdict.get("fleetAgainstSku") or [], verdict.get("undecided") or []
+        if not lines and not undecided:
+            return ""
+        behind = " style='color:#b9770e;font-weight:bold'"
+        rows = "".join(
+            f"<tr{behind if x['behind'] else ''}><td>{escape(x['metric'])}</td>"
+            f"<td>{x['median']:.4g} {escape(x['unit'])}</td><td>{x['expected']:.4g}</td><td>{x['deviation']:+.1%}</td>"
+            f"<td>{x['count']}</td><td>{'behind the SKU figure as a whole' if x['behind'] else ''}</td></tr>"
+            for x in lines
+        )
+        table = (
+            "<h3>The fleet against the SKU figure (informational)</h3><table id='gpucert-fleet' border='1' "
+            "cellpadding='4' style='border-collapse:collapse'><thead><tr><th>metric</th><th>fleet median</th>"
+            f"<th>SKU figure</th><th>deviation</th><th>figures</th><th></th></tr></thead><tbody>{rows}</tbody></table>"
+            if lines
+            else ""
+        )
+        items = "".join(
+            f"<li>{escape(u['metric'])} against {escape(u['comparison'])} ({escape(', '.join(u['where']))}): "
+            f"{escape(u['why'])}</li>"
+            for u in undecided
+        )
+        listed = (
+            f"<h3>Comparisons not made (too few peers)</h3><ul id='gpucert-undecided'>{items}</ul>" if items else ""
+        )
+        return table + listed
+
     def _headline(self) -> str:
         verdict = self.ctx.verdict
         if verdict is None:  # never say PASS before the verdict does
@@ -190,7 +222,7 @@ class HtmlSummary:
             banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
         prefix.append(
             f"{self._headline()}<p>run <code>{escape(self.ctx.folder.id)}</code>, spec "
-            f"<code>{escape(self.ctx.spec.metadata.name)}</code></p>{banner}{self._signature()}{note}{self._node_table()}{self._plots()}"
+            f"<code>{escape(self.ctx.spec.metadata.name)}</code></p>{banner}{self._signature()}{note}{self._node_table()}{self._fleet()}{self._plots()}"
         )
 
 
