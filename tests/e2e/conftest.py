@@ -46,15 +46,22 @@ def spec_doc(**certify: Any) -> dict[str, Any]:
 
 
 def fleet_doc(
-    faults: list[dict[str, Any]] | None = None, *, seed: int = 7, nodes: int = 4, cv: float = 0.01, **extra: Any
+    faults: list[dict[str, Any]] | None = None,
+    *,
+    seed: int = 7,
+    nodes: int = 4,
+    cv: float = 0.01,
+    gpus: int = 8,
+    noise: dict[str, Any] | None = None,
+    **extra: Any,
 ) -> dict[str, Any]:
     return {
         "apiVersion": "gpucert.io/v1alpha1",
         "kind": "SimulatedFleet",
         "metadata": {"name": "test-fleet"},
         "sku": "H100-SXM5-80GB",
-        "nodes": {"count": nodes, "namePrefix": "gpu-node-", "gpusPerNode": 8},
-        "noise": {"cv": cv},
+        "nodes": {"count": nodes, "namePrefix": "gpu-node-", "gpusPerNode": gpus},
+        "noise": noise or {"cv": cv},
         "seed": seed,
         "faults": faults or [],
         **extra,

@@ -33,6 +33,25 @@ CASES = [
         {"kind": "slow", "node": "gpu-node-2", "metric": "nccl.all_reduce.multinode", "factor": 0.8},
         {("nccl.all_reduce.multinode", None, None)},
     ),
+    (  # slow in 30% of its samples: the median hides it, the count of slow samples does not
+        {
+            "kind": "intermittent",
+            "node": "gpu-node-2",
+            "gpu": 6,
+            "metric": "memory.bandwidth",
+            "factor": 0.7,
+            "fraction": 0.3,
+        },
+        {("stability.memory.bandwidth", "gpu-node-2", 6)},
+    ),
+    (  # slowing over the run, to -15% at the last sample: its median is behind its peers
+        {"kind": "drift", "node": "gpu-node-1", "gpu": 4, "metric": "compute.gemm.tf32", "factor": 0.85},
+        {("straggler.compute.gemm.tf32", "gpu-node-1", 4)},
+    ),
+    (  # every GPU of the node: one finding for the node
+        {"kind": "slow", "node": "gpu-node-3", "metric": "compute.gemm.fp32", "factor": 0.93},
+        {("straggler.compute.gemm.fp32", "gpu-node-3", None)},
+    ),
     ({"kind": "ecc", "node": "gpu-node-1", "gpu": 5, "uncorrected": 2}, {("health.ecc", "gpu-node-1", 5)}),
     ({"kind": "ecc", "node": "gpu-node-1", "gpu": 4, "corrected": 5000}, {("health.ecc", "gpu-node-1", 4)}),
     (
@@ -135,6 +154,8 @@ def test_demo_fleet_finds_exactly_its_faults(certify) -> None:
         ("dcgm.memory", "gpu-node-4", 0),
         ("stack.version", "gpu-node-3", None),
         ("stack.ordering", "gpu-node-2", None),
+        ("stability.compute.gemm.fp16", "gpu-node-3", 5),
+        ("straggler.pcie.h2d", "gpu-node-4", None),
     }
 
 
