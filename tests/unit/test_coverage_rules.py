@@ -137,3 +137,15 @@ def test_node_names_and_paths_stay_inside(tmp_path: Path) -> None:
 def test_natural_sort() -> None:
     names = ["gpu-node-10", "gpu-node-2", "gpu-node-1", "gpu-node-100"]
     assert sorted(names, key=natural_key) == ["gpu-node-1", "gpu-node-2", "gpu-node-10", "gpu-node-100"]
+
+
+def test_a_node_is_compared_with_the_other_nodes_from_four_and_says_why_not_below(tmp_path: Path) -> None:
+    spec = spec_with(tmp_path, multinode=None)
+    two = plan_checks(spec, NODES[:2], ["certify"], components=[])  # type: ignore[arg-type]
+    assert not any(k.check.startswith("straggler.") for k in two.required)
+    why = dict(two.not_required)["straggler.<metric>@<node>"]
+    assert "2 node(s): a node is compared with the others as a whole from 4" in why
+    # recertifying one node against three from the fleet's latest evidence: four to compare
+    alone = plan_checks(spec, ["n3"], ["certify"], components=[], comparable_nodes=4)  # type: ignore[arg-type]
+    assert CheckKey("straggler.compute.gemm.bf16", "n3") in alone
+    assert "straggler.<metric>@<node>" not in dict(alone.not_required)

@@ -140,7 +140,12 @@ class HtmlSummary:
                     s = ev.sampled(metric, node, g.index)
                     if s is not None:
                         points.append(
-                            plots.Point(f"{node}/gpu{g.index}", s.value, flagged.get((metric, node, g.index), "pass"))
+                            plots.Point(
+                                f"{node}/gpu{g.index}",
+                                s.value,
+                                # a node behind as a whole (gpu null) marks each of its GPUs
+                                flagged.get((metric, node, g.index), flagged.get((metric, node, None), "pass")),
+                            )
                         )
                         count += 1
                 groups.append((node, count))
