@@ -141,9 +141,11 @@ class PeerIndex:
         self._nodes = self._node_figures()
         self._slow = {k: s for k, v in (samples or {}).items() if k in values and (s := self._slow_of(v)) is not None}
         self._slow_pool: dict[str, tuple[int, int]] = defaultdict(lambda: (0, 0))
+        self._slow_members: dict[str, int] = defaultdict(int)
         for k, s in self._slow.items():
             pk, pn = self._slow_pool[self.pool_of(k[0])]
             self._slow_pool[self.pool_of(k[0])] = (pk + s.k, pn + s.n)
+            self._slow_members[self.pool_of(k[0])] += 1
 
     # ---- who the peers are: the one place pools plug in -------------------------------------------------------
 
@@ -154,6 +156,10 @@ class PeerIndex:
     def peers_of(self, key: Key) -> list[Key]:
         """The GPUs (or nodes, for a node-level metric) `key` is compared with in the fleet: its pool, less itself."""
         return [k for k in self.pools[self.pool_of(key[0])] if k != key]
+
+    def _peer_count(self, key: Key) -> int:
+        """How many peers `peers_of(key)` names, without listing them (a fleet of thousands asks for every GPU)."""
+        return len(self.pools[self.pool_of(key[0])]) - (1 if key in self.values else 0)
 
     def node_peers_of(self, key: Key) -> list[Key]:
         """The other GPUs of the GPU's own node."""
@@ -210,7 +216,7 @@ class PeerIndex:
             out.append(
                 f"not compared with its node's peers: {len(self.node_peers_of(key))}, the rule needs {MIN_PEERS}"
             )
-        others = len(self.peers_of(key))
+        others = self._peer_count(key)
         if others < MIN_PEERS:
             what = "GPUs" if key[1] is not None else "nodes"
             out.append(f"not compared with the fleet: {others} other {what}, the rule needs {MIN_PEERS}")
@@ -238,7 +244,7 @@ class PeerIndex:
                 )
         fleet = self.fleet[self.pool_of(key[0])]
         what = "GPUs" if key[1] is not None else "nodes"
-        if len(self.peers_of(key)) >= MIN_PEERS:
+        if self._peer_count(key) >= MIN_PEERS:
             deviation = s.value / fleet.median - 1
             z = fleet.z(s.value)
             if self._behind(deviation, z):
@@ -332,15 +338,16 @@ class PeerIndex:
         GPU's samples were not given or it has too few peers."""
         check = f"stability.{self.metric}"
         mine = self._slow.get(key)
-        peers = [k for k in self.peers_of(key) if k in self._slow]
-        if mine is None or len(peers) < MIN_PEERS:
+        pool = self.pool_of(key[0])
+        peers = self._slow_members[pool] - (1 if mine is not None else 0)
+        if mine is None or peers < MIN_PEERS:
             return None
-        pk, pn = self._slow_pool[self.pool_of(key[0])]
+        pk, pn = self._slow_pool[pool]
         k_peers, n_peers = pk - mine.k, pn - mine.n
         rate = (k_peers + 1) / (n_peers + 2)  # never zero: the peers' samples are a finite look at their rate
         chance = binomial_tail(mine.k, mine.n, rate)
         # a healthy fleet shows a rare count somewhere: what counts is the chance that any of its GPUs shows it
-        judged = len(peers) + 1
+        judged = peers + 1
         anywhere = min(1.0, chance * judged)
         z = tail_z(anywhere)
         unit = self.values[key].unit
@@ -348,7 +355,7 @@ class PeerIndex:
         figures = (
             f"{mine.k} of {mine.n} samples are more than {self.rules.max_deviation:.1%} {self._word()} its own median "
             f"{mine.median:.4g} {unit} ({'lowest' if self.sign > 0 else 'highest'} {mine.worst:.4g}, "
-            f"{'10th' if self.sign > 0 else '90th'} percentile {mine.low:.4g}); its {len(peers)} peers: {k_peers} "
+            f"{'10th' if self.sign > 0 else '90th'} percentile {mine.low:.4g}); its {peers} peers: {k_peers} "
             f"of {n_peers} samples ({k_peers / n_peers if n_peers else 0:.2%})"
         )
         bad = mine.k >= MIN_SLOW_SAMPLES and z >= self.rules.min_z
