@@ -145,7 +145,7 @@ def _print_verdict(folder: RunFolder) -> int:
         )
     for u in verdict.get("undecided", []):
         where = ", ".join(u["where"])
-        console.print(f"  [yellow]undecided[/]: {u['metric']} against {u['comparison']} ({where}): {u['why']}")
+        console.print(f"  [yellow]undecided[/]: {u['comparison']} ({where}): {u['why']}; for {', '.join(u['metrics'])}")
     for line in verdict.get("fleetAgainstSku", []):
         if line["behind"]:
             console.print(f"  [yellow]informational[/]: {line['message']}")

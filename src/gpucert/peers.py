@@ -111,20 +111,25 @@ class PeerComparisons:
                     "unit": b.unit,
                     "count": fleet.n,
                     "behind": behind,
+                    "informational": True,  # never a check's outcome: the baseline's tolerance decides
                     "message": (
                         f"{metric}: the median over {fleet.n} {what} is {fleet.median:.4g} {b.unit}, "
                         f"{abs(deviation):.1%} {'below' if deviation < 0 else 'above'} the SKU figure "
                         f"{b.expected:.4g} (tolerance {b.tolerance:.0%})"
-                        + ("; informational: peers cannot see a fleet that is behind as a whole" if behind else "")
+                        + ("; no peer comparison can see a fleet that is behind as a whole" if behind else "")
                     ),
                 }
             )
         return out
 
-    def undecided(self) -> list[dict[str, object]]:
-        """Every comparison not made for too few peers, per metric: never a silent pass."""
+    def undecided(self) -> list[dict[str, Any]]:
+        """Every comparison not made for too few peers (never a silent pass), one entry per comparison, place and
+        reason, with the metrics it holds for."""
+        groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
+        for metric in self.metrics():
+            for u in self.index(metric).undecided(stability=unstable_is_judged(metric)):
+                groups.setdefault((u.comparison, u.where, u.why), []).append(metric)
         return [
-            u.to_json()
-            for metric in self.metrics()
-            for u in self.index(metric).undecided(stability=unstable_is_judged(metric))
+            {"comparison": c, "where": list(where), "why": why, "metrics": metrics}
+            for (c, where, why), metrics in groups.items()
         ]

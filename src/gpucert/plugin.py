@@ -454,7 +454,7 @@ class Controller:
             tr.write_line(f"  not required: {item['check']}: {item['why']}")
         for u in verdict.get("undecided", []):
             where = ", ".join(u["where"])
-            tr.write_line(f"  undecided: {u['metric']} against {u['comparison']} ({where}): {u['why']}")
+            tr.write_line(f"  undecided: {u['comparison']} ({where}): {u['why']}; for {', '.join(u['metrics'])}")
         for line in verdict.get("fleetAgainstSku", []):
             if line["behind"]:
                 tr.write_line(f"  informational: {line['message']}")

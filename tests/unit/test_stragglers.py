@@ -9,7 +9,7 @@ import pytest
 
 from gpucert.analysis.performance import Sampled
 from gpucert.analysis.stats import quantile
-from gpucert.analysis.stragglers import MIN_PEERS, PeerIndex, Rules, binomial_tail, tail_z
+from gpucert.analysis.stragglers import COMPARISONS, MIN_PEERS, PeerIndex, Rules, binomial_tail, tail_z
 from gpucert.checks import CheckStatus
 
 Key = tuple[str, int | None]
@@ -98,11 +98,11 @@ def test_too_few_nodes_or_peers_cannot_decide_and_say_so() -> None:
     assert "not compared with its node's peers: 1, the rule needs 3" in found.message
     assert "not compared with the fleet: 3 other GPUs, the rule needs 3" not in found.message  # 3 is enough
     undecided = {(u.comparison, u.where) for u in idx.undecided(stability=True)}
-    assert ("node peers", ("n1", "n2")) in undecided
-    assert ("nodes", ("fleet",)) in undecided
+    assert ("against its node's peers", ("n1", "n2")) in undecided
+    assert ("node as a whole", ("fleet",)) in undecided
     two = PeerIndex("m", fleet({("n1", 0): 100.0, ("n2", 0): 90.0}), Rules(0.05))
     assert "not compared with the fleet: 1 other GPUs" in two.judge(("n2", 0)).message
-    assert {u.comparison for u in two.undecided(stability=True)} == {"node peers", "fleet", "stability", "nodes"}
+    assert {u.comparison for u in two.undecided(stability=True)} == set(COMPARISONS)
     assert MIN_PEERS == 3
 
 

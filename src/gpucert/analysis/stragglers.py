@@ -33,6 +33,7 @@ from gpucert.analysis.stats import Summary, median, quantile, summarize
 from gpucert.checks import CheckStatus, Finding
 
 __all__ = [
+    "COMPARISONS",
     "MIN_PEERS",
     "MIN_SLOW_SAMPLES",
     "PeerIndex",
@@ -43,6 +44,14 @@ __all__ = [
 ]
 
 MIN_PEERS = 3  # a comparison needs at least this many peers: a median of fewer is one of them
+# the comparisons a peer rule makes, as the verdict's `undecided` names them
+NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY = (
+    "against its node's peers",
+    "against the fleet",
+    "node as a whole",
+    "stability",
+)
+COMPARISONS = (NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY)
 MIN_SLOW_SAMPLES = 2  # one slow sample is never a pattern, however rare it is among the peers
 Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
 FLEET = "fleet"
@@ -62,7 +71,7 @@ class Undecided:
     """A comparison that was not made: too few peers for its rule."""
 
     metric: str
-    comparison: str  # "node peers", "fleet", "nodes", "stability"
+    comparison: str  # one of COMPARISONS
     where: tuple[str, ...]
     why: str
 
@@ -402,7 +411,7 @@ class PeerIndex:
             out.append(
                 Undecided(
                     self.metric,
-                    "node peers",
+                    NODE_PEERS,
                     tuple(sorted(nodes)),
                     f"{n} other GPU(s) on the node: a GPU is compared with its node's peers from {MIN_PEERS}",
                 )
@@ -411,11 +420,11 @@ class PeerIndex:
             what = "GPUs" if self.per_gpu else "nodes"
             if len(keys) - 1 < MIN_PEERS:
                 why = f"{len(keys)} {what} in the {pool}: a figure is compared with the {pool}'s from {MIN_PEERS + 1}"
-                out.append(Undecided(self.metric, FLEET, (pool,), why))
+                out.append(Undecided(self.metric, WITH_FLEET, (pool,), why))
                 if stability:
-                    out.append(Undecided(self.metric, "stability", (pool,), why))
+                    out.append(Undecided(self.metric, STABILITY, (pool,), why))
             nodes = sorted({k[0] for k in keys})
             if self.per_gpu and len(nodes) - 1 < MIN_PEERS:
                 why = f"{len(nodes)} node(s) in the {pool}: a node is compared with the others from {MIN_PEERS + 1}"
-                out.append(Undecided(self.metric, "nodes", (pool,), why))
+                out.append(Undecided(self.metric, NODE_LEVEL, (pool,), why))
         return out

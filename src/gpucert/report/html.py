@@ -201,8 +201,8 @@ class HtmlSummary:
             else ""
         )
         items = "".join(
-            f"<li>{escape(u['metric'])} against {escape(u['comparison'])} ({escape(', '.join(u['where']))}): "
-            f"{escape(u['why'])}</li>"
+            f"<li>{escape(u['comparison'])} ({escape(', '.join(u['where']))}): {escape(u['why'])}; for "
+            f"{escape(', '.join(u['metrics']))}</li>"
             for u in undecided
         )
         listed = (
