@@ -176,7 +176,7 @@ def test_min_z_is_the_specs(certify: Any, min_z: float) -> None:
         assert run.verdict["result"] == "pass"
         return
     assert run.findings == {("straggler.memory.bandwidth", "gpu-node-2", 3)}
-    assert "limit 5.0% and z 3.5" in run.verdict["findings"][0]["message"]
+    assert "limit 5.0% and minZ 3.5" in run.verdict["findings"][0]["message"]
 
 
 def test_sample_counts_are_the_specs(certify: Any) -> None:

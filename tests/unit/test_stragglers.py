@@ -59,7 +59,7 @@ def test_a_board_far_outside_the_pooled_spread_is_a_straggler_against_its_node()
     found = PeerIndex("m", fleet(vals), Rules(0.05)).judge(("n2", 3))
     assert found.status is CheckStatus.FAIL
     assert "7 peers on n2" in found.message
-    assert "spread of every GPU from its own node's others, 32 GPUs" in found.message
+    assert "spread of every GPU from its own node's others, beyond 4.3 for any of 32 GPUs" in found.message
     assert found.limit is not None
 
 
@@ -176,3 +176,18 @@ def test_pools_decide_who_the_peers_are() -> None:
     assert pools.judge(("n6", 2)).status is CheckStatus.FAIL
     whole = PeerIndex("m", fleet(vals), Rules(0.05))
     assert whole.fleet_median() is not None
+
+
+def test_the_bar_rises_with_the_figures_compared() -> None:
+    """One GPU at z -4 is rare; one of 8,192 at z -4 is expected. The bar keeps a healthy fleet's chance of a
+    finding that of one figure at minZ, whatever the fleet's size."""
+    idx = PeerIndex("m", fleet(boards(4)), Rules(0.05, min_z=3.5))
+    assert idx.bar(1) == pytest.approx(3.5)
+    assert idx.bar(32) == pytest.approx(4.35, abs=0.02)
+    assert idx.bar(8192) == pytest.approx(5.43, abs=0.02)
+    vals = boards(128, sd=0.01, seed=5)
+    for g in range(8):
+        vals[("n7", g)] = 100.0
+    vals[("n7", 1)] = 95.8  # about -4 sd: beyond 3.5, not beyond the bar for 1,024 boards
+    found = PeerIndex("m", fleet(vals), Rules(0.04)).judge(("n7", 1))
+    assert found.status is CheckStatus.PASS, found.message

@@ -5,8 +5,10 @@ Three rules, each with the spec's two knobs (`certify.stragglers`: `maxDeviation
 
 - **straggler** (`straggler.<metric>`, per GPU): its figure (the median of its samples) is more than
   `maxDeviation` behind the median of its peers on the node, or of its peers in the fleet, AND stands out of
-  their spread by a robust z of `minZ`. The node comparison takes its spread from every node's GPUs at once (each
-  GPU against its own node's others, pooled over the fleet): the MAD of seven peers is too unsteady to hold a z to.
+  their spread by a robust z of `minZ`, raised with the number of figures compared so that a healthy fleet of
+  any size is as unlikely to show one (`bar`). The node comparison takes its spread from every node's GPUs at
+  once (each GPU against its own node's others, pooled over the fleet): the MAD of seven peers is too unsteady
+  to hold a z to.
 - **node-level straggler** (`straggler.<metric>`, gpu null): the median of the node's GPUs is behind the other
   nodes' by the same two tests. One slow node is one finding, not one per GPU.
 - **stability** (`stability.<metric>`): a sample is slow when it is more than `maxDeviation` below the GPU's own
@@ -212,8 +214,14 @@ class PeerIndex:
 
     # ---- the rules --------------------------------------------------------------------------------------------
 
-    def _behind(self, deviation: float, z: float) -> bool:
-        return self.sign * deviation < -self.rules.max_deviation and self.sign * z < -self.rules.min_z
+    def bar(self, compared: int) -> float:
+        """The robust z a figure must reach when `compared` figures are held to the same peers: `minZ` for one,
+        higher for more, so that the chance that any of a healthy fleet's figures reaches it stays that of one
+        figure reaching `minZ` (a fleet of thousands has a -4 sd board somewhere; it is no straggler)."""
+        return max(self.rules.min_z, tail_z(NormalDist().cdf(-self.rules.min_z) / max(compared, 1)))
+
+    def _behind(self, deviation: float, z: float, compared: int) -> bool:
+        return self.sign * deviation < -self.rules.max_deviation and self.sign * z < -self.bar(compared)
 
     def _word(self) -> str:
         return "below" if self.sign > 0 else "above"
@@ -243,23 +251,23 @@ class PeerIndex:
         within = self._within.get(self.pool_of(key[0]))
         if key[1] is not None and r is not None and within is not None:
             z = within.z(r)
-            if self._behind(r - within.median, z):
+            if self._behind(r - within.median, z, within.n):
                 peers = self.node_peers_of(key)
                 ref = median([self.values[k].value for k in peers])
                 reasons.append(
                     f"{abs(r):.1%} {self._word()} the median of its {len(peers)} peers on {key[0]} "
                     f"({ref:.4g} {s.unit}; robust z {z:.1f} against the spread of every GPU from its own node's "
-                    f"others, {within.n} GPUs)"
+                    f"others, beyond {self.bar(within.n):.1f} for any of {within.n} GPUs)"
                 )
         fleet = self.fleet[self.pool_of(key[0])]
         what = "GPUs" if key[1] is not None else "nodes"
         if self._peer_count(key) >= MIN_PEERS:
             deviation = s.value / fleet.median - 1
             z = fleet.z(s.value)
-            if self._behind(deviation, z):
+            if self._behind(deviation, z, fleet.n):
                 reasons.append(
                     f"{abs(deviation):.1%} {self._word()} the fleet median over {fleet.n} {what} "
-                    f"({fleet.median:.4g} {s.unit}, robust z {z:.1f})"
+                    f"({fleet.median:.4g} {s.unit}, robust z {z:.1f}, beyond {self.bar(fleet.n):.1f} for any of them)"
                 )
         if not reasons:
             message = f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} is in line with its peers"
@@ -276,7 +284,7 @@ class PeerIndex:
         msg = (
             f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} (median of {s.n} samples) is "
             + " and ".join(reasons)
-            + f"; limit {self.rules.max_deviation:.1%} and z {self.rules.min_z:g}"
+            + f"; limit {self.rules.max_deviation:.1%} and minZ {self.rules.min_z:g}"
         )
         return Finding(
             check,
@@ -310,7 +318,7 @@ class PeerIndex:
         z = nodes.z(mine)
         keys = sorted(self.by_node[node], key=lambda k: k[1] or 0)
         unit = self.values[keys[0]].unit
-        if not self._behind(deviation, z):
+        if not self._behind(deviation, z, len(figures)):
             return Finding(
                 check,
                 CheckStatus.PASS,
@@ -326,9 +334,10 @@ class PeerIndex:
         n = sorted({self.values[k].n for k in keys})
         message = (
             f"{node} {self.metric}: the median of its {len(keys)} GPUs, {mine:.4g} {unit}, is {abs(deviation):.1%} "
-            f"{self._word()} the median over {len(figures)} nodes ({nodes.median:.4g} {unit}, robust z {z:.1f}); "
-            f"the node as a whole is behind: its GPUs {gpus} {unit} (medians of "
-            f"{'/'.join(map(str, n))} samples each); limit {self.rules.max_deviation:.1%} and z {self.rules.min_z:g}"
+            f"{self._word()} the median over {len(figures)} nodes ({nodes.median:.4g} {unit}, robust z {z:.1f}, beyond "
+            f"{self.bar(len(figures)):.1f} for any of them); the node as a whole is behind: its GPUs {gpus} {unit} "
+            f"(medians of {'/'.join(map(str, n))} samples each); limit {self.rules.max_deviation:.1%} and minZ "
+            f"{self.rules.min_z:g}"
         )
         return Finding(
             check,
@@ -387,7 +396,7 @@ class PeerIndex:
             key[1],
             f"{_where(key)} {self.metric} is unstable where its peers are not: {figures}; that many by chance at "
             f"the peers' rate: p = {chance:.1e} per GPU, {anywhere:.1e} for any of {judged} GPUs (z {z:.1f}, "
-            f"limit z {self.rules.min_z:g})",
+            f"limit minZ {self.rules.min_z:g})",
             observed=round(mine.low, 4),
             expected=round(mine.median, 4),
             unit=unit,
