@@ -115,10 +115,10 @@ class Cell:
     every_metric: bool = False  # also count false alarms over every per-GPU metric, at every setting
 
 
-def spec_doc(nodes: int, samples: dict[str, int] | None) -> dict[str, Any]:
+def spec_doc(nodes: int, samples: dict[str, int] | None, gpus: int = 8) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text())
     doc["target"]["fleet"] = "fleet.yaml"
-    doc["expect"]["nodes"] = nodes
+    doc["expect"].update(nodes=nodes, gpusPerNode=gpus)
     doc["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
     doc["certify"]["probes"] = ["memory", "compute", "pcie", "p2p"]
     doc["certify"].pop("multinode", None)
@@ -127,13 +127,15 @@ def spec_doc(nodes: int, samples: dict[str, int] | None) -> dict[str, Any]:
     return doc
 
 
-def fleet_doc(nodes: int, noise: dict[str, Any], faults: list[dict[str, Any]], seed: int) -> dict[str, Any]:
+def fleet_doc(
+    nodes: int, noise: dict[str, Any], faults: list[dict[str, Any]], seed: int, gpus: int = 8
+) -> dict[str, Any]:
     return {
         "apiVersion": "gpucert.io/v1alpha1",
         "kind": "SimulatedFleet",
         "metadata": {"name": "study"},
         "sku": "H100-SXM5-80GB",
-        "nodes": {"count": nodes, "namePrefix": "gpu-node-", "gpusPerNode": 8},
+        "nodes": {"count": nodes, "namePrefix": "gpu-node-", "gpusPerNode": gpus},
         "noise": noise,
         "seed": seed,
         "faults": faults,
@@ -218,6 +220,79 @@ def run_cell(cell: Cell) -> list[tuple[Tally, Tally | None]]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# fleets too small for some peer comparison: (nodes, GPUs per node, the fault), on the goal's noise
+SMALL_NODE = [{"kind": "slow", "node": TARGET[0], "metric": METRIC, "factor": 0.94}]
+SMALL: dict[str, tuple[int, int, list[dict[str, Any]]]] = {
+    "2 x 8, slow node 6%": (2, 8, SMALL_NODE),
+    "3 x 8, slow node 6%": (3, 8, SMALL_NODE),
+    "4 x 8, slow node 6%": (4, 8, SMALL_NODE),
+    "4 x 2, straggler 6%": (4, 2, [{**SMALL_NODE[0], "gpu": 1}]),
+}
+
+
+@dataclass(frozen=True)
+class Small:
+    caught: bool  # a check about the faulty GPU(s) or node did not pass
+    false: int  # healthy GPUs whose check of the metric did not pass
+    healthy: int
+    undecided: frozenset[str]  # the comparisons of the metric the verdict lists as undecided
+
+
+def run_small(job: tuple[str, int]) -> Small:
+    """One small fleet: what the evaluator decides on the studied metric, and what it says it could not."""
+    name, seed = job
+    nodes, gpus, faults = SMALL[name]
+    work = Path(tempfile.mkdtemp(prefix="gpucert-detect-"))
+    try:
+        (work / "spec.yaml").write_text(yaml.safe_dump(spec_doc(nodes, None, gpus)))
+        (work / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes, NOISE["goal"], faults, seed, gpus)))
+        spec, baseline = runner.load_inputs(work / "spec.yaml")
+        ev = Evaluation(runner.prepare(spec, work / "reports", runner.Mode.MEASURE), spec, baseline)
+        bad_gpus = {(TARGET[0], faults[0]["gpu"])} if "gpu" in faults[0] else {(TARGET[0], g) for g in range(gpus)}
+        caught, false = False, 0
+        for node in ev.inventory.names:
+            node_key = CheckKey(f"straggler.{METRIC}", node)
+            node_bad = node_key in ev.plan.required and ev.decide(node_key).status is not CheckStatus.PASS
+            caught |= node_bad and node == TARGET[0]
+            for g in range(gpus):
+                bad = ev.decide(CheckKey(METRIC, node, g)).status is not CheckStatus.PASS
+                if (node, g) in bad_gpus:
+                    caught |= bad
+                else:
+                    false += int(bad or node_bad)
+        undecided = frozenset(u["comparison"] for u in ev.peers.undecided() if METRIC in u["metrics"])
+        return Small(caught, false, nodes * gpus - len(bad_gpus), undecided)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def small_fleets(seeds: range, jobs: int) -> list[str]:
+    out = [
+        "",
+        f"### Fleets too small for a comparison ({METRIC}, the goal's noise, the default)",
+        "",
+        "A slow node needs the node-level comparison (four nodes or more); a 2-GPU node has one peer on its node. "
+        "`undecided`: the comparisons `verdict.json` lists as not made for this metric, in how many fleets.",
+        "",
+        "| fleet, fault | caught | false alarms per healthy GPU | undecided |",
+        "|---|---|---|---|",
+    ]
+    jobs_ = [(name, seed) for name in SMALL for seed in seeds]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(run_small, jobs_, chunksize=1))
+    for name in SMALL:
+        mine = [r for (n, _), r in zip(jobs_, results, strict=True) if n == name]
+        said: dict[str, int] = {}
+        for r in mine:
+            for c in r.undecided:
+                said[c] = said.get(c, 0) + 1
+        listed = "; ".join(f"{c} ({k}/{len(mine)})" for c, k in sorted(said.items())) or "none"
+        caught = rate(sum(r.caught for r in mine), len(mine))
+        false = fa_rate(sum(r.false for r in mine), sum(r.healthy for r in mine))
+        out.append(f"| {name} | {caught} | {false} | {listed} |")
+    return out
+
+
 def rate(k: int, n: int) -> str:
     return f"{k / n:.1%} ({k}/{n})" if n else "-"
 
@@ -272,8 +347,9 @@ def main() -> int:
                         settings = (default, Setting(default.max_deviation, default.min_z, pcie_samples=20))
                     cells.append(Cell(n, noise, scenario, seed, settings, every_metric=scenario == "clean"))
     totals = study(cells, args.jobs)
+    small = small_fleets(seeds, args.jobs)
     elapsed = time.perf_counter() - t0
-    lines = report(totals, sweep, default, sizes, len(seeds), elapsed, swept)
+    lines = report(totals, sweep, default, sizes, len(seeds), elapsed, swept) + small
     text = "\n".join(lines)
     print(text)
     if args.results is not None:
