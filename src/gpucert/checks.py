@@ -17,6 +17,7 @@ __all__ = [
     "NODE_METRICS",
     "PCIE_DIRECTIONS",
     "PERFORMANCE_PREFIXES",
+    "PREREQUISITE_CHECKS",
     "CheckKey",
     "CheckStatus",
     "Family",
@@ -55,6 +56,7 @@ class CheckStatus(StrEnum):
     FAIL = "fail"
     ERROR = "error"
     SKIP = "skip"
+    WAIVED = "waived"  # failed, and a waiver in force accepts the deviation (never an error, a skip or a missing check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,7 @@ class Finding:
     unit: str | None = None
     limit: float | str | None = None
     cause: str | None = None
+    waiver: str | None = None  # `waivers[i]`: the one that accepts this failure (waived), or a waiver.* check's own
 
     @property
     def where(self) -> str:
@@ -111,7 +114,10 @@ class Finding:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
         keys = ("check", "node", "gpu", "status", "observed", "expected", "limit", "unit", "message", "cause")
-        return {k: d[k] for k in keys}
+        out = {k: d[k] for k in keys}
+        if self.waiver is not None:
+            out["waiver"] = self.waiver
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Finding:
@@ -126,6 +132,7 @@ class Finding:
             unit=d.get("unit"),
             limit=d.get("limit"),
             cause=d.get("cause"),
+            waiver=d.get("waiver"),
         )
 
 
@@ -140,13 +147,14 @@ class Family(StrEnum):
     PERFORMANCE = "performance"
     STRAGGLER = "straggler"
     HANDOVER = "handover"
+    WAIVER = "waiver"
 
     @property
     def suite(self) -> str:
         """The suite whose tests decide this family's checks (`static` holds fleet-level stack checks too)."""
         if self in (Family.STACK, Family.INVENTORY, Family.NODE):
             return "configure"
-        return "recertify" if self is Family.HANDOVER else "certify"
+        return {Family.HANDOVER: "recertify", Family.WAIVER: "waivers"}.get(self, "certify")
 
     @property
     def category(self) -> str:
@@ -159,6 +167,7 @@ class Family(StrEnum):
             Family.DCGM: "DCGM",
             Family.STRAGGLER: "Stragglers",
             Family.HANDOVER: "Handover",
+            Family.WAIVER: "Waivers",
         }.get(self, "Performance")
 
     @property
@@ -166,6 +175,11 @@ class Family(StrEnum):
         """The probe whose evidence this family judges, where one probe does (the rest: the check's prefix)."""
         return {Family.HEALTH: "health", Family.DCGM: "dcgm"}.get(self)
 
+
+# the checks other checks depend on: when one fails, those are skipped naming it as their cause (one root cause, one
+# finding). A waiver accepts a measured deviation; it cannot stand in for the checks that could not run, nor for a
+# pinned version the spec agreed on, nor for its own bookkeeping
+PREREQUISITE_CHECKS = ("node.reachable", "inventory.nodes", "inventory.gpus", "stack.version", "handover.identity")
 
 # the measured metrics' prefixes: `memory.bandwidth`, `compute.gemm.<dtype>`, `pcie.<dir>`, `p2p.bandwidth`, `nccl.*`
 PERFORMANCE_PREFIXES = ("memory", "compute", "pcie", "p2p", "nccl")

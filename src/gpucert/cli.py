@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from rich.console import Console
@@ -19,6 +20,7 @@ from rich.table import Table
 
 from gpucert import __version__
 from gpucert import run as runner
+from gpucert.acceptance.commands import add_acceptance_commands
 from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
@@ -32,6 +34,9 @@ from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, load_spec
 from gpucert.targets import open_target
 
+if TYPE_CHECKING:
+    from gpucert.acceptance.retest import Source
+
 __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
@@ -42,9 +47,15 @@ def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
     return runner.load_inputs(Path(spec_path))
 
 
-def _prepare(spec: ClusterSpec, reports: str, mode: runner.Mode, evidence: str | None = None) -> RunFolder:
+def _prepare(
+    spec: ClusterSpec,
+    reports: str,
+    mode: runner.Mode,
+    evidence: str | None = None,
+    source: Source | None = None,
+) -> RunFolder:
     """The run folder, through the one entry point the pytest plugin uses too, with a progress bar to watch."""
-    if mode is not runner.Mode.MEASURE:
+    if mode not in (runner.Mode.MEASURE, runner.Mode.RETEST):
         return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None)
     with Progress(
         TextColumn("measuring"),
@@ -64,7 +75,7 @@ def _prepare(spec: ClusterSpec, reports: str, mode: runner.Mode, evidence: str |
         def done(ev: NodeEvidence) -> None:
             progress.update(task, advance=1, description=f"{ev.node}{'' if ev.collected else ' (not measured)'}")
 
-        return runner.prepare(spec, Path(reports), mode, progress=done, planned=planned)
+        return runner.prepare(spec, Path(reports), mode, progress=done, planned=planned, source=source)
 
 
 def _pytest(spec_path: str, folder: RunFolder, workers: int | None, quiet: bool, signer: str | None = None) -> int:
@@ -103,7 +114,7 @@ def _print_verdict(folder: RunFolder) -> int:
         raise IncompleteRunError(f"the evaluation wrote no verdict.json in {folder.path}; see the output above")
     verdict = folder.read_verdict()
     table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
-    for col in ("node", "result", "passed", "failed", "errors", "skipped", "failing checks"):
+    for col in ("node", "result", "passed", "failed", "errors", "skipped", "waived", "failing checks"):
         table.add_column(col)
     rows = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
     for node, s in [*rows, *sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0]))]:
@@ -114,6 +125,7 @@ def _print_verdict(folder: RunFolder) -> int:
             str(s["failed"]),
             str(s["errors"]),
             str(s["skipped"]),
+            str(s.get("waived", 0)),
             ", ".join(s["failing"]),
         )
     if "recertify" in verdict:
@@ -121,22 +133,28 @@ def _print_verdict(folder: RunFolder) -> int:
     console.print(table)
     if verdict["findings"]:
         findings = Table(title="findings", show_lines=False)
-        for col in ("check", "where", "message"):
+        for col in ("check", "where", "status", "message"):
             findings.add_column(col, overflow="fold")
         for f in verdict["findings"]:
             where = f["node"] or "fleet"
             if f["gpu"] is not None:
                 where += f"/gpu{f['gpu']}"
-            findings.add_row(f["check"], where, f["message"])
+            findings.add_row(f["check"], where, f["status"], f["message"])
         console.print(findings)
     s, c = verdict["summary"], verdict["coverage"]
     result = verdict["result"]
     console.print(
         f"[bold {STYLES.get(result, 'red')}]{result.upper()}[/]: {s['checks']} checks on "
         f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
-        f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed; "
-        f"{c['ran']} of {c['required']} required checks ran"
+        f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed, "
+        f"{s.get('waived', 0)} waived; {c['ran']} of {c['required']} required checks ran"
     )
+    retest = verdict.get("retest")
+    if retest:
+        console.print(
+            f"re-test of {retest['source']}: measured now {len(retest['measured'])} "
+            f"({', '.join(retest['measured']) or 'none'}); carried over {len(retest['carried'])}"
+        )
     if not c["complete"]:
         console.print(
             f"[yellow]INCOMPLETE[/]: {c['deselected']} required checks not collected, {c['notReached']} not "
@@ -171,9 +189,17 @@ def _run(
     quiet: bool = False,
     sign_key: Path | None = None,
     signer: str | None = None,
+    retest: str | None = None,
 ) -> int:
     spec, _ = _load(spec_path)
-    folder = _prepare(spec, reports, mode, evidence)
+    source = None
+    if retest is not None:
+        from gpucert.acceptance.retest import open_source
+
+        keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
+        source = open_source(Path(retest), spec, keys)  # refused before anything is planned or measured
+        mode = runner.Mode.RETEST
+    folder = _prepare(spec, reports, mode, evidence, source)
     result = _evaluate(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)
@@ -201,6 +227,7 @@ def cmd_certify(a: argparse.Namespace) -> int:
         quiet=a.quiet,
         sign_key=Path(a.sign_key) if a.sign_key else None,
         signer=signer,
+        retest=a.retest,
     )
 
 
@@ -281,20 +308,37 @@ def cmd_sign(a: argparse.Namespace) -> int:
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    v = attest.verify_run(Path(a.run_dir), Path(a.key))
+    from gpucert.acceptance.retest import verify_carried
+
+    keys = [Path(k) for k in a.key]
+    v = attest.verify(Path(a.run_dir), keys)
+    for sig in v.signatures:
+        by = f"[green]valid[/], made with key {sig.verified_by}" if sig.verified_by else "not made by any --key given"
+        console.print(f"signature {sig.index + 1} (keyid {sig.keyid or '-'}): {by}")
     if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
+        v.other = verify_carried(Path(a.run_dir), [attest.load_public_key(k) for k in keys])
         pred = v.statement.get("predicate", {})
-        target = pred.get("target", "?")
-        if target == "simulated":
-            console.print("[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware")
+        files = len(v.statement.get("subject", []))
+        if v.statement.get("predicateType") == attest.PREDICATE_TYPE:
+            target = pred.get("target", "?")
+            if target == "simulated":
+                console.print(
+                    "[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware"
+                )
+            else:
+                console.print(f"target: {target}")
+            console.print(
+                f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
+                f"result {str(pred.get('result', '?')).upper()}, {files} files"
+            )
         else:
-            console.print(f"target: {target}")
-        console.print(
-            f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
-            f"result {str(pred.get('result', '?')).upper()}, {len(v.statement.get('subject', []))} files"
-        )
+            console.print(
+                f"acceptance {pred.get('id')} of spec {pred.get('spec')}: result {str(pred.get('result')).upper()}, "
+                f"{len(pred.get('runs', {}))} runs, {files} files"
+            )
     if v.ok:
-        console.print(f"[green]VALID[/]: signed by {v.fingerprint}; every file matches its digest")
+        signers = ", ".join(dict.fromkeys(s.verified_by for s in v.signatures if s.verified_by))
+        console.print(f"[green]VALID[/]: signed by {signers}; every file matches its digest")
         return EXIT_PASS
     console.print("[red]INVALID[/]:")
     for problem in v.problems():
@@ -369,6 +413,12 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("certify", help="plan, measure, evaluate and report")
     c.add_argument("spec")
     c.add_argument("--sign-key", default=None)
+    c.add_argument(
+        "--retest",
+        metavar="RUN_DIR",
+        default=None,
+        help="measure only the nodes that did not pass in RUN_DIR (or changed); carry the others' signed evidence",
+    )
     runner_args(c)
     c.set_defaults(func=cmd_certify)
     k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
@@ -411,8 +461,14 @@ def _parser() -> argparse.ArgumentParser:
     sg.set_defaults(func=cmd_sign)
     v = sub.add_parser("verify", help="check a run folder's signature and every file's digest")
     v.add_argument("run_dir")
-    v.add_argument("--key", required=True, help="the signer's public key")
+    v.add_argument(
+        "--key",
+        required=True,
+        action="append",
+        help="a signer's public key; give it once per signature to require (vendor, then buyer)",
+    )
     v.set_defaults(func=cmd_verify)
+    add_acceptance_commands(sub)
     cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
     cu.add_argument("spec")
     cu.set_defaults(func=cmd_cleanup)

@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from gpucert.acceptance.waivers import WaiverBook, book_for, decide_waiver
 from gpucert.analysis.dcgm import judge_dcgm
 from gpucert.analysis.fabric import MULTINODE, enough_pairs, judge_multinode, judge_pairs, pair_figures
 from gpucert.analysis.handover import judge_against_handover, judge_identity
@@ -111,6 +112,16 @@ class Evaluation:
         return self.folder.read_fleet_peers()
 
     @cached_property
+    def waiver_book(self) -> WaiverBook | None:
+        """The run's waivers (inputs/waivers.yaml) judged at the run's time; None for a run without waivers."""
+        return book_for(self)
+
+    def serial_of(self, node: str, gpu: int) -> str | None:
+        ev = self._measured_node(node)
+        g = ev.gpu(gpu) if ev is not None else None
+        return g.serial if g is not None else None
+
+    @cached_property
     def fabric(self) -> FabricEvidence | None:
         return self.folder.read_fabric()
 
@@ -157,6 +168,7 @@ class Evaluation:
             components=self.components(),
             handover=self.handover is not None,
             recertification=self.recertification is not None,
+            waivers=self.waiver_book.ids if self.waiver_book is not None else (),
         )
 
     def gpu_total(self) -> int:
@@ -228,6 +240,8 @@ class Evaluation:
             return self.against_handover(key.check.removeprefix("handover."), node, gpu)
         if family is Family.PERFORMANCE and node is not None:
             return self.metric(key.check, node, gpu)
+        if family is Family.WAIVER and key.detail is not None:
+            return decide_waiver(key.check, key.detail, self)
         raise ValueError(f"no rule decides {key}: not a check of gpucert's vocabulary")
 
     # ---- configure -------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ says INCOMPLETE. The suites' parametrization and this module enumerate the same 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpucert.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, PCIE_DIRECTIONS, CheckKey
@@ -23,7 +23,7 @@ __all__ = [
     "plan_checks",
 ]
 
-SUITES = ("static", "configure", "certify", "recertify")
+SUITES = ("static", "configure", "certify", "recertify", "waivers")
 HEALTH_CHECKS = ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature")
 HANDOVER_GPU_METRICS = GPU_METRICS  # every per-GPU figure is held to its handover median
 # a node behind the fabric is told from its pairs of neighbours only when there are enough pairs to have a median
@@ -72,11 +72,13 @@ def plan_checks(
     components: list[str],
     handover: bool = False,
     recertification: bool = False,
+    waivers: Sequence[str] = (),
 ) -> Plan:
     """Every check of `suites` the spec requires on `nodes` (the inventory, in its order).
 
     `components` are the spec's components whose version a node shows (`stack.version` per node and component);
-    `handover` says whether a recertification has the node's handover baseline to compare with.
+    `handover` says whether a recertification has the node's handover baseline to compare with; `waivers` are the
+    ids of the run's waivers (`waivers[i]`), each in force and matching a failure or a finding of its own.
     """
     chosen = tuple(s for s in SUITES if s in set(suites))
     b = _Builder()
@@ -88,6 +90,8 @@ def plan_checks(
         _certify(spec, nodes, b)
     if "recertify" in chosen:
         _recertify(spec, nodes, handover, b)
+    if "waivers" in chosen:
+        b.add(CheckKey(check, None, None, wid) for wid in waivers for check in ("waiver.expired", "waiver.unmatched"))
     return Plan(chosen, frozenset(b.keys), tuple(sorted(b.left_out.items())))
 
 

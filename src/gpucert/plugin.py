@@ -215,9 +215,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if ctx is None:
         return
     names = metafunc.fixturenames
+    ev = ctx.evaluation
+    if "waiver" in names:
+        book = ev.waiver_book
+        metafunc.parametrize("waiver", book.ids if book is not None else [])
     if not ({"node", "gpu"} & set(names)):
         return
-    ev = ctx.evaluation
     nodes = ev.inventory.names
     if "gpu" in names:
         slots = [GpuSlot(n, i) for n in nodes for i in range(ctx.spec.expect.gpus_per_node)]
@@ -242,8 +245,7 @@ def check_key(item: pytest.Item) -> CheckKey | None:
     except (KeyError, IndexError):
         return None  # not parametrized by gpucert (no spec): the test skips and decides nothing
     gpu = params.get("gpu")
-    component = params.get("component")
-    detail = component if isinstance(component, str) else None
+    detail = next((v for v in (params.get("component"), params.get("waiver")) if isinstance(v, str)), None)
     if isinstance(gpu, GpuSlot):
         return CheckKey(check, gpu.node, gpu.index, detail)
     node = params.get("node")
@@ -320,8 +322,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         )
         report.outcome = "failed"
         report.longrepr = f"[{finding.check}] {finding.message}"
+    if finding.status is CheckStatus.FAIL and ctx.evaluation.waiver_book is not None:
+        finding = ctx.evaluation.waiver_book.waive(finding, ctx.evaluation.serial_of)
+        if finding.status is CheckStatus.WAIVED:
+            # pytest's own word for a failure that was expected and accepted: xfail (JUnit <skipped
+            # type="pytest.xfail">, pytest-html "Expected failures", the terminal's x), with the waiver as reason
+            report.outcome = "skipped"
+            report.wasxfail = f"[{finding.check}] {finding.message}"
     report.gpucert = {"key": key.to_json(), "finding": finding.to_json(), "start": call.start, "stop": call.stop}
-    if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR):
+    if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
         try:
             evidence = details.evidence_for(ctx.evaluation, finding)
         except GpucertError as exc:
@@ -334,7 +343,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-_RANK = {CheckStatus.PASS: 0, CheckStatus.SKIP: 1, CheckStatus.FAIL: 2, CheckStatus.ERROR: 3}
+_RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckStatus.FAIL: 3, CheckStatus.ERROR: 4}
 
 
 class Controller:
@@ -384,6 +393,8 @@ class Controller:
             selected=ctx.selected,
             stopped=stopped,
             measured=ev.measured_at(),
+            waivers={wid: w.to_json() for wid, w in ev.waiver_book.by_id.items()} if ev.waiver_book else None,
+            retest=ctx.folder.read_retest(),
         )
         recert = ev.recertification
         if recert is not None:
@@ -434,7 +445,21 @@ class Controller:
         tr.write_line(
             f"CERTIFICATION {result}: {c['ran']} of {c['required']} required checks ran; {s['passed']} passed, "
             f"{s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause"
+            + (f", {s['waived']} waived" if s["waived"] else "")
         )
+        for f in [f for f in verdict["findings"] if f["status"] == "waived"][:20]:
+            w = f["waiver"]
+            where = f["node"] + ("" if f["gpu"] is None else f"/gpu{f['gpu']}")
+            tr.write_line(
+                f"  waived: {f['check']}@{where} by {w['id']} ({w['reason']}; approved by {w['approvedBy']}; "
+                f"expires {w['expires']})"
+            )
+        retest = verdict.get("retest")
+        if retest:
+            tr.write_line(
+                f"  re-test of {retest['source']}: {len(retest['measured'])} nodes measured now, "
+                f"{len(retest['carried'])} carried over"
+            )
         if not c["complete"]:
             stopped = f" ({c['stopped']})" if c.get("stopped") else ""
             tr.write_line(
@@ -469,6 +494,7 @@ def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:
         ("gpucert_deselected", c["deselected"]),
         ("gpucert_not_reached", c["notReached"]),
         ("gpucert_skipped", verdict["summary"]["skipped"]),
+        ("gpucert_waived", verdict["summary"]["waived"]),
         ("gpucert_complete", str(c["complete"]).lower()),
     ):
         xml.add_global_property(name, value)

@@ -2,7 +2,8 @@
 
 `prepare` is what both the `gpucert` command and the pytest plugin call: it loads nothing itself (the inputs are
 validated first, `load_inputs`), creates the run folder, and fills it for the chosen mode: the static gate (no
-cluster), recorded evidence (re-evaluation), plan only (configure), or plan and measure. Every document lands on
+cluster), recorded evidence (re-evaluation), plan only (configure), plan and measure, or a re-test (plan, then
+measure only what did not pass in an earlier run and carry the rest over). Every document lands on
 disk the moment it is known, so an interrupted run keeps what it measured; a run that fails before it measured
 anything leaves no folder behind.
 """
@@ -11,14 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpucert import __version__
 from gpucert.baseline import GpuBaseline, check_baseline_for, load_baseline
-from gpucert.errors import EvidenceError, IncompleteRunError
+from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
@@ -26,6 +28,9 @@ from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, ReplayTargetSpec, load_spec
 from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
+
+if TYPE_CHECKING:
+    from gpucert.acceptance.retest import Source
 
 __all__ = [
     "Mode",
@@ -50,30 +55,47 @@ class Mode(StrEnum):
     EVIDENCE = "evidence"  # recorded evidence, re-evaluated
     PLAN = "plan"  # the cluster's inventory and stack, nothing measured (configure)
     MEASURE = "measure"  # plan, then measure every node
+    RETEST = "retest"  # plan, then measure what did not pass in a source run; carry the rest over
 
 
 def load_inputs(spec_path: Path) -> tuple[ClusterSpec, GpuBaseline]:
-    """The spec and its SKU baseline, each validated alone and against the other (ConfigError, exit 2)."""
+    """The spec, its SKU baseline and its waivers, each validated alone and against the other (ConfigError,
+    exit 2)."""
     spec = load_spec(spec_path)
     path = spec.resolve(spec.certify.baseline, "certify.baseline")
     baseline = load_baseline(path)
     check_baseline_for(spec, baseline, path)
+    waivers = waivers_path(spec)
+    if waivers is not None:
+        from gpucert.acceptance.waivers import load_waivers
+
+        load_waivers(waivers)
     return spec, baseline
 
 
-def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None) -> RunFolder:
+def waivers_path(spec: ClusterSpec) -> Path | None:
+    """The spec's waivers file (`acceptance.waivers`), resolved; None when the spec names none."""
+    name = spec.acceptance.waivers
+    return spec.resolve(name, "acceptance.waivers") if name is not None else None
+
+
+def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: bool) -> RunFolder:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     folder = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else ""))
-    folder.copy_inputs(spec.path, spec.resolve(spec.certify.baseline, "certify.baseline"))
+    baseline = spec.resolve(spec.certify.baseline, "certify.baseline")
+    folder.copy_inputs(spec.path, baseline, waivers_path(spec) if waivers else None)
     return folder
 
 
 @contextlib.contextmanager
-def new_run(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Iterator[RunFolder]:
+def new_run(
+    reports: Path, spec: ClusterSpec, suffix: str | None = None, *, waivers: bool = True
+) -> Iterator[RunFolder]:
     """A new run folder for the block; if the block fails before any node was measured, the folder goes again, so a
-    bad input or a cluster that cannot be reached leaves no empty run behind (measured evidence always stays)."""
+    bad input or a cluster that cannot be reached leaves no empty run behind (measured evidence always stays).
+    The spec's waivers are copied into it (not for the static gate: it judges no node)."""
     existed = reports.exists()
-    folder = _new_folder(reports, spec, suffix)
+    folder = _new_folder(reports, spec, suffix, waivers)
     try:
         yield folder
     except BaseException:
@@ -93,19 +115,28 @@ def prepare(
     evidence: Path | None = None,
     progress: Progress | None = None,
     planned: Callable[[Inventory, str], None] | None = None,
+    source: Source | None = None,
 ) -> RunFolder:
     """A new run folder, filled for `mode` and ready to evaluate (the one path from a spec to a run).
 
     A spec whose target is `replay` names its recorded evidence itself: planning or measuring it re-evaluates that.
+    A re-test takes its `source`: the earlier run, opened and verified (`acceptance.retest.open_source`).
     """
     if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
         mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
+    if mode is Mode.RETEST and (source is None or isinstance(spec.target, ReplayTargetSpec)):
+        raise ConfigError(
+            "a re-test measures a cluster again: it needs the earlier run (--retest RUN_DIR) and a target to measure, "
+            "not recorded evidence",
+            path=spec.path,
+            key="target.kind",
+        )
     target = None
-    if mode in (Mode.PLAN, Mode.MEASURE):
+    if mode in (Mode.PLAN, Mode.MEASURE, Mode.RETEST):
         from gpucert.targets import open_target
 
         target = open_target(spec)  # a bad fleet or kubeconfig fails before any folder exists
-    with new_run(reports, spec) as folder:
+    with new_run(reports, spec, waivers=mode is not Mode.STATIC) as folder:
         if mode is Mode.STATIC:
             folder.write_stack(StackObservation(nodes={}))
             folder.write_inventory(Inventory(target="static", nodes=()))
@@ -116,6 +147,18 @@ def prepare(
         else:
             assert target is not None
             inventory = plan(target, spec, folder)
+            if mode is Mode.RETEST:
+                from gpucert.acceptance.retest import prepare_retest
+
+                assert source is not None
+                again = prepare_retest(target, inventory, spec, folder, source)
+                if planned is not None:  # what this run measures: the nodes measured again
+                    planned(
+                        Inventory(inventory.target, tuple(n for n in inventory.nodes if n.name in again)), target.kind
+                    )
+                carried = [n for n in inventory.names if n not in again]
+                measure(target, inventory, spec, folder, progress, nodes=list(again), peers=carried)
+                return folder
             if planned is not None:
                 planned(inventory, target.kind)
             if mode is Mode.MEASURE:
@@ -145,13 +188,23 @@ def plan(target: Target, spec: ClusterSpec, folder: RunFolder) -> Inventory:
 
 
 def measure(
-    target: Target, inventory: Inventory, spec: ClusterSpec, folder: RunFolder, progress: Progress | None = None
+    target: Target,
+    inventory: Inventory,
+    spec: ClusterSpec,
+    folder: RunFolder,
+    progress: Progress | None = None,
+    *,
+    nodes: list[str] | None = None,
+    peers: Sequence[str] = (),
 ) -> None:
-    """Measure every node of the inventory; each node's evidence lands on disk the moment it arrives."""
+    """Measure every node of the inventory (or `nodes` of it); each node's evidence lands on disk the moment it
+    arrives. `peers` (carried over by a re-test) join the all-reduce across nodes: the fabric is measured whole."""
     folder.evidence_dir.mkdir(exist_ok=True)
     measure_plan = MeasurePlan(run_id=folder.id, probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level)
 
-    collected: list[str] = []
+    collected: list[str] = [
+        n for n in peers if (ev := folder.read_evidence(n)) is not None and ev.collected and ev.gpus
+    ]
 
     def sink(ev: NodeEvidence) -> None:
         folder.write_evidence(ev)
@@ -160,7 +213,9 @@ def measure(
         if progress is not None:
             progress(ev)
 
-    target.measure(inventory.names, measure_plan, sink)
+    chosen = inventory.names if nodes is None else [n for n in inventory.names if n in set(nodes)]
+    if chosen:
+        target.measure(chosen, measure_plan, sink)
     multinode = spec.certify.multinode
     if multinode is not None:
         order = {n: i for i, n in enumerate(inventory.names)}
@@ -270,6 +325,8 @@ def import_evidence(source: Path, folder: RunFolder) -> None:
     except EvidenceError as exc:
         shutil.rmtree(folder.evidence_dir, ignore_errors=True)  # nothing was measured: the run folder goes
         raise EvidenceError(str(exc).replace(str(folder.path), str(recorded.path))) from None  # the user's file
+    if recorded.retest_dir.is_dir():  # a re-test's run: where its carried evidence came from comes along
+        _copy_regular(recorded.retest_dir, folder.retest_dir)
     # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
     if recorded.recertify_path.exists():
         _copy_regular(recorded.recertify_path, folder.recertify_path)

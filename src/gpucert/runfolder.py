@@ -3,9 +3,12 @@ writers. Everything else asks a RunFolder for a path or a document; no other mod
 
 ```
 inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
+inputs/waivers.yaml                              the deviations accepted (the spec's acceptance.waivers)
 inventory.json, stack.json                       what the cluster reported (plan)
 evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
+retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
+retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
 verdict.json, run.json                           the result and when the run ran (evaluate)
 report.html, junit.xml, allure-results/          the reports
 certificate.intoto.json                          the signature over all of it (sign)
@@ -43,6 +46,7 @@ INPUTS = "inputs"
 SPEC = "spec.yaml"
 BASELINE = "baseline.yaml"
 HANDOVER = "handover.yaml"
+WAIVERS = "waivers.yaml"
 INVENTORY = "inventory.json"
 STACK = "stack.json"
 EVIDENCE = "evidence"
@@ -51,6 +55,10 @@ FABRIC = "nccl.json"
 PAIRS = "pairs.json"
 RECERTIFY = "recertify.json"
 FLEET = "fleet"
+RETEST = "retest"
+RETEST_RECORD = "record.json"
+RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signed for the evidence carried over
+IDENTITY = "identity"
 VERDICT = "verdict.json"
 RUN_INFO = "run.json"
 REPORT = "report.html"
@@ -124,6 +132,10 @@ class RunFolder:
         return self.inputs / HANDOVER
 
     @property
+    def waivers_copy(self) -> Path:
+        return self.inputs / WAIVERS
+
+    @property
     def inventory_path(self) -> Path:
         return self.path / INVENTORY
 
@@ -142,6 +154,24 @@ class RunFolder:
     @property
     def recertify_path(self) -> Path:
         return self.path / RECERTIFY
+
+    @property
+    def retest_dir(self) -> Path:
+        return self.path / RETEST
+
+    @property
+    def retest_record_path(self) -> Path:
+        return self.retest_dir / RETEST_RECORD
+
+    @property
+    def retest_source_path(self) -> Path:
+        return self.retest_dir / RETEST_SOURCE
+
+    def identity_path(self, node: str) -> Path:
+        try:
+            return inside(self.retest_dir / IDENTITY, f"{check_node_name(node)}.json")
+        except NameError_ as exc:
+            raise EvidenceError(str(exc), path=self.retest_dir) from None
 
     @property
     def verdict_path(self) -> Path:
@@ -204,9 +234,10 @@ class RunFolder:
         configure and certify, and recertify for a recertification."""
         if self.read_inventory().target == "static":
             return ("static",)
+        waivers = ("waivers",) if self.waivers_copy.exists() else ()
         if not self.measured:
-            return ("configure",)
-        return ("configure", "certify", *(("recertify",) if self.recertify_path.exists() else ()))
+            return ("configure", *waivers)
+        return ("configure", "certify", *(("recertify",) if self.recertify_path.exists() else ()), *waivers)
 
     @property
     def signed(self) -> bool:
@@ -276,6 +307,34 @@ class RunFolder:
         self.fleet_dir.mkdir(exist_ok=True)
         shutil.copy2(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
 
+    def read_retest(self) -> dict[str, Any] | None:
+        """What `gpucert certify --retest` recorded: the source run, each node measured and why, each carried."""
+        return _read_json(self.retest_record_path) if self.retest_record_path.exists() else None
+
+    def write_retest(self, record: dict[str, Any]) -> None:
+        self.retest_dir.mkdir(exist_ok=True)
+        write_json_atomic(self.retest_record_path, record)
+
+    def write_identity(self, ev: NodeEvidence) -> Path:
+        path = self.identity_path(ev.node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_document(path, ev)
+
+    def read_identity(self, node: str) -> NodeEvidence | None:
+        path = self.identity_path(node)
+        return read_evidence(path) if path.exists() else None
+
+    def identity_files(self) -> list[Path]:
+        folder = self.retest_dir / IDENTITY
+        return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+    def carry_evidence(self, node: str, source: Path) -> Path:
+        """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there)."""
+        path = self.evidence_path(node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, path)
+        return path
+
     def read_verdict(self) -> dict[str, Any]:
         return _read_json(self.verdict_path)
 
@@ -304,12 +363,14 @@ class RunFolder:
         }
         write_json_atomic(self.run_info_path, info)
 
-    def copy_inputs(self, spec: Path | None, baseline: Path) -> None:
-        """The spec and SKU baseline as the run used them: signed with it, so the judgement can be re-done."""
+    def copy_inputs(self, spec: Path | None, baseline: Path, waivers: Path | None = None) -> None:
+        """The spec, SKU baseline and waivers as the run used them: signed with it, so the judgement can be re-done."""
         if spec is not None:
             shutil.copy2(spec, self.spec_copy)
         if baseline.exists():
             shutil.copy2(baseline, self.baseline_copy)
+        if waivers is not None:
+            shutil.copy2(waivers, self.waivers_copy)
 
     def copy_handover(self, source: Path) -> None:
         shutil.copy2(source, self.handover_copy)

@@ -19,6 +19,7 @@ from gpucert.versions import VersionError, parse_version
 
 __all__ = [
     "API_VERSION",
+    "AcceptanceSpec",
     "CertifySpec",
     "ClusterSpec",
     "Component",
@@ -214,6 +215,36 @@ class CertifySpec(Document):
         return probes
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_seconds(text: str) -> int:
+    """`90s`, `30m`, `12h`, `30d`, `2w` in seconds (ValueError naming the form otherwise)."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS or not number.isdigit() or int(number) < 1:
+        raise ValueError(f"{text!r} is not a duration: write a whole number and a unit, e.g. 30d, 12h, 90m, 2w")
+    return int(number) * DURATION_UNITS[unit]
+
+
+class AcceptanceSpec(Document):
+    """Handover acceptance: the deviations the parties accepted, and how old carried-over evidence may be."""
+
+    waivers: str | None = None  # a `kind: Waivers` document, relative to this spec
+    # a re-test (`gpucert certify --retest RUN`) measures again any passing node whose evidence is older than this
+    max_evidence_age: str | None = Field(None, alias="maxEvidenceAge")
+
+    @field_validator("max_evidence_age")
+    @classmethod
+    def _is_duration(cls, v: str | None) -> str | None:
+        if v is not None:
+            duration_seconds(v)
+        return v
+
+    @property
+    def max_evidence_age_s(self) -> int | None:
+        return duration_seconds(self.max_evidence_age) if self.max_evidence_age is not None else None
+
+
 class ClusterSpec(Document):
     api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["ClusterSpec"]
@@ -222,6 +253,7 @@ class ClusterSpec(Document):
     expect: Expect
     stack: StackSpec = Field(default_factory=StackSpec)
     certify: CertifySpec
+    acceptance: AcceptanceSpec = Field(default_factory=AcceptanceSpec)
 
     _path: Path | None = PrivateAttr(None)
 

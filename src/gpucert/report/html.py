@@ -86,15 +86,24 @@ class HtmlSummary:
             rows.append(
                 f"<tr><td>{escape(node)}</td><td style='color:{colour};font-weight:bold'>{s['result'].upper()}</td>"
                 f"<td>{s['passed']}</td><td>{s['failed']}</td><td>{s['errors']}</td><td>{s['skipped']}</td>"
-                f"<td>{escape(', '.join(s['failing']))}</td>"
+                f"<td>{s.get('waived', 0)}</td><td>{escape(', '.join(s['failing']))}</td>"
+                f"<td>{escape(', '.join(s.get('waivedChecks', [])))}</td><td>{escape(self._origin(node))}</td>"
                 + "".join(f"<td>{escape(v)}</td>" for v in versions)
                 + "</tr>"
             )
         return (
             "<table id='gpucert-nodes' border='1' cellpadding='4' style='border-collapse:collapse'>"
             "<thead><tr><th>node</th><th>result</th><th>passed</th><th>failed</th><th>errors</th><th>skipped</th>"
-            f"<th>failing checks</th>{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+            "<th>waived</th><th>failing checks</th><th>waived checks</th><th>evidence</th>"
+            f"{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
         )
+
+    def _origin(self, node: str) -> str:
+        """Where the node's evidence comes from: measured in this run, or carried over by a re-test."""
+        if node.startswith("("):
+            return ""
+        carried = ((self.ctx.verdict or {}).get("nodes", {}).get(node) or {}).get("carriedFrom")
+        return f"carried from {carried['run']}" if carried else "measured"
 
     def _plots(self) -> str:
         ev = self.ctx.evaluation
@@ -102,9 +111,11 @@ class HtmlSummary:
             return ""
         flagged: dict[tuple[str, str, int | None], str] = {}
         for f in (o.finding for o in self.ctx.outcomes.values()):
-            if f.status in (CheckStatus.FAIL, CheckStatus.ERROR) and f.node is not None:
-                straggler = f.check.startswith("straggler.")
-                flagged[(f.check.removeprefix("straggler."), f.node, f.gpu)] = "straggler" if straggler else "fail"
+            if f.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED) and f.node is not None:
+                kind = "straggler" if f.check.startswith("straggler.") else "fail"
+                flagged[(f.check.removeprefix("straggler."), f.node, f.gpu)] = (
+                    "waived" if f.status is CheckStatus.WAIVED else kind
+                )
         nodes = sorted(ev.inventory.names, key=natural_key)
         out = []
         for metric, b in ev.baseline.metrics.items():
@@ -161,6 +172,14 @@ class HtmlSummary:
             f"{s['checks']} checks decided of {c['required']} required: {s['passed']} passed, {s['failed']} failed, "
             f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed"
         )
+        if s.get("waived"):
+            line += f", {s['waived']} waived (failed, and accepted by a waiver in force: see Expected failures)"
+        retest = verdict.get("retest")
+        if retest:
+            line += (
+                f". Re-test of {retest['source']}: {len(retest['measured'])} nodes measured now "
+                f"({', '.join(retest['measured'])}), {len(retest['carried'])} carried over with their signed evidence"
+            )
         if not c["complete"]:
             line += (
                 f". INCOMPLETE: {c['deselected']} required checks were not collected (-k, --deselect, --lf or a "

@@ -3,7 +3,11 @@
 `result` is `pass` only when every check the plan requires ran and none failed or errored; `incomplete` when a
 required check was deselected, never reached, or skipped for a cause that did not run; `fail` otherwise (a failed
 check outranks incompleteness). A skip is one root cause, one finding only when the check it names as its cause
-failed: a skip whose cause passed is reported as an error.
+failed: a skip whose cause passed (or was waived) is reported as an error.
+
+A failure a waiver in force covers is `waived`: listed among the findings with its waiver, counted in
+`summary.waived`, and no obstacle to `pass`; it is never an error, a skip or a check that did not run. A re-test's
+nodes say where their evidence comes from (`nodes[n].carriedFrom`, null for a node measured in this run).
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ def _summary(findings: list[Finding]) -> dict[str, int]:
         "failed": c[CheckStatus.FAIL],
         "errors": c[CheckStatus.ERROR],
         "skipped": c[CheckStatus.SKIP],
+        "waived": c[CheckStatus.WAIVED],
     }
 
 
@@ -93,8 +98,11 @@ def build_verdict(
     selected: set[CheckKey] | None,
     stopped: str | None = None,
     measured: Mapping[str, str | None] | None = None,
+    waivers: Mapping[str, Mapping[str, Any]] | None = None,
+    retest: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`."""
+    """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`;
+    `waivers` by id as the run's waivers file states them, `retest` the record of a re-test."""
     judged, cause_not_run, _ = _judge_skips(outcomes)
     ran = set(plan.required & judged.keys())
     missing = set(plan.required - judged.keys())
@@ -108,7 +116,14 @@ def build_verdict(
     counts = _summary(everything)
     result = _result(counts, complete)
     skip_causes = Counter(f.cause or "(none)" for k, f in judged.items() if f.status is CheckStatus.SKIP)
-    findings = sorted((f for f in everything if f.status in BAD), key=_sort_key)
+    findings = sorted((f for f in everything if f.status in (*BAD, CheckStatus.WAIVED)), key=_sort_key)
+    stated = waivers or {}
+
+    def finding_json(f: Finding) -> dict[str, Any]:
+        out = f.to_json()
+        if f.waiver is not None:
+            out["waiver"] = {"id": f.waiver, **stated.get(f.waiver, {})}
+        return out
 
     def group(where: str | None) -> dict[str, Any]:
         mine = [f for k, f in judged.items() if k.node == where]
@@ -118,11 +133,13 @@ def build_verdict(
             "result": _result(c, not open_),
             **c,
             "failing": sorted({f.check for f in mine if f.status in BAD}),
+            "waivedChecks": sorted({f.check for f in mine if f.status is CheckStatus.WAIVED}),
         }
 
     names = list(dict.fromkeys([*nodes, *sorted({k.node for k in judged if k.node is not None})]))
     when = measured or {}
-    return {
+    carried: Mapping[str, Any] = (retest or {}).get("carried", {})
+    out = {
         "schema": VERDICT_SCHEMA,
         "run": run,
         "spec": spec,
@@ -146,9 +163,17 @@ def build_verdict(
             "gpus": gpus,
             "checks": len(judged),
             **counts,
-            "waived": 0,
         },
-        "findings": [f.to_json() for f in findings],
+        "findings": [finding_json(f) for f in findings],
         "fleet": group(None),
-        "nodes": {n: {**group(n), "measured": when.get(n), "carriedFrom": None} for n in names},
+        "nodes": {n: {**group(n), "measured": when.get(n), "carriedFrom": carried.get(n)} for n in names},
     }
+    if retest is not None:
+        out["retest"] = {
+            "source": retest["source"]["run"],
+            "sourceCertificate": retest["source"].get("certificate"),
+            "measured": list(retest.get("measured", {})),
+            "carried": list(carried),
+            "why": dict(retest.get("measured", {})),
+        }
+    return out
