@@ -314,9 +314,12 @@ def cmd_verify(a: argparse.Namespace) -> int:
     v = attest.verify(Path(a.run_dir), keys)
     for sig in v.signatures:
         by = f"[green]valid[/], made with key {sig.verified_by}" if sig.verified_by else "not made by any --key given"
-        console.print(f"signature {sig.index + 1} (keyid {sig.keyid or '-'}): {by}")
+        console.print(f"signature {sig.index + 1} (keyid {sig.keyid or '-'}): {by}", soft_wrap=True)
     if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
         v.other = verify_carried(Path(a.run_dir), [attest.load_public_key(k) for k in keys])
+        carried = (RunFolder(Path(a.run_dir)).read_retest() or {}).get("carried", {})
+        if carried and not v.other:
+            console.print(f"carried evidence: {len(carried)} nodes, each file as its source run signed it")
         pred = v.statement.get("predicate", {})
         files = len(v.statement.get("subject", []))
         if v.statement.get("predicateType") == attest.PREDICATE_TYPE:
@@ -338,7 +341,7 @@ def cmd_verify(a: argparse.Namespace) -> int:
             )
     if v.ok:
         signers = ", ".join(dict.fromkeys(s.verified_by for s in v.signatures if s.verified_by))
-        console.print(f"[green]VALID[/]: signed by {signers}; every file matches its digest")
+        console.print(f"[green]VALID[/]: signed by {signers}; every file matches its digest", soft_wrap=True)
         return EXIT_PASS
     console.print("[red]INVALID[/]:")
     for problem in v.problems():
@@ -378,6 +381,7 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    from gpucert.acceptance.waivers import Waivers
     from gpucert.evidence import FabricEvidence
     from gpucert.evidence import NodeEvidence as Evidence
     from gpucert.handover import NodeBaseline
@@ -387,6 +391,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
         ("simulatedfleet", SimulatedFleet),
         ("gpubaseline", GpuBaseline),
         ("nodebaseline", NodeBaseline),
+        ("waivers", Waivers),
         ("evidence", Evidence),
         ("fabricevidence", FabricEvidence),
     ):

@@ -13,6 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
+from gpucert.errors import ConfigError
+
 __all__ = ["add_acceptance_commands"]
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
@@ -26,7 +28,10 @@ def cmd_punchlist(a: argparse.Namespace) -> int:
     rows = punch_list(folder)
     text = render(rows, a.format, run=folder.id)
     if a.out:
-        Path(a.out).write_text(text, encoding="utf-8")
+        try:
+            Path(a.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the punch list: {exc.strerror}", path=a.out, key="--out") from None
         console.print(f"wrote {a.out}: {len(rows)} failing node/GPU(s)")
     else:
         sys.stdout.write(text)

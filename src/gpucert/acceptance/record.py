@@ -213,7 +213,10 @@ def accept(
     now = datetime.now(UTC)
     id_ = f"{now:%Y-%m-%dT%H-%M-%SZ}-{specs[0]}"
     record = build_record(seen, expected=latest_spec.expect.nodes, spec=specs[0], now=now, id_=id_)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the acceptance folder here: {exc.strerror}", path=out, key="--out") from None
     folder = out / id_
     for n in range(2, 1000):
         try:

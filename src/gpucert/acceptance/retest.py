@@ -306,7 +306,9 @@ def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
         statement = env.statement()
     except EvidenceError as exc:
         return [f"carried: the source run's certificate cannot be read: {exc}"]
-    source = record.get("source", {})
+    source, carried = record.get("source"), record.get("carried")
+    if not isinstance(source, dict) or not isinstance(carried, dict):
+        return ["carried: retest/record.json is not a re-test record (no source or carried nodes)"]
     problems = []
     if not any(c.verified_by for c in env.check(keys)):
         problems.append(
@@ -316,11 +318,15 @@ def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
     if "sha256:" + _sha256(folder.retest_source_path) != source.get("certificate"):
         problems.append("carried: retest/source.intoto.json is not the certificate the re-test record names")
     passed = statement.get("predicate", {}).get("nodes", {})
-    for node, entry in sorted(record.get("carried", {}).items()):
+    for node, entry in sorted(carried.items()):
         name = f"evidence/{node}.json"
-        path = folder.path / name
+        try:
+            path = folder.evidence_path(node)
+        except EvidenceError as exc:
+            problems.append(f"carried: {exc}")
+            continue
         actual = _sha256(path) if path.is_file() and not path.is_symlink() else None
-        if actual is None or actual != signed.get(name) or actual != entry.get("sha256"):
+        if actual is None or actual != signed.get(name) or not isinstance(entry, dict) or actual != entry.get("sha256"):
             problems.append(
                 f"carried: {name} is not the evidence run {source.get('run')} signed for {node} (sha256 "
                 f"{(actual or 'missing')[:16]}..., signed {str(signed.get(name))[:16]}...): swapped or altered"

@@ -19,7 +19,7 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpucert.checks import PREREQUISITE_CHECKS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.documents import Document, Problem, load_document
@@ -103,6 +103,24 @@ class Waiver(Document):
     reason: Annotated[str, Field(min_length=1)]
     approved_by: Annotated[str, Field(min_length=1)] = Field(alias="approvedBy")
     expires: date
+
+    @field_validator("accept", mode="before")
+    @classmethod
+    def _one_form(cls, v: Any) -> Any:
+        """`as-is` or a limit, said plainly (a union's errors would name pydantic's union members)."""
+        if isinstance(v, dict):
+            try:
+                return Limit.model_validate(v)
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"])
+                msg = err["msg"].removeprefix("Value error, ")
+                if err["type"] == "extra_forbidden":
+                    msg = "unknown key; the keys here are min and max (or write `accept: as-is`)"
+                raise ValueError(f"{where + ': ' if where else ''}{msg}") from None
+        if v != "as-is":
+            raise ValueError(f"{v!r}: write `accept: as-is`, or the limit still to be met: {{min: X}} or {{max: X}}")
+        return v
 
     @field_validator("check")
     @classmethod
@@ -325,6 +343,11 @@ def decide_waiver(check: str, wid: str, ev: Evaluation) -> Finding:
         found = book.expired(wid)
     else:
         recert = ev.recertification
-        outside = f"outside this recertification of {recert['node']}" if recert is not None else None
+        suite = family_of(book.by_id[wid].check).suite
+        outside = None
+        if suite not in ev.plan.suites:
+            outside = f"about {suite} checks, which this run ({', '.join(ev.plan.suites)}) does not judge"
+        elif recert is not None:
+            outside = f"outside this recertification of {recert['node']}"
         found = book.unmatched(wid, candidates_of(wid, ev), outside)
     return dataclasses.replace(found, waiver=wid)

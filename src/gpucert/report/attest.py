@@ -332,8 +332,8 @@ class Verification:
 
     def problems(self) -> list[str]:
         out = [
-            f"the signature does not match the key {fp}: no signature in {self.envelope} was made with it (signed "
-            "by another key, altered, or the signature was removed); nothing it says can be trusted"
+            f"the signature does not match the key {fp}: {self.envelope} was signed by another key, altered, or "
+            "this key's signature was removed; nothing it says can be trusted"
             for fp in self.unsigned_keys
         ]
         out += [f"changed: {n}" for n in self.changed]
