@@ -69,7 +69,10 @@ def _prepare(
         task = progress.add_task("", total=None)
 
         def planned(inventory: Inventory, kind: str) -> None:
-            console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({kind})")
+            if mode is runner.Mode.RETEST:
+                console.print(f"re-test: [bold]{len(inventory.nodes)}[/] nodes to measure again ({kind})")
+            else:
+                console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({kind})")
             progress.update(task, total=len(inventory.nodes))
 
         def done(ev: NodeEvidence) -> None:
@@ -153,7 +156,8 @@ def _print_verdict(folder: RunFolder) -> int:
     if retest:
         console.print(
             f"re-test of {retest['source']}: measured now {len(retest['measured'])} "
-            f"({', '.join(retest['measured']) or 'none'}); carried over {len(retest['carried'])}"
+            f"({', '.join(sorted(retest['measured'], key=natural_key)) or 'none'}); "
+            f"carried over {len(retest['carried'])}"
         )
     if not c["complete"]:
         console.print(

@@ -304,3 +304,28 @@ def test_a_removed_signature_is_caught(flow: Flow, tmp_path: Path) -> None:
     assert f"the signature does not match the key {buyer}" in r.stdout.replace("\n", " ")
     assert "INVALID" in r.stdout
     assert "VALID" in ok(gpucert("verify", str(acceptance), "--key", flow.key("vendor"), cwd=tmp_path)).stdout
+
+
+def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from_where_it_was_measured(
+    flow: Flow, tmp_path: Path
+) -> None:
+    project = project_copy(tmp_path)
+    set_expiry(project, date.today() + timedelta(days=365))
+    fleet = project / "examples" / "handover" / "fleet-repaired.yaml"
+    doc = yaml.safe_load(fleet.read_text())
+    doc["faults"].append({"kind": "swapped-gpu", "node": "gpu-node-5", "gpu": 3})  # a board changed since
+    fleet.write_text(yaml.safe_dump(doc))
+    args = ("certify", AFTER, "-q", "--sign-key", flow.key("vendor", True), "--retest", str(flow.run2))
+    ok(gpucert(*args, cwd=project))
+    (run3,) = (project / "reports").iterdir()
+    v = flow.verdict(run3)
+    assert v["retest"]["measured"] == ["gpu-node-5"]
+    assert v["retest"]["why"]["gpu-node-5"].startswith("changed: gpu3 serial ")
+    assert len(v["retest"]["carried"]) == 15
+    twice = v["nodes"]["gpu-node-1"]["carriedFrom"]
+    assert (twice["run"], twice["measuredIn"]) == (flow.run2.name, flow.run1.name)
+    assert v["nodes"]["gpu-node-3"]["carriedFrom"]["measuredIn"] == flow.run2.name
+    assert v["result"] == "pass"
+    assert v["summary"]["waived"] == 1
+    r = ok(gpucert("verify", str(run3), "--key", flow.key("vendor"), cwd=project))
+    assert "carried evidence: 15 nodes, each file as its source run signed it" in r.stdout

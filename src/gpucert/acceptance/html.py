@@ -61,13 +61,19 @@ def _nodes_by_status(record: dict[str, Any]) -> str:
                 f"{w['check']}" + ("" if w["gpu"] is None else f" gpu{w['gpu']}") + f" ({w['waiver']})"
                 for w in v["waived"]
             )
+            if status == "repaired":
+                detail = "; ".join(
+                    f"{h['result']} in {h['run']}: {', '.join(h['failing']) or 'incomplete'}"
+                    for h in v["history"][:-1]
+                    if h["result"] != "pass"
+                )
             rows.append(
                 f"<tr><td>{escape(name)}</td><td>{escape(v['run'])}</td><td><code>{escape(_short(v['certificate']))}"
                 f"</code></td><td>{escape(_evidence(v))}</td><td>{escape(detail)}</td></tr>"
             )
         out.append(
             f"<table class='status-{status}'><tr><th>node</th><th>covered by run</th><th>certificate</th>"
-            "<th>evidence</th><th>waived or failing</th></tr>" + "".join(rows) + "</table>"
+            "<th>evidence</th><th>waived, failing, or repaired</th></tr>" + "".join(rows) + "</table>"
         )
     return "".join(out)
 

@@ -178,7 +178,8 @@ class HtmlSummary:
         if retest:
             line += (
                 f". Re-test of {retest['source']}: {len(retest['measured'])} nodes measured now "
-                f"({', '.join(retest['measured'])}), {len(retest['carried'])} carried over with their signed evidence"
+                f"({', '.join(sorted(retest['measured'], key=natural_key))}), "
+                f"{len(retest['carried'])} carried over with their signed evidence"
             )
         if not c["complete"]:
             line += (
