@@ -18,7 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpucert import __version__
+from gpucert._version import __version__
 from gpucert.baseline import GpuBaseline, check_baseline_for, load_baseline
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
