@@ -319,12 +319,12 @@ def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
         problems.append("carried: retest/source.intoto.json is not the certificate the re-test record names")
     passed = statement.get("predicate", {}).get("nodes", {})
     for node, entry in sorted(carried.items()):
-        name = f"evidence/{node}.json"
         try:
             path = folder.evidence_path(node)
         except EvidenceError as exc:
             problems.append(f"carried: {exc}")
             continue
+        name = path.relative_to(folder.path.resolve()).as_posix()  # as the statement names it
         actual = _sha256(path) if path.is_file() and not path.is_symlink() else None
         if actual is None or actual != signed.get(name) or not isinstance(entry, dict) or actual != entry.get("sha256"):
             problems.append(
