@@ -280,6 +280,14 @@ def cmd_sign(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+SCOPES = {
+    "measure": "certification: every node measured and judged (configure + certify)",
+    "recertify": "recertification of one node (configure + certify + recertify)",
+    "plan": "configure only: the cluster's configuration, NOTHING MEASURED (not a certification of the hardware)",
+    "static": "static gate: the spec's recipe alone, NO CLUSTER (not a certification)",
+}
+
+
 def cmd_verify(a: argparse.Namespace) -> int:
     v = attest.verify_run(Path(a.run_dir), Path(a.key))
     if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
@@ -293,6 +301,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
             f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
             f"result {str(pred.get('result', '?')).upper()}, {len(v.statement.get('subject', []))} files"
         )
+        mode = str((pred.get("scope") or {}).get("mode"))
+        console.print(f"scope: {SCOPES.get(mode, f'{mode}: unknown (signed by another gpucert?)')}", markup=False)
     if v.ok:
         console.print(f"[green]VALID[/]: signed by {v.fingerprint}; every file matches its digest")
         return EXIT_PASS
@@ -333,7 +343,10 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
 
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder for the schemas: {exc.strerror}", path=out, key="--out") from None
     from gpucert.evidence import FabricEvidence
     from gpucert.evidence import NodeEvidence as Evidence
     from gpucert.handover import NodeBaseline

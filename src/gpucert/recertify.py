@@ -154,7 +154,7 @@ def recertify(
         _check_handover(handover, handover_path, node, spec, baseline_digest)
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
-        with runner.new_run(opts.reports, spec, suffix=f"recertify-{node}") as folder:
+        with runner.new_run(opts.reports, spec, "recertify", suffix=f"recertify-{node}") as folder:
             inventory = runner.plan(target, spec, folder)
             if node not in inventory.names:  # a mistyped node name leaves no run behind
                 shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
