@@ -54,6 +54,8 @@ class FleetCollector(Collector):
     # ---- what is read --------------------------------------------------------------------------------------------
 
     def runs(self) -> list[RunRecord]:
+        if self.reports.exists() and not self.reports.is_dir():
+            raise ConfigError("is not a folder: --reports names the folder of run folders", path=self.reports)
         if self.spec is not None:
             return self.index.runs(self.spec.metadata.name)
         runs = self.index.runs()
