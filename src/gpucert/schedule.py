@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpucert.errors import ConfigError, GpucertError, IncompleteRunError, NodeBusyError
+from gpucert.errors import ClusterAccessError, ConfigError, GpucertError, NodeBusyError
 from gpucert.fleetstate import NodeStatus, RunIndex, node_statuses, parse_time
 from gpucert.recertify import LABEL_CERTIFIED, RecertifyOptions, node_control, recertify
 from gpucert.runfolder import RunFolder, write_json_atomic
@@ -339,13 +339,13 @@ def run_schedule(
             record.outcomes[node] = {"outcome": "skipped", "run": None, "message": str(exc)}
             save()
             continue
-        except (IncompleteRunError, OSError) as exc:
+        except ClusterAccessError:  # credentials or RBAC: no node of the round would fare better
+            save()
+            raise
+        except (GpucertError, OSError) as exc:  # this node's (its handover baseline, a run that could not finish)
             record.failures += 1
             record.outcomes[node] = {"outcome": "error", "run": None, "message": str(exc)}
             progress(f"{node}: could not complete: {exc}")
-        except GpucertError:
-            save()
-            raise
         else:
             folder = RunFolder(run_dir)
             result = folder.read_verdict()["result"]

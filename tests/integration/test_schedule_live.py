@@ -305,6 +305,32 @@ def test_the_circuit_breaker_stops_a_fleet_wide_failure(live: FakeKubelet, tmp_p
     assert ("gpu-node-3", "0") in failing  # the verdict is the verdict: the breaker only withholds the marks
 
 
+def test_a_gpu_pod_that_lands_after_the_choice_puts_the_node_back(live: FakeKubelet, tmp_path: Path) -> None:
+    cluster = live.cluster
+    for i, name in enumerate(NODES):
+        mark(cluster, name, **marked(10 + i))  # gpu-node-6 certified longest ago
+    landed: list[str] = []
+
+    def land(method: str, path: str) -> None:  # the scheduler placed a pod between the choice and the cordon
+        if method == "PATCH" and path == "/api/v1/nodes/gpu-node-6" and not landed:
+            landed.append(path)
+            cluster.put("pods", gpu_pod("late-0", "gpu-node-6"))
+
+    cluster.on_request = land
+    r, record = schedule(tmp_path, "--max-nodes", "1", "--wait-timeout", "1")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert record["chosen"] == ["gpu-node-6"]
+    outcome = record["outcomes"]["gpu-node-6"]
+    assert outcome["outcome"] == "error"
+    assert "1 GPU pod(s) still run on gpu-node-6 after 1 s: ml-team/late-0" in outcome["message"]
+    assert "uncordoned again, as it was before" in outcome["message"]
+    node = node_obj(cluster, "gpu-node-6")
+    assert node["spec"]["unschedulable"] is False  # back in service, for a later round
+    assert node["metadata"]["labels"]["gpucert.io/certified"] == "true"  # its earlier certification stands
+    assert cluster.get("pods", "ml-team", "late-0") is not None  # never evicted without drain
+    assert cluster.list("leases", NS) == []
+
+
 def test_the_exporter_lists_nodes_only_and_a_scrape_the_api_refuses_fails(live: FakeKubelet, tmp_path: Path) -> None:
     cluster = live.cluster
     spec = load_spec(tmp_path / "spec.yaml")

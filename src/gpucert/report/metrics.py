@@ -202,7 +202,8 @@ class FleetCollector(Collector):
         nodes = GaugeMetricFamily(
             "gpucert_schedule_nodes",
             "The nodes of the last scheduled recertification by outcome (passed, failed, withheld: failed but left "
-            "unmarked by the circuit breaker, error: could not complete, skipped: chosen but no longer eligible).",
+            "unmarked by the circuit breaker, error: could not complete, skipped: chosen but not taken, no longer "
+            "eligible or after the breaker opened).",
             labels=["outcome"],
         )
         for outcome in SCHEDULE_OUTCOMES:
