@@ -222,6 +222,10 @@ class SimulatedFleet(Document):
 def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
     names = set(fleet.nodes.names())
     problems: list[Problem] = []
+    try:
+        check_node_name(fleet.nodes.names()[-1])  # the longest name the prefix makes
+    except NameError_ as exc:
+        problems.append((("nodes", "namePrefix"), str(exc)))
     for i, fault in enumerate(fleet.faults):
         if fault.node not in names:
             problems.append(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpucert.acceptance.waivers import serial_of
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.errors import GpucertError
@@ -118,7 +119,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _runs_tests(config: pytest.Config) -> bool:
     """Whether this session will run tests (and so may plan and measure): not --co, --help, --fixtures, ..."""
     o = config.option
-    shows = ("help", "markers", "collectonly", "showfixtures", "show_fixtures_per_test", "setupplan", "setuponly")
+    shows = (
+        "help",
+        "markers",
+        "collectonly",
+        "showfixtures",
+        "show_fixtures_per_test",
+        "setupplan",
+        "setuponly",
+        "cacheshow",
+    )
     return not any(getattr(o, name, False) for name in shows)
 
 
@@ -144,10 +154,17 @@ def _prepare(config: pytest.Config) -> RunContext | None:
             folder = RunFolder(Path(run_dir_opt))
             if not folder.prepared:
                 raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
+            assert spec.path is not None
+            folder.judged_by(spec.path, spec.resolve(spec.certify.baseline, "certify.baseline"))
+            folder.check()
             return RunContext(spec, baseline, folder, readonly=not _runs_tests(config))
         if not _runs_tests(config):
             # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
-            return RunContext(spec, baseline, runner.recorded_run(Path(evidence)), readonly=True) if evidence else None
+            if not evidence:
+                return None
+            recorded = runner.recorded_run(Path(evidence))
+            recorded.check()
+            return RunContext(spec, baseline, recorded, readonly=True)
         mode = (
             runner.Mode.STATIC
             if config.getoption("static")
@@ -176,6 +193,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or ctx.readonly:
         return
     config.pluginmanager.register(Controller(ctx), "gpucert-controller")
+    config.pluginmanager.register(VerdictWriter(ctx), "gpucert-verdict")
     opt = config.option
     if getattr(opt, "htmlpath", "missing") is None:
         opt.htmlpath = str(ctx.folder.report_path)
@@ -323,7 +341,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.outcome = "failed"
         report.longrepr = f"[{finding.check}] {finding.message}"
     if finding.status is CheckStatus.FAIL and ctx.evaluation.waiver_book is not None:
-        finding = ctx.evaluation.waiver_book.waive(finding, ctx.evaluation.serial_of)
+        finding = ctx.evaluation.waiver_book.waive(finding, serial_of(ctx.evaluation))
         if finding.status is CheckStatus.WAIVED:
             # pytest's own word for a failure that was expected and accepted: xfail (JUnit <skipped
             # type="pytest.xfail">, pytest-html "Expected failures", the terminal's x), with the waiver as reason
@@ -402,10 +420,9 @@ class Controller:
                 "node": recert["node"],
                 "handover": recert["handover"],
                 "fleetPeers": len(recert.get("fleetPeers") or {}),
-                "summary": ev.recertify_summary(),
+                "summary": details.recertify_summary(ev),
             }
-        ctx.verdict = verdict
-        ctx.folder.write_verdict(verdict)
+        ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
         finished = time.time()
         ctx.folder.write_run_info(
             spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished
@@ -474,6 +491,20 @@ class Controller:
         for item in c["notRequired"]:
             tr.write_line(f"  not required: {item['check']}: {item['why']}")
         tr.write_line(f"  verdict: {self.ctx.folder.verdict_path}")
+
+
+class VerdictWriter:
+    """Writes verdict.json after every report of the run (report.html, junit.xml, Allure, run.json) is on disk: the
+    verdict is the run's last word, so an interrupt before it leaves no verdict to sign, never a verdict that says
+    more than the reports beside it."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.ctx.verdict is not None:
+            self.ctx.folder.write_verdict(self.ctx.verdict)
 
 
 def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:

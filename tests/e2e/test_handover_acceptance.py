@@ -329,3 +329,11 @@ def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from
     assert v["summary"]["waived"] == 1
     r = ok(gpucert("verify", str(run3), "--key", flow.key("vendor"), cwd=project))
     assert "carried evidence: 15 nodes, each file as its source run signed it" in r.stdout
+
+
+def test_a_run_that_measured_nothing_cannot_cover_a_node(flow: Flow, tmp_path: Path) -> None:
+    ok(gpucert("configure", str(flow.work / SPEC), "-q", "--reports", "reports", cwd=tmp_path))
+    (plan_only,) = (tmp_path / "reports").iterdir()
+    ok(gpucert("sign", str(plan_only), "--key", flow.key("vendor", True), cwd=tmp_path))
+    r = ok(gpucert("accept", str(plan_only), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
+    assert "a plan run measured no GPU" in r.stderr

@@ -1,7 +1,9 @@
-"""The handover commands of `gpucert`: `punchlist`, `accept`, `countersign` (cli.py registers them).
+"""The handover and signature commands of `gpucert`: `punchlist`, `accept`, `countersign` and `verify` (every
+signature of an envelope with its key; a re-test's carried evidence against its source). cli.py registers them.
 
-Exit codes as everywhere: 0 (the punch list is empty, the cluster is accepted, the signature added), 1 (failing
-nodes on the punch list, the acceptance failed), 2 (usage, or a run that does not verify).
+Exit codes as everywhere: 0 (the punch list is empty, the cluster is accepted, the signature added, the folder
+verifies), 1 (failing nodes on the punch list, the acceptance failed, the folder does not verify), 2 (usage, or a
+run that does not verify given to `accept`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 from rich.console import Console
 
 from gpucert.errors import ConfigError
+from gpucert.report import attest
+from gpucert.runfolder import RunFolder
 
 __all__ = ["add_acceptance_commands"]
 
@@ -22,7 +26,6 @@ console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 def cmd_punchlist(a: argparse.Namespace) -> int:
     from gpucert.acceptance.punchlist import punch_list, render
-    from gpucert.runfolder import RunFolder
 
     folder = RunFolder(Path(a.run_dir))
     rows = punch_list(folder)
@@ -40,7 +43,6 @@ def cmd_punchlist(a: argparse.Namespace) -> int:
 
 def cmd_accept(a: argparse.Namespace) -> int:
     from gpucert.acceptance.record import STATUSES, accept
-    from gpucert.report import attest
 
     sign_key = Path(a.sign_key)
     keys = [attest.load_private_key(sign_key).public_key(), *(attest.load_public_key(Path(k)) for k in a.key or [])]
@@ -59,17 +61,79 @@ def cmd_accept(a: argparse.Namespace) -> int:
 
 
 def cmd_countersign(a: argparse.Namespace) -> int:
-    from gpucert.report import attest
-
     path, fp = attest.countersign(Path(a.dir), Path(a.key))
     count = len(attest.read_envelope(path).signatures)
     console.print(f"countersigned {a.dir} with {fp}: {path} now holds {count} signatures")
     return 0
 
 
+SCOPES = {
+    "measure": "certification: every node measured and judged (configure + certify)",
+    "recertify": "recertification of one node (configure + certify + recertify)",
+    "retest": "re-test: a certification that measured the nodes that had not passed and carried the others' signed "
+    "evidence over (configure + certify)",
+    "plan": "configure only: the cluster's configuration, NOTHING MEASURED (not a certification of the hardware)",
+    "static": "static gate: the spec's recipe alone, NO CLUSTER (not a certification)",
+}
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from gpucert.acceptance.retest import verify_carried
+
+    keys = [Path(k) for k in a.key]
+    v = attest.verify(Path(a.run_dir), keys)
+    for sig in v.signatures:
+        by = f"[green]valid[/], made with key {sig.verified_by}" if sig.verified_by else "not made by any --key given"
+        console.print(f"signature {sig.index + 1} (keyid {sig.keyid or '-'}): {by}", soft_wrap=True)
+    if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
+        v.other = verify_carried(Path(a.run_dir), [attest.load_public_key(k) for k in keys])
+        carried = (RunFolder(Path(a.run_dir)).read_retest() or {}).get("carried", {})
+        if carried and not v.other:
+            console.print(f"carried evidence: {len(carried)} nodes, each file as its source run signed it")
+        pred = v.statement.get("predicate", {})
+        files = len(v.statement.get("subject", []))
+        if v.statement.get("predicateType") == attest.PREDICATE_TYPE:
+            target = pred.get("target", "?")
+            if target == "simulated":
+                console.print(
+                    "[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware"
+                )
+            else:
+                console.print(f"target: {target}")
+            console.print(
+                f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
+                f"result {str(pred.get('result', '?')).upper()}, {files} files"
+            )
+            mode = str((pred.get("scope") or {}).get("mode"))
+            console.print(f"scope: {SCOPES.get(mode, f'{mode}: unknown (signed by another gpucert?)')}", markup=False)
+        else:
+            console.print(
+                f"acceptance {pred.get('id')} of spec {pred.get('spec')}: result {str(pred.get('result')).upper()}, "
+                f"{len(pred.get('runs', {}))} runs, {files} files"
+            )
+    if v.ok:
+        signers = ", ".join(dict.fromkeys(s.verified_by for s in v.signatures if s.verified_by))
+        console.print(f"[green]VALID[/]: signed by {signers}; every file matches its digest", soft_wrap=True)
+        return 0
+    console.print("[red]INVALID[/]:")
+    for problem in v.problems():
+        console.print(f"  {problem}", markup=False, soft_wrap=True)
+    return 1
+
+
 def add_acceptance_commands(sub: Any) -> None:
     """Add the handover commands to the `gpucert` parser's subcommands."""
     from gpucert.acceptance.punchlist import FORMATS
+
+    v = sub.add_parser("verify", help="check a signed folder's signatures (each with its key) and every file's digest")
+    v.add_argument("run_dir", metavar="DIR")
+    v.add_argument(
+        "--key",
+        required=True,
+        action="append",
+        help="a signer's public key; give it once per signature to require (vendor, then buyer)",
+    )
+    v.set_defaults(func=cmd_verify)
 
     pl = sub.add_parser("punchlist", help="one row per failing node and GPU, with what a repair ticket needs")
     pl.add_argument("run_dir")

@@ -35,6 +35,7 @@ PREDICATE_TYPE = "https://gpucert.io/acceptance/v1"
 RECORD = "acceptance.json"
 REPORT = "report.html"
 STATUSES = ("passed", "repaired", "waived", "failed")
+MEASURED_MODES = ("measure", "retest", "recertify")  # the run modes (runfolder.MODES) that measured the hardware
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,15 @@ def open_run(path: Path, keys: list[Ed25519PublicKey]) -> SeenRun:
     if not signers:
         fps = ", ".join(attest.fingerprint(k) for k in keys)
         raise EvidenceError(f"signed by none of the keys given ({fps}): accept only runs you can verify", path=path)
-    if env.statement().get("predicateType") != attest.PREDICATE_TYPE:
+    statement = env.statement()
+    if statement.get("predicateType") != attest.PREDICATE_TYPE:
         raise EvidenceError("not a run's certificate (its predicate is not a certification)", path=path)
+    mode = (statement.get("predicate", {}).get("scope") or {}).get("mode")
+    if mode not in MEASURED_MODES:
+        raise EvidenceError(
+            f"a {mode} run measured no GPU: only a certification, a re-test or a recertification covers a node",
+            path=path,
+        )
     changed, missing, added, odd = attest.compare_files(folder.path, env)
     problems = [f"changed: {n}" for n in changed] + [f"missing: {n}" for n in missing]
     problems += [f"added: {n}" for n in added] + [f"not a plain file: {n}" for n in odd]

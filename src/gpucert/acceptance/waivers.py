@@ -42,6 +42,7 @@ __all__ = [
     "decide_waiver",
     "load_waivers",
     "run_time",
+    "serial_of",
     "waiver_id",
 ]
 
@@ -288,6 +289,17 @@ class WaiverBook:
         )
 
 
+def serial_of(ev: Evaluation) -> SerialOf:
+    """The board serial of a GPU slot as the run measured it (None when not measured or not reported)."""
+
+    def of(node: str, gpu: int) -> str | None:
+        e = ev.usable(node)
+        g = e.gpu(gpu) if e is not None and e.collected else None
+        return g.serial if g is not None else None
+
+    return of
+
+
 def candidates_of(wid: str, ev: Evaluation) -> list[tuple[CheckKey, Finding]]:
     """The checks of the run a waiver's check and selector name, each with its decision. A straggler finding is
     the decision of its metric's check (one test: below the baseline, else behind the peers)."""
@@ -301,7 +313,7 @@ def candidates_of(wid: str, ev: Evaluation) -> list[tuple[CheckKey, Finding]]:
         if key.check not in (w.check, metric) or key.node is None:
             continue
         if s.serial is not None:
-            if key.gpu is None or ev.serial_of(key.node, key.gpu) != s.serial:
+            if key.gpu is None or serial_of(ev)(key.node, key.gpu) != s.serial:
                 continue
         elif key.node != s.node or (s.gpu is not None and key.gpu != s.gpu):
             continue
@@ -330,6 +342,8 @@ def run_time(ev: Evaluation) -> datetime:
 
 
 def book_for(ev: Evaluation) -> WaiverBook | None:
+    """`Evaluation.waiver_book`: the run's waivers (inputs/waivers.yaml) judged at the run's time; None for a run
+    prepared without waivers."""
     path = ev.folder.waivers_copy
     return WaiverBook(load_waivers(path), run_time(ev)) if path.exists() else None
 

@@ -13,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.report.verdict import verdict_problems
 from gpucert.runfolder import ENVELOPE, RunFolder
 
 __all__ = [
@@ -169,8 +171,37 @@ def subjects(run_dir: Path) -> dict[str, str]:
     return {name: _sha256(p) for name, p in files.items()}
 
 
-def _predicate(folder: RunFolder) -> dict[str, Any]:
+def _ready_to_sign(folder: RunFolder) -> dict[str, Any]:
+    """The run's verdict, when the folder is a completed run whose reports say what its verdict says (EvidenceError
+    naming what is wrong otherwise): a hand-edited verdict.json, or a run cut short before its reports were all
+    written, is not signed."""
+    if not folder.verdict_path.exists():
+        raise EvidenceError("no verdict.json: only a completed run can be signed", path=folder.path)
     verdict = folder.read_verdict()
+    problems = verdict_problems(verdict)
+    if problems:
+        raise EvidenceError(f"not a verdict gpucert wrote: {'; '.join(problems)}", path=folder.verdict_path)
+    folder.check()
+    missing = [p.name for p in (folder.report_path, folder.junit_path, folder.allure_dir) if not p.exists()]
+    if missing or not folder.read_run_info().get("finished"):
+        raise EvidenceError(
+            f"the run did not finish writing its reports ({', '.join(missing) or 'run.json'} missing): a run cut "
+            "short is not signed; evaluate it again",
+            path=folder.path,
+        )
+    said = re.search(r'name="gpucert_result" value="([a-z]+)"', folder.junit_path.read_text(encoding="utf-8"))
+    html = folder.report_path.read_text(encoding="utf-8")
+    headline = f"Certification {str(verdict['result']).upper()}"
+    if said is None or said.group(1) != verdict["result"] or headline not in html:
+        raise EvidenceError(
+            f"verdict.json says {verdict['result']}, but junit.xml ({said.group(1) if said else 'no result'}) or "
+            "report.html say otherwise: the folder was edited after its run",
+            path=folder.verdict_path,
+        )
+    return verdict
+
+
+def _predicate(folder: RunFolder, verdict: dict[str, Any]) -> dict[str, Any]:
     run_info = folder.read_run_info()
     baselines = {p.name: _sha256(p) for p in (folder.baseline_copy, folder.handover_copy) if p.is_file()}
     spec_file = folder.spec_copy
@@ -184,6 +215,8 @@ def _predicate(folder: RunFolder) -> dict[str, Any]:
         "spec": {"name": verdict["spec"], "sha256": _sha256(spec_file) if spec_file.exists() else None},
         "baselines": baselines,
         "target": verdict["target"],
+        # what kind of run this is: only `measure` (and `recertify`) measured the hardware
+        "scope": {"mode": folder.mode, "suites": list(folder.suites), "reevaluates": run_info.get("reevaluates")},
         "gpucert": {"version": run_info.get("gpucert_version", __version__), "commit": run_info.get("git_commit")},
         "run": {"id": verdict["run"], "started": run_info.get("started"), "finished": run_info.get("finished")},
         "result": verdict["result"],
@@ -206,11 +239,11 @@ def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
     """Write `certificate.intoto.json` into the run folder; returns its path and the signer's fingerprint."""
     run_dir = run_dir.resolve()
     folder = RunFolder(run_dir)
-    if not folder.verdict_path.exists():
-        raise EvidenceError("no verdict.json: only a completed run can be signed", path=run_dir)
     if key_path.resolve().is_relative_to(run_dir):
         raise ConfigError("the private key must not live inside the run folder it signs", path=key_path)
-    return sign_folder(run_dir, key_path, PREDICATE_TYPE, _predicate(folder))
+    load_private_key(key_path)  # a bad key is said before the folder is judged
+    verdict = _ready_to_sign(folder)
+    return sign_folder(run_dir, key_path, PREDICATE_TYPE, _predicate(folder, verdict))
 
 
 def sign_folder(folder: Path, key_path: Path, predicate_type: str, predicate: dict[str, Any]) -> tuple[Path, str]:
@@ -324,11 +357,13 @@ class Verification:
     odd: list[str] = field(default_factory=list)
     signatures: list[SignatureCheck] = field(default_factory=list)
     unsigned_keys: list[str] = field(default_factory=list)  # given keys no signature was made with
+    inconsistent: list[str] = field(default_factory=list)
     other: list[str] = field(default_factory=list)  # further problems (carried evidence of a re-test)
 
     @property
     def ok(self) -> bool:
-        return self.signature_ok and not (self.changed or self.missing or self.added or self.odd or self.other)
+        bad = self.changed or self.missing or self.added or self.odd or self.inconsistent or self.other
+        return self.signature_ok and not bad
 
     def problems(self) -> list[str]:
         out = [
@@ -340,6 +375,7 @@ class Verification:
         out += [f"missing: {n}" for n in self.missing]
         out += [f"added: {n}" for n in self.added]
         out += [f"not a plain file: {n}" for n in self.odd]
+        out += [f"the signed verdict.json is not one gpucert writes: {why}" for why in self.inconsistent]
         out += self.other
         return out
 
@@ -370,6 +406,15 @@ def verify(folder: Path, pub_paths: list[Path]) -> Verification:
         return result  # an unverified payload is not read: its subjects and result may be anyone's
     result.statement = env.statement()
     result.changed, result.missing, result.added, result.odd = compare_files(folder, env)
+    if result.statement.get("predicateType") == PREDICATE_TYPE:  # a run's certificate: its verdict must be whole
+        run = RunFolder(folder)
+        if run.verdict_path.is_file() and "verdict.json" in env.signed_digests():
+            try:
+                result.inconsistent = verdict_problems(run.read_verdict())
+            except EvidenceError as exc:
+                result.inconsistent = [str(exc)]
+        else:
+            result.inconsistent = ["there is no verdict.json"]
     return result
 
 
