@@ -140,12 +140,16 @@ class Family(StrEnum):
     PERFORMANCE = "performance"
     STRAGGLER = "straggler"
     HANDOVER = "handover"
+    POOL = "pool"  # pool.membership: every node in exactly one of the spec's pools
+    BASELINE = "baseline"  # baseline.change: the static gate's review of an edited SKU baseline
 
     @property
     def suite(self) -> str:
         """The suite whose tests decide this family's checks (`static` holds fleet-level stack checks too)."""
-        if self in (Family.STACK, Family.INVENTORY, Family.NODE):
+        if self in (Family.STACK, Family.INVENTORY, Family.NODE, Family.POOL):
             return "configure"
+        if self is Family.BASELINE:
+            return "static"
         return "recertify" if self is Family.HANDOVER else "certify"
 
     @property
@@ -159,6 +163,8 @@ class Family(StrEnum):
             Family.DCGM: "DCGM",
             Family.STRAGGLER: "Stragglers",
             Family.HANDOVER: "Handover",
+            Family.POOL: "Stack",
+            Family.BASELINE: "Baselines",
         }.get(self, "Performance")
 
     @property

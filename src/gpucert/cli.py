@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -38,7 +39,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
-def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
+def _load(spec_path: str) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
     return runner.load_inputs(Path(spec_path))
 
 
@@ -102,13 +103,23 @@ def _print_verdict(folder: RunFolder) -> int:
     if not folder.verdict_path.exists():
         raise IncompleteRunError(f"the evaluation wrote no verdict.json in {folder.path}; see the output above")
     verdict = folder.read_verdict()
+    pools = verdict.get("pools") or {}
+    several = len(pools) > 1
     table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
-    for col in ("node", "result", "passed", "failed", "errors", "skipped", "failing checks"):
+    for col in ("node", *(("pool",) if several else ()), "result", "passed", "failed", "errors", "skipped"):
         table.add_column(col)
+    table.add_column("failing checks")
+    order = {p: i for i, p in enumerate(pools)}
+
+    def by_pool(kv: tuple[str, dict[str, Any]]) -> tuple[int, list[int | str]]:
+        return order.get(kv[1].get("pool") or "", len(order)), natural_key(kv[0])
+
     rows = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
-    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0]))]:
+    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=by_pool)]:
+        pool = [(s.get("pool") or ("-" if node == "(fleet)" else "(none)"))] if several else []
         table.add_row(
             node,
+            *pool,
             f"[{STYLES.get(s['result'], 'red')}]{s['result'].upper()}[/]",
             str(s["passed"]),
             str(s["failed"]),
@@ -119,6 +130,20 @@ def _print_verdict(folder: RunFolder) -> int:
     if "recertify" in verdict:
         console.print(f"[bold]{verdict['recertify']['summary']}[/]")
     console.print(table)
+    if several:
+        summary = Table(title="pools")
+        for col in ("pool", "product", "GPUs/node", "nodes", "baseline", "result"):
+            summary.add_column(col)
+        for name, p in pools.items():
+            summary.add_row(
+                name,
+                str(p.get("product")),
+                str(p.get("gpusPerNode")),
+                f"{p.get('found')} of {p.get('nodes')}",
+                str(p.get("baseline")),
+                f"[{STYLES.get(p['result'], 'red')}]{p['result'].upper()}[/]",
+            )
+        console.print(summary)
     if verdict["findings"]:
         findings = Table(title="findings", show_lines=False)
         for col in ("check", "where", "message"):

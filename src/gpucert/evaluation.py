@@ -8,6 +8,7 @@ finding); one that cannot run for no failing cause is an error. Reads the run fo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -32,8 +33,9 @@ from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvide
 from gpucert.handover import NodeBaseline, load_node_baseline
 from gpucert.inventory import Inventory
 from gpucert.plan import Plan, dcgm_tests, plan_checks
+from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec, Probe
+from gpucert.spec import ClusterSpec, Pool, Probe
 from gpucert.stack import recipe, rules
 from gpucert.stack.observe import NodeStack, StackObservation
 
@@ -70,13 +72,18 @@ def _skip(check: str, node: str | None, gpu: int | None, message: str, cause: st
 class Evaluation:
     """The run folder's inventory, stack observation and evidence, with the decision of every check."""
 
-    def __init__(self, run_dir: Path | RunFolder, spec: ClusterSpec, baseline: GpuBaseline) -> None:
+    def __init__(
+        self, run_dir: Path | RunFolder, spec: ClusterSpec, baselines: GpuBaseline | Mapping[str, GpuBaseline]
+    ) -> None:
         self.folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
         self.spec = spec
-        self.baseline = baseline
+        # each pool's SKU baseline (one baseline given: every pool's)
+        self.baselines = (
+            {p.name: baselines for p in spec.pools} if isinstance(baselines, GpuBaseline) else dict(baselines)
+        )
         self._evidence: dict[str, NodeEvidence | None] = {}
         self._problems: dict[str, str] = {}
-        self._stragglers: dict[str, StragglerIndex] = {}
+        self._stragglers: dict[tuple[str, str], StragglerIndex] = {}
 
     @property
     def run_dir(self) -> Path:
@@ -147,14 +154,38 @@ class Evaluation:
         return ev if ev is not None and ev.collected else None
 
     @cached_property
+    def pools(self) -> PoolMap:
+        """Which pool each node is in, from the labels the cluster reported (stack.json)."""
+        labels = {n: ns.labels for n, ns in self.stack.nodes.items()}
+        return PoolMap(self.spec, labels, self.inventory.names)
+
+    def pool_of(self, node: str) -> Pool | None:
+        return self.pools.pool_of(node)
+
+    def baseline_of(self, node: str) -> GpuBaseline:
+        """The SKU baseline of the node's pool (the plan asks nothing else of a node outside exactly one pool)."""
+        pool = self.pools.name_of(node)
+        if pool is None:
+            raise ValueError(f"{node} is not in exactly one pool: it has no baseline (see pool.membership)")
+        return self.baselines[pool]
+
+    def _outside_pools(self, check: str, node: str, gpu: int | None = None) -> Finding | None:
+        """A node in no pool or several has no expectations: its checks follow from pool.membership."""
+        if self.pools.name_of(node) is not None:
+            return None
+        message = f"{node} is not in exactly one pool, so nothing is expected of it (see pool.membership)"
+        return _skip(check, node, gpu, message, _because("pool.membership", node))
+
+    @cached_property
     def plan(self) -> Plan:
         """Every check this run must decide: the suites follow from the run folder (static, configure only,
-        measured, recertification), the keys from the spec and the inventory."""
+        measured, recertification), the keys from the spec, the inventory and the pools of its nodes."""
         return plan_checks(
             self.spec,
             self.inventory.names,
             self.folder.suites,
             components=self.components(),
+            pools=self.pools,
             handover=self.handover is not None,
             recertification=self.recertification is not None,
         )
@@ -210,6 +241,11 @@ class Evaluation:
             return recipe.decide(key.check, self.spec)
         if key.check == "inventory.nodes":
             return self.node_count()
+        if key.check == "pool.membership" and node is not None:
+            return self.pools.judge(node)
+        outside = self._outside_pools(key.check, node, gpu) if node is not None else None
+        if outside is not None:
+            return outside
         if key.check == "node.reachable" and node is not None:
             return self.reachable(node)
         if family in (Family.STACK, Family.INVENTORY) and node is not None:
@@ -254,7 +290,8 @@ class Evaluation:
             )
         if self.recertification is not None:
             return Finding("inventory.nodes", PASS, None, None, f"recertification of {self.recertification['node']}")
-        return rules.node_count(self.inventory.names, self.spec)
+        found = {p.name: self.pools.members(p.name) for p in self.spec.pools}
+        return rules.node_count(found, self.spec, self.pools.stray)
 
     def reachable(self, node: str) -> Finding:
         error = None
@@ -273,33 +310,37 @@ class Evaluation:
         ns = self._node_stack(check, node)
         if isinstance(ns, Finding):
             return ns
+        pool = self.pool_of(node)
+        assert pool is not None  # decide() answered for a node outside exactly one pool
+        stack = self.spec.stack_for(pool.name)
         match check:
             case "stack.version":
                 assert component is not None
-                return rules.version(ns, self.spec, component)
-            case "stack.skew":
-                return rules.skew(ns, self.stack.nodes)
+                return rules.version(ns, stack, component)
+            case "stack.skew":  # against the node's pool: another pool may run another OS or kernel
+                peers = {n: self.stack.nodes[n] for n in self.pools.members(pool.name) if n in self.stack.nodes}
+                return rules.skew(ns, peers)
             case "stack.compat":
-                found = rules.compat(ns, self.spec)
+                found = rules.compat(ns, stack)
                 if found.status is SKIP and "driver" in self.components():
                     return dataclasses.replace(found, cause=_because("stack.version", node, None, "driver"))
                 return found
             case "stack.ordering":
-                return rules.ordering(ns, self.spec)
+                return rules.ordering(ns, stack)
             case "stack.kubernetes":
-                return rules.kubernetes_version(ns, self.spec)
+                return rules.kubernetes_version(ns, stack)
             case "stack.runtime":
-                return rules.runtime(ns, self.spec)
+                return rules.runtime(ns, stack)
             case "inventory.gpus":
                 ev = self._measured_node(node)
-                found = rules.gpu_count(ns, self.spec, len(ev.gpus) if ev is not None else None)
+                found = rules.gpu_count(ns, pool.expect, len(ev.gpus) if ev is not None else None)
                 twice = self._duplicate_gpus.get(node)
                 if twice:
                     message = f"{node}: the same GPU is reported more than once: {'; '.join(twice)}"
                     return dataclasses.replace(found, status=FAIL, message=message)
                 return found
             case "inventory.product":
-                return rules.gpu_product(ns, self.spec)
+                return rules.gpu_product(ns, pool.expect)
         raise ValueError(f"unknown configure check {check!r}")
 
     # ---- certify: find the evidence, or say why it is missing -------------------------------------------------
@@ -317,7 +358,7 @@ class Evaluation:
             return ev
         err = ev.error_for(probe.value)
         if err is not None and err.unavailable:
-            if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.spec.expect.gpus_per_node:
+            if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.pools.gpus_per_node(node):
                 message = f"{node} shows {len(ev.gpus)} GPU: nothing to measure between GPUs (see inventory.gpus)"
                 return _skip(check, node, None, message, _because("inventory.gpus", node))
             message = f"{node}: the {probe.value} probe could not run there: {err.message}"
@@ -346,7 +387,7 @@ class Evaluation:
             return g
         if g.health is None:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the health probe recorded nothing")
-        return judge_health(check, g.health, self.baseline, gpu.node, gpu.index)
+        return judge_health(check, g.health, self.baseline_of(gpu.node), gpu.node, gpu.index)
 
     def dcgm(self, test: str, gpu: GpuSlot) -> Finding:
         check = f"dcgm.{test}"
@@ -363,7 +404,7 @@ class Evaluation:
         ev = self.usable(node)
         if ev is None or not ev.collected:
             return None
-        b = self.baseline.metrics.get(metric)
+        b = self.baseline_of(node).metrics.get(metric)
         if sample_problem(samples_of(ev, metric, gpu), b.expected if b else None) is not None:
             return None
         return figure_of(ev, metric, gpu)
@@ -379,19 +420,25 @@ class Evaluation:
         samples = samples_of(node_ev, metric, gpu)
         if not samples:
             return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
-        problem = sample_problem(samples, self.baseline.metrics[metric].expected)
+        problem = sample_problem(samples, self.baseline_of(node).metrics[metric].expected)
         if problem is not None:
             return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {problem}")
         sampled = figure_of(node_ev, metric, gpu)
         assert sampled is not None
         return sampled
 
-    def _straggler_index(self, metric: str) -> StragglerIndex:
-        if metric not in self._stragglers:
+    def peers(self, pool: str) -> list[NodeEvidence | None]:
+        """The evidence a node is compared with: its pool's nodes (and, on recertification, the fleet's latest
+        evidence of that pool), never another pool's. The one place that says who the peers are."""
+        measured = [self._measured_node(node) for node in self.pools.members(pool)]
+        return [*measured, *self.fleet_peers]
+
+    def _straggler_index(self, metric: str, pool: str) -> StragglerIndex:
+        if (metric, pool) not in self._stragglers:
             values: dict[tuple[str, int | None], Sampled] = {}
-            expected = self.baseline.metrics[metric].expected
-            measured = [self._measured_node(node) for node in self.inventory.names]
-            for ev in [*measured, *self.fleet_peers]:
+            baseline = self.baselines[pool]
+            expected = baseline.metrics[metric].expected
+            for ev in self.peers(pool):
                 if ev is None or not ev.collected:
                     continue
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
@@ -400,25 +447,28 @@ class Evaluation:
                     # a figure that cannot be believed is no peer: it would move the median the others are held to
                     if s is not None and sample_problem(samples_of(ev, metric, idx), expected) is None:
                         values[(ev.node, idx)] = s
-            self._stragglers[metric] = StragglerIndex(
+            self._stragglers[(metric, pool)] = StragglerIndex(
                 metric,
                 values,
-                max_deviation=self.spec.certify.stragglers.max_deviation,
-                higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
+                max_deviation=self.spec.stragglers_for(pool).max_deviation,
+                higher_is_better=baseline.metrics[metric].comparison.value == "min",
             )
-        return self._stragglers[metric]
+        return self._stragglers[(metric, pool)]
 
     def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
-        if metric not in self.baseline.metrics:
-            return Finding(metric, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        """Against the baseline first; inside it, against the GPU's peers on the node and in its pool."""
+        baseline = self.baseline_of(node)
+        if metric not in baseline.metrics:
+            return Finding(metric, ERROR, node, gpu, f"the baseline {baseline.sku} has no figure for {metric}")
         sampled = self._figure(metric, node, gpu)
         if isinstance(sampled, Finding):
             return sampled
-        base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
+        base = against_baseline(metric, (node, gpu), sampled, baseline.metrics[metric])
         if base.status is not PASS:
             return base
-        straggler = self._straggler_index(metric).judge((node, gpu))
+        pool = self.pools.name_of(node)
+        assert pool is not None
+        straggler = self._straggler_index(metric, pool).judge((node, gpu))
         return straggler if straggler.status is not PASS else base
 
     # ---- across nodes ----------------------------------------------------------------------------------------
@@ -438,8 +488,9 @@ class Evaluation:
         """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
         if self.spec.certify.multinode is None:
             return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
-        if MULTINODE not in self.baseline.metrics:
-            return Finding(MULTINODE, ERROR, None, None, f"the baseline {self.baseline.sku} has no figure for it")
+        baseline = self.baselines[self.spec.pools[0].name]  # a spec with certify.multinode has one pool
+        if MULTINODE not in baseline.metrics:
+            return Finding(MULTINODE, ERROR, None, None, f"the baseline {baseline.sku} has no figure for it")
         fabric = self.fabric
         if fabric is None:
             return Finding(MULTINODE, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
@@ -450,7 +501,7 @@ class Evaluation:
             if cause is not None and len(fabric.nodes) < 2:
                 return _skip(MULTINODE, None, None, f"{why} (see node.reachable)", cause)
             return Finding(MULTINODE, ERROR, None, None, why)
-        return judge_multinode(fabric, self.baseline.metrics[MULTINODE])
+        return judge_multinode(fabric, baseline.metrics[MULTINODE])
 
     def fabric_straggler(self, node: str) -> Finding:
         """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
@@ -491,6 +542,8 @@ class Evaluation:
         if recert is None:
             return ""
         node, peers = recert["node"], recert.get("fleetPeers") or {}
+        pool = self.pools.name_of(node)
+        sku = self.baselines[pool].sku if pool is not None else "(none: the node is in no pool)"
         runs = sorted(set(peers.values()))
         fleet = (
             f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} "
@@ -501,13 +554,13 @@ class Evaluation:
         if self.handover is None:
             return (
                 f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
-                f"baseline {self.baseline.sku} and {fleet} only"
+                f"baseline {sku} and {fleet} only"
             )
         r = self.handover.recorded
         return (
             f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
             + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
-            + f"), the SKU baseline {self.baseline.sku} and {fleet}"
+            + f"), the SKU baseline {sku} and {fleet}"
         )
 
     def _no_handover(self, check: str, node: str, gpu: int | None) -> Finding | None:
@@ -547,8 +600,9 @@ class Evaluation:
         if missing is not None:
             return missing
         assert self.handover is not None
-        if metric not in self.baseline.metrics:
-            return Finding(check, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        baseline = self.baseline_of(node)
+        if metric not in baseline.metrics:
+            return Finding(check, ERROR, node, gpu, f"the baseline {baseline.sku} has no figure for {metric}")
         swapped = gpu is not None and self.identity(GpuSlot(node, gpu)).status is FAIL
         if gpu is not None and swapped and self.handover.gpu(gpu) is not None:
             message = f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)"
@@ -577,5 +631,5 @@ class Evaluation:
             n=rec.n,
             unit=rec.unit,
             run=self.handover.recorded.run,
-            higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
+            higher_is_better=baseline.metrics[metric].comparison.value == "min",
         )

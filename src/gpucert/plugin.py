@@ -65,7 +65,7 @@ def expect(finding: Finding) -> None:
 @dataclass
 class RunContext:
     spec: ClusterSpec
-    baseline: GpuBaseline
+    baselines: dict[str, GpuBaseline]  # each pool's SKU baseline
     folder: RunFolder
     readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
     outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
@@ -80,7 +80,7 @@ class RunContext:
     @property
     def evaluation(self) -> Evaluation:
         if self._evaluation is None:
-            self._evaluation = Evaluation(self.folder, self.spec, self.baseline)
+            self._evaluation = Evaluation(self.folder, self.spec, self.baselines)
         return self._evaluation
 
 
@@ -134,20 +134,20 @@ def _prepare(config: pytest.Config) -> RunContext | None:
     from gpucert import run as runner
 
     try:
-        spec, baseline = runner.load_inputs(Path(spec_opt))
+        spec, baselines = runner.load_inputs(Path(spec_opt))
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
-            return RunContext(spec, baseline, RunFolder(Path(workerinput["gpucert_run_dir"])))
+            return RunContext(spec, baselines, RunFolder(Path(workerinput["gpucert_run_dir"])))
         run_dir_opt = config.getoption("run_dir")
         evidence = config.getoption("evidence")
         if run_dir_opt:
             folder = RunFolder(Path(run_dir_opt))
             if not folder.prepared:
                 raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
-            return RunContext(spec, baseline, folder, readonly=not _runs_tests(config))
+            return RunContext(spec, baselines, folder, readonly=not _runs_tests(config))
         if not _runs_tests(config):
             # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
-            return RunContext(spec, baseline, runner.recorded_run(Path(evidence)), readonly=True) if evidence else None
+            return RunContext(spec, baselines, runner.recorded_run(Path(evidence)), readonly=True) if evidence else None
         mode = (
             runner.Mode.STATIC
             if config.getoption("static")
@@ -160,7 +160,7 @@ def _prepare(config: pytest.Config) -> RunContext | None:
         folder = runner.prepare(
             spec, Path(config.getoption("reports")), mode, evidence=Path(evidence) if evidence else None
         )
-        return RunContext(spec, baseline, folder)
+        return RunContext(spec, baselines, folder)
     except GpucertError as exc:
         if exc.exit_code == 2:  # the input is wrong: a usage error, as pytest says it
             raise pytest.UsageError(str(exc)) from None
@@ -220,7 +220,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ev = ctx.evaluation
     nodes = ev.inventory.names
     if "gpu" in names:
-        slots = [GpuSlot(n, i) for n in nodes for i in range(ctx.spec.expect.gpus_per_node)]
+        slots = [GpuSlot(n, i) for n in nodes for i in range(ev.pools.gpus_per_node(n))]
         metafunc.parametrize("gpu", slots, ids=[repr(s) for s in slots])
     elif "component" in names:
         pairs = [(n, c) for n in nodes for c in ev.components()]
@@ -384,6 +384,18 @@ class Controller:
             selected=ctx.selected,
             stopped=stopped,
             measured=ev.measured_at(),
+            node_pools={n: ev.pools.name_of(n) for n in ev.inventory.names},
+            pools={
+                p.name: {
+                    "nodes": p.expect.nodes,
+                    "gpusPerNode": p.expect.gpus_per_node,
+                    "product": p.expect.gpu_product,
+                    "baseline": ev.baselines[p.name].sku,
+                    "nodeSelector": dict(p.node_selector),
+                }
+                for p in ctx.spec.pools
+                if _summarised(ev, p.name)
+            },
         )
         recert = ev.recertification
         if recert is not None:
@@ -449,6 +461,14 @@ class Controller:
         for item in c["notRequired"]:
             tr.write_line(f"  not required: {item['check']}: {item['why']}")
         tr.write_line(f"  verdict: {self.ctx.folder.verdict_path}")
+
+
+def _summarised(ev: Evaluation, pool: str) -> bool:
+    """Whether the verdict sums up this pool: not in the static gate (no nodes), and on recertification only the
+    node's own pool."""
+    if ev.inventory.target == "static":
+        return False
+    return ev.recertification is None or bool(ev.pools.members(pool))
 
 
 def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:

@@ -22,14 +22,16 @@ from gpucert.errors import EvidenceError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
+from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec, ReplayTargetSpec, load_spec
+from gpucert.spec import V1ALPHA1, ClusterSpec, ReplayTargetSpec, load_spec
 from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
 __all__ = [
     "Mode",
     "Progress",
+    "baseline_paths",
     "import_evidence",
     "load_inputs",
     "measure",
@@ -52,19 +54,29 @@ class Mode(StrEnum):
     MEASURE = "measure"  # plan, then measure every node
 
 
-def load_inputs(spec_path: Path) -> tuple[ClusterSpec, GpuBaseline]:
-    """The spec and its SKU baseline, each validated alone and against the other (ConfigError, exit 2)."""
+def baseline_paths(spec: ClusterSpec) -> dict[str, Path]:
+    """Each pool's SKU baseline file, resolved relative to the spec."""
+    key = "certify.baseline" if spec.api_version == V1ALPHA1 else "pools[{}].baseline"
+    return {p.name: spec.resolve(p.baseline, key.format(i)) for i, p in enumerate(spec.pools)}
+
+
+def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
+    """The spec and each pool's SKU baseline, each validated alone and against the other (ConfigError, exit 2)."""
     spec = load_spec(spec_path)
-    path = spec.resolve(spec.certify.baseline, "certify.baseline")
-    baseline = load_baseline(path)
-    check_baseline_for(spec, baseline, path)
-    return spec, baseline
+    baselines: dict[str, GpuBaseline] = {}
+    loaded: dict[Path, GpuBaseline] = {}
+    for pool, path in baseline_paths(spec).items():
+        if path not in loaded:
+            loaded[path] = load_baseline(path)
+        check_baseline_for(spec, spec.pool(pool), loaded[path], path)
+        baselines[pool] = loaded[path]
+    return spec, baselines
 
 
 def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None) -> RunFolder:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     folder = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else ""))
-    folder.copy_inputs(spec.path, spec.resolve(spec.certify.baseline, "certify.baseline"))
+    folder.copy_inputs(spec.path, baseline_paths(spec))
     return folder
 
 
@@ -126,7 +138,7 @@ def prepare(
 def plan(target: Target, spec: ClusterSpec, folder: RunFolder) -> Inventory:
     """Ask the target what it has; write stack.json and inventory.json."""
     nodes, pods = target.observe()
-    stack = observe_stack(nodes, pods, spec.stack.sources())
+    stack = observe_stack(nodes, pods, spec.stack.sources(), keep_labels=spec.selector_labels())
     for name in stack.nodes:
         try:
             check_node_name(name)
@@ -147,9 +159,18 @@ def plan(target: Target, spec: ClusterSpec, folder: RunFolder) -> Inventory:
 def measure(
     target: Target, inventory: Inventory, spec: ClusterSpec, folder: RunFolder, progress: Progress | None = None
 ) -> None:
-    """Measure every node of the inventory; each node's evidence lands on disk the moment it arrives."""
+    """Measure every node of the inventory that is in exactly one pool (a node in none or several has no
+    expectations to measure against: `pool.membership` is its finding); each node's evidence lands on disk the
+    moment it arrives."""
     folder.evidence_dir.mkdir(exist_ok=True)
-    measure_plan = MeasurePlan(run_id=folder.id, probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level)
+    stack = folder.read_stack()
+    pools = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names)
+    measure_plan = MeasurePlan(
+        run_id=folder.id,
+        probes=tuple(spec.certify.probes),
+        dcgm_level=spec.certify.dcgm.level,
+        gpus={n: pools.gpus_per_node(n) for n in pools.placed},
+    )
 
     collected: list[str] = []
 
@@ -160,7 +181,7 @@ def measure(
         if progress is not None:
             progress(ev)
 
-    target.measure(inventory.names, measure_plan, sink)
+    target.measure(pools.placed, measure_plan, sink)
     multinode = spec.certify.multinode
     if multinode is not None:
         order = {n: i for i, n in enumerate(inventory.names)}

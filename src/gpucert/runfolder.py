@@ -3,6 +3,7 @@ writers. Everything else asks a RunFolder for a path or a document; no other mod
 
 ```
 inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
+inputs/baselines/<pool>.yaml                     each pool's SKU baseline, when the spec has several pools
 inventory.json, stack.json                       what the cluster reported (plan)
 evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
@@ -34,7 +35,7 @@ from gpucert.evidence import (
     write_document,
 )
 from gpucert.inventory import Inventory, read_inventory, write_inventory
-from gpucert.names import NameError_, check_node_name, inside
+from gpucert.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
 __all__ = ["ENVELOPE", "RunFolder", "write_json_atomic"]
@@ -42,6 +43,7 @@ __all__ = ["ENVELOPE", "RunFolder", "write_json_atomic"]
 INPUTS = "inputs"
 SPEC = "spec.yaml"
 BASELINE = "baseline.yaml"
+POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
 HANDOVER = "handover.yaml"
 INVENTORY = "inventory.json"
 STACK = "stack.json"
@@ -118,6 +120,17 @@ class RunFolder:
     @property
     def baseline_copy(self) -> Path:
         return self.inputs / BASELINE
+
+    def baseline_copy_for(self, pool: str) -> Path:
+        """The SKU baseline the pool's nodes were judged against: `inputs/baselines/<pool>.yaml` when the spec had
+        several pools, else `inputs/baseline.yaml`."""
+        own = inside(self.inputs / POOL_BASELINES, f"{check_file_stem(pool, 'pool name')}.yaml")
+        return own if own.is_file() else self.baseline_copy
+
+    def baseline_copies(self) -> list[Path]:
+        """Every SKU baseline copied into inputs/ (one, or one per pool)."""
+        pools = sorted((self.inputs / POOL_BASELINES).glob("*.yaml")) if (self.inputs / POOL_BASELINES).is_dir() else []
+        return [p for p in [self.baseline_copy, *pools] if p.is_file()]
 
     @property
     def handover_copy(self) -> Path:
@@ -304,12 +317,21 @@ class RunFolder:
         }
         write_json_atomic(self.run_info_path, info)
 
-    def copy_inputs(self, spec: Path | None, baseline: Path) -> None:
-        """The spec and SKU baseline as the run used them: signed with it, so the judgement can be re-done."""
+    def copy_inputs(self, spec: Path | None, baselines: dict[str, Path]) -> None:
+        """The spec and SKU baselines as the run used them: signed with it, so the judgement can be re-done. One
+        pool's baseline is `inputs/baseline.yaml`; several pools' are `inputs/baselines/<pool>.yaml`."""
         if spec is not None:
             shutil.copy2(spec, self.spec_copy)
-        if baseline.exists():
-            shutil.copy2(baseline, self.baseline_copy)
+        if len(baselines) == 1:
+            (baseline,) = baselines.values()
+            if baseline.exists():
+                shutil.copy2(baseline, self.baseline_copy)
+            return
+        folder = self.inputs / POOL_BASELINES
+        folder.mkdir(exist_ok=True)
+        for pool, baseline in baselines.items():
+            if baseline.exists():
+                shutil.copy2(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
 
     def copy_handover(self, source: Path) -> None:
         shutil.copy2(source, self.handover_copy)

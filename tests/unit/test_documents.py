@@ -27,8 +27,9 @@ def demo_text() -> str:
 def test_demo_spec_loads_and_resolves_relative_paths() -> None:
     spec = load_spec(ROOT / "examples" / "demo.yaml")
     assert spec.metadata.name == "demo-h100-pod-a"
-    assert spec.expect.gpus_per_node == 8
-    assert spec.resolve(spec.certify.baseline) == ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
+    (pool,) = spec.pools  # a v1alpha1 spec is one pool that selects every node
+    assert (pool.name, pool.node_selector, pool.expect.gpus_per_node) == ("default", {}, 8)
+    assert spec.resolve(pool.baseline) == ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
     assert [c.name for c in spec.stack.components][:2] == ["driver", "cuda"]
 
 

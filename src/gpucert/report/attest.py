@@ -157,7 +157,9 @@ def subjects(run_dir: Path) -> dict[str, str]:
 def _predicate(folder: RunFolder) -> dict[str, Any]:
     verdict = folder.read_verdict()
     run_info = folder.read_run_info()
-    baselines = {p.name: _sha256(p) for p in (folder.baseline_copy, folder.handover_copy) if p.is_file()}
+    # names relative to inputs/: `baseline.yaml`, `baselines/<pool>.yaml` (several pools), `handover.yaml`
+    copies = [*folder.baseline_copies(), folder.handover_copy]
+    baselines = {p.relative_to(folder.inputs).as_posix(): _sha256(p) for p in copies if p.is_file()}
     spec_file = folder.spec_copy
     return {
         "spec": {"name": verdict["spec"], "sha256": _sha256(spec_file) if spec_file.exists() else None},

@@ -93,8 +93,15 @@ def build_verdict(
     selected: set[CheckKey] | None,
     stopped: str | None = None,
     measured: Mapping[str, str | None] | None = None,
+    node_pools: Mapping[str, str | None] | None = None,
+    pools: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`."""
+    """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`.
+
+    `node_pools` gives each node's pool (None: in no pool or several) and `pools` each pool's expectations
+    (`nodes`, `gpusPerNode`, `product`, `baseline`): the verdict says per node its `pool`, and per pool its result
+    over its nodes (additive to v2).
+    """
     judged, cause_not_run, _ = _judge_skips(outcomes)
     ran = set(plan.required & judged.keys())
     missing = set(plan.required - judged.keys())
@@ -122,6 +129,8 @@ def build_verdict(
 
     names = list(dict.fromkeys([*nodes, *sorted({k.node for k in judged if k.node is not None})]))
     when = measured or {}
+    of = node_pools or {}
+    per_node = {n: {**group(n), "measured": when.get(n), "carriedFrom": None, "pool": of.get(n)} for n in names}
     return {
         "schema": VERDICT_SCHEMA,
         "run": run,
@@ -150,5 +159,21 @@ def build_verdict(
         },
         "findings": [f.to_json() for f in findings],
         "fleet": group(None),
-        "nodes": {n: {**group(n), "measured": when.get(n), "carriedFrom": None} for n in names},
+        "nodes": per_node,
+        "pools": {name: _pool_summary(name, info, per_node) for name, info in (pools or {}).items()},
+    }
+
+
+def _pool_summary(name: str, info: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A pool's nodes and their results: failed when any failed (or when it has no node at all), incomplete when
+    any is, else passed. Whether it has as many nodes as it expects is `inventory.nodes`'s, at the fleet level."""
+    mine = {n: s for n, s in nodes.items() if s.get("pool") == name}
+    results = Counter(s["result"] for s in mine.values())
+    result = "fail" if results["fail"] or not mine else "incomplete" if results["incomplete"] else "pass"
+    return {
+        **info,
+        "found": len(mine),
+        "result": result,
+        "results": {r: results[r] for r in RESULTS},
+        "failing": sorted({c for s in mine.values() for c in s["failing"]}),
     }

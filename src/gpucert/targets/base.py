@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -24,6 +24,8 @@ class MeasurePlan:
     run_id: str
     probes: tuple[Probe, ...]
     dcgm_level: int
+    # GPUs each node's pool expects (a probe pod requests them all); nodes not listed: the target's own count
+    gpus: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
