@@ -16,7 +16,6 @@ from typing import Any
 
 from gpucert.analysis.dcgm import judge_dcgm
 from gpucert.analysis.fabric import MULTINODE, enough_pairs, judge_multinode, judge_pairs, pair_figures
-from gpucert.analysis.handover import judge_against_handover, judge_identity
 from gpucert.analysis.health import judge_health
 from gpucert.analysis.performance import (
     Sampled,
@@ -29,6 +28,7 @@ from gpucert.analysis.performance import (
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import NODE_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.errors import EvidenceError
+from gpucert.evaluation_handover import against_handover, identity, recertify_summary
 from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
 from gpucert.handover import NodeBaseline, load_node_baseline
 from gpucert.inventory import Inventory
@@ -259,9 +259,9 @@ class Evaluation:
         if key.check == f"straggler.{MULTINODE}" and node is not None:
             return self.fabric_straggler(node)
         if key.check == "handover.identity" and node is not None and gpu is not None:
-            return self.identity(GpuSlot(node, gpu))
+            return identity(self, GpuSlot(node, gpu))
         if family is Family.HANDOVER and node is not None:
-            return self.against_handover(key.check.removeprefix("handover."), node, gpu)
+            return against_handover(self, key.check.removeprefix("handover."), node, gpu)
         if family is Family.PERFORMANCE and node is not None:
             return self.metric(key.check, node, gpu)
         raise ValueError(f"no rule decides {key}: not a check of gpucert's vocabulary")
@@ -534,102 +534,8 @@ class Evaluation:
             return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
         return judge_pairs(node, values, self.spec.certify.stragglers.max_deviation)
 
-    # ---- recertify: the node against its own handover baseline ------------------------------------------------
+    # ---- recertify: the node against its own handover baseline (evaluation_handover.py) ----------------------
 
     def recertify_summary(self) -> str:
         """One sentence for the reports: what this recertification compared the node with."""
-        recert = self.recertification
-        if recert is None:
-            return ""
-        node, peers = recert["node"], recert.get("fleetPeers") or {}
-        pool = self.pools.name_of(node)
-        sku = self.baselines[pool].sku if pool is not None else "(none: the node is in no pool)"
-        runs = sorted(set(peers.values()))
-        fleet = (
-            f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} "
-            f"{', '.join(runs)})"
-            if peers
-            else "no fleet evidence (no earlier run of this spec and baseline)"
-        )
-        if self.handover is None:
-            return (
-                f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
-                f"baseline {sku} and {fleet} only"
-            )
-        r = self.handover.recorded
-        return (
-            f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
-            + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
-            + f"), the SKU baseline {sku} and {fleet}"
-        )
-
-    def _no_handover(self, check: str, node: str, gpu: int | None) -> Finding | None:
-        if self.recertification is None:
-            return Finding(check, SKIP, node, gpu, "not a recertification: handover checks run in `gpucert recertify`")
-        if self.handover is None:
-            return Finding(check, SKIP, node, gpu, f"{node} has no handover baseline")
-        return None
-
-    def identity(self, gpu: GpuSlot) -> Finding:
-        """The GPU in this slot is the one recorded at handover (by serial, else by UUID)."""
-        check = "handover.identity"
-        missing = self._no_handover(check, gpu.node, gpu.index)
-        if missing is not None:
-            return missing
-        assert self.handover is not None
-        g = self._gpu_evidence(check, gpu)
-        if isinstance(g, Finding):
-            return g
-        was = self.handover.gpu(gpu.index)
-        if was is None:
-            return Finding(check, FAIL, gpu.node, gpu.index, f"{gpu!r} was not present at handover")
-        return judge_identity(
-            gpu.node,
-            gpu.index,
-            then_serial=was.serial,
-            then_uuid=was.uuid,
-            serial=g.serial,
-            uuid=g.uuid,
-            run=self.handover.recorded.run,
-        )
-
-    def against_handover(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """The figure against the node's own handover median, within max(3 x recorded spread, 3 %)."""
-        check = f"handover.{metric}"
-        missing = self._no_handover(check, node, gpu)
-        if missing is not None:
-            return missing
-        assert self.handover is not None
-        baseline = self.baseline_of(node)
-        if metric not in baseline.metrics:
-            return Finding(check, ERROR, node, gpu, f"the baseline {baseline.sku} has no figure for {metric}")
-        swapped = gpu is not None and self.identity(GpuSlot(node, gpu)).status is FAIL
-        if gpu is not None and swapped and self.handover.gpu(gpu) is not None:
-            message = f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)"
-            return _skip(check, node, gpu, message, _because("handover.identity", node, gpu))
-        now = self._figure(metric, node, gpu)
-        if isinstance(now, Finding):
-            return dataclasses.replace(now, check=check)
-        was = self.handover.gpu(gpu) if gpu is not None else None
-        rec = self.handover.node_metrics.get(metric) if gpu is None else (was.metrics.get(metric) if was else None)
-        if rec is None:
-            return Finding(
-                check,
-                ERROR,
-                node,
-                gpu,
-                f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}, so it cannot be "
-                "compared; record a new handover baseline that covers the spec's probes",
-            )
-        return judge_against_handover(
-            metric,
-            node,
-            gpu,
-            now,
-            median=rec.median,
-            spread=rec.spread,
-            n=rec.n,
-            unit=rec.unit,
-            run=self.handover.recorded.run,
-            higher_is_better=baseline.metrics[metric].comparison.value == "min",
-        )
+        return recertify_summary(self)

@@ -180,3 +180,27 @@ def test_gpucert_certify_prints_the_pools(tmp_path: Path) -> None:
     assert "pools" in r.stdout
     assert "NVIDIA-H200" in r.stdout
     assert "2 of 2" in r.stdout
+
+
+def test_recertifying_a_node_compares_it_with_its_pool_only(project: Path) -> None:
+    """Handover of the two-pool cluster, then one H200 node recertified: its handover baseline is its pool's,
+    and its fleet peers are the other H200 node, never the H100s."""
+    (project / "examples" / "fleets" / "pools.yaml").write_text(
+        (project / "examples" / "fleets" / "pools-clean.yaml").read_text()
+    )
+    r = gpucert("certify", "examples/pools.yaml", "-q", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run,) = (project / "reports").glob("*acme-mixed")
+    r = gpucert("baseline", "record", str(run), "--allow-unsigned", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    recorded = yaml.safe_load((project / "baselines" / "nodes" / "h200-1.yaml").read_text())
+    assert recorded["sku"] == "H200-SXM-141GB"
+    r = gpucert("recertify", "h200-1", "--spec", "examples/pools.yaml", "-q", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (recert,) = (project / "reports").glob("*recertify-h200-1")
+    record = json.loads((recert / "recertify.json").read_text())
+    assert sorted(record["fleetPeers"]) == ["h200-2"]
+    verdict = json.loads((recert / "verdict.json").read_text())
+    assert verdict["nodes"]["h200-1"]["pool"] == "infer"
+    assert list(verdict["pools"]) == ["infer"]
+    assert "SKU baseline H200-SXM-141GB" in verdict["recertify"]["summary"]
