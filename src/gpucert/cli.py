@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -356,6 +359,67 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def _spec_name(text: str) -> str:
+    """A spec name (metadata.name) from a context or fleet name: lower case, digits, '-' and '.'."""
+    name = re.sub(r"[^a-z0-9.-]+", "-", text.lower()).strip("-.")
+    return name[:63].strip("-.") or "cluster"
+
+
+def cmd_init(a: argparse.Namespace) -> int:
+    from gpucert import draft, survey
+
+    out = Path(a.out) if a.out else None
+    if out is not None and out.exists() and not a.force:
+        raise ConfigError("exists; choose another --out, or pass --force to replace it", path=out, key="--out")
+    spec_dir = (out.parent if out is not None else Path.cwd()).resolve()
+    here = Path("baselines") / "gpus"  # the baselines of the repository you work in, else gpucert's own
+    baselines = Path(a.baselines) if a.baselines else here if here.is_dir() else project_root() / here
+    if a.simulated:
+        fleet_path = Path(a.simulated)
+        stack, fleet = survey.survey_simulated(fleet_path, baselines)
+        target: dict[str, Any] = {"kind": "simulated", "fleet": os.path.relpath(fleet_path.resolve(), spec_dir)}
+        made_by, name = f"gpucert init --simulated {a.simulated}", fleet.metadata.name
+    else:
+        selector = {"nvidia.com/gpu.present": "true"}
+        stack = survey.survey_kubernetes(a.context, selector)
+        target = {"kind": "kubernetes", **({"context": a.context} if a.context else {}), "nodeSelector": selector}
+        made_by = f"gpucert init --context {a.context}" if a.context else "gpucert init (current context)"
+        name = a.context or "cluster"
+    drafted = draft.draft_spec(
+        stack,
+        name=_spec_name(a.name or name),
+        target=target,
+        made_by=made_by,
+        baselines=draft.known_baselines(baselines),
+        spec_dir=spec_dir,
+        when=datetime.now(UTC),
+    )
+    _check_draft(drafted.text)
+    if out is None:
+        sys.stdout.write(drafted.text)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(drafted.text, encoding="utf-8")
+        console.print(f"wrote {out}: {len(stack.nodes)} GPU nodes; check it with `gpucert configure {out}`")
+    for todo in drafted.todos:
+        print(f"TODO: {todo}", file=sys.stderr)
+    return EXIT_PASS
+
+
+def _check_draft(text: str) -> None:
+    """The draft is a spec gpucert reads (its baseline TODOs aside, which are meant to stop it until done)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spec.yaml"
+        path.write_text(text, encoding="utf-8")
+        try:
+            load_spec(path)
+        except ConfigError as exc:
+            if "TODO left by `gpucert init`" not in str(exc):
+                raise GpucertError(f"gpucert init drafted a spec it cannot read ({exc}); please report it") from None
+
+
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -447,6 +511,17 @@ def _parser() -> argparse.ArgumentParser:
     ra.add_argument("run_dir")
     ra.add_argument("--out", default=None, help="output folder (default: RUN_DIR-allure beside the run folder)")
     ra.set_defaults(func=cmd_report_allure)
+    i = sub.add_parser("init", help="draft a spec from what a cluster (or a simulated fleet) runs, read only")
+    where = i.add_mutually_exclusive_group()
+    where.add_argument("--context", default=None, help="kubeconfig context of the cluster (default: the current one)")
+    where.add_argument("--simulated", metavar="FLEET", default=None, help="a SimulatedFleet file instead of a cluster")
+    i.add_argument("--out", default=None, help="write the spec here (default: print it)")
+    i.add_argument("--name", default=None, help="metadata.name (default: the context or fleet name)")
+    i.add_argument(
+        "--baselines", default=None, help="the SKU baselines to match products with (default: baselines/gpus)"
+    )
+    i.add_argument("--force", action="store_true", help="replace --out if it exists")
+    i.set_defaults(func=cmd_init)
     s = sub.add_parser("schema", help="write the JSON Schemas of the spec, fleet, baseline and evidence")
     s.add_argument("--out", default="schemas")
     s.set_defaults(func=cmd_schema)

@@ -204,3 +204,18 @@ def test_recertifying_a_node_compares_it_with_its_pool_only(project: Path) -> No
     assert verdict["nodes"]["h200-1"]["pool"] == "infer"
     assert list(verdict["pools"]) == ["infer"]
     assert "SKU baseline H200-SXM-141GB" in verdict["recertify"]["summary"]
+
+
+def test_init_from_the_simulated_fleet_drafts_a_spec_that_passes_configure(project: Path) -> None:
+    r = gpucert("init", "--simulated", "examples/fleets/pools-clean.yaml", "--out", "mine.yaml", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    spec = yaml.safe_load((project / "mine.yaml").read_text())
+    assert spec["target"] == {"kind": "simulated", "fleet": "examples/fleets/pools-clean.yaml"}
+    assert [p["baseline"] for p in spec["pools"]] == [
+        "baselines/gpus/H100-SXM5-80GB.yaml",
+        "baselines/gpus/H200-SXM-141GB.yaml",
+    ]
+    assert spec["pools"][1]["stack"] == {"components": [{"name": "driver", "version": "550.127.05"}]}
+    r = gpucert("configure", "mine.yaml", "-q", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout
