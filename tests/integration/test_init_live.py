@@ -84,7 +84,8 @@ def test_init_drafts_a_spec_that_passes_configure_on_the_same_cluster(
     assert "cuda" not in pins  # not observable: a TODO, never a pin
     assert "# TODO: declare the CUDA your workloads use" in text
     assert "nvcr.io/nvidia/driver:550.127.05-ubuntu22.04" in text  # where the pool's pin came from
-    assert spec.stack.kubernetes is not None and spec.stack.kubernetes.min_version == "1.31.4"
+    assert spec.stack.kubernetes is not None
+    assert spec.stack.kubernetes.min_version == "1.31.4"
     assert "target.image" in err  # a TODO before certify
     fake_api.requests.clear()
     code, verdict = configure(tmp_path)
@@ -120,9 +121,9 @@ def test_drift_inside_a_pool_is_pinned_by_majority_and_said(
     assert spec.stack.component("device-plugin").version == VERSIONS["device-plugin"]  # type: ignore[union-attr]
     code, verdict = configure(tmp_path)
     assert code == 1
-    assert {(f["check"], f["node"], f["detail"] if "detail" in f else None) for f in verdict["findings"]} == {
-        ("stack.version", "gpu-3", None),
-        ("stack.version", "gpu-4", None),
+    assert {(f["check"], f["node"]) for f in verdict["findings"]} == {
+        ("stack.version", "gpu-3"),
+        ("stack.version", "gpu-4"),
     }
 
 
@@ -132,5 +133,5 @@ def test_existing_out_is_not_overwritten(
     (tmp_path / "spec.yaml").write_text("mine\n")
     code, _, err = init(tmp_path, capsys)
     assert code == 2
-    assert "--out" in err and "--force" in err
+    assert "--force" in err
     assert (tmp_path / "spec.yaml").read_text() == "mine\n"
