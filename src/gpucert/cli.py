@@ -27,6 +27,7 @@ from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
+from gpucert.gate_inputs import GateInputs
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.report import attest
@@ -46,10 +47,12 @@ def _load(spec_path: str) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
     return runner.load_inputs(Path(spec_path))
 
 
-def _prepare(spec: ClusterSpec, reports: str, mode: runner.Mode, evidence: str | None = None) -> RunFolder:
+def _prepare(
+    spec: ClusterSpec, reports: str, mode: runner.Mode, evidence: str | None = None, gate: GateInputs | None = None
+) -> RunFolder:
     """The run folder, through the one entry point the pytest plugin uses too, with a progress bar to watch."""
     if mode is not runner.Mode.MEASURE:
-        return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None)
+        return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None, gate=gate)
     with Progress(
         TextColumn("measuring"),
         BarColumn(),
@@ -199,14 +202,15 @@ def _run(
     quiet: bool = False,
     sign_key: Path | None = None,
     signer: str | None = None,
-) -> int:
+    gate: GateInputs | None = None,
+) -> tuple[int, RunFolder]:
     spec, _ = _load(spec_path)
-    folder = _prepare(spec, reports, mode, evidence)
+    folder = _prepare(spec, reports, mode, evidence, gate)
     result = _evaluate(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
-    return result
+    return result, folder
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -216,7 +220,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
         runner.Mode.MEASURE,
         workers=a.workers,
         quiet=True,
-    )
+    )[0]
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
@@ -229,7 +233,7 @@ def cmd_certify(a: argparse.Namespace) -> int:
         quiet=a.quiet,
         sign_key=Path(a.sign_key) if a.sign_key else None,
         signer=signer,
-    )
+    )[0]
 
 
 def _signer(sign_key: str | None) -> str | None:
@@ -331,11 +335,31 @@ def cmd_verify(a: argparse.Namespace) -> int:
 
 
 def cmd_configure(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet)
+    gate = GateInputs(
+        operator_values=[Path(p) for p in a.operator_values],
+        cluster_policies=[Path(p) for p in a.cluster_policy],
+        operator_release=a.operator_release,
+        base_ref=a.base_ref,
+    )
+    if not a.static and (gate.given or a.operator_release or a.summary):
+        raise ConfigError(
+            "--operator-values, --cluster-policy, --operator-release, --base-ref and --summary are for the static "
+            "gate: add --static",
+            key="--static",
+        )
+    if a.operator_release and not (gate.operator_values or gate.cluster_policies):
+        raise ConfigError("--operator-release needs --operator-values or --cluster-policy", key="--operator-release")
+    code, folder = _run(
+        a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet, gate=gate
+    )
+    if a.summary and folder.summary_path.exists():
+        Path(a.summary).write_text(folder.summary_path.read_text(encoding="utf-8"), encoding="utf-8")
+        console.print(f"  {'summary':<15} {a.summary}")
+    return code
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, runner.Mode.EVIDENCE, workers=a.workers, evidence=a.evidence, quiet=a.quiet)
+    return _run(a.spec, a.reports, runner.Mode.EVIDENCE, workers=a.workers, evidence=a.evidence, quiet=a.quiet)[0]
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
@@ -463,6 +487,19 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
     k.add_argument("spec")
     k.add_argument("--static", action="store_true", help="check the recipe without a cluster")
+    k.add_argument(
+        "--operator-values",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="--static: the gpu-operator chart's values a change edits (several: merged in order, as helm -f)",
+    )
+    k.add_argument(
+        "--cluster-policy", action="append", default=[], metavar="FILE", help="--static: a ClusterPolicy manifest"
+    )
+    k.add_argument("--operator-release", default=None, help="--static: the GPU Operator release (the chart's version)")
+    k.add_argument("--base-ref", default=None, help="--static: check baseline changes against this git ref")
+    k.add_argument("--summary", default=None, metavar="FILE", help="--static: also write the Markdown summary here")
     runner_args(k, workers=False)
     k.set_defaults(func=cmd_configure)
     e = sub.add_parser("evaluate", help="re-evaluate recorded evidence against a spec and its baselines")

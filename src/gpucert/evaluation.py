@@ -30,6 +30,7 @@ from gpucert.checks import NODE_METRICS, CheckKey, CheckStatus, Family, Finding,
 from gpucert.errors import EvidenceError
 from gpucert.evaluation_handover import against_handover, identity, recertify_summary
 from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
+from gpucert.gate_inputs import gate_from
 from gpucert.handover import NodeBaseline, load_node_baseline
 from gpucert.inventory import Inventory
 from gpucert.plan import Plan, dcgm_tests, plan_checks
@@ -37,6 +38,7 @@ from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, Pool, Probe
 from gpucert.stack import recipe, rules
+from gpucert.stack.gate import Gate, gate_keys
 from gpucert.stack.observe import NodeStack, StackObservation
 
 __all__ = ["Evaluation", "GpuSlot"]
@@ -177,6 +179,11 @@ class Evaluation:
         return _skip(check, node, gpu, message, _because("pool.membership", node))
 
     @cached_property
+    def gate(self) -> Gate | None:
+        """The static gate's inputs beside the spec (operator values, base-ref baselines), when it was given any."""
+        return gate_from(self.folder, self.spec)
+
+    @cached_property
     def plan(self) -> Plan:
         """Every check this run must decide: the suites follow from the run folder (static, configure only,
         measured, recertification), the keys from the spec, the inventory and the pools of its nodes."""
@@ -186,6 +193,7 @@ class Evaluation:
             self.folder.suites,
             components=self.components(),
             pools=self.pools,
+            static=gate_keys(self.spec, self.gate.deployments, self.gate.reviews) if self.gate else (),
             handover=self.handover is not None,
             recertification=self.recertification is not None,
         )
@@ -237,6 +245,9 @@ class Evaluation:
         """The Finding of one check: what the suites turn into a test outcome."""
         family = family_of(key.check)
         node, gpu = key.node, key.gpu
+        if key.node is None and key.detail is not None and family in (Family.STACK, Family.BASELINE):
+            assert self.gate is not None  # the plan asks these only of a gate with inputs
+            return self.gate.decide(key)
         if key.node is None and family is Family.STACK:
             return recipe.decide(key.check, self.spec)
         if key.check == "inventory.nodes":

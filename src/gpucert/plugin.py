@@ -25,6 +25,7 @@ from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.report import details
 from gpucert.report.allure import write_allure
+from gpucert.report.markdown import summary_markdown
 from gpucert.report.verdict import Outcome, build_verdict
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
@@ -215,6 +216,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if ctx is None:
         return
     names = metafunc.fixturenames
+    if "gate_input" in names:  # the static gate's checks: one per configuration (or baseline) it was given
+        marker = metafunc.definition.get_closest_marker("check")
+        check = str(marker.args[0]) if marker is not None else ""
+        details = sorted(k.detail for k in ctx.evaluation.plan.required if k.check == check and k.detail and not k.node)
+        if details:
+            metafunc.parametrize("gate_input", details, ids=details)
+        return
     if not ({"node", "gpu"} & set(names)):
         return
     ev = ctx.evaluation
@@ -242,8 +250,10 @@ def check_key(item: pytest.Item) -> CheckKey | None:
     except (KeyError, IndexError):
         return None  # not parametrized by gpucert (no spec): the test skips and decides nothing
     gpu = params.get("gpu")
-    component = params.get("component")
+    component = params.get("component", params.get("gate_input"))
     detail = component if isinstance(component, str) else None
+    if detail is None and "gate_input" in getattr(item, "fixturenames", ()):
+        return None  # the gate was given nothing for this check: no item decides it
     if isinstance(gpu, GpuSlot):
         return CheckKey(check, gpu.node, gpu.index, detail)
     node = params.get("node")
@@ -257,7 +267,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ctx is None:
         return
     plan = ctx.evaluation.plan
-    kept = [item for item in items if (key := check_key(item)) is None or key in plan]
+    kept = [
+        item
+        for item in items
+        if ((key := check_key(item)) is None and "gate_input" not in getattr(item, "fixturenames", ()))
+        or (key is not None and key in plan)
+    ]
     ctx.left_out = len(items) - len(kept)
     items[:] = kept
 
@@ -407,6 +422,8 @@ class Controller:
             }
         ctx.verdict = verdict
         ctx.folder.write_verdict(verdict)
+        if ev.inventory.target == "static":  # what a CI job posts on the pull request
+            ctx.folder.summary_path.write_text(summary_markdown(verdict, ctx.folder.read_gate()), encoding="utf-8")
         finished = time.time()
         ctx.folder.write_run_info(
             spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished

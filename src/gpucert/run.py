@@ -18,8 +18,9 @@ from pathlib import Path
 
 from gpucert import __version__
 from gpucert.baseline import GpuBaseline, check_baseline_for, load_baseline
-from gpucert.errors import EvidenceError, IncompleteRunError
+from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
+from gpucert.gate_inputs import GateInputs, record_gate
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.pools import PoolMap
@@ -105,11 +106,20 @@ def prepare(
     evidence: Path | None = None,
     progress: Progress | None = None,
     planned: Callable[[Inventory, str], None] | None = None,
+    gate: GateInputs | None = None,
 ) -> RunFolder:
     """A new run folder, filled for `mode` and ready to evaluate (the one path from a spec to a run).
 
     A spec whose target is `replay` names its recorded evidence itself: planning or measuring it re-evaluates that.
+    `gate` are the static gate's inputs beside the spec (operator values, ClusterPolicies, a base ref).
     """
+    gate_record = None
+    if gate is not None and gate.given:
+        if mode is not Mode.STATIC:
+            raise ConfigError(
+                "operator values, ClusterPolicies and --base-ref are inputs of the static gate: add --static"
+            )
+        gate_record = record_gate(spec, gate, baseline_paths(spec))  # bad inputs fail before any folder exists
     if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
         mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
     target = None
@@ -121,6 +131,12 @@ def prepare(
         if mode is Mode.STATIC:
             folder.write_stack(StackObservation(nodes={}))
             folder.write_inventory(Inventory(target="static", nodes=()))
+            if gate_record is not None:
+                record, files = gate_record
+                for name, content in files.items():
+                    where, _, stem = name.partition("/")
+                    folder.add_gate_input(folder.inputs / where, stem, content)
+                folder.write_gate(record)
         elif mode is Mode.EVIDENCE:
             if evidence is None:
                 raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")

@@ -4,6 +4,9 @@ writers. Everything else asks a RunFolder for a path or a document; no other mod
 ```
 inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
 inputs/baselines/<pool>.yaml                     each pool's SKU baseline, when the spec has several pools
+inputs/gate.json, operator/, base/               the static gate's inputs: operator values and ClusterPolicies, and
+                                                 each SKU baseline as it was at the base ref
+summary.md                                       the static gate's result in Markdown, for a pull request
 inventory.json, stack.json                       what the cluster reported (plan)
 evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
@@ -45,6 +48,10 @@ SPEC = "spec.yaml"
 BASELINE = "baseline.yaml"
 POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
 HANDOVER = "handover.yaml"
+GATE = "gate.json"
+OPERATOR = "operator"
+BASE = "base"
+SUMMARY = "summary.md"
 INVENTORY = "inventory.json"
 STACK = "stack.json"
 EVIDENCE = "evidence"
@@ -135,6 +142,22 @@ class RunFolder:
     @property
     def handover_copy(self) -> Path:
         return self.inputs / HANDOVER
+
+    @property
+    def gate_path(self) -> Path:
+        return self.inputs / GATE
+
+    @property
+    def operator_dir(self) -> Path:
+        return self.inputs / OPERATOR
+
+    @property
+    def base_dir(self) -> Path:
+        return self.inputs / BASE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
 
     @property
     def inventory_path(self) -> Path:
@@ -332,6 +355,20 @@ class RunFolder:
         for pool, baseline in baselines.items():
             if baseline.exists():
                 shutil.copy2(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
+
+    def read_gate(self) -> dict[str, Any] | None:
+        """What the static gate was given (inputs/gate.json), or None for a gate of the recipe alone."""
+        return _read_json(self.gate_path) if self.gate_path.exists() else None
+
+    def write_gate(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.gate_path, record)
+
+    def add_gate_input(self, folder: Path, name: str, content: bytes) -> Path:
+        """A gate input (an operator file, a baseline at the base ref) copied under inputs/, signed with the run."""
+        folder.mkdir(exist_ok=True)
+        target = inside(folder, check_file_stem(name, "file name"))
+        target.write_bytes(content)
+        return target
 
     def copy_handover(self, source: Path) -> None:
         shutil.copy2(source, self.handover_copy)
