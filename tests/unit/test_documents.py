@@ -191,3 +191,25 @@ def test_pool_mistakes_name_the_key(
     e = pools_error(tmp_path, edit)
     assert e.key == key, str(e)
     assert says in str(e)
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "says"),
+    [
+        (lambda d: d.update(sku="H100-SXM5-80GB"), "sku", "not both"),
+        (lambda d: d["pools"][1]["nodes"].update(namePrefix="h100-"), "pools[1].nodes.namePrefix", "would be in pools"),
+        (lambda d: d["faults"][1].update(gpu=6), "faults[1].gpu", "GPU 6 does not exist on h200-2; GPUs are 0..3"),
+        (lambda d: d.pop("pools"), "sku", "required key is missing"),
+    ],
+)
+def test_fleet_pool_mistakes_name_the_key(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], None], key: str, says: str
+) -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "fleets" / "pools.yaml").read_text())
+    edit(doc)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError) as exc:
+        load_fleet(path)
+    assert exc.value.key == key, str(exc.value)
+    assert says in str(exc.value)

@@ -46,6 +46,8 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
         mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if node in p.nodes]
         return {"pairs": [p.model_dump(mode="json") for p in mine]}
+    if node is None and ev.inventory.target == "static":
+        return {"gate": ev.folder.read_gate(), "spec": ev.spec.metadata.name}  # what the gate was given
     if node is None:
         return {"nodes": ev.inventory.names}
     family = family_of(finding.check)
