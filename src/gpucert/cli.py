@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpucert import __version__
 from gpucert import run as runner
+from gpucert._version import __version__
 from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence

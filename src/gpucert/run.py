@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from gpucert import __version__
+from gpucert._version import __version__
 from gpucert.baseline import GpuBaseline, check_baseline_for, load_baseline
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError

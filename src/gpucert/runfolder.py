@@ -323,7 +323,7 @@ class RunFolder:
 
     def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
         """run.json: when the run ran and with which gpucert, for the attestation's predicate."""
-        from gpucert import __version__
+        from gpucert._version import __version__
         from gpucert.resources import source_commit
 
         def iso(t: float) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from gpucert import __version__
+from gpucert._version import __version__
 from gpucert.evidence import FabricEvidence, ProbeError
 from gpucert.probes import nccl
 from gpucert.probes.runner import ProbePlan, devices_for

@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpucert import __version__
+from gpucert._version import __version__
 from gpucert.errors import GpucertError
 from gpucert.evidence import (
     DcgmEvidence,

@@ -18,7 +18,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from gpucert import __version__
+from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.runfolder import ENVELOPE, RunFolder
 

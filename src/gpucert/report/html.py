@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucert.analysis.stats import median
 from gpucert.baseline import GpuBaseline
@@ -14,7 +15,27 @@ from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import details, plots
 
 if TYPE_CHECKING:
-    from gpucert.plugin import RunContext
+    from gpucert.checks import CheckKey
+    from gpucert.evaluation import Evaluation
+    from gpucert.report.verdict import Outcome
+    from gpucert.runfolder import RunFolder
+    from gpucert.spec import ClusterSpec
+
+
+class RunView(Protocol):
+    """What the HTML summary reads of a run (the plugin's RunContext is one)."""
+
+    spec: ClusterSpec
+    folder: RunFolder
+    collected: int
+    verdict: dict[str, Any] | None
+
+    @property
+    def outcomes(self) -> Mapping[CheckKey, Outcome]: ...
+
+    @property
+    def evaluation(self) -> Evaluation: ...
+
 
 __all__ = ["PASSED_ROWS_LIMIT", "HtmlSummary", "natural_key"]
 
@@ -33,7 +54,7 @@ def natural_key(name: str) -> list[int | str]:
 class HtmlSummary:
     """A pytest plugin object, registered next to pytest-html by gpucert's plugin."""
 
-    def __init__(self, ctx: RunContext, signer: str | None) -> None:
+    def __init__(self, ctx: RunView, signer: str | None) -> None:
         self.ctx = ctx
         self.signer = signer
 

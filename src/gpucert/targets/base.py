@@ -1,4 +1,5 @@
-"""The Target protocol: what a place to certify must answer, and how a spec picks one."""
+"""The Target protocol: what a place to certify must answer (the package root, targets/__init__.py, opens the one
+a spec names)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from gpucert.errors import ConfigError
 from gpucert.evidence import FabricEvidence, NodeEvidence
-from gpucert.spec import ClusterSpec, KubernetesTargetSpec, LocalTargetSpec, Probe, SimulatedTargetSpec
+from gpucert.spec import Probe
 
-__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeTarget", "Target", "open_target"]
+__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeTarget", "Target"]
 
 EvidenceSink = Callable[[NodeEvidence], None]
 
@@ -92,25 +92,3 @@ class NodeTarget(Target, Protocol):
     def node_control(self, reports: Path) -> NodeControl:
         """The hold on this target's nodes; `reports` is where a target without a cluster keeps their state."""
         ...
-
-
-def open_target(spec: ClusterSpec) -> Target:
-    """The target the spec declares."""
-    if isinstance(spec.target, SimulatedTargetSpec):
-        from gpucert.targets.simulated import SimulatedTarget as Simulated
-
-        return Simulated.from_spec(spec)
-    if isinstance(spec.target, LocalTargetSpec):
-        from gpucert.targets.local import LocalTarget
-
-        return LocalTarget.from_spec(spec)
-    if isinstance(spec.target, KubernetesTargetSpec):
-        from gpucert.targets.kubernetes import KubernetesTarget
-
-        return KubernetesTarget.from_spec(spec)
-    raise ConfigError(
-        f"a {spec.target.kind} target is recorded evidence: it has no cluster to observe, measure or hold; "
-        "`gpucert certify` and `evaluate` re-evaluate it",
-        path=spec.path,
-        key="target.kind",
-    )

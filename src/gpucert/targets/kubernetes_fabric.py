@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpucert import __version__
+from gpucert._version import __version__
 from gpucert.errors import ClusterAccessError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, ProbeError
 from gpucert.probes.framing import FramingError, unframe

@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpucert import __version__
+from gpucert._version import __version__
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
 from gpucert.evidence import NodeEvidence, ProbeError
 from gpucert.probes.framing import FramingError, parts, unframe
