@@ -353,7 +353,11 @@ def cmd_configure(a: argparse.Namespace) -> int:
         a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet, gate=gate
     )
     if a.summary and folder.summary_path.exists():
-        Path(a.summary).write_text(folder.summary_path.read_text(encoding="utf-8"), encoding="utf-8")
+        try:
+            Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.summary).write_text(folder.summary_path.read_text(encoding="utf-8"), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the summary: {exc}", path=Path(a.summary), key="--summary") from None
         console.print(f"  {'summary':<15} {a.summary}")
     return code
 

@@ -89,8 +89,8 @@ def record_gate(
     """Validate the gate's inputs (ConfigError naming the file and key, before any run folder exists) and return
     the record for inputs/gate.json with the bytes of every file to copy (by name under inputs/)."""
     for path in (*gate.operator_values, *gate.cluster_policies):
-        if not path.is_file():
-            raise ConfigError("file not found; check the path", path=path)
+        if not path.exists():
+            raise ConfigError("file not found; check the path (relative to where gpucert runs)", path=path)
     if gate.operator_values:
         read_values(gate.operator_values)  # a file that is not the chart's values stops here, named
     for path in gate.cluster_policies:

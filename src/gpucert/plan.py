@@ -114,7 +114,11 @@ def _configure(spec: ClusterSpec, pools: PoolMap, components: list[str], b: _Bui
     else:
         b.skip("pool.membership", "one pool with no nodeSelector: every node is in it")
     if pools.stray:
-        b.skip("*@<node in no pool or several>", "a node outside exactly one pool is held to pool.membership alone")
+        names = ", ".join(pools.stray[:5]) + (" ..." if len(pools.stray) > 5 else "")
+        b.skip(
+            "* (but pool.membership)",
+            f"{len(pools.stray)} nodes in no pool or several ({names}): nothing else is expected of them",
+        )
     nodes = pools.placed
     per_node = ["node.reachable", "inventory.gpus", "inventory.product", *STACK_NODE_CHECKS]
     if spec.stack.component("cuda"):
