@@ -33,6 +33,10 @@ class PoolMap:
         self._members = {
             n: _Member(n, tuple(p.name for p in spec.pools if p.selects(self._labels[n]))) for n in self.order
         }
+        self._by_pool: dict[str, list[str]] = {p.name: [] for p in spec.pools}
+        for n in self.order:
+            if len(self._members[n].pools) == 1:
+                self._by_pool[self._members[n].pools[0]].append(n)
 
     def pools_of(self, node: str) -> tuple[str, ...]:
         member = self._members.get(node)
@@ -49,7 +53,7 @@ class PoolMap:
 
     def members(self, pool: str) -> list[str]:
         """The nodes in `pool` and no other, in inventory order: the pool's peers."""
-        return [n for n in self.order if self.name_of(n) == pool]
+        return list(self._by_pool.get(pool, []))
 
     def matched(self, pool: str) -> list[str]:
         """Every node the pool's selector matches, also those another pool matches too."""

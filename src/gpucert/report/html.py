@@ -119,7 +119,7 @@ class HtmlSummary:
     @staticmethod
     def _pool_row(pool: str | None, info: dict[str, Any] | None, found: int, width: int) -> str:
         if pool is None or info is None:
-            text = f"in no pool (or in several): {found} nodes, held to pool.membership"
+            text = f"in no pool (or in several): {found} node{'s' if found != 1 else ''}, held to pool.membership"
             colour = RESULT_COLOURS["fail"]
         else:
             text = (
