@@ -71,6 +71,14 @@ class CheckKey:
         where = "fleet" if self.node is None else self.node if self.gpu is None else f"{self.node}/gpu{self.gpu}"
         return f"{self.check}@{where}" + (f"[{self.detail}]" if self.detail else "")
 
+    @classmethod
+    def parse(cls, text: str) -> CheckKey:
+        """The key `str(key)` wrote: `check@node/gpuN[detail]`, `check@node`, `check@fleet`."""
+        check, _, rest = text.partition("@")
+        rest, _, detail = rest.partition("[")
+        node, _, gpu = rest.partition("/gpu")
+        return cls(check, None if node == "fleet" else node, int(gpu) if gpu else None, detail.rstrip("]") or None)
+
     def sort_key(self) -> tuple[str, str, int, str]:
         return (self.node or "", self.check, -1 if self.gpu is None else self.gpu, self.detail or "")
 

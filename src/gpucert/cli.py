@@ -11,7 +11,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -241,6 +241,19 @@ def _signer(sign_key: str | None) -> str | None:
     return attest.fingerprint(attest.load_private_key(Path(sign_key)).public_key()) if sign_key else None
 
 
+def _sign_with(sign_key: str | None) -> Callable[[RunFolder], str | None]:
+    """Sign a finished run folder with the key (when one is given); the certificate's digest, or None."""
+
+    def sign(folder: RunFolder) -> str | None:
+        if not sign_key:
+            return None
+        path, fp = attest.sign_run(folder.path, Path(sign_key))
+        console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+        return attest.certificate_digest(folder.path)
+
+    return sign
+
+
 def cmd_recertify(a: argparse.Namespace) -> int:
     from gpucert.recertify import RecertifyOptions, recertify
 
@@ -258,22 +271,60 @@ def cmd_recertify(a: argparse.Namespace) -> int:
         drain=a.drain,
         wait_timeout_s=a.wait_timeout,
     )
-
-    def sign(folder: RunFolder) -> str | None:
-        if not a.sign_key:
-            return None
-        path, fp = attest.sign_run(folder.path, Path(a.sign_key))
-        console.print(f"  {'certificate':<15} {path} (signed by {fp})")
-        return attest.certificate_digest(folder.path)
-
     code, _ = recertify(
         spec,
         opts,
         evaluate=lambda folder: _evaluate(a.spec, folder, workers=None, quiet=a.quiet, signer=signer),
-        sign=sign,
+        sign=_sign_with(a.sign_key),
         progress=console.print,
     )
     return code
+
+
+def cmd_schedule(a: argparse.Namespace) -> int:
+    from gpucert.schedule import ScheduleOptions, run_schedule
+
+    signer = _signer(a.sign_key)
+    spec, _ = _load(a.spec)
+    opts = ScheduleOptions(
+        reports=Path(a.reports),
+        handover_dir=Path(a.handover),
+        max_nodes=a.max_nodes,
+        max_cordoned_share=a.max_cordoned_share,
+        max_failure_share=a.max_failure_share,
+        drain=a.drain,
+        min_age_s=a.min_age_hours * 3600,
+        wait_timeout_s=a.wait_timeout,
+    )
+    code, _ = run_schedule(
+        spec,
+        opts,
+        evaluate=lambda folder: _evaluate(a.spec, folder, workers=None, quiet=True, signer=signer),
+        sign=_sign_with(a.sign_key),
+        progress=console.print,
+    )
+    return code
+
+
+def cmd_metrics(a: argparse.Namespace) -> int:
+    from gpucert.report.metrics import FleetCollector, serve, write_textfile
+    from gpucert.targets.base import NodeControl, NodeTarget
+
+    if a.textfile is None and a.serve is None:
+        raise ConfigError("say where the series go: --textfile PATH.prom or --serve [HOST]:PORT", key="--textfile")
+    spec = load_spec(a.spec) if a.spec else None
+    control: NodeControl | None = None
+    if spec is not None:
+        target = open_target(spec)
+        control = target.node_control(Path(a.reports)) if isinstance(target, NodeTarget) else None
+    collector = FleetCollector(Path(a.reports), spec, control)
+    if a.textfile is not None:
+        write_textfile(collector, Path(a.textfile))
+        console.print(f"wrote {a.textfile}")
+        return EXIT_PASS
+    console.print(f"serving the fleet's certification state on {a.serve} (/metrics); Ctrl-C stops")
+    serve(collector, a.serve)
+    return EXIT_PASS
 
 
 def cmd_baseline_record(a: argparse.Namespace) -> int:
@@ -312,6 +363,14 @@ def cmd_sign(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+SCOPES = {
+    "measure": "certification: every node measured and judged (configure + certify)",
+    "recertify": "recertification of one node (configure + certify + recertify)",
+    "plan": "configure only: the cluster's configuration, NOTHING MEASURED (not a certification of the hardware)",
+    "static": "static gate: the spec's recipe alone, NO CLUSTER (not a certification)",
+}
+
+
 def cmd_verify(a: argparse.Namespace) -> int:
     v = attest.verify_run(Path(a.run_dir), Path(a.key))
     if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
@@ -325,6 +384,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
             f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
             f"result {str(pred.get('result', '?')).upper()}, {len(v.statement.get('subject', []))} files"
         )
+        mode = str((pred.get("scope") or {}).get("mode"))
+        console.print(f"scope: {SCOPES.get(mode, f'{mode}: unknown (signed by another gpucert?)')}", markup=False)
     if v.ok:
         console.print(f"[green]VALID[/]: signed by {v.fingerprint}; every file matches its digest")
         return EXIT_PASS
@@ -450,7 +511,10 @@ def _check_draft(text: str) -> None:
 
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder for the schemas: {exc.strerror}", path=out, key="--out") from None
     from gpucert.evidence import FabricEvidence
     from gpucert.evidence import NodeEvidence as Evidence
     from gpucert.handover import NodeBaseline
@@ -467,6 +531,16 @@ def cmd_schema(a: argparse.Namespace) -> int:
         path.write_text(json.dumps(model.model_json_schema(by_alias=True), indent=1) + "\n", encoding="utf-8")
         console.print(f"wrote {path}")
     return EXIT_PASS
+
+
+def _flag(text: str) -> bool:
+    """A yes/no option's value, as a manifest passes it (`--drain=$(DRAIN)`)."""
+    value = text.strip().lower()
+    if value in ("true", "yes", "1", "on"):
+        return True
+    if value in ("false", "no", "0", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r}: say true or false")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -521,6 +595,46 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--sign-key", default=None)
     runner_args(rc, workers=False)
     rc.set_defaults(func=cmd_recertify)
+    sc = sub.add_parser(
+        "schedule", help="one round of recertification: the nodes certified longest ago, idle, with a circuit breaker"
+    )
+    sc.add_argument("spec")
+    sc.add_argument("--max-nodes", type=int, required=True, help="recertify at most this many nodes this round")
+    sc.add_argument(
+        "--max-cordoned-share",
+        type=float,
+        default=0.25,
+        help="never have more than this share of a pool cordoned at once, counting every cordon (default 0.25)",
+    )
+    sc.add_argument(
+        "--max-failure-share",
+        type=float,
+        default=0.5,
+        help="stop, and leave the node unmarked, when more than this share of the round fails (default 0.5)",
+    )
+    sc.add_argument(
+        "--drain",
+        type=_flag,
+        nargs="?",
+        const=True,
+        default=False,
+        help="evict the GPU pods of the nodes taken (--drain or --drain=true); without it busy nodes are skipped",
+    )
+    sc.add_argument("--min-age-hours", type=float, default=0, help="skip nodes certified more recently than this")
+    sc.add_argument(
+        "--wait-timeout", type=float, default=600, help="seconds to wait for GPU pods that arrive after the choice"
+    )
+    sc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
+    sc.add_argument("--sign-key", default=None)
+    runner_args(sc, workers=False)
+    sc.set_defaults(func=cmd_schedule)
+    me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")
+    out = me.add_mutually_exclusive_group()
+    out.add_argument("--textfile", default=None, help="write once to PATH.prom (node-exporter's textfile collector)")
+    out.add_argument("--serve", default=None, metavar="[HOST]:PORT", help="serve /metrics, e.g. :9400")
+    me.add_argument("--spec", default=None, help="export this spec's runs, and read its target's nodes")
+    me.add_argument("--reports", default="reports", help="the folder of run folders (default ./reports)")
+    me.set_defaults(func=cmd_metrics)
     bl = sub.add_parser("baseline", help="handover baselines per node")
     bsub = bl.add_subparsers(dest="baseline", required=True)
     br = bsub.add_parser("record", help="write baselines/nodes/<node>.yaml for every node that passed in RUN_DIR")

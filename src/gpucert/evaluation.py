@@ -15,12 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.analysis.dcgm import judge_dcgm
-from gpucert.analysis.fabric import MULTINODE, enough_pairs, judge_multinode, judge_pairs, pair_figures
+from gpucert.analysis.fabric import (
+    MULTINODE,
+    enough_pairs,
+    judge_multinode,
+    judge_pairs,
+    members_problem,
+    pair_figures,
+    pairs_problem,
+)
 from gpucert.analysis.health import judge_health
 from gpucert.analysis.performance import (
     Sampled,
     StragglerIndex,
     against_baseline,
+    evidence_problem,
     figure_of,
     sample_problem,
     samples_of,
@@ -28,7 +37,7 @@ from gpucert.analysis.performance import (
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import NODE_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.errors import EvidenceError
-from gpucert.evaluation_handover import against_handover, identity, recertify_summary
+from gpucert.evaluation_handover import against_handover, identity
 from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
 from gpucert.gate_inputs import gate_from
 from gpucert.handover import NodeBaseline, load_node_baseline
@@ -40,6 +49,7 @@ from gpucert.spec import ClusterSpec, Pool, Probe
 from gpucert.stack import recipe, rules
 from gpucert.stack.gate import Gate, gate_keys
 from gpucert.stack.observe import NodeStack, StackObservation
+from gpucert.versions import normalize
 
 __all__ = ["Evaluation", "GpuSlot"]
 
@@ -219,19 +229,14 @@ class Evaluation:
     @cached_property
     def _duplicate_gpus(self) -> dict[str, list[str]]:
         """Per node, each GPU identity (UUID or serial) reported more than once in the fleet, with where."""
-        seen: dict[tuple[str, str], list[str]] = {}
-        for node in self.inventory.names:
-            ev = self._measured_node(node)
-            for g in ev.gpus if ev is not None else []:
-                for kind, value in (("UUID", g.uuid), ("serial", g.serial)):
-                    if value:
-                        seen.setdefault((kind, value), []).append(f"{node}/gpu{g.index}")
-        out: dict[str, list[str]] = {}
-        for (kind, value), where in seen.items():
-            if len(where) > 1:
-                for w in sorted(set(where)):
-                    out.setdefault(w.split("/")[0], []).append(f"{kind} {value} is reported by {', '.join(where)}")
-        return out
+        return rules.duplicate_gpus({n: ev.gpus for n in self.inventory.names if (ev := self._measured_node(n))})
+
+    def _probe_products(self, node: str) -> str | None:
+        ev, pool = self._measured_node(node), self.pool_of(node)
+        if ev is None or pool is None:
+            return None
+        b = self.baselines[pool.name]
+        return rules.probe_products(node, ev.gpus, pool.expect.gpu_product, b.memory_mib, b.sku)
 
     def components(self) -> list[str]:
         return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
@@ -242,7 +247,19 @@ class Evaluation:
     # ---- one call shape ---------------------------------------------------------------------------------------
 
     def decide(self, key: CheckKey) -> Finding:
-        """The Finding of one check: what the suites turn into a test outcome."""
+        """The Finding of one check: what the suites turn into a test outcome. A skip stands only when the check it
+        follows from fails; when that check passes, the skip is an error (the evidence contradicts itself)."""
+        found = self._decide(key)
+        if found.status is SKIP and found.cause is not None:
+            cause = self._decide(CheckKey.parse(found.cause))
+            if cause.status not in (FAIL, ERROR):
+                message = (
+                    f"skipped because of {found.cause}, which did not fail ({cause.status.value}): {found.message}"
+                )
+                return dataclasses.replace(found, status=ERROR, message=message, cause=None)
+        return found
+
+    def _decide(self, key: CheckKey) -> Finding:
         family = family_of(key.check)
         node, gpu = key.node, key.gpu
         if key.node is None and key.detail is not None and family in (Family.STACK, Family.BASELINE):
@@ -327,7 +344,14 @@ class Evaluation:
         match check:
             case "stack.version":
                 assert component is not None
-                return rules.version(ns, stack, component)
+                found = rules.version(ns, stack, component)
+                ev = self._measured_node(node) if component == "driver" else None
+                pin = stack.component("driver")
+                seen = ev.system.driver_version if ev is not None else None
+                if found.status is PASS and pin is not None and seen and normalize(seen) != normalize(pin.version):
+                    message = f"{node}: the probe saw driver {seen} on the host (NVML), where the pin is {pin.version}"
+                    return dataclasses.replace(found, status=FAIL, message=message, observed=seen)
+                return found
             case "stack.skew":  # against the node's pool: another pool may run another OS or kernel
                 peers = {n: self.stack.nodes[n] for n in self.pools.members(pool.name) if n in self.stack.nodes}
                 return rules.skew(ns, peers)
@@ -349,9 +373,15 @@ class Evaluation:
                 if twice:
                     message = f"{node}: the same GPU is reported more than once: {'; '.join(twice)}"
                     return dataclasses.replace(found, status=FAIL, message=message)
+                indices = sorted(g.index for g in ev.gpus) if ev is not None else []
+                if indices != list(range(len(indices))):
+                    message = f"{node}: the probe numbered its GPUs {indices}, not 0..{len(indices) - 1}"
+                    return dataclasses.replace(found, status=FAIL, message=message)
                 return found
             case "inventory.product":
-                return rules.gpu_product(ns, pool.expect)
+                found = rules.gpu_product(ns, pool.expect)
+                seen = self._probe_products(node)
+                return dataclasses.replace(found, status=FAIL, message=seen) if seen and found.status is PASS else found
         raise ValueError(f"unknown configure check {check!r}")
 
     # ---- certify: find the evidence, or say why it is missing -------------------------------------------------
@@ -408,7 +438,7 @@ class Evaluation:
         ev = self.evidence(gpu.node)
         if ev is None or ev.dcgm is None:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: no DCGM diagnostic was recorded")
-        return judge_dcgm(test, gpu.node, gpu.index, ev.dcgm, self.spec.certify.dcgm.level)
+        return judge_dcgm(test, gpu.node, gpu.index, ev.dcgm, self.spec.certify.dcgm.level, serial=g.serial)
 
     def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
         """The median of one measurement and its sample count; None when not measured (or not to be believed)."""
@@ -428,6 +458,9 @@ class Evaluation:
         node_ev = self.evidence(node)
         assert node_ev is not None
         where = node if gpu is None else f"{node}/gpu{gpu}"
+        wrong = evidence_problem(node_ev, metric, self.baseline_of(node).metrics[metric].unit, gpu)
+        if wrong is not None:
+            return Finding(metric, wrong[0], node, gpu, f"{where}: {wrong[1]}")
         samples = samples_of(node_ev, metric, gpu)
         if not samples:
             return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
@@ -505,6 +538,9 @@ class Evaluation:
         fabric = self.fabric
         if fabric is None:
             return Finding(MULTINODE, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
+        odd = members_problem(fabric.nodes, self.inventory.names)
+        if odd:
+            return Finding(MULTINODE, ERROR, None, None, f"the multi-node evidence cannot be believed: {odd}")
         err = next(iter(fabric.errors), None)
         if err is not None:
             why = f"the all-reduce across nodes did not run: {err.message}"
@@ -533,6 +569,9 @@ class Evaluation:
             if cause is not None:
                 return _skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
             return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")
+        odd = pairs_problem(self.fabric_pairs, self.inventory.names)
+        if odd:
+            return Finding(check, ERROR, node, None, f"the pairs' evidence cannot be believed: {odd}")
         values, failed = pair_figures(self.fabric_pairs, node)
         if failed:
             message = f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}"
@@ -543,10 +582,4 @@ class Evaluation:
             if cause is not None:
                 return _skip(check, node, None, f"{why}: not every node was measured", cause)
             return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
-        return judge_pairs(node, values, self.spec.certify.stragglers.max_deviation)
-
-    # ---- recertify: the node against its own handover baseline (evaluation_handover.py) ----------------------
-
-    def recertify_summary(self) -> str:
-        """One sentence for the reports: what this recertification compared the node with."""
-        return recertify_summary(self)
+        return judge_pairs(node, values, self.spec.stragglers_for(self.spec.pools[0].name).max_deviation)

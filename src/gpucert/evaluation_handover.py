@@ -1,6 +1,5 @@
-"""The recertify suite's decisions: one node against its own handover baseline (`baselines/nodes/<node>.yaml`), and
-the sentence that tells the reports what a recertification compared the node with. Reads through the Evaluation;
-the judging rules are analysis/handover.py's."""
+"""The recertify suite's decisions: one node against its own handover baseline (`baselines/nodes/<node>.yaml`).
+Reads through the Evaluation; the judging rules are analysis/handover.py's."""
 
 from __future__ import annotations
 
@@ -13,36 +12,9 @@ from gpucert.checks import CheckKey, CheckStatus, Finding
 if TYPE_CHECKING:
     from gpucert.evaluation import Evaluation, GpuSlot
 
-__all__ = ["against_handover", "identity", "recertify_summary"]
+__all__ = ["against_handover", "identity"]
 
 SKIP, ERROR, FAIL = CheckStatus.SKIP, CheckStatus.ERROR, CheckStatus.FAIL
-
-
-def recertify_summary(ev: Evaluation) -> str:
-    """One sentence for the reports: what this recertification compared the node with."""
-    recert = ev.recertification
-    if recert is None:
-        return ""
-    node, peers = recert["node"], recert.get("fleetPeers") or {}
-    pool = ev.pools.name_of(node)
-    sku = ev.baselines[pool].sku if pool is not None else "(none: the node is in no pool)"
-    runs = sorted(set(peers.values()))
-    fleet = (
-        f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} {', '.join(runs)})"
-        if peers
-        else "no fleet evidence (no earlier run of this spec and baseline)"
-    )
-    if ev.handover is None:
-        return (
-            f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
-            f"baseline {sku} and {fleet} only"
-        )
-    r = ev.handover.recorded
-    return (
-        f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
-        + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
-        + f"), the SKU baseline {sku} and {fleet}"
-    )
 
 
 def _no_handover(ev: Evaluation, check: str, node: str, gpu: int | None) -> Finding | None:

@@ -282,6 +282,11 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
         return problems
     names = set(fleet.node_names())
     first, last = fleet.node_names()[0], fleet.node_names()[-1]
+    for i, group in enumerate(fleet.pools or [None]):
+        try:
+            check_node_name((group.nodes if group else fleet.nodes).names()[-1])  # type: ignore[union-attr]
+        except NameError_ as exc:  # the longest name the prefix makes
+            problems.append(((("pools", i, "nodes", "namePrefix") if group else ("nodes", "namePrefix")), str(exc)))
     for i, fault in enumerate(fleet.faults):
         if fault.node not in names:
             problems.append((("faults", i, "node"), f"no node {fault.node!r} in this fleet; nodes are {first}..{last}"))

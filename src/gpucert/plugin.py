@@ -119,7 +119,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _runs_tests(config: pytest.Config) -> bool:
     """Whether this session will run tests (and so may plan and measure): not --co, --help, --fixtures, ..."""
     o = config.option
-    shows = ("help", "markers", "collectonly", "showfixtures", "show_fixtures_per_test", "setupplan", "setuponly")
+    shows = (
+        "help",
+        "markers",
+        "collectonly",
+        "showfixtures",
+        "show_fixtures_per_test",
+        "setupplan",
+        "setuponly",
+        "cacheshow",
+    )
     return not any(getattr(o, name, False) for name in shows)
 
 
@@ -145,10 +154,17 @@ def _prepare(config: pytest.Config) -> RunContext | None:
             folder = RunFolder(Path(run_dir_opt))
             if not folder.prepared:
                 raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
+            assert spec.path is not None
+            folder.judged_by(spec.path, runner.baseline_paths(spec))
+            folder.check()
             return RunContext(spec, baselines, folder, readonly=not _runs_tests(config))
         if not _runs_tests(config):
             # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
-            return RunContext(spec, baselines, runner.recorded_run(Path(evidence)), readonly=True) if evidence else None
+            if not evidence:
+                return None
+            recorded = runner.recorded_run(Path(evidence))
+            recorded.check()
+            return RunContext(spec, baselines, recorded, readonly=True)
         mode = (
             runner.Mode.STATIC
             if config.getoption("static")
@@ -177,6 +193,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or ctx.readonly:
         return
     config.pluginmanager.register(Controller(ctx), "gpucert-controller")
+    config.pluginmanager.register(VerdictWriter(ctx), "gpucert-verdict")
     opt = config.option
     if getattr(opt, "htmlpath", "missing") is None:
         opt.htmlpath = str(ctx.folder.report_path)
@@ -418,10 +435,9 @@ class Controller:
                 "node": recert["node"],
                 "handover": recert["handover"],
                 "fleetPeers": len(recert.get("fleetPeers") or {}),
-                "summary": ev.recertify_summary(),
+                "summary": details.recertify_summary(ev),
             }
-        ctx.verdict = verdict
-        ctx.folder.write_verdict(verdict)
+        ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
         if ev.inventory.target == "static":  # what a CI job posts on the pull request
             ctx.folder.summary_path.write_text(summary_markdown(verdict, ctx.folder.read_gate()), encoding="utf-8")
         finished = time.time()
@@ -486,6 +502,20 @@ def _summarised(ev: Evaluation, pool: str) -> bool:
     if ev.inventory.target == "static":
         return False
     return ev.recertification is None or bool(ev.pools.members(pool))
+
+
+class VerdictWriter:
+    """Writes verdict.json after every report of the run (report.html, junit.xml, Allure, run.json) is on disk: the
+    verdict is the run's last word, so an interrupt before it leaves no verdict to sign, never a verdict that says
+    more than the reports beside it."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.ctx.verdict is not None:
+            self.ctx.folder.write_verdict(self.ctx.verdict)
 
 
 def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:

@@ -56,6 +56,9 @@ class RecertifyOptions:
     cordon: bool = True
     drain: bool = False
     wait_timeout_s: float = 3600
+    # a scheduled run chose the node because it was idle: if GPU pods arrive anyway, it puts the node back as it
+    # was (uncordoned) and leaves it for a later run, instead of keeping it cordoned for someone to look at
+    release_when_busy: bool = False
 
 
 def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeControl:
@@ -157,8 +160,14 @@ def recertify(
     evaluate: Callable[[RunFolder], int],
     sign: Callable[[RunFolder], str | None],
     progress: Callable[[str], None] = lambda _: None,
+    withhold: Callable[[str, str], str | None] | None = None,
 ) -> tuple[int, Path]:
-    """Recertify `opts.node`; returns the evaluation's exit code (0 pass, 1 fail) and the run folder."""
+    """Recertify `opts.node`; returns the evaluation's exit code (0 pass, 1 fail) and the run folder.
+
+    `withhold(node, result)`, asked once the verdict is known, may return a reason to leave the node unmarked (a
+    scheduled run's circuit breaker): no label or annotation is written, and a node this run cordoned is uncordoned,
+    as it was before; recertify.json records the reason.
+    """
     node = opts.node
     target = open_target(spec)
     control = node_control(target, spec, opts.reports)
@@ -174,7 +183,7 @@ def recertify(
         _check_handover(handover, handover_path, node, spec, set(digests.values()))
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
-        with runner.new_run(opts.reports, spec, suffix=f"recertify-{node}") as folder:
+        with runner.new_run(opts.reports, spec, "recertify", suffix=f"recertify-{node}") as folder:
             inventory = runner.plan(target, spec, folder)
             if node not in inventory.names:  # a mistyped node name leaves no run behind
                 shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
@@ -214,11 +223,23 @@ def recertify(
             "fleetPeers": {p: str(path.parent.parent.name) for p, path in sorted(peers.items())},
         }
         folder.write_recertify(record)
+        was_cordoned = True
         if opts.cordon:
-            record["cordon"] = {"wasCordoned": control.cordon(node)}
+            was_cordoned = control.cordon(node)
+            record["cordon"] = {"wasCordoned": was_cordoned}
             folder.write_recertify(record)
             progress(f"cordoned {node}")
-        record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
+        try:
+            record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
+        except IncompleteRunError as exc:
+            if not (opts.release_when_busy and not was_cordoned):
+                raise IncompleteRunError(
+                    f"{exc}; the node stays cordoned. Rerun with --drain to evict them, or when they are done"
+                ) from None
+            control.mark(node, labels={}, annotations={}, uncordon=True)
+            record["cordon"]["released"] = True
+            folder.write_recertify(record)
+            raise IncompleteRunError(f"{exc}; it was uncordoned again, as it was before, for a later run") from None
         record["drained"] = opts.drain
         folder.write_recertify(record)
         runner.measure(target, one, spec, folder)
@@ -226,15 +247,20 @@ def recertify(
         verdict = folder.read_verdict()
         passed = verdict["result"] == "pass"
         failing = sorted({f["check"] for f in verdict["findings"]})
+        withheld = withhold(node, verdict["result"]) if withhold is not None else None
         record.update(
             result=verdict["result"],
             failing=failing,
             finished=_now(),
-            marks={
-                "labels": {LABEL_CERTIFIED: "true" if passed else "false"},
-                "uncordon": passed,
-                "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
-            },
+            marks=(
+                {"withheld": withheld, "uncordon": not was_cordoned}
+                if withheld
+                else {
+                    "labels": {LABEL_CERTIFIED: "true" if passed else "false"},
+                    "uncordon": passed,
+                    "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
+                }
+            ),
         )
         folder.write_recertify(record)
         digest = sign(folder)  # the certificate's digest, None when not signed
@@ -244,6 +270,12 @@ def recertify(
                 f"lost the hold on {node} during the run (now held by {now_held_by or 'nobody'}): the node was not "
                 f"marked; its verdict ({verdict['result']}) is in {folder.path}"
             )
+        if withheld:
+            if not was_cordoned:
+                control.mark(node, labels={}, annotations={}, uncordon=True)
+            restored = ", uncordoned" if not was_cordoned else ""
+            progress(f"{node}: {verdict['result'].upper()}, left unmarked{restored}: {withheld}")
+            return code, folder.path
         stamp = {"time": record["finished"], "run": folder.id, "certificate": digest}
         annotations = {
             ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),

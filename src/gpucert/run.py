@@ -82,11 +82,15 @@ def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None) -> RunFold
 
 
 @contextlib.contextmanager
-def new_run(reports: Path, spec: ClusterSpec, suffix: str | None = None) -> Iterator[RunFolder]:
-    """A new run folder for the block; if the block fails before any node was measured, the folder goes again, so a
-    bad input or a cluster that cannot be reached leaves no empty run behind (measured evidence always stays)."""
+def new_run(
+    reports: Path, spec: ClusterSpec, mode: str, suffix: str | None = None, reevaluates: str | None = None
+) -> Iterator[RunFolder]:
+    """A new run folder of `mode` (runfolder.MODES, recorded in run.json) for the block; if the block fails before
+    any node was measured, the folder goes again, so a bad input or a cluster that cannot be reached leaves no empty
+    run behind (measured evidence always stays)."""
     existed = reports.exists()
     folder = _new_folder(reports, spec, suffix)
+    folder.write_intent(spec=spec.metadata.name, mode=mode, reevaluates=reevaluates)
     try:
         yield folder
     except BaseException:
@@ -127,8 +131,23 @@ def prepare(
         from gpucert.targets import open_target
 
         target = open_target(spec)  # a bad fleet or kubeconfig fails before any folder exists
-    with new_run(reports, spec) as folder:
-        if mode is Mode.STATIC:
+    recorded = None
+    if mode is Mode.EVIDENCE:
+        if evidence is None:
+            raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")
+        recorded = recorded_run(evidence)
+    kind = {Mode.STATIC: "static", Mode.PLAN: "plan", Mode.MEASURE: "measure"}.get(mode)
+    with new_run(
+        reports, spec, kind or recorded_mode(recorded), reevaluates=recorded.id if recorded else None
+    ) as folder:
+        if recorded is not None:
+            if folder.path.resolve().is_relative_to(recorded.path.resolve()):
+                raise ConfigError(
+                    "the new run folder would be inside the run it re-evaluates: choose --reports outside it",
+                    path=recorded.path,
+                )
+            import_evidence(recorded.path, folder)
+        elif mode is Mode.STATIC:
             folder.write_stack(StackObservation(nodes={}))
             folder.write_inventory(Inventory(target="static", nodes=()))
             if gate_record is not None:
@@ -137,10 +156,6 @@ def prepare(
                     where, _, stem = name.partition("/")
                     folder.add_gate_input(folder.inputs / where, stem, content)
                 folder.write_gate(record)
-        elif mode is Mode.EVIDENCE:
-            if evidence is None:
-                raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")
-            import_evidence(evidence, folder)
         else:
             assert target is not None
             inventory = plan(target, spec, folder)
@@ -249,6 +264,18 @@ def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> Fabri
 # ---- recorded evidence ---------------------------------------------------------------------------------------
 
 
+def recorded_mode(recorded: RunFolder | None) -> str:
+    """The mode of a recorded run, from its run.json; a run folder from before run.json named its mode is what its
+    contents show (a recertification record, else a certification)."""
+    assert recorded is not None
+    try:
+        return recorded.mode
+    except EvidenceError:
+        if recorded.read_run_info().get("mode") is not None:
+            raise
+        return "recertify" if recorded.recertify_path.exists() else "measure"
+
+
 def recorded_run(source: Path) -> RunFolder:
     """The run folder holding recorded evidence given as the folder or its evidence/ folder."""
     try:
@@ -304,13 +331,14 @@ def import_evidence(source: Path, folder: RunFolder) -> None:
             _copy_regular(src, dst)
         _copy_regular(recorded.evidence_dir, folder.evidence_dir)
         _check_recorded(folder)
+        # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
+        if recorded.recertify_path.exists():
+            _copy_regular(recorded.recertify_path, folder.recertify_path)
+            if recorded.fleet_dir.is_dir():
+                _copy_regular(recorded.fleet_dir, folder.fleet_dir)
+            if recorded.handover_copy.exists():
+                _copy_regular(recorded.handover_copy, folder.handover_copy)
+        folder.check()
     except EvidenceError as exc:
         shutil.rmtree(folder.evidence_dir, ignore_errors=True)  # nothing was measured: the run folder goes
         raise EvidenceError(str(exc).replace(str(folder.path), str(recorded.path))) from None  # the user's file
-    # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
-    if recorded.recertify_path.exists():
-        _copy_regular(recorded.recertify_path, folder.recertify_path)
-        if recorded.fleet_dir.is_dir():
-            _copy_regular(recorded.fleet_dir, folder.fleet_dir)
-        if recorded.handover_copy.exists():
-            _copy_regular(recorded.handover_copy, folder.handover_copy)

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpucert.errors import EvidenceError
+from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import (
     FabricEvidence,
     FabricPairs,
@@ -41,7 +41,7 @@ from gpucert.inventory import Inventory, read_inventory, write_inventory
 from gpucert.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
-__all__ = ["ENVELOPE", "RunFolder", "write_json_atomic"]
+__all__ = ["ENVELOPE", "MODES", "RunFolder", "write_json_atomic"]
 
 INPUTS = "inputs"
 SPEC = "spec.yaml"
@@ -66,6 +66,14 @@ REPORT = "report.html"
 JUNIT = "junit.xml"
 ALLURE = "allure-results"
 ENVELOPE = "certificate.intoto.json"
+# what a run is, recorded in run.json when it is prepared (and signed with it): it decides the suites that judge the
+# run, so no file added to or removed from the folder can turn a certification into a lighter one
+MODES = {
+    "static": ("static",),  # the recipe alone, no cluster
+    "plan": ("configure",),  # the cluster's configuration, nothing measured
+    "measure": ("configure", "certify"),  # a certification
+    "recertify": ("configure", "certify", "recertify"),  # one node against its handover baseline
+}
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -76,6 +84,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -99,13 +111,20 @@ class RunFolder:
     @classmethod
     def create(cls, reports: Path, name: str) -> RunFolder:
         """A new, empty run folder `reports/<name>` (`-2`, `-3`, ... when taken), with its inputs/ folder."""
-        reports.mkdir(parents=True, exist_ok=True)
+        try:
+            reports.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigError("is not a folder: --reports names where run folders are created", path=reports) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot create the reports folder: {exc.strerror}", path=reports) from None
         for n in range(1, 1000):
             path = reports / (name if n == 1 else f"{name}-{n}")
             try:
                 path.mkdir()
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise ConfigError(f"cannot create a run folder here: {exc.strerror}", path=reports) from None
             (path / INPUTS).mkdir()
             return cls(path)
         raise EvidenceError("a thousand runs of this name this second: choose another --reports", path=reports)
@@ -235,14 +254,57 @@ class RunFolder:
         return self.measured and any(self.evidence_dir.iterdir())
 
     @property
+    def mode(self) -> str:
+        """What the run is (`MODES`), as run.json recorded it when the run was prepared."""
+        mode = self.read_run_info().get("mode")
+        if mode not in MODES:
+            raise EvidenceError(
+                f"run.json names no mode of gpucert ({', '.join(MODES)}), so what the run must be judged by is "
+                "unknown: not a run folder gpucert prepared",
+                path=self.run_info_path,
+            )
+        return str(mode)
+
+    @property
     def suites(self) -> tuple[str, ...]:
-        """The suites that judge this run: the static gate (no cluster), configure only (nothing measured), or
-        configure and certify, and recertify for a recertification."""
-        if self.read_inventory().target == "static":
-            return ("static",)
-        if not self.measured:
-            return ("configure",)
-        return ("configure", "certify", *(("recertify",) if self.recertify_path.exists() else ()))
+        """The suites that judge this run: the static gate, configure only, a certification, a recertification."""
+        return MODES[self.mode]
+
+    def check(self) -> None:
+        """The folder holds what its mode says it holds (EvidenceError naming the file otherwise): a certification
+        without evidence, a recertification record added to a certification, an inventory relabelled, ..."""
+        mode, target, inventory = self.mode, self.read_inventory().target, self.read_inventory().names
+        if (mode == "static") != (target == "static"):
+            raise EvidenceError(f"a {mode} run with an inventory of target {target!r}", path=self.inventory_path)
+        if mode in ("measure", "recertify") and not self.measured:
+            raise EvidenceError(f"a {mode} run without evidence/: what was measured is gone", path=self.path)
+        if mode in ("static", "plan") and self.measured:
+            raise EvidenceError(f"a {mode} run measures nothing, yet holds evidence/", path=self.evidence_dir)
+        if (mode == "recertify") != self.recertify_path.exists():
+            raise EvidenceError(
+                "recertify.json belongs to a recertification run, and every recertification run has one",
+                path=self.recertify_path,
+            )
+        if mode == "recertify":
+            record = self.read_recertify() or {}
+            node = record.get("node")
+            if inventory != [node] or not isinstance(record.get("fleetPeers", {}), dict) or "handover" not in record:
+                raise EvidenceError(
+                    f"the recertification record names node {node!r}, the inventory {inventory}: a recertification "
+                    "measures exactly its node, and records its handover baseline (or null) and its fleet peers",
+                    path=self.recertify_path,
+                )
+        if mode in ("measure", "recertify"):
+            for path in self.evidence_files():
+                try:
+                    ev = read_evidence(path)
+                except EvidenceError:
+                    continue  # an unusable document is its node's finding (node.reachable), not the run's
+                if path.stem in inventory and ev.target != target:
+                    raise EvidenceError(
+                        f"evidence of target {ev.target!r} in a run whose inventory is of target {target!r}",
+                        path=path,
+                    )
 
     @property
     def signed(self) -> bool:
@@ -321,24 +383,56 @@ class RunFolder:
     def read_run_info(self) -> dict[str, Any]:
         return _read_json(self.run_info_path) if self.run_info_path.exists() else {}
 
-    def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
-        """run.json: when the run ran and with which gpucert, for the attestation's predicate."""
+    def write_intent(self, *, spec: str, mode: str, reevaluates: str | None = None) -> None:
+        """run.json as the run is prepared: what it is (its mode decides the suites that judge it) and of which
+        spec; a re-evaluation keeps the mode of the run it re-evaluates and names that run."""
         from gpucert._version import __version__
         from gpucert.resources import source_commit
 
-        def iso(t: float) -> str:
-            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
+        if mode not in MODES:
+            raise ValueError(f"unknown run mode {mode!r}")
         info = {
             "run": self.id,
             "spec": spec,
-            "target": target,
-            "started": iso(started),
-            "finished": iso(finished),
+            "mode": mode,
+            "reevaluates": reevaluates,
+            "started": _iso(datetime.now(UTC)),
             "gpucert_version": __version__,
             "git_commit": source_commit(),
         }
         write_json_atomic(self.run_info_path, info)
+
+    def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
+        """run.json at the end of the evaluation: when the run ran and with which gpucert (its mode is kept)."""
+        from gpucert._version import __version__
+        from gpucert.resources import source_commit
+
+        info = {
+            **self.read_run_info(),
+            "run": self.id,
+            "spec": spec,
+            "target": target,
+            "started": _iso(datetime.fromtimestamp(started, UTC)),
+            "finished": _iso(datetime.fromtimestamp(finished, UTC)),
+            "gpucert_version": __version__,
+            "git_commit": source_commit(),
+        }
+        write_json_atomic(self.run_info_path, info)
+
+    def judged_by(self, spec: Path, baselines: dict[str, Path]) -> None:
+        """The spec and each pool's baseline given to evaluate this folder are the ones it was prepared with
+        (inputs/, signed with the run): a run judged against another spec than the one it records would sign a lie."""
+        kept_for = {pool: self.baseline_copy_for(pool) for pool in baselines}
+        for given, kept in ((spec, self.spec_copy), *((baselines[p], k) for p, k in kept_for.items())):
+            if not kept.is_file():
+                raise EvidenceError(f"no {kept.name} in inputs/: not a run folder gpucert prepared", path=self.path)
+            if given.read_bytes() != kept.read_bytes():
+                name = kept.relative_to(self.inputs).as_posix()
+                raise EvidenceError(
+                    f"{given} is not the {kept.name} this run was prepared with (inputs/{name}): evaluate a run "
+                    "with its own inputs, or re-evaluate its evidence under another spec with --evidence",
+                    path=self.path,
+                )
 
     def copy_inputs(self, spec: Path | None, baselines: dict[str, Path]) -> None:
         """The spec and SKU baselines as the run used them: signed with it, so the judgement can be re-done. One

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.report.verdict import verdict_problems
 from gpucert.runfolder import ENVELOPE, RunFolder
 
 __all__ = [
@@ -154,8 +156,37 @@ def subjects(run_dir: Path) -> dict[str, str]:
     return {name: _sha256(p) for name, p in files.items()}
 
 
-def _predicate(folder: RunFolder) -> dict[str, Any]:
+def _ready_to_sign(folder: RunFolder) -> dict[str, Any]:
+    """The run's verdict, when the folder is a completed run whose reports say what its verdict says (EvidenceError
+    naming what is wrong otherwise): a hand-edited verdict.json, or a run cut short before its reports were all
+    written, is not signed."""
+    if not folder.verdict_path.exists():
+        raise EvidenceError("no verdict.json: only a completed run can be signed", path=folder.path)
     verdict = folder.read_verdict()
+    problems = verdict_problems(verdict)
+    if problems:
+        raise EvidenceError(f"not a verdict gpucert wrote: {'; '.join(problems)}", path=folder.verdict_path)
+    folder.check()
+    missing = [p.name for p in (folder.report_path, folder.junit_path, folder.allure_dir) if not p.exists()]
+    if missing or not folder.read_run_info().get("finished"):
+        raise EvidenceError(
+            f"the run did not finish writing its reports ({', '.join(missing) or 'run.json'} missing): a run cut "
+            "short is not signed; evaluate it again",
+            path=folder.path,
+        )
+    said = re.search(r'name="gpucert_result" value="([a-z]+)"', folder.junit_path.read_text(encoding="utf-8"))
+    html = folder.report_path.read_text(encoding="utf-8")
+    headline = f"Certification {str(verdict['result']).upper()}"
+    if said is None or said.group(1) != verdict["result"] or headline not in html:
+        raise EvidenceError(
+            f"verdict.json says {verdict['result']}, but junit.xml ({said.group(1) if said else 'no result'}) or "
+            "report.html say otherwise: the folder was edited after its run",
+            path=folder.verdict_path,
+        )
+    return verdict
+
+
+def _predicate(folder: RunFolder, verdict: dict[str, Any]) -> dict[str, Any]:
     run_info = folder.read_run_info()
     # names relative to inputs/: `baseline.yaml`, `baselines/<pool>.yaml` (several pools), `handover.yaml`
     copies = [*folder.baseline_copies(), folder.handover_copy]
@@ -165,6 +196,8 @@ def _predicate(folder: RunFolder) -> dict[str, Any]:
         "spec": {"name": verdict["spec"], "sha256": _sha256(spec_file) if spec_file.exists() else None},
         "baselines": baselines,
         "target": verdict["target"],
+        # what kind of run this is: only `measure` (and `recertify`) measured the hardware
+        "scope": {"mode": folder.mode, "suites": list(folder.suites), "reevaluates": run_info.get("reevaluates")},
         "gpucert": {"version": run_info.get("gpucert_version", __version__), "commit": run_info.get("git_commit")},
         "run": {"id": verdict["run"], "started": run_info.get("started"), "finished": run_info.get("finished")},
         "result": verdict["result"],
@@ -186,16 +219,15 @@ def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
     """Write `certificate.intoto.json` into the run folder; returns its path and the signer's fingerprint."""
     run_dir = run_dir.resolve()
     folder = RunFolder(run_dir)
-    if not folder.verdict_path.exists():
-        raise EvidenceError("no verdict.json: only a completed run can be signed", path=run_dir)
     if key_path.resolve().is_relative_to(run_dir):
         raise ConfigError("the private key must not live inside the run folder it signs", path=key_path)
     key = load_private_key(key_path)
+    verdict = _ready_to_sign(folder)
     statement = {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in subjects(run_dir).items()],
         "predicateType": PREDICATE_TYPE,
-        "predicate": _predicate(folder),
+        "predicate": _predicate(folder, verdict),
     }
     payload = json.dumps(statement, indent=1, sort_keys=True).encode()
     fp = fingerprint(key.public_key())
@@ -220,10 +252,11 @@ class Verification:
 
     envelope: str = ENVELOPE
     odd: list[str] = field(default_factory=list)
+    inconsistent: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.signature_ok and not (self.changed or self.missing or self.added or self.odd)
+        return self.signature_ok and not (self.changed or self.missing or self.added or self.odd or self.inconsistent)
 
     def problems(self) -> list[str]:
         out = (
@@ -238,6 +271,7 @@ class Verification:
         out += [f"missing: {n}" for n in self.missing]
         out += [f"added: {n}" for n in self.added]
         out += [f"not a plain file: {n}" for n in self.odd]
+        out += [f"the signed verdict.json is not one gpucert writes: {why}" for why in self.inconsistent]
         return out
 
 
@@ -280,4 +314,12 @@ def verify_run(run_dir: Path, pub_path: Path) -> Verification:
     result.changed = sorted(n for n in signed if n in actual and actual[n] != signed[n])
     result.missing = sorted(n for n in signed if n not in actual)
     result.added = sorted([*(n for n in actual if n not in signed), *empty])
+    folder = RunFolder(run_dir)
+    if "verdict.json" in actual:
+        try:
+            result.inconsistent = verdict_problems(folder.read_verdict())
+        except EvidenceError as exc:
+            result.inconsistent = [str(exc)]
+    else:
+        result.inconsistent = ["there is no verdict.json"]
     return result

@@ -12,7 +12,7 @@ from gpucert.checks import FABRIC_METRICS, Family, Finding, family_of
 if TYPE_CHECKING:
     from gpucert.evaluation import Evaluation
 
-__all__ = ["evidence_for", "nccl_curve", "p2p_matrix"]
+__all__ = ["evidence_for", "nccl_curve", "p2p_matrix", "recertify_summary"]
 
 
 def p2p_matrix(ev: Evaluation, node: str) -> list[list[float | None]] | None:
@@ -77,3 +77,30 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
         }
     m = gpu.measurements.get(metric)
     return {"gpu": gpu.index, "uuid": gpu.uuid, "serial": gpu.serial, metric: m.model_dump(mode="json") if m else None}
+
+
+def recertify_summary(ev: Evaluation) -> str:
+    """One sentence for the reports: what this recertification compared the node with."""
+    recert = ev.recertification
+    if recert is None:
+        return ""
+    node, peers = recert["node"], recert.get("fleetPeers") or {}
+    pool = ev.pools.name_of(node)
+    sku = ev.baselines[pool].sku if pool is not None else "(none: the node is in no pool)"
+    runs = sorted(set(peers.values()))
+    fleet = (
+        f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} {', '.join(runs)})"
+        if peers
+        else "no fleet evidence (no earlier run of this spec and baseline)"
+    )
+    if ev.handover is None:
+        return (
+            f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
+            f"baseline {sku} and {fleet} only"
+        )
+    r = ev.handover.recorded
+    return (
+        f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
+        + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
+        + f"), the SKU baseline {sku} and {fleet}"
+    )

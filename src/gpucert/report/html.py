@@ -245,7 +245,7 @@ class HtmlSummary:
             if target == "simulated"
             else f"<p>Target: {escape(target)}</p>"
         )
-        recert = self.ctx.evaluation.recertify_summary()
+        recert = details.recertify_summary(self.ctx.evaluation)
         if recert:
             banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
         prefix.append(

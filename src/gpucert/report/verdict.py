@@ -16,7 +16,7 @@ from typing import Any
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan import Plan
 
-__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict"]
+__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict", "verdict_problems"]
 
 VERDICT_SCHEMA = "gpucert.io/verdict/v2"
 RESULTS = ("pass", "fail", "incomplete")
@@ -177,3 +177,41 @@ def _pool_summary(name: str, info: Mapping[str, Any], nodes: Mapping[str, Mappin
         "results": {r: results[r] for r in RESULTS},
         "failing": sorted({c for s in mine.values() for c in s["failing"]}),
     }
+
+
+def verdict_problems(verdict: Any) -> list[str]:
+    """What makes a verdict.json not one gpucert could have written: a result its own counts and coverage do not
+    support (a `pass` with failures or with checks that did not run), missing keys, an unknown schema. Empty when
+    the verdict is consistent. Signing and verifying refuse an inconsistent verdict."""
+    if not isinstance(verdict, dict):
+        return [f"not a JSON object ({type(verdict).__name__})"]
+    if verdict.get("schema") != VERDICT_SCHEMA:
+        return [f"schema is {verdict.get('schema')!r}, not {VERDICT_SCHEMA!r}"]
+    missing = [
+        k for k in ("run", "spec", "target", "result", "coverage", "summary", "findings", "nodes") if k not in verdict
+    ]
+    if missing:
+        return [f"keys missing: {', '.join(missing)}"]
+    result, c, s = verdict["result"], verdict["coverage"], verdict["summary"]
+    try:
+        bad = int(s["failed"]) + int(s["errors"])
+        complete = bool(c["complete"]) and int(c["ran"]) == int(c["required"])
+        counted = {f.get("status") for f in verdict["findings"]} - {"waived"}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return [f"summary or coverage unreadable ({exc})"]
+    problems = []
+    if result not in RESULTS:
+        problems.append(f"result {result!r} is none of {', '.join(RESULTS)}")
+    elif result == "pass" and (bad or not complete or counted):
+        problems.append(
+            f"result pass with {s['failed']} failed, {s['errors']} errors and {c['ran']} of {c['required']} required "
+            "checks run"
+        )
+    elif result == "incomplete" and (bad or complete):
+        problems.append("result incomplete, but its counts say failed or complete")
+    elif result == "fail" and not bad:
+        problems.append("result fail without a failed or errored check")
+    node_results = {n: v.get("result") for n, v in verdict["nodes"].items() if isinstance(v, dict)}
+    if result == "pass" and any(r != "pass" for r in node_results.values()):
+        problems.append("result pass, but not every node passed")
+    return problems

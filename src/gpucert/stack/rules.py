@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from gpucert.checks import CheckStatus, Finding
+from gpucert.evidence import GpuEvidence
 from gpucert.spec import ClusterSpec, Expect, StackSpec
 from gpucert.stack.compat import COMPAT_SOURCE, min_driver_for_cuda
 from gpucert.stack.observe import NodeStack
@@ -15,12 +16,14 @@ from gpucert.versions import VersionError, at_least, normalize
 __all__ = [
     "SKEW_FIELDS",
     "compat",
+    "duplicate_gpus",
     "gpu_count",
     "gpu_product",
     "kubernetes_version",
     "node_count",
     "ordering",
     "pinned_components",
+    "probe_products",
     "reachable",
     "runtime",
     "skew",
@@ -275,3 +278,35 @@ def gpu_product(ns: NodeStack, expect: Expect) -> Finding:
         observed=have,
         expected=want,
     )
+
+
+def duplicate_gpus(gpus_by_node: Mapping[str, Sequence[GpuEvidence]]) -> dict[str, list[str]]:
+    """Per node, each GPU identity (UUID or serial) reported more than once in the fleet, with where."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for node, gpus in gpus_by_node.items():
+        for g in gpus:
+            for kind, value in (("UUID", g.uuid), ("serial", g.serial)):
+                if value:
+                    seen.setdefault((kind, value), []).append(f"{node}/gpu{g.index}")
+    out: dict[str, list[str]] = {}
+    for (kind, value), where in seen.items():
+        if len(where) > 1:
+            for w in sorted(set(where)):
+                out.setdefault(w.split("/")[0], []).append(f"{kind} {value} is reported by {', '.join(where)}")
+    return out
+
+
+def probe_products(node: str, gpus: Sequence[GpuEvidence], want: str, memory_mib: int, sku: str) -> str | None:
+    """What is wrong with the GPUs the probe saw (NVML's product name, and memory within 2 % of the SKU's), or
+    None: the labels GFD put on the node are not the only word on what is in it."""
+    odd = [
+        f"gpu{g.index} is {g.product!r}"
+        for g in gpus
+        if g.product is not None and g.product.strip().replace(" ", "-") != want
+    ]
+    odd += [
+        f"gpu{g.index} has {g.memory_mib} MiB (the {sku} has {memory_mib})"
+        for g in gpus
+        if g.memory_mib is not None and abs(g.memory_mib - memory_mib) > 0.02 * memory_mib
+    ]
+    return f"{node}: the probe saw other GPUs than {want}: {'; '.join(odd)}" if odd else None

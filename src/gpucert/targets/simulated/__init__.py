@@ -50,7 +50,7 @@ class SimulatedTarget(SimulatedCluster, SimulatedProbes):
             sink(self.measure_node(node, plan))
 
     def node_control(self, reports: Path) -> SimulatedNodeControl:
-        return SimulatedNodeControl(reports / ".simulated-nodes" / self.spec.metadata.name)
+        return SimulatedNodeControl(reports / ".simulated-nodes" / self.spec.metadata.name, tuple(self.names))
 
     def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
         return [self._fabric(nodes, plan) for nodes in groups]
