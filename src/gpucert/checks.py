@@ -156,13 +156,15 @@ class Family(StrEnum):
     STRAGGLER = "straggler"
     HANDOVER = "handover"
     WAIVER = "waiver"
+    POOL = "pool"  # pool.membership: every node in exactly one of the spec's pools
+    BASELINE = "baseline"  # baseline.change: the static gate's review of an edited SKU baseline
 
     @property
     def suite(self) -> str:
         """The suite whose tests decide this family's checks (`static` holds fleet-level stack checks too)."""
-        if self in (Family.STACK, Family.INVENTORY, Family.NODE):
+        if self in (Family.STACK, Family.INVENTORY, Family.NODE, Family.POOL):
             return "configure"
-        return {Family.HANDOVER: "recertify", Family.WAIVER: "waivers"}.get(self, "certify")
+        return {Family.HANDOVER: "recertify", Family.WAIVER: "waivers", Family.BASELINE: "static"}.get(self, "certify")
 
     @property
     def category(self) -> str:
@@ -176,6 +178,8 @@ class Family(StrEnum):
             Family.STRAGGLER: "Stragglers",
             Family.HANDOVER: "Handover",
             Family.WAIVER: "Waivers",
+            Family.POOL: "Stack",
+            Family.BASELINE: "Baselines",
         }.get(self, "Performance")
 
     @property

@@ -11,7 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from rich.console import Console
@@ -25,6 +25,8 @@ from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
+from gpucert.fleet_commands import add_fleet_commands
+from gpucert.gate_inputs import GateInputs
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.report import attest
@@ -43,7 +45,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
-def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
+def _load(spec_path: str) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
     return runner.load_inputs(Path(spec_path))
 
 
@@ -53,10 +55,11 @@ def _prepare(
     mode: runner.Mode,
     evidence: str | None = None,
     source: Source | None = None,
+    gate: GateInputs | None = None,
 ) -> RunFolder:
     """The run folder, through the one entry point the pytest plugin uses too, with a progress bar to watch."""
     if mode not in (runner.Mode.MEASURE, runner.Mode.RETEST):
-        return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None)
+        return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None, gate=gate)
     with Progress(
         TextColumn("measuring"),
         BarColumn(),
@@ -116,13 +119,23 @@ def _print_verdict(folder: RunFolder) -> int:
     if not folder.verdict_path.exists():
         raise IncompleteRunError(f"the evaluation wrote no verdict.json in {folder.path}; see the output above")
     verdict = folder.read_verdict()
+    pools = verdict.get("pools") or {}
+    several = len(pools) > 1
     table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
-    for col in ("node", "result", "passed", "failed", "errors", "skipped", "waived", "failing checks"):
+    for col in ("node", *(("pool",) if several else ()), "result", "passed", "failed", "errors", "skipped", "waived"):
         table.add_column(col)
+    table.add_column("failing checks")
+    order = {p: i for i, p in enumerate(pools)}
+
+    def by_pool(kv: tuple[str, dict[str, Any]]) -> tuple[int, list[int | str]]:
+        return order.get(kv[1].get("pool") or "", len(order)), natural_key(kv[0])
+
     rows = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
-    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0]))]:
+    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=by_pool)]:
+        pool = [(s.get("pool") or ("-" if node == "(fleet)" else "(none)"))] if several else []
         table.add_row(
             node,
+            *pool,
             f"[{STYLES.get(s['result'], 'red')}]{s['result'].upper()}[/]",
             str(s["passed"]),
             str(s["failed"]),
@@ -134,6 +147,20 @@ def _print_verdict(folder: RunFolder) -> int:
     if "recertify" in verdict:
         console.print(f"[bold]{verdict['recertify']['summary']}[/]")
     console.print(table)
+    if several:
+        summary = Table(title="pools")
+        for col in ("pool", "product", "GPUs/node", "nodes", "baseline", "result"):
+            summary.add_column(col)
+        for name, p in pools.items():
+            summary.add_row(
+                name,
+                str(p.get("product")),
+                str(p.get("gpusPerNode")),
+                f"{p.get('found')} of {p.get('nodes')}",
+                str(p.get("baseline")),
+                f"[{STYLES.get(p['result'], 'red')}]{p['result'].upper()}[/]",
+            )
+        console.print(summary)
     if verdict["findings"]:
         findings = Table(title="findings", show_lines=False)
         for col in ("check", "where", "status", "message"):
@@ -194,7 +221,8 @@ def _run(
     sign_key: Path | None = None,
     signer: str | None = None,
     retest: str | None = None,
-) -> int:
+    gate: GateInputs | None = None,
+) -> tuple[int, RunFolder]:
     spec, _ = _load(spec_path)
     source = None
     if retest is not None:
@@ -203,12 +231,12 @@ def _run(
         keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
         source = open_source(Path(retest), spec, keys)  # refused before anything is planned or measured
         mode = runner.Mode.RETEST
-    folder = _prepare(spec, reports, mode, evidence, source)
+    folder = _prepare(spec, reports, mode, evidence, source, gate)
     result = _evaluate(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
-    return result
+    return result, folder
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -218,7 +246,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
         runner.Mode.MEASURE,
         workers=a.workers,
         quiet=True,
-    )
+    )[0]
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
@@ -232,7 +260,7 @@ def cmd_certify(a: argparse.Namespace) -> int:
         sign_key=Path(a.sign_key) if a.sign_key else None,
         signer=signer,
         retest=a.retest,
-    )
+    )[0]
 
 
 def _signer(sign_key: str | None) -> str | None:
@@ -280,52 +308,6 @@ def cmd_recertify(a: argparse.Namespace) -> int:
     return code
 
 
-def cmd_schedule(a: argparse.Namespace) -> int:
-    from gpucert.schedule import ScheduleOptions, run_schedule
-
-    signer = _signer(a.sign_key)
-    spec, _ = _load(a.spec)
-    opts = ScheduleOptions(
-        reports=Path(a.reports),
-        handover_dir=Path(a.handover),
-        max_nodes=a.max_nodes,
-        max_cordoned_share=a.max_cordoned_share,
-        max_failure_share=a.max_failure_share,
-        drain=a.drain,
-        min_age_s=a.min_age_hours * 3600,
-        wait_timeout_s=a.wait_timeout,
-    )
-    code, _ = run_schedule(
-        spec,
-        opts,
-        evaluate=lambda folder: _evaluate(a.spec, folder, workers=None, quiet=True, signer=signer),
-        sign=_sign_with(a.sign_key),
-        progress=console.print,
-    )
-    return code
-
-
-def cmd_metrics(a: argparse.Namespace) -> int:
-    from gpucert.report.metrics import FleetCollector, serve, write_textfile
-    from gpucert.targets.base import NodeControl, NodeTarget
-
-    if a.textfile is None and a.serve is None:
-        raise ConfigError("say where the series go: --textfile PATH.prom or --serve [HOST]:PORT", key="--textfile")
-    spec = load_spec(a.spec) if a.spec else None
-    control: NodeControl | None = None
-    if spec is not None:
-        target = open_target(spec)
-        control = target.node_control(Path(a.reports)) if isinstance(target, NodeTarget) else None
-    collector = FleetCollector(Path(a.reports), spec, control)
-    if a.textfile is not None:
-        write_textfile(collector, Path(a.textfile))
-        console.print(f"wrote {a.textfile}")
-        return EXIT_PASS
-    console.print(f"serving the fleet's certification state on {a.serve} (/metrics); Ctrl-C stops")
-    serve(collector, a.serve)
-    return EXIT_PASS
-
-
 def cmd_baseline_record(a: argparse.Namespace) -> int:
     from gpucert.handover import record_baselines
 
@@ -363,11 +345,35 @@ def cmd_sign(a: argparse.Namespace) -> int:
 
 
 def cmd_configure(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet)
+    gate = GateInputs(
+        operator_values=[Path(p) for p in a.operator_values],
+        cluster_policies=[Path(p) for p in a.cluster_policy],
+        operator_release=a.operator_release,
+        base_ref=a.base_ref,
+    )
+    if not a.static and (gate.given or a.operator_release or a.summary):
+        raise ConfigError(
+            "--operator-values, --cluster-policy, --operator-release, --base-ref and --summary are for the static "
+            "gate: add --static",
+            key="--static",
+        )
+    if a.operator_release and not (gate.operator_values or gate.cluster_policies):
+        raise ConfigError("--operator-release needs --operator-values or --cluster-policy", key="--operator-release")
+    code, folder = _run(
+        a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet, gate=gate
+    )
+    if a.summary and folder.summary_path.exists():
+        try:
+            Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.summary).write_text(folder.summary_path.read_text(encoding="utf-8"), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the summary: {exc}", path=Path(a.summary), key="--summary") from None
+        console.print(f"  {'summary':<15} {a.summary}")
+    return code
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, runner.Mode.EVIDENCE, workers=a.workers, evidence=a.evidence, quiet=a.quiet)
+    return _run(a.spec, a.reports, runner.Mode.EVIDENCE, workers=a.workers, evidence=a.evidence, quiet=a.quiet)[0]
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
@@ -417,16 +423,6 @@ def cmd_schema(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def _flag(text: str) -> bool:
-    """A yes/no option's value, as a manifest passes it (`--drain=$(DRAIN)`)."""
-    value = text.strip().lower()
-    if value in ("true", "yes", "1", "on"):
-        return True
-    if value in ("false", "no", "0", "off", ""):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r}: say true or false")
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpucert", description="Certify a GPU Kubernetes cluster.")
     p.add_argument("--version", action="version", version=f"gpucert {__version__}")
@@ -455,6 +451,19 @@ def _parser() -> argparse.ArgumentParser:
     k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
     k.add_argument("spec")
     k.add_argument("--static", action="store_true", help="check the recipe without a cluster")
+    k.add_argument(
+        "--operator-values",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="--static: the gpu-operator chart's values a change edits (several: merged in order, as helm -f)",
+    )
+    k.add_argument(
+        "--cluster-policy", action="append", default=[], metavar="FILE", help="--static: a ClusterPolicy manifest"
+    )
+    k.add_argument("--operator-release", default=None, help="--static: the GPU Operator release (the chart's version)")
+    k.add_argument("--base-ref", default=None, help="--static: check baseline changes against this git ref")
+    k.add_argument("--summary", default=None, metavar="FILE", help="--static: also write the Markdown summary here")
     runner_args(k, workers=False)
     k.set_defaults(func=cmd_configure)
     e = sub.add_parser("evaluate", help="re-evaluate recorded evidence against a spec and its baselines")
@@ -472,46 +481,6 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--sign-key", default=None)
     runner_args(rc, workers=False)
     rc.set_defaults(func=cmd_recertify)
-    sc = sub.add_parser(
-        "schedule", help="one round of recertification: the nodes certified longest ago, idle, with a circuit breaker"
-    )
-    sc.add_argument("spec")
-    sc.add_argument("--max-nodes", type=int, required=True, help="recertify at most this many nodes this round")
-    sc.add_argument(
-        "--max-cordoned-share",
-        type=float,
-        default=0.25,
-        help="never have more than this share of a pool cordoned at once, counting every cordon (default 0.25)",
-    )
-    sc.add_argument(
-        "--max-failure-share",
-        type=float,
-        default=0.5,
-        help="stop, and leave the node unmarked, when more than this share of the round fails (default 0.5)",
-    )
-    sc.add_argument(
-        "--drain",
-        type=_flag,
-        nargs="?",
-        const=True,
-        default=False,
-        help="evict the GPU pods of the nodes taken (--drain or --drain=true); without it busy nodes are skipped",
-    )
-    sc.add_argument("--min-age-hours", type=float, default=0, help="skip nodes certified more recently than this")
-    sc.add_argument(
-        "--wait-timeout", type=float, default=600, help="seconds to wait for GPU pods that arrive after the choice"
-    )
-    sc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
-    sc.add_argument("--sign-key", default=None)
-    runner_args(sc, workers=False)
-    sc.set_defaults(func=cmd_schedule)
-    me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")
-    out = me.add_mutually_exclusive_group()
-    out.add_argument("--textfile", default=None, help="write once to PATH.prom (node-exporter's textfile collector)")
-    out.add_argument("--serve", default=None, metavar="[HOST]:PORT", help="serve /metrics, e.g. :9400")
-    me.add_argument("--spec", default=None, help="export this spec's runs, and read its target's nodes")
-    me.add_argument("--reports", default="reports", help="the folder of run folders (default ./reports)")
-    me.set_defaults(func=cmd_metrics)
     bl = sub.add_parser("baseline", help="handover baselines per node")
     bsub = bl.add_subparsers(dest="baseline", required=True)
     br = bsub.add_parser("record", help="write baselines/nodes/<node>.yaml for every node that passed in RUN_DIR")
@@ -531,6 +500,7 @@ def _parser() -> argparse.ArgumentParser:
     sg.add_argument("--key", required=True, help="the private key from `gpucert keygen`")
     sg.set_defaults(func=cmd_sign)
     add_acceptance_commands(sub)
+    add_fleet_commands(sub, runner_args)
     cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
     cu.add_argument("spec")
     cu.set_defaults(func=cmd_cleanup)

@@ -8,6 +8,7 @@ finding); one that cannot run for no failing cause is an error. Reads the run fo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -24,7 +25,6 @@ from gpucert.analysis.fabric import (
     pair_figures,
     pairs_problem,
 )
-from gpucert.analysis.handover import judge_against_handover, judge_identity
 from gpucert.analysis.health import judge_health
 from gpucert.analysis.performance import (
     Sampled,
@@ -38,13 +38,17 @@ from gpucert.analysis.performance import (
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import NODE_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.errors import EvidenceError
+from gpucert.evaluation_handover import against_handover, identity
 from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
+from gpucert.gate_inputs import gate_from
 from gpucert.handover import NodeBaseline, load_node_baseline
 from gpucert.inventory import Inventory
 from gpucert.plan import Plan, dcgm_tests, plan_checks
+from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec, Probe
+from gpucert.spec import ClusterSpec, Pool, Probe
 from gpucert.stack import recipe, rules
+from gpucert.stack.gate import Gate, gate_keys
 from gpucert.stack.observe import NodeStack, StackObservation
 from gpucert.versions import normalize
 
@@ -81,13 +85,18 @@ def _skip(check: str, node: str | None, gpu: int | None, message: str, cause: st
 class Evaluation:
     """The run folder's inventory, stack observation and evidence, with the decision of every check."""
 
-    def __init__(self, run_dir: Path | RunFolder, spec: ClusterSpec, baseline: GpuBaseline) -> None:
+    def __init__(
+        self, run_dir: Path | RunFolder, spec: ClusterSpec, baselines: GpuBaseline | Mapping[str, GpuBaseline]
+    ) -> None:
         self.folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
         self.spec = spec
-        self.baseline = baseline
+        # each pool's SKU baseline (one baseline given: every pool's)
+        self.baselines = (
+            {p.name: baselines for p in spec.pools} if isinstance(baselines, GpuBaseline) else dict(baselines)
+        )
         self._evidence: dict[str, NodeEvidence | None] = {}
         self._problems: dict[str, str] = {}
-        self._stragglers: dict[str, StragglerIndex] = {}
+        self._stragglers: dict[tuple[str, str], StragglerIndex] = {}
 
     @property
     def run_dir(self) -> Path:
@@ -160,14 +169,44 @@ class Evaluation:
         return ev if ev is not None and ev.collected else None
 
     @cached_property
+    def pools(self) -> PoolMap:
+        """Which pool each node is in, from the labels the cluster reported (stack.json)."""
+        labels = {n: ns.labels for n, ns in self.stack.nodes.items()}
+        return PoolMap(self.spec, labels, self.inventory.names)
+
+    def pool_of(self, node: str) -> Pool | None:
+        return self.pools.pool_of(node)
+
+    def baseline_of(self, node: str) -> GpuBaseline:
+        """The SKU baseline of the node's pool (the plan asks nothing else of a node outside exactly one pool)."""
+        pool = self.pools.name_of(node)
+        if pool is None:
+            raise ValueError(f"{node} is not in exactly one pool: it has no baseline (see pool.membership)")
+        return self.baselines[pool]
+
+    def _outside_pools(self, check: str, node: str, gpu: int | None = None) -> Finding | None:
+        """A node in no pool or several has no expectations: its checks follow from pool.membership."""
+        if self.pools.name_of(node) is not None:
+            return None
+        message = f"{node} is not in exactly one pool, so nothing is expected of it (see pool.membership)"
+        return _skip(check, node, gpu, message, _because("pool.membership", node))
+
+    @cached_property
+    def gate(self) -> Gate | None:
+        """The static gate's inputs beside the spec (operator values, base-ref baselines), when it was given any."""
+        return gate_from(self.folder, self.spec)
+
+    @cached_property
     def plan(self) -> Plan:
         """Every check this run must decide: the suites follow from the run folder (static, configure only,
-        measured, recertification), the keys from the spec and the inventory."""
+        measured, recertification), the keys from the spec, the inventory and the pools of its nodes."""
         return plan_checks(
             self.spec,
             self.inventory.names,
             self.folder.suites,
             components=self.components(),
+            pools=self.pools,
+            static=gate_keys(self.spec, self.gate.deployments, self.gate.reviews) if self.gate else (),
             handover=self.handover is not None,
             recertification=self.recertification is not None,
             waivers=self.waiver_book.ids if self.waiver_book is not None else (),
@@ -197,9 +236,11 @@ class Evaluation:
         return rules.duplicate_gpus({n: ev.gpus for n in self.inventory.names if (ev := self._measured_node(n))})
 
     def _probe_products(self, node: str) -> str | None:
-        ev = self._measured_node(node)
-        b = self.baseline
-        return rules.probe_products(node, ev.gpus, self.spec.expect.gpu_product, b.memory_mib, b.sku) if ev else None
+        ev, pool = self._measured_node(node), self.pool_of(node)
+        if ev is None or pool is None:
+            return None
+        b = self.baselines[pool.name]
+        return rules.probe_products(node, ev.gpus, pool.expect.gpu_product, b.memory_mib, b.sku)
 
     def components(self) -> list[str]:
         return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
@@ -225,10 +266,18 @@ class Evaluation:
     def _decide(self, key: CheckKey) -> Finding:
         family = family_of(key.check)
         node, gpu = key.node, key.gpu
+        if key.node is None and key.detail is not None and family in (Family.STACK, Family.BASELINE):
+            assert self.gate is not None  # the plan asks these only of a gate with inputs
+            return self.gate.decide(key)
         if key.node is None and family is Family.STACK:
             return recipe.decide(key.check, self.spec)
         if key.check == "inventory.nodes":
             return self.node_count()
+        if key.check == "pool.membership" and node is not None:
+            return self.pools.judge(node)
+        outside = self._outside_pools(key.check, node, gpu) if node is not None else None
+        if outside is not None:
+            return outside
         if key.check == "node.reachable" and node is not None:
             return self.reachable(node)
         if family in (Family.STACK, Family.INVENTORY) and node is not None:
@@ -242,9 +291,9 @@ class Evaluation:
         if key.check == f"straggler.{MULTINODE}" and node is not None:
             return self.fabric_straggler(node)
         if key.check == "handover.identity" and node is not None and gpu is not None:
-            return self.identity(GpuSlot(node, gpu))
+            return identity(self, GpuSlot(node, gpu))
         if family is Family.HANDOVER and node is not None:
-            return self.against_handover(key.check.removeprefix("handover."), node, gpu)
+            return against_handover(self, key.check.removeprefix("handover."), node, gpu)
         if family is Family.PERFORMANCE and node is not None:
             return self.metric(key.check, node, gpu)
         if family is Family.WAIVER and key.detail is not None:
@@ -275,7 +324,8 @@ class Evaluation:
             )
         if self.recertification is not None:
             return Finding("inventory.nodes", PASS, None, None, f"recertification of {self.recertification['node']}")
-        return rules.node_count(self.inventory.names, self.spec)
+        found = {p.name: self.pools.members(p.name) for p in self.spec.pools}
+        return rules.node_count(found, self.spec, self.pools.stray)
 
     def reachable(self, node: str) -> Finding:
         error = None
@@ -294,33 +344,37 @@ class Evaluation:
         ns = self._node_stack(check, node)
         if isinstance(ns, Finding):
             return ns
+        pool = self.pool_of(node)
+        assert pool is not None  # decide() answered for a node outside exactly one pool
+        stack = self.spec.stack_for(pool.name)
         match check:
             case "stack.version":
                 assert component is not None
-                found = rules.version(ns, self.spec, component)
+                found = rules.version(ns, stack, component)
                 ev = self._measured_node(node) if component == "driver" else None
-                pin = self.spec.stack.component("driver")
+                pin = stack.component("driver")
                 seen = ev.system.driver_version if ev is not None else None
                 if found.status is PASS and pin is not None and seen and normalize(seen) != normalize(pin.version):
                     message = f"{node}: the probe saw driver {seen} on the host (NVML), where the pin is {pin.version}"
                     return dataclasses.replace(found, status=FAIL, message=message, observed=seen)
                 return found
-            case "stack.skew":
-                return rules.skew(ns, self.stack.nodes)
+            case "stack.skew":  # against the node's pool: another pool may run another OS or kernel
+                peers = {n: self.stack.nodes[n] for n in self.pools.members(pool.name) if n in self.stack.nodes}
+                return rules.skew(ns, peers)
             case "stack.compat":
-                found = rules.compat(ns, self.spec)
+                found = rules.compat(ns, stack)
                 if found.status is SKIP and "driver" in self.components():
                     return dataclasses.replace(found, cause=_because("stack.version", node, None, "driver"))
                 return found
             case "stack.ordering":
-                return rules.ordering(ns, self.spec)
+                return rules.ordering(ns, stack)
             case "stack.kubernetes":
-                return rules.kubernetes_version(ns, self.spec)
+                return rules.kubernetes_version(ns, stack)
             case "stack.runtime":
-                return rules.runtime(ns, self.spec)
+                return rules.runtime(ns, stack)
             case "inventory.gpus":
                 ev = self._measured_node(node)
-                found = rules.gpu_count(ns, self.spec, len(ev.gpus) if ev is not None else None)
+                found = rules.gpu_count(ns, pool.expect, len(ev.gpus) if ev is not None else None)
                 twice = self._duplicate_gpus.get(node)
                 if twice:
                     message = f"{node}: the same GPU is reported more than once: {'; '.join(twice)}"
@@ -331,7 +385,7 @@ class Evaluation:
                     return dataclasses.replace(found, status=FAIL, message=message)
                 return found
             case "inventory.product":
-                found = rules.gpu_product(ns, self.spec)
+                found = rules.gpu_product(ns, pool.expect)
                 seen = self._probe_products(node)
                 return dataclasses.replace(found, status=FAIL, message=seen) if seen and found.status is PASS else found
         raise ValueError(f"unknown configure check {check!r}")
@@ -351,7 +405,7 @@ class Evaluation:
             return ev
         err = ev.error_for(probe.value)
         if err is not None and err.unavailable:
-            if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.spec.expect.gpus_per_node:
+            if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.pools.gpus_per_node(node):
                 message = f"{node} shows {len(ev.gpus)} GPU: nothing to measure between GPUs (see inventory.gpus)"
                 return _skip(check, node, None, message, _because("inventory.gpus", node))
             message = f"{node}: the {probe.value} probe could not run there: {err.message}"
@@ -380,7 +434,7 @@ class Evaluation:
             return g
         if g.health is None:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the health probe recorded nothing")
-        return judge_health(check, g.health, self.baseline, gpu.node, gpu.index)
+        return judge_health(check, g.health, self.baseline_of(gpu.node), gpu.node, gpu.index)
 
     def dcgm(self, test: str, gpu: GpuSlot) -> Finding:
         check = f"dcgm.{test}"
@@ -397,7 +451,7 @@ class Evaluation:
         ev = self.usable(node)
         if ev is None or not ev.collected:
             return None
-        b = self.baseline.metrics.get(metric)
+        b = self.baseline_of(node).metrics.get(metric)
         if sample_problem(samples_of(ev, metric, gpu), b.expected if b else None) is not None:
             return None
         return figure_of(ev, metric, gpu)
@@ -410,25 +464,31 @@ class Evaluation:
         node_ev = self.evidence(node)
         assert node_ev is not None
         where = node if gpu is None else f"{node}/gpu{gpu}"
-        wrong = evidence_problem(node_ev, metric, self.baseline.metrics[metric].unit, gpu)
+        wrong = evidence_problem(node_ev, metric, self.baseline_of(node).metrics[metric].unit, gpu)
         if wrong is not None:
             return Finding(metric, wrong[0], node, gpu, f"{where}: {wrong[1]}")
         samples = samples_of(node_ev, metric, gpu)
         if not samples:
             return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
-        problem = sample_problem(samples, self.baseline.metrics[metric].expected)
+        problem = sample_problem(samples, self.baseline_of(node).metrics[metric].expected)
         if problem is not None:
             return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {problem}")
         sampled = figure_of(node_ev, metric, gpu)
         assert sampled is not None
         return sampled
 
-    def _straggler_index(self, metric: str) -> StragglerIndex:
-        if metric not in self._stragglers:
+    def peers(self, pool: str) -> list[NodeEvidence | None]:
+        """The evidence a node is compared with: its pool's nodes (and, on recertification, the fleet's latest
+        evidence of that pool), never another pool's. The one place that says who the peers are."""
+        measured = [self._measured_node(node) for node in self.pools.members(pool)]
+        return [*measured, *self.fleet_peers]
+
+    def _straggler_index(self, metric: str, pool: str) -> StragglerIndex:
+        if (metric, pool) not in self._stragglers:
             values: dict[tuple[str, int | None], Sampled] = {}
-            expected = self.baseline.metrics[metric].expected
-            measured = [self._measured_node(node) for node in self.inventory.names]
-            for ev in [*measured, *self.fleet_peers]:
+            baseline = self.baselines[pool]
+            expected = baseline.metrics[metric].expected
+            for ev in self.peers(pool):
                 if ev is None or not ev.collected:
                     continue
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
@@ -437,25 +497,28 @@ class Evaluation:
                     # a figure that cannot be believed is no peer: it would move the median the others are held to
                     if s is not None and sample_problem(samples_of(ev, metric, idx), expected) is None:
                         values[(ev.node, idx)] = s
-            self._stragglers[metric] = StragglerIndex(
+            self._stragglers[(metric, pool)] = StragglerIndex(
                 metric,
                 values,
-                max_deviation=self.spec.certify.stragglers.max_deviation,
-                higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
+                max_deviation=self.spec.stragglers_for(pool).max_deviation,
+                higher_is_better=baseline.metrics[metric].comparison.value == "min",
             )
-        return self._stragglers[metric]
+        return self._stragglers[(metric, pool)]
 
     def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """Against the baseline first; inside it, against the GPU's peers on the node and in the fleet."""
-        if metric not in self.baseline.metrics:
-            return Finding(metric, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
+        """Against the baseline first; inside it, against the GPU's peers on the node and in its pool."""
+        baseline = self.baseline_of(node)
+        if metric not in baseline.metrics:
+            return Finding(metric, ERROR, node, gpu, f"the baseline {baseline.sku} has no figure for {metric}")
         sampled = self._figure(metric, node, gpu)
         if isinstance(sampled, Finding):
             return sampled
-        base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
+        base = against_baseline(metric, (node, gpu), sampled, baseline.metrics[metric])
         if base.status is not PASS:
             return base
-        straggler = self._straggler_index(metric).judge((node, gpu))
+        pool = self.pools.name_of(node)
+        assert pool is not None
+        straggler = self._straggler_index(metric, pool).judge((node, gpu))
         return straggler if straggler.status is not PASS else base
 
     # ---- across nodes ----------------------------------------------------------------------------------------
@@ -475,8 +538,9 @@ class Evaluation:
         """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
         if self.spec.certify.multinode is None:
             return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
-        if MULTINODE not in self.baseline.metrics:
-            return Finding(MULTINODE, ERROR, None, None, f"the baseline {self.baseline.sku} has no figure for it")
+        baseline = self.baselines[self.spec.pools[0].name]  # a spec with certify.multinode has one pool
+        if MULTINODE not in baseline.metrics:
+            return Finding(MULTINODE, ERROR, None, None, f"the baseline {baseline.sku} has no figure for it")
         fabric = self.fabric
         if fabric is None:
             return Finding(MULTINODE, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
@@ -490,7 +554,7 @@ class Evaluation:
             if cause is not None and len(fabric.nodes) < 2:
                 return _skip(MULTINODE, None, None, f"{why} (see node.reachable)", cause)
             return Finding(MULTINODE, ERROR, None, None, why)
-        return judge_multinode(fabric, self.baseline.metrics[MULTINODE])
+        return judge_multinode(fabric, baseline.metrics[MULTINODE])
 
     def fabric_straggler(self, node: str) -> Finding:
         """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
@@ -524,76 +588,4 @@ class Evaluation:
             if cause is not None:
                 return _skip(check, node, None, f"{why}: not every node was measured", cause)
             return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
-        return judge_pairs(node, values, self.spec.certify.stragglers.max_deviation)
-
-    # ---- recertify: the node against its own handover baseline ------------------------------------------------
-
-    def _no_handover(self, check: str, node: str, gpu: int | None) -> Finding | None:
-        if self.recertification is None:
-            return Finding(check, SKIP, node, gpu, "not a recertification: handover checks run in `gpucert recertify`")
-        if self.handover is None:
-            return Finding(check, SKIP, node, gpu, f"{node} has no handover baseline")
-        return None
-
-    def identity(self, gpu: GpuSlot) -> Finding:
-        """The GPU in this slot is the one recorded at handover (by serial, else by UUID)."""
-        check = "handover.identity"
-        missing = self._no_handover(check, gpu.node, gpu.index)
-        if missing is not None:
-            return missing
-        assert self.handover is not None
-        g = self._gpu_evidence(check, gpu)
-        if isinstance(g, Finding):
-            return g
-        was = self.handover.gpu(gpu.index)
-        if was is None:
-            return Finding(check, FAIL, gpu.node, gpu.index, f"{gpu!r} was not present at handover")
-        return judge_identity(
-            gpu.node,
-            gpu.index,
-            then_serial=was.serial,
-            then_uuid=was.uuid,
-            serial=g.serial,
-            uuid=g.uuid,
-            run=self.handover.recorded.run,
-        )
-
-    def against_handover(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """The figure against the node's own handover median, within max(3 x recorded spread, 3 %)."""
-        check = f"handover.{metric}"
-        missing = self._no_handover(check, node, gpu)
-        if missing is not None:
-            return missing
-        assert self.handover is not None
-        if metric not in self.baseline.metrics:
-            return Finding(check, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
-        swapped = gpu is not None and self.identity(GpuSlot(node, gpu)).status is FAIL
-        if gpu is not None and swapped and self.handover.gpu(gpu) is not None:
-            message = f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)"
-            return _skip(check, node, gpu, message, _because("handover.identity", node, gpu))
-        now = self._figure(metric, node, gpu)
-        if isinstance(now, Finding):
-            return dataclasses.replace(now, check=check)
-        was = self.handover.gpu(gpu) if gpu is not None else None
-        rec = self.handover.node_metrics.get(metric) if gpu is None else (was.metrics.get(metric) if was else None)
-        if rec is None:
-            return Finding(
-                check,
-                ERROR,
-                node,
-                gpu,
-                f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}, so it cannot be "
-                "compared; record a new handover baseline that covers the spec's probes",
-            )
-        return judge_against_handover(
-            metric,
-            node,
-            gpu,
-            now,
-            median=rec.median,
-            spread=rec.spread,
-            n=rec.n,
-            unit=rec.unit,
-            run=self.handover.recorded.run,
-            higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
-        )
+        return judge_pairs(node, values, self.spec.stragglers_for(self.spec.pools[0].name).max_deviation)

@@ -45,9 +45,19 @@ RESULTS = ("pass", "fail", "incomplete")
 BAD = ("fail", "error")
 
 
-def pool_of(spec: ClusterSpec | None, node: str, labels: Mapping[str, str]) -> str:
-    """The pool a node belongs to. Every node of a spec is in one pool until specs declare pools; this is the one
-    place that says, so pools plug in here."""
+NO_POOL = "none"  # a node no pool of the spec selects, or several do (pool.membership fails for it)
+
+
+def pool_of(spec: ClusterSpec | None, node: str, labels: Mapping[str, str], recorded: str | None = None) -> str:
+    """The pool a node belongs to: by its labels (as the cluster has them now) and the spec's pools, else as its
+    latest run's verdict recorded it, else the spec's only pool. The one place that says."""
+    if spec is not None and labels:
+        pools = [p.name for p in spec.pools if p.selects(dict(labels))]
+        return pools[0] if len(pools) == 1 else NO_POOL
+    if recorded is not None:
+        return recorded
+    if spec is not None and len(spec.pools) == 1:
+        return spec.pools[0].name
     return DEFAULT_POOL
 
 
@@ -88,6 +98,7 @@ class Judgement:
     run: str | None
     failing: tuple[FailedCheck, ...] = ()
     folder: RunFolder | None = None  # None when only the node's marks tell of the run
+    pool: str | None = None  # the node's pool as the run's verdict says (None: not said, or in no pool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +164,9 @@ def read_run(folder: RunFolder) -> RunRecord | None:
         for node, n in v["nodes"].items():
             result = n["result"] if n["result"] in RESULTS else UNKNOWN
             at = parse_time(n.get("measured")) or when
-            judged[str(node)] = Judgement(result, at, folder.id, tuple(f for f in failed if f.node == node), folder)
+            failing = tuple(f for f in failed if f.node == node)
+            pool = n.get("pool") if isinstance(n.get("pool"), str) else None
+            judged[str(node)] = Judgement(result, at, folder.id, failing, folder, pool)
         fleet = tuple(f for f in failed if f.node is None)
         recert = folder.recertify_path.exists()
         return RunRecord(folder.id, folder, str(v["spec"]), str(v["result"]), when, judged, fleet, None, recert)
@@ -258,6 +271,7 @@ def node_statuses(
                 latest = marked
             if last_pass is not None:
                 passed.append(last_pass)
-        pool = pool_of(spec, name, state.labels if state is not None else {})
+        recorded = next((j.pool for j in judged if j.pool is not None), None)
+        pool = pool_of(spec, name, state.labels if state is not None else {}, recorded)
         out.append(NodeStatus(name, pool, latest, max(passed) if passed else None, state))
     return out

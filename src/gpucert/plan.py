@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpucert.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, PCIE_DIRECTIONS, CheckKey
+from gpucert.pools import PoolMap
 from gpucert.spec import ClusterSpec, Probe
 
 __all__ = [
@@ -70,26 +71,33 @@ def plan_checks(
     suites: Iterable[str],
     *,
     components: list[str],
+    pools: PoolMap | None = None,
     handover: bool = False,
     recertification: bool = False,
     waivers: Sequence[str] = (),
+    static: Iterable[CheckKey] = (),
 ) -> Plan:
     """Every check of `suites` the spec requires on `nodes` (the inventory, in its order).
 
     `components` are the spec's components whose version a node shows (`stack.version` per node and component);
-    `handover` says whether a recertification has the node's handover baseline to compare with; `waivers` are the
-    ids of the run's waivers (`waivers[i]`), each in force and matching a failure or a finding of its own.
+    `pools` says which pool each node is in (from its labels; without it, only pools that select every node
+    take nodes); a node in no pool or in several is held to `pool.membership` alone. `handover` says whether a
+    recertification has the node's handover baseline to compare with; `waivers` are the ids of the run's waivers
+    (`waivers[i]`), each in force and matching a failure or a finding of its own; `static` are the static gate's
+    checks of the inputs it was given (operator values, baseline changes).
     """
     chosen = tuple(s for s in SUITES if s in set(suites))
+    pm = pools if pools is not None else PoolMap(spec, {}, nodes)
     b = _Builder()
     if "static" in chosen:
         _static(spec, b)
+        b.add(static)
     if "configure" in chosen:
-        _configure(spec, nodes, components, recertification, b)
+        _configure(spec, pm, components, b)
     if "certify" in chosen:
-        _certify(spec, nodes, b)
+        _certify(spec, pm, b)
     if "recertify" in chosen:
-        _recertify(spec, nodes, handover, b)
+        _recertify(spec, pm, handover, b)
     if "waivers" in chosen:
         b.add(CheckKey(check, None, None, wid) for wid in waivers for check in ("waiver.expired", "waiver.unmatched"))
     return Plan(chosen, frozenset(b.keys), tuple(sorted(b.left_out.items())))
@@ -103,8 +111,19 @@ def _static(spec: ClusterSpec, b: _Builder) -> None:
         b.skip("stack.compat", "the spec pins no `cuda` and `driver` pair to check")
 
 
-def _configure(spec: ClusterSpec, nodes: list[str], components: list[str], recert: bool, b: _Builder) -> None:
+def _configure(spec: ClusterSpec, pools: PoolMap, components: list[str], b: _Builder) -> None:
     b.add([CheckKey("inventory.nodes")])
+    if pools.required:
+        b.add(CheckKey("pool.membership", n) for n in pools.order)
+    else:
+        b.skip("pool.membership", "one pool with no nodeSelector: every node is in it")
+    if pools.stray:
+        names = ", ".join(pools.stray[:5]) + (" ..." if len(pools.stray) > 5 else "")
+        b.skip(
+            "* (but pool.membership)",
+            f"{len(pools.stray)} nodes in no pool or several ({names}): nothing else is expected of them",
+        )
+    nodes = pools.placed
     per_node = ["node.reachable", "inventory.gpus", "inventory.product", *STACK_NODE_CHECKS]
     if spec.stack.component("cuda"):
         per_node.append("stack.compat")
@@ -122,41 +141,18 @@ def _configure(spec: ClusterSpec, nodes: list[str], components: list[str], recer
     b.add(CheckKey("stack.version", n, None, comp) for n in nodes for comp in components)
 
 
-def _gpus(spec: ClusterSpec, nodes: list[str]) -> list[tuple[str, int]]:
-    return [(n, i) for n in nodes for i in range(spec.expect.gpus_per_node)]
+def _gpus(pools: PoolMap, nodes: list[str]) -> list[tuple[str, int]]:
+    return [(n, i) for n in nodes for i in range(pools.gpus_per_node(n))]
 
 
-def _certify(spec: ClusterSpec, nodes: list[str], b: _Builder) -> None:
-    probes = set(spec.certify.probes)
-    gpus = _gpus(spec, nodes)
-    per_gpu: list[str] = []
-    if Probe.HEALTH in probes:
-        per_gpu += [f"health.{c}" for c in HEALTH_CHECKS]
-    if Probe.DCGM in probes:
-        per_gpu += [f"dcgm.{t}" for t in dcgm_tests(spec.certify.dcgm.level)]
-    if Probe.MEMORY in probes:
-        per_gpu.append("memory.bandwidth")
-    if Probe.COMPUTE in probes:
-        per_gpu += [f"compute.gemm.{d}" for d in GEMM_DTYPES]
-    if Probe.PCIE in probes:
-        per_gpu += [f"pcie.{d}" for d in PCIE_DIRECTIONS]
-    several = spec.expect.gpus_per_node >= 2
-    if Probe.P2P in probes and several:
-        per_gpu.append("p2p.bandwidth")
-    elif Probe.P2P in probes:
-        b.skip("p2p.bandwidth", "expect.gpusPerNode is 1: there is no peer to copy to")
-    b.add(CheckKey(c, n, i) for n, i in gpus for c in per_gpu)
-    if Probe.NCCL in probes and several:
-        b.add(CheckKey("nccl.all_reduce", n) for n in nodes)
-    elif Probe.NCCL in probes:
-        b.skip("nccl.all_reduce", "expect.gpusPerNode is 1: there is no all-reduce within a node")
-    for probe in Probe:
-        if probe not in probes:
-            b.skip(f"{probe.value}.*", f"probe {probe.value!r} is not in certify.probes")
+def _certify(spec: ClusterSpec, pools: PoolMap, b: _Builder) -> None:
+    for pool in spec.pools:
+        _certify_pool(spec, pool.name, pools.members(pool.name), b)
     multinode = spec.certify.multinode
     if multinode is None:
         b.skip("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked")
         return
+    nodes = pools.placed  # one pool (a spec with several cannot ask for certify.multinode)
     b.add([CheckKey("nccl.all_reduce.multinode")])
     ring = nodes[: multinode.max_nodes]
     if not multinode.pairs:
@@ -172,14 +168,52 @@ def _certify(spec: ClusterSpec, nodes: list[str], b: _Builder) -> None:
             b.skip("straggler.nccl.all_reduce.multinode", f"nodes past certify.multinode.maxNodes ({len(ring)})")
 
 
-def _recertify(spec: ClusterSpec, nodes: list[str], handover: bool, b: _Builder) -> None:
+def _one_gpu(spec: ClusterSpec, pool: str) -> str:
+    return "expect.gpusPerNode is 1" if len(spec.pools) == 1 else f"pool {pool} expects 1 GPU per node"
+
+
+def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -> None:
+    probes = set(spec.certify.probes)
+    gpus_per_node = spec.pool(pool).expect.gpus_per_node
+    gpus = [(n, i) for n in nodes for i in range(gpus_per_node)]
+    per_gpu: list[str] = []
+    if Probe.HEALTH in probes:
+        per_gpu += [f"health.{c}" for c in HEALTH_CHECKS]
+    if Probe.DCGM in probes:
+        per_gpu += [f"dcgm.{t}" for t in dcgm_tests(spec.certify.dcgm.level)]
+    if Probe.MEMORY in probes:
+        per_gpu.append("memory.bandwidth")
+    if Probe.COMPUTE in probes:
+        per_gpu += [f"compute.gemm.{d}" for d in GEMM_DTYPES]
+    if Probe.PCIE in probes:
+        per_gpu += [f"pcie.{d}" for d in PCIE_DIRECTIONS]
+    several = gpus_per_node >= 2
+    if Probe.P2P in probes and several:
+        per_gpu.append("p2p.bandwidth")
+    elif Probe.P2P in probes:
+        b.skip("p2p.bandwidth", f"{_one_gpu(spec, pool)}: there is no peer to copy to")
+    b.add(CheckKey(c, n, i) for n, i in gpus for c in per_gpu)
+    if Probe.NCCL in probes and several:
+        b.add(CheckKey("nccl.all_reduce", n) for n in nodes)
+    elif Probe.NCCL in probes:
+        b.skip("nccl.all_reduce", f"{_one_gpu(spec, pool)}: there is no all-reduce within a node")
+    for probe in Probe:
+        if probe not in probes:
+            b.skip(f"{probe.value}.*", f"probe {probe.value!r} is not in certify.probes")
+
+
+def _recertify(spec: ClusterSpec, pools: PoolMap, handover: bool, b: _Builder) -> None:
     if not handover:
         b.skip("handover.*", "no handover baseline for this node: recertified against the SKU and the fleet only")
         return
     probes = {p.value for p in spec.certify.probes}
-    several = spec.expect.gpus_per_node >= 2
-    metrics = [m for m in HANDOVER_GPU_METRICS if m.split(".")[0] in probes and (several or not m.startswith("p2p."))]
-    b.add(CheckKey("handover.identity", n, i) for n, i in _gpus(spec, nodes))
-    b.add(CheckKey(f"handover.{m}", n, i) for n, i in _gpus(spec, nodes) for m in metrics)
-    if "nccl" in probes and several:
-        b.add(CheckKey("handover.nccl.all_reduce", n) for n in nodes)
+    for node in pools.placed:
+        several = pools.gpus_per_node(node) >= 2
+        metrics = [
+            m for m in HANDOVER_GPU_METRICS if m.split(".")[0] in probes and (several or not m.startswith("p2p."))
+        ]
+        gpus = _gpus(pools, [node])
+        b.add(CheckKey("handover.identity", n, i) for n, i in gpus)
+        b.add(CheckKey(f"handover.{m}", n, i) for n, i in gpus for m in metrics)
+        if "nccl" in probes and several:
+            b.add([CheckKey("handover.nccl.all_reduce", node)])

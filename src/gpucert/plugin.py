@@ -26,6 +26,7 @@ from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.report import details
 from gpucert.report.allure import write_allure
+from gpucert.report.markdown import summary_markdown
 from gpucert.report.verdict import Outcome, build_verdict
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
@@ -66,7 +67,7 @@ def expect(finding: Finding) -> None:
 @dataclass
 class RunContext:
     spec: ClusterSpec
-    baseline: GpuBaseline
+    baselines: dict[str, GpuBaseline]  # each pool's SKU baseline
     folder: RunFolder
     readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
     outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
@@ -81,7 +82,7 @@ class RunContext:
     @property
     def evaluation(self) -> Evaluation:
         if self._evaluation is None:
-            self._evaluation = Evaluation(self.folder, self.spec, self.baseline)
+            self._evaluation = Evaluation(self.folder, self.spec, self.baselines)
         return self._evaluation
 
 
@@ -144,10 +145,10 @@ def _prepare(config: pytest.Config) -> RunContext | None:
     from gpucert import run as runner
 
     try:
-        spec, baseline = runner.load_inputs(Path(spec_opt))
+        spec, baselines = runner.load_inputs(Path(spec_opt))
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
-            return RunContext(spec, baseline, RunFolder(Path(workerinput["gpucert_run_dir"])))
+            return RunContext(spec, baselines, RunFolder(Path(workerinput["gpucert_run_dir"])))
         run_dir_opt = config.getoption("run_dir")
         evidence = config.getoption("evidence")
         if run_dir_opt:
@@ -155,16 +156,16 @@ def _prepare(config: pytest.Config) -> RunContext | None:
             if not folder.prepared:
                 raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
             assert spec.path is not None
-            folder.judged_by(spec.path, spec.resolve(spec.certify.baseline, "certify.baseline"))
+            folder.judged_by(spec.path, runner.baseline_paths(spec))
             folder.check()
-            return RunContext(spec, baseline, folder, readonly=not _runs_tests(config))
+            return RunContext(spec, baselines, folder, readonly=not _runs_tests(config))
         if not _runs_tests(config):
             # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
             if not evidence:
                 return None
             recorded = runner.recorded_run(Path(evidence))
             recorded.check()
-            return RunContext(spec, baseline, recorded, readonly=True)
+            return RunContext(spec, baselines, recorded, readonly=True)
         mode = (
             runner.Mode.STATIC
             if config.getoption("static")
@@ -177,7 +178,7 @@ def _prepare(config: pytest.Config) -> RunContext | None:
         folder = runner.prepare(
             spec, Path(config.getoption("reports")), mode, evidence=Path(evidence) if evidence else None
         )
-        return RunContext(spec, baseline, folder)
+        return RunContext(spec, baselines, folder)
     except GpucertError as exc:
         if exc.exit_code == 2:  # the input is wrong: a usage error, as pytest says it
             raise pytest.UsageError(str(exc)) from None
@@ -237,11 +238,18 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "waiver" in names:
         book = ev.waiver_book
         metafunc.parametrize("waiver", book.ids if book is not None else [])
+    if "gate_input" in names:  # the static gate's checks: one per configuration (or baseline) it was given
+        marker = metafunc.definition.get_closest_marker("check")
+        check = str(marker.args[0]) if marker is not None else ""
+        details = sorted(k.detail for k in ev.plan.required if k.check == check and k.detail and not k.node)
+        if details:
+            metafunc.parametrize("gate_input", details, ids=details)
+        return
     if not ({"node", "gpu"} & set(names)):
         return
     nodes = ev.inventory.names
     if "gpu" in names:
-        slots = [GpuSlot(n, i) for n in nodes for i in range(ctx.spec.expect.gpus_per_node)]
+        slots = [GpuSlot(n, i) for n in nodes for i in range(ev.pools.gpus_per_node(n))]
         metafunc.parametrize("gpu", slots, ids=[repr(s) for s in slots])
     elif "component" in names:
         pairs = [(n, c) for n in nodes for c in ev.components()]
@@ -263,7 +271,9 @@ def check_key(item: pytest.Item) -> CheckKey | None:
     except (KeyError, IndexError):
         return None  # not parametrized by gpucert (no spec): the test skips and decides nothing
     gpu = params.get("gpu")
-    detail = next((v for v in (params.get("component"), params.get("waiver")) if isinstance(v, str)), None)
+    detail = next((params[p] for p in ("component", "waiver", "gate_input") if isinstance(params.get(p), str)), None)
+    if detail is None and "gate_input" in getattr(item, "fixturenames", ()):
+        return None  # the gate was given nothing for this check: no item decides it
     if isinstance(gpu, GpuSlot):
         return CheckKey(check, gpu.node, gpu.index, detail)
     node = params.get("node")
@@ -277,7 +287,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ctx is None:
         return
     plan = ctx.evaluation.plan
-    kept = [item for item in items if (key := check_key(item)) is None or key in plan]
+    kept = [
+        item
+        for item in items
+        if ((key := check_key(item)) is None and "gate_input" not in getattr(item, "fixturenames", ()))
+        or (key is not None and key in plan)
+    ]
     ctx.left_out = len(items) - len(kept)
     items[:] = kept
 
@@ -413,6 +428,18 @@ class Controller:
             measured=ev.measured_at(),
             waivers={wid: w.to_json() for wid, w in ev.waiver_book.by_id.items()} if ev.waiver_book else None,
             retest=ctx.folder.read_retest(),
+            node_pools={n: ev.pools.name_of(n) for n in ev.inventory.names},
+            pools={
+                p.name: {
+                    "nodes": p.expect.nodes,
+                    "gpusPerNode": p.expect.gpus_per_node,
+                    "product": p.expect.gpu_product,
+                    "baseline": ev.baselines[p.name].sku,
+                    "nodeSelector": dict(p.node_selector),
+                }
+                for p in ctx.spec.pools
+                if _summarised(ev, p.name)
+            },
         )
         recert = ev.recertification
         if recert is not None:
@@ -423,6 +450,8 @@ class Controller:
                 "summary": details.recertify_summary(ev),
             }
         ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
+        if ev.inventory.target == "static":  # what a CI job posts on the pull request
+            ctx.folder.summary_path.write_text(summary_markdown(verdict, ctx.folder.read_gate()), encoding="utf-8")
         finished = time.time()
         ctx.folder.write_run_info(
             spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished
@@ -491,6 +520,14 @@ class Controller:
         for item in c["notRequired"]:
             tr.write_line(f"  not required: {item['check']}: {item['why']}")
         tr.write_line(f"  verdict: {self.ctx.folder.verdict_path}")
+
+
+def _summarised(ev: Evaluation, pool: str) -> bool:
+    """Whether the verdict sums up this pool: not in the static gate (no nodes), and on recertification only the
+    node's own pool."""
+    if ev.inventory.target == "static":
+        return False
+    return ev.recertification is None or bool(ev.pools.members(pool))
 
 
 class VerdictWriter:

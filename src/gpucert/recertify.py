@@ -24,8 +24,9 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.handover import NodeBaseline, load_node_baseline, sha256_of
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name, inside
+from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec
+from gpucert.spec import DEFAULT_POOL, ClusterSpec
 from gpucert.targets import open_target
 from gpucert.targets.base import NodeControl, NodeTarget, Target
 
@@ -71,9 +72,12 @@ def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeContro
     )
 
 
-def _run_of(folder: RunFolder) -> tuple[str | None, str | None]:
-    """The spec name and the SKU baseline digest a run folder was certified with (None where unknown)."""
-    baseline = folder.baseline_copy
+def _run_of(folder: RunFolder, pool: str) -> tuple[str | None, str | None]:
+    """The spec name and the pool's SKU baseline digest a run folder was certified with (None where unknown)."""
+    try:
+        baseline = folder.baseline_copy_for(pool)
+    except NameError_:
+        return folder.spec_name(), None
     try:
         digest = sha256_of(baseline) if baseline.is_file() and not baseline.is_symlink() else None
     except OSError:
@@ -81,15 +85,30 @@ def _run_of(folder: RunFolder) -> tuple[str | None, str | None]:
     return folder.spec_name(), digest
 
 
-def latest_fleet_evidence(reports: Path, nodes: set[str], *, spec: str, baseline: str) -> dict[str, Path]:
+def _pools_in(folder: RunFolder) -> dict[str, str | None]:
+    """Each node's pool as the run's verdict says (empty for a run before pools: it had one)."""
+    try:
+        nodes = folder.read_verdict().get("nodes") or {}
+    except EvidenceError:
+        return {}
+    return {n: s.get("pool") for n, s in nodes.items() if isinstance(s, dict) and "pool" in s}
+
+
+def latest_fleet_evidence(
+    reports: Path, nodes: set[str], *, spec: str, baseline: str, pool: str = DEFAULT_POOL
+) -> dict[str, Path]:
     """Each node's most recent measured evidence among the run folders under `reports` (run ids sort by time),
-    from runs of the same spec (metadata.name) and SKU baseline (sha256) only: another spec's run is no peer."""
+    from runs of the same spec (metadata.name) and SKU baseline (sha256) only, and of nodes of the same pool:
+    another spec's run, or another pool's node, is no peer."""
     found: dict[str, Path] = {}
     for run_dir in sorted((p for p in reports.iterdir() if p.is_dir()), reverse=True) if reports.is_dir() else []:
         folder = RunFolder(run_dir)
-        if _run_of(folder) != (spec, baseline):
+        if _run_of(folder, pool) != (spec, baseline):
             continue
+        pools = _pools_in(folder)
         for node in sorted(nodes - found.keys()):
+            if pools and pools.get(node) != pool:
+                continue
             try:
                 ev = folder.read_evidence(node)
             except (EvidenceError, OSError):  # an unreadable file of an old run is no peer
@@ -101,8 +120,9 @@ def latest_fleet_evidence(reports: Path, nodes: set[str], *, spec: str, baseline
     return found
 
 
-def _check_handover(handover: NodeBaseline, path: Path, node: str, spec: ClusterSpec, baseline: str) -> None:
-    """A handover baseline is compared with only if it is this node's, of this spec and this SKU baseline."""
+def _check_handover(handover: NodeBaseline, path: Path, node: str, spec: ClusterSpec, baseline: set[str]) -> None:
+    """A handover baseline is compared with only if it is this node's, of this spec and a SKU baseline of the
+    spec's (the node's pool's, once the cluster said which pool the node is in)."""
     if handover.node != node:
         raise ConfigError(f"this file is the handover baseline of {handover.node}, not {node}", path=path, key="node")
     r = handover.recorded
@@ -120,10 +140,10 @@ def _check_handover(handover: NodeBaseline, path: Path, node: str, spec: Cluster
             path=path,
             key="recorded.spec",
         )
-    if r.baseline != baseline:
+    if r.baseline not in baseline:
         raise ConfigError(
-            f"recorded against another SKU baseline ({r.baseline}) than the spec's ({baseline}): record a new "
-            "handover baseline after a baseline change",
+            f"recorded against another SKU baseline ({r.baseline}) than the spec's ({', '.join(sorted(baseline))}): "
+            "record a new handover baseline after a baseline change",
             path=path,
             key="recorded.baseline",
         )
@@ -157,10 +177,10 @@ def recertify(
         handover_path = inside(opts.handover_dir, f"{node}.yaml")
     except NameError_ as exc:
         raise ConfigError(str(exc), key="NODE") from None
-    baseline_digest = sha256_of(spec.resolve(spec.certify.baseline))
+    digests = {pool: sha256_of(path) for pool, path in runner.baseline_paths(spec).items()}
     handover = load_node_baseline(handover_path) if handover_path.exists() else None
     if handover is not None:
-        _check_handover(handover, handover_path, node, spec, baseline_digest)
+        _check_handover(handover, handover_path, node, spec, set(digests.values()))
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
         with runner.new_run(opts.reports, spec, "recertify", suffix=f"recertify-{node}") as folder:
@@ -172,12 +192,21 @@ def recertify(
                     path=spec.path,
                     key="target",
                 )
+            stack = folder.read_stack()
+            pool = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names).name_of(node)
+            if handover is not None and pool is not None:
+                _check_handover(handover, handover_path, node, spec, {digests[pool]})
         one = Inventory(target=inventory.target, nodes=tuple(n for n in inventory.nodes if n.name == node))
         folder.write_inventory(one)
         if handover is not None:
             folder.copy_handover(handover_path)
-        peers = latest_fleet_evidence(
-            opts.reports, set(inventory.names) - {node}, spec=spec.metadata.name, baseline=baseline_digest
+        # the node's pool's peers; a node in no pool (or several) has none: pool.membership is its finding
+        peers = (
+            latest_fleet_evidence(
+                opts.reports, set(inventory.names) - {node}, spec=spec.metadata.name, baseline=digests[pool], pool=pool
+            )
+            if pool is not None
+            else {}
         )
         for peer, path in sorted(peers.items()):
             folder.add_fleet_peer(peer, path)

@@ -22,10 +22,12 @@ from gpucert._version import __version__
 from gpucert.baseline import GpuBaseline, check_baseline_for, load_baseline
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
+from gpucert.gate_inputs import GateInputs, record_gate
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
+from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec, ReplayTargetSpec, load_spec
+from gpucert.spec import V1ALPHA1, ClusterSpec, ReplayTargetSpec, load_spec
 from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Mode",
     "Progress",
+    "baseline_paths",
     "import_evidence",
     "load_inputs",
     "measure",
@@ -58,19 +61,29 @@ class Mode(StrEnum):
     RETEST = "retest"  # plan, then measure what did not pass in a source run; carry the rest over
 
 
-def load_inputs(spec_path: Path) -> tuple[ClusterSpec, GpuBaseline]:
-    """The spec, its SKU baseline and its waivers, each validated alone and against the other (ConfigError,
-    exit 2)."""
+def baseline_paths(spec: ClusterSpec) -> dict[str, Path]:
+    """Each pool's SKU baseline file, resolved relative to the spec."""
+    key = "certify.baseline" if spec.api_version == V1ALPHA1 else "pools[{}].baseline"
+    return {p.name: spec.resolve(p.baseline, key.format(i)) for i, p in enumerate(spec.pools)}
+
+
+def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
+    """The spec, each pool's SKU baseline and the waivers, each validated alone and against the other
+    (ConfigError, exit 2)."""
     spec = load_spec(spec_path)
-    path = spec.resolve(spec.certify.baseline, "certify.baseline")
-    baseline = load_baseline(path)
-    check_baseline_for(spec, baseline, path)
+    baselines: dict[str, GpuBaseline] = {}
+    loaded: dict[Path, GpuBaseline] = {}
+    for pool, path in baseline_paths(spec).items():
+        if path not in loaded:
+            loaded[path] = load_baseline(path)
+        check_baseline_for(spec, spec.pool(pool), loaded[path], path)
+        baselines[pool] = loaded[path]
     waivers = waivers_path(spec)
     if waivers is not None:
         from gpucert.acceptance.waivers import load_waivers
 
         load_waivers(waivers)
-    return spec, baseline
+    return spec, baselines
 
 
 def waivers_path(spec: ClusterSpec) -> Path | None:
@@ -82,8 +95,7 @@ def waivers_path(spec: ClusterSpec) -> Path | None:
 def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: bool) -> RunFolder:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     folder = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else ""))
-    baseline = spec.resolve(spec.certify.baseline, "certify.baseline")
-    folder.copy_inputs(spec.path, baseline, waivers_path(spec) if waivers else None)
+    folder.copy_inputs(spec.path, baseline_paths(spec), waivers_path(spec) if waivers else None)
     return folder
 
 
@@ -126,12 +138,21 @@ def prepare(
     progress: Progress | None = None,
     planned: Callable[[Inventory, str], None] | None = None,
     source: Source | None = None,
+    gate: GateInputs | None = None,
 ) -> RunFolder:
     """A new run folder, filled for `mode` and ready to evaluate (the one path from a spec to a run).
 
     A spec whose target is `replay` names its recorded evidence itself: planning or measuring it re-evaluates that.
     A re-test takes its `source`: the earlier run, opened and verified (`acceptance.retest.open_source`).
+    `gate` are the static gate's inputs beside the spec (operator values, ClusterPolicies, a base ref).
     """
+    gate_record = None
+    if gate is not None and gate.given:
+        if mode is not Mode.STATIC:
+            raise ConfigError(
+                "operator values, ClusterPolicies and --base-ref are inputs of the static gate: add --static"
+            )
+        gate_record = record_gate(spec, gate, baseline_paths(spec))  # bad inputs fail before any folder exists
     if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
         mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
     if mode is Mode.RETEST and (source is None or isinstance(spec.target, ReplayTargetSpec)):
@@ -169,6 +190,12 @@ def prepare(
         elif mode is Mode.STATIC:
             folder.write_stack(StackObservation(nodes={}))
             folder.write_inventory(Inventory(target="static", nodes=()))
+            if gate_record is not None:
+                record, files = gate_record
+                for name, content in files.items():
+                    where, _, stem = name.partition("/")
+                    folder.add_gate_input(folder.inputs / where, stem, content)
+                folder.write_gate(record)
         else:
             assert target is not None
             inventory = plan(target, spec, folder)
@@ -194,7 +221,7 @@ def prepare(
 def plan(target: Target, spec: ClusterSpec, folder: RunFolder) -> Inventory:
     """Ask the target what it has; write stack.json and inventory.json."""
     nodes, pods = target.observe()
-    stack = observe_stack(nodes, pods, spec.stack.sources())
+    stack = observe_stack(nodes, pods, spec.stack.sources(), keep_labels=spec.selector_labels())
     for name in stack.nodes:
         try:
             check_node_name(name)
@@ -222,10 +249,19 @@ def measure(
     nodes: list[str] | None = None,
     peers: Sequence[str] = (),
 ) -> None:
-    """Measure every node of the inventory (or `nodes` of it); each node's evidence lands on disk the moment it
-    arrives. `peers` (carried over by a re-test) join the all-reduce across nodes: the fabric is measured whole."""
+    """Measure every node of the inventory (or `nodes` of it) that is in exactly one pool (a node in none or
+    several has no expectations to measure against: `pool.membership` is its finding); each node's evidence lands
+    on disk the moment it arrives. `peers` (carried over by a re-test) join the all-reduce across nodes: the
+    fabric is measured whole."""
     folder.evidence_dir.mkdir(exist_ok=True)
-    measure_plan = MeasurePlan(run_id=folder.id, probes=tuple(spec.certify.probes), dcgm_level=spec.certify.dcgm.level)
+    stack = folder.read_stack()
+    pools = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names)
+    measure_plan = MeasurePlan(
+        run_id=folder.id,
+        probes=tuple(spec.certify.probes),
+        dcgm_level=spec.certify.dcgm.level,
+        gpus={n: pools.gpus_per_node(n) for n in pools.placed},
+    )
 
     collected: list[str] = [
         n for n in peers if (ev := folder.read_evidence(n)) is not None and ev.collected and ev.gpus
@@ -238,7 +274,7 @@ def measure(
         if progress is not None:
             progress(ev)
 
-    chosen = inventory.names if nodes is None else [n for n in inventory.names if n in set(nodes)]
+    chosen = pools.placed if nodes is None else [n for n in pools.placed if n in set(nodes)]
     if chosen:
         target.measure(chosen, measure_plan, sink)
     multinode = spec.certify.multinode

@@ -4,6 +4,10 @@ writers. Everything else asks a RunFolder for a path or a document; no other mod
 ```
 inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
 inputs/waivers.yaml                              the deviations accepted (the spec's acceptance.waivers)
+inputs/baselines/<pool>.yaml                     each pool's SKU baseline, when the spec has several pools
+inputs/gate.json, operator/, base/               the static gate's inputs: operator values and ClusterPolicies, and
+                                                 each SKU baseline as it was at the base ref
+summary.md                                       the static gate's result in Markdown, for a pull request
 inventory.json, stack.json                       what the cluster reported (plan)
 evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
@@ -37,7 +41,7 @@ from gpucert.evidence import (
     write_document,
 )
 from gpucert.inventory import Inventory, read_inventory, write_inventory
-from gpucert.names import NameError_, check_node_name, inside
+from gpucert.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
 __all__ = ["ENVELOPE", "MODES", "RunFolder", "write_json_atomic"]
@@ -45,8 +49,13 @@ __all__ = ["ENVELOPE", "MODES", "RunFolder", "write_json_atomic"]
 INPUTS = "inputs"
 SPEC = "spec.yaml"
 BASELINE = "baseline.yaml"
+POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
 HANDOVER = "handover.yaml"
 WAIVERS = "waivers.yaml"
+GATE = "gate.json"
+OPERATOR = "operator"
+BASE = "base"
+SUMMARY = "summary.md"
 INVENTORY = "inventory.json"
 STACK = "stack.json"
 EVIDENCE = "evidence"
@@ -147,6 +156,17 @@ class RunFolder:
     def baseline_copy(self) -> Path:
         return self.inputs / BASELINE
 
+    def baseline_copy_for(self, pool: str) -> Path:
+        """The SKU baseline the pool's nodes were judged against: `inputs/baselines/<pool>.yaml` when the spec had
+        several pools, else `inputs/baseline.yaml`."""
+        own = inside(self.inputs / POOL_BASELINES, f"{check_file_stem(pool, 'pool name')}.yaml")
+        return own if own.is_file() else self.baseline_copy
+
+    def baseline_copies(self) -> list[Path]:
+        """Every SKU baseline copied into inputs/ (one, or one per pool)."""
+        pools = sorted((self.inputs / POOL_BASELINES).glob("*.yaml")) if (self.inputs / POOL_BASELINES).is_dir() else []
+        return [p for p in [self.baseline_copy, *pools] if p.is_file()]
+
     @property
     def handover_copy(self) -> Path:
         return self.inputs / HANDOVER
@@ -154,6 +174,22 @@ class RunFolder:
     @property
     def waivers_copy(self) -> Path:
         return self.inputs / WAIVERS
+
+    @property
+    def gate_path(self) -> Path:
+        return self.inputs / GATE
+
+    @property
+    def operator_dir(self) -> Path:
+        return self.inputs / OPERATOR
+
+    @property
+    def base_dir(self) -> Path:
+        return self.inputs / BASE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
 
     @property
     def inventory_path(self) -> Path:
@@ -456,27 +492,52 @@ class RunFolder:
         }
         write_json_atomic(self.run_info_path, info)
 
-    def judged_by(self, spec: Path, baseline: Path) -> None:
-        """The spec and baseline given to evaluate this folder are the ones it was prepared with (inputs/, signed
-        with the run): a run judged against another spec than the one it records would sign a lie."""
-        for given, kept in ((spec, self.spec_copy), (baseline, self.baseline_copy)):
+    def judged_by(self, spec: Path, baselines: dict[str, Path]) -> None:
+        """The spec and each pool's baseline given to evaluate this folder are the ones it was prepared with
+        (inputs/, signed with the run): a run judged against another spec than the one it records would sign a lie."""
+        kept_for = {pool: self.baseline_copy_for(pool) for pool in baselines}
+        for given, kept in ((spec, self.spec_copy), *((baselines[p], k) for p, k in kept_for.items())):
             if not kept.is_file():
                 raise EvidenceError(f"no {kept.name} in inputs/: not a run folder gpucert prepared", path=self.path)
             if given.read_bytes() != kept.read_bytes():
+                name = kept.relative_to(self.inputs).as_posix()
                 raise EvidenceError(
-                    f"{given} is not the {kept.name} this run was prepared with (inputs/{kept.name}): evaluate a run "
+                    f"{given} is not the {kept.name} this run was prepared with (inputs/{name}): evaluate a run "
                     "with its own inputs, or re-evaluate its evidence under another spec with --evidence",
                     path=self.path,
                 )
 
-    def copy_inputs(self, spec: Path | None, baseline: Path, waivers: Path | None = None) -> None:
-        """The spec, SKU baseline and waivers as the run used them: signed with it, so the judgement can be re-done."""
+    def copy_inputs(self, spec: Path | None, baselines: dict[str, Path], waivers: Path | None = None) -> None:
+        """The spec, SKU baselines and waivers as the run used them: signed with it, so the judgement can be re-done.
+        One pool's baseline is `inputs/baseline.yaml`; several pools' are `inputs/baselines/<pool>.yaml`."""
         if spec is not None:
             shutil.copy2(spec, self.spec_copy)
-        if baseline.exists():
-            shutil.copy2(baseline, self.baseline_copy)
         if waivers is not None:
             shutil.copy2(waivers, self.waivers_copy)
+        if len(baselines) == 1:
+            (baseline,) = baselines.values()
+            if baseline.exists():
+                shutil.copy2(baseline, self.baseline_copy)
+            return
+        folder = self.inputs / POOL_BASELINES
+        folder.mkdir(exist_ok=True)
+        for pool, baseline in baselines.items():
+            if baseline.exists():
+                shutil.copy2(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
+
+    def read_gate(self) -> dict[str, Any] | None:
+        """What the static gate was given (inputs/gate.json), or None for a gate of the recipe alone."""
+        return _read_json(self.gate_path) if self.gate_path.exists() else None
+
+    def write_gate(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.gate_path, record)
+
+    def add_gate_input(self, folder: Path, name: str, content: bytes) -> Path:
+        """A gate input (an operator file, a baseline at the base ref) copied under inputs/, signed with the run."""
+        folder.mkdir(exist_ok=True)
+        target = inside(folder, check_file_stem(name, "file name"))
+        target.write_bytes(content)
+        return target
 
     def copy_handover(self, source: Path) -> None:
         shutil.copy2(source, self.handover_copy)

@@ -65,7 +65,7 @@ def measure(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: A
     inventory = runner.plan(t, spec, folder)
     t0 = time.monotonic()
     runner.measure(t, inventory, spec, folder)
-    baseline = load_baseline(spec.resolve(spec.certify.baseline))
+    baseline = load_baseline(spec.resolve(spec.pools[0].baseline))
     return folder.path, Evaluation(folder, spec, baseline), time.monotonic() - t0
 
 

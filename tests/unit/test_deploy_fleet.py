@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpucert import cli
+from gpucert import cli, fleet_commands
 from gpucert.spec import KubernetesTargetSpec, load_spec
 
 from .test_deploy import instructions
@@ -91,7 +91,7 @@ def test_the_cronjob_runs_what_gpucert_schedule_takes() -> None:
     c = container(pod)
     assert c["envFrom"] == [{"configMapRef": {"name": "gpucert-schedule"}}]
     args = cli._parser().parse_args(expand(c["args"], literals()))
-    assert args.func is cli.cmd_schedule
+    assert args.func is fleet_commands.cmd_schedule
     assert (args.max_nodes, args.max_cordoned_share, args.max_failure_share) == (2, 0.25, 0.5)
     assert args.drain is False  # never drains unless configured
     assert (args.min_age_hours, args.wait_timeout) == (168, 600)
@@ -115,7 +115,7 @@ def test_the_exporter_serves_what_gpucert_metrics_takes_to_the_service() -> None
     pod = deployment["spec"]["template"]["spec"]
     c = container(pod)
     args = cli._parser().parse_args(c["args"])
-    assert args.func is cli.cmd_metrics
+    assert args.func is fleet_commands.cmd_metrics
     assert args.serve == ":9400"
     assert mounted(pod, args.reports)["persistentVolumeClaim"] == {"claimName": "gpucert-reports"}
     assert next(m for m in c["volumeMounts"] if m["mountPath"] == args.reports)["readOnly"] is True
@@ -158,7 +158,7 @@ def test_the_in_cluster_spec_talks_to_the_api_as_the_pod() -> None:
     assert isinstance(spec.target, KubernetesTargetSpec)
     assert spec.target.context is None  # in the pod: its service account
     assert spec.target.namespace == "gpucert"  # where deploy/rbac.yaml grants Jobs and Leases
-    baseline = Path(spec.certify.baseline)
+    baseline = Path(spec.pools[0].baseline)  # a v1alpha1 spec: one pool
     assert baseline.is_absolute()
     assert (ROOT / baseline.relative_to("/opt/gpucert")).is_file()  # the controller image's checkout holds it
 

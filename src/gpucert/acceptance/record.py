@@ -220,7 +220,8 @@ def accept(
     latest_spec = load_spec(seen[-1].folder.spec_copy)
     now = datetime.now(UTC)
     id_ = f"{now:%Y-%m-%dT%H-%M-%SZ}-{specs[0]}"
-    record = build_record(seen, expected=latest_spec.expect.nodes, spec=specs[0], now=now, id_=id_)
+    expected = sum(p.expect.nodes for p in latest_spec.pools)
+    record = build_record(seen, expected=expected, spec=specs[0], now=now, id_=id_)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -121,18 +121,21 @@ def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> 
 def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:
     """Carried evidence is judged again under this spec: it must be the SKU baseline, probes and DCGM level the
     evidence was measured for."""
-    baseline = spec.resolve(spec.certify.baseline, "certify.baseline")
-    if not folder.baseline_copy.is_file() or _sha256(folder.baseline_copy) != _sha256(baseline):
-        raise ConfigError(
-            "--retest: that run was judged against another SKU baseline than certify.baseline; re-test under the "
-            "baseline of the run, or certify the whole cluster again",
-            path=path,
-        )
+    from gpucert.run import baseline_paths
+
+    for pool, baseline in baseline_paths(spec).items():
+        copy = folder.baseline_copy_for(pool)
+        if not copy.is_file() or _sha256(copy) != _sha256(baseline):
+            raise ConfigError(
+                f"--retest: that run judged pool {pool!r} against another SKU baseline than the spec names; re-test "
+                "under the baselines of the run, or certify the whole cluster again",
+                path=path,
+            )
     then = load_spec(folder.spec_copy)
     for key, was, now in (
         ("certify.probes", sorted(then.certify.probes), sorted(spec.certify.probes)),
         ("certify.dcgm.level", then.certify.dcgm.level, spec.certify.dcgm.level),
-        ("expect.gpusPerNode", then.expect.gpus_per_node, spec.expect.gpus_per_node),
+        ("pools", _expectations(then), _expectations(spec)),
     ):
         if was != now:
             raise ConfigError(
@@ -141,6 +144,14 @@ def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:
                 path=spec.path,
                 key=key,
             )
+
+
+def _expectations(spec: ClusterSpec) -> dict[str, tuple[str, int, str]]:
+    """What each pool expects of its nodes (selector, GPUs per node, product): carried evidence holds only under
+    the same."""
+    return {
+        p.name: (str(sorted(p.node_selector.items())), p.expect.gpus_per_node, p.expect.gpu_product) for p in spec.pools
+    }
 
 
 def identity_change(then: NodeEvidence, now: NodeEvidence | None) -> str | None:

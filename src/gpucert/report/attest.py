@@ -203,7 +203,9 @@ def _ready_to_sign(folder: RunFolder) -> dict[str, Any]:
 
 def _predicate(folder: RunFolder, verdict: dict[str, Any]) -> dict[str, Any]:
     run_info = folder.read_run_info()
-    baselines = {p.name: _sha256(p) for p in (folder.baseline_copy, folder.handover_copy) if p.is_file()}
+    # names relative to inputs/: `baseline.yaml`, `baselines/<pool>.yaml` (several pools), `handover.yaml`
+    copies = [*folder.baseline_copies(), folder.handover_copy]
+    baselines = {p.relative_to(folder.inputs).as_posix(): _sha256(p) for p in copies if p.is_file()}
     spec_file = folder.spec_copy
     retest = verdict.get("retest")
     extra: dict[str, Any] = {}

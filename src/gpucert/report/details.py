@@ -46,6 +46,8 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
         mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if node in p.nodes]
         return {"pairs": [p.model_dump(mode="json") for p in mine]}
+    if node is None and ev.inventory.target == "static":
+        return {"gate": ev.folder.read_gate(), "spec": ev.spec.metadata.name}  # what the gate was given
     if node is None:
         return {"nodes": ev.inventory.names}
     family = family_of(finding.check)
@@ -83,6 +85,8 @@ def recertify_summary(ev: Evaluation) -> str:
     if recert is None:
         return ""
     node, peers = recert["node"], recert.get("fleetPeers") or {}
+    pool = ev.pools.name_of(node)
+    sku = ev.baselines[pool].sku if pool is not None else "(none: the node is in no pool)"
     runs = sorted(set(peers.values()))
     fleet = (
         f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} {', '.join(runs)})"
@@ -92,11 +96,11 @@ def recertify_summary(ev: Evaluation) -> str:
     if ev.handover is None:
         return (
             f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
-            f"baseline {ev.baseline.sku} and {fleet} only"
+            f"baseline {sku} and {fleet} only"
         )
     r = ev.handover.recorded
     return (
         f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
         + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
-        + f"), the SKU baseline {ev.baseline.sku} and {fleet}"
+        + f"), the SKU baseline {sku} and {fleet}"
     )

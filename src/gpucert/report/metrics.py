@@ -45,7 +45,7 @@ class FleetCollector(Collector):
     control: NodeControl | None = None
     index: RunIndex = field(init=False)
     _ratios: dict[tuple[str, str], list[tuple[str, str, float]]] = field(default_factory=dict, init=False)
-    _baselines: dict[str, GpuBaseline | None] = field(default_factory=dict, init=False)
+    _baselines: dict[tuple[str, str], GpuBaseline | None] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
 
     def __post_init__(self) -> None:
@@ -72,23 +72,26 @@ class FleetCollector(Collector):
         cluster = self.control.nodes() if self.control is not None else None
         return node_statuses(runs, cluster, self.spec)
 
-    def _baseline(self, folder: RunFolder) -> GpuBaseline | None:
-        """The SKU baseline the run was judged against (its inputs/ copy), or None when it cannot be read."""
-        if folder.id not in self._baselines:
+    def _baseline(self, folder: RunFolder, pool: str | None) -> GpuBaseline | None:
+        """The SKU baseline the run judged the pool's nodes against (its inputs/ copy), or None when it cannot be
+        read."""
+        key = (folder.id, pool or "")
+        if key not in self._baselines:
             try:
-                self._baselines[folder.id] = load_baseline(folder.baseline_copy)
-            except (GpucertError, OSError):
-                self._baselines[folder.id] = None
-        return self._baselines[folder.id]
+                path = folder.baseline_copy_for(pool) if pool else folder.baseline_copy
+                self._baselines[key] = load_baseline(path)
+            except (GpucertError, OSError, ValueError):
+                self._baselines[key] = None
+        return self._baselines[key]
 
-    def ratios(self, folder: RunFolder, node: str) -> list[tuple[str, str, float]]:
+    def ratios(self, folder: RunFolder, node: str, pool: str | None = None) -> list[tuple[str, str, float]]:
         """(metric, gpu, measured median / SKU figure) of the node's evidence in the run; gpu "" for the node's
         all-reduce. A figure whose samples cannot be believed (too few, not positive, absurd) has no ratio."""
         key = (folder.id, node)
         if key in self._ratios:
             return self._ratios[key]
         out: list[tuple[str, str, float]] = []
-        baseline = self._baseline(folder)
+        baseline = self._baseline(folder, pool)
         try:
             ev = folder.read_evidence(node)
         except (GpucertError, OSError):
@@ -165,7 +168,7 @@ class FleetCollector(Collector):
                 failed.add_metric([f[0], s.node, "" if f[1] is None else str(f[1])], 1.0)
             if j.folder is not None:
                 used.add((j.folder.id, s.node))
-                for metric, gpu, value in self.ratios(j.folder, s.node):
+                for metric, gpu, value in self.ratios(j.folder, s.node, j.pool):
                     ratio.add_metric([metric, s.node, gpu], value)
             if j.run in by_id:
                 newest_runs[j.run] = by_id[j.run]
@@ -178,7 +181,7 @@ class FleetCollector(Collector):
         unreadable.add_metric([], float(sum(1 for r in runs if r.problem is not None)))
         # keep only what this scrape used: the cache stays as large as the fleet, however many runs accumulate
         self._ratios = {k: v for k, v in self._ratios.items() if k in used}
-        self._baselines = {k: v for k, v in self._baselines.items() if k in {run for run, _ in used}}
+        self._baselines = {k: v for k, v in self._baselines.items() if k[0] in {run for run, _ in used}}
         return [certified, last, failed, ratio, info, unreadable, *self._schedule()]
 
     def _schedule(self) -> list[GaugeMetricFamily]:

@@ -100,9 +100,16 @@ def build_verdict(
     measured: Mapping[str, str | None] | None = None,
     waivers: Mapping[str, Mapping[str, Any]] | None = None,
     retest: Mapping[str, Any] | None = None,
+    node_pools: Mapping[str, str | None] | None = None,
+    pools: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`;
-    `waivers` by id as the run's waivers file states them, `retest` the record of a re-test."""
+    `waivers` by id as the run's waivers file states them, `retest` the record of a re-test.
+
+    `node_pools` gives each node's pool (None: in no pool or several) and `pools` each pool's expectations
+    (`nodes`, `gpusPerNode`, `product`, `baseline`): the verdict says per node its `pool`, and per pool its result
+    over its nodes (additive to v2).
+    """
     judged, cause_not_run, _ = _judge_skips(outcomes)
     ran = set(plan.required & judged.keys())
     missing = set(plan.required - judged.keys())
@@ -139,6 +146,10 @@ def build_verdict(
     names = list(dict.fromkeys([*nodes, *sorted({k.node for k in judged if k.node is not None})]))
     when = measured or {}
     carried: Mapping[str, Any] = (retest or {}).get("carried", {})
+    of = node_pools or {}
+    per_node = {
+        n: {**group(n), "measured": when.get(n), "carriedFrom": carried.get(n), "pool": of.get(n)} for n in names
+    }
     out = {
         "schema": VERDICT_SCHEMA,
         "run": run,
@@ -166,7 +177,8 @@ def build_verdict(
         },
         "findings": [finding_json(f) for f in findings],
         "fleet": group(None),
-        "nodes": {n: {**group(n), "measured": when.get(n), "carriedFrom": carried.get(n)} for n in names},
+        "nodes": per_node,
+        "pools": {name: _pool_summary(name, info, per_node) for name, info in (pools or {}).items()},
     }
     if retest is not None:
         out["retest"] = {
@@ -177,6 +189,21 @@ def build_verdict(
             "why": dict(retest.get("measured", {})),
         }
     return out
+
+
+def _pool_summary(name: str, info: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A pool's nodes and their results: failed when any failed (or when it has no node at all), incomplete when
+    any is, else passed. Whether it has as many nodes as it expects is `inventory.nodes`'s, at the fleet level."""
+    mine = {n: s for n, s in nodes.items() if s.get("pool") == name}
+    results = Counter(s["result"] for s in mine.values())
+    result = "fail" if results["fail"] or not mine else "incomplete" if results["incomplete"] else "pass"
+    return {
+        **info,
+        "found": len(mine),
+        "result": result,
+        "results": {r: results[r] for r in RESULTS},
+        "failing": sorted({c for s in mine.values() for c in s["failing"]}),
+    }
 
 
 def verdict_problems(verdict: Any) -> list[str]:

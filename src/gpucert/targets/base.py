@@ -24,6 +24,8 @@ class MeasurePlan:
     run_id: str
     probes: tuple[Probe, ...]
     dcgm_level: int
+    # GPUs each node's pool expects (a probe pod requests them all); nodes not listed: the target's own count
+    gpus: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {

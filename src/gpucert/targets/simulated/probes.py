@@ -84,7 +84,8 @@ class SimulatedProbes(World):
             EccCounts(volatile_corrected=0, volatile_uncorrected=0, aggregate_corrected=0, aggregate_uncorrected=0),
             RemappedRows(correctable=0, uncorrectable=0, pending=False, failure=False),
         )
-        gen, width = self.baseline.pcie.generation, self.baseline.pcie.width
+        baseline = self.baseline_of(node)
+        gen, width = baseline.pcie.generation, baseline.pcie.width
         pcie = PcieLink(
             current_generation=gen, current_width=width, max_generation=gen, max_width=width, under_load=True
         )
@@ -136,7 +137,8 @@ class SimulatedProbes(World):
         board = "/replacement" if slot in self.faults[node].swapped else ""
         digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
         measurements: dict[str, Measurement] = {}
-        for metric, b in self.baseline.metrics.items():
+        baseline = self.baseline_of(node)
+        for metric, b in baseline.metrics.items():
             family = metric.split(".")[0]
             if family in ("p2p", "nccl") or Probe(family) not in probes:
                 continue
@@ -151,15 +153,15 @@ class SimulatedProbes(World):
             uuid=f"GPU-{uuid.UUID(digest[:32])}",
             serial=str(int(digest[:12], 16) % 10**13).zfill(13),
             pci_bus_id=f"00000000:{PCI_BUSES[slot % len(PCI_BUSES)]:02X}:00.0",
-            product=self.baseline.product.replace("-", " "),
-            memory_mib=self.baseline.memory_mib,
+            product=baseline.product.replace("-", " "),
+            memory_mib=baseline.memory_mib,
             vbios="96.00.99.00.01",
             health=self._health(rng, node, slot) if Probe.HEALTH in probes else None,
             measurements=measurements,
         )
 
     def _p2p(self, rng: np.random.Generator, node: str, slots: list[int]) -> P2pEvidence | None:
-        b = self.baseline.metrics.get("p2p.bandwidth")
+        b = self.baseline_of(node).metrics.get("p2p.bandwidth")
         if b is None:
             return None
         pairs = []
@@ -178,9 +180,9 @@ class SimulatedProbes(World):
         return P2pEvidence(unit=b.unit, pairs=pairs, params={"bytes": 1 << 30, "simulated": True})
 
     def _nccl(
-        self, rng: np.random.Generator, ranks: int, factor: float, metric: str = "nccl.all_reduce"
+        self, rng: np.random.Generator, ranks: int, factor: float, node: str, metric: str = "nccl.all_reduce"
     ) -> NcclEvidence | None:
-        b = self.baseline.metrics.get(metric)
+        b = self.baseline_of(node).metrics.get(metric)
         if b is None:
             return None
         bus_factor = 2 * (ranks - 1) / ranks
@@ -244,7 +246,7 @@ class SimulatedProbes(World):
                 }
             ],
             "metadata": {
-                "version": self.versions["dcgm"],
+                "version": self.installed[node]["dcgm"],
                 "Driver Version Detected": self._version(node, "driver"),
             },
         }
@@ -305,7 +307,7 @@ class SimulatedProbes(World):
             gpus=gpus,
             p2p=self._p2p(rng, node, slots) if Probe.P2P in probes and several else None,
             nccl=(
-                self._nccl(rng, len(slots), self._factor(node, None, "nccl.all_reduce"))
+                self._nccl(rng, len(slots), self._factor(node, None, "nccl.all_reduce"), node)
                 if Probe.NCCL in probes and several
                 else None
             ),
@@ -320,7 +322,7 @@ class SimulatedProbes(World):
         factor = min(self._factor(n, None, "nccl.all_reduce.multinode") for n in nodes)
         rng = np.random.default_rng([self.fleet.seed, 0x6D6E, *(self.names.index(n) for n in nodes)])
         ranks = gpus * len(nodes)
-        sweep = self._nccl(rng, ranks, factor, "nccl.all_reduce.multinode") if ranks >= 2 else None
+        sweep = self._nccl(rng, ranks, factor, nodes[0], "nccl.all_reduce.multinode") if ranks >= 2 else None
         errors = []
         if ranks < 2:
             errors.append(ProbeError(probe="nccl", message=f"{ranks} GPU(s) across {', '.join(nodes)}: no collective"))
@@ -329,7 +331,8 @@ class SimulatedProbes(World):
                 ProbeError(
                     probe="nccl",
                     unavailable=True,
-                    message=f"the baseline {self.baseline.sku} has no nccl.all_reduce.multinode figure to simulate",
+                    message=f"the baseline {self.baseline_of(nodes[0]).sku} has no nccl.all_reduce.multinode figure "
+                    "to simulate",
                 )
             )
         return FabricEvidence(
