@@ -26,13 +26,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# what the report tests drive: Debian's chromium (headless browser), Java 17 and the Allure commandline (npm).
+# what the report tests drive: Debian's chromium (headless browser), Java 17 and the Allure commandline (npm);
+# and kubectl (Debian's kubernetes-client), whose built-in kustomize renders deploy/ for its test.
 # A machine where these cannot be installed still runs every other test; those tests skip and say why.
 $(TOOLS):
 	@command -v java >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq openjdk-17-jre-headless >/dev/null) || echo "WARNING: could not install Java 17"
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq chromium >/dev/null) || echo "WARNING: could not install chromium"
+	@command -v kubectl >/dev/null 2>&1 || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq kubernetes-client >/dev/null) || echo "WARNING: could not install kubectl"
 	@mkdir -p .tools
 	npm install --prefix .tools --no-save --no-audit --no-fund --loglevel=error allure-commandline@$(ALLURE_VERSION) \
 		|| echo "WARNING: could not install allure-commandline"

@@ -14,7 +14,7 @@ from pydantic import Field
 from gpucert.checks import METRICS
 from gpucert.documents import Document, Problem, load_document
 from gpucert.errors import ConfigError
-from gpucert.spec import ClusterSpec, Probe
+from gpucert.spec import ClusterSpec, Pool, Probe
 
 __all__ = [
     "PROBE_METRICS",
@@ -88,17 +88,20 @@ def load_baseline(path: Path | str) -> GpuBaseline:
     return load_document(Path(path), GpuBaseline, check=_known_metrics)
 
 
-def check_baseline_for(spec: ClusterSpec, baseline: GpuBaseline, path: Path) -> None:
-    """The baseline is for the GPUs the spec expects and holds a figure for everything the spec measures."""
-    if baseline.product != spec.expect.gpu_product:
+def check_baseline_for(spec: ClusterSpec, pool: Pool, baseline: GpuBaseline, path: Path) -> None:
+    """The baseline is for the GPUs the pool expects and holds a figure for everything the spec measures."""
+    if baseline.product != pool.expect.gpu_product:
+        where = (
+            "expect.gpuProduct" if spec.api_version.endswith("v1alpha1") else f"pool {pool.name}'s expect.gpuProduct"
+        )
+        names = "certify.baseline" if spec.api_version.endswith("v1alpha1") else f"pool {pool.name}'s baseline"
         raise ConfigError(
             f"this baseline is for {baseline.product} ({baseline.sku}), but the spec expects "
-            f"{spec.expect.gpu_product} (expect.gpuProduct): point certify.baseline at the baseline of the GPUs "
-            "you certify",
+            f"{pool.expect.gpu_product} ({where}): point {names} at the baseline of the GPUs you certify",
             path=path,
             key="product",
         )
-    several = spec.expect.gpus_per_node >= 2
+    several = pool.expect.gpus_per_node >= 2
     needed = [
         (probe, m)
         for probe in spec.certify.probes

@@ -17,6 +17,7 @@ __all__ = [
     "NODE_METRICS",
     "PCIE_DIRECTIONS",
     "PERFORMANCE_PREFIXES",
+    "PREREQUISITE_CHECKS",
     "REPEATED_METRICS",
     "CheckKey",
     "CheckStatus",
@@ -59,6 +60,7 @@ class CheckStatus(StrEnum):
     FAIL = "fail"
     ERROR = "error"
     SKIP = "skip"
+    WAIVED = "waived"  # failed, and a waiver in force accepts the deviation (never an error, a skip or a missing check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,14 @@ class CheckKey:
     def __str__(self) -> str:
         where = "fleet" if self.node is None else self.node if self.gpu is None else f"{self.node}/gpu{self.gpu}"
         return f"{self.check}@{where}" + (f"[{self.detail}]" if self.detail else "")
+
+    @classmethod
+    def parse(cls, text: str) -> CheckKey:
+        """The key `str(key)` wrote: `check@node/gpuN[detail]`, `check@node`, `check@fleet`."""
+        check, _, rest = text.partition("@")
+        rest, _, detail = rest.partition("[")
+        node, _, gpu = rest.partition("/gpu")
+        return cls(check, None if node == "fleet" else node, int(gpu) if gpu else None, detail.rstrip("]") or None)
 
     def sort_key(self) -> tuple[str, str, int, str]:
         return (self.node or "", self.check, -1 if self.gpu is None else self.gpu, self.detail or "")
@@ -104,6 +114,7 @@ class Finding:
     unit: str | None = None
     limit: float | str | None = None
     cause: str | None = None
+    waiver: str | None = None  # `waivers[i]`: the one that accepts this failure (waived), or a waiver.* check's own
 
     @property
     def where(self) -> str:
@@ -115,7 +126,10 @@ class Finding:
         d = dataclasses.asdict(self)
         d["status"] = self.status.value
         keys = ("check", "node", "gpu", "status", "observed", "expected", "limit", "unit", "message", "cause")
-        return {k: d[k] for k in keys}
+        out = {k: d[k] for k in keys}
+        if self.waiver is not None:
+            out["waiver"] = self.waiver
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Finding:
@@ -130,6 +144,7 @@ class Finding:
             unit=d.get("unit"),
             limit=d.get("limit"),
             cause=d.get("cause"),
+            waiver=d.get("waiver"),
         )
 
 
@@ -145,13 +160,16 @@ class Family(StrEnum):
     STRAGGLER = "straggler"
     STABILITY = "stability"  # a GPU whose samples are unstable where its peers' are not
     HANDOVER = "handover"
+    WAIVER = "waiver"
+    POOL = "pool"  # pool.membership: every node in exactly one of the spec's pools
+    BASELINE = "baseline"  # baseline.change: the static gate's review of an edited SKU baseline
 
     @property
     def suite(self) -> str:
         """The suite whose tests decide this family's checks (`static` holds fleet-level stack checks too)."""
-        if self in (Family.STACK, Family.INVENTORY, Family.NODE):
+        if self in (Family.STACK, Family.INVENTORY, Family.NODE, Family.POOL):
             return "configure"
-        return "recertify" if self is Family.HANDOVER else "certify"
+        return {Family.HANDOVER: "recertify", Family.WAIVER: "waivers", Family.BASELINE: "static"}.get(self, "certify")
 
     @property
     def category(self) -> str:
@@ -165,6 +183,9 @@ class Family(StrEnum):
             Family.STRAGGLER: "Stragglers",
             Family.STABILITY: "Stragglers",
             Family.HANDOVER: "Handover",
+            Family.WAIVER: "Waivers",
+            Family.POOL: "Stack",
+            Family.BASELINE: "Baselines",
         }.get(self, "Performance")
 
     @property
@@ -172,6 +193,11 @@ class Family(StrEnum):
         """The probe whose evidence this family judges, where one probe does (the rest: the check's prefix)."""
         return {Family.HEALTH: "health", Family.DCGM: "dcgm"}.get(self)
 
+
+# the checks other checks depend on: when one fails, those are skipped naming it as their cause (one root cause, one
+# finding). A waiver accepts a measured deviation; it cannot stand in for the checks that could not run, nor for a
+# pinned version the spec agreed on, nor for its own bookkeeping
+PREREQUISITE_CHECKS = ("node.reachable", "inventory.nodes", "inventory.gpus", "stack.version", "handover.identity")
 
 # the measured metrics' prefixes: `memory.bandwidth`, `compute.gemm.<dtype>`, `pcie.<dir>`, `p2p.bandwidth`, `nccl.*`
 PERFORMANCE_PREFIXES = ("memory", "compute", "pcie", "p2p", "nccl")

@@ -9,8 +9,9 @@ import argparse
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from rich.console import Console
@@ -19,10 +20,13 @@ from rich.table import Table
 
 from gpucert import run as runner
 from gpucert._version import __version__
+from gpucert.acceptance.commands import add_acceptance_commands
 from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
+from gpucert.fleet_commands import add_fleet_commands
+from gpucert.gate_inputs import GateInputs
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.report import attest
@@ -32,20 +36,30 @@ from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, load_spec
 from gpucert.targets import open_target
 
+if TYPE_CHECKING:
+    from gpucert.acceptance.retest import Source
+
 __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
-def _load(spec_path: str) -> tuple[ClusterSpec, GpuBaseline]:
+def _load(spec_path: str) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
     return runner.load_inputs(Path(spec_path))
 
 
-def _prepare(spec: ClusterSpec, reports: str, mode: runner.Mode, evidence: str | None = None) -> RunFolder:
+def _prepare(
+    spec: ClusterSpec,
+    reports: str,
+    mode: runner.Mode,
+    evidence: str | None = None,
+    source: Source | None = None,
+    gate: GateInputs | None = None,
+) -> RunFolder:
     """The run folder, through the one entry point the pytest plugin uses too, with a progress bar to watch."""
-    if mode is not runner.Mode.MEASURE:
-        return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None)
+    if mode not in (runner.Mode.MEASURE, runner.Mode.RETEST):
+        return runner.prepare(spec, Path(reports), mode, evidence=Path(evidence) if evidence else None, gate=gate)
     with Progress(
         TextColumn("measuring"),
         BarColumn(),
@@ -58,13 +72,16 @@ def _prepare(spec: ClusterSpec, reports: str, mode: runner.Mode, evidence: str |
         task = progress.add_task("", total=None)
 
         def planned(inventory: Inventory, kind: str) -> None:
-            console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({kind})")
+            if mode is runner.Mode.RETEST:
+                console.print(f"re-test: [bold]{len(inventory.nodes)}[/] nodes to measure again ({kind})")
+            else:
+                console.print(f"planned [bold]{len(inventory.nodes)}[/] nodes ({kind})")
             progress.update(task, total=len(inventory.nodes))
 
         def done(ev: NodeEvidence) -> None:
             progress.update(task, advance=1, description=f"{ev.node}{'' if ev.collected else ' (not measured)'}")
 
-        return runner.prepare(spec, Path(reports), mode, progress=done, planned=planned)
+        return runner.prepare(spec, Path(reports), mode, progress=done, planned=planned, source=source)
 
 
 def _pytest(spec_path: str, folder: RunFolder, workers: int | None, quiet: bool, signer: str | None = None) -> int:
@@ -102,41 +119,73 @@ def _print_verdict(folder: RunFolder) -> int:
     if not folder.verdict_path.exists():
         raise IncompleteRunError(f"the evaluation wrote no verdict.json in {folder.path}; see the output above")
     verdict = folder.read_verdict()
+    pools = verdict.get("pools") or {}
+    several = len(pools) > 1
     table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
-    for col in ("node", "result", "passed", "failed", "errors", "skipped", "failing checks"):
+    for col in ("node", *(("pool",) if several else ()), "result", "passed", "failed", "errors", "skipped", "waived"):
         table.add_column(col)
+    table.add_column("failing checks")
+    order = {p: i for i, p in enumerate(pools)}
+
+    def by_pool(kv: tuple[str, dict[str, Any]]) -> tuple[int, list[int | str]]:
+        return order.get(kv[1].get("pool") or "", len(order)), natural_key(kv[0])
+
     rows = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
-    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0]))]:
+    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=by_pool)]:
+        pool = [(s.get("pool") or ("-" if node == "(fleet)" else "(none)"))] if several else []
         table.add_row(
             node,
+            *pool,
             f"[{STYLES.get(s['result'], 'red')}]{s['result'].upper()}[/]",
             str(s["passed"]),
             str(s["failed"]),
             str(s["errors"]),
             str(s["skipped"]),
+            str(s.get("waived", 0)),
             ", ".join(s["failing"]),
         )
     if "recertify" in verdict:
         console.print(f"[bold]{verdict['recertify']['summary']}[/]")
     console.print(table)
+    if several:
+        summary = Table(title="pools")
+        for col in ("pool", "product", "GPUs/node", "nodes", "baseline", "result"):
+            summary.add_column(col)
+        for name, p in pools.items():
+            summary.add_row(
+                name,
+                str(p.get("product")),
+                str(p.get("gpusPerNode")),
+                f"{p.get('found')} of {p.get('nodes')}",
+                str(p.get("baseline")),
+                f"[{STYLES.get(p['result'], 'red')}]{p['result'].upper()}[/]",
+            )
+        console.print(summary)
     if verdict["findings"]:
         findings = Table(title="findings", show_lines=False)
-        for col in ("check", "where", "message"):
+        for col in ("check", "where", "status", "message"):
             findings.add_column(col, overflow="fold")
         for f in verdict["findings"]:
             where = f["node"] or "fleet"
             if f["gpu"] is not None:
                 where += f"/gpu{f['gpu']}"
-            findings.add_row(f["check"], where, f["message"])
+            findings.add_row(f["check"], where, f["status"], f["message"])
         console.print(findings)
     s, c = verdict["summary"], verdict["coverage"]
     result = verdict["result"]
     console.print(
         f"[bold {STYLES.get(result, 'red')}]{result.upper()}[/]: {s['checks']} checks on "
         f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
-        f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed; "
-        f"{c['ran']} of {c['required']} required checks ran"
+        f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed, "
+        f"{s.get('waived', 0)} waived; {c['ran']} of {c['required']} required checks ran"
     )
+    retest = verdict.get("retest")
+    if retest:
+        console.print(
+            f"re-test of {retest['source']}: measured now {len(retest['measured'])} "
+            f"({', '.join(sorted(retest['measured'], key=natural_key)) or 'none'}); "
+            f"carried over {len(retest['carried'])}"
+        )
     if not c["complete"]:
         console.print(
             f"[yellow]INCOMPLETE[/]: {c['deselected']} required checks not collected, {c['notReached']} not "
@@ -177,14 +226,23 @@ def _run(
     quiet: bool = False,
     sign_key: Path | None = None,
     signer: str | None = None,
-) -> int:
+    retest: str | None = None,
+    gate: GateInputs | None = None,
+) -> tuple[int, RunFolder]:
     spec, _ = _load(spec_path)
-    folder = _prepare(spec, reports, mode, evidence)
+    source = None
+    if retest is not None:
+        from gpucert.acceptance.retest import open_source
+
+        keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
+        source = open_source(Path(retest), spec, keys)  # refused before anything is planned or measured
+        mode = runner.Mode.RETEST
+    folder = _prepare(spec, reports, mode, evidence, source, gate)
     result = _evaluate(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
-    return result
+    return result, folder
 
 
 def cmd_demo(a: argparse.Namespace) -> int:
@@ -194,7 +252,7 @@ def cmd_demo(a: argparse.Namespace) -> int:
         runner.Mode.MEASURE,
         workers=a.workers,
         quiet=True,
-    )
+    )[0]
 
 
 def cmd_certify(a: argparse.Namespace) -> int:
@@ -207,12 +265,26 @@ def cmd_certify(a: argparse.Namespace) -> int:
         quiet=a.quiet,
         sign_key=Path(a.sign_key) if a.sign_key else None,
         signer=signer,
-    )
+        retest=a.retest,
+    )[0]
 
 
 def _signer(sign_key: str | None) -> str | None:
     """The key's fingerprint, read before anything is measured so a bad key fails first."""
     return attest.fingerprint(attest.load_private_key(Path(sign_key)).public_key()) if sign_key else None
+
+
+def _sign_with(sign_key: str | None) -> Callable[[RunFolder], str | None]:
+    """Sign a finished run folder with the key (when one is given); the certificate's digest, or None."""
+
+    def sign(folder: RunFolder) -> str | None:
+        if not sign_key:
+            return None
+        path, fp = attest.sign_run(folder.path, Path(sign_key))
+        console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+        return attest.certificate_digest(folder.path)
+
+    return sign
 
 
 def cmd_recertify(a: argparse.Namespace) -> int:
@@ -232,19 +304,11 @@ def cmd_recertify(a: argparse.Namespace) -> int:
         drain=a.drain,
         wait_timeout_s=a.wait_timeout,
     )
-
-    def sign(folder: RunFolder) -> str | None:
-        if not a.sign_key:
-            return None
-        path, fp = attest.sign_run(folder.path, Path(a.sign_key))
-        console.print(f"  {'certificate':<15} {path} (signed by {fp})")
-        return attest.certificate_digest(folder.path)
-
     code, _ = recertify(
         spec,
         opts,
         evaluate=lambda folder: _evaluate(a.spec, folder, workers=None, quiet=a.quiet, signer=signer),
-        sign=sign,
+        sign=_sign_with(a.sign_key),
         progress=console.print,
     )
     return code
@@ -286,34 +350,36 @@ def cmd_sign(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def cmd_verify(a: argparse.Namespace) -> int:
-    v = attest.verify_run(Path(a.run_dir), Path(a.key))
-    if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
-        pred = v.statement.get("predicate", {})
-        target = pred.get("target", "?")
-        if target == "simulated":
-            console.print("[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware")
-        else:
-            console.print(f"target: {target}")
-        console.print(
-            f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
-            f"result {str(pred.get('result', '?')).upper()}, {len(v.statement.get('subject', []))} files"
-        )
-    if v.ok:
-        console.print(f"[green]VALID[/]: signed by {v.fingerprint}; every file matches its digest")
-        return EXIT_PASS
-    console.print("[red]INVALID[/]:")
-    for problem in v.problems():
-        console.print(f"  {problem}", markup=False, soft_wrap=True)
-    return EXIT_FAIL
-
-
 def cmd_configure(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet)
+    gate = GateInputs(
+        operator_values=[Path(p) for p in a.operator_values],
+        cluster_policies=[Path(p) for p in a.cluster_policy],
+        operator_release=a.operator_release,
+        base_ref=a.base_ref,
+    )
+    if not a.static and (gate.given or a.operator_release or a.summary):
+        raise ConfigError(
+            "--operator-values, --cluster-policy, --operator-release, --base-ref and --summary are for the static "
+            "gate: add --static",
+            key="--static",
+        )
+    if a.operator_release and not (gate.operator_values or gate.cluster_policies):
+        raise ConfigError("--operator-release needs --operator-values or --cluster-policy", key="--operator-release")
+    code, folder = _run(
+        a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet, gate=gate
+    )
+    if a.summary and folder.summary_path.exists():
+        try:
+            Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.summary).write_text(folder.summary_path.read_text(encoding="utf-8"), encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the summary: {exc}", path=Path(a.summary), key="--summary") from None
+        console.print(f"  {'summary':<15} {a.summary}")
+    return code
 
 
 def cmd_evaluate(a: argparse.Namespace) -> int:
-    return _run(a.spec, a.reports, runner.Mode.EVIDENCE, workers=a.workers, evidence=a.evidence, quiet=a.quiet)
+    return _run(a.spec, a.reports, runner.Mode.EVIDENCE, workers=a.workers, evidence=a.evidence, quiet=a.quiet)[0]
 
 
 def cmd_cleanup(a: argparse.Namespace) -> int:
@@ -339,7 +405,11 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
 
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the folder for the schemas: {exc.strerror}", path=out, key="--out") from None
+    from gpucert.acceptance.waivers import Waivers
     from gpucert.evidence import FabricEvidence
     from gpucert.evidence import NodeEvidence as Evidence
     from gpucert.handover import NodeBaseline
@@ -349,6 +419,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
         ("simulatedfleet", SimulatedFleet),
         ("gpubaseline", GpuBaseline),
         ("nodebaseline", NodeBaseline),
+        ("waivers", Waivers),
         ("evidence", Evidence),
         ("fabricevidence", FabricEvidence),
     ):
@@ -375,11 +446,30 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("certify", help="plan, measure, evaluate and report")
     c.add_argument("spec")
     c.add_argument("--sign-key", default=None)
+    c.add_argument(
+        "--retest",
+        metavar="RUN_DIR",
+        default=None,
+        help="measure only the nodes that did not pass in RUN_DIR (or changed); carry the others' signed evidence",
+    )
     runner_args(c)
     c.set_defaults(func=cmd_certify)
     k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
     k.add_argument("spec")
     k.add_argument("--static", action="store_true", help="check the recipe without a cluster")
+    k.add_argument(
+        "--operator-values",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="--static: the gpu-operator chart's values a change edits (several: merged in order, as helm -f)",
+    )
+    k.add_argument(
+        "--cluster-policy", action="append", default=[], metavar="FILE", help="--static: a ClusterPolicy manifest"
+    )
+    k.add_argument("--operator-release", default=None, help="--static: the GPU Operator release (the chart's version)")
+    k.add_argument("--base-ref", default=None, help="--static: check baseline changes against this git ref")
+    k.add_argument("--summary", default=None, metavar="FILE", help="--static: also write the Markdown summary here")
     runner_args(k, workers=False)
     k.set_defaults(func=cmd_configure)
     e = sub.add_parser("evaluate", help="re-evaluate recorded evidence against a spec and its baselines")
@@ -415,10 +505,8 @@ def _parser() -> argparse.ArgumentParser:
     sg.add_argument("run_dir")
     sg.add_argument("--key", required=True, help="the private key from `gpucert keygen`")
     sg.set_defaults(func=cmd_sign)
-    v = sub.add_parser("verify", help="check a run folder's signature and every file's digest")
-    v.add_argument("run_dir")
-    v.add_argument("--key", required=True, help="the signer's public key")
-    v.set_defaults(func=cmd_verify)
+    add_acceptance_commands(sub)
+    add_fleet_commands(sub, runner_args)
     cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
     cu.add_argument("spec")
     cu.set_defaults(func=cmd_cleanup)

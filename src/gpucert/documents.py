@@ -26,7 +26,7 @@ M = TypeVar("M", bound=BaseModel)
 class Document(BaseModel):
     """Base of every user-written document: unknown keys are errors, values are not coerced across types."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
 
 
 MAX_BYTES = 4 << 20  # a spec, fleet or baseline is a few kilobytes; a larger file is not one of them
@@ -87,9 +87,13 @@ def _line_map(node: yaml.Node, key: Key, lines: dict[Key, int]) -> None:
 def load_yaml(path: Path) -> tuple[Any, dict[Key, int]]:
     """The document at `path` and the line of every key in it."""
     try:
-        if path.is_file() and path.stat().st_size > MAX_BYTES:
+        if path.exists() and not path.is_file():
+            raise ConfigError("is not a regular file (a folder, a device or a pipe); name the YAML file", path=path)
+        with path.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+        if len(raw) > MAX_BYTES:
             raise ConfigError(f"the file is larger than {MAX_BYTES >> 20} MiB: not a gpucert document", path=path)
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(
             "file not found; check the path (relative paths are relative to the spec)", path=path

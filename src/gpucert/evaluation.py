@@ -8,28 +8,43 @@ finding); one that cannot run for no failing cause is an error. Reads the run fo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from gpucert.acceptance.waivers import WaiverBook, book_for, decide_waiver
 from gpucert.analysis.dcgm import judge_dcgm
-from gpucert.analysis.fabric import MULTINODE, enough_pairs, judge_multinode, judge_pairs, pair_figures
-from gpucert.analysis.handover import judge_against_handover, judge_identity
+from gpucert.analysis.fabric import (
+    MULTINODE,
+    enough_pairs,
+    judge_multinode,
+    judge_pairs,
+    members_problem,
+    pair_figures,
+    pairs_problem,
+)
 from gpucert.analysis.health import judge_health
-from gpucert.analysis.performance import Sampled, against_baseline, figure_of, sample_problem, samples_of
+from gpucert.analysis.performance import Sampled, evidence_problem, figure_of, sample_problem, samples_of
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import GPU_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.errors import EvidenceError
+from gpucert.evaluation_handover import against_handover, identity
+from gpucert.evaluation_performance import judge_metric, node_straggler
 from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
+from gpucert.gate_inputs import gate_from
 from gpucert.handover import NodeBaseline, load_node_baseline
 from gpucert.inventory import Inventory
-from gpucert.peers import PeerComparisons, probe_of_metric, unstable_is_judged
+from gpucert.peers import PeerComparisons, probe_of_metric
 from gpucert.plan import Plan, dcgm_tests, plan_checks
+from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec, Probe
+from gpucert.spec import ClusterSpec, Pool, Probe
 from gpucert.stack import recipe, rules
+from gpucert.stack.gate import Gate, gate_keys
 from gpucert.stack.observe import NodeStack, StackObservation
+from gpucert.versions import normalize
 
 __all__ = ["Evaluation", "GpuSlot"]
 
@@ -64,13 +79,18 @@ def _skip(check: str, node: str | None, gpu: int | None, message: str, cause: st
 class Evaluation:
     """The run folder's inventory, stack observation and evidence, with the decision of every check."""
 
-    def __init__(self, run_dir: Path | RunFolder, spec: ClusterSpec, baseline: GpuBaseline) -> None:
+    def __init__(
+        self, run_dir: Path | RunFolder, spec: ClusterSpec, baselines: GpuBaseline | Mapping[str, GpuBaseline]
+    ) -> None:
         self.folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
         self.spec = spec
-        self.baseline = baseline
+        # each pool's SKU baseline (one baseline given: every pool's)
+        self.baselines = (
+            {p.name: baselines for p in spec.pools} if isinstance(baselines, GpuBaseline) else dict(baselines)
+        )
         self._evidence: dict[str, NodeEvidence | None] = {}
         self._problems: dict[str, str] = {}
-        self.peers = PeerComparisons(self._peer_evidence, spec, baseline)
+        self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines)
 
     @property
     def run_dir(self) -> Path:
@@ -103,6 +123,8 @@ class Evaluation:
     @cached_property
     def fleet_peers(self) -> list[NodeEvidence]:
         return self.folder.read_fleet_peers()
+
+    waiver_book: cached_property[WaiverBook | None] = cached_property(book_for)
 
     @cached_property
     def fabric(self) -> FabricEvidence | None:
@@ -141,18 +163,49 @@ class Evaluation:
         return ev if ev is not None and ev.collected else None
 
     @cached_property
+    def pools(self) -> PoolMap:
+        """Which pool each node is in, from the labels the cluster reported (stack.json)."""
+        labels = {n: ns.labels for n, ns in self.stack.nodes.items()}
+        return PoolMap(self.spec, labels, self.inventory.names)
+
+    def pool_of(self, node: str) -> Pool | None:
+        return self.pools.pool_of(node)
+
+    def baseline_of(self, node: str) -> GpuBaseline:
+        """The SKU baseline of the node's pool (the plan asks nothing else of a node outside exactly one pool)."""
+        pool = self.pools.name_of(node)
+        if pool is None:
+            raise ValueError(f"{node} is not in exactly one pool: it has no baseline (see pool.membership)")
+        return self.baselines[pool]
+
+    def _outside_pools(self, check: str, node: str, gpu: int | None = None) -> Finding | None:
+        """A node in no pool or several has no expectations: its checks follow from pool.membership."""
+        if self.pools.name_of(node) is not None:
+            return None
+        message = f"{node} is not in exactly one pool, so nothing is expected of it (see pool.membership)"
+        return _skip(check, node, gpu, message, _because("pool.membership", node))
+
+    @cached_property
+    def gate(self) -> Gate | None:
+        """The static gate's inputs beside the spec (operator values, base-ref baselines), when it was given any."""
+        return gate_from(self.folder, self.spec)
+
+    @cached_property
     def plan(self) -> Plan:
         """Every check this run must decide: the suites follow from the run folder (static, configure only,
-        measured, recertification), the keys from the spec and the inventory (and the fleet's nodes a
-        recertified node is compared with)."""
+        measured, recertification), the keys from the spec, the inventory and the pools of its nodes (and the
+        fleet's nodes a recertified node is compared with)."""
         return plan_checks(
             self.spec,
             self.inventory.names,
             self.folder.suites,
             components=self.components(),
+            pools=self.pools,
+            static=gate_keys(self.spec, self.gate.deployments, self.gate.reviews) if self.gate else (),
             handover=self.handover is not None,
             recertification=self.recertification is not None,
-            comparable_nodes=len(self.inventory.names) + len(self.fleet_peers),
+            waivers=self.waiver_book.ids if self.waiver_book is not None else (),
+            fleet_peers=len(self.fleet_peers),
         )
 
     def _peer_evidence(self) -> list[NodeEvidence]:
@@ -181,19 +234,14 @@ class Evaluation:
     @cached_property
     def _duplicate_gpus(self) -> dict[str, list[str]]:
         """Per node, each GPU identity (UUID or serial) reported more than once in the fleet, with where."""
-        seen: dict[tuple[str, str], list[str]] = {}
-        for node in self.inventory.names:
-            ev = self._measured_node(node)
-            for g in ev.gpus if ev is not None else []:
-                for kind, value in (("UUID", g.uuid), ("serial", g.serial)):
-                    if value:
-                        seen.setdefault((kind, value), []).append(f"{node}/gpu{g.index}")
-        out: dict[str, list[str]] = {}
-        for (kind, value), where in seen.items():
-            if len(where) > 1:
-                for w in sorted(set(where)):
-                    out.setdefault(w.split("/")[0], []).append(f"{kind} {value} is reported by {', '.join(where)}")
-        return out
+        return rules.duplicate_gpus({n: ev.gpus for n in self.inventory.names if (ev := self._measured_node(n))})
+
+    def _probe_products(self, node: str) -> str | None:
+        ev, pool = self._measured_node(node), self.pool_of(node)
+        if ev is None or pool is None:
+            return None
+        b = self.baselines[pool.name]
+        return rules.probe_products(node, ev.gpus, pool.expect.gpu_product, b.memory_mib, b.sku)
 
     def components(self) -> list[str]:
         return rules.pinned_components(self.spec, set(self.spec.stack.sources()))
@@ -204,13 +252,33 @@ class Evaluation:
     # ---- one call shape ---------------------------------------------------------------------------------------
 
     def decide(self, key: CheckKey) -> Finding:
-        """The Finding of one check: what the suites turn into a test outcome."""
+        """The Finding of one check: what the suites turn into a test outcome. A skip stands only when the check it
+        follows from fails; when that check passes, the skip is an error (the evidence contradicts itself)."""
+        found = self._decide(key)
+        if found.status is SKIP and found.cause is not None:
+            cause = self._decide(CheckKey.parse(found.cause))
+            if cause.status not in (FAIL, ERROR):
+                message = (
+                    f"skipped because of {found.cause}, which did not fail ({cause.status.value}): {found.message}"
+                )
+                return dataclasses.replace(found, status=ERROR, message=message, cause=None)
+        return found
+
+    def _decide(self, key: CheckKey) -> Finding:
         family = family_of(key.check)
         node, gpu = key.node, key.gpu
+        if key.node is None and key.detail is not None and family in (Family.STACK, Family.BASELINE):
+            assert self.gate is not None  # the plan asks these only of a gate with inputs
+            return self.gate.decide(key)
         if key.node is None and family is Family.STACK:
             return recipe.decide(key.check, self.spec)
         if key.check == "inventory.nodes":
             return self.node_count()
+        if key.check == "pool.membership" and node is not None:
+            return self.pools.judge(node)
+        outside = self._outside_pools(key.check, node, gpu) if node is not None else None
+        if outside is not None:
+            return outside
         if key.check == "node.reachable" and node is not None:
             return self.reachable(node)
         if family in (Family.STACK, Family.INVENTORY) and node is not None:
@@ -224,13 +292,15 @@ class Evaluation:
         if key.check == f"straggler.{MULTINODE}" and node is not None:
             return self.fabric_straggler(node)
         if key.check == "handover.identity" and node is not None and gpu is not None:
-            return self.identity(GpuSlot(node, gpu))
+            return identity(self, GpuSlot(node, gpu))
         if family is Family.HANDOVER and node is not None:
-            return self.against_handover(key.check.removeprefix("handover."), node, gpu)
+            return against_handover(self, key.check.removeprefix("handover."), node, gpu)
         if family is Family.STRAGGLER and key.check.removeprefix("straggler.") in GPU_METRICS and gpu is None and node:
-            return self.node_straggler(key.check.removeprefix("straggler."), node)
+            return node_straggler(self, key.check.removeprefix("straggler."), node)
         if family is Family.PERFORMANCE and node is not None:
             return self.metric(key.check, node, gpu)
+        if family is Family.WAIVER and key.detail is not None:
+            return decide_waiver(key.check, key.detail, self)
         raise ValueError(f"no rule decides {key}: not a check of gpucert's vocabulary")
 
     # ---- configure -------------------------------------------------------------------------------------------
@@ -257,7 +327,8 @@ class Evaluation:
             )
         if self.recertification is not None:
             return Finding("inventory.nodes", PASS, None, None, f"recertification of {self.recertification['node']}")
-        return rules.node_count(self.inventory.names, self.spec)
+        found = {p.name: self.pools.members(p.name) for p in self.spec.pools}
+        return rules.node_count(found, self.spec, self.pools.stray)
 
     def reachable(self, node: str) -> Finding:
         error = None
@@ -276,33 +347,50 @@ class Evaluation:
         ns = self._node_stack(check, node)
         if isinstance(ns, Finding):
             return ns
+        pool = self.pool_of(node)
+        assert pool is not None  # decide() answered for a node outside exactly one pool
+        stack = self.spec.stack_for(pool.name)
         match check:
             case "stack.version":
                 assert component is not None
-                return rules.version(ns, self.spec, component)
-            case "stack.skew":
-                return rules.skew(ns, self.stack.nodes)
+                found = rules.version(ns, stack, component)
+                ev = self._measured_node(node) if component == "driver" else None
+                pin = stack.component("driver")
+                seen = ev.system.driver_version if ev is not None else None
+                if found.status is PASS and pin is not None and seen and normalize(seen) != normalize(pin.version):
+                    message = f"{node}: the probe saw driver {seen} on the host (NVML), where the pin is {pin.version}"
+                    return dataclasses.replace(found, status=FAIL, message=message, observed=seen)
+                return found
+            case "stack.skew":  # against the node's pool: another pool may run another OS or kernel
+                peers = {n: self.stack.nodes[n] for n in self.pools.members(pool.name) if n in self.stack.nodes}
+                return rules.skew(ns, peers)
             case "stack.compat":
-                found = rules.compat(ns, self.spec)
+                found = rules.compat(ns, stack)
                 if found.status is SKIP and "driver" in self.components():
                     return dataclasses.replace(found, cause=_because("stack.version", node, None, "driver"))
                 return found
             case "stack.ordering":
-                return rules.ordering(ns, self.spec)
+                return rules.ordering(ns, stack)
             case "stack.kubernetes":
-                return rules.kubernetes_version(ns, self.spec)
+                return rules.kubernetes_version(ns, stack)
             case "stack.runtime":
-                return rules.runtime(ns, self.spec)
+                return rules.runtime(ns, stack)
             case "inventory.gpus":
                 ev = self._measured_node(node)
-                found = rules.gpu_count(ns, self.spec, len(ev.gpus) if ev is not None else None)
+                found = rules.gpu_count(ns, pool.expect, len(ev.gpus) if ev is not None else None)
                 twice = self._duplicate_gpus.get(node)
                 if twice:
                     message = f"{node}: the same GPU is reported more than once: {'; '.join(twice)}"
                     return dataclasses.replace(found, status=FAIL, message=message)
+                indices = sorted(g.index for g in ev.gpus) if ev is not None else []
+                if indices != list(range(len(indices))):
+                    message = f"{node}: the probe numbered its GPUs {indices}, not 0..{len(indices) - 1}"
+                    return dataclasses.replace(found, status=FAIL, message=message)
                 return found
             case "inventory.product":
-                return rules.gpu_product(ns, self.spec)
+                found = rules.gpu_product(ns, pool.expect)
+                seen = self._probe_products(node)
+                return dataclasses.replace(found, status=FAIL, message=seen) if seen and found.status is PASS else found
         raise ValueError(f"unknown configure check {check!r}")
 
     # ---- certify: find the evidence, or say why it is missing -------------------------------------------------
@@ -320,7 +408,7 @@ class Evaluation:
             return ev
         err = ev.error_for(probe.value)
         if err is not None and err.unavailable:
-            if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.spec.expect.gpus_per_node:
+            if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= self.pools.gpus_per_node(node):
                 message = f"{node} shows {len(ev.gpus)} GPU: nothing to measure between GPUs (see inventory.gpus)"
                 return _skip(check, node, None, message, _because("inventory.gpus", node))
             message = f"{node}: the {probe.value} probe could not run there: {err.message}"
@@ -349,7 +437,7 @@ class Evaluation:
             return g
         if g.health is None:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the health probe recorded nothing")
-        return judge_health(check, g.health, self.baseline, gpu.node, gpu.index)
+        return judge_health(check, g.health, self.baseline_of(gpu.node), gpu.node, gpu.index)
 
     def dcgm(self, test: str, gpu: GpuSlot) -> Finding:
         check = f"dcgm.{test}"
@@ -359,14 +447,14 @@ class Evaluation:
         ev = self.evidence(gpu.node)
         if ev is None or ev.dcgm is None:
             return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu.node}: no DCGM diagnostic was recorded")
-        return judge_dcgm(test, gpu.node, gpu.index, ev.dcgm, self.spec.certify.dcgm.level)
+        return judge_dcgm(test, gpu.node, gpu.index, ev.dcgm, self.spec.certify.dcgm.level, serial=g.serial)
 
     def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
         """The median of one measurement and its sample count; None when not measured (or not to be believed)."""
         ev = self.usable(node)
         if ev is None or not ev.collected:
             return None
-        b = self.baseline.metrics.get(metric)
+        b = self.baseline_of(node).metrics.get(metric)
         least = self.spec.certify.min_samples(probe_of_metric(metric))
         if sample_problem(samples_of(ev, metric, gpu), b.expected if b else None, least) is not None:
             return None
@@ -380,56 +468,30 @@ class Evaluation:
         node_ev = self.evidence(node)
         assert node_ev is not None
         where = node if gpu is None else f"{node}/gpu{gpu}"
+        wrong = evidence_problem(node_ev, metric, self.baseline_of(node).metrics[metric].unit, gpu)
+        if wrong is not None:
+            return Finding(metric, wrong[0], node, gpu, f"{where}: {wrong[1]}")
         samples = samples_of(node_ev, metric, gpu)
         if not samples:
             return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
         least = self.spec.certify.min_samples(probe_of_metric(metric))
-        problem = sample_problem(samples, self.baseline.metrics[metric].expected, least)
+        problem = sample_problem(samples, self.baseline_of(node).metrics[metric].expected, least)
         if problem is not None:
             return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {problem}")
         sampled = figure_of(node_ev, metric, gpu)
         assert sampled is not None
         return sampled
 
-    def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """Against the baseline first; inside it, the node as a whole against the other nodes (one finding: its
-        GPUs' checks skip), then the GPU against its peers, then its samples' stability against theirs."""
-        if metric not in self.baseline.metrics:
-            return Finding(metric, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
-        sampled = self._figure(metric, node, gpu)
-        if isinstance(sampled, Finding):
-            return sampled
-        base = against_baseline(metric, (node, gpu), sampled, self.baseline.metrics[metric])
-        index = self.peers.index(metric)
-        whole = index.node_level(node) if gpu is not None and base.status is PASS else None
-        if whole is not None and whole.status is FAIL:
-            message = f"{node} as a whole is behind the other nodes on {metric} (see straggler.{metric}@{node})"
-            return _skip(metric, node, gpu, message, _because(f"straggler.{metric}", node))
-        stable = index.stability((node, gpu)) if unstable_is_judged(metric) else None
-        for found in (base, index.judge((node, gpu)), stable):
-            if found is not None and found.status is not PASS:
-                return found
-        notes = index.notes((node, gpu), stability=unstable_is_judged(metric))  # comparisons too few peers allow
-        return dataclasses.replace(base, message="; ".join([base.message, *notes])) if notes else base
+    def peer_evidence(self, pool: str) -> list[NodeEvidence]:
+        """The evidence a node is compared with: its pool's measured nodes (and, on recertification, the fleet's
+        latest evidence of that pool), never another pool's. The one place that says who the peers are."""
+        members = self.pools.members(pool)
+        measured = [ev for node in members if (ev := self._measured_node(node)) is not None]
+        return [*measured, *(self.fleet_peers if members else [])]
 
-    def node_straggler(self, metric: str, node: str) -> Finding:
-        """`straggler.<metric>` of the node as a whole: the median of its GPUs against the other nodes'."""
-        check = f"straggler.{metric}"
-        ev = self._node_evidence(metric, node) if metric in self.baseline.metrics else None
-        if not isinstance(ev, NodeEvidence):
-            return dataclasses.replace(ev, check=check) if ev else Finding(check, ERROR, node, None, "no baseline")
-        index = self.peers.index(metric)
-        found = index.node_level(node)
-        if found is not None:
-            return found
-        if not any(k[0] == node for k in index.values):  # none of its GPUs has a figure to believe: theirs is
-            bad = [f for g in ev.gpus if (f := self.metric(metric, node, g.index)).status in (FAIL, ERROR)]
-            because = _because(metric, node, bad[0].gpu) if bad else _because("inventory.gpus", node)
-            return _skip(check, node, None, f"{node} has no {metric} figure to compare (see {because})", because)
-        why = f"{len({k[0] for k in index.values}) - 1} other node(s) have a figure: the rule needs 3"
-        if (cause := self._unmeasured()) is not None:
-            return _skip(check, node, None, f"{why}; not every node was measured", cause)
-        return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
+    def metric(self, metric: str, node: str, gpu: int | None) -> Finding:
+        """The figure against its pool's SKU baseline, then against its peers (evaluation_performance)."""
+        return judge_metric(self, metric, node, gpu)
 
     # ---- across nodes ----------------------------------------------------------------------------------------
 
@@ -448,11 +510,15 @@ class Evaluation:
         """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
         if self.spec.certify.multinode is None:
             return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
-        if MULTINODE not in self.baseline.metrics:
-            return Finding(MULTINODE, ERROR, None, None, f"the baseline {self.baseline.sku} has no figure for it")
+        baseline = self.baselines[self.spec.pools[0].name]  # a spec with certify.multinode has one pool
+        if MULTINODE not in baseline.metrics:
+            return Finding(MULTINODE, ERROR, None, None, f"the baseline {baseline.sku} has no figure for it")
         fabric = self.fabric
         if fabric is None:
             return Finding(MULTINODE, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
+        odd = members_problem(fabric.nodes, self.inventory.names)
+        if odd:
+            return Finding(MULTINODE, ERROR, None, None, f"the multi-node evidence cannot be believed: {odd}")
         err = next(iter(fabric.errors), None)
         if err is not None:
             why = f"the all-reduce across nodes did not run: {err.message}"
@@ -460,7 +526,7 @@ class Evaluation:
             if cause is not None and len(fabric.nodes) < 2:
                 return _skip(MULTINODE, None, None, f"{why} (see node.reachable)", cause)
             return Finding(MULTINODE, ERROR, None, None, why)
-        return judge_multinode(fabric, self.baseline.metrics[MULTINODE])
+        return judge_multinode(fabric, baseline.metrics[MULTINODE])
 
     def fabric_straggler(self, node: str) -> Finding:
         """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
@@ -481,6 +547,9 @@ class Evaluation:
             if cause is not None:
                 return _skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
             return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")
+        odd = pairs_problem(self.fabric_pairs, self.inventory.names)
+        if odd:
+            return Finding(check, ERROR, node, None, f"the pairs' evidence cannot be believed: {odd}")
         values, failed = pair_figures(self.fabric_pairs, node)
         if failed:
             message = f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}"
@@ -491,102 +560,5 @@ class Evaluation:
             if cause is not None:
                 return _skip(check, node, None, f"{why}: not every node was measured", cause)
             return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
-        s = self.spec.certify.stragglers
+        s = self.spec.stragglers_for(self.spec.pools[0].name)
         return judge_pairs(node, values, s.max_deviation, s.min_z)
-
-    # ---- recertify: the node against its own handover baseline ------------------------------------------------
-
-    def recertify_summary(self) -> str:
-        """One sentence for the reports: what this recertification compared the node with."""
-        recert = self.recertification
-        if recert is None:
-            return ""
-        node, peers = recert["node"], recert.get("fleetPeers") or {}
-        runs = sorted(set(peers.values()))
-        fleet = (
-            f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} "
-            f"{', '.join(runs)})"
-            if peers
-            else "no fleet evidence (no earlier run of this spec and baseline)"
-        )
-        if self.handover is None:
-            return (
-                f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
-                f"baseline {self.baseline.sku} and {fleet} only"
-            )
-        r = self.handover.recorded
-        return (
-            f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
-            + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
-            + f"), the SKU baseline {self.baseline.sku} and {fleet}"
-        )
-
-    def _no_handover(self, check: str, node: str, gpu: int | None) -> Finding | None:
-        if self.recertification is None:
-            return Finding(check, SKIP, node, gpu, "not a recertification: handover checks run in `gpucert recertify`")
-        if self.handover is None:
-            return Finding(check, SKIP, node, gpu, f"{node} has no handover baseline")
-        return None
-
-    def identity(self, gpu: GpuSlot) -> Finding:
-        """The GPU in this slot is the one recorded at handover (by serial, else by UUID)."""
-        check = "handover.identity"
-        missing = self._no_handover(check, gpu.node, gpu.index)
-        if missing is not None:
-            return missing
-        assert self.handover is not None
-        g = self._gpu_evidence(check, gpu)
-        if isinstance(g, Finding):
-            return g
-        was = self.handover.gpu(gpu.index)
-        if was is None:
-            return Finding(check, FAIL, gpu.node, gpu.index, f"{gpu!r} was not present at handover")
-        return judge_identity(
-            gpu.node,
-            gpu.index,
-            then_serial=was.serial,
-            then_uuid=was.uuid,
-            serial=g.serial,
-            uuid=g.uuid,
-            run=self.handover.recorded.run,
-        )
-
-    def against_handover(self, metric: str, node: str, gpu: int | None) -> Finding:
-        """The figure against the node's own handover median, within max(3 x recorded spread, 3 %)."""
-        check = f"handover.{metric}"
-        missing = self._no_handover(check, node, gpu)
-        if missing is not None:
-            return missing
-        assert self.handover is not None
-        if metric not in self.baseline.metrics:
-            return Finding(check, ERROR, node, gpu, f"the baseline {self.baseline.sku} has no figure for {metric}")
-        swapped = gpu is not None and self.identity(GpuSlot(node, gpu)).status is FAIL
-        if gpu is not None and swapped and self.handover.gpu(gpu) is not None:
-            message = f"{node}/gpu{gpu} is not the GPU of handover (see handover.identity)"
-            return _skip(check, node, gpu, message, _because("handover.identity", node, gpu))
-        now = self._figure(metric, node, gpu)
-        if isinstance(now, Finding):
-            return dataclasses.replace(now, check=check)
-        was = self.handover.gpu(gpu) if gpu is not None else None
-        rec = self.handover.node_metrics.get(metric) if gpu is None else (was.metrics.get(metric) if was else None)
-        if rec is None:
-            return Finding(
-                check,
-                ERROR,
-                node,
-                gpu,
-                f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}, so it cannot be "
-                "compared; record a new handover baseline that covers the spec's probes",
-            )
-        return judge_against_handover(
-            metric,
-            node,
-            gpu,
-            now,
-            median=rec.median,
-            spread=rec.spread,
-            n=rec.n,
-            unit=rec.unit,
-            run=self.handover.recorded.run,
-            higher_is_better=self.baseline.metrics[metric].comparison.value == "min",
-        )

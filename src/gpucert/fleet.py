@@ -1,6 +1,8 @@
 """The SimulatedFleet contract (`kind: SimulatedFleet`): a fleet of simulated GPU nodes and the faults injected.
 
-Pure: a model and its loader. The simulator in targets/simulated.py turns it into raw observations.
+A fleet is one group of nodes (`sku` and `nodes`) or several (`pools`: each its SKU, nodes, extra node labels and
+installed versions), so a simulated cluster can mix H100 and H200 nodes, or 8- and 4-GPU nodes. Pure: a model and
+its loader. The simulator in targets/simulated/ turns it into raw observations.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from gpucert.names import NameError_, check_file_stem, check_node_name
 from gpucert.spec import ClusterSpec, Metadata
 from gpucert.versions import VersionError, parse_version
 
-__all__ = ["FLEET_METRICS", "Fault", "SimulatedFleet", "load_fleet"]
+__all__ = ["FLEET_METRICS", "Fault", "FleetPool", "SimulatedFleet", "load_fleet"]
 
 
 def _is_metric(name: str) -> str:
@@ -258,39 +260,98 @@ Fault = Annotated[
 ]
 
 
+def _sku_file_name(sku: str | None) -> str | None:
+    try:
+        return check_file_stem(sku, "SKU name") if sku is not None else None
+    except NameError_ as exc:
+        raise ValueError(str(exc)) from None
+
+
+class FleetPool(Document):
+    """One group of alike nodes in a simulated cluster: what a node pool of a real cluster is made of."""
+
+    name: Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    sku: str  # names baselines/gpus/<sku>.yaml beside the spec's baselines
+    nodes: Nodes
+    labels: dict[str, str] = Field(default_factory=dict)  # node labels beside GFD's (e.g. an instance type)
+    stack: dict[str, str] = Field(default_factory=dict)  # installed versions on these nodes (over the fleet's)
+
+    _sku = field_validator("sku")(_sku_file_name)
+
+
 class SimulatedFleet(Document):
     api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["SimulatedFleet"]
     metadata: Metadata
-    sku: str  # names baselines/gpus/<sku>.yaml beside the spec's baseline
+    sku: str | None = None  # names baselines/gpus/<sku>.yaml beside the spec's baseline (one group of nodes)
 
-    @field_validator("sku")
-    @classmethod
-    def _is_file_name(cls, sku: str) -> str:
-        try:
-            return check_file_stem(sku, "SKU name")
-        except NameError_ as exc:
-            raise ValueError(str(exc)) from None
+    _sku = field_validator("sku")(_sku_file_name)
 
-    nodes: Nodes
+    nodes: Nodes | None = None
+    pools: list[FleetPool] = Field(default_factory=list)  # several groups of nodes instead of `sku` and `nodes`
     stack: dict[str, str] = Field(default_factory=dict)
     noise: Noise = Field(default_factory=Noise)
     seed: int = 0
     faults: list[Fault] = Field(default_factory=list)
 
+    def groups(self) -> list[FleetPool]:
+        """The fleet's groups of nodes: its `pools`, or the one group `sku` and `nodes` declare."""
+        if self.pools:
+            return list(self.pools)
+        assert self.sku is not None  # load_fleet checked that one form is given
+        assert self.nodes is not None
+        return [FleetPool(name="fleet", sku=self.sku, nodes=self.nodes)]
+
+    def node_names(self) -> list[str]:
+        return [n for g in self.groups() for n in g.nodes.names()]
+
+    def group_of(self, node: str) -> FleetPool:
+        return next(g for g in self.groups() if node in g.nodes.names())
+
+
+def _one_form(fleet: SimulatedFleet) -> list[Problem]:
+    """Either `sku` and `nodes` (one group of nodes) or `pools` (several), and node names that do not repeat."""
+    if fleet.pools and (fleet.sku is not None or fleet.nodes is not None):
+        key = "sku" if fleet.sku is not None else "nodes"
+        return [((key,), "give either `sku` and `nodes` (one group of nodes) or `pools` (several), not both")]
+    if not fleet.pools:
+        return [
+            ((k,), "required key is missing; add it (or declare `pools`)")
+            for k in ("sku", "nodes")
+            if getattr(fleet, k) is None
+        ]
+    problems: list[Problem] = []
+    seen: dict[str, str] = {}
+    names: set[str] = set()
+    for i, group in enumerate(fleet.pools):
+        if group.name in names:
+            problems.append((("pools", i, "name"), f"pool {group.name!r} is declared twice; name each pool once"))
+        names.add(group.name)
+        for node in group.nodes.names():
+            if node in seen:
+                message = f"node {node} would be in pools {seen[node]} and {group.name}: give each its own namePrefix"
+                problems.append((("pools", i, "nodes", "namePrefix"), message))
+                break
+            seen[node] = group.name
+    return problems
+
 
 def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
-    names = set(fleet.nodes.names())
-    problems: list[Problem] = []
+    problems = _one_form(fleet)
+    if problems:
+        return problems
+    names = set(fleet.node_names())
+    first, last = fleet.node_names()[0], fleet.node_names()[-1]
+    for i, group in enumerate(fleet.pools or [None]):
+        try:
+            check_node_name((group.nodes if group else fleet.nodes).names()[-1])  # type: ignore[union-attr]
+        except NameError_ as exc:  # the longest name the prefix makes
+            problems.append(((("pools", i, "nodes", "namePrefix") if group else ("nodes", "namePrefix")), str(exc)))
     for i, fault in enumerate(fleet.faults):
         if fault.node not in names:
-            problems.append(
-                (
-                    ("faults", i, "node"),
-                    f"no node {fault.node!r} in this fleet; nodes are {fleet.nodes.name_prefix}1.."
-                    f"{fleet.nodes.name_prefix}{fleet.nodes.count}",
-                )
-            )
+            problems.append((("faults", i, "node"), f"no node {fault.node!r} in this fleet; nodes are {first}..{last}"))
+            continue
+        gpus = fleet.group_of(fault.node).nodes.gpus_per_node
         gpu = getattr(fault, "gpu", None)
         if (
             isinstance(fault, SlowFault | IntermittentFault | DriftFault)
@@ -300,13 +361,8 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
             problems.append(
                 (("faults", i, "gpu"), f"{fault.metric} is one figure per node: remove `gpu` to slow the node's")
             )
-        if gpu is not None and gpu >= fleet.nodes.gpus_per_node:
-            problems.append(
-                (
-                    ("faults", i, "gpu"),
-                    f"GPU {gpu} does not exist; GPUs are 0..{fleet.nodes.gpus_per_node - 1}",
-                )
-            )
+        if gpu is not None and gpu >= gpus:
+            problems.append((("faults", i, "gpu"), f"GPU {gpu} does not exist on {fault.node}; GPUs are 0..{gpus - 1}"))
     return problems
 
 

@@ -26,6 +26,7 @@ from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import NodeEvidence
 from gpucert.names import NameError_, check_node_name, inside
 from gpucert.runfolder import RunFolder
+from gpucert.spec import DEFAULT_POOL
 
 __all__ = [
     "MIN_TOLERANCE",
@@ -142,11 +143,8 @@ def record_baselines(
             path=run_dir,
         )
     verdict = folder.read_verdict()
-    baseline_path = folder.baseline_copy
-    if not baseline_path.exists():
+    if not folder.baseline_copies():
         raise EvidenceError("no inputs/baseline.yaml: not a run folder gpucert certify wrote", path=run_dir)
-    sku = load_baseline(baseline_path)
-    units = {m: b.unit for m, b in sku.metrics.items()}
     date = folder.read_run_info().get("finished") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     written, refused = [], []
     out.mkdir(parents=True, exist_ok=True)
@@ -167,6 +165,16 @@ def record_baselines(
             what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
             refused.append(f"{node}: {what}; pass --force --reason TEXT to record it")
             continue
+        pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
+        if pool is None:
+            refused.append(f"{node}: in no pool of the spec (or several): it has no SKU baseline to record against")
+            continue
+        baseline_path = folder.baseline_copy_for(pool)
+        if not baseline_path.is_file():
+            refused.append(f"{node}: no baseline of pool {pool} in the run's inputs/")
+            continue
+        sku = load_baseline(baseline_path)
+        units = {m: b.unit for m, b in sku.metrics.items()}
         ev = folder.read_evidence(node)
         if ev is None:
             refused.append(f"{node}: no evidence in this run")

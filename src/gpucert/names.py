@@ -11,10 +11,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["NameError_", "check_file_stem", "check_node_name", "inside"]
+__all__ = ["NODE_NAME_MAX", "NameError_", "check_file_stem", "check_node_name", "inside"]
 
 # Kubernetes object names such as Nodes: a DNS-1123 subdomain (RFC 1123), at most 253 characters
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# a node's evidence is `<node>.json`, written through `.<node>.json.tmp`: a name past this would not fit the 255
+# bytes a file name may have (real node names are far shorter; a DNS-1123 name may reach 253)
+NODE_NAME_MAX = 240
 _FILE_STEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
@@ -30,6 +33,11 @@ def check_node_name(name: str) -> str:
         raise NameError_(
             f"{name!r} is not a Kubernetes node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', "
             "starting and ending with a letter or digit, at most 253 characters)"
+        )
+    if len(name) > NODE_NAME_MAX:
+        raise NameError_(
+            f"the node name {name[:40]}... has {len(name)} characters: gpucert writes a file per node and takes node "
+            f"names up to {NODE_NAME_MAX} characters"
         )
     return name
 

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from gpucert.acceptance.waivers import serial_of
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.report import details
 from gpucert.report.allure import write_allure
+from gpucert.report.markdown import summary_markdown
 from gpucert.report.verdict import Outcome, build_verdict
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
@@ -65,7 +67,7 @@ def expect(finding: Finding) -> None:
 @dataclass
 class RunContext:
     spec: ClusterSpec
-    baseline: GpuBaseline
+    baselines: dict[str, GpuBaseline]  # each pool's SKU baseline
     folder: RunFolder
     readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
     outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
@@ -80,7 +82,7 @@ class RunContext:
     @property
     def evaluation(self) -> Evaluation:
         if self._evaluation is None:
-            self._evaluation = Evaluation(self.folder, self.spec, self.baseline)
+            self._evaluation = Evaluation(self.folder, self.spec, self.baselines)
         return self._evaluation
 
 
@@ -118,7 +120,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def _runs_tests(config: pytest.Config) -> bool:
     """Whether this session will run tests (and so may plan and measure): not --co, --help, --fixtures, ..."""
     o = config.option
-    shows = ("help", "markers", "collectonly", "showfixtures", "show_fixtures_per_test", "setupplan", "setuponly")
+    shows = (
+        "help",
+        "markers",
+        "collectonly",
+        "showfixtures",
+        "show_fixtures_per_test",
+        "setupplan",
+        "setuponly",
+        "cacheshow",
+    )
     return not any(getattr(o, name, False) for name in shows)
 
 
@@ -134,20 +145,27 @@ def _prepare(config: pytest.Config) -> RunContext | None:
     from gpucert import run as runner
 
     try:
-        spec, baseline = runner.load_inputs(Path(spec_opt))
+        spec, baselines = runner.load_inputs(Path(spec_opt))
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
-            return RunContext(spec, baseline, RunFolder(Path(workerinput["gpucert_run_dir"])))
+            return RunContext(spec, baselines, RunFolder(Path(workerinput["gpucert_run_dir"])))
         run_dir_opt = config.getoption("run_dir")
         evidence = config.getoption("evidence")
         if run_dir_opt:
             folder = RunFolder(Path(run_dir_opt))
             if not folder.prepared:
                 raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
-            return RunContext(spec, baseline, folder, readonly=not _runs_tests(config))
+            assert spec.path is not None
+            folder.judged_by(spec.path, runner.baseline_paths(spec))
+            folder.check()
+            return RunContext(spec, baselines, folder, readonly=not _runs_tests(config))
         if not _runs_tests(config):
             # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
-            return RunContext(spec, baseline, runner.recorded_run(Path(evidence)), readonly=True) if evidence else None
+            if not evidence:
+                return None
+            recorded = runner.recorded_run(Path(evidence))
+            recorded.check()
+            return RunContext(spec, baselines, recorded, readonly=True)
         mode = (
             runner.Mode.STATIC
             if config.getoption("static")
@@ -160,7 +178,7 @@ def _prepare(config: pytest.Config) -> RunContext | None:
         folder = runner.prepare(
             spec, Path(config.getoption("reports")), mode, evidence=Path(evidence) if evidence else None
         )
-        return RunContext(spec, baseline, folder)
+        return RunContext(spec, baselines, folder)
     except GpucertError as exc:
         if exc.exit_code == 2:  # the input is wrong: a usage error, as pytest says it
             raise pytest.UsageError(str(exc)) from None
@@ -176,6 +194,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or ctx.readonly:
         return
     config.pluginmanager.register(Controller(ctx), "gpucert-controller")
+    config.pluginmanager.register(VerdictWriter(ctx), "gpucert-verdict")
     opt = config.option
     if getattr(opt, "htmlpath", "missing") is None:
         opt.htmlpath = str(ctx.folder.report_path)
@@ -215,12 +234,22 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if ctx is None:
         return
     names = metafunc.fixturenames
+    ev = ctx.evaluation
+    if "waiver" in names:
+        book = ev.waiver_book
+        metafunc.parametrize("waiver", book.ids if book is not None else [])
+    if "gate_input" in names:  # the static gate's checks: one per configuration (or baseline) it was given
+        marker = metafunc.definition.get_closest_marker("check")
+        check = str(marker.args[0]) if marker is not None else ""
+        details = sorted(k.detail for k in ev.plan.required if k.check == check and k.detail and not k.node)
+        if details:
+            metafunc.parametrize("gate_input", details, ids=details)
+        return
     if not ({"node", "gpu"} & set(names)):
         return
-    ev = ctx.evaluation
     nodes = ev.inventory.names
     if "gpu" in names:
-        slots = [GpuSlot(n, i) for n in nodes for i in range(ctx.spec.expect.gpus_per_node)]
+        slots = [GpuSlot(n, i) for n in nodes for i in range(ev.pools.gpus_per_node(n))]
         metafunc.parametrize("gpu", slots, ids=[repr(s) for s in slots])
     elif "component" in names:
         pairs = [(n, c) for n in nodes for c in ev.components()]
@@ -242,8 +271,9 @@ def check_key(item: pytest.Item) -> CheckKey | None:
     except (KeyError, IndexError):
         return None  # not parametrized by gpucert (no spec): the test skips and decides nothing
     gpu = params.get("gpu")
-    component = params.get("component")
-    detail = component if isinstance(component, str) else None
+    detail = next((params[p] for p in ("component", "waiver", "gate_input") if isinstance(params.get(p), str)), None)
+    if detail is None and "gate_input" in getattr(item, "fixturenames", ()):
+        return None  # the gate was given nothing for this check: no item decides it
     if isinstance(gpu, GpuSlot):
         return CheckKey(check, gpu.node, gpu.index, detail)
     node = params.get("node")
@@ -257,7 +287,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if ctx is None:
         return
     plan = ctx.evaluation.plan
-    kept = [item for item in items if (key := check_key(item)) is None or key in plan]
+    kept = [
+        item
+        for item in items
+        if ((key := check_key(item)) is None and "gate_input" not in getattr(item, "fixturenames", ()))
+        or (key is not None and key in plan)
+    ]
     ctx.left_out = len(items) - len(kept)
     items[:] = kept
 
@@ -320,8 +355,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         )
         report.outcome = "failed"
         report.longrepr = f"[{finding.check}] {finding.message}"
+    if finding.status is CheckStatus.FAIL and ctx.evaluation.waiver_book is not None:
+        finding = ctx.evaluation.waiver_book.waive(finding, serial_of(ctx.evaluation))
+        if finding.status is CheckStatus.WAIVED:
+            # pytest's own word for a failure that was expected and accepted: xfail (JUnit <skipped
+            # type="pytest.xfail">, pytest-html "Expected failures", the terminal's x), with the waiver as reason
+            report.outcome = "skipped"
+            report.wasxfail = f"[{finding.check}] {finding.message}"
     report.gpucert = {"key": key.to_json(), "finding": finding.to_json(), "start": call.start, "stop": call.stop}
-    if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR):
+    if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
         try:
             evidence = details.evidence_for(ctx.evaluation, finding)
         except GpucertError as exc:
@@ -334,7 +376,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-_RANK = {CheckStatus.PASS: 0, CheckStatus.SKIP: 1, CheckStatus.FAIL: 2, CheckStatus.ERROR: 3}
+_RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckStatus.FAIL: 3, CheckStatus.ERROR: 4}
 
 
 class Controller:
@@ -384,6 +426,20 @@ class Controller:
             selected=ctx.selected,
             stopped=stopped,
             measured=ev.measured_at(),
+            waivers={wid: w.to_json() for wid, w in ev.waiver_book.by_id.items()} if ev.waiver_book else None,
+            retest=ctx.folder.read_retest(),
+            node_pools={n: ev.pools.name_of(n) for n in ev.inventory.names},
+            pools={
+                p.name: {
+                    "nodes": p.expect.nodes,
+                    "gpusPerNode": p.expect.gpus_per_node,
+                    "product": p.expect.gpu_product,
+                    "baseline": ev.baselines[p.name].sku,
+                    "nodeSelector": dict(p.node_selector),
+                }
+                for p in ctx.spec.pools
+                if _summarised(ev, p.name)
+            },
         )
         # beside the checks: the fleet against the SKU figure (informational) and the peer comparisons too few
         # peers ruled out, so that a pass is never silent about what it could not compare
@@ -395,10 +451,11 @@ class Controller:
                 "node": recert["node"],
                 "handover": recert["handover"],
                 "fleetPeers": len(recert.get("fleetPeers") or {}),
-                "summary": ev.recertify_summary(),
+                "summary": details.recertify_summary(ev),
             }
-        ctx.verdict = verdict
-        ctx.folder.write_verdict(verdict)
+        ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
+        if ev.inventory.target == "static":  # what a CI job posts on the pull request
+            ctx.folder.summary_path.write_text(summary_markdown(verdict, ctx.folder.read_gate()), encoding="utf-8")
         finished = time.time()
         ctx.folder.write_run_info(
             spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished
@@ -438,7 +495,21 @@ class Controller:
         tr.write_line(
             f"CERTIFICATION {result}: {c['ran']} of {c['required']} required checks ran; {s['passed']} passed, "
             f"{s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause"
+            + (f", {s['waived']} waived" if s["waived"] else "")
         )
+        for f in [f for f in verdict["findings"] if f["status"] == "waived"][:20]:
+            w = f["waiver"]
+            where = f["node"] + ("" if f["gpu"] is None else f"/gpu{f['gpu']}")
+            tr.write_line(
+                f"  waived: {f['check']}@{where} by {w['id']} ({w['reason']}; approved by {w['approvedBy']}; "
+                f"expires {w['expires']})"
+            )
+        retest = verdict.get("retest")
+        if retest:
+            tr.write_line(
+                f"  re-test of {retest['source']}: {len(retest['measured'])} nodes measured now, "
+                f"{len(retest['carried'])} carried over"
+            )
         if not c["complete"]:
             stopped = f" ({c['stopped']})" if c.get("stopped") else ""
             tr.write_line(
@@ -461,6 +532,28 @@ class Controller:
         tr.write_line(f"  verdict: {self.ctx.folder.verdict_path}")
 
 
+def _summarised(ev: Evaluation, pool: str) -> bool:
+    """Whether the verdict sums up this pool: not in the static gate (no nodes), and on recertification only the
+    node's own pool."""
+    if ev.inventory.target == "static":
+        return False
+    return ev.recertification is None or bool(ev.pools.members(pool))
+
+
+class VerdictWriter:
+    """Writes verdict.json after every report of the run (report.html, junit.xml, Allure, run.json) is on disk: the
+    verdict is the run's last word, so an interrupt before it leaves no verdict to sign, never a verdict that says
+    more than the reports beside it."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.ctx.verdict is not None:
+            self.ctx.folder.write_verdict(self.ctx.verdict)
+
+
 def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:
     """The result and coverage as JUnit testsuite properties, and the certification as one more testcase, so a
     CI system that reads only junit.xml sees a failed or incomplete certification fail."""
@@ -479,6 +572,7 @@ def _tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:
         ("gpucert_deselected", c["deselected"]),
         ("gpucert_not_reached", c["notReached"]),
         ("gpucert_skipped", verdict["summary"]["skipped"]),
+        ("gpucert_waived", verdict["summary"]["waived"]),
         ("gpucert_complete", str(c["complete"]).lower()),
     ):
         xml.add_global_property(name, value)

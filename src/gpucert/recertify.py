@@ -24,8 +24,9 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.handover import NodeBaseline, load_node_baseline, sha256_of
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name, inside
+from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec
+from gpucert.spec import DEFAULT_POOL, ClusterSpec
 from gpucert.targets import open_target
 from gpucert.targets.base import NodeControl, NodeTarget, Target
 
@@ -55,6 +56,9 @@ class RecertifyOptions:
     cordon: bool = True
     drain: bool = False
     wait_timeout_s: float = 3600
+    # a scheduled run chose the node because it was idle: if GPU pods arrive anyway, it puts the node back as it
+    # was (uncordoned) and leaves it for a later run, instead of keeping it cordoned for someone to look at
+    release_when_busy: bool = False
 
 
 def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeControl:
@@ -68,9 +72,12 @@ def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeContro
     )
 
 
-def _run_of(folder: RunFolder) -> tuple[str | None, str | None]:
-    """The spec name and the SKU baseline digest a run folder was certified with (None where unknown)."""
-    baseline = folder.baseline_copy
+def _run_of(folder: RunFolder, pool: str) -> tuple[str | None, str | None]:
+    """The spec name and the pool's SKU baseline digest a run folder was certified with (None where unknown)."""
+    try:
+        baseline = folder.baseline_copy_for(pool)
+    except NameError_:
+        return folder.spec_name(), None
     try:
         digest = sha256_of(baseline) if baseline.is_file() and not baseline.is_symlink() else None
     except OSError:
@@ -78,15 +85,30 @@ def _run_of(folder: RunFolder) -> tuple[str | None, str | None]:
     return folder.spec_name(), digest
 
 
-def latest_fleet_evidence(reports: Path, nodes: set[str], *, spec: str, baseline: str) -> dict[str, Path]:
+def _pools_in(folder: RunFolder) -> dict[str, str | None]:
+    """Each node's pool as the run's verdict says (empty for a run before pools: it had one)."""
+    try:
+        nodes = folder.read_verdict().get("nodes") or {}
+    except EvidenceError:
+        return {}
+    return {n: s.get("pool") for n, s in nodes.items() if isinstance(s, dict) and "pool" in s}
+
+
+def latest_fleet_evidence(
+    reports: Path, nodes: set[str], *, spec: str, baseline: str, pool: str = DEFAULT_POOL
+) -> dict[str, Path]:
     """Each node's most recent measured evidence among the run folders under `reports` (run ids sort by time),
-    from runs of the same spec (metadata.name) and SKU baseline (sha256) only: another spec's run is no peer."""
+    from runs of the same spec (metadata.name) and SKU baseline (sha256) only, and of nodes of the same pool:
+    another spec's run, or another pool's node, is no peer."""
     found: dict[str, Path] = {}
     for run_dir in sorted((p for p in reports.iterdir() if p.is_dir()), reverse=True) if reports.is_dir() else []:
         folder = RunFolder(run_dir)
-        if _run_of(folder) != (spec, baseline):
+        if _run_of(folder, pool) != (spec, baseline):
             continue
+        pools = _pools_in(folder)
         for node in sorted(nodes - found.keys()):
+            if pools and pools.get(node) != pool:
+                continue
             try:
                 ev = folder.read_evidence(node)
             except (EvidenceError, OSError):  # an unreadable file of an old run is no peer
@@ -98,8 +120,9 @@ def latest_fleet_evidence(reports: Path, nodes: set[str], *, spec: str, baseline
     return found
 
 
-def _check_handover(handover: NodeBaseline, path: Path, node: str, spec: ClusterSpec, baseline: str) -> None:
-    """A handover baseline is compared with only if it is this node's, of this spec and this SKU baseline."""
+def _check_handover(handover: NodeBaseline, path: Path, node: str, spec: ClusterSpec, baseline: set[str]) -> None:
+    """A handover baseline is compared with only if it is this node's, of this spec and a SKU baseline of the
+    spec's (the node's pool's, once the cluster said which pool the node is in)."""
     if handover.node != node:
         raise ConfigError(f"this file is the handover baseline of {handover.node}, not {node}", path=path, key="node")
     r = handover.recorded
@@ -117,10 +140,10 @@ def _check_handover(handover: NodeBaseline, path: Path, node: str, spec: Cluster
             path=path,
             key="recorded.spec",
         )
-    if r.baseline != baseline:
+    if r.baseline not in baseline:
         raise ConfigError(
-            f"recorded against another SKU baseline ({r.baseline}) than the spec's ({baseline}): record a new "
-            "handover baseline after a baseline change",
+            f"recorded against another SKU baseline ({r.baseline}) than the spec's ({', '.join(sorted(baseline))}): "
+            "record a new handover baseline after a baseline change",
             path=path,
             key="recorded.baseline",
         )
@@ -137,8 +160,14 @@ def recertify(
     evaluate: Callable[[RunFolder], int],
     sign: Callable[[RunFolder], str | None],
     progress: Callable[[str], None] = lambda _: None,
+    withhold: Callable[[str, str], str | None] | None = None,
 ) -> tuple[int, Path]:
-    """Recertify `opts.node`; returns the evaluation's exit code (0 pass, 1 fail) and the run folder."""
+    """Recertify `opts.node`; returns the evaluation's exit code (0 pass, 1 fail) and the run folder.
+
+    `withhold(node, result)`, asked once the verdict is known, may return a reason to leave the node unmarked (a
+    scheduled run's circuit breaker): no label or annotation is written, and a node this run cordoned is uncordoned,
+    as it was before; recertify.json records the reason.
+    """
     node = opts.node
     target = open_target(spec)
     control = node_control(target, spec, opts.reports)
@@ -148,13 +177,13 @@ def recertify(
         handover_path = inside(opts.handover_dir, f"{node}.yaml")
     except NameError_ as exc:
         raise ConfigError(str(exc), key="NODE") from None
-    baseline_digest = sha256_of(spec.resolve(spec.certify.baseline))
+    digests = {pool: sha256_of(path) for pool, path in runner.baseline_paths(spec).items()}
     handover = load_node_baseline(handover_path) if handover_path.exists() else None
     if handover is not None:
-        _check_handover(handover, handover_path, node, spec, baseline_digest)
+        _check_handover(handover, handover_path, node, spec, set(digests.values()))
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
-        with runner.new_run(opts.reports, spec, suffix=f"recertify-{node}") as folder:
+        with runner.new_run(opts.reports, spec, "recertify", suffix=f"recertify-{node}") as folder:
             inventory = runner.plan(target, spec, folder)
             if node not in inventory.names:  # a mistyped node name leaves no run behind
                 shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
@@ -163,12 +192,21 @@ def recertify(
                     path=spec.path,
                     key="target",
                 )
+            stack = folder.read_stack()
+            pool = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names).name_of(node)
+            if handover is not None and pool is not None:
+                _check_handover(handover, handover_path, node, spec, {digests[pool]})
         one = Inventory(target=inventory.target, nodes=tuple(n for n in inventory.nodes if n.name == node))
         folder.write_inventory(one)
         if handover is not None:
             folder.copy_handover(handover_path)
-        peers = latest_fleet_evidence(
-            opts.reports, set(inventory.names) - {node}, spec=spec.metadata.name, baseline=baseline_digest
+        # the node's pool's peers; a node in no pool (or several) has none: pool.membership is its finding
+        peers = (
+            latest_fleet_evidence(
+                opts.reports, set(inventory.names) - {node}, spec=spec.metadata.name, baseline=digests[pool], pool=pool
+            )
+            if pool is not None
+            else {}
         )
         for peer, path in sorted(peers.items()):
             folder.add_fleet_peer(peer, path)
@@ -185,11 +223,23 @@ def recertify(
             "fleetPeers": {p: str(path.parent.parent.name) for p, path in sorted(peers.items())},
         }
         folder.write_recertify(record)
+        was_cordoned = True
         if opts.cordon:
-            record["cordon"] = {"wasCordoned": control.cordon(node)}
+            was_cordoned = control.cordon(node)
+            record["cordon"] = {"wasCordoned": was_cordoned}
             folder.write_recertify(record)
             progress(f"cordoned {node}")
-        record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
+        try:
+            record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
+        except IncompleteRunError as exc:
+            if not (opts.release_when_busy and not was_cordoned):
+                raise IncompleteRunError(
+                    f"{exc}; the node stays cordoned. Rerun with --drain to evict them, or when they are done"
+                ) from None
+            control.mark(node, labels={}, annotations={}, uncordon=True)
+            record["cordon"]["released"] = True
+            folder.write_recertify(record)
+            raise IncompleteRunError(f"{exc}; it was uncordoned again, as it was before, for a later run") from None
         record["drained"] = opts.drain
         folder.write_recertify(record)
         runner.measure(target, one, spec, folder)
@@ -197,15 +247,20 @@ def recertify(
         verdict = folder.read_verdict()
         passed = verdict["result"] == "pass"
         failing = sorted({f["check"] for f in verdict["findings"]})
+        withheld = withhold(node, verdict["result"]) if withhold is not None else None
         record.update(
             result=verdict["result"],
             failing=failing,
             finished=_now(),
-            marks={
-                "labels": {LABEL_CERTIFIED: "true" if passed else "false"},
-                "uncordon": passed,
-                "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
-            },
+            marks=(
+                {"withheld": withheld, "uncordon": not was_cordoned}
+                if withheld
+                else {
+                    "labels": {LABEL_CERTIFIED: "true" if passed else "false"},
+                    "uncordon": passed,
+                    "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
+                }
+            ),
         )
         folder.write_recertify(record)
         digest = sign(folder)  # the certificate's digest, None when not signed
@@ -215,6 +270,12 @@ def recertify(
                 f"lost the hold on {node} during the run (now held by {now_held_by or 'nobody'}): the node was not "
                 f"marked; its verdict ({verdict['result']}) is in {folder.path}"
             )
+        if withheld:
+            if not was_cordoned:
+                control.mark(node, labels={}, annotations={}, uncordon=True)
+            restored = ", uncordoned" if not was_cordoned else ""
+            progress(f"{node}: {verdict['result'].upper()}, left unmarked{restored}: {withheld}")
+            return code, folder.path
         stamp = {"time": record["finished"], "run": folder.id, "certificate": digest}
         annotations = {
             ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),

@@ -3,9 +3,16 @@ writers. Everything else asks a RunFolder for a path or a document; no other mod
 
 ```
 inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
+inputs/waivers.yaml                              the deviations accepted (the spec's acceptance.waivers)
+inputs/baselines/<pool>.yaml                     each pool's SKU baseline, when the spec has several pools
+inputs/gate.json, operator/, base/               the static gate's inputs: operator values and ClusterPolicies, and
+                                                 each SKU baseline as it was at the base ref
+summary.md                                       the static gate's result in Markdown, for a pull request
 inventory.json, stack.json                       what the cluster reported (plan)
 evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
+retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
+retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
 verdict.json, run.json                           the result and when the run ran (evaluate)
 report.html, junit.xml, allure-results/          the reports
 certificate.intoto.json                          the signature over all of it (sign)
@@ -23,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpucert.errors import EvidenceError
+from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import (
     FabricEvidence,
     FabricPairs,
@@ -34,15 +41,21 @@ from gpucert.evidence import (
     write_document,
 )
 from gpucert.inventory import Inventory, read_inventory, write_inventory
-from gpucert.names import NameError_, check_node_name, inside
+from gpucert.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
-__all__ = ["ENVELOPE", "RunFolder", "write_json_atomic"]
+__all__ = ["ENVELOPE", "MODES", "RunFolder", "write_json_atomic"]
 
 INPUTS = "inputs"
 SPEC = "spec.yaml"
 BASELINE = "baseline.yaml"
+POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
 HANDOVER = "handover.yaml"
+WAIVERS = "waivers.yaml"
+GATE = "gate.json"
+OPERATOR = "operator"
+BASE = "base"
+SUMMARY = "summary.md"
 INVENTORY = "inventory.json"
 STACK = "stack.json"
 EVIDENCE = "evidence"
@@ -51,12 +64,25 @@ FABRIC = "nccl.json"
 PAIRS = "pairs.json"
 RECERTIFY = "recertify.json"
 FLEET = "fleet"
+RETEST = "retest"
+RETEST_RECORD = "record.json"
+RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signed for the evidence carried over
+IDENTITY = "identity"
 VERDICT = "verdict.json"
 RUN_INFO = "run.json"
 REPORT = "report.html"
 JUNIT = "junit.xml"
 ALLURE = "allure-results"
 ENVELOPE = "certificate.intoto.json"
+# what a run is, recorded in run.json when it is prepared (and signed with it): it decides the suites that judge the
+# run, so no file added to or removed from the folder can turn a certification into a lighter one
+MODES = {
+    "static": ("static",),  # the recipe alone, no cluster
+    "plan": ("configure",),  # the cluster's configuration, nothing measured
+    "measure": ("configure", "certify"),  # a certification
+    "recertify": ("configure", "certify", "recertify"),  # one node against its handover baseline
+    "retest": ("configure", "certify"),  # a certification that measured part of the fleet and carried the rest
+}
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -67,6 +93,10 @@ def write_json_atomic(path: Path, data: Any) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -90,13 +120,20 @@ class RunFolder:
     @classmethod
     def create(cls, reports: Path, name: str) -> RunFolder:
         """A new, empty run folder `reports/<name>` (`-2`, `-3`, ... when taken), with its inputs/ folder."""
-        reports.mkdir(parents=True, exist_ok=True)
+        try:
+            reports.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigError("is not a folder: --reports names where run folders are created", path=reports) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot create the reports folder: {exc.strerror}", path=reports) from None
         for n in range(1, 1000):
             path = reports / (name if n == 1 else f"{name}-{n}")
             try:
                 path.mkdir()
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise ConfigError(f"cannot create a run folder here: {exc.strerror}", path=reports) from None
             (path / INPUTS).mkdir()
             return cls(path)
         raise EvidenceError("a thousand runs of this name this second: choose another --reports", path=reports)
@@ -119,9 +156,40 @@ class RunFolder:
     def baseline_copy(self) -> Path:
         return self.inputs / BASELINE
 
+    def baseline_copy_for(self, pool: str) -> Path:
+        """The SKU baseline the pool's nodes were judged against: `inputs/baselines/<pool>.yaml` when the spec had
+        several pools, else `inputs/baseline.yaml`."""
+        own = inside(self.inputs / POOL_BASELINES, f"{check_file_stem(pool, 'pool name')}.yaml")
+        return own if own.is_file() else self.baseline_copy
+
+    def baseline_copies(self) -> list[Path]:
+        """Every SKU baseline copied into inputs/ (one, or one per pool)."""
+        pools = sorted((self.inputs / POOL_BASELINES).glob("*.yaml")) if (self.inputs / POOL_BASELINES).is_dir() else []
+        return [p for p in [self.baseline_copy, *pools] if p.is_file()]
+
     @property
     def handover_copy(self) -> Path:
         return self.inputs / HANDOVER
+
+    @property
+    def waivers_copy(self) -> Path:
+        return self.inputs / WAIVERS
+
+    @property
+    def gate_path(self) -> Path:
+        return self.inputs / GATE
+
+    @property
+    def operator_dir(self) -> Path:
+        return self.inputs / OPERATOR
+
+    @property
+    def base_dir(self) -> Path:
+        return self.inputs / BASE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
 
     @property
     def inventory_path(self) -> Path:
@@ -142,6 +210,24 @@ class RunFolder:
     @property
     def recertify_path(self) -> Path:
         return self.path / RECERTIFY
+
+    @property
+    def retest_dir(self) -> Path:
+        return self.path / RETEST
+
+    @property
+    def retest_record_path(self) -> Path:
+        return self.retest_dir / RETEST_RECORD
+
+    @property
+    def retest_source_path(self) -> Path:
+        return self.retest_dir / RETEST_SOURCE
+
+    def identity_path(self, node: str) -> Path:
+        try:
+            return inside(self.retest_dir / IDENTITY, f"{check_node_name(node)}.json")
+        except NameError_ as exc:
+            raise EvidenceError(str(exc), path=self.retest_dir) from None
 
     @property
     def verdict_path(self) -> Path:
@@ -199,14 +285,69 @@ class RunFolder:
         return self.measured and any(self.evidence_dir.iterdir())
 
     @property
+    def mode(self) -> str:
+        """What the run is (`MODES`), as run.json recorded it when the run was prepared."""
+        mode = self.read_run_info().get("mode")
+        if mode not in MODES:
+            raise EvidenceError(
+                f"run.json names no mode of gpucert ({', '.join(MODES)}), so what the run must be judged by is "
+                "unknown: not a run folder gpucert prepared",
+                path=self.run_info_path,
+            )
+        return str(mode)
+
+    @property
     def suites(self) -> tuple[str, ...]:
-        """The suites that judge this run: the static gate (no cluster), configure only (nothing measured), or
-        configure and certify, and recertify for a recertification."""
-        if self.read_inventory().target == "static":
-            return ("static",)
-        if not self.measured:
-            return ("configure",)
-        return ("configure", "certify", *(("recertify",) if self.recertify_path.exists() else ()))
+        """The suites that judge this run: the static gate, configure only, a certification, a recertification;
+        and the waivers' own checks when run.json says the run was prepared with waivers."""
+        return (*MODES[self.mode], *(("waivers",) if self.read_run_info().get("waivers") else ()))
+
+    def check(self) -> None:
+        """The folder holds what its mode says it holds (EvidenceError naming the file otherwise): a certification
+        without evidence, a recertification record added to a certification, an inventory relabelled, ..."""
+        mode, target, inventory = self.mode, self.read_inventory().target, self.read_inventory().names
+        if (mode == "static") != (target == "static"):
+            raise EvidenceError(f"a {mode} run with an inventory of target {target!r}", path=self.inventory_path)
+        if mode in ("measure", "recertify", "retest") and not self.measured:
+            raise EvidenceError(f"a {mode} run without evidence/: what was measured is gone", path=self.path)
+        if mode in ("static", "plan") and self.measured:
+            raise EvidenceError(f"a {mode} run measures nothing, yet holds evidence/", path=self.evidence_dir)
+        if (mode == "recertify") != self.recertify_path.exists():
+            raise EvidenceError(
+                "recertify.json belongs to a recertification run, and every recertification run has one",
+                path=self.recertify_path,
+            )
+        if (mode == "retest") != self.retest_record_path.exists():
+            raise EvidenceError(
+                "retest/record.json belongs to a re-test run, and every re-test run has one",
+                path=self.retest_record_path,
+            )
+        if bool(self.read_run_info().get("waivers")) != self.waivers_copy.exists():
+            raise EvidenceError(
+                "run.json and inputs/ disagree on whether the run was prepared with waivers: one was added or "
+                "removed after",
+                path=self.waivers_copy,
+            )
+        if mode == "recertify":
+            record = self.read_recertify() or {}
+            node = record.get("node")
+            if inventory != [node] or not isinstance(record.get("fleetPeers", {}), dict) or "handover" not in record:
+                raise EvidenceError(
+                    f"the recertification record names node {node!r}, the inventory {inventory}: a recertification "
+                    "measures exactly its node, and records its handover baseline (or null) and its fleet peers",
+                    path=self.recertify_path,
+                )
+        if mode in ("measure", "recertify", "retest"):
+            for path in self.evidence_files():
+                try:
+                    ev = read_evidence(path)
+                except EvidenceError:
+                    continue  # an unusable document is its node's finding (node.reachable), not the run's
+                if path.stem in inventory and ev.target != target:
+                    raise EvidenceError(
+                        f"evidence of target {ev.target!r} in a run whose inventory is of target {target!r}",
+                        path=path,
+                    )
 
     @property
     def signed(self) -> bool:
@@ -276,6 +417,34 @@ class RunFolder:
         self.fleet_dir.mkdir(exist_ok=True)
         shutil.copy2(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
 
+    def read_retest(self) -> dict[str, Any] | None:
+        """What `gpucert certify --retest` recorded: the source run, each node measured and why, each carried."""
+        return _read_json(self.retest_record_path) if self.retest_record_path.exists() else None
+
+    def write_retest(self, record: dict[str, Any]) -> None:
+        self.retest_dir.mkdir(exist_ok=True)
+        write_json_atomic(self.retest_record_path, record)
+
+    def write_identity(self, ev: NodeEvidence) -> Path:
+        path = self.identity_path(ev.node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_document(path, ev)
+
+    def read_identity(self, node: str) -> NodeEvidence | None:
+        path = self.identity_path(node)
+        return read_evidence(path) if path.exists() else None
+
+    def identity_files(self) -> list[Path]:
+        folder = self.retest_dir / IDENTITY
+        return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+    def carry_evidence(self, node: str, source: Path) -> Path:
+        """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there)."""
+        path = self.evidence_path(node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, path)
+        return path
+
     def read_verdict(self) -> dict[str, Any]:
         return _read_json(self.verdict_path)
 
@@ -285,31 +454,90 @@ class RunFolder:
     def read_run_info(self) -> dict[str, Any]:
         return _read_json(self.run_info_path) if self.run_info_path.exists() else {}
 
-    def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
-        """run.json: when the run ran and with which gpucert, for the attestation's predicate."""
+    def write_intent(self, *, spec: str, mode: str, reevaluates: str | None = None, waivers: bool = False) -> None:
+        """run.json as the run is prepared: what it is (its mode decides the suites that judge it) and of which
+        spec, and whether it was prepared with waivers (their own checks judge it then); a re-evaluation keeps the
+        mode of the run it re-evaluates and names that run."""
         from gpucert._version import __version__
         from gpucert.resources import source_commit
 
-        def iso(t: float) -> str:
-            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
+        if mode not in MODES:
+            raise ValueError(f"unknown run mode {mode!r}")
         info = {
             "run": self.id,
             "spec": spec,
-            "target": target,
-            "started": iso(started),
-            "finished": iso(finished),
+            "mode": mode,
+            "reevaluates": reevaluates,
+            "waivers": waivers,
+            "started": _iso(datetime.now(UTC)),
             "gpucert_version": __version__,
             "git_commit": source_commit(),
         }
         write_json_atomic(self.run_info_path, info)
 
-    def copy_inputs(self, spec: Path | None, baseline: Path) -> None:
-        """The spec and SKU baseline as the run used them: signed with it, so the judgement can be re-done."""
+    def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
+        """run.json at the end of the evaluation: when the run ran and with which gpucert (its mode is kept)."""
+        from gpucert._version import __version__
+        from gpucert.resources import source_commit
+
+        info = {
+            **self.read_run_info(),
+            "run": self.id,
+            "spec": spec,
+            "target": target,
+            "started": _iso(datetime.fromtimestamp(started, UTC)),
+            "finished": _iso(datetime.fromtimestamp(finished, UTC)),
+            "gpucert_version": __version__,
+            "git_commit": source_commit(),
+        }
+        write_json_atomic(self.run_info_path, info)
+
+    def judged_by(self, spec: Path, baselines: dict[str, Path]) -> None:
+        """The spec and each pool's baseline given to evaluate this folder are the ones it was prepared with
+        (inputs/, signed with the run): a run judged against another spec than the one it records would sign a lie."""
+        kept_for = {pool: self.baseline_copy_for(pool) for pool in baselines}
+        for given, kept in ((spec, self.spec_copy), *((baselines[p], k) for p, k in kept_for.items())):
+            if not kept.is_file():
+                raise EvidenceError(f"no {kept.name} in inputs/: not a run folder gpucert prepared", path=self.path)
+            if given.read_bytes() != kept.read_bytes():
+                name = kept.relative_to(self.inputs).as_posix()
+                raise EvidenceError(
+                    f"{given} is not the {kept.name} this run was prepared with (inputs/{name}): evaluate a run "
+                    "with its own inputs, or re-evaluate its evidence under another spec with --evidence",
+                    path=self.path,
+                )
+
+    def copy_inputs(self, spec: Path | None, baselines: dict[str, Path], waivers: Path | None = None) -> None:
+        """The spec, SKU baselines and waivers as the run used them: signed with it, so the judgement can be re-done.
+        One pool's baseline is `inputs/baseline.yaml`; several pools' are `inputs/baselines/<pool>.yaml`."""
         if spec is not None:
             shutil.copy2(spec, self.spec_copy)
-        if baseline.exists():
-            shutil.copy2(baseline, self.baseline_copy)
+        if waivers is not None:
+            shutil.copy2(waivers, self.waivers_copy)
+        if len(baselines) == 1:
+            (baseline,) = baselines.values()
+            if baseline.exists():
+                shutil.copy2(baseline, self.baseline_copy)
+            return
+        folder = self.inputs / POOL_BASELINES
+        folder.mkdir(exist_ok=True)
+        for pool, baseline in baselines.items():
+            if baseline.exists():
+                shutil.copy2(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
+
+    def read_gate(self) -> dict[str, Any] | None:
+        """What the static gate was given (inputs/gate.json), or None for a gate of the recipe alone."""
+        return _read_json(self.gate_path) if self.gate_path.exists() else None
+
+    def write_gate(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.gate_path, record)
+
+    def add_gate_input(self, folder: Path, name: str, content: bytes) -> Path:
+        """A gate input (an operator file, a baseline at the base ref) copied under inputs/, signed with the run."""
+        folder.mkdir(exist_ok=True)
+        target = inside(folder, check_file_stem(name, "file name"))
+        target.write_bytes(content)
+        return target
 
     def copy_handover(self, source: Path) -> None:
         shutil.copy2(source, self.handover_copy)

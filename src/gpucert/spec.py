@@ -1,6 +1,9 @@
-"""The ClusterSpec contract (`apiVersion: gpucert.io/v1alpha1`, `kind: ClusterSpec`): load, validate, schema.
+"""The ClusterSpec contract (`apiVersion: gpucert.io/v1alpha2`, `kind: ClusterSpec`): load, validate, schema.
 
-What the user declares the cluster must be. Pure: reads the spec file and nothing else.
+What the user declares the cluster must be: its node pools (each with its expectations, baseline and optional pins
+and straggler settings), the stack recipe and what to certify. A `gpucert.io/v1alpha1` spec (one `expect`, one
+`certify.baseline`) still loads: it becomes one pool that selects every node, so the rest of gpucert sees pools
+only. Pure: reads the spec file and nothing else.
 """
 
 from __future__ import annotations
@@ -19,15 +22,25 @@ from gpucert.versions import VersionError, parse_version
 
 __all__ = [
     "API_VERSION",
+    "API_VERSIONS",
+    "AcceptanceSpec",
     "CertifySpec",
     "ClusterSpec",
     "Component",
+    "Expect",
+    "Pool",
     "Probe",
     "StackSpec",
+    "StragglerSpec",
     "load_spec",
 ]
 
-API_VERSION = "gpucert.io/v1alpha1"
+API_VERSION = "gpucert.io/v1alpha2"
+V1ALPHA1 = "gpucert.io/v1alpha1"
+API_VERSIONS = (V1ALPHA1, API_VERSION)
+DEFAULT_POOL = "default"  # the one pool a v1alpha1 spec becomes
+# what `gpucert init` writes where no baseline exists for a product: the spec does not load until it is replaced
+BASELINE_TODO = "TODO"
 
 
 class Probe(StrEnum):
@@ -223,7 +236,7 @@ class MultinodeSpec(Document):
 
 
 class CertifySpec(Document):
-    baseline: str
+    baseline: str | None = None  # v1alpha1 only: in v1alpha2 each pool names its baseline
     dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
     probes: Annotated[list[Probe], Field(min_length=1)] = Field(default_factory=lambda: list(Probe))
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
@@ -245,14 +258,75 @@ class CertifySpec(Document):
         return probes
 
 
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_seconds(text: str) -> int:
+    """`90s`, `30m`, `12h`, `30d`, `2w` in seconds (ValueError naming the form otherwise)."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS or not number.isdigit() or int(number) < 1:
+        raise ValueError(f"{text!r} is not a duration: write a whole number and a unit, e.g. 30d, 12h, 90m, 2w")
+    return int(number) * DURATION_UNITS[unit]
+
+
+class AcceptanceSpec(Document):
+    """Handover acceptance: the deviations the parties accepted, and how old carried-over evidence may be."""
+
+    waivers: str | None = None  # a `kind: Waivers` document, relative to this spec
+    # a re-test (`gpucert certify --retest RUN`) measures again any passing node whose evidence is older than this
+    max_evidence_age: str | None = Field(None, alias="maxEvidenceAge")
+
+    @field_validator("max_evidence_age")
+    @classmethod
+    def _is_duration(cls, v: str | None) -> str | None:
+        if v is not None:
+            duration_seconds(v)
+        return v
+
+    @property
+    def max_evidence_age_s(self) -> int | None:
+        return duration_seconds(self.max_evidence_age) if self.max_evidence_age is not None else None
+
+
+class PoolPin(Document):
+    """A pool's own version of a component the cluster's stack declares (a pool on an older driver branch)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    version: str
+
+    _v = field_validator("version")(_check_version)
+
+
+class PoolStack(Document):
+    components: Annotated[list[PoolPin], Field(min_length=1)]
+
+
+class Pool(Document):
+    """One node pool: the nodes its selector (node labels, e.g. GFD's) picks, what they must be, and their
+    baseline. Peers for straggler detection are the pool's nodes, never another pool's."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    expect: Expect
+    baseline: str
+    stack: PoolStack | None = None
+    stragglers: StragglerSpec | None = None
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        """Whether a node with these labels is one of the pool's (every selector label, equal)."""
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+
 class ClusterSpec(Document):
-    api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
+    api_version: Literal["gpucert.io/v1alpha1", "gpucert.io/v1alpha2"] = Field(alias="apiVersion")
     kind: Literal["ClusterSpec"]
     metadata: Metadata
     target: Target
-    expect: Expect
+    expect: Expect | None = None  # v1alpha1 only: becomes the one pool
+    pools: list[Pool] = Field(default_factory=list)
     stack: StackSpec = Field(default_factory=StackSpec)
     certify: CertifySpec
+    acceptance: AcceptanceSpec = Field(default_factory=AcceptanceSpec)
 
     _path: Path | None = PrivateAttr(None)
 
@@ -269,6 +343,34 @@ class ClusterSpec(Document):
     def path(self) -> Path | None:
         """The file this spec was read from (None for a spec built in code)."""
         return self._path
+
+    # ---- pools: the rest of gpucert sees pools only -------------------------------------------------------------
+
+    def pool(self, name: str) -> Pool:
+        found = next((p for p in self.pools if p.name == name), None)
+        if found is None:
+            raise KeyError(f"spec {self.metadata.name} has no pool {name!r}")
+        return found
+
+    @property
+    def pool_names(self) -> list[str]:
+        return [p.name for p in self.pools]
+
+    def stack_for(self, pool: str) -> StackSpec:
+        """The stack a pool's nodes must run: the cluster's recipe with the pool's own versions in it."""
+        own = self.pool(pool).stack
+        if own is None:
+            return self.stack
+        versions = {c.name: c.version for c in own.components}
+        components = [c.model_copy(update={"version": versions.get(c.name, c.version)}) for c in self.stack.components]
+        return self.stack.model_copy(update={"components": components})
+
+    def stragglers_for(self, pool: str) -> StragglerSpec:
+        return self.pool(pool).stragglers or self.certify.stragglers
+
+    def selector_labels(self) -> set[str]:
+        """Every node label a pool selects on: the plan keeps them in stack.json, so membership re-evaluates."""
+        return {k for p in self.pools for k in p.node_selector}
 
     def resolve(self, relative: str, key: str = "") -> Path:
         """A path the spec names, relative to the spec's own folder (ConfigError when it cannot be resolved)."""
@@ -295,9 +397,105 @@ def _after_names(spec: ClusterSpec) -> list[Problem]:
     return problems
 
 
+def _versioned(spec: ClusterSpec) -> list[Problem]:
+    """What each apiVersion requires: v1alpha1 one `expect` and `certify.baseline`; v1alpha2 `pools`."""
+    missing = "required key is missing; add it"
+    if spec.api_version == V1ALPHA1:
+        problems: list[Problem] = []
+        if spec.pools:
+            problems.append((("pools",), f"`pools` needs apiVersion {API_VERSION}; change apiVersion to it"))
+        if spec.expect is None:
+            problems.append((("expect",), f"{missing} (or declare pools under apiVersion {API_VERSION})"))
+        if spec.certify.baseline is None:
+            problems.append((("certify", "baseline"), missing))
+        return problems
+    moved = "in v1alpha2 each pool has its own: move it under pools[]"
+    problems = []
+    if spec.expect is not None:
+        problems.append((("expect",), f"`expect` is v1alpha1's; {moved} (pools[].expect)"))
+    if spec.certify.baseline is not None:
+        problems.append((("certify", "baseline"), f"`certify.baseline` is v1alpha1's; {moved} (pools[].baseline)"))
+    if not spec.pools:
+        problems.append((("pools",), f"{missing}: declare at least one pool (name, nodeSelector, expect, baseline)"))
+    return problems + _pool_problems(spec)
+
+
+def _pin_problems(i: int, pool: Pool, declared: list[str]) -> list[Problem]:
+    problems: list[Problem] = []
+    for j, pin in enumerate(pool.stack.components if pool.stack else []):
+        if pin.name in declared:
+            continue
+        close = difflib.get_close_matches(pin.name, declared, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"declared components: {', '.join(declared) or 'none'}"
+        message = f"{pin.name!r} is not a component of stack.components, so a pool cannot pin it; {hint}"
+        problems.append((("pools", i, "stack", "components", j, "name"), message))
+    return problems
+
+
+def _pool_problems(spec: ClusterSpec) -> list[Problem]:
+    """Pools that cannot partition the nodes, or pins of components the recipe does not declare."""
+    problems: list[Problem] = []
+    declared = [c.name for c in spec.stack.components]
+    seen: dict[str, int] = {}
+    selectors: dict[tuple[tuple[str, str], ...], str] = {}
+    for i, pool in enumerate(spec.pools):
+        if pool.name in seen:
+            message = f"pool {pool.name!r} is declared twice (also pools[{seen[pool.name]}]); name each pool once"
+            problems.append((("pools", i, "name"), message))
+        seen.setdefault(pool.name, i)
+        if pool.baseline.startswith(BASELINE_TODO):
+            message = (
+                f"no baseline yet for {pool.expect.gpu_product} (a TODO left by `gpucert init`): write "
+                "baselines/gpus/<SKU>.yaml with each figure and its source, and name it here"
+            )
+            problems.append((("pools", i, "baseline"), message))
+        key = tuple(sorted(pool.node_selector.items()))
+        if len(spec.pools) > 1 and not pool.node_selector:
+            message = (
+                "an empty nodeSelector selects every node: with several pools, give each pool the labels of its "
+                "nodes (e.g. nvidia.com/gpu.product)"
+            )
+            problems.append((("pools", i, "nodeSelector"), message))
+        elif key in selectors:
+            message = f"selects the same nodes as pool {selectors[key]!r}; give each pool its own labels"
+            problems.append((("pools", i, "nodeSelector"), message))
+        selectors.setdefault(key, pool.name)
+        problems += _pin_problems(i, pool, declared)
+    if len(spec.pools) > 1 and spec.certify.multinode is not None:
+        message = (
+            "an all-reduce across nodes of several pools mixes GPU products; certify each pool's fabric with a spec "
+            "of its own (one pool), or remove certify.multinode"
+        )
+        problems.append((("certify", "multinode"), message))
+    return problems
+
+
+def _as_pools(spec: ClusterSpec) -> ClusterSpec:
+    """A v1alpha1 spec as the one pool it declares (every node the target selects), so the rest sees pools only."""
+    if spec.api_version != V1ALPHA1:
+        return spec
+    assert spec.expect is not None
+    assert spec.certify.baseline is not None
+    pool = Pool.model_validate(
+        {
+            "name": DEFAULT_POOL,
+            "expect": spec.expect,
+            "baseline": spec.certify.baseline,
+            "stragglers": spec.certify.stragglers,
+        }
+    )
+    certify = spec.certify.model_copy(update={"baseline": None})
+    return spec.model_copy(update={"pools": [pool], "expect": None, "certify": certify})
+
+
 def load_spec(path: Path | str) -> ClusterSpec:
-    """Read and validate a ClusterSpec; raises ConfigError naming file, key path and line."""
+    """Read and validate a ClusterSpec (v1alpha1 or v1alpha2); raises ConfigError naming file, key path and line.
+    The spec returned declares pools, whatever its version."""
     p = Path(path)
-    spec = load_document(p, ClusterSpec, check=_after_names)
+
+    def check(spec: ClusterSpec) -> list[Problem]:
+        return _versioned(spec) + _after_names(spec)
+
+    spec = _as_pools(load_document(p, ClusterSpec, check=check))
     spec._path = p.resolve()
     return spec

@@ -7,7 +7,7 @@ from gpucert import Finding, expect
 
 @pytest.mark.check("inventory.nodes")
 def test_node_count(decision: Finding) -> None:
-    """As many GPU nodes as expect.nodes, and evidence of no node the inventory does not list."""
+    """Each pool has as many GPU nodes as it expects, and evidence of no node the inventory does not list."""
     expect(decision)
 
 
@@ -19,11 +19,17 @@ def test_reachable(node: str, decision: Finding) -> None:
 
 @pytest.mark.check("inventory.gpus")
 def test_gpu_count(node: str, decision: Finding) -> None:
-    """expect.gpusPerNode GPUs labelled, allocatable and seen by the probe; no GPU reported twice."""
+    """The pool's expect.gpusPerNode GPUs labelled, allocatable and seen by the probe; no GPU reported twice."""
     expect(decision)
 
 
 @pytest.mark.check("inventory.product")
 def test_gpu_product(node: str, decision: Finding) -> None:
-    """The node's GPUs are the product the spec expects (nvidia.com/gpu.product)."""
+    """The node's GPUs are the product its pool expects (nvidia.com/gpu.product)."""
+    expect(decision)
+
+
+@pytest.mark.check("pool.membership")
+def test_pool_membership(node: str, decision: Finding) -> None:
+    """The node is in exactly one of the spec's pools: its labels match one pool's nodeSelector, no more."""
     expect(decision)

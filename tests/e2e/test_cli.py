@@ -119,4 +119,5 @@ def test_schema_writes_json_schemas(tmp_path: Path) -> None:
         "gpubaseline.schema.json",
         "nodebaseline.schema.json",
         "simulatedfleet.schema.json",
+        "waivers.schema.json",
     ]

@@ -68,6 +68,8 @@ def node(
     driver: str = VERSIONS["driver"],
     gpu: bool = True,
     ready: bool = True,
+    product: str = "NVIDIA-H100-80GB-HBM3",
+    extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     labels = {
         "beta.kubernetes.io/arch": "amd64",
@@ -86,7 +88,7 @@ def node(
             "nvidia.com/gpu.deploy.device-plugin": "true",
             "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
             "nvidia.com/gpu.deploy.dcgm-exporter": "true",
-            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+            "nvidia.com/gpu.product": product,
             "nvidia.com/gpu.count": str(gpus),
             "nvidia.com/gpu.memory": "81559",
             "nvidia.com/gpu.family": "hopper",
@@ -103,6 +105,7 @@ def node(
             "nvidia.com/gpu.replicas": "1",
             "nvidia.com/gpu-driver-upgrade-state": "upgrade-done",
         }
+    labels |= extra_labels or {}
     alloc = gpus if allocatable is None else allocatable
     resources = {"cpu": "192", "ephemeral-storage": "1937916400Ki", "memory": "2097152000Ki", "pods": "110"}
     ready_cond = {

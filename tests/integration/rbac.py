@@ -1,13 +1,31 @@
-"""deploy/rbac.yaml against the requests a run made: every request granted, every grant of a role used."""
+"""The RBAC of deploy/ (rbac.yaml, and the exporter's in fleet/metrics.yaml) against the requests a run made: every
+request granted, every grant of a role used."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = (ROOT / "deploy" / "rbac.yaml", ROOT / "deploy" / "fleet" / "metrics.yaml")
 Request = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, namespace or None for cluster scope)
+
+
+def documents() -> list[dict[str, Any]]:
+    return [d for path in MANIFESTS for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def roles_of(namespace: str, service_account: str) -> set[str]:
+    """The Roles and ClusterRoles the manifests bind to the service account."""
+    return {
+        d["roleRef"]["name"]
+        for d in documents()
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding")
+        for s in d["subjects"]
+        if s["kind"] == "ServiceAccount" and (s["namespace"], s["name"]) == (namespace, service_account)
+    }
 
 
 def verb(method: str, path: str) -> Request:
@@ -31,7 +49,7 @@ def verb(method: str, path: str) -> Request:
 def grants(roles: set[str] | None = None) -> set[Request]:
     """What the manifest's Roles (in their namespace) and ClusterRoles (namespace None) grant."""
     out = set()
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+    for doc in documents():
         if doc["kind"] in ("ClusterRole", "Role") and (roles is None or doc["metadata"]["name"] in roles):
             ns = doc["metadata"].get("namespace")
             for rule in doc["rules"]:
@@ -42,9 +60,10 @@ def grants(roles: set[str] | None = None) -> set[Request]:
     return out
 
 
-def not_granted(used: set[Request]) -> set[Request]:
-    """Requests no rule allows (a ClusterRole's rule allows its resource in every namespace)."""
-    granted = grants()
+def not_granted(used: set[Request], roles: set[str] | None = None) -> set[Request]:
+    """Requests no rule (of `roles`, when given) allows (a ClusterRole's rule allows its resource in every
+    namespace)."""
+    granted = grants(roles)
     return {u for u in used if u not in granted and (*u[:3], None) not in granted}
 
 

@@ -59,13 +59,13 @@ def spec_file(tmp_path: Path, multinode: dict[str, Any] | None = None, **target:
 
 def measure(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: Any) -> tuple[Path, Evaluation, float]:
     spec = load_spec(spec_file(tmp_path, multinode, **target))
-    with runner.new_run(tmp_path / "reports", spec) as folder:
+    with runner.new_run(tmp_path / "reports", spec, "measure") as folder:
         pass
     t = open_target(spec)
     inventory = runner.plan(t, spec, folder)
     t0 = time.monotonic()
     runner.measure(t, inventory, spec, folder)
-    baseline = load_baseline(spec.resolve(spec.certify.baseline))
+    baseline = load_baseline(spec.resolve(spec.pools[0].baseline))
     return folder.path, Evaluation(folder, spec, baseline), time.monotonic() - t0
 
 

@@ -146,6 +146,6 @@ def test_a_node_is_compared_with_the_other_nodes_from_four_and_says_why_not_belo
     why = dict(two.not_required)["straggler.<metric>@<node>"]
     assert "2 node(s): a node is compared with the others as a whole from 4" in why
     # recertifying one node against three from the fleet's latest evidence: four to compare
-    alone = plan_checks(spec, ["n3"], ["certify"], components=[], comparable_nodes=4)  # type: ignore[arg-type]
+    alone = plan_checks(spec, ["n3"], ["certify"], components=[], fleet_peers=3)  # type: ignore[arg-type]
     assert CheckKey("straggler.compute.gemm.bf16", "n3") in alone
     assert "straggler.<metric>@<node>" not in dict(alone.not_required)

@@ -10,9 +10,9 @@ from pathlib import Path
 DOCKERFILE = Path(__file__).resolve().parents[2] / "deploy" / "Dockerfile"
 
 
-def instructions() -> list[tuple[str, str]]:
+def instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) in order, continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
     out = []
     for line in text.splitlines():
         line = line.strip()

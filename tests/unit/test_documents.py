@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from gpucert.baseline import load_baseline
 from gpucert.errors import ConfigError
@@ -27,8 +30,9 @@ def demo_text() -> str:
 def test_demo_spec_loads_and_resolves_relative_paths() -> None:
     spec = load_spec(ROOT / "examples" / "demo.yaml")
     assert spec.metadata.name == "demo-h100-pod-a"
-    assert spec.expect.gpus_per_node == 8
-    assert spec.resolve(spec.certify.baseline) == ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
+    (pool,) = spec.pools  # a v1alpha1 spec is one pool that selects every node
+    assert (pool.name, pool.node_selector, pool.expect.gpus_per_node) == ("default", {}, 8)
+    assert spec.resolve(pool.baseline) == ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
     assert [c.name for c in spec.stack.components][:2] == ["driver", "cuda"]
 
 
@@ -124,3 +128,88 @@ def test_json_schema_exports() -> None:
     schema = ClusterSpec.model_json_schema(by_alias=True)
     assert "apiVersion" in schema["properties"]
     assert schema["additionalProperties"] is False
+
+
+POOLS = ROOT / "examples" / "pools.yaml"
+
+
+def pools_error(tmp_path: Path, edit: Callable[[dict[str, Any]], None]) -> ConfigError:
+    doc = yaml.safe_load(POOLS.read_text())
+    doc["target"]["fleet"] = str(ROOT / "examples" / "fleets" / "pools.yaml")
+    for pool in doc["pools"]:
+        pool["baseline"] = str(ROOT / "baselines" / "gpus" / Path(pool["baseline"]).name)
+    edit(doc)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError) as exc:
+        load_spec(path)
+    return exc.value
+
+
+def test_the_two_pool_example_loads_with_its_pools() -> None:
+    spec = load_spec(POOLS)
+    assert spec.pool_names == ["train", "infer"]
+    infer = spec.stack_for("infer")
+    assert (infer.component("driver").version, infer.component("cuda").version) == ("550.127.05", "12.4")  # type: ignore[union-attr]
+    assert spec.stack_for("train").component("driver").version == "570.124.06"  # type: ignore[union-attr]
+    assert spec.stragglers_for("infer").max_deviation == 0.04
+    assert spec.stragglers_for("train").max_deviation == 0.05
+    assert spec.selector_labels() == {"nvidia.com/gpu.product"}
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "says"),
+    [
+        (lambda d: d.update(expect={"nodes": 1, "gpusPerNode": 8, "gpuProduct": "x"}), "expect", "move it under pools"),
+        (lambda d: d["certify"].update(baseline="b.yaml"), "certify.baseline", "pools[].baseline"),
+        (lambda d: d.pop("pools"), "pools", "declare at least one pool"),
+        (lambda d: d.update(apiVersion="gpucert.io/v1alpha1"), "pools", "needs apiVersion gpucert.io/v1alpha2"),
+        (lambda d: d["pools"][1].update(name="train"), "pools[1].name", "declared twice"),
+        (lambda d: d["pools"][1].update(nodeSelector={}), "pools[1].nodeSelector", "selects every node"),
+        (
+            lambda d: d["pools"][1].update(nodeSelector=dict(d["pools"][0]["nodeSelector"])),
+            "pools[1].nodeSelector",
+            "same nodes as pool 'train'",
+        ),
+        (
+            lambda d: d["pools"][1]["stack"]["components"][0].update(name="drivr"),
+            "pools[1].stack.components[0].name",
+            "did you mean 'driver'?",
+        ),
+        (lambda d: d["certify"].update(multinode={}), "certify.multinode", "mixes GPU products"),
+        (
+            lambda d: d["pools"][0].update(baseline="TODO: write one"),
+            "pools[0].baseline",
+            "TODO left by `gpucert init`",
+        ),
+        (lambda d: d["pools"][0].update(nodeSelectr={}), "pools[0].nodeSelectr", "did you mean nodeSelector?"),
+    ],
+)
+def test_pool_mistakes_name_the_key(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], None], key: str, says: str
+) -> None:
+    e = pools_error(tmp_path, edit)
+    assert e.key == key, str(e)
+    assert says in str(e)
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "says"),
+    [
+        (lambda d: d.update(sku="H100-SXM5-80GB"), "sku", "not both"),
+        (lambda d: d["pools"][1]["nodes"].update(namePrefix="h100-"), "pools[1].nodes.namePrefix", "would be in pools"),
+        (lambda d: d["faults"][1].update(gpu=6), "faults[1].gpu", "GPU 6 does not exist on h200-2; GPUs are 0..3"),
+        (lambda d: d.pop("pools"), "sku", "required key is missing"),
+    ],
+)
+def test_fleet_pool_mistakes_name_the_key(
+    tmp_path: Path, edit: Callable[[dict[str, Any]], None], key: str, says: str
+) -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "fleets" / "pools.yaml").read_text())
+    edit(doc)
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    with pytest.raises(ConfigError) as exc:
+        load_fleet(path)
+    assert exc.value.key == key, str(exc.value)
+    assert says in str(exc.value)

@@ -32,12 +32,22 @@ def _contend(state_dir: str, start: float, name: str, holding: str) -> str:
         return "busy"
 
 
+def _nothing() -> None:
+    pass
+
+
+# not "fork": a test worker has threads (an xdist IO thread, an HTTP server a fixture left running), and a child
+# forked from a threaded process can wait forever on a lock one of those threads held (seen: a hung `make test`)
+START = multiprocessing.get_context("forkserver")
+START.set_forkserver_preload([__name__])  # the server imports this module (and gpucert) once; children fork ready
+
+
 @pytest.mark.parametrize("round_", range(3))
 def test_only_one_of_many_racing_holders_gets_the_lock(tmp_path: Path, round_: int) -> None:
     holding = tmp_path / "holding"
     holding.mkdir()
-    ctx = multiprocessing.get_context("fork")
-    start = time.time() + 0.5
+    ctx = START
+    start = time.time() + 1.0  # every process is up by then
     with ctx.Pool(8) as pool:
         results = pool.starmap(_contend, [(str(tmp_path), start, f"p{i}", str(holding)) for i in range(8)])
     assert results.count("held-alone") >= 1
@@ -74,7 +84,7 @@ def test_a_holder_on_another_host_is_honoured_until_the_stated_limit(tmp_path: P
 
 
 def test_a_dead_holder_or_an_unreadable_lock_is_taken_over(tmp_path: Path) -> None:
-    dead = multiprocessing.get_context("fork").Process(target=lambda: None)
+    dead = START.Process(target=_nothing)
     dead.start()
     dead.join()
     _lock_file(tmp_path, pid=dead.pid, host=socket.gethostname(), acquired=_ago(5))

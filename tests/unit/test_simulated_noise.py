@@ -43,7 +43,7 @@ def target(tmp_path: Path, *, nodes: int = 4, **fleet: Any) -> SimulatedTarget:
         **fleet,
     }
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
-    return SimulatedTarget(spec, load_fleet(tmp_path / "fleet.yaml", spec), load_baseline(BASELINE))
+    return SimulatedTarget(spec, load_fleet(tmp_path / "fleet.yaml", spec), {"H100-SXM5-80GB": load_baseline(BASELINE)})
 
 
 def measure(t: SimulatedTarget, node: str, probes: tuple[Probe, ...] | None = None, **samples: int) -> NodeEvidence:

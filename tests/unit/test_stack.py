@@ -92,11 +92,11 @@ def test_observe_and_rules() -> None:
     stack = observe_stack([node("a"), node("b", kubelet="v1.30.1"), node("c"), node("d", ready="Unknown")], pods)
     a = stack.nodes["a"]
     assert set(a.components) == {"driver", "container-toolkit"}
-    assert rules.version(a, spec, "driver").status is CheckStatus.PASS
-    missing = rules.version(a, spec, "device-plugin")
+    assert rules.version(a, spec.stack, "driver").status is CheckStatus.PASS
+    missing = rules.version(a, spec.stack, "device-plugin")
     assert missing.status is CheckStatus.FAIL
     assert "no device-plugin pod" in missing.message
-    order = rules.ordering(a, spec)
+    order = rules.ordering(a, spec.stack)
     assert order.status is CheckStatus.FAIL
     assert "container-toolkit started at 2026-01-01T00:00:30Z, before driver" in order.message
     skew = rules.skew(stack.nodes["b"], stack.nodes)
@@ -105,15 +105,15 @@ def test_observe_and_rules() -> None:
     assert rules.skew(a, stack.nodes).status is CheckStatus.PASS
     assert not stack.nodes["d"].ready
     assert rules.reachable(stack.nodes["d"], "d", None).status is CheckStatus.FAIL
-    assert rules.kubernetes_version(stack.nodes["b"], spec).status is CheckStatus.PASS
-    assert rules.runtime(a, spec).status is CheckStatus.PASS
+    assert rules.kubernetes_version(stack.nodes["b"], spec.stack).status is CheckStatus.PASS
+    assert rules.runtime(a, spec.stack).status is CheckStatus.PASS
 
 
 def test_compat_rule_catches_an_old_driver_reporting_old_cuda() -> None:
     spec = load_spec(ROOT / "examples" / "demo.yaml")
     labels = {"nvidia.com/cuda.driver-version.full": "570.124.06", "nvidia.com/cuda.runtime-version.full": "12.4"}
     stack = observe_stack([node("a", labels=labels)], [])
-    f = rules.compat(stack.nodes["a"], spec)
+    f = rules.compat(stack.nodes["a"], spec.stack)
     assert f.status is CheckStatus.FAIL
     assert "reports CUDA 12.4" in f.message
 
@@ -122,6 +122,6 @@ def test_gpu_count_without_gfd_labels_is_a_finding() -> None:
     spec = load_spec(ROOT / "examples" / "demo.yaml")
     n = node("a")
     n["metadata"]["labels"] = {}
-    f = rules.gpu_count(observe_stack([n], []).nodes["a"], spec, None)
+    f = rules.gpu_count(observe_stack([n], []).nodes["a"], spec.pools[0].expect, None)
     assert f.status is CheckStatus.FAIL
     assert "GPU feature discovery has not labelled" in f.message

@@ -12,7 +12,7 @@ from gpucert.evidence import DcgmEvidence
 __all__ = ["judge_dcgm"]
 
 
-def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int) -> Finding:
+def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:
     """The finding of `dcgm.<test>` for GPU `gpu` of `node`, from a diagnostic that should have run `level`."""
     check, where = f"dcgm.{test}", f"{node}/gpu{gpu}"
 
@@ -36,12 +36,29 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int) -> F
             f"{where}: DCGM level {d.level} did not run the {test} test (exit code {d.exit_code})",
         )
     mine = result.gpus.get(gpu)
+    if mine is None and result.gpus:
+        return error(f"{where}: DCGM reported the {test} test for GPUs {sorted(result.gpus)}, not for this one")
+    if mine is not None and mine.status not in ("Pass", "Fail", "Skip"):
+        return fail(f"{where}: DCGM {test} {mine.status}: {mine.describe()}")
+    if mine is not None and serial is not None and mine.serial is not None and mine.serial != serial:
+        return error(
+            f"{where}: DCGM tested a GPU with serial {mine.serial}, this GPU's is {serial} (an embedded host engine "
+            "on another host?)"
+        )
     if mine is not None and mine.status == "Fail":
         # with the DCGM_FR_* id, category and severity where DCGM gave them, as a vendor looks them up
         return fail(f"{where}: DCGM {test} Fail: {mine.describe()}")
     if result.summary == "Fail" and not any(r.status == "Fail" for r in result.gpus.values()):
         return fail(f"{where}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})")
     status = mine.status if mine is not None else (result.summary or "Pass")
+    if status not in ("Pass", "Skip"):
+        return fail(f"{where}: DCGM {test} {status}")
+    if (
+        d.exit_code not in (None, 0)
+        and not any(r.status == "Fail" for t in d.results.values() for r in t.gpus.values())
+        and not any(t.summary == "Fail" for t in d.results.values())
+    ):
+        return error(f"{where}: dcgmi diag exited {d.exit_code} though no test failed: its results are not whole")
     if status == "Skip":
         why = "; ".join([*(mine.warnings if mine else []), *result.info]) or "DCGM gave no reason"
         return error(f"{where}: DCGM skipped the {test} test, so it was not run: {why}")

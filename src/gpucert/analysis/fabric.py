@@ -15,7 +15,15 @@ from gpucert.baseline import MetricBaseline
 from gpucert.checks import CheckStatus, Finding
 from gpucert.evidence import FabricEvidence, FabricPairs
 
-__all__ = ["MULTINODE", "PAIRS_CHECK", "judge_multinode", "judge_pairs", "pair_figures"]
+__all__ = [
+    "MULTINODE",
+    "PAIRS_CHECK",
+    "judge_multinode",
+    "judge_pairs",
+    "members_problem",
+    "pair_figures",
+    "pairs_problem",
+]
 
 MULTINODE = "nccl.all_reduce.multinode"
 PAIRS_CHECK = f"straggler.{MULTINODE}"
@@ -87,3 +95,21 @@ def judge_pairs(node: str, values: dict[str, float], max_deviation: float, min_z
 
 def enough_pairs(values: dict[str, float]) -> bool:
     return len(values) - 1 >= MIN_PEERS
+
+
+def members_problem(nodes: list[str], inventory: list[str]) -> str | None:
+    """Why a collective's member list is not one this run could have formed (a node twice, a stranger), or None."""
+    if len(set(nodes)) != len(nodes):
+        return f"a node is named twice among {nodes}"
+    strangers = [n for n in nodes if n not in set(inventory)]
+    return f"{', '.join(strangers)} not in this run's inventory" if strangers else None
+
+
+def pairs_problem(pairs: FabricPairs, inventory: list[str]) -> str | None:
+    """Why the pairs' evidence is not what this run measures: each pair two distinct nodes of the inventory, once."""
+    for pair in pairs.pairs:
+        why = members_problem(pair.nodes, inventory) or (None if len(pair.nodes) == 2 else f"{pair.nodes} is no pair")
+        if why:
+            return why
+    names = [tuple(sorted(p.nodes)) for p in pairs.pairs]
+    return "a pair is measured twice" if len(set(names)) != len(names) else None

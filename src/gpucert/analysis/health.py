@@ -70,8 +70,8 @@ def _f(
 
 def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     e = h.ecc
-    if e.volatile_uncorrected is None and e.aggregate_uncorrected is None:
-        return _error("health.ecc", node, gpu, "no ECC counters were reported (is ECC disabled?): cannot check ECC")
+    if e.volatile_uncorrected is None or e.volatile_corrected is None:
+        return _error("health.ecc", node, gpu, "the volatile ECC counters were not reported (is ECC disabled?)")
     bad = _negative(
         volatile_corrected=e.volatile_corrected,
         volatile_uncorrected=e.volatile_uncorrected,
@@ -92,7 +92,7 @@ def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
 
 def remapped_rows(h: Health, node: str, gpu: int) -> Finding:
     r = h.remapped_rows
-    if r.failure is None and r.pending is None:
+    if r.failure is None or r.pending is None:
         return _error("health.remapped_rows", node, gpu, "row remapping state was not reported: cannot check it")
     bad = _negative(correctable=r.correctable, uncorrectable=r.uncorrectable)
     if bad:

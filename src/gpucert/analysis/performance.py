@@ -18,6 +18,7 @@ __all__ = [
     "MIN_SAMPLES",
     "Sampled",
     "against_baseline",
+    "evidence_problem",
     "figure_of",
     "sample_problem",
     "samples_of",
@@ -83,6 +84,31 @@ def samples_of(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
         return [x for p in _pairs_of(ev, index) for x in p.samples]
     m = _measurement(ev, metric, index)
     return list(m.samples) if m is not None else []
+
+
+def evidence_problem(
+    ev: NodeEvidence, metric: str, unit: str, gpu: int | None = None
+) -> tuple[CheckStatus, str] | None:
+    """What in a node's evidence for `metric` contradicts a measurement (the status it gives and why), or None: an
+    all-reduce that returned wrong values fails; one over another number of ranks than the node's GPUs, or a
+    figure in another unit than the baseline's, cannot be judged."""
+    if metric == "nccl.all_reduce" and ev.nccl is not None:
+        if not ev.nccl.correct:
+            return CheckStatus.FAIL, "the all-reduce returned wrong values"
+        if ev.nccl.ranks != len(ev.gpus):
+            return (
+                CheckStatus.ERROR,
+                f"the all-reduce ran over {ev.nccl.ranks} ranks, the node shows {len(ev.gpus)} GPUs",
+            )
+    if metric == "p2p.bandwidth":
+        units = {ev.p2p.unit} if ev.p2p is not None else set()
+    else:
+        g = ev.gpu(gpu) if gpu is not None else None
+        m = g.measurements.get(metric) if g is not None else None
+        units = {m.unit} if m is not None else set()
+    if units - {unit}:
+        return CheckStatus.ERROR, f"{metric} was measured in {', '.join(sorted(units))}, the baseline is in {unit}"
+    return None
 
 
 def sample_problem(samples: list[float], expected: float | None, min_samples: int = MIN_SAMPLES) -> str | None:

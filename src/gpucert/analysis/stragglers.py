@@ -36,6 +36,7 @@ from gpucert.checks import CheckStatus, Finding
 
 __all__ = [
     "COMPARISONS",
+    "FLEET",
     "MIN_PEERS",
     "MIN_SLOW_SAMPLES",
     "PeerIndex",

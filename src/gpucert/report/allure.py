@@ -34,8 +34,14 @@ _STATUS = {
     CheckStatus.FAIL: Status.FAILED,
     CheckStatus.ERROR: Status.BROKEN,
     CheckStatus.SKIP: Status.SKIPPED,
+    CheckStatus.WAIVED: Status.SKIPPED,  # as allure-pytest reports an xfail: failed, and accepted (known issue)
 }
-_RANK = {CheckStatus.ERROR: 3, CheckStatus.FAIL: 2, CheckStatus.PASS: 1, CheckStatus.SKIP: 0}
+_RANK = {CheckStatus.ERROR: 4, CheckStatus.FAIL: 3, CheckStatus.WAIVED: 2, CheckStatus.PASS: 1, CheckStatus.SKIP: 0}
+WAIVED_CATEGORY: dict[str, object] = {
+    "name": "Waived (accepted deviations)",
+    "matchedStatuses": ["skipped"],
+    "messageRegex": r"(?s).*WAIVED by.*",
+}
 
 
 def suite_of(check: str) -> str:
@@ -49,7 +55,7 @@ def _categories() -> list[dict[str, object]]:
     for family in Family:
         names = list(PERFORMANCE_PREFIXES) if family is Family.PERFORMANCE else [family.value]
         prefixes.setdefault(family.category, []).extend(names)
-    return [
+    by_family: list[dict[str, object]] = [
         {
             "name": category,
             "matchedStatuses": ["failed", "broken"],
@@ -57,6 +63,7 @@ def _categories() -> list[dict[str, object]]:
         }
         for category, names in prefixes.items()
     ]
+    return [WAIVED_CATEGORY, *by_family]
 
 
 def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int) -> TestResult:
@@ -66,7 +73,7 @@ def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int)
     message = (
         f"certification {result.upper()}: {c['ran']} of {c['required']} required checks ran "
         f"({c['deselected']} deselected, {c['notReached']} not reached); {s['passed']} passed, {s['failed']} "
-        f"failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause"
+        f"failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause, {s.get('waived', 0)} waived"
     )
     rows = "".join(
         f"<tr><td>{escape(n)}</td><td>{escape(v['result'].upper())}</td><td>{v['passed']}</td><td>{v['failed']}"
@@ -116,7 +123,8 @@ def write_allure(
     for (check, node), items in sorted(groups.items()):
         findings = [o.finding for _, o in items]
         worst = max(findings, key=lambda f: _RANK[f.status]).status
-        bad = [(k, o.finding) for k, o in items if o.finding.status in (CheckStatus.FAIL, CheckStatus.ERROR)]
+        noted = (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED)
+        bad = [(k, o.finding) for k, o in items if o.finding.status in noted]
         # the group took from its first test's start to its last test's end (0 when the times were not recorded)
         begin = min((int(o.start * 1000) for _, o in items if o.start), default=started_ms)
         end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
@@ -138,7 +146,9 @@ def write_allure(
             parameters=[Parameter("node", node)],
         )
         if bad:
-            result.statusDetails = StatusDetails(message=f"[{check}] " + "\n".join(f.message for _, f in bad))
+            result.statusDetails = StatusDetails(
+                message=f"[{check}] " + "\n".join(f.message for _, f in bad), known=worst is CheckStatus.WAIVED
+            )
             for k, f in bad:
                 if k in evidence:
                     name = f"{uuid.uuid4()}-attachment.json"

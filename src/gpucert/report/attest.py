@@ -1,7 +1,10 @@
 """Signed certification: an in-toto Statement v1 over every file of a run folder, in a DSSE envelope (Ed25519).
 
 The buyer checks it offline with standard tools: the DSSE pre-authentication encoding (PAE) is signed raw, so
-`openssl pkeyutl -verify -rawin` verifies it, and the subjects are plain sha256 digests.
+`openssl pkeyutl -verify -rawin` verifies it, and the subjects are plain sha256 digests. An envelope may carry
+several signatures over the same payload (DSSE allows it): the vendor signs, the buyer countersigns, and `verify`
+requires a valid signature by each key it is given and reports every signature with the key that made it. An
+acceptance folder is signed the same way, with its own predicate.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.report.verdict import verdict_problems
 from gpucert.runfolder import ENVELOPE, RunFolder
 
 __all__ = [
@@ -27,15 +32,23 @@ __all__ = [
     "PAYLOAD_TYPE",
     "PREDICATE_TYPE",
     "STATEMENT_TYPE",
+    "Envelope",
+    "SignatureCheck",
     "Verification",
     "certificate_digest",
+    "compare_files",
+    "countersign",
     "fingerprint",
     "generate_key",
     "load_private_key",
     "load_public_key",
     "pae",
+    "read_envelope",
+    "sha256_file",
+    "sign_folder",
     "sign_run",
     "subjects",
+    "verify",
     "verify_run",
 ]
 
@@ -110,6 +123,10 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return key
 
 
+def sha256_file(path: Path) -> str:
+    return _sha256(path)
+
+
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -154,15 +171,54 @@ def subjects(run_dir: Path) -> dict[str, str]:
     return {name: _sha256(p) for name, p in files.items()}
 
 
-def _predicate(folder: RunFolder) -> dict[str, Any]:
+def _ready_to_sign(folder: RunFolder) -> dict[str, Any]:
+    """The run's verdict, when the folder is a completed run whose reports say what its verdict says (EvidenceError
+    naming what is wrong otherwise): a hand-edited verdict.json, or a run cut short before its reports were all
+    written, is not signed."""
+    if not folder.verdict_path.exists():
+        raise EvidenceError("no verdict.json: only a completed run can be signed", path=folder.path)
     verdict = folder.read_verdict()
+    problems = verdict_problems(verdict)
+    if problems:
+        raise EvidenceError(f"not a verdict gpucert wrote: {'; '.join(problems)}", path=folder.verdict_path)
+    folder.check()
+    missing = [p.name for p in (folder.report_path, folder.junit_path, folder.allure_dir) if not p.exists()]
+    if missing or not folder.read_run_info().get("finished"):
+        raise EvidenceError(
+            f"the run did not finish writing its reports ({', '.join(missing) or 'run.json'} missing): a run cut "
+            "short is not signed; evaluate it again",
+            path=folder.path,
+        )
+    said = re.search(r'name="gpucert_result" value="([a-z]+)"', folder.junit_path.read_text(encoding="utf-8"))
+    html = folder.report_path.read_text(encoding="utf-8")
+    headline = f"Certification {str(verdict['result']).upper()}"
+    if said is None or said.group(1) != verdict["result"] or headline not in html:
+        raise EvidenceError(
+            f"verdict.json says {verdict['result']}, but junit.xml ({said.group(1) if said else 'no result'}) or "
+            "report.html say otherwise: the folder was edited after its run",
+            path=folder.verdict_path,
+        )
+    return verdict
+
+
+def _predicate(folder: RunFolder, verdict: dict[str, Any]) -> dict[str, Any]:
     run_info = folder.read_run_info()
-    baselines = {p.name: _sha256(p) for p in (folder.baseline_copy, folder.handover_copy) if p.is_file()}
+    # names relative to inputs/: `baseline.yaml`, `baselines/<pool>.yaml` (several pools), `handover.yaml`
+    copies = [*folder.baseline_copies(), folder.handover_copy]
+    baselines = {p.relative_to(folder.inputs).as_posix(): _sha256(p) for p in copies if p.is_file()}
     spec_file = folder.spec_copy
+    retest = verdict.get("retest")
+    extra: dict[str, Any] = {}
+    if folder.waivers_copy.is_file():
+        extra["waivers"] = {"sha256": _sha256(folder.waivers_copy), "waived": verdict["summary"].get("waived", 0)}
+    if retest:
+        extra["retest"] = {k: retest[k] for k in ("source", "sourceCertificate", "measured", "carried")}
     return {
         "spec": {"name": verdict["spec"], "sha256": _sha256(spec_file) if spec_file.exists() else None},
         "baselines": baselines,
         "target": verdict["target"],
+        # what kind of run this is: only `measure` (and `recertify`) measured the hardware
+        "scope": {"mode": folder.mode, "suites": list(folder.suites), "reevaluates": run_info.get("reevaluates")},
         "gpucert": {"version": run_info.get("gpucert_version", __version__), "commit": run_info.get("git_commit")},
         "run": {"id": verdict["run"], "started": run_info.get("started"), "finished": run_info.get("finished")},
         "result": verdict["result"],
@@ -171,6 +227,7 @@ def _predicate(folder: RunFolder) -> dict[str, Any]:
         },
         "summary": verdict["summary"],
         "nodes": {n: s["result"] for n, s in verdict.get("nodes", {}).items() if not n.startswith("(")},
+        **extra,
     }
 
 
@@ -184,16 +241,25 @@ def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
     """Write `certificate.intoto.json` into the run folder; returns its path and the signer's fingerprint."""
     run_dir = run_dir.resolve()
     folder = RunFolder(run_dir)
-    if not folder.verdict_path.exists():
-        raise EvidenceError("no verdict.json: only a completed run can be signed", path=run_dir)
     if key_path.resolve().is_relative_to(run_dir):
         raise ConfigError("the private key must not live inside the run folder it signs", path=key_path)
+    load_private_key(key_path)  # a bad key is said before the folder is judged
+    verdict = _ready_to_sign(folder)
+    return sign_folder(run_dir, key_path, PREDICATE_TYPE, _predicate(folder, verdict))
+
+
+def sign_folder(folder: Path, key_path: Path, predicate_type: str, predicate: dict[str, Any]) -> tuple[Path, str]:
+    """Sign every file of `folder` (a run or an acceptance folder) with one signature: `certificate.intoto.json`
+    at its root, written last. Returns its path and the signer's fingerprint."""
+    folder = folder.resolve()
+    if key_path.resolve().is_relative_to(folder):
+        raise ConfigError("the private key must not live inside the folder it signs", path=key_path)
     key = load_private_key(key_path)
     statement = {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in subjects(run_dir).items()],
-        "predicateType": PREDICATE_TYPE,
-        "predicate": _predicate(folder),
+        "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in subjects(folder).items()],
+        "predicateType": predicate_type,
+        "predicate": predicate,
     }
     payload = json.dumps(statement, indent=1, sort_keys=True).encode()
     fp = fingerprint(key.public_key())
@@ -202,15 +268,88 @@ def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
         "payload": base64.b64encode(payload).decode(),
         "signatures": [{"keyid": fp, "sig": base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()}],
     }
-    path = folder.envelope_path
+    path = folder / ENVELOPE
     path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
     return path, fp
+
+
+@dataclass(frozen=True, slots=True)
+class SignatureCheck:
+    """One signature of an envelope: its position, the key id it states (a hint, never trusted), and the
+    fingerprint of the given key that verifies it (None: no key given verifies it)."""
+
+    index: int
+    keyid: str | None
+    verified_by: str | None
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A DSSE envelope as read from disk: nothing of its payload is to be believed before a signature is."""
+
+    path: Path
+    payload_type: str
+    payload: bytes
+    signatures: tuple[tuple[str | None, bytes], ...]  # (keyid, sig)
+
+    def check(self, keys: list[Ed25519PublicKey]) -> list[SignatureCheck]:
+        """Each signature with the given key that verifies it over the PAE of this payload type and payload."""
+        message = pae(self.payload_type, self.payload)
+        out = []
+        for i, (keyid, sig) in enumerate(self.signatures):
+            by = None
+            for key in keys if self.payload_type == PAYLOAD_TYPE else []:
+                try:
+                    key.verify(sig, message)
+                except InvalidSignature:
+                    continue
+                by = fingerprint(key)
+                break
+            out.append(SignatureCheck(i, keyid, by))
+        return out
+
+    def statement(self) -> dict[str, Any]:
+        """The in-toto statement (read it once a signature is verified, or only to compare digests with files)."""
+        try:
+            statement = json.loads(self.payload)
+            if not isinstance(statement, dict) or not isinstance(statement["subject"], list):
+                raise TypeError("no subject list")
+            for sub in statement["subject"]:
+                if not isinstance(sub["name"], str) or not isinstance(sub["digest"]["sha256"], str):
+                    raise TypeError("a subject without a name or sha256")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EvidenceError(f"the envelope's payload is not an in-toto statement ({exc})", path=self.path) from None
+        return statement
+
+    def signed_digests(self) -> dict[str, str]:
+        return {s["name"]: s["digest"]["sha256"] for s in self.statement()["subject"]}
+
+
+def read_envelope(path: Path) -> Envelope:
+    """The envelope at `path` (EvidenceError when it is missing, a link, or not a DSSE envelope)."""
+    if path.is_symlink():
+        raise EvidenceError("the envelope is a link: a certificate is a plain file in its folder", path=path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        payload = base64.b64decode(data["payload"], validate=True)
+        sigs = tuple(
+            (s.get("keyid") if isinstance(s.get("keyid"), str) else None, base64.b64decode(s["sig"], validate=True))
+            for s in data["signatures"]
+        )
+        payload_type = data["payloadType"]
+        if not isinstance(payload_type, str):
+            raise TypeError("payloadType is not a string")
+    except FileNotFoundError:
+        raise EvidenceError(f"no {path.name}: this folder was not signed (`gpucert sign`)", path=path.parent) from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise EvidenceError(f"not a DSSE envelope ({exc})", path=path) from None
+    return Envelope(path, payload_type, payload, sigs)
 
 
 @dataclass
 class Verification:
     signature_ok: bool
-    fingerprint: str
+    fingerprint: str  # the first key's (the one `verify_run` is given)
     changed: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
@@ -218,64 +357,107 @@ class Verification:
 
     envelope: str = ENVELOPE
     odd: list[str] = field(default_factory=list)
+    signatures: list[SignatureCheck] = field(default_factory=list)
+    unsigned_keys: list[str] = field(default_factory=list)  # given keys no signature was made with
+    inconsistent: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # further problems (carried evidence of a re-test)
 
     @property
     def ok(self) -> bool:
-        return self.signature_ok and not (self.changed or self.missing or self.added or self.odd)
+        bad = self.changed or self.missing or self.added or self.odd or self.inconsistent or self.other
+        return self.signature_ok and not bad
 
     def problems(self) -> list[str]:
-        out = (
-            []
-            if self.signature_ok
-            else [
-                f"the signature does not match the key {self.fingerprint}: {self.envelope} was signed by another "
-                "key, or altered; nothing it says can be trusted"
-            ]
-        )
+        out = [
+            f"the signature does not match the key {fp}: {self.envelope} was signed by another key, altered, or "
+            "this key's signature was removed; nothing it says can be trusted"
+            for fp in self.unsigned_keys
+        ]
         out += [f"changed: {n}" for n in self.changed]
         out += [f"missing: {n}" for n in self.missing]
         out += [f"added: {n}" for n in self.added]
         out += [f"not a plain file: {n}" for n in self.odd]
+        out += [f"the signed verdict.json is not one gpucert writes: {why}" for why in self.inconsistent]
+        out += self.other
         return out
 
 
 def verify_run(run_dir: Path, pub_path: Path) -> Verification:
-    """Check the envelope's signature with `pub_path`, then every file of the run folder against its subjects."""
-    key = load_public_key(pub_path)
-    env_path = RunFolder(run_dir).envelope_path
-    if env_path.is_symlink():
-        raise EvidenceError("the envelope is a link: a run's certificate is a plain file in its folder", path=env_path)
-    try:
-        envelope = json.loads(env_path.read_text(encoding="utf-8"))
-        payload = base64.b64decode(envelope["payload"], validate=True)
-        sigs = [base64.b64decode(s["sig"]) for s in envelope["signatures"]]
-        payload_type = envelope["payloadType"]
-    except FileNotFoundError:
-        raise EvidenceError(f"no {ENVELOPE}: this run was not signed (`gpucert sign`)", path=run_dir) from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EvidenceError(f"not a DSSE envelope ({exc})", path=env_path) from None
-    fp = fingerprint(key)
-    signature_ok = False
-    for sig in sigs:
-        try:
-            key.verify(sig, pae(payload_type, payload))
-            signature_ok = True
-        except InvalidSignature:
-            continue
+    """`verify` with one key."""
+    return verify(run_dir, [pub_path])
+
+
+def verify(folder: Path, pub_paths: list[Path]) -> Verification:
+    """Require a valid signature by each key in `pub_paths`, then check every file of the folder against the
+    signed subjects. Every signature of the envelope is reported with the given key that made it, if any."""
+    keys = [load_public_key(p) for p in pub_paths]
+    if not keys:
+        raise ConfigError("verify needs the signer's public key: --key PUB (once per signature to require)")
+    env = read_envelope(folder / ENVELOPE)
+    checks = env.check(keys)
+    verified = {c.verified_by for c in checks}
+    fps = [fingerprint(k) for k in keys]
     result = Verification(
-        signature_ok=signature_ok and payload_type == PAYLOAD_TYPE, fingerprint=fp, envelope=str(env_path)
+        signature_ok=all(fp in verified for fp in fps),
+        fingerprint=fps[0],
+        envelope=str(env.path),
+        signatures=checks,
+        unsigned_keys=[fp for fp in dict.fromkeys(fps) if fp not in verified],
     )
     if not result.signature_ok:
         return result  # an unverified payload is not read: its subjects and result may be anyone's
-    try:
-        statement = json.loads(payload)
-        signed = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
-    except (ValueError, KeyError, TypeError) as exc:
-        raise EvidenceError(f"the envelope's payload is not an in-toto statement ({exc})", path=env_path) from None
-    result.statement = statement
-    files, empty, result.odd = _walk(run_dir)
-    actual = {name: _sha256(p) for name, p in files.items()}
-    result.changed = sorted(n for n in signed if n in actual and actual[n] != signed[n])
-    result.missing = sorted(n for n in signed if n not in actual)
-    result.added = sorted([*(n for n in actual if n not in signed), *empty])
+    result.statement = env.statement()
+    result.changed, result.missing, result.added, result.odd = compare_files(folder, env)
+    if result.statement.get("predicateType") == PREDICATE_TYPE:  # a run's certificate: its verdict must be whole
+        run = RunFolder(folder)
+        if run.verdict_path.is_file() and "verdict.json" in env.signed_digests():
+            try:
+                result.inconsistent = verdict_problems(run.read_verdict())
+            except EvidenceError as exc:
+                result.inconsistent = [str(exc)]
+        else:
+            result.inconsistent = ["there is no verdict.json"]
     return result
+
+
+def compare_files(folder: Path, env: Envelope) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The folder's files against the envelope's subjects: changed, missing, added (empty folders too), and what
+    is not a plain file."""
+    signed = env.signed_digests()
+    files, empty, odd = _walk(folder)
+    actual = {name: _sha256(p) for name, p in files.items()}
+    changed = sorted(n for n in signed if n in actual and actual[n] != signed[n])
+    missing = sorted(n for n in signed if n not in actual)
+    added = sorted([*(n for n in actual if n not in signed), *empty])
+    return changed, missing, added, odd
+
+
+def countersign(folder: Path, key_path: Path) -> tuple[Path, str]:
+    """Add a signature by `key_path` over the same payload (DSSE allows several): the buyer's endorsement of
+    exactly what was signed. Refused when a file no longer matches the statement, or the key signed already."""
+    folder = folder.resolve()
+    if key_path.resolve().is_relative_to(folder):
+        raise ConfigError("the private key must not live inside the folder it signs", path=key_path)
+    key = load_private_key(key_path)
+    env = read_envelope(folder / ENVELOPE)
+    fp = fingerprint(key.public_key())
+    if any(c.verified_by for c in env.check([key.public_key()])):
+        raise ConfigError(f"{env.path} is already signed by this key ({fp})", path=key_path)
+    wrong = [n for group in compare_files(folder, env) for n in group]
+    if wrong:
+        raise EvidenceError(
+            f"does not match what was signed ({', '.join(sorted(wrong)[:5])}): a countersignature endorses the "
+            "signed files as they are; run `gpucert verify` and countersign only a folder that verifies",
+            path=folder,
+        )
+    data = json.loads(env.path.read_text(encoding="utf-8"))
+    data["signatures"].append(
+        {"keyid": fp, "sig": base64.b64encode(key.sign(pae(env.payload_type, env.payload))).decode()}
+    )
+    tmp = env.path.with_name(f".{env.path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, env.path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return env.path, fp

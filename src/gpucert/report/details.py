@@ -12,7 +12,7 @@ from gpucert.checks import FABRIC_METRICS, GPU_METRICS, Family, Finding, family_
 if TYPE_CHECKING:
     from gpucert.evaluation import Evaluation
 
-__all__ = ["evidence_for", "nccl_curve", "p2p_matrix"]
+__all__ = ["evidence_for", "nccl_curve", "p2p_matrix", "recertify_summary"]
 
 
 def p2p_matrix(ev: Evaluation, node: str) -> list[list[float | None]] | None:
@@ -46,6 +46,8 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
         mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if node in p.nodes]
         return {"pairs": [p.model_dump(mode="json") for p in mine]}
+    if node is None and ev.inventory.target == "static":
+        return {"gate": ev.folder.read_gate(), "spec": ev.spec.metadata.name}  # what the gate was given
     if node is None:
         return {"nodes": ev.inventory.names}
     family = family_of(finding.check)
@@ -77,3 +79,30 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
         }
     m = gpu.measurements.get(metric)
     return {"gpu": gpu.index, "uuid": gpu.uuid, "serial": gpu.serial, metric: m.model_dump(mode="json") if m else None}
+
+
+def recertify_summary(ev: Evaluation) -> str:
+    """One sentence for the reports: what this recertification compared the node with."""
+    recert = ev.recertification
+    if recert is None:
+        return ""
+    node, peers = recert["node"], recert.get("fleetPeers") or {}
+    pool = ev.pools.name_of(node)
+    sku = ev.baselines[pool].sku if pool is not None else "(none: the node is in no pool)"
+    runs = sorted(set(peers.values()))
+    fleet = (
+        f"the fleet's latest evidence ({len(peers)} nodes, from run{'s' if len(runs) > 1 else ''} {', '.join(runs)})"
+        if peers
+        else "no fleet evidence (no earlier run of this spec and baseline)"
+    )
+    if ev.handover is None:
+        return (
+            f"Recertification of {node}: NO HANDOVER BASELINE for this node; recertified against the SKU "
+            f"baseline {sku} and {fleet} only"
+        )
+    r = ev.handover.recorded
+    return (
+        f"Recertification of {node} against its handover baseline (run {r.run}, {r.date}"
+        + (f", certificate {r.certificate}" if r.certificate else ", unsigned")
+        + f"), the SKU baseline {sku} and {fleet}"
+    )

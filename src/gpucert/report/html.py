@@ -10,6 +10,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucert.analysis.stats import median
+from gpucert.baseline import GpuBaseline
 from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import details, plots
 
@@ -91,30 +92,59 @@ class HtmlSummary:
         )
 
     def _node_table(self) -> str:
+        """One row per node, grouped by pool (a header row each: what the pool expects and its result)."""
         ev = self.ctx.evaluation
-        verdict = self.ctx.verdict or {"nodes": {}, "fleet": None}
+        verdict = self.ctx.verdict or {"nodes": {}, "fleet": None, "pools": {}}
         components = ev.components()
         stack = ev.stack.nodes
         head = "".join(f"<th>{escape(c)}</th>" for c in (*components, *STACK_COLUMNS))
-        rows = []
-        groups = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
-        groups += sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0]))
-        for node, s in groups:
-            ns = stack.get(node)
-            versions = [ns.components[c].version or "?" if ns and c in ns.components else "-" for c in components]
-            versions += [ns.kubelet_version or "?", ns.container_runtime or "?"] if ns else ["-", "-"]
-            colour = RESULT_COLOURS.get(s["result"], "#c0392b")
-            rows.append(
-                f"<tr><td>{escape(node)}</td><td style='color:{colour};font-weight:bold'>{s['result'].upper()}</td>"
-                f"<td>{s['passed']}</td><td>{s['failed']}</td><td>{s['errors']}</td><td>{s['skipped']}</td>"
-                f"<td>{escape(', '.join(s['failing']))}</td>"
-                + "".join(f"<td>{escape(v)}</td>" for v in versions)
-                + "</tr>"
-            )
+        width = 10 + len(components) + len(STACK_COLUMNS)
+        rows = [self._row("(fleet)", verdict["fleet"], None, components, "")] if verdict.get("fleet") else []
+        by_pool: dict[str | None, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+        for node, s in sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0])):
+            by_pool[s.get("pool")].append((node, s))
+        pools = verdict.get("pools") or {}
+        several = len(pools) > 1 or None in by_pool
+        for pool in [*pools, *(p for p in by_pool if p not in pools)]:
+            members = by_pool.get(pool, [])
+            if several:
+                rows.append(self._pool_row(pool, pools.get(pool or ""), len(members), width))
+            rows += [self._row(node, s, stack.get(node), components, _origin(s)) for node, s in members]
         return (
             "<table id='gpucert-nodes' border='1' cellpadding='4' style='border-collapse:collapse'>"
             "<thead><tr><th>node</th><th>result</th><th>passed</th><th>failed</th><th>errors</th><th>skipped</th>"
-            f"<th>failing checks</th>{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+            "<th>waived</th><th>failing checks</th><th>waived checks</th><th>evidence</th>"
+            f"{head}</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+        )
+
+    @staticmethod
+    def _pool_row(pool: str | None, info: dict[str, Any] | None, found: int, width: int) -> str:
+        if pool is None or info is None:
+            text = f"in no pool (or in several): {found} node{'s' if found != 1 else ''}, held to pool.membership"
+            colour = RESULT_COLOURS["fail"]
+        else:
+            text = (
+                f"pool {pool}: {info.get('product')}, {info.get('gpusPerNode')} GPUs per node, baseline "
+                f"{info.get('baseline')}; {found} of {info.get('nodes')} nodes; {str(info.get('result', '')).upper()}"
+            )
+            colour = RESULT_COLOURS.get(str(info.get("result")), "#c0392b")
+        return (
+            f"<tr class='gpucert-pool' data-pool='{escape(pool or '')}'><th colspan='{width}' "
+            f"style='text-align:left;background:#eef;color:{colour}'>{escape(text)}</th></tr>"
+        )
+
+    @staticmethod
+    def _row(node: str, s: dict[str, Any], ns: Any, components: list[str], origin: str) -> str:
+        versions = [ns.components[c].version or "?" if ns and c in ns.components else "-" for c in components]
+        versions += [ns.kubelet_version or "?", ns.container_runtime or "?"] if ns else ["-", "-"]
+        colour = RESULT_COLOURS.get(s["result"], "#c0392b")
+        return (
+            f"<tr><td>{escape(node)}</td><td style='color:{colour};font-weight:bold'>{s['result'].upper()}</td>"
+            f"<td>{s['passed']}</td><td>{s['failed']}</td><td>{s['errors']}</td><td>{s['skipped']}</td>"
+            f"<td>{s.get('waived', 0)}</td><td>{escape(', '.join(s['failing']))}</td>"
+            f"<td>{escape(', '.join(s.get('waivedChecks', [])))}</td><td>{escape(origin)}</td>"
+            + "".join(f"<td>{escape(v)}</td>" for v in versions)
+            + "</tr>"
         )
 
     def _plots(self) -> str:
@@ -123,13 +153,33 @@ class HtmlSummary:
             return ""
         flagged: dict[tuple[str, str, int | None], str] = {}
         for f in (o.finding for o in self.ctx.outcomes.values()):
-            if f.status in (CheckStatus.FAIL, CheckStatus.ERROR) and f.node is not None:
+            if f.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED) and f.node is not None:
                 peer = f.check.startswith(("straggler.", "stability."))
                 metric = f.check.removeprefix("straggler.").removeprefix("stability.")
-                flagged[(metric, f.node, f.gpu)] = "straggler" if peer else "fail"
-        nodes = sorted(ev.inventory.names, key=natural_key)
+                kind = "waived" if f.status is CheckStatus.WAIVED else "straggler" if peer else "fail"
+                flagged[(metric, f.node, f.gpu)] = kind
         out = []
-        for metric, b in ev.baseline.metrics.items():
+        several = len(self.ctx.spec.pools) > 1
+        for pool in self.ctx.spec.pools:  # each pool against its own baseline
+            nodes = sorted(ev.pools.members(pool.name), key=natural_key)
+            if nodes:
+                out += self._pool_plots(
+                    ev.baselines[pool.name], nodes, flagged, f" (pool {pool.name})" if several else ""
+                )
+        across = ev.baselines[self.ctx.spec.pools[0].name].metrics.get("nccl.all_reduce.multinode")
+        fabric = ev.fabric
+        if across is not None and fabric is not None and fabric.nccl is not None:
+            curve = [(pt.size_bytes, median(pt.busbw)) for pt in fabric.nccl.points if pt.busbw]
+            label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs"
+            out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
+        return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
+
+    def _pool_plots(
+        self, baseline: GpuBaseline, nodes: list[str], flagged: dict[tuple[str, str, int | None], str], suffix: str
+    ) -> list[str]:
+        ev = self.ctx.evaluation
+        out = []
+        for metric, b in baseline.metrics.items():
             if metric in NODE_METRICS or metric in FABRIC_METRICS:
                 continue
             points, groups = [], []
@@ -149,15 +199,15 @@ class HtmlSummary:
                         )
                         count += 1
                 groups.append((node, count))
-            out.append(plots.strip(f"{metric} per GPU", b.unit, points, b.expected, b.threshold(), groups))
-        p2p = ev.baseline.metrics.get("p2p.bandwidth")
+            out.append(plots.strip(f"{metric} per GPU{suffix}", b.unit, points, b.expected, b.threshold(), groups))
+        p2p = baseline.metrics.get("p2p.bandwidth")
         if p2p is not None:
             bad = [n for n in nodes if any(k[0] == "p2p.bandwidth" and k[1] == n for k in flagged)]
             for node in (bad or nodes[:1])[:MAX_HEATMAPS]:
                 m = details.p2p_matrix(ev, node)
                 if m:
                     out.append(plots.heatmap(f"P2P copy bandwidth, {node}", p2p.unit, m, p2p.expected))
-        nccl = ev.baseline.metrics.get("nccl.all_reduce")
+        nccl = baseline.metrics.get("nccl.all_reduce")
         if nccl is not None:
             curves = {n: details.nccl_curve(ev, n) for n in nodes}
             curves = {n: c for n, c in curves.items() if c}
@@ -168,16 +218,10 @@ class HtmlSummary:
                         by_size[size].append(v)
                 median_curve = [(s, sorted(v)[len(v) // 2]) for s, v in sorted(by_size.items())]
                 bad = [n for n in curves if ("nccl.all_reduce", n, None) in flagged]
-                shown = [(f"fleet median ({len(curves)} nodes)", median_curve)]
+                shown = [(f"median of {len(curves)} nodes", median_curve)]
                 shown += [(n, curves[n]) for n in (bad or list(curves)[: MAX_NCCL_LINES - 1])[: MAX_NCCL_LINES - 1]]
-                out.append(plots.lines("NCCL all-reduce bus bandwidth", "GB/s", shown, nccl.expected))
-        across = ev.baseline.metrics.get("nccl.all_reduce.multinode")
-        fabric = ev.fabric
-        if across is not None and fabric is not None and fabric.nccl is not None:
-            curve = [(pt.size_bytes, median(pt.busbw)) for pt in fabric.nccl.points if pt.busbw]
-            label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs"
-            out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
-        return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
+                out.append(plots.lines(f"NCCL all-reduce bus bandwidth{suffix}", "GB/s", shown, nccl.expected))
+        return out
 
     def _fleet(self) -> str:
         """The fleet's median against the SKU figure per metric (informational: peers cannot see a fleet that is
@@ -219,6 +263,15 @@ class HtmlSummary:
             f"{s['checks']} checks decided of {c['required']} required: {s['passed']} passed, {s['failed']} failed, "
             f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed"
         )
+        if s.get("waived"):
+            line += f", {s['waived']} waived (failed, and accepted by a waiver in force: see Expected failures)"
+        retest = verdict.get("retest")
+        if retest:
+            line += (
+                f". Re-test of {retest['source']}: {len(retest['measured'])} nodes measured now "
+                f"({', '.join(sorted(retest['measured'], key=natural_key))}), "
+                f"{len(retest['carried'])} carried over with their signed evidence"
+            )
         if not c["complete"]:
             line += (
                 f". INCOMPLETE: {c['deselected']} required checks were not collected (-k, --deselect, --lf or a "
@@ -243,7 +296,7 @@ class HtmlSummary:
             if target == "simulated"
             else f"<p>Target: {escape(target)}</p>"
         )
-        recert = self.ctx.evaluation.recertify_summary()
+        recert = details.recertify_summary(self.ctx.evaluation)
         if recert:
             banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
         prefix.append(
@@ -264,3 +317,9 @@ def count_checks_in_footer(config: Any, verdict: dict[str, Any]) -> None:
                 return f"{s['checks']} checks ({s['skipped']} skipped for a failing cause): {original()}"
 
             plugin._run_count = run_count
+
+
+def _origin(s: Mapping[str, Any]) -> str:
+    """Where a node's evidence comes from: measured in this run, or carried over by a re-test."""
+    carried = s.get("carriedFrom")
+    return f"carried from {carried['run']}" if carried else "measured"

@@ -13,7 +13,7 @@ from html import escape
 __all__ = ["Point", "heatmap", "lines", "strip"]
 
 W, H, L, R, T, B = 900, 230, 70, 20, 30, 40  # size and margins
-COLORS = {"pass": "#2e86de", "straggler": "#e67e22", "fail": "#c0392b"}
+COLORS = {"pass": "#2e86de", "straggler": "#e67e22", "fail": "#c0392b", "waived": "#8e44ad"}
 PALETTE = ("#2e86de", "#8e44ad", "#16a085", "#d35400", "#7f8c8d", "#c0392b", "#27ae60", "#f39c12")
 
 
@@ -21,7 +21,7 @@ PALETTE = ("#2e86de", "#8e44ad", "#16a085", "#d35400", "#7f8c8d", "#c0392b", "#2
 class Point:
     label: str
     value: float
-    status: str  # pass | straggler | fail
+    status: str  # pass | straggler | fail | waived
 
 
 def _fmt(v: float) -> str:
@@ -93,7 +93,7 @@ def strip(
     n_bad = sum(p.status != "pass" for p in points)
     body.append(
         f'<text x="{L}" y="{H - 8}" fill="#444">{len(points)} GPUs; {n_bad} flagged '
-        f"(orange: straggler, red: below the baseline limit)</text>"
+        f"(orange: straggler, red: below the baseline limit, purple: waived)</text>"
     )
     return _svg(body, title)
 

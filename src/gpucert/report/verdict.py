@@ -3,7 +3,11 @@
 `result` is `pass` only when every check the plan requires ran and none failed or errored; `incomplete` when a
 required check was deselected, never reached, or skipped for a cause that did not run; `fail` otherwise (a failed
 check outranks incompleteness). A skip is one root cause, one finding only when the check it names as its cause
-failed: a skip whose cause passed is reported as an error.
+failed: a skip whose cause passed (or was waived) is reported as an error.
+
+A failure a waiver in force covers is `waived`: listed among the findings with its waiver, counted in
+`summary.waived`, and no obstacle to `pass`; it is never an error, a skip or a check that did not run. A re-test's
+nodes say where their evidence comes from (`nodes[n].carriedFrom`, null for a node measured in this run).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan import Plan
 
-__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict"]
+__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict", "verdict_problems"]
 
 VERDICT_SCHEMA = "gpucert.io/verdict/v2"
 RESULTS = ("pass", "fail", "incomplete")
@@ -72,6 +76,7 @@ def _summary(findings: list[Finding]) -> dict[str, int]:
         "failed": c[CheckStatus.FAIL],
         "errors": c[CheckStatus.ERROR],
         "skipped": c[CheckStatus.SKIP],
+        "waived": c[CheckStatus.WAIVED],
     }
 
 
@@ -93,8 +98,18 @@ def build_verdict(
     selected: set[CheckKey] | None,
     stopped: str | None = None,
     measured: Mapping[str, str | None] | None = None,
+    waivers: Mapping[str, Mapping[str, Any]] | None = None,
+    retest: Mapping[str, Any] | None = None,
+    node_pools: Mapping[str, str | None] | None = None,
+    pools: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`."""
+    """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`;
+    `waivers` by id as the run's waivers file states them, `retest` the record of a re-test.
+
+    `node_pools` gives each node's pool (None: in no pool or several) and `pools` each pool's expectations
+    (`nodes`, `gpusPerNode`, `product`, `baseline`): the verdict says per node its `pool`, and per pool its result
+    over its nodes (additive to v2).
+    """
     judged, cause_not_run, _ = _judge_skips(outcomes)
     ran = set(plan.required & judged.keys())
     missing = set(plan.required - judged.keys())
@@ -108,7 +123,14 @@ def build_verdict(
     counts = _summary(everything)
     result = _result(counts, complete)
     skip_causes = Counter(f.cause or "(none)" for k, f in judged.items() if f.status is CheckStatus.SKIP)
-    findings = sorted((f for f in everything if f.status in BAD), key=_sort_key)
+    findings = sorted((f for f in everything if f.status in (*BAD, CheckStatus.WAIVED)), key=_sort_key)
+    stated = waivers or {}
+
+    def finding_json(f: Finding) -> dict[str, Any]:
+        out = f.to_json()
+        if f.waiver is not None:
+            out["waiver"] = {"id": f.waiver, **stated.get(f.waiver, {})}
+        return out
 
     def group(where: str | None) -> dict[str, Any]:
         mine = [f for k, f in judged.items() if k.node == where]
@@ -118,11 +140,17 @@ def build_verdict(
             "result": _result(c, not open_),
             **c,
             "failing": sorted({f.check for f in mine if f.status in BAD}),
+            "waivedChecks": sorted({f.check for f in mine if f.status is CheckStatus.WAIVED}),
         }
 
     names = list(dict.fromkeys([*nodes, *sorted({k.node for k in judged if k.node is not None})]))
     when = measured or {}
-    return {
+    carried: Mapping[str, Any] = (retest or {}).get("carried", {})
+    of = node_pools or {}
+    per_node = {
+        n: {**group(n), "measured": when.get(n), "carriedFrom": carried.get(n), "pool": of.get(n)} for n in names
+    }
+    out = {
         "schema": VERDICT_SCHEMA,
         "run": run,
         "spec": spec,
@@ -146,9 +174,71 @@ def build_verdict(
             "gpus": gpus,
             "checks": len(judged),
             **counts,
-            "waived": 0,
         },
-        "findings": [f.to_json() for f in findings],
+        "findings": [finding_json(f) for f in findings],
         "fleet": group(None),
-        "nodes": {n: {**group(n), "measured": when.get(n), "carriedFrom": None} for n in names},
+        "nodes": per_node,
+        "pools": {name: _pool_summary(name, info, per_node) for name, info in (pools or {}).items()},
     }
+    if retest is not None:
+        out["retest"] = {
+            "source": retest["source"]["run"],
+            "sourceCertificate": retest["source"].get("certificate"),
+            "measured": list(retest.get("measured", {})),
+            "carried": list(carried),
+            "why": dict(retest.get("measured", {})),
+        }
+    return out
+
+
+def _pool_summary(name: str, info: Mapping[str, Any], nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """A pool's nodes and their results: failed when any failed (or when it has no node at all), incomplete when
+    any is, else passed. Whether it has as many nodes as it expects is `inventory.nodes`'s, at the fleet level."""
+    mine = {n: s for n, s in nodes.items() if s.get("pool") == name}
+    results = Counter(s["result"] for s in mine.values())
+    result = "fail" if results["fail"] or not mine else "incomplete" if results["incomplete"] else "pass"
+    return {
+        **info,
+        "found": len(mine),
+        "result": result,
+        "results": {r: results[r] for r in RESULTS},
+        "failing": sorted({c for s in mine.values() for c in s["failing"]}),
+    }
+
+
+def verdict_problems(verdict: Any) -> list[str]:
+    """What makes a verdict.json not one gpucert could have written: a result its own counts and coverage do not
+    support (a `pass` with failures or with checks that did not run), missing keys, an unknown schema. Empty when
+    the verdict is consistent. Signing and verifying refuse an inconsistent verdict."""
+    if not isinstance(verdict, dict):
+        return [f"not a JSON object ({type(verdict).__name__})"]
+    if verdict.get("schema") != VERDICT_SCHEMA:
+        return [f"schema is {verdict.get('schema')!r}, not {VERDICT_SCHEMA!r}"]
+    missing = [
+        k for k in ("run", "spec", "target", "result", "coverage", "summary", "findings", "nodes") if k not in verdict
+    ]
+    if missing:
+        return [f"keys missing: {', '.join(missing)}"]
+    result, c, s = verdict["result"], verdict["coverage"], verdict["summary"]
+    try:
+        bad = int(s["failed"]) + int(s["errors"])
+        complete = bool(c["complete"]) and int(c["ran"]) == int(c["required"])
+        counted = {f.get("status") for f in verdict["findings"]} - {"waived"}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return [f"summary or coverage unreadable ({exc})"]
+    problems = []
+    if result not in RESULTS:
+        problems.append(f"result {result!r} is none of {', '.join(RESULTS)}")
+    elif result == "pass" and (bad or not complete or counted):
+        problems.append(
+            f"result pass with {s['failed']} failed, {s['errors']} errors and {c['ran']} of {c['required']} required "
+            "checks run"
+        )
+    elif result == "incomplete" and (bad or complete):
+        problems.append("result incomplete, but its counts say failed or complete")
+    elif result == "fail" and not bad:
+        problems.append("result fail without a failed or errored check")
+    node_results = {n: v.get("result") for n, v in verdict["nodes"].items() if isinstance(v, dict)}
+    if result == "pass" and any(r != "pass" for r in node_results.values()):
+        problems.append("result pass, but not every node passed")
+    return problems

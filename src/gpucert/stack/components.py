@@ -8,7 +8,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_SOURCES", "GPU_OPERATOR_NAMESPACE", "ComponentSource", "version_from_image"]
+__all__ = [
+    "DEFAULT_SOURCES",
+    "GPU_OPERATOR_NAMESPACE",
+    "OPERATOR_DEPENDENCIES",
+    "ComponentSource",
+    "version_from_image",
+]
 
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 
@@ -45,6 +51,17 @@ DEFAULT_SOURCES: dict[str, ComponentSource] = {
     "dcgm-exporter": ComponentSource("nvidia-dcgm-exporter", "nvidia-dcgm-exporter"),
     "mig-manager": ComponentSource("nvidia-mig-manager", "nvidia-mig-manager"),
     "operator-validator": ComponentSource("nvidia-operator-validator", "nvidia-operator-validator"),
+}
+
+# what each component waits for on a GPU Operator install: the operator's validator init containers hold the
+# toolkit until the driver validates (driver-validation) and the others until the toolkit does (toolkit-validation)
+OPERATOR_DEPENDENCIES: dict[str, tuple[str, ...]] = {
+    "container-toolkit": ("driver",),
+    "device-plugin": ("container-toolkit",),
+    "gpu-feature-discovery": ("container-toolkit",),
+    "dcgm": ("container-toolkit",),
+    "dcgm-exporter": ("container-toolkit",),
+    "mig-manager": ("container-toolkit",),
 }
 
 # `570.124.06-ubuntu22.04` -> 570.124.06, `v0.17.0` -> 0.17.0, `4.1.1-4.0.4-ubuntu22.04` -> 4.1.1-4.0.4

@@ -55,7 +55,7 @@ class NodeStack(_Model):
     container_runtime: str | None = None
     kernel: str | None = None
     os_image: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)  # nvidia.com/* (GFD, operator) labels only
+    labels: dict[str, str] = Field(default_factory=dict)  # nvidia.com/* (GFD, operator) and pool-selector labels
     allocatable_gpus: int = 0
     components: dict[str, ComponentObservation] = Field(default_factory=dict)
 
@@ -121,9 +121,13 @@ def observe_stack(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     sources: Mapping[str, ComponentSource] = DEFAULT_SOURCES,
+    *,
+    keep_labels: Iterable[str] = (),
 ) -> StackObservation:
     """What each node runs: kubelet, runtime and the component pods scheduled on it (streamed: only the
-    observations are kept, so a large cluster is read in bounded memory)."""
+    observations are kept, so a large cluster is read in bounded memory). Of a node's labels, GFD's and the
+    operator's (`nvidia.com/*`) are kept, and those in `keep_labels` (what the spec's pools select on)."""
+    keep = set(keep_labels)
     components: dict[str, dict[str, ComponentObservation]] = {}
     for pod in pods:
         name = _component_of(pod, sources)
@@ -140,7 +144,7 @@ def observe_stack(
         info = status.get("nodeInfo") or {}
         ready, reason, _ = _ready_condition(node)
         all_labels = node["metadata"].get("labels") or {}
-        labels = {k: v for k, v in all_labels.items() if k.startswith(GFD_PREFIXES)}
+        labels = {k: v for k, v in all_labels.items() if k.startswith(GFD_PREFIXES) or k in keep}
         observed = components.get(name, {})
         for comp, source in sources.items():
             if source.label is not None and source.label in all_labels:

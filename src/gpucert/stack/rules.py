@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from gpucert.checks import CheckStatus, Finding
-from gpucert.spec import ClusterSpec
+from gpucert.evidence import GpuEvidence
+from gpucert.spec import ClusterSpec, Expect, StackSpec
 from gpucert.stack.compat import COMPAT_SOURCE, min_driver_for_cuda
 from gpucert.stack.observe import NodeStack
 from gpucert.versions import VersionError, at_least, normalize
@@ -15,12 +16,14 @@ from gpucert.versions import VersionError, at_least, normalize
 __all__ = [
     "SKEW_FIELDS",
     "compat",
+    "duplicate_gpus",
     "gpu_count",
     "gpu_product",
     "kubernetes_version",
     "node_count",
     "ordering",
     "pinned_components",
+    "probe_products",
     "reachable",
     "runtime",
     "skew",
@@ -44,8 +47,9 @@ def pinned_components(spec: ClusterSpec, observable: set[str]) -> list[str]:
     return [c.name for c in spec.stack.components if c.name in observable]
 
 
-def version(ns: NodeStack, spec: ClusterSpec, component: str) -> Finding:
-    pin = spec.stack.component(component)
+def version(ns: NodeStack, stack: StackSpec, component: str) -> Finding:
+    """The component runs on the node, Ready, at the version the node's pool pins (`stack` is the pool's)."""
+    pin = stack.component(component)
     assert pin is not None
     obs = ns.components.get(component)
     if obs is None:
@@ -85,11 +89,11 @@ def skew(ns: NodeStack, fleet: Mapping[str, NodeStack]) -> Finding:
     return Finding("stack.skew", OK, ns.node, None, f"{ns.node}: kubelet, runtime, kernel and OS agree with the fleet")
 
 
-def compat(ns: NodeStack, spec: ClusterSpec) -> Finding:
-    cuda = spec.stack.component("cuda")
+def compat(ns: NodeStack, stack: StackSpec) -> Finding:
+    cuda = stack.component("cuda")
     if cuda is None:
         return Finding("stack.compat", SKIP, ns.node, None, "the spec declares no `cuda` component to check against")
-    driver_pin = spec.stack.component("driver")
+    driver_pin = stack.component("driver")
     obs = ns.components.get("driver")
     driver = normalize(obs.version) if obs and obs.version else ns.labels.get(DRIVER_VERSION_LABEL)
     if driver is None:
@@ -135,10 +139,10 @@ def _time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00")) if value else None
 
 
-def ordering(ns: NodeStack, spec: ClusterSpec) -> Finding:
+def ordering(ns: NodeStack, stack: StackSpec) -> Finding:
     """Each component must have started after every component it is declared `after` was Ready on this node."""
     violations, checked = [], 0
-    for comp in spec.stack.components:
+    for comp in stack.components:
         mine = ns.components.get(comp.name)
         started = _time(mine.started_at) if mine else None
         for dep in comp.after:
@@ -158,8 +162,8 @@ def ordering(ns: NodeStack, spec: ClusterSpec) -> Finding:
     return Finding("stack.ordering", OK, ns.node, None, f"{ns.node}: {checked} declared `after` edges respected")
 
 
-def kubernetes_version(ns: NodeStack, spec: ClusterSpec) -> Finding:
-    want = spec.stack.kubernetes
+def kubernetes_version(ns: NodeStack, stack: StackSpec) -> Finding:
+    want = stack.kubernetes
     if want is None:
         return Finding("stack.kubernetes", SKIP, ns.node, None, "the spec sets no stack.kubernetes.minVersion")
     have = ns.kubelet_version
@@ -175,8 +179,8 @@ def kubernetes_version(ns: NodeStack, spec: ClusterSpec) -> Finding:
     )
 
 
-def runtime(ns: NodeStack, spec: ClusterSpec) -> Finding:
-    want = spec.stack.container_runtime
+def runtime(ns: NodeStack, stack: StackSpec) -> Finding:
+    want = stack.container_runtime
     if want is None:
         return Finding("stack.runtime", SKIP, ns.node, None, "the spec sets no stack.containerRuntime")
     have = ns.container_runtime or ""
@@ -205,22 +209,37 @@ def reachable(ns: NodeStack | None, node: str, evidence_error: str | None) -> Fi
     )
 
 
-def node_count(found: list[str], spec: ClusterSpec) -> Finding:
-    want = spec.expect.nodes
-    ok = len(found) == want
+def node_count(found: Mapping[str, list[str]], spec: ClusterSpec, stray: Sequence[str] = ()) -> Finding:
+    """Each pool has the nodes it expects (`found`: the nodes in each pool and no other). One pool: the counts;
+    several: a line per pool that is off, the counts as `pool=n` text."""
+    counts = {p.name: (len(found.get(p.name, [])), p.expect.nodes) for p in spec.pools}
+    off = {name: c for name, c in counts.items() if c[0] != c[1]}
+    outside = f"; {len(stray)} GPU nodes are in no pool or in several (see pool.membership)" if stray else ""
+    if len(spec.pools) == 1:
+        ((have, want),) = counts.values()
+        return Finding(
+            "inventory.nodes",
+            FAIL if off else OK,
+            None,
+            None,
+            f"{have} GPU nodes found, {want} expected{outside}",
+            observed=have,
+            expected=want,
+        )
+    said = "; ".join(f"pool {n}: {h} nodes found, {w} expected" for n, (h, w) in (off or counts).items())
     return Finding(
         "inventory.nodes",
-        OK if ok else FAIL,
+        FAIL if off else OK,
         None,
         None,
-        f"{len(found)} GPU nodes found, {want} expected",
-        observed=len(found),
-        expected=want,
+        said + outside,
+        observed=", ".join(f"{n}={h}" for n, (h, _) in counts.items()),
+        expected=", ".join(f"{n}={w}" for n, (_, w) in counts.items()),
     )
 
 
-def gpu_count(ns: NodeStack, spec: ClusterSpec, measured: int | None) -> Finding:
-    want = spec.expect.gpus_per_node
+def gpu_count(ns: NodeStack, expect: Expect, measured: int | None) -> Finding:
+    want = expect.gpus_per_node
     label = ns.labels.get("nvidia.com/gpu.count")
     if label is None:
         return Finding(
@@ -247,8 +266,8 @@ def gpu_count(ns: NodeStack, spec: ClusterSpec, measured: int | None) -> Finding
     )
 
 
-def gpu_product(ns: NodeStack, spec: ClusterSpec) -> Finding:
-    want = spec.expect.gpu_product
+def gpu_product(ns: NodeStack, expect: Expect) -> Finding:
+    want = expect.gpu_product
     have = ns.labels.get("nvidia.com/gpu.product")
     return Finding(
         "inventory.product",
@@ -259,3 +278,35 @@ def gpu_product(ns: NodeStack, spec: ClusterSpec) -> Finding:
         observed=have,
         expected=want,
     )
+
+
+def duplicate_gpus(gpus_by_node: Mapping[str, Sequence[GpuEvidence]]) -> dict[str, list[str]]:
+    """Per node, each GPU identity (UUID or serial) reported more than once in the fleet, with where."""
+    seen: dict[tuple[str, str], list[str]] = {}
+    for node, gpus in gpus_by_node.items():
+        for g in gpus:
+            for kind, value in (("UUID", g.uuid), ("serial", g.serial)):
+                if value:
+                    seen.setdefault((kind, value), []).append(f"{node}/gpu{g.index}")
+    out: dict[str, list[str]] = {}
+    for (kind, value), where in seen.items():
+        if len(where) > 1:
+            for w in sorted(set(where)):
+                out.setdefault(w.split("/")[0], []).append(f"{kind} {value} is reported by {', '.join(where)}")
+    return out
+
+
+def probe_products(node: str, gpus: Sequence[GpuEvidence], want: str, memory_mib: int, sku: str) -> str | None:
+    """What is wrong with the GPUs the probe saw (NVML's product name, and memory within 2 % of the SKU's), or
+    None: the labels GFD put on the node are not the only word on what is in it."""
+    odd = [
+        f"gpu{g.index} is {g.product!r}"
+        for g in gpus
+        if g.product is not None and g.product.strip().replace(" ", "-") != want
+    ]
+    odd += [
+        f"gpu{g.index} has {g.memory_mib} MiB (the {sku} has {memory_mib})"
+        for g in gpus
+        if g.memory_mib is not None and abs(g.memory_mib - memory_mib) > 0.02 * memory_mib
+    ]
+    return f"{node}: the probe saw other GPUs than {want}: {'; '.join(odd)}" if odd else None

@@ -12,7 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 from gpucert.evidence import FabricEvidence, NodeEvidence
 from gpucert.spec import Probe
 
-__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeTarget", "Target"]
+__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeState", "NodeTarget", "Target"]
 
 EvidenceSink = Callable[[NodeEvidence], None]
 
@@ -25,6 +25,8 @@ class MeasurePlan:
     probes: tuple[Probe, ...]
     dcgm_level: int
     samples: Mapping[str, int] = field(default_factory=dict)  # per probe, the fewest repetitions to take
+    # GPUs each node's pool expects (a probe pod requests them all); nodes not listed: the target's own count
+    gpus: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,8 +63,27 @@ class FabricTarget(Target, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """A GPU node as it stands now: whether it is cordoned, and its labels and annotations (gpucert's marks among
+    them)."""
+
+    name: str
+    unschedulable: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
 class NodeControl(Protocol):
     """What recertification does to the node itself: hold it, take it out of service, put it back."""
+
+    def nodes(self) -> list[NodeState]:
+        """The target's GPU nodes (the spec's selection) as they stand now."""
+        ...
+
+    def gpu_pods(self, node: str) -> list[str]:
+        """`namespace/name` of the pods that hold GPUs on the node now (gpucert's own aside)."""
+        ...
 
     def lock(self, node: str, holder: str) -> AbstractContextManager[None]:
         """Hold the node for one recertification; raises NodeBusyError while another one holds it."""

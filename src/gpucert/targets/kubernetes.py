@@ -77,15 +77,20 @@ class KubernetesTarget:
         self.cluster_policy = self.read_cluster_policy()
         return self._nodes(), self._pods()
 
+    def _gpus(self, node: str, plan: MeasurePlan) -> int:
+        """The GPUs a probe pod on `node` requests: all its pool expects (one pool: the spec's only count)."""
+        return plan.gpus.get(node, self.spec.pools[0].expect.gpus_per_node)
+
     def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
         from gpucert.targets.kubernetes_jobs import ProbeJobs
 
-        ProbeJobs(self.cluster, plan, sink, gpus_per_node=self.spec.expect.gpus_per_node).run(nodes)
+        ProbeJobs(self.cluster, plan, sink, gpus_per_node=self._gpus(nodes[0] if nodes else "", plan)).run(nodes)
 
     def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
         from gpucert.targets.kubernetes_fabric import FabricJobs
 
-        jobs = FabricJobs(self.cluster, plan, lambda ev: None, gpus_per_node=self.spec.expect.gpus_per_node)
+        first = groups[0][0] if groups and groups[0] else ""
+        jobs = FabricJobs(self.cluster, plan, lambda ev: None, gpus_per_node=self._gpus(first, plan))
         out: list[FabricEvidence] = []
         batch: list[list[str]] = []
         for group in groups:  # at most maxParallel nodes busy at once, as in the per-node phase

@@ -166,6 +166,7 @@ class ProbeJobs:
         env: Sequence[dict[str, Any]] = (),
         limits: dict[str, str] | None = None,
         ports: Sequence[dict[str, Any]] = (),
+        gpus: int | None = None,
     ) -> dict[str, Any]:
         """The probe pod's spec: `python -m gpucert.probes` on all the node's GPUs, the plan from the ConfigMap.
 
@@ -185,7 +186,7 @@ class ProbeJobs:
                 {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
                 *env,
             ],
-            "resources": {"limits": {"nvidia.com/gpu": str(self.gpus_per_node), **(limits or {})}},
+            "resources": {"limits": {"nvidia.com/gpu": str(gpus or self.gpus_per_node), **(limits or {})}},
             "volumeMounts": [
                 {"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True},
                 {"name": "scratch", "mountPath": SCRATCH},
@@ -246,7 +247,11 @@ class ProbeJobs:
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_node]}}
         }
         meta = self.owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node})
-        return self.job(meta, labels, {"affinity": affinity, **self.probe_pod(self.cm_name)})
+        return self.job(meta, labels, {"affinity": affinity, **self.probe_pod(self.cm_name, gpus=self.gpus_for(node))})
+
+    def gpus_for(self, node: str) -> int:
+        """All the GPUs the node's pool expects (several pools may expect different counts)."""
+        return self.plan.gpus.get(node, self.gpus_per_node)
 
     def _start(self, node: str, owner_uid: str) -> None:
         body = self.job_body(node, owner_uid)
@@ -402,8 +407,8 @@ class ProbeJobs:
         if holders:
             return f"{run.node} is busy: its GPUs are held by {', '.join(holders)}"
         return (
-            f"{run.node} has fewer free nvidia.com/gpu than the {self.gpus_per_node} requested and no pod holds any: "
-            "its allocatable count is short (a GPU the device plugin marked unhealthy?)"
+            f"{run.node} has fewer free nvidia.com/gpu than the {self.gpus_for(run.node)} requested and no pod holds "
+            "any: its allocatable count is short (a GPU the device plugin marked unhealthy?)"
         )
 
     def _expire(self) -> None:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpucert.errors import ClusterAccessError, IncompleteRunError, NodeBusyError
+from gpucert.targets.base import NodeState
 from gpucert.targets.kubeapi import Cluster
 
 __all__ = ["LEASE_SECONDS", "KubernetesNodeControl", "gpu_pods"]
@@ -196,6 +197,24 @@ class KubernetesNodeControl:
 
     # ---- the node --------------------------------------------------------------------------------------------------
 
+    def nodes(self) -> list[NodeState]:
+        selector = ",".join(f"{k}={v}" for k, v in self.cluster.options.node_selector.items())
+        out = []
+        for node in self.cluster.kube.pages("list", "nodes", self.core.list_node, label_selector=selector):
+            meta = node.get("metadata") or {}
+            out.append(
+                NodeState(
+                    name=meta["name"],
+                    unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+                    labels=dict(meta.get("labels") or {}),
+                    annotations=dict(meta.get("annotations") or {}),
+                )
+            )
+        return out
+
+    def gpu_pods(self, node: str) -> list[str]:
+        return gpu_pods(self._pods_on(node)[0])
+
     def cordon(self, node: str) -> bool:
         resp = self.cluster.kube.call("get", f"node {node}", self.core.read_node, name=node)
         was = bool((json.loads(resp.data).get("spec") or {}).get("unschedulable"))
@@ -249,8 +268,7 @@ class KubernetesNodeControl:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise IncompleteRunError(
-                    f"{len(busy)} GPU pod(s) still run on {node} after {timeout_s:.0f} s: {', '.join(busy)}; "
-                    f"the node stays cordoned. Rerun with --drain to evict them, or when they are done"
+                    f"{len(busy)} GPU pod(s) still run on {node} after {timeout_s:.0f} s: {', '.join(busy)}"
                 )
             w = watch.Watch()
             slice_s = max(1, min(int(left), 5))

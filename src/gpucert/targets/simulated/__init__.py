@@ -10,16 +10,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpucert.baseline import load_baseline
+from gpucert.baseline import GpuBaseline, load_baseline
 from gpucert.evidence import FabricEvidence
-from gpucert.fleet import load_fleet
+from gpucert.fleet import SimulatedFleet, load_fleet
 from gpucert.spec import ClusterSpec, SimulatedTargetSpec
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 from gpucert.targets.simulated.cluster import SimulatedCluster
 from gpucert.targets.simulated.nodes import LOCK_MAX_AGE_S, SimulatedNodeControl
 from gpucert.targets.simulated.probes import SimulatedProbes
 
-__all__ = ["LOCK_MAX_AGE_S", "SimulatedNodeControl", "SimulatedTarget"]
+__all__ = ["LOCK_MAX_AGE_S", "SimulatedNodeControl", "SimulatedTarget", "sku_baselines"]
+
+
+def sku_baselines(fleet: SimulatedFleet, folders: list[Path]) -> dict[str, GpuBaseline]:
+    """The baseline of every SKU the fleet names (`<sku>.yaml`), from the first of `folders` that holds it."""
+    out: dict[str, GpuBaseline] = {}
+    for group in fleet.groups():
+        if group.sku in out:
+            continue
+        found = [f / f"{group.sku}.yaml" for f in folders if (f / f"{group.sku}.yaml").is_file()]
+        out[group.sku] = load_baseline(found[0] if found else folders[0] / f"{group.sku}.yaml")
+    return out
 
 
 class SimulatedTarget(SimulatedCluster, SimulatedProbes):
@@ -31,15 +42,15 @@ class SimulatedTarget(SimulatedCluster, SimulatedProbes):
     def from_spec(cls, spec: ClusterSpec) -> SimulatedTarget:
         assert isinstance(spec.target, SimulatedTargetSpec)
         fleet = load_fleet(spec.resolve(spec.target.fleet, "target.fleet"), spec=spec)
-        sku_file = spec.resolve(spec.certify.baseline, "certify.baseline").parent / f"{fleet.sku}.yaml"
-        return cls(spec, fleet, load_baseline(sku_file))
+        folders = [spec.resolve(p.baseline).parent for p in spec.pools]
+        return cls(spec, fleet, sku_baselines(fleet, folders))
 
     def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
         for node in nodes:
             sink(self.measure_node(node, plan))
 
     def node_control(self, reports: Path) -> SimulatedNodeControl:
-        return SimulatedNodeControl(reports / ".simulated-nodes" / self.spec.metadata.name)
+        return SimulatedNodeControl(reports / ".simulated-nodes" / self.spec.metadata.name, tuple(self.names))
 
     def measure_fabrics(self, groups: list[list[str]], plan: MeasurePlan) -> list[FabricEvidence]:
         return [self._fabric(nodes, plan) for nodes in groups]

@@ -34,11 +34,9 @@ class SimulatedCluster(World):
         count = len(self._present(node))
         driver = self._version(node, "driver")
         labels = {
-            "kubernetes.io/hostname": node,
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": self.baseline.product,
+            **self.labels(node),
             "nvidia.com/gpu.count": str(count),
-            "nvidia.com/gpu.memory": str(self.baseline.memory_mib),
+            "nvidia.com/gpu.memory": str(self.baseline_of(node).memory_mib),
             "nvidia.com/cuda.driver-version.full": driver,
             "nvidia.com/cuda.runtime-version.full": cuda_of_driver(driver) or "",
         }

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpucert.errors import NodeBusyError
 from gpucert.names import check_node_name, inside
+from gpucert.targets.base import NodeState
 from gpucert.targets.simulated.world import iso as _iso
 
 __all__ = ["LOCK_MAX_AGE_S", "SimulatedNodeControl"]
@@ -28,8 +29,9 @@ class SimulatedNodeControl:
     """Recertification's hold on a simulated node: a lock file per node (held by a live process) and the node's
     cordon, labels and annotations in `<state_dir>/<node>.json`, where a Kubernetes node would keep them."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, names: tuple[str, ...] = ()) -> None:
         self.state_dir = state_dir
+        self.names = names  # the fleet's nodes, in its order
 
     def _state_path(self, node: str) -> Path:
         return inside(self.state_dir, f"{check_node_name(node)}.json")
@@ -127,6 +129,16 @@ class SimulatedNodeControl:
         state["unschedulable"] = True
         self._save(node, state)
         return was
+
+    def nodes(self) -> list[NodeState]:
+        out = []
+        for name in self.names:
+            state = self.state(name)
+            out.append(NodeState(name, bool(state["unschedulable"]), state["labels"], state["annotations"]))
+        return out
+
+    def gpu_pods(self, node: str) -> list[str]:
+        return []  # a simulated fleet runs no workloads
 
     def wait_idle(self, node: str, *, drain: bool, timeout_s: float) -> list[str]:
         return []  # a simulated fleet runs no workloads

@@ -106,7 +106,8 @@ class SimulatedProbes(World):
             EccCounts(volatile_corrected=0, volatile_uncorrected=0, aggregate_corrected=0, aggregate_uncorrected=0),
             RemappedRows(correctable=0, uncorrectable=0, pending=False, failure=False),
         )
-        gen, width = self.baseline.pcie.generation, self.baseline.pcie.width
+        baseline = self.baseline_of(node)
+        gen, width = baseline.pcie.generation, baseline.pcie.width
         pcie = PcieLink(
             current_generation=gen, current_width=width, max_generation=gen, max_width=width, under_load=True
         )
@@ -167,7 +168,8 @@ class SimulatedProbes(World):
         board = "/replacement" if slot in self.faults[node].swapped else ""
         digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
         measurements: dict[str, Measurement] = {}
-        for metric, b in self.baseline.metrics.items():
+        baseline = self.baseline_of(node)
+        for metric, b in baseline.metrics.items():
             family = metric.split(".")[0]
             if family in ("p2p", "nccl") or Probe(family) not in probes:
                 continue
@@ -180,8 +182,8 @@ class SimulatedProbes(World):
             uuid=f"GPU-{uuid.UUID(digest[:32])}",
             serial=str(int(digest[:12], 16) % 10**13).zfill(13),
             pci_bus_id=f"00000000:{PCI_BUSES[slot % len(PCI_BUSES)]:02X}:00.0",
-            product=self.baseline.product.replace("-", " "),
-            memory_mib=self.baseline.memory_mib,
+            product=baseline.product.replace("-", " "),
+            memory_mib=baseline.memory_mib,
             vbios="96.00.99.00.01",
             health=self._health(rng, node, slot) if Probe.HEALTH in probes else None,
             measurements=measurements,
@@ -190,7 +192,7 @@ class SimulatedProbes(World):
     def _p2p(
         self, rng: np.random.Generator, node: str, slots: list[int], plan: MeasurePlan, aux: np.random.Generator
     ) -> P2pEvidence | None:
-        b = self.baseline.metrics.get("p2p.bandwidth")
+        b = self.baseline_of(node).metrics.get("p2p.bandwidth")
         if b is None:
             return None
         n = max(SAMPLES["p2p"], plan.samples.get("p2p", 0))
@@ -215,23 +217,25 @@ class SimulatedProbes(World):
         rng: np.random.Generator,
         ranks: int,
         factor: float,
+        node: str,
         metric: str = "nccl.all_reduce",
         *,
-        node: str | None = None,
+        own: bool = False,
         n: int = SAMPLES["nccl"],
         aux: np.random.Generator | None = None,
     ) -> NcclEvidence | None:
-        """The sweep; `node` for one node's own all-reduce (its offset and its faults that come and go)."""
-        b = self.baseline.metrics.get(metric)
+        """The sweep at the SKU of `node`'s pool; `own` for the node's own all-reduce (its offset and its faults
+        that come and go), not for one across nodes."""
+        b = self.baseline_of(node).metrics.get(metric)
         if b is None:
             return None
-        if node is not None:
+        if own:
             factor *= self._offset(node, None, metric)
         bus_factor = 2 * (ranks - 1) / ranks
         plateau = b.expected * factor * (NCCL_SIZES[-1] + NCCL_HALF_SIZE) / NCCL_SIZES[-1]
         points = []
         for i, size in enumerate(NCCL_SIZES):
-            varying = self._varying(node, None, metric, n, salt=i) if node is not None else None
+            varying = self._varying(node, None, metric, n, salt=i) if own else None
             nominal = plateau * size / (size + NCCL_HALF_SIZE)
             busbw = np.array(self._samples(rng, nominal, n, factors=varying, outliers=aux))
             algbw = busbw / bus_factor
@@ -290,7 +294,7 @@ class SimulatedProbes(World):
                 }
             ],
             "metadata": {
-                "version": self.versions["dcgm"],
+                "version": self.installed[node]["dcgm"],
                 "Driver Version Detected": self._version(node, "driver"),
             },
         }
@@ -356,7 +360,8 @@ class SimulatedProbes(World):
                     rng,
                     len(slots),
                     self._factor(node, None, "nccl.all_reduce"),
-                    node=node,
+                    node,
+                    own=True,
                     n=max(SAMPLES["nccl"], plan.samples.get("nccl", 0)),
                     aux=aux,
                 )
@@ -374,7 +379,7 @@ class SimulatedProbes(World):
         factor = min(self._factor(n, None, "nccl.all_reduce.multinode") for n in nodes)
         rng = np.random.default_rng([self.fleet.seed, 0x6D6E, *(self.names.index(n) for n in nodes)])
         ranks = gpus * len(nodes)
-        sweep = self._nccl(rng, ranks, factor, "nccl.all_reduce.multinode") if ranks >= 2 else None
+        sweep = self._nccl(rng, ranks, factor, nodes[0], "nccl.all_reduce.multinode") if ranks >= 2 else None
         errors = []
         if ranks < 2:
             errors.append(ProbeError(probe="nccl", message=f"{ranks} GPU(s) across {', '.join(nodes)}: no collective"))
@@ -383,7 +388,8 @@ class SimulatedProbes(World):
                 ProbeError(
                     probe="nccl",
                     unavailable=True,
-                    message=f"the baseline {self.baseline.sku} has no nccl.all_reduce.multinode figure to simulate",
+                    message=f"the baseline {self.baseline_of(nodes[0]).sku} has no nccl.all_reduce.multinode figure "
+                    "to simulate",
                 )
             )
         return FabricEvidence(

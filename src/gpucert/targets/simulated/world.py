@@ -1,7 +1,7 @@
 """The simulated fleet's world: the spec, the fleet and its faults indexed per node, and what every part of the
-simulation asks of them (a component's version on a node, the GPUs on its bus, a metric's slow-down factor, a
-node's random generator). Deterministic: every node draws from its own generator seeded by (fleet seed, node
-number), so the order and parallelism of measuring change nothing.
+simulation asks of them (a node's SKU and labels, a component's version on a node, the GPUs on its bus, a metric's
+slow-down factor, a node's random generator). Deterministic: every node draws from its own generator seeded by
+(fleet seed, node number), so the order and parallelism of measuring change nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from gpucert.checks import GPU_METRICS, METRICS
 from gpucert.fleet import (
     DriftFault,
     Fault,
+    FleetPool,
     IntermittentFault,
     MissingComponentFault,
     MissingGpuFault,
@@ -72,14 +73,17 @@ class NodeFaults:
 class World:
     """The spec, the fleet and its faults: what the cluster objects and the probe evidence are drawn from."""
 
-    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baseline: GpuBaseline) -> None:
+    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baselines: dict[str, GpuBaseline]) -> None:
+        """`baselines` by SKU name: every SKU the fleet's groups name (the nominal figures of their GPUs)."""
         self.spec = spec
         self.fleet = fleet
-        self.baseline = baseline
-        pins = {c.name: c.version for c in spec.stack.components}
-        self.versions = {**DEFAULT_NODE_STACK, **pins, **fleet.stack}
-        self.names = fleet.nodes.names()
+        self.skus = baselines
+        self.names = fleet.node_names()
+        self._group = {n: g for g in fleet.groups() for n in g.nodes.names()}
         self.faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self.names}
+        # what each node runs, unless a fault says otherwise: its group's versions over the fleet's, over the pins
+        # of the spec's pool the node is in (else the spec's recipe), over a default node
+        self.installed = {n: self._installed(n) for n in self.names}
         for f in fleet.faults:
             nf = self.faults[f.node]
             match f:
@@ -104,12 +108,36 @@ class World:
                 case _:
                     nf.gpu.setdefault(f.gpu, []).append(f)
 
+    def group(self, node: str) -> FleetPool:
+        return self._group[node]
+
+    def baseline_of(self, node: str) -> GpuBaseline:
+        """The SKU of the node's GPUs: their product name, memory, PCIe link and nominal figures."""
+        return self.skus[self._group[node].sku]
+
+    def labels(self, node: str) -> dict[str, str]:
+        """The node's labels as the cluster has them before GFD's count (hostname, product, its group's own)."""
+        return {
+            "kubernetes.io/hostname": node,
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": self.baseline_of(node).product,
+            **self._group[node].labels,
+        }
+
+    def _installed(self, node: str) -> dict[str, str]:
+        labels = {**self.labels(node), "nvidia.com/gpu.count": str(self._group[node].nodes.gpus_per_node)}
+        pools = [p.name for p in self.spec.pools if p.selects(labels)]
+        stack = self.spec.stack_for(pools[0]) if len(pools) == 1 else self.spec.stack
+        pins = {c.name: c.version for c in stack.components}
+        return {**DEFAULT_NODE_STACK, **pins, **self.fleet.stack, **self._group[node].stack}
+
     def _version(self, node: str, component: str) -> str:
-        return self.faults[node].versions.get(component, self.versions.get(component, "0.0.0"))
+        return self.faults[node].versions.get(component, self.installed[node].get(component, "0.0.0"))
 
     def _present(self, node: str) -> list[int]:
         """Physical GPU slots that answer on the bus; NVML numbers them 0.. in bus order."""
-        return [s for s in range(self.fleet.nodes.gpus_per_node) if s not in self.faults[node].missing]
+        slots = self._group[node].nodes.gpus_per_node
+        return [s for s in range(slots) if s not in self.faults[node].missing]
 
     def _rng(self, node: str) -> np.random.Generator:
         return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1])

@@ -1,0 +1,185 @@
+"""The punch list (`gpucert punchlist RUN_DIR`): one row per failing node and GPU, with what a repair ticket needs.
+
+Each row names the node and GPU, the board (serial, UUID, PCI bus id, VBIOS, as the probe read them), every check
+that failed there with what was observed against what was expected (and the limit), the DCGM error ids where DCGM
+gave them, and the evidence file. Rows are sorted by severity: hardware health (NVML health, DCGM diagnostics) before
+a node or GPU that is missing, before performance against the baseline, before stragglers, before configuration.
+Waived findings are not on it (they are accepted, see the verdict); errors are (the check could not be decided).
+
+Reads a run folder (verdict.json and the evidence) through RunFolder; writes nothing.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpucert.checks import Family, family_of
+from gpucert.errors import EvidenceError
+from gpucert.evidence import NodeEvidence
+from gpucert.report.html import natural_key
+from gpucert.runfolder import RunFolder
+
+__all__ = ["FORMATS", "PunchRow", "punch_list", "render", "severity_of"]
+
+FORMATS = ("csv", "json", "md")
+# severity: what a repair ticket is about, in the order they are worked
+SEVERITIES = ("hardware", "missing", "performance", "straggler", "configuration", "other")
+COLUMNS = (
+    "severity",
+    "node",
+    "gpu",
+    "serial",
+    "uuid",
+    "pci_bus_id",
+    "vbios",
+    "checks",
+    "observed",
+    "expected",
+    "limit",
+    "dcgm_errors",
+    "status",
+    "evidence",
+    "message",
+)
+
+
+def severity_of(check: str) -> str:
+    """The severity class of a failed check (hardware health first)."""
+    try:
+        family = family_of(check)
+    except ValueError:
+        return "other"
+    if family in (Family.HEALTH, Family.DCGM):
+        return "hardware"
+    if check in ("node.reachable", "inventory.gpus", "handover.identity"):
+        return "missing"
+    if family in (Family.PERFORMANCE, Family.HANDOVER):
+        return "performance"
+    if family is Family.STRAGGLER:
+        return "straggler"
+    if family in (Family.STACK, Family.INVENTORY):
+        return "configuration"
+    return "other"
+
+
+@dataclass
+class PunchRow:
+    severity: str
+    node: str
+    gpu: int | None
+    serial: str | None = None
+    uuid: str | None = None
+    pci_bus_id: str | None = None
+    vbios: str | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    dcgm_errors: list[str] = field(default_factory=list)
+    evidence: str | None = None
+
+    def flat(self) -> dict[str, str]:
+        """The row for a table: one cell per column, a GPU's several checks joined in severity order."""
+
+        def join(key: str) -> str:
+            values = [f.get(key) for f in self.findings]
+            if all(v is None for v in values):
+                return ""
+            unit = [f.get("unit") or "" for f in self.findings]
+            return " | ".join("" if v is None else f"{v} {u}".strip() for v, u in zip(values, unit, strict=True))
+
+        return {
+            "severity": self.severity,
+            "node": self.node,
+            "gpu": "" if self.gpu is None else str(self.gpu),
+            "serial": self.serial or "",
+            "uuid": self.uuid or "",
+            "pci_bus_id": self.pci_bus_id or "",
+            "vbios": self.vbios or "",
+            "checks": " | ".join(f["check"] for f in self.findings),
+            "observed": join("observed"),
+            "expected": join("expected"),
+            "limit": join("limit"),
+            "dcgm_errors": " | ".join(self.dcgm_errors),
+            "status": " | ".join(f["status"] for f in self.findings),
+            "evidence": self.evidence or "",
+            "message": " | ".join(f.get("message", "") for f in self.findings),
+        }
+
+
+def _dcgm_errors(ev: NodeEvidence | None, gpu: int | None, checks: list[str]) -> list[str]:
+    if ev is None or ev.dcgm is None or gpu is None:
+        return []
+    out = []
+    for check in checks:
+        if not check.startswith("dcgm."):
+            continue
+        test = ev.dcgm.results.get(check.removeprefix("dcgm."))
+        result = test.gpus.get(gpu) if test is not None else None
+        out += [f"{e.name} ({e.id})" for e in (result.errors if result is not None else [])]
+    return list(dict.fromkeys(out))
+
+
+def punch_list(run_dir: RunFolder) -> list[PunchRow]:
+    """The rows of a run's punch list, worst first."""
+    verdict = run_dir.read_verdict()
+    groups: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
+    for f in verdict.get("findings", []):
+        if f.get("status") not in ("fail", "error") or f.get("node") is None:
+            continue
+        groups.setdefault((f["node"], f.get("gpu")), []).append(f)
+    rows = []
+    for (node, gpu), found in groups.items():
+        found.sort(key=lambda f: (SEVERITIES.index(severity_of(f["check"])), f["check"]))
+        try:
+            ev = run_dir.read_evidence(node)
+        except EvidenceError:
+            ev = None
+        board = ev.gpu(gpu) if ev is not None and gpu is not None else None
+        path = run_dir.evidence_path(node)
+        rows.append(
+            PunchRow(
+                severity=severity_of(found[0]["check"]),
+                node=node,
+                gpu=gpu,
+                serial=board.serial if board else None,
+                uuid=board.uuid if board else None,
+                pci_bus_id=board.pci_bus_id if board else None,
+                vbios=board.vbios if board else None,
+                findings=found,
+                dcgm_errors=_dcgm_errors(ev, gpu, [f["check"] for f in found]),
+                evidence=path.relative_to(run_dir.path.resolve()).as_posix() if path.exists() else None,
+            )
+        )
+    rows.sort(key=lambda r: (SEVERITIES.index(r.severity), natural_key(r.node), -1 if r.gpu is None else r.gpu))
+    return rows
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or " "
+
+
+def render(rows: list[PunchRow], fmt: str, *, run: str) -> str:
+    """The punch list as CSV (one line per row), JSON (rows with their findings) or a Markdown table."""
+    if fmt == "json":
+        return json.dumps({"run": run, "rows": [asdict(r) for r in rows]}, indent=1) + "\n"
+    flat = [r.flat() for r in rows]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(flat)
+        return out.getvalue()
+    shown = [c for c in COLUMNS if c != "message"]
+    lines = [
+        f"# Punch list of {run}",
+        "",
+        f"{len(rows)} failing node/GPU(s), worst first (hardware health, then missing, performance, stragglers, "
+        "configuration).",
+        "",
+        "| " + " | ".join(shown) + " |",
+        "|" + "---|" * len(shown),
+    ]
+    lines += ["| " + " | ".join(_md_cell(r[c]) for c in shown) + " |" for r in flat]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,247 @@
+"""The acceptance record (`gpucert accept RUN_DIR...`): the whole cluster, node by node, over several runs.
+
+Every run given must verify (its signature by one of the keys, every file, and a re-test's carried evidence against
+its source run). Each node is covered by the latest run that judged it (runs ordered by when they started): its
+status is `passed`, `repaired` (passed after failing in an earlier run), `waived` (passed with a waived finding),
+or `failed`; a waiver that has expired by the time of acceptance no longer covers its finding. The cluster passes
+when every node of the spec is covered and passes, and the latest run of the whole cluster passed its fleet checks.
+
+`acceptance/<id>/` holds acceptance.json, report.html and a DSSE envelope over both (certificate.intoto.json),
+signed by the vendor here; `gpucert countersign` adds the buyer's signature to the same envelope.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from gpucert.acceptance.retest import verify_carried
+from gpucert.errors import ConfigError, EvidenceError, GpucertError
+from gpucert.report import attest
+from gpucert.report.html import natural_key
+from gpucert.runfolder import RunFolder, write_json_atomic
+from gpucert.spec import load_spec
+
+__all__ = ["ACCEPTANCE_SCHEMA", "PREDICATE_TYPE", "RECORD", "REPORT", "STATUSES", "SeenRun", "accept", "open_run"]
+
+ACCEPTANCE_SCHEMA = "gpucert.io/acceptance/v1"
+PREDICATE_TYPE = "https://gpucert.io/acceptance/v1"
+RECORD = "acceptance.json"
+REPORT = "report.html"
+STATUSES = ("passed", "repaired", "waived", "failed")
+MEASURED_MODES = ("measure", "retest", "recertify")  # the run modes (runfolder.MODES) that measured the hardware
+
+
+@dataclass(frozen=True)
+class SeenRun:
+    """One run given to `accept`, verified."""
+
+    folder: RunFolder
+    verdict: dict[str, Any]
+    certificate: str
+    signers: list[str]
+    started: str
+
+    @property
+    def id(self) -> str:
+        return str(self.verdict["run"])
+
+    @property
+    def kind(self) -> str:
+        if "recertify" in self.verdict:
+            return "recertification"
+        return "retest" if "retest" in self.verdict else "certification"
+
+
+def open_run(path: Path, keys: list[Ed25519PublicKey]) -> SeenRun:
+    """A run folder that verifies: signed by one of `keys`, every file as signed, carried evidence as its source
+    signed it. EvidenceError (exit 2) naming what does not verify otherwise."""
+    try:
+        folder = RunFolder(path.resolve(strict=True))
+    except (OSError, RuntimeError) as exc:
+        raise EvidenceError(f"cannot open: {exc}", path=path) from None
+    env = attest.read_envelope(folder.envelope_path)
+    signers = [c.verified_by for c in env.check(keys) if c.verified_by]
+    if not signers:
+        fps = ", ".join(attest.fingerprint(k) for k in keys)
+        raise EvidenceError(f"signed by none of the keys given ({fps}): accept only runs you can verify", path=path)
+    statement = env.statement()
+    if statement.get("predicateType") != attest.PREDICATE_TYPE:
+        raise EvidenceError("not a run's certificate (its predicate is not a certification)", path=path)
+    mode = (statement.get("predicate", {}).get("scope") or {}).get("mode")
+    if mode not in MEASURED_MODES:
+        raise EvidenceError(
+            f"a {mode} run measured no GPU: only a certification, a re-test or a recertification covers a node",
+            path=path,
+        )
+    changed, missing, added, odd = attest.compare_files(folder.path, env)
+    problems = [f"changed: {n}" for n in changed] + [f"missing: {n}" for n in missing]
+    problems += [f"added: {n}" for n in added] + [f"not a plain file: {n}" for n in odd]
+    problems += verify_carried(folder.path, keys)
+    if problems:
+        raise EvidenceError(
+            f"does not verify ({'; '.join(problems[:4])}): accept only runs that verify (`gpucert verify`)", path=path
+        )
+    verdict = folder.read_verdict()
+    started = str(folder.read_run_info().get("started") or "")
+    return SeenRun(folder, verdict, attest.certificate_digest(folder.path) or "", signers, started)
+
+
+def _history(runs: list[SeenRun]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in runs:
+        for node, s in r.verdict.get("nodes", {}).items():
+            out.setdefault(node, []).append(
+                {
+                    "run": r.id,
+                    "result": s["result"],
+                    "failing": s.get("failing", []),
+                    "waived": s.get("waivedChecks", []),
+                    "carried": s.get("carriedFrom") is not None,
+                }
+            )
+    return out
+
+
+def _expired(waiver: dict[str, Any], now: datetime) -> bool:
+    try:
+        return date.fromisoformat(str(waiver.get("expires"))) < now.date()
+    except ValueError:
+        return True  # an expiry that cannot be read is no waiver in force
+
+
+def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime, id_: str) -> dict[str, Any]:
+    """acceptance.json: `runs` in the order they ran; the latest run that judged a node covers it."""
+    history = _history(runs)
+    by_id = {r.id: r for r in runs}
+    nodes: dict[str, dict[str, Any]] = {}
+    waivers: dict[tuple[str, str], dict[str, Any]] = {}
+    for node in sorted(history, key=natural_key):
+        hist = history[node]
+        last = by_id[hist[-1]["run"]]
+        s = last.verdict["nodes"][node]
+        waived = [f for f in last.verdict.get("findings", []) if f["status"] == "waived" and f["node"] == node]
+        why = None
+        for f in waived:
+            w = f.get("waiver") or {}
+            entry = waivers.setdefault((last.id, str(w.get("id"))), {**w, "run": last.id, "covers": []})
+            entry["covers"].append(f"{f['check']}@{node}" + ("" if f["gpu"] is None else f"/gpu{f['gpu']}"))
+            entry["inForce"] = not _expired(w, now)
+            if not entry["inForce"]:
+                why = f"waiver {w.get('id')} of run {last.id} expired on {w.get('expires')}, before this acceptance"
+        if s["result"] != "pass":
+            status, why = "failed", f"{s['result']} in {last.id}: {', '.join(s.get('failing', [])) or 'incomplete'}"
+        elif why is not None:
+            status = "failed"
+        elif waived:
+            status = "waived"
+        elif any(h["result"] != "pass" for h in hist[:-1]):
+            status = "repaired"
+        else:
+            status = "passed"
+        nodes[node] = {
+            "status": status,
+            "run": last.id,
+            "certificate": last.certificate,
+            "result": s["result"],
+            "measured": s.get("measured"),
+            "carriedFrom": s.get("carriedFrom"),
+            "waived": [
+                {"check": f["check"], "gpu": f["gpu"], "waiver": (f.get("waiver") or {}).get("id")} for f in waived
+            ],
+            "history": hist,
+            **({"why": why} if why else {}),
+        }
+    totals = {"expected": expected, "nodes": len(nodes), **{st: 0 for st in STATUSES}}
+    for n in nodes.values():
+        totals[n["status"]] += 1
+    problems = [f"{n}: {v['why']}" for n, v in nodes.items() if v["status"] == "failed"]
+    if len(nodes) != expected:
+        problems.append(f"the runs cover {len(nodes)} nodes; the spec expects {expected}")
+    whole = [r for r in runs if r.kind != "recertification"]
+    fleet = None
+    if not whole:
+        problems.append("no run certifies the cluster as a whole (only recertifications of single nodes)")
+    else:
+        latest = whole[-1]
+        fleet = {"run": latest.id, **{k: latest.verdict["fleet"][k] for k in ("result", "failing")}}
+        if fleet["result"] != "pass":
+            problems.append(
+                f"the cluster's own checks of {latest.id} did not pass ({', '.join(fleet['failing']) or 'incomplete'})"
+            )
+    return {
+        "schema": ACCEPTANCE_SCHEMA,
+        "id": id_,
+        "spec": spec,
+        "created": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "result": "fail" if problems else "pass",
+        "problems": problems,
+        "totals": totals,
+        "fleet": fleet,
+        "runs": [
+            {
+                "run": r.id,
+                "kind": r.kind,
+                "started": r.started,
+                "result": r.verdict["result"],
+                "certificate": r.certificate,
+                "signers": r.signers,
+                "target": r.verdict.get("target"),
+                **({"retest": r.verdict["retest"]} if "retest" in r.verdict else {}),
+            }
+            for r in runs
+        ],
+        "nodes": nodes,
+        "waivers": sorted(waivers.values(), key=lambda w: (w["run"], str(w.get("id")))),
+    }
+
+
+def accept(
+    run_dirs: list[Path], out: Path, *, sign_key: Path, keys: list[Ed25519PublicKey]
+) -> tuple[Path, dict[str, Any], str]:
+    """Verify the runs, write `out/<id>/` (acceptance.json, report.html) and sign it. Returns the folder, the
+    record and the signer's fingerprint."""
+    from gpucert.acceptance.html import render_acceptance
+
+    if not run_dirs:
+        raise ConfigError("accept needs the run folders to accept: gpucert accept RUN_DIR... --sign-key KEY")
+    seen = sorted((open_run(p, keys) for p in run_dirs), key=lambda r: (r.started, r.id))
+    if len({r.id for r in seen}) != len(seen):
+        raise ConfigError("the same run is given twice; give each run folder once")
+    specs = sorted({str(r.verdict.get("spec")) for r in seen})
+    if len(specs) != 1:
+        raise ConfigError(f"the runs certify different specs ({', '.join(specs)}): accept the runs of one spec")
+    latest_spec = load_spec(seen[-1].folder.spec_copy)
+    now = datetime.now(UTC)
+    id_ = f"{now:%Y-%m-%dT%H-%M-%SZ}-{specs[0]}"
+    expected = sum(p.expect.nodes for p in latest_spec.pools)
+    record = build_record(seen, expected=expected, spec=specs[0], now=now, id_=id_)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot create the acceptance folder here: {exc.strerror}", path=out, key="--out") from None
+    folder = out / id_
+    for n in range(2, 1000):
+        try:
+            folder.mkdir()
+            break
+        except FileExistsError:
+            folder = out / f"{id_}-{n}"
+    try:
+        write_json_atomic(folder / RECORD, record)
+        (folder / REPORT).write_text(render_acceptance(record), encoding="utf-8")
+        predicate = {k: record[k] for k in ("id", "spec", "created", "result", "totals")}
+        predicate["runs"] = {r["run"]: r["certificate"] for r in record["runs"]}
+        predicate["nodes"] = {n: v["status"] for n, v in record["nodes"].items()}
+        _, fp = attest.sign_folder(folder, sign_key, PREDICATE_TYPE, predicate)
+    except (GpucertError, OSError, KeyboardInterrupt):
+        with contextlib.suppress(OSError):
+            shutil.rmtree(folder)
+        raise
+    return folder, record, fp

@@ -1,0 +1,349 @@
+"""Re-test (`gpucert certify SPEC --retest RUN_DIR`): measure again only what did not pass, carry the rest over.
+
+A node is measured again when it did not pass in the source run, is new, shows a changed identity (a GPU's serial,
+UUID, VBIOS or bus id, the count of its GPUs, or the driver, read from the stack and by a light NVML read of
+every node to be carried), or its evidence is older than `acceptance.maxEvidenceAge`. Every other node's evidence is
+carried over byte for byte, with its provenance (source run, file digest, when it was measured, its age), together
+with the source run's signed envelope: the new folder is complete for evaluation, and `verify` checks each carried
+file against the digest the source run signed for it. The source must verify before anything is carried.
+
+Touches the run folders (through RunFolder) and, for the identity read, the target; the choices are pure functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from gpucert.errors import ConfigError, EvidenceError
+from gpucert.evidence import NodeEvidence
+from gpucert.inventory import Inventory
+from gpucert.report import attest
+from gpucert.runfolder import RunFolder
+from gpucert.spec import ClusterSpec, Probe, load_spec
+from gpucert.stack.observe import StackObservation
+from gpucert.targets.base import MeasurePlan, Target
+
+__all__ = [
+    "RETEST_SCHEMA",
+    "Source",
+    "choose",
+    "identity_change",
+    "open_source",
+    "prepare_retest",
+    "verify_carried",
+]
+
+RETEST_SCHEMA = "gpucert.io/retest/v1"
+MAX_CHANGES_NAMED = 4
+
+
+def _iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _when(stamp: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(stamp).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Source:
+    """The run re-tested, verified: its folder, verdict, what it signed for each file, and its certificate."""
+
+    folder: RunFolder
+    verdict: dict[str, Any]
+    signed: dict[str, str]  # relative name -> sha256, from its signed statement
+    certificate: str  # sha256:<hex> of its envelope
+    signer: str | None  # the fingerprint of the given key that verified it (None: no key was given)
+
+    @property
+    def run(self) -> str:
+        return str(self.verdict["run"])
+
+
+def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> Source:
+    """The source run of a re-test, refused (exit 2) unless it is a signed certification of this spec and SKU
+    baseline whose files still match what was signed (and whose signature one of `keys` made, when given)."""
+    try:
+        folder = RunFolder(path.resolve(strict=True))
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError(f"--retest: cannot open the run folder: {exc}", path=path) from None
+    if not folder.prepared or not folder.measured or not folder.verdict_path.is_file():
+        raise ConfigError("--retest needs a completed, measured run folder written by `gpucert certify`", path=path)
+    if folder.recertify_path.exists():
+        raise ConfigError("--retest needs a certification of the cluster, not a recertification of a node", path=path)
+    if not folder.envelope_path.exists():
+        raise ConfigError(
+            "--retest carries evidence over only from a signed run (its digests are what the new run trusts): "
+            "sign it with `gpucert sign RUN --key KEY` first",
+            path=path,
+        )
+    env = attest.read_envelope(folder.envelope_path)
+    signer = None
+    if keys:
+        signer = next((c.verified_by for c in env.check(keys) if c.verified_by), None)
+        if signer is None:
+            raise ConfigError(
+                f"{env.path} is not signed by the key signing this re-test ({attest.fingerprint(keys[0])}): "
+                "give a run signed with the same key",
+                path=path,
+            )
+    signed = env.signed_digests()
+    bad = sorted(n for n, d in signed.items() if not (folder.path / n).is_file() or _sha256(folder.path / n) != d)
+    if bad:
+        raise EvidenceError(
+            f"--retest: the run no longer matches what it signed ({', '.join(bad[:5])}): nothing is carried from a "
+            "run that does not verify",
+            path=path,
+        )
+    verdict = folder.read_verdict()
+    if verdict.get("spec") != spec.metadata.name:
+        raise ConfigError(
+            f"--retest: that run certified spec {verdict.get('spec')!r}, not {spec.metadata.name!r}", path=path
+        )
+    _same_judgement(folder, spec, path)
+    return Source(folder, verdict, signed, "sha256:" + _sha256(folder.envelope_path), signer)
+
+
+def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:
+    """Carried evidence is judged again under this spec: it must be the SKU baseline, probes and DCGM level the
+    evidence was measured for."""
+    from gpucert.run import baseline_paths
+
+    for pool, baseline in baseline_paths(spec).items():
+        copy = folder.baseline_copy_for(pool)
+        if not copy.is_file() or _sha256(copy) != _sha256(baseline):
+            raise ConfigError(
+                f"--retest: that run judged pool {pool!r} against another SKU baseline than the spec names; re-test "
+                "under the baselines of the run, or certify the whole cluster again",
+                path=path,
+            )
+    then = load_spec(folder.spec_copy)
+    for key, was, now in (
+        ("certify.probes", sorted(then.certify.probes), sorted(spec.certify.probes)),
+        ("certify.dcgm.level", then.certify.dcgm.level, spec.certify.dcgm.level),
+        ("pools", _expectations(then), _expectations(spec)),
+    ):
+        if was != now:
+            raise ConfigError(
+                f"--retest: the run was measured with {key} {was}, the spec says {now}: carried evidence would not "
+                "hold what the spec asks; certify the whole cluster again",
+                path=spec.path,
+                key=key,
+            )
+
+
+def _expectations(spec: ClusterSpec) -> dict[str, tuple[str, int, str]]:
+    """What each pool expects of its nodes (selector, GPUs per node, product): carried evidence holds only under
+    the same."""
+    return {
+        p.name: (str(sorted(p.node_selector.items())), p.expect.gpus_per_node, p.expect.gpu_product) for p in spec.pools
+    }
+
+
+def identity_change(then: NodeEvidence, now: NodeEvidence | None) -> str | None:
+    """What differs between a node's identity in the source run and read now (None: the same node, GPU for
+    GPU). An identity that cannot be read is a change: the node is measured again (fail closed)."""
+    if now is None or not now.collected:
+        why = "; ".join(e.message for e in now.errors) if now is not None else "no answer"
+        return f"its identity could not be read now ({why or 'the probe did not run'})"
+    changes: list[str] = []
+    if then.system.driver_version != now.system.driver_version:
+        changes.append(f"driver {then.system.driver_version} -> {now.system.driver_version}")
+    if len(then.gpus) != len(now.gpus):
+        changes.append(f"{len(then.gpus)} GPUs -> {len(now.gpus)}")
+    for g in then.gpus:
+        n = now.gpu(g.index)
+        if n is None:
+            continue
+        for what, a, b in (
+            ("serial", g.serial, n.serial),
+            ("UUID", g.uuid, n.uuid),
+            ("VBIOS", g.vbios, n.vbios),
+            ("PCI bus id", g.pci_bus_id, n.pci_bus_id),
+        ):
+            if a != b:
+                changes.append(f"gpu{g.index} {what} {a} -> {b}")
+    if not changes:
+        return None
+    more = len(changes) - MAX_CHANGES_NAMED
+    return "changed: " + "; ".join(changes[:MAX_CHANGES_NAMED]) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _driver(stack: StackObservation, node: str) -> str | None:
+    ns = stack.nodes.get(node)
+    comp = ns.components.get("driver") if ns is not None else None
+    return comp.version if comp is not None else None
+
+
+def choose(
+    nodes: list[str],
+    source: Source,
+    stack_now: StackObservation,
+    now: datetime,
+    max_age_s: int | None,
+) -> tuple[dict[str, str], list[str]]:
+    """The nodes to measure again (node -> why), and the candidates to carry once their identity is read."""
+    results: dict[str, Any] = source.verdict.get("nodes", {})
+    stack_then = source.folder.read_stack()
+    measure: dict[str, str] = {}
+    candidates: list[str] = []
+    for node in nodes:
+        r = results.get(node)
+        if r is None:
+            measure[node] = f"new: not in {source.run}"
+            continue
+        if r.get("result") != "pass":
+            failing = ", ".join(r.get("failing") or []) or "checks that did not run"
+            measure[node] = f"did not pass in {source.run} ({r.get('result')}: {failing})"
+            continue
+        try:
+            ev = source.folder.read_evidence(node)
+        except EvidenceError as exc:
+            measure[node] = f"its evidence in {source.run} cannot be used: {exc}"
+            continue
+        if ev is None or not ev.collected:
+            measure[node] = f"not measured in {source.run}"
+            continue
+        then_driver, now_driver = _driver(stack_then, node), _driver(stack_now, node)
+        if then_driver != now_driver:
+            measure[node] = f"changed: driver {then_driver} -> {now_driver} (the cluster's stack)"
+            continue
+        measured = _when(ev.finished)
+        if measured is None:
+            measure[node] = f"when its evidence was measured cannot be read ({ev.finished!r})"
+            continue
+        age = (now - measured).total_seconds()
+        if max_age_s is not None and age > max_age_s:
+            measure[node] = (
+                f"stale: measured {age / 86400:.1f} days ago ({ev.finished}), more than acceptance.maxEvidenceAge"
+            )
+            continue
+        candidates.append(node)
+    return measure, candidates
+
+
+def _provenance(source: Source, node: str, now: datetime) -> dict[str, Any]:
+    path = source.folder.evidence_path(node)
+    ev = source.folder.read_evidence(node)
+    assert ev is not None
+    earlier = (source.folder.read_retest() or {}).get("carried", {}).get(node)
+    measured = _when(ev.finished)
+    return {
+        "run": source.run,
+        "measuredIn": earlier["measuredIn"] if isinstance(earlier, dict) and "measuredIn" in earlier else source.run,
+        "file": path.relative_to(source.folder.path).as_posix(),
+        "sha256": _sha256(path),
+        "measured": ev.finished,
+        "ageSeconds": int((now - measured).total_seconds()) if measured is not None else None,
+    }
+
+
+def prepare_retest(
+    target: Target, inventory: Inventory, spec: ClusterSpec, folder: RunFolder, source: Source
+) -> dict[str, str]:
+    """Decide what to measure, read the identity of every node that may be carried, carry the others over with
+    their provenance and the source's envelope, and write `retest/record.json`. Returns the nodes to measure."""
+    now = datetime.now(UTC)
+    measure, candidates = choose(inventory.names, source, folder.read_stack(), now, spec.acceptance.max_evidence_age_s)
+    identities: dict[str, NodeEvidence] = {}
+
+    def sink(ev: NodeEvidence) -> None:
+        folder.write_identity(ev)
+        identities[ev.node] = ev
+
+    if candidates:  # NVML only: serials, UUIDs, VBIOS, bus ids and the driver, no load on the GPUs
+        plan = MeasurePlan(run_id=folder.id, probes=(Probe.HEALTH,), dcgm_level=spec.certify.dcgm.level)
+        target.measure(candidates, plan, sink)
+    carried: dict[str, dict[str, Any]] = {}
+    for node in candidates:
+        then = source.folder.read_evidence(node)
+        assert then is not None
+        why = identity_change(then, identities.get(node))
+        if why is not None:
+            measure[node] = why
+        else:
+            carried[node] = _provenance(source, node, now)
+    folder.retest_dir.mkdir(exist_ok=True)
+    shutil.copyfile(source.folder.envelope_path, folder.retest_source_path)
+    for node in carried:
+        folder.carry_evidence(node, source.folder.evidence_path(node))
+    folder.write_retest(
+        {
+            "schema": RETEST_SCHEMA,
+            "source": {
+                "run": source.run,
+                "certificate": source.certificate,
+                "result": source.verdict.get("result"),
+                "signer": source.signer,
+            },
+            "at": _iso(now),
+            "maxEvidenceAge": spec.acceptance.max_evidence_age,
+            "measured": {n: measure[n] for n in inventory.names if n in measure},
+            "carried": carried,
+            "absent": sorted(set(source.verdict.get("nodes", {})) - set(inventory.names)),
+        }
+    )
+    return measure
+
+
+def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
+    """Problems with a re-test's carried evidence: each carried file must be, byte for byte, what its source run
+    signed for that node (its envelope travels in retest/), signed by one of `keys`, and a node that passed there.
+    [] for a run that carried nothing."""
+    folder = RunFolder(run_dir)
+    try:
+        record = folder.read_retest()
+    except EvidenceError as exc:
+        return [f"carried: the re-test record cannot be read: {exc}"]
+    if record is None:
+        return []
+    try:
+        env = attest.read_envelope(folder.retest_source_path)
+        signed = env.signed_digests()
+        statement = env.statement()
+    except EvidenceError as exc:
+        return [f"carried: the source run's certificate cannot be read: {exc}"]
+    source, carried = record.get("source"), record.get("carried")
+    if not isinstance(source, dict) or not isinstance(carried, dict):
+        return ["carried: retest/record.json is not a re-test record (no source or carried nodes)"]
+    problems = []
+    if not any(c.verified_by for c in env.check(keys)):
+        problems.append(
+            f"carried: the certificate of the source run {source.get('run')} (retest/source.intoto.json) is signed "
+            "by none of the given keys: its evidence cannot be trusted"
+        )
+    if "sha256:" + _sha256(folder.retest_source_path) != source.get("certificate"):
+        problems.append("carried: retest/source.intoto.json is not the certificate the re-test record names")
+    passed = statement.get("predicate", {}).get("nodes", {})
+    for node, entry in sorted(carried.items()):
+        try:
+            path = folder.evidence_path(node)
+        except EvidenceError as exc:
+            problems.append(f"carried: {exc}")
+            continue
+        name = path.relative_to(folder.path.resolve()).as_posix()  # as the statement names it
+        actual = _sha256(path) if path.is_file() and not path.is_symlink() else None
+        if actual is None or actual != signed.get(name) or not isinstance(entry, dict) or actual != entry.get("sha256"):
+            problems.append(
+                f"carried: {name} is not the evidence run {source.get('run')} signed for {node} (sha256 "
+                f"{(actual or 'missing')[:16]}..., signed {str(signed.get(name))[:16]}...): swapped or altered"
+            )
+        if passed.get(node) != "pass":
+            problems.append(
+                f"carried: {node} did not pass in {source.get('run')} ({passed.get(node)}), yet was carried"
+            )
+    return problems

@@ -1,0 +1,339 @@
+"""Handover acceptance end to end, through the `gpucert` command as the README's "Handover acceptance" runs it,
+on its example (examples/handover/).
+
+A simulated 16-node fleet with faults on 4 nodes: certify (fail), the punch list (4 boards with serials), the fleet
+"repaired" on 3 nodes, `--retest` (measures exactly those 4, carries 12), one waiver for the fourth, `accept` (pass
+with 1 waiver), `countersign`, `verify` with both keys; then each tamper (an edited waiver, an expired waiver, a
+carried node's evidence swapped, a signature removed) caught. One module-scoped flow; the tamper cases work on
+copies of its folders.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucert.report import attest
+
+from .conftest import ROOT, gpucert
+
+FAULTY = {
+    ("health.ecc", "gpu-node-3", 2),
+    ("memory.bandwidth", "gpu-node-7", 1),
+    ("dcgm.memory", "gpu-node-11", 4),
+    ("straggler.compute.gemm.bf16", "gpu-node-14", 6),
+}
+MEASURED_AGAIN = {"gpu-node-3", "gpu-node-7", "gpu-node-11", "gpu-node-14"}
+STRAGGLER = "straggler.compute.gemm.bf16"
+
+
+SPEC, AFTER = "examples/handover/spec.yaml", "examples/handover/spec-after-repair.yaml"
+
+
+def set_expiry(project: Path, expires: date) -> None:
+    """The example waiver's expiry, relative to today: the flow must not turn into an expired waiver one day."""
+    path = project / "examples" / "handover" / "waivers.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["waivers"][0]["expires"] = expires.isoformat()
+    path.write_text(yaml.safe_dump(doc))
+
+
+def project_copy(dst: Path) -> Path:
+    shutil.copytree(ROOT / "examples", dst / "examples")
+    shutil.copytree(ROOT / "baselines", dst / "baselines")
+    return dst
+
+
+def ok(r: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
+    assert r.returncode == code, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+@dataclass
+class Flow:
+    work: Path
+    run1: Path
+    run2: Path
+    acceptance: Path
+    punch_csv: str
+    punch_json: dict[str, Any]
+    retest_out: str
+    verify_out: str
+
+    def key(self, who: str, private: bool = False) -> str:
+        return str(self.work / "keys" / who / ("gpucert.key" if private else "gpucert.pub"))
+
+    def verdict(self, run: Path) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((run / "verdict.json").read_text())
+        return data
+
+    def copy(self, folder: Path, tmp_path: Path) -> Path:
+        dst = tmp_path / folder.name
+        shutil.copytree(folder, dst)
+        return dst
+
+
+def new_run(reports: Path, before: set[Path]) -> Path:
+    (run,) = set(reports.iterdir()) - before
+    return run
+
+
+@pytest.fixture(scope="module")
+def flow(tmp_path_factory: pytest.TempPathFactory) -> Flow:
+    work = project_copy(tmp_path_factory.mktemp("handover"))
+    reports = work / "reports"
+    set_expiry(work, date.today() + timedelta(days=365))
+    ok(gpucert("keygen", "keys/vendor", cwd=work))
+    ok(gpucert("keygen", "keys/buyer", cwd=work))
+    ok(gpucert("certify", SPEC, "-q", "--sign-key", "keys/vendor/gpucert.key", cwd=work), 1)
+    (run1,) = reports.iterdir()
+    punch_csv = ok(gpucert("punchlist", str(run1), "--format", "csv", cwd=work), 1).stdout
+    punch_json = json.loads(ok(gpucert("punchlist", str(run1), "--format", "json", cwd=work), 1).stdout)
+    # the example waiver names the board the punch list names
+    waiver = yaml.safe_load((work / "examples" / "handover" / "waivers.yaml").read_text())["waivers"][0]
+    assert waiver["select"]["serial"] == next(r["serial"] for r in punch_json["rows"] if r["node"] == "gpu-node-14")
+    before = set(reports.iterdir())
+    args = ("certify", AFTER, "-q", "--sign-key", "keys/vendor/gpucert.key", "--retest", str(run1))
+    retest = ok(gpucert(*args, cwd=work))
+    run2 = new_run(reports, before)
+    ok(gpucert("accept", str(run1), str(run2), "--sign-key", "keys/vendor/gpucert.key", cwd=work))
+    (acceptance,) = (work / "acceptance").iterdir()
+    ok(gpucert("countersign", str(acceptance), "--key", "keys/buyer/gpucert.key", cwd=work))
+    keys = ("--key", "keys/vendor/gpucert.pub", "--key", "keys/buyer/gpucert.pub")
+    verified = ok(gpucert("verify", str(acceptance), *keys, cwd=work))
+    return Flow(work, run1, run2, acceptance, punch_csv, punch_json, retest.stdout, verified.stdout)
+
+
+def test_the_first_certification_fails_on_the_four_faults(flow: Flow) -> None:
+    v = flow.verdict(flow.run1)
+    assert v["result"] == "fail"
+    assert {(f["check"], f["node"], f["gpu"]) for f in v["findings"]} == FAULTY
+
+
+def test_the_punch_list_names_each_failing_board_worst_first(flow: Flow) -> None:
+    rows = list(csv.DictReader(io.StringIO(flow.punch_csv)))
+    assert [(r["node"], r["gpu"], r["checks"], r["severity"]) for r in rows] == [
+        ("gpu-node-3", "2", "health.ecc", "hardware"),
+        ("gpu-node-11", "4", "dcgm.memory", "hardware"),
+        ("gpu-node-7", "1", "memory.bandwidth", "performance"),
+        ("gpu-node-14", "6", STRAGGLER, "straggler"),
+    ]
+    evidence = {n: json.loads((flow.run1 / "evidence" / f"{n}.json").read_text()) for n in MEASURED_AGAIN}
+    for r in rows:
+        board = evidence[r["node"]]["gpus"][int(r["gpu"])]
+        assert (r["serial"], r["uuid"], r["pci_bus_id"], r["vbios"]) == (
+            board["serial"],
+            board["uuid"],
+            board["pci_bus_id"],
+            board["vbios"],
+        )
+        assert r["serial"]
+        assert r["evidence"] == f"evidence/{r['node']}.json"
+    assert rows[1]["dcgm_errors"] == "DCGM_FR_DBE_PENDING_PAGE_RETIREMENTS (83)"
+    assert rows[2]["observed"].endswith("GB/s")
+    assert rows[2]["limit"] == "2668.0 GB/s"
+    assert flow.punch_json["rows"][0]["findings"][0]["expected"] == 0
+
+
+def test_the_retest_measures_exactly_the_four_and_carries_the_twelve(flow: Flow) -> None:
+    v = flow.verdict(flow.run2)
+    assert v["result"] == "pass"
+    assert set(v["retest"]["measured"]) == MEASURED_AGAIN
+    assert len(v["retest"]["carried"]) == 12
+    assert not MEASURED_AGAIN & set(v["retest"]["carried"])
+    assert v["retest"]["source"] == flow.run1.name
+    for node, s in v["nodes"].items():
+        if node in MEASURED_AGAIN:
+            assert s["carriedFrom"] is None
+            continue
+        carried = s["carriedFrom"]
+        source = (flow.run1 / "evidence" / f"{node}.json").read_bytes()
+        assert (flow.run2 / "evidence" / f"{node}.json").read_bytes() == source
+        assert carried["run"] == flow.run1.name
+        assert carried["sha256"] == hashlib.sha256(source).hexdigest()
+        assert carried["measured"] == s["measured"]
+        assert carried["ageSeconds"] >= 0
+        assert (flow.run2 / "retest" / "identity" / f"{node}.json").is_file()  # its identity was read again
+    assert (flow.run2 / "retest" / "source.intoto.json").read_bytes() == (flow.run1 / attest.ENVELOPE).read_bytes()
+    assert "4 nodes measured now, 12 carried over" in flow.retest_out
+
+
+def test_the_waived_straggler_is_judged_against_the_whole_fleet_and_waived(flow: Flow) -> None:
+    v = flow.verdict(flow.run2)
+    (f,) = v["findings"]
+    assert (f["check"], f["node"], f["gpu"], f["status"]) == (STRAGGLER, "gpu-node-14", 6, "waived")
+    assert "fleet median over 128 GPUs" in f["message"]  # the twelve carried nodes are its peers
+    assert f["waiver"]["id"] == "waivers[0]"
+    assert f["waiver"]["accept"] == {"min": 640.0}
+    assert v["summary"]["waived"] == 1
+    assert v["summary"]["failed"] == 0
+    assert v["coverage"]["complete"] is True
+    example = flow.work / "examples" / "handover" / "waivers.yaml"
+    assert (flow.run2 / "inputs" / "waivers.yaml").read_bytes() == example.read_bytes()
+
+
+def test_every_report_says_the_check_was_waived(flow: Flow) -> None:
+    junit = (flow.run2 / "junit.xml").read_text()
+    assert junit.count('type="pytest.xfail"') == 1
+    assert "WAIVED by waivers[0]" in junit
+    assert '<property name="gpucert_waived" value="1" />' in junit
+    assert '<property name="gpucert_result" value="pass" />' in junit
+    results = [json.loads(p.read_text()) for p in (flow.run2 / "allure-results").glob("*-result.json")]
+    (waived,) = [r for r in results if r["status"] != "passed"]
+    assert waived["status"] == "skipped"
+    assert waived["statusDetails"]["known"] is True
+    assert "WAIVED by waivers[0]" in waived["statusDetails"]["message"]
+    html = (flow.run2 / "report.html").read_text()
+    assert "1 waived" in html
+    assert "carried from" in html
+    assert f"waived: {STRAGGLER}@gpu-node-14/gpu6 by waivers[0]" in flow.retest_out
+    predicate = json.loads(attest.read_envelope(flow.run2 / attest.ENVELOPE).payload)["predicate"]
+    assert predicate["waivers"]["waived"] == 1
+    assert predicate["retest"]["source"] == flow.run1.name
+
+
+def test_the_acceptance_record_covers_every_node_with_its_run(flow: Flow) -> None:
+    record = json.loads((flow.acceptance / "acceptance.json").read_text())
+    assert record["result"] == "pass", record["problems"]
+    assert record["totals"] == {"expected": 16, "nodes": 16, "passed": 12, "repaired": 3, "waived": 1, "failed": 0}
+    status = {n: v["status"] for n, v in record["nodes"].items()}
+    assert status["gpu-node-14"] == "waived"
+    assert {n for n, s in status.items() if s == "repaired"} == MEASURED_AGAIN - {"gpu-node-14"}
+    assert all(v["run"] == flow.run2.name for v in record["nodes"].values())  # the latest run per node wins
+    assert record["nodes"]["gpu-node-3"]["history"][0]["result"] == "fail"
+    assert record["nodes"]["gpu-node-5"]["carriedFrom"]["run"] == flow.run1.name
+    (w,) = record["waivers"]
+    assert w["covers"] == [f"{STRAGGLER}@gpu-node-14/gpu6"]
+    assert w["inForce"] is True
+    html = (flow.acceptance / "report.html").read_text()
+    for words in ("Passed with a waiver: 1", "Repaired and passed: 3", "Passed: 12", "Failed: 0", "PO 4411"):
+        assert words in html
+    assert "id='history'" in html
+    assert html.count("(carried)") == 12
+
+
+def test_verify_reports_both_signatures_and_the_openssl_recipe_checks_each(flow: Flow) -> None:
+    fps = [attest.fingerprint(attest.load_public_key(Path(flow.key(w)))) for w in ("vendor", "buyer")]
+    assert f"signature 1 (keyid {fps[0]}): valid, made with key {fps[0]}" in flow.verify_out.replace("\n", " ")
+    assert f"signature 2 (keyid {fps[1]}): valid" in flow.verify_out.replace("\n", " ")
+    assert "VALID" in flow.verify_out
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- verify-recipe -->")[1].split("```bash")[1].split("```")[0]
+    for index, who in enumerate(("vendor", "buyer")):
+        script = block.replace("KEY=gpucert.pub I=0", f"KEY={flow.key(who)} I={index}")
+        r = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script], cwd=flow.acceptance, capture_output=True, text=True
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "Signature Verified Successfully" in r.stdout
+        assert "every signed file matches" in r.stdout
+
+
+# ---- each tamper caught ------------------------------------------------------------------------------------------
+
+
+def test_an_edited_waiver_is_caught(flow: Flow, tmp_path: Path) -> None:
+    run2 = flow.copy(flow.run2, tmp_path)
+    waivers = run2 / "inputs" / "waivers.yaml"
+    waivers.write_text(waivers.read_text().replace("min: 640.0", "min: 500.0"))
+    r = ok(gpucert("verify", str(run2), "--key", flow.key("vendor"), cwd=tmp_path), 1)
+    assert "changed: inputs/waivers.yaml" in r.stdout
+    r = ok(gpucert("accept", str(flow.run1), str(run2), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
+    assert "does not verify (changed: inputs/waivers.yaml)" in r.stderr
+    assert not (tmp_path / "acceptance").exists() or not any((tmp_path / "acceptance").iterdir())
+
+
+def test_an_expired_waiver_is_a_finding_and_the_failure_stands(flow: Flow, tmp_path: Path) -> None:
+    set_expiry(project_copy(tmp_path), date.today() - timedelta(days=1))  # before the run's newest measurement
+    ok(gpucert("evaluate", AFTER, "--evidence", str(flow.run2), "-q", cwd=tmp_path), 1)
+    (run,) = (tmp_path / "reports").iterdir()
+    v = json.loads((run / "verdict.json").read_text())
+    found = {(f["check"], f["node"], f["gpu"], f["status"]) for f in v["findings"]}
+    assert found == {("waiver.expired", None, None, "fail"), (STRAGGLER, "gpu-node-14", 6, "fail")}
+    assert v["coverage"]["skips"] == [{"cause": "waiver.expired@fleet[waivers[0]]", "checks": 1}]
+    assert len(v["retest"]["carried"]) == 12  # the re-evaluation keeps where the evidence came from
+
+
+def test_a_carried_nodes_swapped_evidence_is_caught(flow: Flow, tmp_path: Path) -> None:
+    run2 = flow.copy(flow.run2, tmp_path)
+    path = run2 / "evidence" / "gpu-node-5.json"
+    doc = json.loads(path.read_text())
+    samples = doc["gpus"][0]["measurements"]["memory.bandwidth"]["samples"]
+    doc["gpus"][0]["measurements"]["memory.bandwidth"]["samples"] = [x * 1.05 for x in samples]
+    path.write_text(json.dumps(doc))
+    # even re-signed by the vendor's own key, the carried file is not what the source run signed for the node
+    ok(gpucert("sign", str(run2), "--key", flow.key("vendor", True), cwd=tmp_path))
+    r = ok(gpucert("verify", str(run2), "--key", flow.key("vendor"), cwd=tmp_path), 1)
+    assert f"carried: evidence/gpu-node-5.json is not the evidence run {flow.run1.name} signed" in r.stdout
+    r = ok(gpucert("accept", str(flow.run1), str(run2), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
+    assert "carried: evidence/gpu-node-5.json" in r.stderr
+    # and a source run altered before the re-test is refused before anything is measured
+    run1 = flow.copy(flow.run1, tmp_path)
+    shutil.copy(path, run1 / "evidence" / "gpu-node-5.json")
+    spec = str(flow.work / AFTER)
+    r = ok(gpucert("certify", spec, "--retest", str(run1), cwd=tmp_path), 2)
+    assert "no longer matches what it signed (evidence/gpu-node-5.json)" in r.stderr
+    (run1 / attest.ENVELOPE).unlink()
+    r = ok(gpucert("certify", spec, "--retest", str(run1), cwd=tmp_path), 2)
+    assert "only from a signed run" in r.stderr
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_removed_signature_is_caught(flow: Flow, tmp_path: Path) -> None:
+    acceptance = flow.copy(flow.acceptance, tmp_path)
+    env_path = acceptance / attest.ENVELOPE
+    env = json.loads(env_path.read_text())
+    env["signatures"] = env["signatures"][:1]
+    env_path.write_text(json.dumps(env))
+    buyer = attest.fingerprint(attest.load_public_key(Path(flow.key("buyer"))))
+    keys = ("--key", flow.key("vendor"), "--key", flow.key("buyer"))
+    r = ok(gpucert("verify", str(acceptance), *keys, cwd=tmp_path), 1)
+    assert f"the signature does not match the key {buyer}" in r.stdout.replace("\n", " ")
+    assert "INVALID" in r.stdout
+    assert "VALID" in ok(gpucert("verify", str(acceptance), "--key", flow.key("vendor"), cwd=tmp_path)).stdout
+
+
+def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from_where_it_was_measured(
+    flow: Flow, tmp_path: Path
+) -> None:
+    project = project_copy(tmp_path)
+    set_expiry(project, date.today() + timedelta(days=365))
+    fleet = project / "examples" / "handover" / "fleet-repaired.yaml"
+    doc = yaml.safe_load(fleet.read_text())
+    doc["faults"].append({"kind": "swapped-gpu", "node": "gpu-node-5", "gpu": 3})  # a board changed since
+    fleet.write_text(yaml.safe_dump(doc))
+    args = ("certify", AFTER, "-q", "--sign-key", flow.key("vendor", True), "--retest", str(flow.run2))
+    ok(gpucert(*args, cwd=project))
+    (run3,) = (project / "reports").iterdir()
+    v = flow.verdict(run3)
+    assert v["retest"]["measured"] == ["gpu-node-5"]
+    assert v["retest"]["why"]["gpu-node-5"].startswith("changed: gpu3 serial ")
+    assert len(v["retest"]["carried"]) == 15
+    twice = v["nodes"]["gpu-node-1"]["carriedFrom"]
+    assert (twice["run"], twice["measuredIn"]) == (flow.run2.name, flow.run1.name)
+    assert v["nodes"]["gpu-node-3"]["carriedFrom"]["measuredIn"] == flow.run2.name
+    assert v["result"] == "pass"
+    assert v["summary"]["waived"] == 1
+    r = ok(gpucert("verify", str(run3), "--key", flow.key("vendor"), cwd=project))
+    assert "carried evidence: 15 nodes, each file as its source run signed it" in r.stdout
+
+
+def test_a_run_that_measured_nothing_cannot_cover_a_node(flow: Flow, tmp_path: Path) -> None:
+    ok(gpucert("configure", str(flow.work / SPEC), "-q", "--reports", "reports", cwd=tmp_path))
+    (plan_only,) = (tmp_path / "reports").iterdir()
+    ok(gpucert("sign", str(plan_only), "--key", flow.key("vendor", True), cwd=tmp_path))
+    r = ok(gpucert("accept", str(plan_only), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
+    assert "a plan run measured no GPU" in r.stderr
