@@ -74,6 +74,7 @@ def test_the_two_pool_example_finds_one_fault_in_each_pool(certify, pytester: py
     message = next(f["message"] for f in v["findings"] if f["check"] == "straggler.memory.bandwidth")
     assert "7 peers on h100-3" in message
     assert "over 32 GPUs" in message
+    assert "the train pool median over 32 GPUs" in message
     # the infer pool pins its own driver branch and CUDA: its nodes run 550 and pass stack.version and stack.compat
     stack = json.loads((run.run_dir / "stack.json").read_text())
     assert stack["nodes"]["h200-1"]["components"]["driver"]["version"] == "550.127.05"

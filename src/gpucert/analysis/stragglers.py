@@ -237,7 +237,9 @@ class PeerIndex:
         others = self._peer_count(key)
         if others < MIN_PEERS:
             what = "GPUs" if key[1] is not None else "nodes"
-            out.append(f"not compared with the fleet: {others} other {what}, the rule needs {MIN_PEERS}")
+            out.append(
+                f"not compared with the {self.pool_of(key[0])}: {others} other {what}, the rule needs {MIN_PEERS}"
+            )
         if stability and self.stability(key) is None:
             out.append(f"stability not judged: {others} peers with samples, the rule needs {MIN_PEERS}")
         return out
@@ -267,7 +269,7 @@ class PeerIndex:
             z = fleet.z(s.value)
             if self._behind(deviation, z, fleet.n):
                 reasons.append(
-                    f"{abs(deviation):.1%} {self._word()} the fleet median over {fleet.n} {what} "
+                    f"{abs(deviation):.1%} {self._word()} the {self.pool_of(key[0])} median over {fleet.n} {what} "
                     f"({fleet.median:.4g} {s.unit}, robust z {z:.1f}, beyond {self.bar(fleet.n):.1f} for any of them)"
                 )
         if not reasons:

@@ -224,22 +224,26 @@ class HtmlSummary:
         return out
 
     def _fleet(self) -> str:
-        """The fleet's median against the SKU figure per metric (informational: peers cannot see a fleet that is
-        behind as a whole), and the comparisons too few peers ruled out."""
+        """The fleet's (each pool's) median against its SKU figure per metric (informational: peers cannot see a
+        fleet that is behind as a whole), and the comparisons too few peers ruled out."""
         verdict = self.ctx.verdict or {}
         lines, undecided = verdict.get("fleetAgainstSku") or [], verdict.get("undecided") or []
         if not lines and not undecided:
             return ""
         behind = " style='color:#b9770e;font-weight:bold'"
+        several = len({x.get("pool") for x in lines}) > 1  # a pool column where the lines are of several pools
         rows = "".join(
-            f"<tr{behind if x['behind'] else ''}><td>{escape(x['metric'])}</td>"
+            f"<tr{behind if x['behind'] else ''}>"
+            + (f"<td>{escape(str(x.get('pool')))}</td>" if several else "")
+            + f"<td>{escape(x['metric'])}</td>"
             f"<td>{x['median']:.4g} {escape(x['unit'])}</td><td>{x['expected']:.4g}</td><td>{x['deviation']:+.1%}</td>"
             f"<td>{x['count']}</td><td>{'behind the SKU figure as a whole' if x['behind'] else ''}</td></tr>"
             for x in lines
         )
+        head = ("<th>pool</th>" if several else "") + "<th>metric</th><th>median</th>"
         table = (
             "<h3>The fleet against the SKU figure (informational)</h3><table id='gpucert-fleet' border='1' "
-            "cellpadding='4' style='border-collapse:collapse'><thead><tr><th>metric</th><th>fleet median</th>"
+            f"cellpadding='4' style='border-collapse:collapse'><thead><tr>{head}"
             f"<th>SKU figure</th><th>deviation</th><th>figures</th><th></th></tr></thead><tbody>{rows}</tbody></table>"
             if lines
             else ""
