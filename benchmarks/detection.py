@@ -152,7 +152,7 @@ class SharedEvidence(Evaluation):
 
 
 def with_setting(spec: ClusterSpec, s: Setting) -> ClusterSpec:
-    stragglers = StragglerSpec(maxDeviation=s.max_deviation, minZ=s.min_z)
+    stragglers = StragglerSpec.model_validate({"maxDeviation": s.max_deviation, "minZ": s.min_z})
     return spec.model_copy(update={"certify": spec.certify.model_copy(update={"stragglers": stragglers})})
 
 
