@@ -190,6 +190,8 @@ def test_oldest_idle_nodes_first_within_the_budget_and_drain_only_when_told(live
     assert sorted(age) == ["gpu-node-1", "gpu-node-2", "gpu-node-4", "gpu-node-6"]  # the others never passed
     assert 29.9 * 86400 < age["gpu-node-2"] < 30.1 * 86400
 
+    # the first cordon is slow to answer: the lease (3 s here) is renewed while the node is held, on any machine
+    cluster.hang("PATCH", "nodes", 1.5)
     r, record = schedule(tmp_path, "--max-nodes", "2", "--max-cordoned-share", "0.5")
     assert r.returncode == 0, r.stdout + r.stderr
     assert record["chosen"] == ["gpu-node-2", "gpu-node-4"]  # the oldest two that may be taken
