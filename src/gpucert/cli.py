@@ -31,6 +31,7 @@ from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.report import attest
 from gpucert.report.html import natural_key
+from gpucert.report.verdict import side_notes
 from gpucert.resources import project_root
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, load_spec
@@ -192,12 +193,8 @@ def _print_verdict(folder: RunFolder) -> int:
             f"reached ({c.get('stopped') or 'the session ended early'}), {c['skippedWithoutCause']} skipped for a "
             "cause that did not run; a certification is PASS only when every required check ran"
         )
-    for u in verdict.get("undecided", []):
-        where = ", ".join(u["where"])
-        console.print(f"  [yellow]undecided[/]: {u['comparison']} ({where}): {u['why']}; for {', '.join(u['metrics'])}")
-    for line in verdict.get("fleetAgainstSku", []):
-        if line["behind"]:
-            console.print(f"  [yellow]informational[/]: {line['message']}")
+    for kind, text in side_notes(verdict):
+        console.print(f"  [yellow]{kind}[/]: {text}")
     for path in (folder.report_path, folder.allure_dir, folder.junit_path, folder.verdict_path):
         console.print(f"  {path.name:<15} {path}")
     return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL

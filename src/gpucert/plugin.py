@@ -27,7 +27,7 @@ from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.report import details
 from gpucert.report.allure import write_allure
 from gpucert.report.markdown import summary_markdown
-from gpucert.report.verdict import Outcome, build_verdict
+from gpucert.report.verdict import Outcome, build_verdict, side_notes
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
 
@@ -523,12 +523,8 @@ class Controller:
             tr.write_line(f"  {self.ctx.left_out} test items the spec does not require were left out")
         for item in c["notRequired"]:
             tr.write_line(f"  not required: {item['check']}: {item['why']}")
-        for u in verdict.get("undecided", []):
-            where = ", ".join(u["where"])
-            tr.write_line(f"  undecided: {u['comparison']} ({where}): {u['why']}; for {', '.join(u['metrics'])}")
-        for line in verdict.get("fleetAgainstSku", []):
-            if line["behind"]:
-                tr.write_line(f"  informational: {line['message']}")
+        for kind, text in side_notes(verdict):
+            tr.write_line(f"  {kind}: {text}")
         tr.write_line(f"  verdict: {self.ctx.folder.verdict_path}")
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan import Plan
 
-__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict", "verdict_problems"]
+__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict", "side_notes", "verdict_problems"]
 
 VERDICT_SCHEMA = "gpucert.io/verdict/v2"
 RESULTS = ("pass", "fail", "incomplete")
@@ -204,6 +204,17 @@ def _pool_summary(name: str, info: Mapping[str, Any], nodes: Mapping[str, Mappin
         "results": {r: results[r] for r in RESULTS},
         "failing": sorted({c for s in mine.values() for c in s["failing"]}),
     }
+
+
+def side_notes(verdict: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What a summary says beside the result: the peer comparisons too few peers left undecided, and the fleet
+    behind its SKU figure (informational), as (kind, text) lines."""
+    notes = [
+        ("undecided", f"{u['comparison']} ({', '.join(u['where'])}): {u['why']}; for {', '.join(u['metrics'])}")
+        for u in verdict.get("undecided", [])
+    ]
+    notes += [("informational", line["message"]) for line in verdict.get("fleetAgainstSku", []) if line["behind"]]
+    return notes
 
 
 def verdict_problems(verdict: Any) -> list[str]:
