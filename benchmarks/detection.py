@@ -152,8 +152,12 @@ class SharedEvidence(Evaluation):
 
 
 def with_setting(spec: ClusterSpec, s: Setting) -> ClusterSpec:
+    """The spec with the setting's knobs, where the evaluator reads them: each pool's straggler settings (a
+    v1alpha1 spec's `certify.stragglers` become its one pool's when it is read)."""
     stragglers = StragglerSpec.model_validate({"maxDeviation": s.max_deviation, "minZ": s.min_z})
-    return spec.model_copy(update={"certify": spec.certify.model_copy(update={"stragglers": stragglers})})
+    pools = [p.model_copy(update={"stragglers": stragglers}) for p in spec.pools]
+    certify = spec.certify.model_copy(update={"stragglers": stragglers})
+    return spec.model_copy(update={"certify": certify, "pools": pools})
 
 
 def judge(cell: Cell, ev: Evaluation, metrics: Iterable[str], every: bool) -> tuple[Tally, Tally | None]:

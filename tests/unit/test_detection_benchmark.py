@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
+from gpucert.spec import load_spec
+
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "detection.py"
+
+
+def test_each_setting_reaches_the_evaluator(tmp_path: Path) -> None:
+    """The study's settings are the ones the rules read (each pool's), or its trade-off table compares nothing."""
+    spec_ = importlib.util.spec_from_file_location("detection", SCRIPT)
+    assert spec_ is not None and spec_.loader is not None
+    detection = importlib.util.module_from_spec(spec_)
+    sys.modules["detection"] = detection
+    spec_.loader.exec_module(detection)
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(detection.spec_doc(4, None)))
+    spec = load_spec(path)
+    setting = detection.Setting(0.02, 3.0)
+    judged = detection.with_setting(spec, setting)
+    for pool in judged.pools:
+        knobs = judged.stragglers_for(pool.name)
+        assert (knobs.max_deviation, knobs.min_z) == (0.02, 3.0)
+    default = spec.stragglers_for(spec.pools[0].name)
+    assert (default.max_deviation, default.min_z) != (0.02, 3.0)
 
 
 def test_the_detection_study_runs_end_to_end_on_a_tiny_study(tmp_path: Path) -> None:
