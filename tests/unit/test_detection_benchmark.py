@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from gpucert.spec import load_spec
@@ -14,12 +15,13 @@ from gpucert.spec import load_spec
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "detection.py"
 
 
-def test_each_setting_reaches_the_evaluator(tmp_path: Path) -> None:
+def test_each_setting_reaches_the_evaluator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The study's settings are the ones the rules read (each pool's), or its trade-off table compares nothing."""
     spec_ = importlib.util.spec_from_file_location("detection", SCRIPT)
-    assert spec_ is not None and spec_.loader is not None
+    assert spec_ is not None
+    assert spec_.loader is not None
     detection = importlib.util.module_from_spec(spec_)
-    sys.modules["detection"] = detection
+    monkeypatch.setitem(sys.modules, "detection", detection)  # its dataclasses look their module up
     spec_.loader.exec_module(detection)
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(detection.spec_doc(4, None)))
