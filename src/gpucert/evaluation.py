@@ -27,6 +27,7 @@ from gpucert.analysis.fabric import (
 )
 from gpucert.analysis.health import judge_health
 from gpucert.analysis.performance import Sampled, evidence_problem, figure_of, sample_problem, samples_of
+from gpucert.analysis.stats import Summary, summarize
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import GPU_METRICS, CheckKey, CheckStatus, Family, Finding, family_of
 from gpucert.errors import EvidenceError
@@ -547,10 +548,10 @@ class Evaluation:
             if cause is not None:
                 return _skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
             return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")
-        odd = pairs_problem(self.fabric_pairs, self.inventory.names)
+        odd, values, failures, peers = self._pairs
         if odd:
             return Finding(check, ERROR, node, None, f"the pairs' evidence cannot be believed: {odd}")
-        values, failed = pair_figures(self.fabric_pairs, node)
+        failed = failures.get(node, [])
         if failed:
             message = f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}"
             return Finding(check, ERROR, node, None, message)
@@ -561,4 +562,13 @@ class Evaluation:
                 return _skip(check, node, None, f"{why}: not every node was measured", cause)
             return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
         s = self.spec.stragglers_for(self.spec.pools[0].name)
-        return judge_pairs(node, values, s.max_deviation, s.min_z)
+        return judge_pairs(node, values, s.max_deviation, s.min_z, peers)
+
+    @cached_property
+    def _pairs(self) -> tuple[str | None, dict[str, float], dict[str, list[str]], Summary | None]:
+        """The pairs' evidence, judged once for every node: why it cannot be believed, each pair's figure, the
+        pairs that did not run by node, and the figures' summary (every node is held to the same pairs)."""
+        assert self.fabric_pairs is not None
+        odd = pairs_problem(self.fabric_pairs, self.inventory.names)
+        values, failed = pair_figures(self.fabric_pairs)
+        return odd, values, failed, summarize(list(values.values())) if values else None

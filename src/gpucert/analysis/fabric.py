@@ -8,8 +8,10 @@ their spread, robust z) is the one.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from gpucert.analysis.performance import Sampled, against_baseline, sample_problem, top_busbw
-from gpucert.analysis.stats import median, summarize
+from gpucert.analysis.stats import Summary, median, summarize
 from gpucert.analysis.stragglers import MIN_PEERS
 from gpucert.baseline import MetricBaseline
 from gpucert.checks import CheckStatus, Finding
@@ -54,27 +56,31 @@ def judge_multinode(fabric: FabricEvidence, baseline: MetricBaseline) -> Finding
     )
 
 
-def pair_figures(pairs: FabricPairs, node: str) -> tuple[dict[str, float], list[str]]:
-    """Each pair's bus bandwidth at the largest message (by "a + b"), and the pairs of `node` that did not run."""
+def pair_figures(pairs: FabricPairs) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Each pair's bus bandwidth at the largest message (by "a + b"), and per node the pairs it was in that did
+    not run."""
     values: dict[str, float] = {}
-    failed: list[str] = []
+    failed: dict[str, list[str]] = {}
     for pair in pairs.pairs:
         name = " + ".join(pair.nodes)
         busbw = top_busbw(pair.nccl) if pair.nccl is not None else []
         if pair.errors or not busbw or not (pair.nccl and pair.nccl.correct) or sample_problem(busbw, None):
-            if node in pair.nodes:
-                why = "; ".join(e.message for e in pair.errors) or "no correct samples"
-                failed.append(f"{name}: {why}")
+            why = "; ".join(e.message for e in pair.errors) or "no correct samples"
+            for node in pair.nodes:
+                failed.setdefault(node, []).append(f"{name}: {why}")
             continue
         values[name] = median(busbw)
     return values, failed
 
 
-def judge_pairs(node: str, values: dict[str, float], max_deviation: float, min_z: float = 3.5) -> Finding:
+def judge_pairs(
+    node: str, values: dict[str, float], max_deviation: float, min_z: float = 3.5, peers: Summary | None = None
+) -> Finding:
     """`straggler.nccl.all_reduce.multinode` for `node`, from the figures of every pair (at least MIN_PEERS + 1
-    of them, and `node` in one: the caller says why not when there are fewer)."""
+    of them, and `node` in one: the caller says why not when there are fewer). `peers` is the summary of every
+    pair's figure, when the caller judges every node against the same pairs (computed here otherwise)."""
     mine = {name: v for name, v in values.items() if node in name.split(" + ")}
-    peers = summarize(list(values.values()))
+    peers = peers if peers is not None else summarize(list(values.values()))
     behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -max_deviation and peers.z(v) < -min_z}
     detail = ", ".join(f"{k} {v:.4g} GB/s ({v / peers.median - 1:+.1%})" for k, v in mine.items())
     where = f"the median of {len(values)} pairs is {peers.median:.4g} GB/s"
@@ -97,18 +103,20 @@ def enough_pairs(values: dict[str, float]) -> bool:
     return len(values) - 1 >= MIN_PEERS
 
 
-def members_problem(nodes: list[str], inventory: list[str]) -> str | None:
+def members_problem(nodes: list[str], inventory: Collection[str]) -> str | None:
     """Why a collective's member list is not one this run could have formed (a node twice, a stranger), or None."""
     if len(set(nodes)) != len(nodes):
         return f"a node is named twice among {nodes}"
-    strangers = [n for n in nodes if n not in set(inventory)]
+    known = inventory if isinstance(inventory, frozenset) else frozenset(inventory)
+    strangers = [n for n in nodes if n not in known]
     return f"{', '.join(strangers)} not in this run's inventory" if strangers else None
 
 
 def pairs_problem(pairs: FabricPairs, inventory: list[str]) -> str | None:
     """Why the pairs' evidence is not what this run measures: each pair two distinct nodes of the inventory, once."""
+    known = frozenset(inventory)
     for pair in pairs.pairs:
-        why = members_problem(pair.nodes, inventory) or (None if len(pair.nodes) == 2 else f"{pair.nodes} is no pair")
+        why = members_problem(pair.nodes, known) or (None if len(pair.nodes) == 2 else f"{pair.nodes} is no pair")
         if why:
             return why
     names = [tuple(sorted(p.nodes)) for p in pairs.pairs]

@@ -149,6 +149,7 @@ class PeerIndex:
         self.fleet: dict[str, Summary] = {p: summarize([values[k].value for k in ks]) for p, ks in self.pools.items()}
         self._residuals = {k: r for k in values if (r := self._node_residual(k)) is not None}
         self._node_level: dict[str, Finding | None] = {}
+        self._pool_summaries: dict[str, tuple[list[float], Summary]] = {}
         self._within = self._within_node_spread()
         self._nodes = self._node_figures()
         self._slow = {k: s for k, v in (samples or {}).items() if k in values and (s := self._slow_of(v)) is not None}
@@ -308,15 +309,22 @@ class PeerIndex:
             self._node_level[node] = self._judge_node(node)
         return self._node_level[node]
 
+    def _pool_nodes(self, pool: str) -> tuple[list[float], Summary]:
+        """The figures of the pool's nodes (each node's median) and their summary: every node of the pool is held
+        to the same, itself included."""
+        if pool not in self._pool_summaries:
+            figures = [v for n, v in self._nodes.items() if self.pool_of(n) == pool]
+            self._pool_summaries[pool] = (figures, summarize(figures))
+        return self._pool_summaries[pool]
+
     def _judge_node(self, node: str) -> Finding | None:
         check = f"straggler.{self.metric}"
         mine = self._nodes.get(node)
-        pool = self.pool_of(node)
-        others = [n for n in self._nodes if n != node and self.pool_of(n) == pool]
-        if mine is None or len(others) < MIN_PEERS:
+        if mine is None:
             return None
-        figures = [self._nodes[n] for n in (node, *others)]
-        nodes = summarize(figures)
+        figures, nodes = self._pool_nodes(self.pool_of(node))
+        if len(figures) - 1 < MIN_PEERS:
+            return None
         deviation = mine / nodes.median - 1
         z = nodes.z(mine)
         keys = sorted(self.by_node[node], key=lambda k: k[1] or 0)

@@ -12,7 +12,7 @@ nodes say where their evidence comes from (`nodes[n].carriedFrom`, null for a no
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -132,10 +132,15 @@ def build_verdict(
             out["waiver"] = {"id": f.waiver, **stated.get(f.waiver, {})}
         return out
 
+    by_node: dict[str | None, list[Finding]] = defaultdict(list)
+    for k, f in judged.items():
+        by_node[k.node].append(f)
+    still_open = {k.node for k in missing | unsettled}
+
     def group(where: str | None) -> dict[str, Any]:
-        mine = [f for k, f in judged.items() if k.node == where]
+        mine = by_node.get(where, [])
         c = _summary(mine)
-        open_ = any(k.node == where for k in missing | unsettled)
+        open_ = where in still_open
         return {
             "result": _result(c, not open_),
             **c,
