@@ -244,7 +244,7 @@ class HtmlSummary:
         table = (
             "<h3>The fleet against the SKU figure (informational)</h3><table id='gpucert-fleet' border='1' "
             f"cellpadding='4' style='border-collapse:collapse'><thead><tr>{head}"
-            f"<th>SKU figure</th><th>deviation</th><th>figures</th><th></th></tr></thead><tbody>{rows}</tbody></table>"
+            f"<th>SKU figure</th><th>deviation</th><th>figures</th><th>note</th></tr></thead><tbody>{rows}</tbody></table>"
             if lines
             else ""
         )
