@@ -25,7 +25,7 @@ from gpucert.baseline import GpuBaseline
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
-from gpucert.fleet_commands import add_fleet_commands
+from gpucert.fleet_commands import RunHooks, add_fleet_commands
 from gpucert.gate_inputs import GateInputs
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
@@ -503,7 +503,7 @@ def _parser() -> argparse.ArgumentParser:
     sg.add_argument("--key", required=True, help="the private key from `gpucert keygen`")
     sg.set_defaults(func=cmd_sign)
     add_acceptance_commands(sub)
-    add_fleet_commands(sub, runner_args)
+    add_fleet_commands(sub, runner_args, RunHooks(_load, _evaluate, _signer, _sign_with))
     cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
     cu.add_argument("spec")
     cu.set_defaults(func=cmd_cleanup)

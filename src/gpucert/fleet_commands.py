@@ -10,6 +10,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -18,20 +19,32 @@ from rich.console import Console
 
 from gpucert.errors import ConfigError, GpucertError
 from gpucert.resources import project_root
-from gpucert.spec import load_spec
+from gpucert.runfolder import RunFolder
+from gpucert.spec import ClusterSpec, load_spec
 
-__all__ = ["add_fleet_commands"]
+__all__ = ["RunHooks", "add_fleet_commands"]
 
 EXIT_PASS = 0
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
+@dataclass(frozen=True)
+class RunHooks:
+    """What `schedule` borrows from cli.py, handed over when cli.py registers it: read a spec with its baselines,
+    evaluate a run folder (pytest, reports, the verdict table), read a signing key and sign a finished run."""
+
+    load: Callable[[str], tuple[ClusterSpec, Any]]
+    evaluate: Callable[..., int]
+    signer: Callable[[str | None], str | None]
+    sign_with: Callable[[str | None], Callable[[RunFolder], str | None]]
+
+
 def cmd_schedule(a: argparse.Namespace) -> int:
-    from gpucert import cli
     from gpucert.schedule import ScheduleOptions, run_schedule
 
-    signer = cli._signer(a.sign_key)
-    spec, _ = cli._load(a.spec)
+    hooks: RunHooks = a.hooks
+    signer = hooks.signer(a.sign_key)
+    spec, _ = hooks.load(a.spec)
     opts = ScheduleOptions(
         reports=Path(a.reports),
         handover_dir=Path(a.handover),
@@ -45,9 +58,9 @@ def cmd_schedule(a: argparse.Namespace) -> int:
     code, _ = run_schedule(
         spec,
         opts,
-        evaluate=lambda folder: cli._evaluate(a.spec, folder, workers=None, quiet=True, signer=signer),
-        sign=cli._sign_with(a.sign_key),
-        progress=cli.console.print,
+        evaluate=lambda folder: hooks.evaluate(a.spec, folder, workers=None, quiet=True, signer=signer),
+        sign=hooks.sign_with(a.sign_key),
+        progress=console.print,
     )
     return code
 
@@ -148,6 +161,7 @@ def _flag(text: str) -> bool:
 def add_fleet_commands(
     sub: argparse._SubParsersAction[argparse.ArgumentParser],
     runner_args: Callable[[argparse.ArgumentParser, bool], None],
+    hooks: RunHooks,
 ) -> None:
     """Register `schedule`, `metrics` and `init`; `runner_args` adds the options every running command has."""
     sc = sub.add_parser(
@@ -182,7 +196,7 @@ def add_fleet_commands(
     sc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
     sc.add_argument("--sign-key", default=None)
     runner_args(sc, False)
-    sc.set_defaults(func=cmd_schedule)
+    sc.set_defaults(func=cmd_schedule, hooks=hooks)
     me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")
     out = me.add_mutually_exclusive_group()
     out.add_argument("--textfile", default=None, help="write once to PATH.prom (node-exporter's textfile collector)")

@@ -156,7 +156,7 @@ def _prepare(config: pytest.Config) -> RunContext | None:
             if not folder.prepared:
                 raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
             assert spec.path is not None
-            folder.judged_by(spec.path, runner.baseline_paths(spec))
+            folder.judged_by(spec.path, spec.baseline_paths())
             folder.check()
             return RunContext(spec, baselines, folder, readonly=not _runs_tests(config))
         if not _runs_tests(config):

@@ -177,7 +177,7 @@ def recertify(
         handover_path = inside(opts.handover_dir, f"{node}.yaml")
     except NameError_ as exc:
         raise ConfigError(str(exc), key="NODE") from None
-    digests = {pool: sha256_of(path) for pool, path in runner.baseline_paths(spec).items()}
+    digests = {pool: sha256_of(path) for pool, path in spec.baseline_paths().items()}
     handover = load_node_baseline(handover_path) if handover_path.exists() else None
     if handover is not None:
         _check_handover(handover, handover_path, node, spec, set(digests.values()))

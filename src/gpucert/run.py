@@ -27,7 +27,7 @@ from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.pools import PoolMap
 from gpucert.runfolder import RunFolder
-from gpucert.spec import V1ALPHA1, ClusterSpec, ReplayTargetSpec, load_spec
+from gpucert.spec import ClusterSpec, ReplayTargetSpec, load_spec
 from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack
 from gpucert.targets.base import FabricTarget, MeasurePlan, Target
 
@@ -37,7 +37,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Mode",
     "Progress",
-    "baseline_paths",
     "import_evidence",
     "load_inputs",
     "measure",
@@ -61,19 +60,13 @@ class Mode(StrEnum):
     RETEST = "retest"  # plan, then measure what did not pass in a source run; carry the rest over
 
 
-def baseline_paths(spec: ClusterSpec) -> dict[str, Path]:
-    """Each pool's SKU baseline file, resolved relative to the spec."""
-    key = "certify.baseline" if spec.api_version == V1ALPHA1 else "pools[{}].baseline"
-    return {p.name: spec.resolve(p.baseline, key.format(i)) for i, p in enumerate(spec.pools)}
-
-
 def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
     """The spec, each pool's SKU baseline and the waivers, each validated alone and against the other
     (ConfigError, exit 2)."""
     spec = load_spec(spec_path)
     baselines: dict[str, GpuBaseline] = {}
     loaded: dict[Path, GpuBaseline] = {}
-    for pool, path in baseline_paths(spec).items():
+    for pool, path in spec.baseline_paths().items():
         if path not in loaded:
             loaded[path] = load_baseline(path)
         check_baseline_for(spec, spec.pool(pool), loaded[path], path)
@@ -95,7 +88,7 @@ def waivers_path(spec: ClusterSpec) -> Path | None:
 def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: bool) -> RunFolder:
     stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
     folder = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else ""))
-    folder.copy_inputs(spec.path, baseline_paths(spec), waivers_path(spec) if waivers else None)
+    folder.copy_inputs(spec.path, spec.baseline_paths(), waivers_path(spec) if waivers else None)
     return folder
 
 
@@ -152,7 +145,7 @@ def prepare(
             raise ConfigError(
                 "operator values, ClusterPolicies and --base-ref are inputs of the static gate: add --static"
             )
-        gate_record = record_gate(spec, gate, baseline_paths(spec))  # bad inputs fail before any folder exists
+        gate_record = record_gate(spec, gate, spec.baseline_paths())  # bad inputs fail before any folder exists
     if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
         mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
     if mode is Mode.RETEST and (source is None or isinstance(spec.target, ReplayTargetSpec)):

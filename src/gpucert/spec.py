@@ -380,6 +380,11 @@ class ClusterSpec(Document):
         except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
             raise ConfigError(f"{relative!r} cannot be resolved: {exc}", path=self._path, key=key) from None
 
+    def baseline_paths(self) -> dict[str, Path]:
+        """Each pool's SKU baseline file, resolved relative to the spec."""
+        key = "certify.baseline" if self.api_version == V1ALPHA1 else "pools[{}].baseline"
+        return {p.name: self.resolve(p.baseline, key.format(i)) for i, p in enumerate(self.pools)}
+
 
 def _after_names(spec: ClusterSpec) -> list[Problem]:
     """Every `after` names a declared component other than itself: a misspelt name is an error, never dropped."""

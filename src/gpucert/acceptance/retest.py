@@ -121,9 +121,7 @@ def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> 
 def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:
     """Carried evidence is judged again under this spec: it must be the SKU baseline, probes and DCGM level the
     evidence was measured for."""
-    from gpucert.run import baseline_paths
-
-    for pool, baseline in baseline_paths(spec).items():
+    for pool, baseline in spec.baseline_paths().items():
         copy = folder.baseline_copy_for(pool)
         if not copy.is_file() or _sha256(copy) != _sha256(baseline):
             raise ConfigError(

@@ -243,8 +243,8 @@ class HtmlSummary:
         head = ("<th>pool</th>" if several else "") + "<th>metric</th><th>median</th>"
         table = (
             "<h3>The fleet against the SKU figure (informational)</h3><table id='gpucert-fleet' border='1' "
-            f"cellpadding='4' style='border-collapse:collapse'><thead><tr>{head}"
-            f"<th>SKU figure</th><th>deviation</th><th>figures</th><th>note</th></tr></thead><tbody>{rows}</tbody></table>"
+            f"cellpadding='4' style='border-collapse:collapse'><thead><tr>{head}<th>SKU figure</th>"
+            f"<th>deviation</th><th>figures</th><th>note</th></tr></thead><tbody>{rows}</tbody></table>"
             if lines
             else ""
         )
