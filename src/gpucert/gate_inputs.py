@@ -5,8 +5,10 @@ re-evaluates offline and is signed with what it judged. Reading them back is `ga
 
 from __future__ import annotations
 
+import posixpath
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 from gpucert.documents import load_yaml
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec
+from gpucert.spec import DEFAULT_POOL, ClusterSpec
 from gpucert.stack.gate import BaselineReview, Gate
 from gpucert.stack.gate_data import load_tables
 from gpucert.stack.operator_values import Deployment, read_cluster_policy, read_values
@@ -47,27 +49,90 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
         raise ConfigError(f"git {' '.join(args)} did not answer in {GIT_TIMEOUT_S} s", key="--base-ref") from None
 
 
-def _at_ref(spec_dir: Path, ref: str, files: dict[str, Path]) -> tuple[str, dict[str, bytes | None]]:
-    """The commit `ref` names, and each file's content there (None: not in that commit)."""
-    top = _git(spec_dir, "rev-parse", "--show-toplevel")
-    if top.returncode != 0:
-        raise ConfigError(f"--base-ref needs a git checkout: {spec_dir} is not in one", key="--base-ref")
-    root = Path(top.stdout.decode().strip())
-    commit = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
-    if commit.returncode != 0:
-        raise ConfigError(
-            f"{ref!r} is not a commit of {root} (fetch it first, e.g. git fetch origin main, and give origin/main)",
-            key="--base-ref",
-        )
-    out: dict[str, bytes | None] = {}
-    for name, path in files.items():
+class _Checkout:
+    """The git checkout the spec is in, at the commit the base ref names."""
+
+    def __init__(self, spec_dir: Path, ref: str) -> None:
+        top = _git(spec_dir, "rev-parse", "--show-toplevel")
+        if top.returncode != 0:
+            raise ConfigError(f"--base-ref needs a git checkout: {spec_dir} is not in one", key="--base-ref")
+        self.root = Path(top.stdout.decode().strip()).resolve()
+        commit = _git(self.root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+        if commit.returncode != 0:
+            raise ConfigError(
+                f"{ref!r} is not a commit of {self.root} (fetch it first, e.g. git fetch origin main, and give "
+                "origin/main)",
+                key="--base-ref",
+            )
+        self.ref, self.commit = ref, commit.stdout.decode().strip()
+
+    def rel(self, path: Path, what: str) -> str:
         try:
-            rel = path.resolve().relative_to(root.resolve()).as_posix()
+            return path.resolve().relative_to(self.root).as_posix()
         except ValueError:
-            raise ConfigError(f"the baseline {path} is outside the checkout {root}", key="--base-ref") from None
-        shown = _git(root, "show", f"{commit.stdout.decode().strip()}:{rel}")
-        out[name] = shown.stdout if shown.returncode == 0 else None
-    return commit.stdout.decode().strip(), out
+            raise ConfigError(f"the {what} {path} is outside the checkout {self.root}", key="--base-ref") from None
+
+    def show(self, rel: str) -> bytes | None:
+        """The file's content at the base commit (None: not in that commit)."""
+        shown = _git(self.root, "show", f"{self.commit}:{rel}")
+        return shown.stdout if shown.returncode == 0 else None
+
+    def document(self, rel: str) -> Any:
+        """A YAML file at the base commit, read as strictly as gpucert reads its own (None: not there)."""
+        content = self.show(rel)
+        if content is None:
+            return None
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / Path(rel).name
+            copy.write_bytes(content)
+            try:
+                data, _ = load_yaml(copy)
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"{rel} at {self.ref} cannot be read ({exc}); the gate needs it to find what each baseline was",
+                    key="--base-ref",
+                ) from None
+        return data
+
+
+def _predecessors(checkout: _Checkout, spec: ClusterSpec, baselines: dict[str, Path]) -> dict[str, str | None]:
+    """Where each pool's baseline was at the base ref: the same file, else the baseline the spec named for that
+    pool there, else one of the spec's baselines there of the same SKU (a renamed or moved file is still compared
+    with what it replaces); None for a baseline with no predecessor."""
+    then: dict[str, str] = {}  # pool -> the baseline path the spec at the base ref named
+    if spec.path is not None:
+        spec_rel = checkout.rel(spec.path, "spec")
+        doc = checkout.document(spec_rel)
+        here = posixpath.dirname(spec_rel)
+        if isinstance(doc, dict):
+            pools = doc.get("pools")
+            certify = doc.get("certify")
+            named = (
+                [(p.get("name"), p.get("baseline")) for p in pools if isinstance(p, dict)]
+                if isinstance(pools, list)
+                else [(DEFAULT_POOL, certify.get("baseline") if isinstance(certify, dict) else None)]
+            )
+            for pool, rel in named:
+                if isinstance(pool, str) and isinstance(rel, str):
+                    then[pool] = posixpath.normpath(posixpath.join(here, rel))
+    sku_then: dict[str, str] = {}
+    for rel in then.values():
+        doc = checkout.document(rel) if not rel.startswith("..") else None
+        if isinstance(doc, dict) and isinstance(doc.get("sku"), str):
+            sku_then.setdefault(doc["sku"], rel)
+    out: dict[str, str | None] = {}
+    for pool, path in baselines.items():
+        rel = checkout.rel(path, "baseline")
+        if checkout.show(rel) is not None:
+            out[pool] = rel
+            continue
+        before = then.get(pool)
+        if before is not None and not before.startswith("..") and checkout.show(before) is not None:
+            out[pool] = before
+            continue
+        current = _raw(path) if path.is_file() else {}
+        out[pool] = sku_then.get(str(current.get("sku")))
+    return out
 
 
 def _stem(name: str) -> str:
@@ -114,19 +179,25 @@ def record_gate(
         "baselines": {},
     }
     if gate.base_ref is not None:
-        by_file: dict[str, list[str]] = {}
-        paths: dict[str, Path] = {}
-        for pool, path in baselines.items():
-            by_file.setdefault(path.name, []).append(pool)
-            paths[path.name] = path
         spec_dir = spec.path.parent if spec.path is not None else Path.cwd()
-        commit, contents = _at_ref(spec_dir, gate.base_ref, paths)
-        record["baseRef"] = {"ref": gate.base_ref, "commit": commit}
-        for name, pools in by_file.items():
-            content = contents[name]
+        checkout = _Checkout(spec_dir, gate.base_ref)
+        before = _predecessors(checkout, spec, baselines)
+        record["baseRef"] = {"ref": gate.base_ref, "commit": checkout.commit}
+        by_path: dict[Path, list[str]] = {}
+        for pool, path in baselines.items():
+            by_path.setdefault(path.resolve(), []).append(pool)
+        names = _unique([p.name for p in by_path])  # two folders' baselines of one name stay apart
+        for name, (_path, pools) in zip(names, by_path.items(), strict=True):
+            rel = before[pools[0]]
+            content = checkout.show(rel) if rel is not None else None
+            copy = f"base/{_stem(name)}"
             if content is not None:
-                files[f"base/{name}"] = content
-            record["baselines"][name] = {"pools": pools, "base": f"base/{name}" if content is not None else None}
+                files[copy] = content
+            record["baselines"][name] = {
+                "pools": pools,
+                "base": copy if content is not None else None,
+                "baseFile": rel if content is not None else None,
+            }
     return record, files
 
 

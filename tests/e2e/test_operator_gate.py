@@ -217,6 +217,28 @@ def test_a_loosened_baseline_needs_a_new_source(repo: Path) -> None:
     assert json.loads((run / "inputs" / "gate.json").read_text())["baseRef"]["ref"] == "main"
 
 
+@pytest.mark.parametrize("move", ["rename", "other folder"])
+def test_a_renamed_or_moved_baseline_is_compared_with_what_it_replaces(repo: Path, move: str) -> None:
+    """A figure lowered in a baseline that also changed its file name (or folder) is still a loosened baseline:
+    compared with the pool's baseline at the base ref, never reviewed as new."""
+    old = repo / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
+    new = repo / ("baselines/gpus/H100-SXM5-80GB-v2.yaml" if move == "rename" else "baselines/h100/H100-SXM5-80GB.yaml")
+    new.parent.mkdir(parents=True, exist_ok=True)
+    doc = yaml.safe_load(old.read_text())
+    expected = doc["metrics"]["memory.bandwidth"]["expected"]
+    doc["metrics"]["memory.bandwidth"]["expected"] = float(expected) * 0.5
+    new.write_text(yaml.safe_dump(doc, sort_keys=False))
+    old.unlink()
+    spec = repo / "specs" / "prod.yaml"
+    spec.write_text(spec.read_text().replace("gpus/H100-SXM5-80GB.yaml", str(new.relative_to(repo / "baselines"))))
+    r, verdict, _ = gate(repo, "--base-ref", "main")
+    assert r.returncode == 1, r.stdout + r.stderr
+    (f,) = verdict["findings"]
+    assert f["check"] == "baseline.change"
+    assert "memory.bandwidth" in f["message"]
+    assert "without a new `source`" in f["message"]
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
