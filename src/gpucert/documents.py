@@ -100,8 +100,12 @@ def load_yaml(path: Path) -> tuple[Any, dict[Key, int]]:
         ) from None
     except IsADirectoryError:
         raise ConfigError("is a folder; name the YAML file", path=path) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read: {exc}", path=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start}): name the YAML file", path=path) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read: {exc.strerror or exc}; check the path and its permissions", path=path
+        ) from None
     loader = _StrictLoader(text)
     try:
         node = loader.get_single_node()

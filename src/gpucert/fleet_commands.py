@@ -126,8 +126,15 @@ def cmd_init(a: argparse.Namespace) -> int:
     if out is None:
         sys.stdout.write(drafted.text)
     else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(drafted.text, encoding="utf-8")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(drafted.text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write the spec here ({exc.strerror}); name a file in a folder you can write",
+                path=out,
+                key="--out",
+            ) from None
         console.print(f"wrote {out}: {len(stack.nodes)} GPU nodes; check it with `gpucert configure {out}`")
     for todo in drafted.todos:
         print(f"TODO: {todo}", file=sys.stderr)

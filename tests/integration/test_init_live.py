@@ -135,3 +135,18 @@ def test_existing_out_is_not_overwritten(
     assert code == 2
     assert "--force" in err
     assert (tmp_path / "spec.yaml").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("out", ["folder", "file.yaml/spec.yaml"])
+def test_an_out_that_cannot_be_written_is_one_line(
+    fake_api: FakeKubeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str
+) -> None:
+    two_pools(fake_api)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file.yaml").write_text("mine\n")
+    code = cli.main(["init", "--context", "fake", "--out", str(tmp_path / out), "--force"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--out: cannot write the spec here" in err
+    assert "Traceback" not in err
+    assert (tmp_path / "file.yaml").read_text() == "mine\n"

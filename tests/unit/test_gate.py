@@ -53,8 +53,15 @@ def test_a_later_values_file_wins(tmp_path: Path) -> None:
         ({"usePrecompiled": True, "version": "535"}, "precompiled driver"),
         ({"nvidiaDriverCRD": {"enabled": True}}, "NVIDIADriver objects"),
         ({"image": "nvcr.io/nvidia/driver@sha256:" + "a" * 64}, "pinned by digest"),
-        ({"version": "sha256:" + "b" * 64}, "a digest"),
+        ({"version": "sha256:" + "b" * 64}, "pinned by digest"),
         ({"version": "latest"}, "is not a version"),
+        # a tag beside a digest: the digest is what is pulled, the tag proves nothing
+        ({"image": "nvcr.io/nvidia/driver:570.148.08@sha256:" + "c" * 64}, "pinned by digest"),
+        ({"version": "570.148.08@sha256:" + "d" * 64}, "pinned by digest"),
+        # a pre-release is not the release its numbers name
+        ({"version": "570.148.08-rc.1"}, "pre-release"),
+        ({"version": "570.148.08~pre1"}, "pre-release"),
+        ({"image": "nvcr.io/nvidia/driver:v570.148.08-beta.2-ubuntu22.04"}, "pre-release"),
     ],
 )
 def test_a_driver_whose_version_cannot_be_known_says_why(tmp_path: Path, driver: dict[str, Any], problem: str) -> None:
@@ -72,6 +79,16 @@ def test_an_image_with_a_tag_gives_the_version(tmp_path: Path) -> None:
     assert read_values([tmp_path / "v.yaml"]).components["device-plugin"].version == "0.17.2"
 
 
+def test_a_cluster_policy_of_another_api_is_refused(tmp_path: Path) -> None:
+    doc = yaml.safe_load((OPERATOR / "clusterpolicy.yaml").read_text())
+    doc["apiVersion"] = "foo.example/v9"
+    (tmp_path / "cp.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError) as exc:
+        read_cluster_policy(tmp_path / "cp.yaml")
+    assert exc.value.key == "apiVersion"
+    assert "nvidia.com/v1" in str(exc.value)
+
+
 def test_cluster_policy_reads_spec_and_names_its_release() -> None:
     d = read_cluster_policy(OPERATOR / "clusterpolicy.yaml")
     assert d.release == "25.3.2"
@@ -83,6 +100,7 @@ def test_cluster_policy_reads_spec_and_names_its_release() -> None:
     ("text", "key", "says"),
     [
         ("driver:\n  version: [570]\n", "driver.version", "expected a version string"),
+        ("toolkit:\n  version: 1.10\n", "toolkit.version", "quote it"),
         ("toolkit:\n  enabled: maybe\n", "toolkit.enabled", "expected true or false"),
         ("- a list\n", None, "expected a mapping"),
         ("driver: {version: 1}\ndriver: {version: 2}\n", None, "written twice"),

@@ -11,6 +11,7 @@ say why. Reads the files and nothing else.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +80,12 @@ def _string(value: Any, path: Path, key: str) -> str | None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise ConfigError(f"expected a version string, got {type(value).__name__}", path=path, key=key)
+    if isinstance(value, float):  # 1.10 reads as 1.1: the version meant cannot be known
+        raise ConfigError(
+            f'{value!r} is read as a number, not the version written (1.10 would be 1.1); quote it: "{value}"',
+            path=path,
+            key=key,
+        )
     return str(value)
 
 
@@ -96,17 +103,32 @@ def _component(chart_key: str, section: dict[str, Any], path: Path, origin: dict
     if component == "driver" and isinstance(crd, dict) and crd.get("enabled") is True:
         return Deployed(component, enabled, None, where_v, "driver.nvidiaDriverCRD: NVIDIADriver objects set versions")
     if image is not None and ("@" in image or image.rfind(":") > image.rfind("/")):
-        found = version_from_image(image)
         where = f"{origin.get(f'{chart_key}.image', path.name)}: {chart_key}.image {image}"
-        return Deployed(
-            component, enabled, found, where, None if found else "the image is pinned by digest, not a version"
-        )
+        if "@" in image:  # what is pulled is the digest, whatever tag stands beside it
+            return Deployed(component, enabled, None, where, "the image is pinned by digest, not a version")
+        found, why = _release(image)
+        return Deployed(component, enabled, found, where, why)
     if version is None:
         return Deployed(component, enabled)
-    if version.startswith("sha256:"):
-        return Deployed(component, enabled, None, where_v, "the version is a digest, not a version")
-    found = version_from_image(f"image:{version}")
-    return Deployed(component, enabled, found, where_v, None if found else f"{version!r} is not a version")
+    if version.startswith("sha256:") or "@" in version:
+        return Deployed(component, enabled, None, where_v, "the version is pinned by digest, not a version")
+    found, why = _release(f"image:{version}")
+    return Deployed(component, enabled, found, where_v, why)
+
+
+_PRE_RELEASE = re.compile(r"(?i)(?:^|[-.~+_])(rc|alpha|beta|pre|dev|snapshot|nightly)")
+
+
+def _release(image: str) -> tuple[str | None, str | None]:
+    """The release an image tag names, or None and why not: no version in it, or a pre-release (`v1.17.8-rc.1`
+    is not 1.17.8, and no operator release ships it)."""
+    tag = image[image.rfind(":") + 1 :]
+    found = version_from_image(image)
+    if found is None:
+        return None, f"{tag!r} is not a version"
+    if _PRE_RELEASE.search(tag.removeprefix("v")[len(found) :]):
+        return None, f"{tag!r} is a pre-release, not a release the GPU Operator ships; pin a release"
+    return found, None
 
 
 def _origins(docs: list[tuple[Path, dict[str, Any]]]) -> dict[str, str]:
@@ -167,6 +189,12 @@ def read_cluster_policy(path: Path, name: str | None = None) -> Deployment:
             "--operator-values",
             path=path,
             key="kind",
+        )
+    if doc.get("apiVersion") != "nvidia.com/v1":
+        raise ConfigError(
+            f"apiVersion is {doc.get('apiVersion')!r}: the GPU Operator's ClusterPolicy is nvidia.com/v1",
+            path=path,
+            key="apiVersion",
         )
     spec = _mapping(doc.get("spec"), path, "spec")
     return _deployment(name or path.name, [(path, spec)], spec)
