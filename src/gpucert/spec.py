@@ -18,7 +18,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_
 from gpucert.documents import Document, Key, Problem, load_document
 from gpucert.errors import ConfigError
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
-from gpucert.versions import VersionError, parse_version
+from gpucert.versions import checked_version
 
 __all__ = [
     "API_VERSION",
@@ -113,14 +113,6 @@ class Expect(Document):
     gpu_product: str = Field(alias="gpuProduct")
 
 
-def _check_version(v: str) -> str:
-    try:
-        parse_version(v)
-    except VersionError as exc:
-        raise ValueError(str(exc)) from None
-    return v
-
-
 class VersionSource(Document):
     """Where to read a component's version on a stack that is not the GPU Operator's defaults."""
 
@@ -146,20 +138,20 @@ class Component(Document):
     after: list[str] = Field(default_factory=list)
     source: VersionSource | None = None
 
-    _v = field_validator("version")(_check_version)
+    _v = field_validator("version")(checked_version)
 
 
 class MinVersion(Document):
     min_version: str = Field(alias="minVersion")
 
-    _v = field_validator("min_version")(_check_version)
+    _v = field_validator("min_version")(checked_version)
 
 
 class ContainerRuntime(Document):
     name: Literal["containerd", "cri-o", "docker"] = "containerd"
     min_version: str = Field(alias="minVersion")
 
-    _v = field_validator("min_version")(_check_version)
+    _v = field_validator("min_version")(checked_version)
 
 
 class StackSpec(Document):
@@ -294,7 +286,7 @@ class PoolPin(Document):
     name: Annotated[str, Field(min_length=1)]
     version: str
 
-    _v = field_validator("version")(_check_version)
+    _v = field_validator("version")(checked_version)
 
 
 class PoolStack(Document):

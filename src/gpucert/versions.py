@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["VersionError", "at_least", "normalize", "parse_version"]
+__all__ = ["VersionError", "at_least", "checked_version", "normalize", "parse_version"]
 
 _NUMERIC = re.compile(r"^v?(\d+(?:\.\d+)*)")
 
@@ -27,6 +27,12 @@ def parse_version(version: str) -> tuple[int, ...]:
     if not m:
         raise VersionError(f"{version!r} is not a version (expected digits and dots, like 570.124.06)")
     return tuple(int(p) for p in m.group(1).split("."))
+
+
+def checked_version(version: str) -> str:
+    """`version` as written, once it reads as one (VersionError, a ValueError, otherwise): a field validator."""
+    parse_version(version)
+    return version
 
 
 def at_least(version: str, minimum: str) -> bool:

@@ -14,7 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gpucert.documents import Document, Problem, load_document
 from gpucert.stack.components import DEFAULT_SOURCES, version_from_image
-from gpucert.versions import VersionError, normalize, parse_version
+from gpucert.versions import checked_version, normalize, parse_version
 
 __all__ = [
     "DATA",
@@ -34,20 +34,12 @@ Source = Annotated[str, Field(min_length=10)]
 _RANGE = re.compile(r"^\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
 
 
-def _version(v: str) -> str:
-    try:
-        parse_version(v)
-    except VersionError as exc:
-        raise ValueError(str(exc)) from None
-    return v
-
-
 def _range(spec: str) -> str:
     for part in spec.split(","):
         m = _RANGE.match(part)
         if not m:
             raise ValueError(f"{part.strip()!r} is not a comparison (write <, <=, >, >=, == or != and a version)")
-        _version(m.group(2))
+        checked_version(m.group(2))
     return spec
 
 
@@ -84,12 +76,12 @@ class Release(Document):
     @field_validator("release")
     @classmethod
     def _release(cls, v: str) -> str:
-        return normalize(_version(v))
+        return normalize(checked_version(v))
 
     @field_validator("components")
     @classmethod
     def _versions(cls, components: dict[str, list[str]]) -> dict[str, list[str]]:
-        return {c: [canonical(_version(v)) for v in vs] for c, vs in components.items()}
+        return {c: [canonical(checked_version(v)) for v in vs] for c, vs in components.items()}
 
 
 class OperatorReleases(Document):
@@ -106,7 +98,7 @@ class ProductSupport(Document):
     minimum_driver: str = Field(alias="minimumDriver")
     source: Source
 
-    _v = field_validator("minimum_driver")(_version)
+    _v = field_validator("minimum_driver")(checked_version)
 
 
 class DriverSupport(Document):
@@ -138,7 +130,7 @@ class KnownBadEntry(Document):
         if self.same_version and len(self.same_version) < 2:
             raise ValueError("`sameVersion` names at least two components")
         if self.since is not None:
-            _version(self.since)
+            checked_version(self.since)
         return self
 
 
