@@ -65,6 +65,7 @@ class _Checkout:
                 key="--base-ref",
             )
         self.ref, self.commit = ref, commit.stdout.decode().strip()
+        self._shown: dict[str, bytes | None] = {}
 
     def rel(self, path: Path, what: str) -> str:
         try:
@@ -73,9 +74,11 @@ class _Checkout:
             raise ConfigError(f"the {what} {path} is outside the checkout {self.root}", key="--base-ref") from None
 
     def show(self, rel: str) -> bytes | None:
-        """The file's content at the base commit (None: not in that commit)."""
-        shown = _git(self.root, "show", f"{self.commit}:{rel}")
-        return shown.stdout if shown.returncode == 0 else None
+        """The file's content at the base commit (None: not in that commit), read from git once."""
+        if rel not in self._shown:
+            shown = _git(self.root, "show", f"{self.commit}:{rel}")
+            self._shown[rel] = shown.stdout if shown.returncode == 0 else None
+        return self._shown[rel]
 
     def document(self, rel: str) -> Any:
         """A YAML file at the base commit, read as strictly as gpucert reads its own (None: not there)."""
