@@ -144,12 +144,10 @@ def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:
             )
 
 
-def _expectations(spec: ClusterSpec) -> dict[str, tuple[str, int, str]]:
+def _expectations(spec: ClusterSpec) -> dict[str, tuple[dict[str, str], int, str]]:
     """What each pool expects of its nodes (selector, GPUs per node, product): carried evidence holds only under
     the same."""
-    return {
-        p.name: (str(sorted(p.node_selector.items())), p.expect.gpus_per_node, p.expect.gpu_product) for p in spec.pools
-    }
+    return {p.name: (p.node_selector, p.expect.gpus_per_node, p.expect.gpu_product) for p in spec.pools}
 
 
 def identity_change(then: NodeEvidence, now: NodeEvidence | None) -> str | None:
