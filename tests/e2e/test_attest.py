@@ -173,3 +173,45 @@ def test_readme_openssl_recipe_matches_the_encoding(run: Path, signed: tuple[Pat
     r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=run, capture_output=True, text=True, check=False)
     assert r.returncode != 0
     assert "verdict.json: FAILED" in r.stdout
+
+
+def readme_recipe() -> str:
+    """The README's openssl recipe, exactly as a buyer copies it."""
+    readme = (ROOT / "README.md").read_text()
+    return readme.split("<!-- verify-recipe -->")[1].split("```bash")[1].split("```")[0]
+
+
+@pytest.mark.parametrize("how", ["script", "pasted"])
+def test_readme_openssl_recipe_fails_with_the_wrong_key(
+    run: Path, signed: tuple[Path, Path, Path], tmp_path: Path, how: str
+) -> None:
+    """Issue 23 item 12: with another key, openssl says "Signature Verification Failure"; the recipe must then stop
+    with a non-zero status and never print "every signed file matches". Run as written: no `-e` given to bash, as a
+    script file (`bash verify.sh`) and as lines pasted into an interactive-like shell that keeps going."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    r = gpucert("keygen", str(tmp_path / "other"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    block = readme_recipe()
+    assert "KEY=gpucert.pub I=0" in block
+    outcomes = {}
+    for key in (signed[2], tmp_path / "other" / "gpucert.pub"):
+        script = block.replace("KEY=gpucert.pub I=0", f"KEY={key} I=0")
+        if how == "script":
+            (tmp_path / "verify.sh").write_text(script)
+            cmd = ["bash", str(tmp_path / "verify.sh")]
+        else:  # what a shell session sees: the recipe, then the user's next command reading its status
+            cmd = ["bash", "-c", script + '\necho "status $?"\n']
+        outcomes[key] = subprocess.run(cmd, cwd=run, capture_output=True, text=True, check=False)
+    right, wrong = outcomes.values()
+    if how == "script":
+        assert right.returncode == 0, right.stdout + right.stderr
+        assert wrong.returncode != 0
+    else:
+        assert right.stdout.rstrip().endswith("status 0"), right.stdout + right.stderr
+        assert not wrong.stdout.rstrip().endswith("status 0")
+        assert wrong.stdout.rstrip().splitlines()[-1].startswith("status ")
+    assert "Signature Verified Successfully" in right.stdout
+    assert "every signed file matches" in right.stdout
+    assert "Signature Verification Failure" in wrong.stdout + wrong.stderr
+    assert "every signed file matches" not in wrong.stdout
