@@ -30,9 +30,10 @@ def test_chart_values_give_each_components_version_and_the_release() -> None:
     assert versions(d) == {
         "driver": "570.148.08",
         "container-toolkit": "1.17.8",
-        "device-plugin": "0.17.2",
-        "gpu-feature-discovery": "0.17.2",
+        "device-plugin": "0.17.3",
+        "gpu-feature-discovery": "0.17.3",
         "dcgm-exporter": "4.2.3-4.1.3",
+        "mig-manager": "0.12.2",
     }
     assert not d.components["dcgm"].enabled  # the chart's standalone host engine is off
     assert d.components["driver"].where == "values-v25.3.2.yaml: driver.version 570.148.08"

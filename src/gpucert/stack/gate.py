@@ -29,6 +29,9 @@ __all__ = ["BaselineReview", "Gate", "gate_keys"]
 
 OK, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
 COMPONENTS = tuple(OPERATOR_KEYS.values())
+# where a release missing from operator-releases.yaml is read from (named in the finding that asks for it)
+CHART_VALUES = "https://github.com/NVIDIA/gpu-operator/blob/v{}/deployments/gpu-operator/values.yaml"
+COMPONENT_MATRIX = "https://docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/life-cycle-policy.html"
 
 
 @dataclass(frozen=True)
@@ -206,15 +209,25 @@ class Gate:
         release = self.release_of(d)
         table = self.tables.file("operator-releases.yaml")
         if release is None:
+            # the chart's own values.yaml leaves operator.version unset (Helm deploys the chart's version): which
+            # release applies is the user's to say, never guessed from the versions the files set
             message = (
-                "names no GPU Operator release (operator.version in the values); pass --operator-release VERSION "
-                "(the chart's version) so its versions can be checked"
+                "names no GPU Operator release (operator.version, which the chart's values.yaml leaves unset), so "
+                "neither the release's defaults nor its versions are known; pass --operator-release VERSION (the "
+                "chart version you install: helm install --version VERSION) or set operator.version"
             )
+            same = self.releases_defaulting_to(d)
+            if same:
+                message += f"; the versions it sets are the defaults of GPU Operator {' and '.join(same)}"
             return _finding("stack.release", d.name, ERROR, message)
         r = self.tables.releases.release(release)
         if r is None:
             known = ", ".join(x.release for x in self.tables.releases.releases)
-            message = f"GPU Operator {release} is not in {table} (known: {known}); add it with its source"
+            message = (
+                f"GPU Operator {release} is not in {table} (known: {known}). Add it there with its source: its "
+                f"components' versions from the chart's values.yaml at tag v{release} ({CHART_VALUES.format(release)}"
+                f"), its other drivers from NVIDIA's component matrix ({COMPONENT_MATRIX}); no code changes"
+            )
             return _finding("stack.release", d.name, ERROR, message)
         problems, unknown = [], []
         for component, c in d.components.items():
@@ -236,6 +249,17 @@ class Gate:
         if unknown:
             return _finding("stack.release", d.name, ERROR, "cannot check " + "; ".join(unknown))
         return _finding("stack.release", d.name, OK, f"every version it sets is one GPU Operator {release} ships")
+
+    def releases_defaulting_to(self, d: Deployment) -> list[str]:
+        """The releases whose defaults are every version the files set (a hint, never taken as the release)."""
+        set_ = {c: canonical(x.version) for c, x in d.components.items() if x.enabled and x.version is not None}
+        if not set_:
+            return []
+        return [
+            r.release
+            for r in self.tables.releases.releases
+            if all(c in r.components and r.components[c][0] == v for c, v in set_.items())
+        ]
 
     def known_bad(self, d: Deployment) -> Finding:
         versions: dict[str, str] = {}

@@ -1,7 +1,8 @@
 """What a GPU Operator configuration would deploy: Helm values files of the `gpu-operator` chart (v24/v25 keys:
-`driver`, `toolkit`, `devicePlugin`, `gfd`, `dcgmExporter`, `dcgm`, each with `enabled`, `repository`, `image`,
-`version`; `operator.version`, else `validator.version`, names the release) or a `ClusterPolicy` manifest (the
-same keys under `spec`).
+`driver`, `toolkit`, `devicePlugin`, `gfd`, `dcgmExporter`, `dcgm`, `migManager`, each with `enabled`,
+`repository`, `image`, `version`; `operator.version`, else `validator.version`, names the release: the chart's own
+values.yaml sets neither, its templates fall back to the chart's version) or a `ClusterPolicy` manifest (the same
+keys under `spec`).
 
 Several values files are merged in order, later keys winning (as `helm -f a.yaml -f b.yaml` does); each
 ClusterPolicy stands alone. A version is read from `version` (`v1.17.8-ubuntu20.04` is 1.17.8), or from a tag in
@@ -32,6 +33,7 @@ OPERATOR_KEYS = {
     "gfd": "gpu-feature-discovery",
     "dcgmExporter": "dcgm-exporter",
     "dcgm": "dcgm",
+    "migManager": "mig-manager",
 }
 # the chart's defaults for `enabled` (v24/v25): the standalone DCGM host engine is off, the exporter embeds one
 DEFAULT_ENABLED = {c: c != "dcgm" for c in OPERATOR_KEYS.values()}
