@@ -124,3 +124,13 @@ def test_values_without_a_release_say_how_and_name_the_releases_they_match(repo:
     assert "the versions it sets are the defaults of GPU Operator 26.3.0 and 26.3.1" in finding["message"]
     r, verdict, _ = gate(repo, "--operator-values", "gpu-operator/values.yaml", "--operator-release", "26.3.1")
     assert not [f for f in verdict["findings"] if f["check"] in {"stack.release", "stack.known_bad"}], verdict
+
+
+def test_a_release_named_twice_apart_is_an_error(tmp_path: Path) -> None:
+    """operator.version in the files and --operator-release disagree: neither is taken on trust."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"operator": {"version": "v26.3.1"}, **chart_values("26.3.1")}))
+    status, message = decide(values, "stack.release", "26.7.0")
+    assert status is CheckStatus.ERROR
+    assert "the files name GPU Operator 26.3.1 (operator.version) and --operator-release says 26.7.0" in message
+    assert decide(values, "stack.release", "26.3.1")[0] is CheckStatus.PASS

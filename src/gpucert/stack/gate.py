@@ -220,6 +220,12 @@ class Gate:
             if same:
                 message += f"; the versions it sets are the defaults of GPU Operator {' and '.join(same)}"
             return _finding("stack.release", d.name, ERROR, message)
+        if self.release and d.release and self.release != d.release:
+            message = (
+                f"the files name GPU Operator {d.release} ({d.release_where}) and --operator-release says "
+                f"{self.release}: which one is installed cannot be told; make them agree (or drop one)"
+            )
+            return _finding("stack.release", d.name, ERROR, message)
         r = self.tables.releases.release(release)
         if r is None:
             known = ", ".join(x.release for x in self.tables.releases.releases)
