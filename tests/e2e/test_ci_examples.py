@@ -169,8 +169,9 @@ def test_github_workflow_runs_as_copied(
     runner_python: Path, gpucert_repo: tuple[str, str], checkout: Path, tmp_path: Path
 ) -> None:
     doc = yaml.safe_load((CI / "github-actions.yml").read_text())
-    # mikepenz/action-junit-report publishes a check run: without `checks: write` the job's token cannot
-    # ("Resource not accessible by integration"); the PR comment needs pull-requests: write
+    # mikepenz/action-junit-report publishes its result as a check run (src/annotator.ts calls
+    # octokit.rest.checks.create, or checks.update), which GitHub's REST API allows a job token only with
+    # `checks: write`; the PR comment (gh pr comment) needs pull-requests: write
     assert doc["permissions"] == {"contents": "read", "pull-requests": "write", "checks": "write"}
     repo_url, commit = gpucert_repo
     stand_in_bin, log = stand_ins(tmp_path)
