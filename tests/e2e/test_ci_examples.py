@@ -165,19 +165,16 @@ def github_if(condition: str | None, cwd: Path, failed: bool) -> bool:
     return ok
 
 
-def test_github_workflow_runs_as_copied(
+def run_github_job(
     runner_python: Path, gpucert_repo: tuple[str, str], checkout: Path, tmp_path: Path
-) -> None:
+) -> tuple[dict[str, int], list[str], Path, Path]:
+    """The gate job's steps in order, with GitHub's step conditions: each `run:` step's exit status by name, the
+    third-party actions whose inputs were checked, RUNNER_TEMP, and the stand-ins' log."""
     doc = yaml.safe_load((CI / "github-actions.yml").read_text())
-    # mikepenz/action-junit-report publishes its result as a check run (src/annotator.ts calls
-    # octokit.rest.checks.create, or checks.update), which GitHub's REST API allows a job token only with
-    # `checks: write`; the PR comment (gh pr comment) needs pull-requests: write
-    assert doc["permissions"] == {"contents": "read", "pull-requests": "write", "checks": "write"}
     repo_url, commit = gpucert_repo
     stand_in_bin, log = stand_ins(tmp_path)
     runner_temp = tmp_path / "runner-temp"
     runner_temp.mkdir()
-    step_summary = tmp_path / "step-summary.md"
     context = {
         "vars.GPUCERT_REPO": repo_url,
         "vars.GPUCERT_REF": commit,
@@ -189,11 +186,11 @@ def test_github_workflow_runs_as_copied(
         "PATH": f"{stand_in_bin}:{runner_python}:{os.environ['PATH']}",
         "HOME": str(tmp_path),
         "RUNNER_TEMP": str(runner_temp),
-        "GITHUB_STEP_SUMMARY": str(step_summary),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "step-summary.md"),
         "PIP_NO_INDEX": "1",
         "PIP_NO_BUILD_ISOLATION": "0",
     }
-    failed, ran, checked = False, [], []
+    failed, ran, checked = False, {}, []
     for step in doc["jobs"]["gate"]["steps"]:
         if not github_if(step.get("if"), checkout, failed):
             continue
@@ -213,11 +210,25 @@ def test_github_workflow_runs_as_copied(
             assert "run" in step, f"a step this test does not know: {step}"
             step_env = {**env, **{k: github_expression(str(v), context) for k, v in (step.get("env") or {}).items()}}
             r = shell(github_expression(step["run"], context), checkout, step_env)
-            assert r.returncode == 0, f"{step.get('name')}: {r.stdout}{r.stderr}"
-            ran.append(step["name"])
+            assert r.returncode in {0, 1}, f"{step.get('name')}: {r.stdout}{r.stderr}"  # 1: the gate's verdict
+            ran[step["name"]] = r.returncode
             failed = failed or r.returncode != 0
-    assert ran == ["Install gpucert from its checkout (the suites live beside the package)", "Gate the change",
-                   "Post the summary"]  # fmt: skip
+    return ran, checked, runner_temp, log
+
+
+INSTALL = "Install gpucert from its checkout (the suites live beside the package)"
+
+
+def test_github_workflow_runs_as_copied(
+    runner_python: Path, gpucert_repo: tuple[str, str], checkout: Path, tmp_path: Path
+) -> None:
+    doc = yaml.safe_load((CI / "github-actions.yml").read_text())
+    # mikepenz/action-junit-report publishes its result as a check run (src/annotator.ts calls
+    # octokit.rest.checks.create, or checks.update), which GitHub's REST API allows a job token only with
+    # `checks: write`; the PR comment (gh pr comment) needs pull-requests: write
+    assert doc["permissions"] == {"contents": "read", "pull-requests": "write", "checks": "write"}
+    ran, checked, runner_temp, log = run_github_job(runner_python, gpucert_repo, checkout, tmp_path)
+    assert ran == {INSTALL: 0, "Gate the change": 0, "Post the summary": 0}
     assert checked == ["actions/upload-artifact@v4", "mikepenz/action-junit-report@v4"]
     # the gpucert the job runs is the clone's, at the commit asked for
     where = subprocess.run(
@@ -227,11 +238,30 @@ def test_github_workflow_runs_as_copied(
         check=True,
     ).stdout
     assert where.startswith(str(runner_temp / "gpucert"))
-    assert git(runner_temp / "gpucert", "rev-parse", "HEAD") == commit
+    assert git(runner_temp / "gpucert", "rev-parse", "HEAD") == gpucert_repo[1]
     summary = (checkout / "gpucert-summary.md").read_text()
     assert summary.startswith("## ✅ gpucert static gate: PASS")
-    assert step_summary.read_text() == summary
+    assert (tmp_path / "step-summary.md").read_text() == summary
     assert "gh pr comment 17 --body-file gpucert-summary.md --edit-last" in log.read_text()
+
+
+def test_github_workflow_fails_a_bad_change_and_still_reports_it(
+    runner_python: Path, gpucert_repo: tuple[str, str], checkout: Path, tmp_path: Path
+) -> None:
+    """A change that deploys another driver than the spec pins: the gate step fails the job, and the summary, the
+    run folder and the JUnit report are still posted and kept (their steps run `if: always()`)."""
+    prod = checkout / "gpu-operator" / "values-prod.yaml"
+    values = yaml.safe_load(prod.read_text())
+    values["driver"]["version"] = "570.158.01"
+    prod.write_text(yaml.safe_dump(values))
+    git(checkout, "commit", "-q", "-am", "a newer driver")
+    ran, checked, _, log = run_github_job(runner_python, gpucert_repo, checkout, tmp_path)
+    assert ran == {INSTALL: 0, "Gate the change": 1, "Post the summary": 0}
+    assert checked == ["actions/upload-artifact@v4", "mikepenz/action-junit-report@v4"]
+    summary = (checkout / "gpucert-summary.md").read_text()
+    assert summary.startswith("## ❌ gpucert static gate: FAIL")
+    assert "570.158.01" in summary
+    assert "gh pr comment 17 --body-file gpucert-summary.md" in log.read_text()
 
 
 def test_github_workflow_says_how_to_set_the_repository(runner_python: Path, checkout: Path, tmp_path: Path) -> None:
