@@ -200,6 +200,7 @@ class DcgmEvidence(_Model):
     results: dict[str, DcgmTestResult] = Field(default_factory=dict)
     runtime_error: str | None = None
     raw: dict[str, Any] | None = None
+    plugins: str | None = None  # the DCGM plugin set the node's driver made the diagnostic load: cuda12, cuda13
 
 
 class SystemFacts(_Model):

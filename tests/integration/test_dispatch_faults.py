@@ -226,6 +226,8 @@ def test_probe_pods_are_what_the_kubernetes_models_accept(cluster: FakeCluster, 
     assert {"/dev/shm", "/var/cache/gpucert"} <= mounts
     assert {"name": "shm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
     assert {"name": "CUPY_CACHE_DIR", "value": "/var/cache/gpucert/cupy"} in pod["containers"][0]["env"]
+    # dcgmi diag's working directory and logs: in the writable emptyDir, not the image's root-owned WORKDIR
+    assert {"name": "DCGM_HOME_DIR", "value": "/var/cache/gpucert/dcgm"} in pod["containers"][0]["env"]
     fpod = fabric["spec"]["template"]["spec"]
     assert fpod["hostNetwork"] is True
     assert fpod["dnsPolicy"] == "ClusterFirstWithHostNet"

@@ -62,7 +62,60 @@ def test_the_image_installs_what_the_probes_load() -> None:
     assert re.fullmatch(r"nvcr\.io/nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu(22|24)\.04", base), base  # -runtime: NCCL
     version = next(rest.partition("=")[2] for word, rest in steps if word == "ARG" and rest.startswith("DCGM_"))
     install = " ".join(rest for word, rest in steps if word == "RUN" and "apt-get install" in rest)
-    for package in ("datacenter-gpu-manager-4-core", "datacenter-gpu-manager-4-cuda12"):  # DCGM 4's package split
+    # DCGM 4's package split: the core, and the plugins of each CUDA major. DCGM 4.5.2 loads
+    # plugins/cuda<driver's CUDA major> (TestFramework::GetPluginCudaDirExtension, nvvs/src/TestFramework.cpp), and
+    # packages them as datacenter-gpu-manager-4-cuda12 and -cuda13 (cmake/packaging.cmake): R580+ drivers are CUDA 13.
+    for package in (f"datacenter-gpu-manager-4-{part}" for part in ("core", "cuda12", "cuda13")):
         assert f'"{package}=1:${{DCGM_VERSION}}"' in install, package
     assert re.fullmatch(r"4\.\d+\.\d+-1", version)
     assert 'pip install ".[gpu]"' in " ".join(rest for word, rest in steps if word == "RUN")
+
+
+def _args() -> dict[str, str]:
+    return {k: v.strip('"') for k, _, v in (rest.partition("=") for word, rest in instructions() if word == "ARG")}
+
+
+def test_the_image_has_the_cuda_headers_cupy_compiles_with() -> None:
+    """CuPy compiles an elementwise kernel for fill, astype and cp.full through NVRTC, including <cuda_fp16.h>
+    (cupy/_core/include/cupy/float16.cuh, cupy-cuda12x 14.2.0) and locating the headers with cuda-pathfinder's
+    find_nvidia_header_directory("cudart") (cupyx/_runtime.py), which looks for cuda_runtime.h in wheels, then
+    $CUDA_PATH/include (cuda/pathfinder/_headers/find_nvidia_headers.py, cuda-pathfinder 1.9.1). The -runtime base
+    image has NVRTC but no headers: the image installs the base's own CUDA dev headers and points CUDA_PATH there."""
+    steps = instructions()
+    base = next(rest for word, rest in steps if word == "FROM")
+    cuda = re.search(r"cuda:(\d+)\.(\d+)\.", base)
+    assert cuda is not None, base
+    assert _args()["CUDA_PKG"] == f"{cuda[1]}-{cuda[2]}", "CUDA_PKG must name the base image's CUDA (12.8 -> 12-8)"
+    install = " ".join(rest for word, rest in steps if word == "RUN" and "apt-get install" in rest)
+    for package in ("cuda-cudart-dev", "cuda-cccl"):  # cuda_runtime.h, cuda_fp16.h; <cuda/std/...>
+        assert f'"{package}-${{CUDA_PKG}}"' in install, package
+    assert env_at_user().get("CUDA_PATH") == "/usr/local/cuda"
+
+
+def test_the_image_pins_the_cupy_major_the_probes_were_written_against() -> None:
+    spec = _args()["CUPY_SPEC"]
+    assert re.fullmatch(r"cupy-cuda12x==14\.\*", spec), spec
+    pip = " ".join(rest for word, rest in instructions() if word == "RUN" and "pip install" in rest)
+    assert '"${CUPY_SPEC}"' in pip
+    import tomllib
+
+    pyproject = tomllib.loads((DOCKERFILE.parents[1] / "pyproject.toml").read_text())
+    (cupy,) = [d for d in pyproject["project"]["optional-dependencies"]["gpu"] if d.startswith("cupy")]
+    assert cupy == "cupy-cuda12x>=13,<15"  # no untested major through the GPU extra either
+
+
+def test_dcgm_runs_in_a_directory_the_probe_user_can_write() -> None:
+    """DCGM's software test checks `euidaccess(".", W_OK)` (nvvs/src/Software.cpp, DCGM 4.5.2) and writes its logs
+    under $DCGM_HOME_DIR (common/DcgmUtilities.cpp): both must be the probe user's."""
+    steps = instructions()
+    uid = next(rest for word, rest in steps if word == "USER").split(":")[0]
+    env = env_at_user()
+    home, dcgm_home = env["HOME"], env.get("DCGM_HOME_DIR")
+    assert dcgm_home is not None
+    assert dcgm_home.startswith(home + "/")
+    before_user = steps[: [w for w, _ in steps].index("USER")]
+    made = [rest for word, rest in before_user if word == "RUN" and dcgm_home in rest.split()]
+    assert made
+    assert re.search(rf"chown -R {uid}(:\d+)? {re.escape(home)}", made[0])
+    workdir = [rest for word, rest in steps if word == "WORKDIR"][-1]
+    assert workdir == home, "the probe's working directory must be one it can write"

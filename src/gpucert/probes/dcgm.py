@@ -9,23 +9,36 @@ DCGM's names, because the id is what a vendor looks up, and the severity says wh
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
 from gpucert.evidence import DcgmError, DcgmEvidence, DcgmGpuResult, DcgmTestResult
 
-__all__ = ["DCGMI_EXIT_CODES", "DCGM_FR", "dcgm_error", "parse_diag", "worst_status"]
+__all__ = [
+    "DCGMI_EXIT_CODES",
+    "DCGM_ERRORS_VERSION",
+    "DCGM_FR",
+    "dcgm_error",
+    "parse_diag",
+    "plugin_set",
+    "run_diag",
+    "worst_status",
+]
 
-# dcgmError_t (dcgm_errors.h, DCGM 4.x): DCGM_FR_<name> by id; ids are only ever appended
+# dcgmError_t as DCGM 4.5.2 declares it (NVIDIA/DCGM v4.5.2, dcgmlib/dcgm_errors.h): DCGM_FR_<name> by id,
+# 0 to 129 (ids are only ever appended; 10, 12 and 43 carry their 4.x names, CLOCKS_EVENT_*). An id past the table
+# (a newer DCGM) is kept as DCGM_FR_UNLISTED_<id>; DCGM_ERRORS_VERSION says which DCGM the table is from.
+DCGM_ERRORS_VERSION = "4.5.2"
 DCGM_FR = (  # noqa: SIM905 - a table transcribed from dcgm_errors.h, one name per id
     "OK UNKNOWN UNRECOGNIZED PCI_REPLAY_RATE VOLATILE_DBE_DETECTED VOLATILE_SBE_DETECTED PENDING_PAGE_RETIREMENTS "
-    "RETIRED_PAGES_LIMIT RETIRED_PAGES_DBE_LIMIT CORRUPT_INFOROM CLOCK_THROTTLE_THERMAL POWER_UNREADABLE "
-    "CLOCK_THROTTLE_POWER NVLINK_ERROR_THRESHOLD NVLINK_DOWN NVSWITCH_FATAL_ERROR NVSWITCH_NON_FATAL_ERROR "
+    "RETIRED_PAGES_LIMIT RETIRED_PAGES_DBE_LIMIT CORRUPT_INFOROM CLOCKS_EVENT_THERMAL POWER_UNREADABLE "
+    "CLOCKS_EVENT_POWER NVLINK_ERROR_THRESHOLD NVLINK_DOWN NVSWITCH_FATAL_ERROR NVSWITCH_NON_FATAL_ERROR "
     "NVSWITCH_DOWN NO_ACCESS_TO_FILE NVML_API DEVICE_COUNT_MISMATCH BAD_PARAMETER CANNOT_OPEN_LIB DENYLISTED_DRIVER "
     "NVML_LIB_BAD GRAPHICS_PROCESSES HOSTENGINE_CONN FIELD_QUERY BAD_CUDA_ENV PERSISTENCE_MODE LOW_BANDWIDTH "
     "HIGH_LATENCY CANNOT_GET_FIELD_TAG FIELD_VIOLATION FIELD_THRESHOLD FIELD_VIOLATION_DBL FIELD_THRESHOLD_DBL "
     "UNSUPPORTED_FIELD_TYPE FIELD_THRESHOLD_TS FIELD_THRESHOLD_TS_DBL THERMAL_VIOLATIONS THERMAL_VIOLATIONS_TS "
-    "TEMP_VIOLATION THROTTLING_VIOLATION INTERNAL PCIE_GENERATION PCIE_WIDTH ABORTED TEST_DISABLED CANNOT_GET_STAT "
+    "TEMP_VIOLATION CLOCKS_EVENT_VIOLATION INTERNAL PCIE_GENERATION PCIE_WIDTH ABORTED TEST_DISABLED CANNOT_GET_STAT "
     "STRESS_LEVEL CUDA_API FAULTY_MEMORY CANNOT_SET_WATCHES CUDA_UNBOUND ECC_DISABLED MEMORY_ALLOC CUDA_DBE "
     "MEMORY_MISMATCH CUDA_DEVICE ECC_UNSUPPORTED ECC_PENDING MEMORY_BANDWIDTH TARGET_POWER API_FAIL API_FAIL_GPU "
     "CUDA_CONTEXT DCGM_API CONCURRENT_GPUS TOO_MANY_ERRORS NVLINK_CRC_ERROR_THRESHOLD NVLINK_ERROR_CRITICAL "
@@ -37,6 +50,11 @@ DCGM_FR = (  # noqa: SIM905 - a table transcribed from dcgm_errors.h, one name p
     "PCIE_H_REPLAY_VIOLATION GPU_EXPECTED_NVLINKS_UP NVSWITCH_EXPECTED_NVLINKS_UP XID_ERROR SBE_VIOLATION "
     "DBE_VIOLATION PCIE_REPLAY_VIOLATION SBE_THRESHOLD_VIOLATION DBE_THRESHOLD_VIOLATION "
     "PCIE_REPLAY_THRESHOLD_VIOLATION CUDA_FM_NOT_INITIALIZED SXID_ERROR GFLOPS_THRESHOLD_VIOLATION NAN_VALUE "
+    "FABRIC_MANAGER_TRAINING_ERROR BROKEN_P2P_PCIE_MEMORY_DEVICE BROKEN_P2P_PCIE_WRITER_DEVICE "
+    "BROKEN_P2P_NVLINK_MEMORY_DEVICE BROKEN_P2P_NVLINK_WRITER_DEVICE TEST_SKIPPED SRAM_THRESHOLD "
+    "NVLINK_EFFECTIVE_BER_THRESHOLD FALLEN_OFF_BUS NVLINK_SYMBOL_BER_THRESHOLD IMEX_UNHEALTHY FABRIC_PROBE_STATE "
+    "BINARY_PERMISSIONS GPU_RECOVERY_RESET GPU_RECOVERY_REBOOT GPU_RECOVERY_DRAIN_P2P GPU_RECOVERY_DRAIN_RESET "
+    "NCCL_ERROR "
 ).split()
 # dcgmErrorCategory_t and dcgmErrorSeverity_t
 _CATEGORIES = (  # noqa: SIM905 - a table transcribed from dcgm_errors.h, one name per id
@@ -216,22 +234,96 @@ def check_serials(d: DcgmEvidence, serials: dict[int, str]) -> DcgmEvidence:
     )
 
 
+# Where DCGM 4 installs its diagnostic plugins, one folder per CUDA major (TestFramework::GetPluginUsingDriverDir,
+# nvvs/src/TestFramework.cpp, and GetDefaultSearchPaths, nvvs/plugin_src/common/PluginCommon.cpp, DCGM 4.5.2)
+PLUGIN_ROOT = "/usr/libexec/datacenter-gpu-manager-4/plugins"
+MAX_CUDA_MAJOR = 13  # MAX_CUDA_MAJOR_VERSION, common/DcgmBuildInfo.hpp, DCGM 4.5.2
+_OLD_ARCHES = ("Maxwell", "Pascal", "Volta")  # below SM 7.5: CUDA 13.0 drivers still run them with cuda12
+
+
+def plugin_set(cuda_driver_version: str | None, architecture: str | None = None) -> str | None:
+    """The DCGM plugin folder (`cuda12`, `cuda13`) DCGM 4.5 loads for this driver, as it chooses it.
+
+    TestFramework::GetPluginCudaDirExtension (DCGM 4.5.2): the driver's CUDA major picks the folder; a major past
+    13 falls back to cuda13; Maxwell, Pascal and Volta under a CUDA 13.0 driver use cuda12.
+    """
+    if not cuda_driver_version:
+        return None
+    major, _, minor = cuda_driver_version.partition(".")
+    if not major.isdigit():
+        return None
+    n = min(int(major), MAX_CUDA_MAJOR)
+    if n == 13 and minor.split(".")[0] == "0" and architecture in _OLD_ARCHES:
+        n = 12
+    return f"cuda{n}"
+
+
+def working_dir(env: dict[str, str]) -> str:
+    """A directory the diagnostic may write in: `$DCGM_HOME_DIR` (the probe pod's emptyDir), else a fresh one.
+
+    DCGM's software test fails with DCGM_FR_FILE_CREATE_PERMISSIONS unless its working directory is writable
+    (`euidaccess(".", W_OK)`, nvvs/src/Software.cpp, DCGM 4.5.2), and writes its logs under DCGM_HOME_DIR
+    (GetLogFilePath, common/DcgmUtilities.cpp; /var/log/nvidia-dcgm when unset, root's).
+    """
+    import os
+    import tempfile
+
+    home = env.get("DCGM_HOME_DIR")
+    if home:
+        with contextlib.suppress(OSError):
+            os.makedirs(home, exist_ok=True)
+        if os.access(home, os.W_OK | os.X_OK):
+            return home
+    return tempfile.mkdtemp(prefix="gpucert-dcgm-")
+
+
+def _missing_plugins(plugins: str | None, root: str) -> str | None:
+    import os
+
+    if plugins is None or not os.path.isdir(root) or os.path.isdir(os.path.join(root, plugins)):
+        return None
+    return (
+        f"DCGM's {plugins} plugins are not installed ({root}/{plugins} is missing) but this node's driver needs "
+        f"them: install datacenter-gpu-manager-4-{plugins} in the probe image (deploy/Dockerfile)"
+    )
+
+
 def run_diag(
-    level: int, *, serials: dict[int, str], host: str | None = None, timeout_s: float = 7200, dcgmi: str = "dcgmi"
+    level: int,
+    *,
+    serials: dict[int, str],
+    host: str | None = None,
+    timeout_s: float = 7200,
+    dcgmi: str = "dcgmi",
+    cuda_driver_version: str | None = None,
+    plugin_root: str = PLUGIN_ROOT,
 ) -> DcgmEvidence:
-    """Run `dcgmi diag -r LEVEL -j` and parse it. Raises FileNotFoundError when dcgmi is not installed."""
+    """Run `dcgmi diag -r LEVEL -j` and parse it. Raises FileNotFoundError when dcgmi is not installed.
+
+    It runs in a writable working directory with DCGM_HOME_DIR there, and the evidence names the plugin set
+    this node's driver makes DCGM load (a remote `host`'s engine loads its own: then it is not known here).
+    """
     import json
+    import os
     import shutil
     import subprocess
 
     exe = shutil.which(dcgmi)
     if exe is None:
         raise FileNotFoundError(f"{dcgmi} is not installed on this node (DCGM provides it)")
+    plugins = None if host else plugin_set(cuda_driver_version)
+    missing = _missing_plugins(plugins, plugin_root)
+    if missing:
+        return DcgmEvidence(level=level, plugins=plugins, runtime_error=missing)
     cmd = [exe, "diag", "-r", str(level), "-j"] + (["--host", host] if host else [])
+    env = dict(os.environ)
+    env["DCGM_HOME_DIR"] = cwd = working_dir(env)
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False, cwd=cwd, env=env)
     except subprocess.TimeoutExpired:
-        return DcgmEvidence(level=level, runtime_error=f"dcgmi diag -r {level} did not finish in {timeout_s:.0f} s")
+        return DcgmEvidence(
+            level=level, plugins=plugins, runtime_error=f"dcgmi diag -r {level} did not finish in {timeout_s:.0f} s"
+        )
     try:
         doc = json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -240,9 +332,10 @@ def run_diag(
         return DcgmEvidence(
             level=level,
             exit_code=proc.returncode,
+            plugins=plugins,
             runtime_error=f"dcgmi exited {proc.returncode} ({meaning}) without JSON: {tail[0]}",
         )
-    parsed = parse_diag(doc, level=level, exit_code=proc.returncode)
+    parsed = parse_diag(doc, level=level, exit_code=proc.returncode).model_copy(update={"plugins": plugins})
     if parsed.runtime_error is None and not parsed.results and proc.returncode:
         meaning = DCGMI_EXIT_CODES.get(proc.returncode, "unknown exit code")
         parsed = parsed.model_copy(update={"runtime_error": f"dcgmi exited {proc.returncode} ({meaning})"})

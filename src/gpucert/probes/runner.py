@@ -445,7 +445,13 @@ def run_plan(
         serials = {g.index: g.serial for g in node.gpus.values() if g.serial}
         dcgm_ev = node.rec.attempt(
             "dcgm",
-            lambda: run_diag(plan.dcgm.level, serials=serials, host=plan.dcgm.host, timeout_s=plan.dcgm.timeout_s),
+            lambda: run_diag(
+                plan.dcgm.level,
+                serials=serials,
+                host=plan.dcgm.host,
+                timeout_s=plan.dcgm.timeout_s,
+                cuda_driver_version=system.cuda_driver_version,
+            ),
         )
         if dcgm_ev is not None:
             emit("dcgm", dcgm_ev)

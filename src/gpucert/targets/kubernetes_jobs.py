@@ -170,7 +170,8 @@ class ProbeJobs:
     ) -> dict[str, Any]:
         """The probe pod's spec: `python -m gpucert.probes` on all the node's GPUs, the plan from the ConfigMap.
 
-        A writable emptyDir holds CuPy's kernel cache (the image runs as a user without a home), and /dev/shm is
+        A writable emptyDir holds CuPy's kernel cache (the image runs as a user without a home) and DCGM's
+        working directory (its software test fails where it cannot create a file), and /dev/shm is
         memory-backed: a container's default 64 MiB is too small for NCCL's shared-memory segments.
         """
         container: dict[str, Any] = {
@@ -183,6 +184,7 @@ class ProbeJobs:
             "env": [
                 {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "CUPY_CACHE_DIR", "value": f"{SCRATCH}/cupy"},
+                {"name": "DCGM_HOME_DIR", "value": f"{SCRATCH}/dcgm"},  # dcgmi diag's working directory and logs
                 {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
                 *env,
             ],
