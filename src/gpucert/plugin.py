@@ -9,7 +9,6 @@ cannot say PASS.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections.abc import Generator
@@ -24,7 +23,7 @@ from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
-from gpucert.report import details
+from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
 from gpucert.report.markdown import summary_markdown
 from gpucert.report.verdict import Outcome, build_verdict, side_notes
@@ -93,7 +92,7 @@ def run_context(config: pytest.Config) -> RunContext | None:
     return config.stash.get(context_key, None)
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("gpucert", "gpucert cluster certification")
     group.addoption("--spec", metavar="SPEC", help="ClusterSpec to certify: plan, measure and evaluate it")
     group.addoption(
@@ -111,10 +110,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-measure", action="store_true", help="plan only: configure checks need no evidence")
     group.addoption("--static", action="store_true", help="no cluster at all: the static recipe gate")
     group.addoption("--signer", metavar="FINGERPRINT", help="the key that will sign this run, shown in the report")
-    # allure-pytest's option, so the command Allure users type works: gpucert writes its own results there too;
-    # where allure-pytest is installed it owns the option (ValueError here) and gpucert reads the same destination
-    with contextlib.suppress(ValueError):
-        group.addoption("--alluredir", dest="allure_report_dir", metavar="DIR", help="also write Allure results here")
+    alluredir.add_option(parser, pluginmanager)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser) -> Generator[None]:
+    yield
+    alluredir.add_option_if_missing(parser, early_config.pluginmanager)
 
 
 def _runs_tests(config: pytest.Config) -> bool:
@@ -212,6 +214,11 @@ def pytest_configure_node(node: Any) -> None:
     ctx = run_context(node.config)
     if ctx is not None:
         node.workerinput["gpucert_run_dir"] = str(ctx.folder.path)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if run_context(session.config) is not None:
+        alluredir.take_over(session.config)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -461,9 +468,9 @@ class Controller:
             spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished
         )
         dirs = [ctx.folder.allure_dir]
-        extra = session.config.getoption("allure_report_dir", None)
+        extra = alluredir.results_dir(session.config)
         if extra:
-            dirs.append(Path(extra))
+            dirs.append(extra)
         for results in dirs:
             write_allure(
                 results,
