@@ -8,15 +8,18 @@ multiplies. cupy is imported lazily, here only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
+import threading
 import time
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any, Protocol
 
 import numpy as np
 
 from gpucert.errors import ConfigError
+from gpucert.probes.hostmem import first_touched, registered
 
 __all__ = ["DTYPE_BYTES", "CupyDevice", "Device", "NumpyDevice", "missing_gpu_extra", "prepare_cuda_environment"]
 
@@ -72,6 +75,7 @@ class Device(Protocol):
     def h2d(self, dst: Any, src: Any) -> None: ...
     def d2h(self, dst: Any, src: Any) -> None: ...
     def gemm_operands(self, n: int, dtype: str) -> tuple[Any, Any, Any]: ...
+    def blas(self) -> contextlib.AbstractContextManager[None]: ...
     def gemm(self, a: Any, b: Any, c: Any, n: int, dtype: str) -> None: ...
     def event(self) -> Any: ...
     def record(self, event: Any) -> None: ...
@@ -100,7 +104,7 @@ class NumpyDevice:
         buf.view(np.uint8)[:] = int(value) & 0xFF
 
     def host_pinned(self, nbytes: int) -> Any:
-        return np.empty(nbytes, dtype=np.uint8)
+        return first_touched(nbytes)  # where the GPU's buffer would be: on the calling thread's NUMA node
 
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src)
@@ -114,6 +118,9 @@ class NumpyDevice:
         a = rng.standard_normal((n, n)).astype(np_dtype)
         b = rng.standard_normal((n, n)).astype(np_dtype)
         return a, b, np.empty((n, n), dtype=np_dtype)
+
+    def blas(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
 
     def gemm(self, a: Any, b: Any, c: Any, n: int, dtype: str) -> None:
         np.matmul(a, b, out=c)
@@ -144,7 +151,13 @@ _STORAGE = {"fp16": "float16", "bf16": "uint16", "tf32": "float32", "fp32": "flo
 
 
 class CupyDevice:
-    """One NVIDIA GPU through CuPy: CUDA events on the current stream, cuBLAS gemmEx for every dtype."""
+    """One NVIDIA GPU through CuPy: CUDA events on the current stream, cuBLAS gemmEx for every dtype.
+
+    cuBLAS runs on a handle of its own, made with `cublas.create()` by `blas()` in the thread that then calls
+    gemmEx, and destroyed by it. Not `Device.cublas_handle`: CuPy keeps that one in a `threading.local` and
+    destroys it when its thread ends (`Device._get_handle` and `Handle.__dealloc__`, cupy/cuda/device.pyx, CuPy
+    13.6 and 14.2), and every probe runs in a watchdog thread of its own.
+    """
 
     def __init__(self, index: int = 0) -> None:
         try:
@@ -159,7 +172,18 @@ class CupyDevice:
         self.name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
         self.l2_bytes = int(props.get("l2CacheSize", 50 << 20))
         self.pci_bus_id: str | None = str(self.dev.pci_bus_id)
-        self._handle = self.dev.cublas_handle
+        self._blas = threading.local()
+
+    @staticmethod
+    def bus_id_of(ordinal: int) -> str | None:
+        """CUDA device `ordinal`'s PCI bus id without starting it (cudaDeviceGetPCIBusId needs no context): which
+        board a device that cannot start is, to charge the failure to its NVML record."""
+        try:
+            import cupy
+
+            return str(cupy.cuda.runtime.deviceGetPCIBusId(ordinal))
+        except Exception:
+            return None
 
     def empty(self, nbytes: int) -> Any:
         with self.dev:
@@ -170,8 +194,8 @@ class CupyDevice:
             buf.fill(int(value) & 0xFF)
 
     def host_pinned(self, nbytes: int) -> Any:
-        mem = self.cp.cuda.alloc_pinned_memory(nbytes)
-        return np.frombuffer(mem, dtype=np.uint8, count=nbytes)
+        """Page-locked host memory on the calling thread's NUMA node, outside CuPy's pinned pool (see hostmem)."""
+        return registered(first_touched(nbytes), self.cp.cuda.runtime)
 
     def copy(self, dst: Any, src: Any) -> None:
         with self.dev:
@@ -201,15 +225,33 @@ class CupyDevice:
                 cp.empty((n, n), dtype=st),
             )
 
+    @contextlib.contextmanager
+    def blas(self) -> Iterator[None]:
+        """A cuBLAS handle of this thread's, for the GEMMs inside the block; destroyed after them."""
+        from cupy_backends.cuda.libs import cublas
+
+        with self.dev:
+            handle = cublas.create()
+        self._blas.handle = handle
+        try:
+            yield
+        finally:
+            del self._blas.handle
+            with self.dev:
+                cublas.destroy(handle)
+
     def gemm(self, a: Any, b: Any, c: Any, n: int, dtype: str) -> None:
         from cupy_backends.cuda.libs import cublas
 
+        handle = getattr(self._blas, "handle", None)
+        if handle is None:
+            raise RuntimeError("CupyDevice.gemm runs inside `with device.blas():` (the thread's own cuBLAS handle)")
         one = np.array(1.0, dtype=np.float64 if dtype == "fp64" else np.float32)
         zero = np.zeros_like(one)
         t = _CUDA_R[dtype]
         with self.dev:
-            cublas.gemmEx(
-                self._handle,
+            cublas.gemmEx(  # sets the handle's stream to CuPy's current one first (_setStream, cublas.pyx)
+                handle,
                 cublas.CUBLAS_OP_N,
                 cublas.CUBLAS_OP_N,
                 n,

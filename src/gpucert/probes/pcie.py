@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpucert.evidence import Measurement
 from gpucert.probes.device import Device
+from gpucert.probes.hostmem import page_nodes
 from gpucert.probes.timing import Budget, time_region
 
 __all__ = ["DEFAULT_BYTES", "host_copy_bandwidth"]
@@ -23,5 +24,11 @@ def host_copy_bandwidth(device: Device, direction: str, budget: Budget, nbytes: 
     return Measurement(
         unit="GB/s",
         samples=[nbytes / t / 1e9 for t in seconds],  # each byte crosses the link once
-        params={"bytes": nbytes, "pinned": True, "direction": direction, "device": device.name},
+        params={
+            "bytes": nbytes,
+            "pinned": True,
+            "direction": direction,
+            "device": device.name,
+            "host_numa_nodes": page_nodes(host),  # where the host buffer's pages are, as the kernel reports them
+        },
     )

@@ -238,8 +238,10 @@ def _open_devices(node: _Node, count: int, opener: Callable[[int], Device]) -> d
     for ordinal in range(count):
         try:
             dev = within(node.limit_s, partial(opener, ordinal), f"starting GPU {ordinal}")
-        except Exception as exc:
-            node.unusable[ordinal] = f"could not be started: {_why(exc)}"
+        except Exception as exc:  # charged to the board with this ordinal's bus id (NVML's index for it)
+            bus = getattr(opener, "bus_id_of", lambda o: None)(ordinal)
+            twin = [i for i, g in node.gpus.items() if nvml_probe.same_bus(g.pci_bus_id, bus)]
+            node.unusable[twin[0] if twin else ordinal] = f"could not be started: {_why(exc)}"
             continue
         index = ordinal
         if node.nvml is not None and dev.pci_bus_id is not None:
