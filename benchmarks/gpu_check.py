@@ -69,7 +69,10 @@ def budget_estimate(gpus: int = 8, profile: str = "quick", sku: str = "H200-SXM-
         )
     )
     algbw = rate["nccl.all_reduce"] / nccl.busbw_factor(gpus) * 1e9
-    sweep = sum(_region_s(max(LAUNCH_FLOOR_S, size / algbw), budget, 0.0) for size in sizes.nccl_sizes)
+    # each repetition is nccl.DEFAULT_ITERS all-reduces back to back (as nccl-tests times them)
+    sweep = sum(
+        _region_s(nccl.DEFAULT_ITERS * max(LAUNCH_FLOOR_S, size / algbw), budget, 0.0) for size in sizes.nccl_sizes
+    )
     rows.append((f"nccl sweep, {len(sizes.nccl_sizes)} sizes to {max(sizes.nccl_sizes) >> 30} GiB", sweep))
     rows.append(("nccl communicator set-up", NCCL_INIT_S))
     rows.append((f"start-up: process, then {gpus} GPUs", START_PROCESS_S + gpus * START_GPU_S))

@@ -2,8 +2,12 @@
 
 algbw = bytes / time and busbw = algbw · 2(n-1)/n, as nccl-tests computes them for all-reduce; every rank's
 input is filled with (rank + 1), so each reduced element must equal n(n+1)/2: a wrong result fails the probe.
-Time is the host clock around the launch with every device synchronised before and after (the collective spans
-devices, so no single device's events bracket it).
+
+Timing follows nccl-tests (BenchTime, src/common.cu, nccl-tests 2.19.6): `iters` all-reduces launched back to back
+and one clock pair around them, the time per all-reduce being the span over `iters`. Timing each call alone from
+the host adds a launch and a synchronisation to every call, which at 16 MiB and below is a large part of the call.
+On GPUs the pair is a CUDA event pair on rank 0's stream (an all-reduce cannot complete on one rank before every
+rank has contributed); the NumPy collective uses the host clock.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import numpy as np
 
 from gpucert.evidence import NcclEvidence, NcclPoint
 from gpucert.probes.device import Device, missing_gpu_extra
-from gpucert.probes.timing import Budget, time_region
+from gpucert.probes.timing import Budget, Clock, time_region
 
 __all__ = [
     "BASELINE_SIZE",
@@ -40,8 +44,13 @@ def busbw_factor(ranks: int) -> float:
     return 2 * (ranks - 1) / ranks
 
 
+DEFAULT_ITERS = 20  # nccl-tests' default `-n 20`: all-reduces per timed sample
+
+
 class Collective(Protocol):
     ranks: int
+
+    def clock(self) -> Clock: ...
 
     def buffers(self, count: int) -> tuple[list[Any], list[Any]]: ...
     def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None: ...
@@ -72,6 +81,9 @@ class NumpyCollective:
 
     def synchronize(self) -> None:
         return None
+
+    def clock(self) -> Clock:
+        return _HostClock(self.synchronize)
 
     def correct(self, recv: list[Any], count: int) -> bool:
         want = self.ranks * (self.ranks + 1) / 2
@@ -140,6 +152,8 @@ class CupyNccl:
             with self.cp.cuda.Device(i):
                 send.append(self.cp.full(count, self.first_rank + r + 1, dtype=self.cp.float32))
                 recv.append(self.cp.empty(count, dtype=self.cp.float32))
+        for i in self.ids:  # cp.full ran on the legacy stream, which the communicators' non-blocking streams ignore
+            self.cp.cuda.Device(i).synchronize()
         return send, recv
 
     def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
@@ -160,6 +174,9 @@ class CupyNccl:
         for s in self.streams:
             s.synchronize()
 
+    def clock(self) -> Clock:
+        return _StreamClock(self.cp, self.ids[0], self.streams[0], self.synchronize)
+
     def correct(self, recv: list[Any], count: int) -> bool:
         want = self.ranks * (self.ranks + 1) / 2
         ok = True
@@ -172,7 +189,7 @@ class CupyNccl:
 class _HostClock:
     """The timing protocol's device for a collective: events are host times taken after every device is idle."""
 
-    name = "host clock"
+    name = "host clock, all devices synchronised"
     index = -1
     l2_bytes = 0
 
@@ -199,14 +216,56 @@ class _HostClock:
         self._sync()
 
 
-def all_reduce_sweep(coll: Collective, budget: Budget, sizes: Sequence[int] = DEFAULT_SIZES) -> NcclEvidence:
+class _StreamClock:
+    """CUDA events on rank 0's stream: the clock of back-to-back all-reduces (all ranks wait for each other)."""
+
+    name = "rank 0's stream"
+    index = -1
+    l2_bytes = 0  # a collective's buffers are rotated by the ring itself: no flush between samples
+
+    def __init__(self, cp: Any, device: int, stream: Any, synchronize: Callable[[], None]) -> None:
+        self.cp, self.device, self.stream, self._sync = cp, device, stream, synchronize
+
+    def empty(self, nbytes: int) -> Any:
+        return None
+
+    def fill(self, buf: Any, value: float) -> None:
+        return None
+
+    def event(self) -> Any:
+        with self.cp.cuda.Device(self.device):
+            return self.cp.cuda.Event()
+
+    def record(self, event: Any) -> None:
+        with self.cp.cuda.Device(self.device):
+            event.record(self.stream)
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        end.synchronize()
+        return float(self.cp.cuda.get_elapsed_time(start, end)) / 1e3
+
+    def synchronize(self) -> None:
+        self._sync()
+
+
+def _back_to_back(all_reduce: Callable[[], None], iters: int) -> None:
+    for _ in range(iters):
+        all_reduce()
+
+
+def all_reduce_sweep(
+    coll: Collective, budget: Budget, sizes: Sequence[int] = DEFAULT_SIZES, iters: int = DEFAULT_ITERS
+) -> NcclEvidence:
+    """Per size, samples of the time of one all-reduce, each the span of `iters` back-to-back ones over `iters`."""
     factor = busbw_factor(coll.ranks)
-    clock = _HostClock(coll.synchronize)
+    clock = coll.clock()
     points, correct = [], True
     for size in sizes:
         count = size // 4  # float32 elements
         send, recv = coll.buffers(count)
-        seconds = time_region(clock, partial(coll.all_reduce, send, recv, count), budget)
+        spans = time_region(clock, partial(_back_to_back, partial(coll.all_reduce, send, recv, count), iters), budget)
+        seconds = [t / iters for t in spans]
+        coll.synchronize()  # every rank's stream, not only the clock's: the check reads every rank's result
         correct = correct and coll.correct(recv, count)
         algbw = [size / t / 1e9 for t in seconds]
         points.append(
@@ -221,5 +280,9 @@ def all_reduce_sweep(coll: Collective, budget: Budget, sizes: Sequence[int] = DE
         dtype="float32",
         points=points,
         correct=correct,
-        params={"busbw_factor": factor, "timer": "host clock, all devices synchronised"},
+        params={
+            "busbw_factor": factor,
+            "iters_per_sample": iters,
+            "timer": f"{clock.name}: one clock pair around {iters} back-to-back all-reduces (nccl-tests)",
+        },
     )

@@ -20,6 +20,7 @@ __all__ = ["Budget", "Clock", "time_region"]
 class Clock(Protocol):
     """What the timing protocol needs of a device: events, a barrier, and scratch memory to flush the L2."""
 
+    name: str
     l2_bytes: int
 
     def empty(self, nbytes: int) -> Any: ...
