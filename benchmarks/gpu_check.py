@@ -61,11 +61,20 @@ def budget_estimate(gpus: int = 8, profile: str = "quick", sku: str = "H200-SXM-
         ),
     ]
     rows = [(f"{gpus} GPUs x {name}", gpus * s) for name, s in per_gpu]
+    # every GPU at once, each direction: two GPUs behind one switch uplink get half of it each
+    together = [_region_s(sizes.pcie_bytes / (rate[f"pcie.{d}"] / 2 * 1e9), budget, 0.0) for d in ("h2d", "d2h")]
+    rows.append((f"pcie, {gpus} GPUs at once, h2d and d2h", sum(together)))
     pairs = gpus * (gpus - 1)
     rows.append(
         (
             f"p2p, {pairs} ordered pairs",
             pairs * _region_s(sizes.p2p_bytes / (rate["p2p.bandwidth"] * 1e9), budget, flush_s),
+        )
+    )
+    rows.append(
+        (
+            f"p2p both ways, {pairs // 2} pairs",
+            pairs // 2 * _region_s(sizes.p2p_bytes / (rate["p2p.bandwidth"] * 1e9), budget, 0.0),
         )
     )
     algbw = rate["nccl.all_reduce"] / nccl.busbw_factor(gpus) * 1e9

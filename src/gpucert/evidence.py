@@ -135,6 +135,8 @@ class P2pEvidence(_Model):
     unit: str = "GB/s"
     pairs: list[P2pPair] = Field(default_factory=list)
     params: dict[str, Any] = Field(default_factory=dict)
+    # each unordered pair (src < dst) copying both ways at once, GB/s of both directions together (evidence only)
+    bidirectional: list[P2pPair] = Field(default_factory=list)
 
 
 class NcclPoint(_Model):

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gpucert.probes.affinity import pinned as _pinned
 from gpucert.probes.device import CupyDevice, NumpyDevice
 from gpucert.probes.hostmem import first_touched, page_nodes, registered
-from gpucert.probes.runner import _pinned, run_plan
+from gpucert.probes.runner import run_plan
 from gpucert.probes.watchdog import within
 
 from .fake_cupy import CublasError, FakeCupy

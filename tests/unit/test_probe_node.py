@@ -125,7 +125,7 @@ def test_pcie_runs_on_the_cpus_of_the_gpus_numa_node() -> None:
 
     class Watching(NumpyDevice):
         def h2d(self, dst: Any, src: Any) -> None:
-            seen[self.index] = os.sched_getaffinity(0)
+            seen.setdefault(self.index, os.sched_getaffinity(0))  # the one-at-a-time copy, which comes first
             super().h2d(dst, src)
 
     streamed: dict[str, Any] = {}

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import platform
 import sys
 import time
@@ -43,6 +42,8 @@ from gpucert.evidence import (
 )
 from gpucert.probes import compute, memory, nccl, p2p, pcie
 from gpucert.probes import health as nvml_probe
+from gpucert.probes.affinity import cpu_list as _cpu_list
+from gpucert.probes.affinity import pinned as _pinned
 from gpucert.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
 from gpucert.probes.stream import GPU_PROBES, METRICS, Done, Emit, NodeHeader
 from gpucert.probes.timing import Budget
@@ -124,32 +125,6 @@ def _cpu_identity(node: str, index: int) -> GpuEvidence:
 
 def _why(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, (ProbeTimeout, GpucertError)) else f"{type(exc).__name__}: {exc}"
-
-
-def _cpu_list(cpus: set[int]) -> str:
-    """0-55,112-167: the form taskset and /sys print."""
-    out, run = [], sorted(cpus)
-    start = prev = run[0]
-    for c in [*run[1:], None]:
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        out.append(f"{start}-{prev}" if prev > start else str(start))
-        if c is not None:
-            start = prev = c
-    return ",".join(out)
-
-
-def _pinned(cpus: set[int] | None, fn: Callable[[], T]) -> T:
-    """`fn()` on the calling thread pinned to `cpus` (the watchdog's thread: the pin goes with it)."""
-    if not cpus:
-        return fn()
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cpus)
-    try:
-        return fn()
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 class _Recorder:
@@ -283,10 +258,36 @@ def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
                 # read the link while a transfer is in flight: idle links train down on purpose
                 read = partial(_pinned, cpus, partial(_link_under_load, node, dev, i))
                 links[i] = node.rec.attempt("health", partial(within, node.limit_s, read, f"PCIe link of GPU {i}"))
+    if Probe.PCIE in node.probes and len(devices) > 1:
+        _pcie_together(node, {i: d for i, d in devices.items() if i not in node.unusable})
     for probe in GPU_PROBES:
         if probe in node.probes:
             node.emit(f"done/{probe.value}", Done(probe=probe))
     return links
+
+
+def _pcie_together(node: _Node, devices: dict[int, Device]) -> None:
+    """PCIe with every GPU copying at once, each direction: evidence beside the judged one-at-a-time figures."""
+
+    def place(i: int, fn: Callable[[], T]) -> T:
+        return _pinned(nvml_probe.numa_cpus(node.nvml, i) if node.nvml is not None else None, fn)
+
+    budget, nbytes = node.budget_for(Probe.PCIE), node.plan.sizes.pcie_bytes
+    for direction in ("h2d", "d2h"):
+        metric = f"pcie.{direction}.concurrent"
+        fn = partial(pcie.all_at_once, devices, direction, budget, nbytes, place)
+        try:
+            got = node.loaded(sorted(devices), metric, partial(within, node.limit_s, fn, f"{metric} on every GPU"))
+        except Exception as exc:
+            for i in devices:
+                node.gpu_error(Probe.PCIE, i, f"GPU {i}: {metric}: {_why(exc)}", metric)
+            if isinstance(exc, ProbeTimeout):  # any of them may be wedged: every GPU is left out of what follows
+                node.unusable.update({i: f"hung in {metric}" for i in devices if i not in node.unusable})
+                return
+            continue
+        for i, m in got.items():
+            node.measured.setdefault(i, {})[metric] = m
+            node.emit(f"gpu/{i}/{metric}", m)
 
 
 def _pcie_near(cpus: set[int] | None, dev: Device, direction: str, budget: Budget, nbytes: int) -> Measurement:

@@ -10,11 +10,11 @@ probes turn each into a sample: statistics happen at evaluate time.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Budget", "Clock", "time_region"]
+__all__ = ["Budget", "Clock", "time_region", "time_together"]
 
 
 class Clock(Protocol):
@@ -63,4 +63,35 @@ def time_region(device: Clock, fn: Callable[[], None], budget: Budget) -> list[f
         fn()
         device.record(end)
         samples.append(device.elapsed_s(start, end))
+    return samples
+
+
+def time_together(clocks: Sequence[Clock], fns: Sequence[Callable[[], None]], budget: Budget) -> list[list[float]]:
+    """Seconds per repetition of each `fns[k]` on `clocks[k]`, all launched together in every repetition.
+
+    The transfers overlap on the devices (each launch returns at once), so each device's own event pair times its
+    own work while the others' runs: what a shared link gives each of its users. Warm-up as in `time_region`; no
+    L2 flush (the transfers these time are host or peer copies far larger than the L2).
+    """
+
+    def all_of_them() -> None:
+        for fn in fns:
+            fn()
+        for clock in clocks:
+            clock.synchronize()
+
+    deadline = time.perf_counter() + budget.warmup_s
+    all_of_them()
+    while time.perf_counter() < deadline:
+        all_of_them()
+    pairs = [(c.event(), c.event()) for c in clocks]
+    samples: list[list[float]] = [[] for _ in clocks]
+    deadline = time.perf_counter() + budget.measure_s
+    while len(samples[0]) < budget.max_reps and (len(samples[0]) < budget.min_reps or time.perf_counter() < deadline):
+        for clock, fn, (start, end) in zip(clocks, fns, pairs, strict=True):
+            clock.record(start)
+            fn()
+            clock.record(end)
+        for k, (clock, (start, end)) in enumerate(zip(clocks, pairs, strict=True)):
+            samples[k].append(clock.elapsed_s(start, end))
     return samples
