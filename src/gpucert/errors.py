@@ -62,6 +62,15 @@ class ClusterAccessError(GpucertError):
     exit_code = 2
 
 
+class AdmissionError(ClusterAccessError):
+    """The API server's admission (Pod Security, a policy webhook) refused an object RBAC allowed; `said` is the
+    API's own message, quoted."""
+
+    def __init__(self, message: str, said: str) -> None:
+        self.said = said
+        super().__init__(message)
+
+
 class IncompleteRunError(GpucertError):
     """The run could not complete (a target failed beyond retries, an interrupted measure)."""
 

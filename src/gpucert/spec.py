@@ -17,6 +17,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_
 
 from gpucert.documents import Document, Key, Problem, load_document
 from gpucert.errors import ConfigError
+from gpucert.spec_kubernetes import GpuSharing, KubernetesTargetSpec, Taint
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
 from gpucert.versions import checked_version
 
@@ -28,10 +29,13 @@ __all__ = [
     "ClusterSpec",
     "Component",
     "Expect",
+    "GpuSharing",
+    "KubernetesTargetSpec",
     "Pool",
     "Probe",
     "StackSpec",
     "StragglerSpec",
+    "Taint",
     "load_spec",
 ]
 
@@ -62,29 +66,6 @@ class SimulatedTargetSpec(Document):
     fleet: str
 
 
-class KubernetesTargetSpec(Document):
-    kind: Literal["kubernetes"]
-    context: str | None = None
-    namespace: str = "gpucert"
-    node_selector: dict[str, str] = Field(
-        default_factory=lambda: {"nvidia.com/gpu.present": "true"}, alias="nodeSelector"
-    )
-    image: str | None = None
-    max_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(32, alias="maxParallel")
-    tolerations: list[dict[str, str]] = Field(
-        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-    )
-    pending_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="pendingTimeoutSeconds")
-    # how long a probe pod waits for a node whose GPUs other pods hold (the scheduler says Insufficient
-    # nvidia.com/gpu); 0: report it busy, naming the pods, at pendingTimeoutSeconds
-    busy_timeout_seconds: Annotated[int, Field(ge=0)] = Field(0, alias="busyTimeoutSeconds")
-    active_deadline_seconds: Annotated[int, Field(ge=60)] = Field(7200, alias="activeDeadlineSeconds")
-    # extra limits for the all-reduce across nodes, e.g. the RDMA device plugin's {rdma/rdma_shared_device_a: 1}
-    fabric_resources: dict[str, str] = Field(default_factory=dict, alias="fabricResources")
-    # the all-reduce pods on the nodes' network namespace (NCCL then sees every host interface and RDMA device)
-    fabric_host_network: bool = Field(False, alias="fabricHostNetwork")
-
-
 class LocalTargetSpec(Document):
     """This host's GPUs, probed in-process: `numpy` runs the same probes on the CPU (no GPU needed)."""
 
@@ -111,6 +92,8 @@ class Expect(Document):
     nodes: Annotated[int, Field(ge=1)]
     gpus_per_node: Annotated[int, Field(ge=1, le=64)] = Field(alias="gpusPerNode")
     gpu_product: str = Field(alias="gpuProduct")
+    # how the pool's GPUs are shared, as GFD labels say (gpucert certifies whole GPUs: a shared one is refused)
+    gpu_sharing: GpuSharing = Field(GpuSharing.NONE, alias="gpuSharing")
 
 
 class VersionSource(Document):
@@ -303,6 +286,8 @@ class Pool(Document):
     baseline: str
     stack: PoolStack | None = None
     stragglers: StragglerSpec | None = None
+    # taints the pool's nodes carry (e.g. a NoExecute nvidia.com/gpu): every gpucert pod tolerates them
+    taints: list[Taint] = Field(default_factory=list)
 
     def selects(self, labels: dict[str, str]) -> bool:
         """Whether a node with these labels is one of the pool's (every selector label, equal)."""

@@ -5,6 +5,10 @@ Served by pytest-httpserver's threaded server, so a watch stream and other reque
 injected per request: a status (with headers, e.g. Retry-After), a hang (a request answered only after a delay),
 a watch whose resourceVersion has expired (410 Gone as an ERROR event), a watch that hangs without a byte, and a
 pod whose log the kubelet cannot serve.
+
+A pod is admitted as a real API server admits it: Pod Security by its namespace's labels (fakeadmission.py), dry
+runs (`dryRun=All`) included, which are admitted or refused and never stored. A SelfSubjectAccessReview is answered
+from deploy/'s RBAC for the gpucert service account (rbac.py), less the grants a test takes away in `denied`.
 """
 
 from __future__ import annotations
@@ -21,15 +25,21 @@ from typing import Any
 
 from werkzeug import Request, Response
 
+from . import rbac
+from .fakeadmission import forbidden
+
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 ROUTES = [
     ("nodes", re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")),
+    ("namespaces", re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")),
+    ("selfsubjectaccessreviews", re.compile(r"^/apis/authorization\.k8s\.io/v1/selfsubjectaccessreviews$")),
+    ("runtimeclasses", re.compile(r"^/apis/node\.k8s\.io/v1/runtimeclasses(?:/(?P<name>[^/]+))?$")),
     ("pods", re.compile(r"^/api/v1/pods$")),  # every namespace
     (
         "core",
         re.compile(
-            r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|configmaps|services)"
+            r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|configmaps|services|secrets)"
             r"(?:/(?P<name>[^/]+)(?:(?P<log>/log)|(?P<eviction>/eviction))?)?$"
         ),
     ),
@@ -76,7 +86,9 @@ def _merge(dst: dict[str, Any], patch: dict[str, Any]) -> None:
             dst[k] = v
 
 
-def _status(code: int, message: str, headers: dict[str, str] | None = None) -> Response:
+def _status(
+    code: int, message: str, headers: dict[str, str] | None = None, details: dict[str, str] | None = None
+) -> Response:
     reason = {
         401: "Unauthorized",
         403: "Forbidden",
@@ -95,6 +107,8 @@ def _status(code: int, message: str, headers: dict[str, str] | None = None) -> R
         "reason": reason,
         "code": code,
     }
+    if details:
+        body["details"] = details
     return Response(json.dumps(body), status=code, content_type="application/json", headers=headers)
 
 
@@ -112,6 +126,7 @@ class FakeCluster:
     requests: list[tuple[str, str]] = field(default_factory=list)
     on_request: Callable[[str, str], None] | None = None  # (method, path), before the request is answered
     max_jobs: int = 0
+    denied: set[tuple[str, str, str]] = field(default_factory=set)  # (apiGroup, resource, verb) RBAC refuses
     rv: int = 1000
     cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -240,9 +255,16 @@ class FakeCluster:
                 ),
                 content_type="application/json",
             )
+        if request.method == "POST" and kind == "selfsubjectaccessreviews":
+            return self._review(json.loads(request.data))
         if request.method == "POST":
             body = json.loads(request.data)
             body["metadata"]["namespace"] = ns
+            refusal = self.admit(ns or "", body) if kind == "pods" else ""
+            if refusal:
+                return _status(403, refusal, details={"name": body["metadata"]["name"], "kind": "pods"})
+            if args.get("dryRun") == "All":  # admitted, and not stored
+                return Response(json.dumps(body), status=201, content_type="application/json")
             if self.get(kind, ns, body["metadata"]["name"]):
                 return _status(409, f'{kind} "{body["metadata"]["name"]}" already exists')
             return Response(json.dumps(self.put(kind, body)), status=201, content_type="application/json")
@@ -277,6 +299,26 @@ class FakeCluster:
             ]
             return Response(json.dumps({"kind": "List", "items": gone}), content_type="application/json")
         return _status(405, f"{request.method} not supported by the fake")
+
+    def admit(self, ns: str, pod: dict[str, Any]) -> str:
+        """ "" when the API server admits `pod`, else its Forbidden message: the RuntimeClass plugin first (it
+        mutates, so it runs before validation: plugin/pkg/admission/runtimeclass/admission.go, `pod rejected:
+        RuntimeClass %q not found` through admission.NewForbidden), then Pod Security."""
+        runtime = (pod.get("spec") or {}).get("runtimeClassName")
+        if runtime and self.get("runtimeclasses", None, runtime) is None:
+            return f'pods "{pod["metadata"]["name"]}" is forbidden: pod rejected: RuntimeClass "{runtime}" not found'
+        return forbidden(self.get("namespaces", None, ns), pod)
+
+    def _review(self, body: dict[str, Any]) -> Response:
+        """A SelfSubjectAccessReview: what deploy/'s RBAC grants the gpucert service account, less `denied`."""
+        attrs = body["spec"]["resourceAttributes"]
+        resource = attrs["resource"] + (f"/{attrs['subresource']}" if attrs.get("subresource") else "")
+        asked = (attrs.get("group", ""), resource, attrs["verb"], attrs.get("namespace") or None)
+        roles = rbac.roles_of("gpucert", "gpucert")
+        allowed = not rbac.not_granted({asked}, roles) and asked[:3] not in self.denied
+        status = {"allowed": allowed, **({} if allowed else {"reason": ""})}
+        answer = {**body, "status": status}
+        return Response(json.dumps(answer), status=201, content_type="application/json")
 
     def _watch(
         self, kind: str, ns: str | None, selector: str, rv: str | None, timeout: float, fields: str = ""

@@ -87,6 +87,7 @@ class FakeKubelet:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     pending: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, pod) -> the pod's Job
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)  # (ns, Job) -> the FailedCreate message
 
     def start(self) -> FakeKubelet:
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -103,7 +104,10 @@ class FakeKubelet:
             for job in self.cluster.list("jobs"):
                 ns, jname = job["metadata"]["namespace"], job["metadata"]["name"]
                 if not any(p["metadata"]["labels"].get("job-name") == jname for p in self.cluster.list("pods", ns)):
-                    if job["spec"].get("completionMode") == "Indexed":
+                    said = self.cluster.admit(ns, self._pod(job))
+                    if said:  # the Job controller's pod is refused: a FailedCreate event, no pod
+                        self.refused.setdefault((ns, jname), f"Error creating: {said}")
+                    elif job["spec"].get("completionMode") == "Indexed":
                         self._run_indexed(job)
                     else:
                         self.cluster.put("pods", self._pod(job))

@@ -233,5 +233,9 @@ def test_probe_pods_are_what_the_kubernetes_models_accept(cluster: FakeCluster, 
     assert fpod["dnsPolicy"] == "ClusterFirstWithHostNet"
     container = fpod["containers"][0]
     assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
-    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8", "rdma/rdma_shared_device_a": "1"}
+    assert container["resources"]["limits"] == {
+        **{"cpu": "9", "memory": "28Gi", "nvidia.com/gpu": "8"},
+        "rdma/rdma_shared_device_a": "1",
+    }
+    assert container["securityContext"]["runAsUser"] == 0  # IPC_LOCK is granted to root only
     assert "/dev/shm" in {m["mountPath"] for m in container["volumeMounts"]}

@@ -147,7 +147,10 @@ def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> N
     assert term == {
         "matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [job_node(job)]}]
     }
-    assert pod_spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    # Guaranteed QoS: requests = limits, sized from the plan (8 GPUs: 9 CPUs; 4 GiB + 3 GiB a GPU)
+    resources = pod_spec["containers"][0]["resources"]
+    assert resources["limits"] == {"cpu": "9", "memory": "28Gi", "nvidia.com/gpu": "8"}
+    assert resources["requests"] == resources["limits"]
     assert pod_spec["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},

@@ -190,6 +190,10 @@ def test_kustomize_builds_what_the_api_server_accepts() -> None:
     assert spec_doc == yaml.safe_load((DEPLOY / "fleet" / "spec.yaml").read_text())
     namespaces = {(d["kind"], d["metadata"].get("namespace")) for d in docs}
     assert ("Role", "gpu-operator") in namespaces  # configure's read of the operator's pods stays where it was
+    assert ("RoleBinding", "gpu-operator") in namespaces
+    assert "gpucert-settings" not in {n[: len("gpucert-settings")] for n in generated}  # a setting, never applied
+    ns = one(docs, "Namespace", "gpucert")["metadata"]["labels"]
+    assert ns["pod-security.kubernetes.io/enforce"] == "restricted"  # what probe pods, CronJob and exporter meet
 
 
 def test_an_overlay_as_the_readme_writes_it(tmp_path: Path) -> None:
@@ -210,7 +214,9 @@ def test_an_overlay_as_the_readme_writes_it(tmp_path: Path) -> None:
         "configMapGenerator": [
             {"name": "gpucert-spec", "namespace": "gpucert", "behavior": "replace", "files": ["spec.yaml"]},
             {"name": "gpucert-schedule", "namespace": "gpucert", "behavior": "merge", "literals": ["MAX_NODES=4"]},
+            {"name": "gpucert-settings", "behavior": "merge", "literals": ["gpuOperatorNamespace=nvidia-gpu-operator"]},
         ],
+        "components": [os.path.relpath(DEPLOY / "gpu-operator-namespace", site)],
         "images": [{"name": "gpucert-controller", "newName": "registry.local/gpucert-controller", "digest": DIGEST}],
     }
     (site / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
@@ -223,6 +229,11 @@ def test_an_overlay_as_the_readme_writes_it(tmp_path: Path) -> None:
     assert {container(p)["image"] for p in (cron_pod, metrics_pod)} == {f"registry.local/gpucert-controller@{DIGEST}"}
     args = cli._parser().parse_args(expand(container(cron_pod)["args"], settings))
     assert args.max_nodes == 4
+    # the GPU Operator's namespace is a setting (OpenShift's is nvidia-gpu-operator): configure reads pods there
+    for kind in ("Role", "RoleBinding"):
+        assert one(docs, kind, "gpucert-configure")["metadata"]["namespace"] == "nvidia-gpu-operator"
+    for doc in docs:
+        validate(doc)
 
 
 def test_the_controller_image_holds_a_checkout_gpucert_can_run_its_suites_from() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -21,8 +22,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
-from gpucert.spec import KubernetesTargetSpec
+from gpucert.errors import AdmissionError, ClusterAccessError, ConfigError, IncompleteRunError
+from gpucert.spec import GpuSharing, KubernetesTargetSpec
 
 __all__ = ["CREDENTIALS_HINT", "PAGE_SIZE", "RBAC_HINT", "Cluster", "KubeApi", "retry_after_s", "status_of"]
 
@@ -55,6 +56,16 @@ def _message(body: Any) -> str:
         return str(json.loads(body).get("message", "")) or str(body)
     except (TypeError, ValueError):
         return str(body or "")
+
+
+def _rbac_denial(body: Any) -> bool:
+    """Whether a 403 is the authorizer's (RBAC) rather than admission's. Both are apierrors.NewForbidden, `RESOURCE
+    ["NAME"] is forbidden: WHY`; the authorizer's WHY says who cannot do what (`User "u" cannot create resource
+    "pods" ...`: k8s.io/apiserver endpoints/handlers/responsewriters/errors.go, forbiddenMessage), admission's
+    names the object it refuses and why (Pod Security: `violates PodSecurity ...`; the RuntimeClass plugin: `pod
+    rejected: RuntimeClass "x" not found`; a webhook: `admission webhook "w" denied the request: ...`)."""
+    m = re.search(r'"[^"]*" is forbidden: (.*)', _message(body))
+    return m is None or m.group(1).startswith("User ")
 
 
 class KubeApi:
@@ -171,6 +182,9 @@ class KubeApi:
                         f"cannot {verb} {resource} at {self.endpoint}: the API server rejected the credentials of "
                         f"{self.identity} (401 Unauthorized: {_message(exc.body)}); {CREDENTIALS_HINT}"
                     ) from exc
+                if exc.status == 403 and not _rbac_denial(exc.body):
+                    said = _message(exc.body)  # admission: Pod Security, a policy webhook, a quota
+                    raise AdmissionError(f"cannot {verb} {resource} at {self.endpoint}: {said}", said) from exc
                 if exc.status == 403:
                     raise ClusterAccessError(
                         f"cannot {verb} {resource} at {self.endpoint}: forbidden for {self.identity} "
@@ -224,9 +238,13 @@ class KubeApi:
 @dataclass
 class Cluster:
     """What the probe Jobs, the fabric Jobs and node control need of a cluster: its API, the spec's target options,
-    the spec file (for error messages), and each node's kubernetes.io/hostname as the nodes were listed."""
+    the spec file (for error messages), each node's kubernetes.io/hostname and labels as the nodes were listed,
+    and the tolerations of the spec (the target's and its pools' taints)."""
 
     kube: KubeApi
     options: KubernetesTargetSpec
     spec_path: Path | None = None
     hostnames: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)  # each node's labels, as listed
+    tolerations: list[dict[str, str]] = field(default_factory=list)  # of every gpucert pod (the cordon's added)
+    sharing: dict[str, GpuSharing] = field(default_factory=dict)  # what each node's pool expects of its GPUs

@@ -13,6 +13,7 @@ from gpucert.evidence import FabricEvidence
 from gpucert.spec import ClusterSpec, KubernetesTargetSpec
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 from gpucert.targets.kubeapi import RBAC_HINT, Cluster, KubeApi, status_of
+from gpucert.targets.kubernetes_podspec import spec_tolerations
 
 if TYPE_CHECKING:
     from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
@@ -28,7 +29,7 @@ class KubernetesTarget:
         self.spec = spec
         self.options = spec.target
         self.kube = kube
-        self.cluster = Cluster(kube, spec.target, spec.path)
+        self.cluster = Cluster(kube, spec.target, spec.path, tolerations=spec_tolerations(spec))
         self.cluster_policy: dict[str, Any] | None = None
 
     @classmethod
@@ -42,9 +43,12 @@ class KubernetesTarget:
         selector = ",".join(f"{k}={v}" for k, v in self.options.node_selector.items())
         for node in self.kube.pages("list", "nodes", self.kube.core.list_node, label_selector=selector):
             meta = node.get("metadata") or {}
-            self.cluster.hostnames[meta["name"]] = (meta.get("labels") or {}).get(
-                "kubernetes.io/hostname", meta["name"]
-            )
+            labels = meta.get("labels") or {}
+            self.cluster.hostnames[meta["name"]] = labels.get("kubernetes.io/hostname", meta["name"])
+            self.cluster.labels[meta["name"]] = labels
+            pools = [p for p in self.spec.pools if p.selects(labels)]
+            if len(pools) == 1:
+                self.cluster.sharing[meta["name"]] = pools[0].expect.gpu_sharing
             yield node
 
     def _pods(self) -> Iterator[dict[str, Any]]:

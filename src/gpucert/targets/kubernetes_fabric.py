@@ -4,8 +4,9 @@ One Indexed Job per group of nodes (a pod per node, held to the chosen nodes by 
 by anti-affinity) with a headless Service, so process 0 answers at `<job>-0.<service>` for the rendezvous; process
 0's log carries the multi-node evidence. What NCCL needs to use the fabric from inside a pod:
 - the RDMA device plugin's resource (`target.fabricResources`), which puts /dev/infiniband in the pod;
-- IPC_LOCK, to pin (register) the buffers the adapters read and write: Linux grants an added capability only to
-  root in a container, so this pod runs as root with every other capability dropped;
+- with RDMA, IPC_LOCK, to pin (register) the buffers the adapters read and write: Linux grants an added capability
+  only to root in a container, so this pod then runs as root with every other capability dropped (Pod Security
+  `privileged`; without RDMA or the host's network it meets `restricted`, as the probe pods do);
 - a memory-backed /dev/shm (NCCL's shared-memory segments and proxy buffers; a container's default is 64 MiB);
 - optionally the host's network namespace (`target.fabricHostNetwork`), where NCCL sees every host interface.
 Whatever stops one all-reduce (a pod Pending past its timeout, an image, a crash, a log that cannot be read)
@@ -24,8 +25,11 @@ from gpucert.errors import ClusterAccessError, IncompleteRunError
 from gpucert.evidence import FabricEvidence, ProbeError
 from gpucert.probes.framing import FramingError, unframe
 from gpucert.probes.multinode import DEFAULT_PORT
-from gpucert.targets.kubernetes_jobs import ProbeJobs, cleanup_runs, now, short
+from gpucert.targets.kubernetes_admission import admission_fix, refused
+from gpucert.targets.kubernetes_jobs import ProbeJobs
 from gpucert.targets.kubernetes_pods import IMAGE_ERRORS, container_state, stop_reason, unschedulable
+from gpucert.targets.kubernetes_podspec import fabric_level, fabric_security
+from gpucert.targets.kubernetes_runs import cleanup_runs, now, short
 
 __all__ = ["FabricJobs"]
 
@@ -61,12 +65,7 @@ class FabricJobs(ProbeJobs):
             limits=t.fabric_resources,
             ports=[{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
         )
-        pod["containers"][0]["securityContext"] = {
-            "runAsUser": 0,
-            "runAsNonRoot": False,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
-        }
+        pod["containers"][0]["securityContext"] = fabric_security(t)
         if t.fabric_host_network:
             pod["hostNetwork"] = True
             pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # the rendezvous name is a cluster DNS name
@@ -99,6 +98,12 @@ class FabricJobs(ProbeJobs):
         }
         job = self.job(meta, labels, pod, completionMode="Indexed", completions=len(nodes), parallelism=len(nodes))
         return service, job
+
+    def fabric_refused(self, nodes: list[str]) -> str:
+        """The API's Forbidden message for the all-reduce pod across `nodes` (a dry run), or "" if admitted."""
+        name = f"gpucert-{self.label}-n{short(','.join(nodes))}"
+        pod = self.fabric_bodies(name, nodes, "")[1]["spec"]["template"]["spec"]
+        return refused(self.cluster, f"{name}-admission", self.labels, pod)
 
     def _fabric_failed(self, run: _FabricRun, message: str) -> None:
         t = now()
@@ -168,6 +173,14 @@ class FabricJobs(ProbeJobs):
         """One all-reduce across each group of nodes, all at once (no node is in two groups); whatever stops one
         becomes its document's error, never an exception."""
         runs: dict[str, _FabricRun] = {}
+        said = self.fabric_refused(groups[0]) if groups else ""
+        if said:  # admission refuses the all-reduce pods: every group's error, at once, and nothing created
+            level = fabric_level(self.cluster.options)[0]
+            message = admission_fix(said, self.ns, level, "the all-reduce pods")
+            for nodes in groups:
+                runs[",".join(nodes)] = run = _FabricRun(name="", nodes=nodes, created=self.clock())
+                self._fabric_failed(run, message)
+            return [r.result for r in runs.values() if r.result is not None]
         try:
             for nodes in groups:
                 name = f"gpucert-{self.label}-n{short(','.join(nodes))}"

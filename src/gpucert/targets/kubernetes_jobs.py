@@ -18,26 +18,25 @@ interrupt. The all-reduce across nodes is kubernetes_fabric.py's.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
 from gpucert._version import __version__
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
-from gpucert.evidence import NodeEvidence, ProbeError
+from gpucert.evidence import NodeEvidence
 from gpucert.probes.framing import FramingError, parts, unframe
 from gpucert.probes.runner import DcgmPlan, ProbePlan
 from gpucert.probes.stream import rebuild
 from gpucert.spec import Probe
 from gpucert.targets.base import EvidenceSink, MeasurePlan
-from gpucert.targets.kubeapi import Cluster, KubeApi, status_of
+from gpucert.targets.kubeapi import Cluster, status_of
+from gpucert.targets.kubernetes_admission import refuse
 from gpucert.targets.kubernetes_nodes import gpu_pods
 from gpucert.targets.kubernetes_pods import (
     IMAGE_ERRORS,
@@ -48,31 +47,21 @@ from gpucert.targets.kubernetes_pods import (
     stop_reason,
     unschedulable,
 )
+from gpucert.targets.kubernetes_podspec import pod_spec
+from gpucert.targets.kubernetes_runs import (
+    HOSTNAME,
+    LABEL_MANAGED,
+    LABEL_NODE,
+    LABEL_RUN,
+    cleanup_runs,
+    failed_evidence,
+    run_label,
+    short,
+)
 
 __all__ = ["LABEL_MANAGED", "LABEL_NODE", "LABEL_RUN", "ProbeJobs", "cleanup_runs", "run_label"]
 
-LABEL_RUN = "gpucert.io/run"
-LABEL_NODE = "gpucert.io/node"
-LABEL_MANAGED = "app.kubernetes.io/managed-by"
-HOSTNAME = "kubernetes.io/hostname"
-PLAN_PATH = "/etc/gpucert/plan.json"
-SCRATCH = "/var/cache/gpucert"  # a writable emptyDir: CuPy's kernel cache (the image's user has no other)
-# a cordoned node is still measured: gpucert chose it (recertification cordons the node it measures)
-CORDON_TOLERATION = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
 WATCH_SLICE_S = 5
-
-
-def run_label(run_id: str) -> str:
-    """A label value for the run (labels are 63 characters at most; the full run id goes in an annotation)."""
-    return "r" + hashlib.sha256(run_id.encode()).hexdigest()[:15]
-
-
-def short(name: str) -> str:
-    return hashlib.sha256(name.encode()).hexdigest()[:8]
-
-
-def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -147,15 +136,17 @@ class ProbeJobs:
         return str(json.loads(resp.data)["metadata"]["uid"])
 
     def owned_meta(self, name: str, owner: str, owner_uid: str, labels: dict[str, str], **notes: str) -> dict[str, Any]:
-        """Metadata of an object the run's ConfigMap `owner` owns: deleting that ConfigMap cascades to it."""
+        """Metadata of an object the run's ConfigMap `owner` owns: deleting that ConfigMap cascades to it.
+
+        No `blockOwnerDeletion`: it matters only to a foreground deletion of the owner, which gpucert never asks
+        for, and where OwnerReferencesPermissionEnforcement is on (OpenShift) setting it needs `update` on the
+        owner's finalizers, a grant this would be the only use of."""
         return {
             "name": name,
             "namespace": self.ns,
             "labels": labels,
             "annotations": {"gpucert.io/run-id": self.plan.run_id, **notes},
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": owner_uid, "blockOwnerDeletion": True}
-            ],
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": owner, "uid": owner_uid}],
         }
 
     def probe_pod(
@@ -168,48 +159,10 @@ class ProbeJobs:
         ports: Sequence[dict[str, Any]] = (),
         gpus: int | None = None,
     ) -> dict[str, Any]:
-        """The probe pod's spec: `python -m gpucert.probes` on all the node's GPUs, the plan from the ConfigMap.
-
-        A writable emptyDir holds CuPy's kernel cache (the image runs as a user without a home) and DCGM's
-        working directory (its software test fails where it cannot create a file), and /dev/shm is
-        memory-backed: a container's default 64 MiB is too small for NCCL's shared-memory segments.
-        """
-        container: dict[str, Any] = {
-            "name": "probe",
-            "image": self.cluster.options.image,
-            "command": [
-                *("python", "-m", "gpucert.probes", "--plan", PLAN_PATH, "--node", "$(NODE_NAME)", "--framed"),
-                *extra_args,
-            ],
-            "env": [
-                {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "CUPY_CACHE_DIR", "value": f"{SCRATCH}/cupy"},
-                {"name": "DCGM_HOME_DIR", "value": f"{SCRATCH}/dcgm"},  # dcgmi diag's working directory and logs
-                {"name": "CUDA_DEVICE_ORDER", "value": "PCI_BUS_ID"},
-                *env,
-            ],
-            "resources": {"limits": {"nvidia.com/gpu": str(gpus or self.gpus_per_node), **(limits or {})}},
-            "volumeMounts": [
-                {"name": "plan", "mountPath": "/etc/gpucert", "readOnly": True},
-                {"name": "scratch", "mountPath": SCRATCH},
-                {"name": "shm", "mountPath": "/dev/shm"},
-            ],
-        }
-        if ports:
-            container["ports"] = list(ports)
-        tolerations = list(self.cluster.options.tolerations)
-        if CORDON_TOLERATION not in tolerations:
-            tolerations.append(CORDON_TOLERATION)
-        return {
-            "restartPolicy": "Never",
-            "tolerations": tolerations,
-            "containers": [container],
-            "volumes": [
-                {"name": "plan", "configMap": {"name": plan_configmap}},
-                {"name": "scratch", "emptyDir": {}},
-                {"name": "shm", "emptyDir": {"medium": "Memory"}},
-            ],
-        }
+        """The probe pod's spec (kubernetes_podspec.py) on `gpus` GPUs, the node's by default."""
+        c = self.cluster
+        n = gpus or self.gpus_per_node
+        return pod_spec(c.options, c.tolerations, plan_configmap, n, extra_args, env=env, limits=limits, ports=ports)
 
     def hostname(self, node: str) -> str:
         """The node's `kubernetes.io/hostname` label (the scheduler places by it; it need not equal the name)."""
@@ -224,6 +177,7 @@ class ProbeJobs:
                 raise
             labels = {}  # gone: the pod stays Pending and the node is reported deleted
         self.cluster.hostnames[node] = labels.get(HOSTNAME, node)
+        self.cluster.labels.setdefault(node, labels)
         return self.cluster.hostnames[node]
 
     def job(self, meta: dict[str, Any], labels: dict[str, str], pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
@@ -278,19 +232,7 @@ class ProbeJobs:
             )
 
     def _failed(self, run: _NodeRun, message: str) -> None:
-        t = now()
-        self._finish(
-            run,
-            NodeEvidence(
-                node=run.node,
-                target="kubernetes",
-                probe_version=__version__,
-                started=t,
-                finished=t,
-                collected=False,
-                errors=[ProbeError(probe="*", message=message)],
-            ),
-        )
+        self._finish(run, failed_evidence(run.node, message))
 
     # ---- outcomes ------------------------------------------------------------------------------------------------
 
@@ -510,7 +452,9 @@ class ProbeJobs:
                 rv = None
 
     def run(self, nodes: list[str]) -> None:
-        queue = deque(nodes)
+        queue = deque(refuse(self, nodes))
+        if not queue:
+            return
         owner = self.create_configmap()
 
         def on_pod(pod: dict[str, Any], deleted: bool) -> bool:
@@ -528,30 +472,3 @@ class ProbeJobs:
             self.follow(on_pod, step)
         finally:
             cleanup_runs(self.cluster.kube, self.ns, self.label)
-
-
-def cleanup_runs(kube: KubeApi, namespace: str, label: str | None = None) -> int:
-    """Delete the Jobs, Pods, Services and ConfigMaps of one run (or, without `label`, of every gpucert run)."""
-    core, batch = kube.core, kube.batch
-    selector = f"{LABEL_RUN}={label}" if label else f"{LABEL_MANAGED}=gpucert"
-    deleted = 0
-    kinds: list[tuple[str, Callable[..., Any], Callable[..., Any]]] = [
-        ("jobs", batch.list_namespaced_job, batch.delete_namespaced_job),
-        ("pods", core.list_namespaced_pod, core.delete_namespaced_pod),
-        ("services", core.list_namespaced_service, core.delete_namespaced_service),
-        ("configmaps", core.list_namespaced_config_map, core.delete_namespaced_config_map),
-    ]
-    for kind, lister, deleter in kinds:
-        for obj in list(
-            kube.pages("list", f"{kind} in namespace {namespace}", lister, namespace=namespace, label_selector=selector)
-        ):
-            name = obj["metadata"]["name"]
-            try:
-                kube.call(
-                    "delete", f"{kind} {name}", deleter, name=name, namespace=namespace, propagation_policy="Background"
-                )
-                deleted += 1
-            except ClusterAccessError as exc:
-                if status_of(exc) != 404:
-                    raise
-    return deleted

@@ -1,0 +1,84 @@
+"""The `kubernetes` target of a ClusterSpec, and what a pool says of its nodes that only a cluster has (taints, GPU
+sharing): how gpucert reaches the cluster and what its pods ask for. Part of the spec contract (spec.py)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from gpucert.documents import Document
+
+__all__ = ["GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint"]
+
+# a Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a number and an optional suffix
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+class GpuSharing(StrEnum):
+    NONE = "none"  # whole GPUs, one nvidia.com/gpu each
+    MIG = "mig"  # MIG instances (GFD: nvidia.com/mig.strategy single or mixed, a -MIG- product)
+    TIME_SLICING = "time-slicing"  # replicas of each GPU (GFD: nvidia.com/gpu.replicas > 1)
+
+
+class Taint(Document):
+    """A taint a pool's nodes carry; gpucert's pods tolerate it (a NoExecute one would evict them)."""
+
+    key: Annotated[str, Field(min_length=1)]
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    def toleration(self) -> dict[str, str]:
+        if self.value is None:
+            return {"key": self.key, "operator": "Exists", "effect": self.effect}
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+def _quantity(v: str) -> str:
+    if not QUANTITY.match(v):
+        raise ValueError(f"{v!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi")
+    return v
+
+
+class ProbeResources(Document):
+    """The CPU and memory each probe pod requests (and is limited to: requests equal limits, Guaranteed QoS)."""
+
+    cpu: str | None = None
+    memory: str | None = None
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _is_quantity(cls, v: str | None) -> str | None:
+        return v if v is None else _quantity(v)
+
+
+class KubernetesTargetSpec(Document):
+    kind: Literal["kubernetes"]
+    context: str | None = None
+    namespace: str = "gpucert"
+    node_selector: dict[str, str] = Field(
+        default_factory=lambda: {"nvidia.com/gpu.present": "true"}, alias="nodeSelector"
+    )
+    image: str | None = None
+    # how the image must be pinned: `digest` (REF@sha256:...) or `tag` (a tag other than latest, or a digest)
+    image_pin: Literal["digest", "tag"] = Field("digest", alias="imagePin")
+    image_pull_secrets: list[str] = Field(default_factory=list, alias="imagePullSecrets")
+    max_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(32, alias="maxParallel")
+    tolerations: list[dict[str, str]] = Field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    )
+    pending_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="pendingTimeoutSeconds")
+    # how long a probe pod waits for a node whose GPUs other pods hold (the scheduler says Insufficient
+    # nvidia.com/gpu); 0: report it busy, naming the pods, at pendingTimeoutSeconds
+    busy_timeout_seconds: Annotated[int, Field(ge=0)] = Field(0, alias="busyTimeoutSeconds")
+    active_deadline_seconds: Annotated[int, Field(ge=60)] = Field(7200, alias="activeDeadlineSeconds")
+    # extra limits for the all-reduce across nodes, e.g. the RDMA device plugin's {rdma/rdma_shared_device_a: 1}
+    fabric_resources: dict[str, str] = Field(default_factory=dict, alias="fabricResources")
+    # the all-reduce pods on the nodes' network namespace (NCCL then sees every host interface and RDMA device)
+    fabric_host_network: bool = Field(False, alias="fabricHostNetwork")
+    # the RuntimeClass of every gpucert pod, where nvidia is not the container runtime's default handler
+    runtime_class_name: str | None = Field(None, alias="runtimeClassName")
+    # each probe pod's CPU and memory (requests = limits); sized from the plan when absent
+    resources: ProbeResources | None = None
