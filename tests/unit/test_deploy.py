@@ -77,10 +77,11 @@ def _args() -> dict[str, str]:
 
 def test_the_image_has_the_cuda_headers_cupy_compiles_with() -> None:
     """CuPy compiles an elementwise kernel for fill, astype and cp.full through NVRTC, including <cuda_fp16.h>
-    (cupy/_core/include/cupy/float16.cuh, cupy-cuda12x 14.2.0) and locating the headers with cuda-pathfinder's
-    find_nvidia_header_directory("cudart") (cupyx/_runtime.py), which looks for cuda_runtime.h in wheels, then
-    $CUDA_PATH/include (cuda/pathfinder/_headers/find_nvidia_headers.py, cuda-pathfinder 1.9.1). The -runtime base
-    image has NVRTC but no headers: the image installs the base's own CUDA dev headers and points CUDA_PATH there."""
+    (cupy/_core/include/cupy/float16.cuh), and adds `-I` the directory cuda-pathfinder's
+    find_nvidia_header_directory("cudart") returns, raising "Failed to find CUDA headers" when it returns None
+    (cupy/_core/core.pyx lines 2593-2603, CuPy 14.2.0). That looks for cuda_runtime.h in NVIDIA wheels, conda,
+    then $CUDA_PATH/include (cuda/pathfinder/_headers/find_nvidia_headers.py, cuda-pathfinder 1.9.1). The -runtime
+    base image has NVRTC but no headers: the image installs its own CUDA's dev headers and points CUDA_PATH there."""
     steps = instructions()
     base = next(rest for word, rest in steps if word == "FROM")
     cuda = re.search(r"cuda:(\d+)\.(\d+)\.", base)

@@ -6,7 +6,7 @@ in-process. The order on a GPU node:
    its health explains why);
 2. CuPy is loaded (a failure here, e.g. an unwritable kernel cache, is the node's one error, with its cause);
 3. DCGM's diagnostic, before this process creates any CUDA context or holds any GPU memory;
-4. each GPU is started (a GPU whose context or cuBLAS handle cannot be created is that GPU's error) and matched
+4. each GPU is started (a GPU whose context cannot be created is that GPU's error) and matched
    to its NVML device by PCI bus id;
 5. per GPU: HBM copy, GEMM per dtype, PCIe pinned to the GPU's NUMA node; then P2P and the all-reduce;
 6. NVML again: health after the load, XIDs seen meanwhile, throttling while each probe ran.
