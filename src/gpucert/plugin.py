@@ -30,6 +30,8 @@ from gpucert.report.verdict import Outcome, build_verdict, side_notes
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
 
+NO_SPEC = "gpucert suites need a spec: pytest suites --spec SPEC (or run `gpucert certify SPEC`)"
+
 if TYPE_CHECKING:
     from _pytest.outcomes import Skipped
 else:
@@ -292,6 +294,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Leave out the items whose check the spec does not require (a probe it did not ask for, a 1-GPU node's P2P)."""
     ctx = run_context(config)
     if ctx is None:
+        if _runs_tests(config) and any(item.get_closest_marker("check") for item in items):
+            # a suite run without a spec would only skip: pytest's usage error (exit 4), with the fix
+            raise pytest.UsageError(NO_SPEC)
         return
     plan = ctx.evaluation.plan
     kept = [
