@@ -22,6 +22,7 @@ from gpucert import run as runner
 from gpucert._version import __version__
 from gpucert.acceptance.commands import add_acceptance_commands
 from gpucert.baseline import GpuBaseline
+from gpucert.cliargs import PATH_ERRNOS, Parser, count, os_error, output_file, seconds
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
@@ -362,6 +363,8 @@ def cmd_configure(a: argparse.Namespace) -> int:
         )
     if a.operator_release and not (gate.operator_values or gate.cluster_policies):
         raise ConfigError("--operator-release needs --operator-values or --cluster-policy", key="--operator-release")
+    if a.summary:
+        output_file(Path(a.summary), "--summary")
     code, folder = _run(
         a.spec, a.reports, runner.Mode.STATIC if a.static else runner.Mode.PLAN, quiet=a.quiet, gate=gate
     )
@@ -427,7 +430,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpucert", description="Certify a GPU Kubernetes cluster.")
+    p = Parser(prog="gpucert", description="Certify a GPU Kubernetes cluster.")
     p.add_argument("--version", action="version", version=f"gpucert {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -435,7 +438,9 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--reports", default="reports", help="where the run folder is created (default ./reports)")
         sp.add_argument("-q", "--quiet", action="store_true", help="print less of pytest's progress")
         if workers:
-            sp.add_argument("-n", dest="workers", type=int, default=None, help="pytest-xdist workers for evaluation")
+            sp.add_argument(
+                "-n", dest="workers", type=count(0), default=None, help="pytest-xdist workers for evaluation"
+            )
 
     d = sub.add_parser("demo", help="certify the embedded simulated 4 x 8 H100 fleet with injected faults")
     runner_args(d)
@@ -480,7 +485,7 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
     rc.add_argument("--no-cordon", action="store_true", help="measure without cordoning the node first")
     rc.add_argument("--drain", action="store_true", help="evict the GPU pods on the node instead of waiting for them")
-    rc.add_argument("--wait-timeout", type=float, default=3600, help="seconds to wait for GPU pods (default 3600)")
+    rc.add_argument("--wait-timeout", type=seconds, default=3600, help="seconds to wait for GPU pods (default 3600)")
     rc.add_argument("--sign-key", default=None)
     runner_args(rc, workers=False)
     rc.set_defaults(func=cmd_recertify)
@@ -524,13 +529,19 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # argparse's one-line errors (2), --help and --version (0): returned, as any other
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     signal.signal(signal.SIGTERM, _terminate)
     try:
         code: int = args.func(args)
     except GpucertError as exc:
         print(f"gpucert: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a path the system refuses that no code path named: still one line, never a traceback
+        print(f"gpucert: error: {os_error(exc)}", file=sys.stderr)
+        return EXIT_USAGE if exc.errno in PATH_ERRNOS else EXIT_INCOMPLETE
     except KeyboardInterrupt:
         print("gpucert: interrupted; the evidence measured so far is in the run folder", file=sys.stderr)
         return EXIT_INCOMPLETE

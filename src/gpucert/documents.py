@@ -52,7 +52,27 @@ class _StrictLoader(yaml.SafeLoader):
             )
         return super().compose_node(parent, index)
 
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> Any:
+        # YAML's timestamp type builds a datetime from any dddd-dd-dd; one that does not exist (2020-02-30) raises
+        # ValueError from datetime (yaml/constructor.py, SafeConstructor.construct_yaml_timestamp, PyYAML 6.0)
+        try:
+            return super().construct_yaml_timestamp(node)
+        except ValueError as exc:
+            raise _Refused(
+                None,
+                None,
+                f"{node.value} is not a date ({exc}): write one that exists as YYYY-MM-DD, or quote it for text",
+                node.start_mark,
+            ) from None
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        for key_node, value_node in node.value:
+            if isinstance(value_node, yaml.ScalarNode) and value_node.tag == "tag:yaml.org,2002:timestamp":
+                try:
+                    self.construct_yaml_timestamp(value_node)
+                except _Refused as exc:
+                    exc.problem = f"{key_node.value}: {exc.problem}"
+                    raise
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -69,6 +89,9 @@ class _StrictLoader(yaml.SafeLoader):
                     key_node.start_mark,
                 )
         return super().construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:timestamp", _StrictLoader.construct_yaml_timestamp)
 
 
 def _line_map(node: yaml.Node, key: Key, lines: dict[Key, int]) -> None:

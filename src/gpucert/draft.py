@@ -42,7 +42,7 @@ _SPECIAL = {"true", "false", "yes", "no", "on", "off", "null", "y", "n"}
 
 def _q(value: object) -> str:
     """A YAML flow value: names plain, anything YAML could read as another type (`12.8`, `true`) double-quoted."""
-    if isinstance(value, str) and _PLAIN.match(value) and value.lower() not in _SPECIAL:
+    if isinstance(value, str) and _PLAIN.fullmatch(value) and value.lower() not in _SPECIAL:
         return value
     return json.dumps(value)
 

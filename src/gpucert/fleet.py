@@ -291,7 +291,7 @@ class SimulatedFleet(Document):
     pools: list[FleetPool] = Field(default_factory=list)  # several groups of nodes instead of `sku` and `nodes`
     stack: dict[str, str] = Field(default_factory=dict)
     noise: Noise = Field(default_factory=Noise)
-    seed: int = 0
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0  # numpy seeds are non-negative (SeedSequence)
     faults: list[Fault] = Field(default_factory=list)
 
     def groups(self) -> list[FleetPool]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gpucert.cliargs import seconds, share
 from gpucert.errors import ConfigError, GpucertError
 from gpucert.resources import project_root
 from gpucert.runfolder import RunFolder
@@ -166,7 +167,7 @@ def _flag(text: str) -> bool:
 
 
 def add_fleet_commands(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    sub: argparse._SubParsersAction[Any],
     runner_args: Callable[[argparse.ArgumentParser, bool], None],
     hooks: RunHooks,
 ) -> None:
@@ -178,13 +179,13 @@ def add_fleet_commands(
     sc.add_argument("--max-nodes", type=int, required=True, help="recertify at most this many nodes this round")
     sc.add_argument(
         "--max-cordoned-share",
-        type=float,
+        type=share,
         default=0.25,
         help="never have more than this share of a pool cordoned at once, counting every cordon (default 0.25)",
     )
     sc.add_argument(
         "--max-failure-share",
-        type=float,
+        type=share,
         default=0.5,
         help="stop, and leave the node unmarked, when more than this share of the round fails (default 0.5)",
     )
@@ -196,9 +197,9 @@ def add_fleet_commands(
         default=False,
         help="evict the GPU pods of the nodes taken (--drain or --drain=true); without it busy nodes are skipped",
     )
-    sc.add_argument("--min-age-hours", type=float, default=0, help="skip nodes certified more recently than this")
+    sc.add_argument("--min-age-hours", type=seconds, default=0, help="skip nodes certified more recently than this")
     sc.add_argument(
-        "--wait-timeout", type=float, default=600, help="seconds to wait for GPU pods that arrive after the choice"
+        "--wait-timeout", type=seconds, default=600, help="seconds to wait for GPU pods that arrive after the choice"
     )
     sc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
     sc.add_argument("--sign-key", default=None)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 __all__ = ["NODE_NAME_MAX", "NameError_", "check_file_stem", "check_node_name", "inside"]
 
-# Kubernetes object names such as Nodes: a DNS-1123 subdomain (RFC 1123), at most 253 characters
+# Kubernetes object names such as Nodes: a DNS-1123 subdomain (RFC 1123), at most 253 characters; matched whole
+# (fullmatch: `$` alone also matches before a final newline, so "gpu-node-1\n" would pass)
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # a node's evidence is `<node>.json`, written through `.<node>.json.tmp`: a name past this would not fit the 255
 # bytes a file name may have (real node names are far shorter; a DNS-1123 name may reach 253)
@@ -29,7 +30,7 @@ def check_node_name(name: str) -> str:
     """`name` if it is a Kubernetes node name (DNS-1123 subdomain); NameError_ saying why otherwise."""
     if not isinstance(name, str) or not name:
         raise NameError_("a node name must be a non-empty string")
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
         raise NameError_(
             f"{name!r} is not a Kubernetes node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.', "
             "starting and ending with a letter or digit, at most 253 characters)"
@@ -44,7 +45,7 @@ def check_node_name(name: str) -> str:
 
 def check_file_stem(name: str, what: str = "name") -> str:
     """`name` if it can be a file name of its own (letters, digits, '.', '_', '-'; no separators, not '..')."""
-    if not isinstance(name, str) or not _FILE_STEM.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not _FILE_STEM.fullmatch(name) or name in (".", ".."):
         raise NameError_(
             f"{name!r} is not a valid {what}: use letters, digits, '.', '_' and '-' only (no '/' and no '..')"
         )

@@ -187,6 +187,10 @@ def _prepare(config: pytest.Config) -> RunContext | None:
         if exc.exit_code == 2:  # the input is wrong: a usage error, as pytest says it
             raise pytest.UsageError(str(exc)) from None
         pytest.exit(f"gpucert: the run could not complete: {exc}", returncode=exc.exit_code)
+    except OSError as exc:  # a path the system refuses (a name too long, a path under a file): the input is wrong
+        from gpucert.cliargs import os_error
+
+        raise pytest.UsageError(os_error(exc)) from None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -11,6 +11,7 @@ anything leaves no folder behind.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -106,7 +107,7 @@ def new_run(
     any node was measured, the folder goes again, so a bad input or a cluster that cannot be reached leaves no empty
     run behind (measured evidence always stays). The spec's waivers are copied into it and run.json says so (not
     for the static gate: it judges no node)."""
-    existed = reports.exists()
+    existed = os.path.exists(reports)  # False for a name too long or a path under a file: creating it says why
     folder = _new_folder(reports, spec, suffix, waivers)
     folder.write_intent(
         spec=spec.metadata.name, mode=mode, reevaluates=reevaluates, waivers=folder.waivers_copy.is_file()

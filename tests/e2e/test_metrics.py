@@ -238,7 +238,7 @@ def test_careless_options_are_one_line_errors(
         "metrics", "--reports", str(ROOT / "README.md"), "--textfile", "a.prom"
     )
     assert "--max-nodes: 0: recertify at least one node a round" in refused("schedule", SPEC, "--max-nodes", "0")
-    assert "--max-failure-share: 1.5: a share of the nodes is between 0 and 1" in refused(
+    assert "--max-failure-share: '1.5' is not a share from 0 to 1" in refused(
         "schedule", SPEC, "--max-nodes", "1", "--max-failure-share", "1.5"
     )
     # two specs' runs in one folder, and no --spec to choose: refused rather than mixed

@@ -12,6 +12,7 @@ export a partial fleet.
 
 from __future__ import annotations
 
+import stat
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,7 +55,15 @@ class FleetCollector(Collector):
     # ---- what is read --------------------------------------------------------------------------------------------
 
     def runs(self) -> list[RunRecord]:
-        if self.reports.exists() and not self.reports.is_dir():
+        try:
+            is_dir = stat.S_ISDIR(self.reports.stat().st_mode)
+        except FileNotFoundError:
+            is_dir = True  # not made yet: no runs
+        except OSError as exc:  # under a file, a name too long: not a folder this can ever hold runs in
+            raise ConfigError(
+                f"cannot be read ({exc.strerror}): --reports names the folder of run folders", path=self.reports
+            ) from None
+        if not is_dir:
             raise ConfigError("is not a folder: --reports names the folder of run folders", path=self.reports)
         if self.spec is not None:
             return self.index.runs(self.spec.metadata.name)

@@ -1,0 +1,23 @@
+"""The `gpucert` command's entry point (also `python -m gpucert`): loads the CLI under a guard, so a Ctrl-C while
+its libraries import (pytest, rich, pydantic take a second) is an interrupt (exit 3) in one line, not a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main"]
+
+EXIT_INCOMPLETE = 3
+
+
+def main() -> int:
+    try:
+        from gpucert.cli import main as cli_main
+    except KeyboardInterrupt:
+        print("gpucert: interrupted while starting; nothing was run", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

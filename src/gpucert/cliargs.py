@@ -1,0 +1,123 @@
+"""Command-line values checked where argparse reads them: counts, seconds, shares and texts that say what is wrong
+in one line (exit 2), so no NaN timeout, negative worker count or empty release reaches the code behind them."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+from gpucert.errors import ConfigError
+
+_Action = TypeVar("_Action", bound=argparse.Action)
+
+__all__ = ["PATH_ERRNOS", "Parser", "count", "non_empty", "os_error", "output_file", "seconds", "share"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (usage goes to --help), as every other gpucert error is."""
+
+    def _add_action(self, action: _Action) -> _Action:
+        # every option that takes text takes some: an empty --reports or --operator-release is refused, not read as
+        # "." or as "not given"
+        if isinstance(action, argparse._StoreAction | argparse._AppendAction) and action.type is None:
+            action.type = non_empty
+        return super()._add_action(action)
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
+        raise SystemExit(2)
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """A whole number of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is less than {minimum}")
+        return value
+
+    return parse
+
+
+def seconds(text: str) -> float:
+    """A finite, non-negative number (of seconds or hours)."""
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is negative; give 0 or more")
+    return value
+
+
+def share(text: str) -> float:
+    """A fraction from 0 to 1."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a share from 0 to 1")
+    return value
+
+
+def non_empty(text: str) -> str:
+    """A value that says something: not empty, not blank, no line break (it names a file, a release or a node)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a value or leave the option out")
+    if "\n" in text or "\r" in text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a line break or NUL")
+    return text
+
+
+# what a path the user named can be refused for, and the fix for each
+_PATH_FIXES = {
+    errno.ENAMETOOLONG: "a file or folder name may have at most 255 bytes: shorten it",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: name a path under a folder",
+    errno.ENOENT: "check the path",
+    errno.EISDIR: "name a file, not a folder",
+    errno.EEXIST: "a file is in the way: name another path",
+    errno.EACCES: "choose a path you may read and write",
+    errno.EPERM: "choose a path you may read and write",
+    errno.EROFS: "choose a path on a writable file system",
+    errno.ELOOP: "the path loops through symbolic links: name the real path",
+}
+PATH_ERRNOS = frozenset(_PATH_FIXES)
+
+
+def os_error(exc: OSError) -> str:
+    """One line for an OSError no code path translated: the file, the system's reason and the fix."""
+    name = str(exc.filename) if exc.filename is not None else "(no file)"
+    if len(name) > 120:
+        name = f"{name[:60]}...{name[-40:]} ({len(name)} characters)"
+    fix = _PATH_FIXES.get(exc.errno or 0, "the run could not complete")
+    return f"{name}: {exc.strerror or exc}; {fix}"
+
+
+def output_file(path: Path, key: str) -> Path:
+    """`path` if a file can be written there, checked before the run: an output that fails at the end would leave
+    a run whose verdict reads PASS behind an error (exit 2), so it is refused first."""
+    try:
+        if path.is_dir():
+            raise ConfigError("is a folder: name the file to write", path=path, key=key)
+        parent = path.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise ConfigError("cannot be written: choose a path you may write", path=path, key=key)
+    except OSError as exc:
+        raise ConfigError(os_error(exc), key=key) from None
+    return path
