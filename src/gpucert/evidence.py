@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -181,6 +181,7 @@ class DcgmGpuResult(_Model):
     warnings: list[str] = Field(default_factory=list)
     serial: str | None = None
     errors: list[DcgmError] = Field(default_factory=list)  # the warnings that carried a DCGM_FR_* id
+    dcgm_id: int | None = None  # DCGM's own GPU id for the entry; the key it is filed under is the board's index
 
     def describe(self) -> str:
         """Every warning, those with an error id in DCGM's terms."""
@@ -191,8 +192,14 @@ class DcgmGpuResult(_Model):
 
 class DcgmTestResult(_Model):
     summary: str | None = None  # test_summary.status (4.x); None in 3.x
-    gpus: dict[int, DcgmGpuResult] = Field(default_factory=dict)
+    gpus: dict[int, DcgmGpuResult] = Field(default_factory=dict)  # by the board's index (gpus[].index)
     info: list[str] = Field(default_factory=list)
+    # by DCGM's GPU id: entries nothing in dcgmi's output ties to a board (no serial); charged to no GPU
+    untied: dict[Annotated[int, Field(strict=False)], DcgmGpuResult] = Field(default_factory=dict)
+
+    def entries(self) -> list[DcgmGpuResult]:
+        """Every GPU result of the test, charged to a board or not."""
+        return [*self.gpus.values(), *self.untied.values()]
 
 
 class DcgmEvidence(_Model):

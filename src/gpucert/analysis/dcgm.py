@@ -7,9 +7,14 @@ A test DCGM skipped was not run on the GPU, which is an error, never a pass.
 from __future__ import annotations
 
 from gpucert.checks import CheckStatus, Finding
-from gpucert.evidence import DcgmEvidence
+from gpucert.evidence import DcgmEvidence, DcgmTestResult
 
 __all__ = ["judge_dcgm"]
+
+
+def _untied(test: str, result: DcgmTestResult) -> str:
+    entries = ", ".join(f"DCGM GPU {g} {r.status}" for g, r in sorted(result.untied.items()))
+    return f"DCGM reported the {test} test by its own GPU ids only ({entries}; no serial ties them to boards)"
 
 
 def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:
@@ -36,6 +41,8 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
             f"{where}: DCGM level {d.level} did not run the {test} test (exit code {d.exit_code})",
         )
     mine = result.gpus.get(gpu)
+    if mine is None and result.untied:
+        return error(f"{where}: {_untied(test, result)}, so none of them is charged to this GPU: it cannot be judged")
     if mine is None and result.gpus:
         return error(f"{where}: DCGM reported the {test} test for GPUs {sorted(result.gpus)}, not for this one")
     if mine is not None and mine.status not in ("Pass", "Fail", "Skip"):
@@ -48,14 +55,14 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
     if mine is not None and mine.status == "Fail":
         # with the DCGM_FR_* id, category and severity where DCGM gave them, as a vendor looks them up
         return fail(f"{where}: DCGM {test} Fail: {mine.describe()}")
-    if result.summary == "Fail" and not any(r.status == "Fail" for r in result.gpus.values()):
+    if result.summary == "Fail" and not any(r.status == "Fail" for r in result.entries()):
         return fail(f"{where}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})")
     status = mine.status if mine is not None else (result.summary or "Pass")
     if status not in ("Pass", "Skip"):
         return fail(f"{where}: DCGM {test} {status}")
     if (
         d.exit_code not in (None, 0)
-        and not any(r.status == "Fail" for t in d.results.values() for r in t.gpus.values())
+        and not any(r.status == "Fail" for t in d.results.values() for r in t.entries())
         and not any(t.summary == "Fail" for t in d.results.values())
     ):
         return error(f"{where}: dcgmi diag exited {d.exit_code} though no test failed: its results are not whole")

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from gpucert.evidence import DcgmError, DcgmEvidence, DcgmGpuResult, DcgmTestResult
+from gpucert.probes.dcgm_boards import tie_to_boards
 
 __all__ = [
     "DCGMI_EXIT_CODES",
     "DCGM_ERRORS_VERSION",
     "DCGM_FR",
     "dcgm_error",
+    "dcgm_serials",
     "parse_diag",
     "plugin_set",
     "run_diag",
@@ -148,6 +151,23 @@ def _name(raw: str, category: str) -> str:
     return _LEGACY_NAMES.get(raw.lower(), re.sub(r"\W+", "_", raw.lower()).strip("_"))
 
 
+def dcgm_serials(doc: dict[str, Any]) -> dict[int, str]:
+    """The serial dcgmi reports for each of its GPU ids: 4.x in `entity_groups` (`serial_num`, left out where
+    blank: HelperJsonAddEntities, dcgmi/Diag.cpp, DCGM 4.5.2), 3.3 in the root's "GPU Device Serials" keyed by the
+    id as a string (HelperJsonBuildOutput, dcgmi/Diag.cpp, DCGM 3.3.9); DCGM 3.0 to 3.2 report none."""
+    serials: dict[int, str] = {}
+    for group in doc.get("entity_groups") or []:
+        if isinstance(group, dict) and group.get("entity_group") == "GPU":
+            for ent in group.get("entities") or []:
+                if isinstance(ent, dict) and "serial_num" in ent:
+                    serials[int(ent["entity_id"])] = str(ent["serial_num"])
+    legacy = doc.get("GPU Device Serials")
+    for key, serial in legacy.items() if isinstance(legacy, dict) else []:
+        if str(key).isdigit():
+            serials.setdefault(int(key), str(serial))
+    return serials
+
+
 def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None) -> DcgmEvidence:
     """Parse one `dcgmi diag -j` document (3.x or 4.x), keeping the raw document beside the results."""
     root = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))
@@ -158,13 +178,8 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
             raw=doc,
             runtime_error="not a dcgmi diag document (no 'DCGM Diagnostic' key)",
         )
-    version = (doc.get("metadata") or {}).get("version") or root.get("version")
-    serials: dict[int, str] = {}
-    for group in doc.get("entity_groups") or []:
-        if group.get("entity_group") == "GPU":
-            for ent in group.get("entities") or []:
-                if "serial_num" in ent:
-                    serials[int(ent["entity_id"])] = ent["serial_num"]
+    version = (doc.get("metadata") or {}).get("version") or root.get("version") or doc.get("version")  # 4.x, 3.3
+    serials = dcgm_serials(doc)
     merged: dict[str, dict[str, Any]] = {}
     for category in root.get("test_categories") or []:
         for test in category.get("tests") or []:
@@ -197,7 +212,9 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
         name: DcgmTestResult(
             summary=worst_status(e["summary"]),
             gpus={
-                g: DcgmGpuResult(status=r["status"], warnings=r["warnings"], errors=r["errors"], serial=serials.get(g))
+                g: DcgmGpuResult(
+                    status=r["status"], warnings=r["warnings"], errors=r["errors"], serial=serials.get(g), dcgm_id=g
+                )
                 for g, r in sorted(e["gpus"].items())
             },
             info=e["info"],
@@ -211,26 +228,6 @@ def parse_diag(doc: dict[str, Any], *, level: int, exit_code: int | None = None)
         results=results,
         runtime_error=root.get("runtime_error"),
         raw=doc,
-    )
-
-
-def check_serials(d: DcgmEvidence, serials: dict[int, str]) -> DcgmEvidence:
-    """Compare the serials dcgmi reports with this node's GPUs (NVML's), GPU by GPU.
-
-    dcgmi silently starts an embedded host engine when it cannot reach `--host`: then it tests whatever GPUs that
-    engine sees. A mismatch makes the whole diagnostic an error rather than another node's pass.
-    """
-    reported = {g: r.serial for t in d.results.values() for g, r in t.gpus.items() if r.serial}
-    known = {g: s for g, s in reported.items() if s and "NOT_SUPPORTED" not in s}
-    wrong = {g: s for g, s in known.items() if g in serials and serials[g] != s}
-    if not wrong:
-        return d
-    detail = ", ".join(f"GPU {g}: dcgmi {s}, node {serials[g]}" for g, s in sorted(wrong.items()))
-    return d.model_copy(
-        update={
-            "runtime_error": f"the GPUs dcgmi tested are not this node's ({detail}); was an "
-            "embedded host engine started against another host?"
-        }
     )
 
 
@@ -291,7 +288,7 @@ def _missing_plugins(plugins: str | None, root: str) -> str | None:
 def run_diag(
     level: int,
     *,
-    serials: dict[int, str],
+    serials: Mapping[int, str | None],
     host: str | None = None,
     timeout_s: float = 7200,
     dcgmi: str = "dcgmi",
@@ -300,6 +297,8 @@ def run_diag(
 ) -> DcgmEvidence:
     """Run `dcgmi diag -r LEVEL -j` and parse it. Raises FileNotFoundError when dcgmi is not installed.
 
+    `serials` are this node's boards (NVML index: serial, None where NVML has none): DCGM's GPU ids are its own,
+    so each entry is filed under the board its serial names (`tie_to_boards`).
     It runs in a writable working directory with DCGM_HOME_DIR there, and the evidence names the plugin set
     this node's driver makes DCGM load (a remote `host`'s engine loads its own: then it is not known here).
     """
@@ -339,4 +338,4 @@ def run_diag(
     if parsed.runtime_error is None and not parsed.results and proc.returncode:
         meaning = DCGMI_EXIT_CODES.get(proc.returncode, "unknown exit code")
         parsed = parsed.model_copy(update={"runtime_error": f"dcgmi exited {proc.returncode} ({meaning})"})
-    return check_serials(parsed, serials)
+    return tie_to_boards(parsed, serials, local=host is None)

@@ -445,7 +445,7 @@ def run_plan(
     if Probe.DCGM in node.probes:  # first: no CUDA context of ours yet, no GPU memory held in CuPy's pools
         from gpucert.probes.dcgm import run_diag
 
-        serials = {g.index: g.serial for g in node.gpus.values() if g.serial}
+        serials = {g.index: g.serial for g in node.gpus.values()}  # every board: DCGM's entries are tied by serial
         dcgm_ev = node.rec.attempt(
             "dcgm",
             lambda: run_diag(

@@ -40,6 +40,7 @@ from gpucert.fleet import (
     XidFault,
 )
 from gpucert.probes.dcgm import parse_diag
+from gpucert.probes.dcgm_boards import tie_to_boards
 from gpucert.spec import Probe
 from gpucert.stack.compat import cuda_of_driver
 from gpucert.targets.base import MeasurePlan
@@ -340,7 +341,8 @@ class SimulatedProbes(World):
                 for t in c["tests"]
                 for r in t["results"]
             )
-            dcgm = parse_diag(doc, level=plan.dcgm_level, exit_code=226 if failed else 0)
+            parsed = parse_diag(doc, level=plan.dcgm_level, exit_code=226 if failed else 0)
+            dcgm = tie_to_boards(parsed, {g.index: g.serial for g in gpus}, local=True)  # as the probe files them
         return NodeEvidence(
             node=node,
             target=self.kind,
