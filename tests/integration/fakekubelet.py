@@ -4,9 +4,10 @@ in the scheduler's words, run the pod's plan on the NumPy device, and stream its
 the pod's log, as the probe command prints them.
 
 `behaviour[node]` changes what happens on a node: "imagepull" (the image does not pull), "oom" (OOM-killed at
-start), "truncate" (the log is cut), "crash" (a segfault half-way), "deadline" (the Job's activeDeadlineSeconds
-runs out half-way), "evict" (evicted half-way), "podgc" (the node is deleted half-way: Pod GC fails and deletes its
-pods), "log500" / "log404" (the kubelet cannot serve the log). Half-way is after GPU 0's probes.
+start), "oom-halfway" (OOM-killed half-way), "truncate" (the log is cut), "crash" (a segfault half-way), "deadline"
+(the Job's activeDeadlineSeconds runs out half-way), "evict" (evicted half-way), "podgc" (the node is deleted
+half-way: Pod GC fails and deletes its pods), "log500" / "log404" (the kubelet cannot serve the log). Half-way is
+after GPU 0's probes.
 
 An Indexed Job (the all-reduce across nodes) gets one pod per index, on the nodes its node affinity names, one per
 node; each runs its rank over loopback. The fake DNS resolves `<hostname>.<svc>` only when a headless Service `svc`
@@ -261,6 +262,9 @@ class FakeKubelet:
 
         if what == "oom":
             self.cluster.logs[(ns, name)] = "probe: starting\nprobe: memory 1 GiB x 2 buffers\n"
+            self._set(pod, phase="Failed", containerStatuses=terminated(137, "OOMKilled"))
+        elif what == "oom-halfway":  # GPU 0's probes framed in the log, then the kernel kills the container
+            self.cluster.logs[(ns, name)] = half + "probe: memory 1 GiB x 2 buffers\n"
             self._set(pod, phase="Failed", containerStatuses=terminated(137, "OOMKilled"))
         elif what == "crash":
             self.cluster.logs[(ns, name)] = half + "Fatal Python error: Segmentation fault\n"

@@ -54,6 +54,27 @@ def test_a_pod_stopped_half_way_keeps_what_it_measured(cluster: FakeCluster, tmp
     assert leftovers(cluster)["jobs"] == 0
 
 
+def test_an_oom_killed_probe_pod_is_the_nodes_one_finding(cluster: FakeCluster, tmp_path: Path) -> None:
+    """OOMKilled half-way has one cause (the pod's memory): node.reachable says so, and every check of the node
+    follows from it, rather than an error for each metric the pod did not finish (as a crash half-way gives)."""
+    kubelet = FakeKubelet(cluster, behaviour={"gpu-02": "oom-halfway"}).start()
+    try:
+        run_dir, ev, _ = measure(tmp_path)
+    finally:
+        kubelet.close()
+    reach = ev.reachable("gpu-02")
+    assert reach.status.value in ("fail", "error")
+    assert "OOMKilled (exit code 137)" in reach.message
+    assert "memory 1 GiB x 2 buffers" in reach.message  # the log tail says what it was doing
+    assert not json.loads((run_dir / "evidence" / "gpu-02.json").read_text())["collected"]
+    for gpu in (0, 1):  # GPU 0's probes were in the log too: kept alone they would read as measured
+        dependent = ev.metric("memory.bandwidth", "gpu-02", gpu)
+        assert dependent.status.value == "skip", dependent.message
+        assert "node.reachable" in dependent.message
+    assert ev.metric("nccl.all_reduce", "gpu-02", None).status.value == "skip"
+    assert ev.reachable("gpu-03").status.value == "pass"
+
+
 def test_a_deleted_node_and_an_unreadable_log_are_those_nodes_findings(cluster: FakeCluster, tmp_path: Path) -> None:
     kubelet = FakeKubelet(cluster, behaviour={"gpu-05": "podgc", "gpu-06": "log500", "gpu-07": "log404"}).start()
     try:

@@ -284,7 +284,9 @@ class ProbeJobs:
             return
         why = self._job_deadline(run) or why
         log = run.log if run.log is not None or run.pod is None else self.log_or_none(run.pod)
-        evidence = rebuild(parts(log), why) if log else None
+        # OOM-killed: one cause (the pod's memory), so the node's one finding, not an error per probe left undone
+        oom = (container_state(pod.get("status") or {}, "terminated") or {}).get("reason") == "OOMKilled"
+        evidence = rebuild(parts(log), why) if log and not oom else None
         if evidence is not None and evidence.node == run.node:
             self._finish(run, evidence)  # the probes it finished stand; the others are errors naming `why`
             return
