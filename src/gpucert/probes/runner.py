@@ -44,6 +44,7 @@ from gpucert.probes import compute, memory, nccl, p2p, pcie
 from gpucert.probes import health as nvml_probe
 from gpucert.probes.affinity import cpu_list as _cpu_list
 from gpucert.probes.affinity import pinned as _pinned
+from gpucert.probes.boards import start_in_board_order
 from gpucert.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
 from gpucert.probes.stream import GPU_PROBES, METRICS, Done, Emit, NodeHeader
 from gpucert.probes.timing import Budget
@@ -104,17 +105,29 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def devices_for(plan: ProbePlan) -> list[Device]:
-    """Every device of the plan, started (the multi-node all-reduce: there a GPU that cannot start stops it)."""
-    if plan.device == "numpy":
+def devices_for(
+    plan: ProbePlan, *, nvml: Any = None, open_device: Callable[[int], Device] | None = None
+) -> list[Device]:
+    """Every device of the plan, started, in NVML's order (the multi-node all-reduce: there a GPU that cannot start
+    stops it, and the error names its board by NVML index, bus id and serial: `boards.start_in_board_order`)."""
+    if plan.device == "numpy" and open_device is None:
         return [NumpyDevice(i) for i in range(plan.gpus or 1)]
-    prepare_cuda_environment()
-    try:
+    if open_device is None:
+        prepare_cuda_environment()
+        try:
+            import cupy  # the GPU extra, or the one-line error that says to install it
+        except ImportError as exc:
+            raise missing_gpu_extra("CuPy", exc) from None
+        if nvml is None:
+            with contextlib.suppress(Exception):  # without NVML a device is named by its bus id alone
+                nvml = nvml_probe.open_nvml()
+    if plan.gpus is not None:
+        count = plan.gpus
+    else:
         import cupy
-    except ImportError as exc:
-        raise missing_gpu_extra("CuPy", exc) from None
-    count = plan.gpus if plan.gpus is not None else cupy.cuda.runtime.getDeviceCount()
-    return [CupyDevice(i) for i in range(count)]
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    return start_in_board_order(count, open_device or CupyDevice, nvml)
 
 
 def _cpu_identity(node: str, index: int) -> GpuEvidence:
