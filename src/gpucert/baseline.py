@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
@@ -17,11 +17,14 @@ from gpucert.errors import ConfigError
 from gpucert.spec import ClusterSpec, Pool, Probe
 
 __all__ = [
+    "DEFAULT_THROTTLE_ALLOWANCE",
     "PROBE_METRICS",
+    "THROTTLE_REASONS",
     "Comparison",
     "GpuBaseline",
     "HealthPolicy",
     "MetricBaseline",
+    "NvlinkExpect",
     "check_baseline_for",
     "load_baseline",
 ]
@@ -57,12 +60,59 @@ class PcieExpect(Document):
     source: str
 
 
+# the clock-event reasons that hold a GPU's clocks below what it asked for, by the names the probes record them
+# (NVML's nvmlClocksEventReason* bits and its cumulative NVML_FI_DEV_PERF_POLICY_* / CLOCKS_EVENT_REASON_* counters)
+ThrottleReason = Literal[
+    "hw_slowdown",
+    "hw_thermal",
+    "hw_power_brake",
+    "sw_thermal",
+    "thermal",
+    "reliability",
+    "sw_power_cap",
+    "sync_boost",
+    "board_limit",
+]
+THROTTLE_REASONS: tuple[str, ...] = get_args(ThrottleReason)
+# what each reason may hold the clocks down, as a fraction of the time the probes loaded the GPU, where the baseline
+# says nothing: a hardware slowdown, hardware thermal slowdown or power brake is a fault however short; a software
+# thermal or reliability slowdown now and then is the GPU protecting itself. Reasons not listed here (power cap,
+# sync boost, board limit) are the GPU working as designed under a full load and are reported, not judged, unless
+# the baseline gives them an allowance.
+DEFAULT_THROTTLE_ALLOWANCE: dict[str, float] = {
+    "hw_slowdown": 0.0,
+    "hw_thermal": 0.0,
+    "hw_power_brake": 0.0,
+    "sw_thermal": 0.05,
+    "thermal": 0.05,
+    "reliability": 0.10,
+}
+
+
 class HealthPolicy(Document):
     max_volatile_corrected_ecc: Annotated[int, Field(ge=0)] = Field(alias="maxVolatileCorrectedEcc")
     temperature_margin_c: Annotated[float, Field(ge=0)] = Field(alias="temperatureMarginC")
     # XIDs an application can cause on a healthy GPU (illegal address, MMU fault from user code, ...)
     application_xids: list[int] = Field(default_factory=list, alias="applicationXids")
+    # per clock-event reason, the fraction of the loaded time it may hold the clocks down (merged over the defaults)
+    throttle_allowance: dict[ThrottleReason, Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=dict, alias="throttleAllowance"
+    )
     source: str
+
+    def allowances(self) -> dict[str, float]:
+        """Every judged reason's allowance: the baseline's over the defaults."""
+        return {**DEFAULT_THROTTLE_ALLOWANCE, **{str(r): a for r, a in self.throttle_allowance.items()}}
+
+
+class NvlinkExpect(Document):
+    """NVLink per GPU: the links that must be active, and the link errors allowed while the probes load the GPU."""
+
+    links: Annotated[int, Field(ge=0, le=36)]  # 0: a GPU without NVLink (a PCIe card)
+    max_crc_errors_per_second: Annotated[float, Field(ge=0)] = Field(100.0, alias="maxCrcErrorsPerSecond")
+    max_replay_errors: Annotated[int, Field(ge=0)] = Field(0, alias="maxReplayErrors")
+    max_recovery_errors: Annotated[int, Field(ge=0)] = Field(0, alias="maxRecoveryErrors")
+    source: Annotated[str, Field(min_length=10)]
 
 
 class GpuBaseline(Document):
@@ -73,6 +123,7 @@ class GpuBaseline(Document):
     memory_mib: Annotated[int, Field(gt=0)] = Field(alias="memoryMiB")
     pcie: PcieExpect
     health: HealthPolicy
+    nvlink: NvlinkExpect | None = None  # None: health.nvlink cannot be judged (an error naming this key)
     metrics: dict[str, MetricBaseline]
 
 

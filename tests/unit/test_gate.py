@@ -140,6 +140,7 @@ def test_the_shipped_tables_load_and_a_broken_one_names_file_and_key(tmp_path: P
 BASE: dict[str, Any] = {
     "pcie": {"generation": 5, "width": 16, "source": "datasheet"},
     "health": {"maxVolatileCorrectedEcc": 1000, "temperatureMarginC": 5, "applicationXids": [13], "source": "policy"},
+    "nvlink": {"links": 18, "maxReplayErrors": 0, "source": "datasheet"},
     "metrics": {
         "memory.bandwidth": {"expected": 2900, "tolerance": 0.08, "comparison": "min", "source": "estimate"},
         "pcie.h2d": {"expected": 50, "tolerance": 0.1, "comparison": "min", "source": "estimate"},
@@ -176,6 +177,13 @@ def changed(**edits: Any) -> dict[str, Any]:
         ({"health/maxVolatileCorrectedEcc": 5000}, [("health.maxVolatileCorrectedEcc 1000 -> 5000", False)]),
         ({"health/applicationXids": [13, 79]}, [("health.applicationXids: 79 now excused", False)]),
         ({"pcie/generation": 4, "pcie/source": "our boards are Gen4"}, [("pcie: Gen5 x16 -> Gen4 x16", True)]),
+        (  # over the default where the old side was silent
+            {"health/throttleAllowance": {"hw_thermal": 0.01, "sw_thermal": 0.02}},
+            [("health.throttleAllowance.hw_thermal 0.0 -> 0.01", False)],
+        ),
+        ({"nvlink/links": 17}, [("nvlink.links 18 -> 17", False)]),
+        ({"nvlink/maxReplayErrors": 5}, [("nvlink.maxReplayErrors 0 -> 5", False)]),
+        ({"nvlink": None}, [("nvlink: removed (health.nvlink can no longer be judged)", False)]),
     ],
 )
 def test_what_counts_as_loosening_a_baseline(edits: dict[str, Any], found: list[tuple[str, bool]]) -> None:

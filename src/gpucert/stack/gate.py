@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpucert.baseline import DEFAULT_THROTTLE_ALLOWANCE
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.spec import ClusterSpec
 from gpucert.stack.compat import COMPAT_SOURCE, min_driver_for_cuda
@@ -355,10 +356,41 @@ def _loosened(base: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, bool
     added = sorted(set(h1.get("applicationXids") or []) - set(h0.get("applicationXids") or []))
     if added:
         out.append((f"health.applicationXids: {', '.join(map(str, added))} now excused", health_source))
+    out += _loosened_throttle_and_nvlink(base, new)
     p0, p1 = base.get("pcie") or {}, new.get("pcie") or {}
     link0 = (int(p0.get("generation", 0)), int(p0.get("width", 0)))
     link1 = (int(p1.get("generation", 0)), int(p1.get("width", 0)))
     if link1 < link0:
         message = f"pcie: Gen{link0[0]} x{link0[1]} -> Gen{link1[0]} x{link1[1]}"
         out.append((message, p1.get("source") != p0.get("source")))
+    return out
+
+
+def _loosened_throttle_and_nvlink(base: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, bool]]:
+    """A larger throttle allowance (over the defaults where a side is silent), fewer NVLink links expected, higher
+    NVLink error limits, or the NVLink expectation removed."""
+    out: list[tuple[str, bool]] = []
+    h0, h1 = base.get("health") or {}, new.get("health") or {}
+    a0 = {**DEFAULT_THROTTLE_ALLOWANCE, **(h0.get("throttleAllowance") or {})}
+    a1 = {**DEFAULT_THROTTLE_ALLOWANCE, **(h1.get("throttleAllowance") or {})}
+    for reason in sorted(a1):
+        if reason in a0 and float(a1[reason]) > float(a0[reason]):
+            out.append(
+                (
+                    f"health.throttleAllowance.{reason} {a0[reason]} -> {a1[reason]}",
+                    h1.get("source") != h0.get("source"),
+                )
+            )
+    n0, n1 = base.get("nvlink"), new.get("nvlink")
+    if n0 is None:
+        return out
+    if n1 is None:
+        return [*out, ("nvlink: removed (health.nvlink can no longer be judged)", False)]
+    said = n1.get("source") != n0.get("source")
+    if int(n1.get("links", 0)) < int(n0.get("links", 0)):
+        out.append((f"nvlink.links {n0['links']} -> {n1['links']}", said))
+    for key, default in (("maxCrcErrorsPerSecond", 100), ("maxReplayErrors", 0), ("maxRecoveryErrors", 0)):
+        v0, v1 = float(n0.get(key, default)), float(n1.get(key, default))
+        if v1 > v0:
+            out.append((f"nvlink.{key} {n0.get(key, default)} -> {n1.get(key, default)}", said))
     return out
