@@ -29,6 +29,7 @@ __all__ = [
     "NcclEvidence",
     "NcclPoint",
     "NodeEvidence",
+    "NvlinkErrors",
     "P2pEvidence",
     "P2pPair",
     "PcieLink",
@@ -94,6 +95,17 @@ class ThrottleWindow(_Model):
     reasons_ns: dict[str, int] = Field(default_factory=dict)  # reason -> nanoseconds throttled in the window
 
 
+class NvlinkErrors(_Model):
+    """NVLink errors while the probes loaded the GPU: NVML's cumulative per-link counters
+    (nvmlDeviceGetNvLinkErrorCounter: replay, recovery, crc_flit, crc_data) read before the first probe and after
+    the last, and their increase per link. A counter NVML refused on a link is absent from that link's entry and
+    named in `unavailable`."""
+
+    seconds: float  # between the two readings, on the host clock
+    links: dict[int, dict[str, int]] = Field(default_factory=dict)  # link -> counter -> errors in the window
+    unavailable: dict[str, str] = Field(default_factory=dict)  # "link.counter" -> NVML's answer
+
+
 class Health(_Model):
     ecc: EccCounts = Field(default_factory=EccCounts)
     remapped_rows: RemappedRows = Field(default_factory=RemappedRows)
@@ -109,6 +121,7 @@ class Health(_Model):
     # readings NVML refused for another reason than "not supported": reading -> NVML's error (the rest stand)
     unavailable: dict[str, str] = Field(default_factory=dict)
     throttle_under_load: list[ThrottleWindow] = Field(default_factory=list)
+    nvlink_errors: NvlinkErrors | None = None  # None: not read around the load (no NVLink, or NVML refused)
 
 
 class GpuEvidence(_Model):

@@ -152,10 +152,34 @@ class PcieLinkFault(Document):
 
 
 class ThrottleFault(Document):
+    """A clock-event reason holds the GPU's clocks down for `share` of the time the probes load it (NVML counts
+    the nanoseconds; HW slowdown has no counter and shows in the reasons read after the load)."""
+
     kind: Literal["throttle"]
     node: str
     gpu: GpuIndex
-    reason: Literal["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"]
+    reason: Literal["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake", "thermal", "reliability"]
+    share: Annotated[float, Field(gt=0, le=1)] = 1.0
+
+
+class NvlinkDownFault(Document):
+    """`links` of the GPU's NVLink links are inactive (the last ones): P2P may still look fine."""
+
+    kind: Literal["nvlink-down"]
+    node: str
+    gpu: GpuIndex
+    links: Annotated[int, Field(ge=1, le=36)] = 1
+
+
+class NvlinkErrorsFault(Document):
+    """One NVLink link counts `count` errors of one kind while the probes load the GPU."""
+
+    kind: Literal["nvlink-errors"]
+    node: str
+    gpu: GpuIndex
+    counter: Literal["crc_flit", "crc_data", "replay", "recovery"]
+    count: Annotated[int, Field(ge=1)]
+    link: Annotated[int, Field(ge=0, le=35)] = 0
 
 
 class DcgmFault(Document):
@@ -246,6 +270,8 @@ Fault = Annotated[
     | RemappedRowsFault
     | PcieLinkFault
     | ThrottleFault
+    | NvlinkDownFault
+    | NvlinkErrorsFault
     | DcgmFault
     | XidFault
     | TemperatureFault

@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 SUITES = ("static", "configure", "certify", "recertify", "waivers")
-HEALTH_CHECKS = ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature")
+HEALTH_CHECKS = ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature", "nvlink")
 HANDOVER_GPU_METRICS = GPU_METRICS  # every per-GPU figure is held to its handover median
 # a node behind the fabric is told from its pairs of neighbours only when there are enough pairs to have a median
 # that one slow node cannot move: MIN_PEERS + 1 pairs, one pair per node on the ring

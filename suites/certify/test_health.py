@@ -1,4 +1,4 @@
-"""NVML health of every GPU: ECC, remapped rows, PCIe link, clock-event reasons, XID, temperature."""
+"""NVML health of every GPU: ECC, remapped rows, PCIe link, clock-event reasons, XID, temperature, NVLink."""
 
 import pytest
 
@@ -25,7 +25,8 @@ def test_pcie_link(gpu: GpuSlot, decision: Finding) -> None:
 
 @pytest.mark.check("health.throttle")
 def test_throttle(gpu: GpuSlot, decision: Finding) -> None:
-    """No fault holds the clocks down: no HW slowdown, thermal or power-brake clock event."""
+    """Each clock-event reason holds the clocks down for no more of the loaded time than the baseline allows
+    (none for HW slowdown, HW thermal and power brake by default)."""
     expect(decision)
 
 
@@ -38,4 +39,10 @@ def test_xid(gpu: GpuSlot, decision: Finding) -> None:
 @pytest.mark.check("health.temperature")
 def test_temperature(gpu: GpuSlot, decision: Finding) -> None:
     """The temperature stays the baseline's margin below the GPU's slowdown threshold."""
+    expect(decision)
+
+
+@pytest.mark.check("health.nvlink")
+def test_nvlink(gpu: GpuSlot, decision: Finding) -> None:
+    """Every NVLink link the SKU has is active, and the links counted no more errors under load than allowed."""
     expect(decision)

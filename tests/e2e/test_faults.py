@@ -74,6 +74,26 @@ CASES = [
         {"kind": "throttle", "node": "gpu-node-4", "gpu": 7, "reason": "hw_slowdown"},
         {("health.throttle", "gpu-node-4", 7)},
     ),
+    (  # 2% of the loaded time in SW thermal slowdown: within the H100 baseline's 5% allowance
+        {"kind": "throttle", "node": "gpu-node-1", "gpu": 3, "reason": "sw_thermal", "share": 0.02},
+        set(),
+    ),
+    (  # any HW thermal slowdown under load, seen in NVML's nanosecond counters
+        {"kind": "throttle", "node": "gpu-node-2", "gpu": 5, "reason": "hw_thermal", "share": 0.001},
+        {("health.throttle", "gpu-node-2", 5)},
+    ),
+    (  # 17 of 18 links: P2P stays within tolerance, the link count does not
+        {"kind": "nvlink-down", "node": "gpu-node-3", "gpu": 2, "links": 1},
+        {("health.nvlink", "gpu-node-3", 2)},
+    ),
+    (
+        {"kind": "nvlink-errors", "node": "gpu-node-1", "gpu": 6, "counter": "recovery", "count": 1, "link": 4},
+        {("health.nvlink", "gpu-node-1", 6)},
+    ),
+    (  # a few CRC errors under load, far below DCGM's 100 per second: not a fault
+        {"kind": "nvlink-errors", "node": "gpu-node-4", "gpu": 1, "counter": "crc_flit", "count": 20},
+        set(),
+    ),
     ({"kind": "xid", "node": "gpu-node-2", "gpu": 0, "code": 79}, {("health.xid", "gpu-node-2", 0)}),
     ({"kind": "xid", "node": "gpu-node-2", "gpu": 0, "code": 13}, set()),  # an application's fault, not the GPU's
     ({"kind": "temperature", "node": "gpu-node-3", "gpu": 6, "celsius": 90}, {("health.temperature", "gpu-node-3", 6)}),
@@ -106,7 +126,7 @@ CASES = [
     ("fault", "expected"),
     CASES,
     ids=[
-        f"{c[0]['kind']}-{c[0].get('metric', c[0].get('component', c[0].get('reason', '')))}-{i}"
+        f"{c[0]['kind']}-{c[0].get('metric', c[0].get('component', c[0].get('reason', c[0].get('counter', ''))))}-{i}"
         for i, c in enumerate(CASES)
     ],
 )

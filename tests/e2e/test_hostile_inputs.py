@@ -274,7 +274,14 @@ NAN, INF = float("nan"), float("inf")
         (_health(2, lambda h: h.update(clock_event_reasons=-1)), "health.throttle", "out of range"),
         (_health(2, lambda h: h["pcie"].update(current_generation=9)), "health.pcie_link", "out of range"),
         (_health(2, lambda h: h.update(temperature_c=-300)), "health.temperature", "out of range"),
-        (_health(2, lambda h: h.update(clock_event_reasons=None)), "health.throttle", "were not reported"),
+        (
+            _health(2, lambda h: h.update(clock_event_reasons=None, throttle_under_load=[])),
+            "health.throttle",
+            "were not reported",
+        ),
+        (_health(2, lambda h: h.update(nvlink_active=None)), "health.nvlink", "NVLink state was not reported"),
+        (_health(2, lambda h: h.update(nvlink_active=[False] * 18)), "health.nvlink", "links are inactive"),
+        (_health(2, lambda h: h.update(nvlink_errors=None)), "health.nvlink", "error counters were not read"),
     ],
 )
 def test_evidence_that_cannot_be_believed_is_an_error_never_a_pass(

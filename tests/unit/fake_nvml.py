@@ -70,6 +70,8 @@ class FakeGpu:
     name: str = "NVIDIA H100 80GB HBM3"
     memory_total: int = 85520809984
     nvlinks: int = 18
+    down_links: set[int] = field(default_factory=set)  # links whose state is inactive
+    nvlink_errors: dict[tuple[int, int], int] = field(default_factory=dict)  # (link, counter) -> cumulative count
     ecc: dict[tuple[int, int], int] = field(default_factory=dict)  # (counter, error) -> count
     remap: tuple[int, int, int, int] = (0, 0, 0, 0)
     reasons: int = 0x1
@@ -109,7 +111,13 @@ def fake_nvml(*gpus: FakeGpu) -> Any:
             raise h.fail["nvmlDeviceGetNvLinkState"]()
         if link >= h.nvlinks:  # what the driver answers past this GPU's own links
             raise NVMLError_InvalidArgument()
-        return 1
+        return 0 if link in h.down_links else 1
+
+    def link_errors(h: FakeGpu, link: int, counter: int) -> int:
+        call("nvmlDeviceGetNvLinkErrorCounter", h, None)
+        if link >= h.nvlinks or not 0 <= counter < 5:  # nvmlNvLinkErrorCounter_t has 5 counters
+            raise NVMLError_InvalidArgument()
+        return h.nvlink_errors.get((link, counter), 0)
 
     def field_values(h: FakeGpu, ids: list[int]) -> list[_FieldValue]:
         call("nvmlDeviceGetFieldValues", h, None)
@@ -136,6 +144,10 @@ def fake_nvml(*gpus: FakeGpu) -> Any:
         NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
         NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
         NVML_NVLINK_MAX_LINKS=36,
+        NVML_NVLINK_ERROR_DL_REPLAY=0,
+        NVML_NVLINK_ERROR_DL_RECOVERY=1,
+        NVML_NVLINK_ERROR_DL_CRC_FLIT=2,
+        NVML_NVLINK_ERROR_DL_CRC_DATA=3,
         NVML_TEMPERATURE_GPU=0,
         NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
         NVML_AFFINITY_SCOPE_NODE=0,
@@ -152,6 +164,7 @@ def fake_nvml(*gpus: FakeGpu) -> Any:
         nvmlDeviceGetPowerUsage=lambda h: call("nvmlDeviceGetPowerUsage", h, 71234),
         nvmlDeviceGetEnforcedPowerLimit=lambda h: call("nvmlDeviceGetEnforcedPowerLimit", h, 700000),
         nvmlDeviceGetNvLinkState=link_state,
+        nvmlDeviceGetNvLinkErrorCounter=link_errors,
         nvmlDeviceGetMemoryInfo=lambda h: call(
             "nvmlDeviceGetMemoryInfo", h, types.SimpleNamespace(total=h.memory_total)
         ),

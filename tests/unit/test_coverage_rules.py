@@ -33,7 +33,7 @@ COMPONENTS = ["driver", "container-toolkit"]
 def test_the_plan_counts_checks_nodes_gpus_metrics_and_dcgm_tests(tmp_path: Path) -> None:
     spec = spec_with(tmp_path, multinode=None)
     plan = plan_checks(spec, NODES, ["configure", "certify"], components=COMPONENTS)  # type: ignore[arg-type]
-    per_gpu = 6 + 3 + 1 + 5 + 2 + 1  # health, DCGM level 2, memory, GEMM dtypes, PCIe directions, P2P
+    per_gpu = 7 + 3 + 1 + 5 + 2 + 1  # health (with nvlink), DCGM level 2, memory, GEMM dtypes, PCIe directions, P2P
     # reachable, gpus, product, skew, ordering, compat, kubernetes, runtime, and a version per pinned component
     per_node = 8 + len(COMPONENTS)
     configure = 1 + len(NODES) * per_node
@@ -51,7 +51,7 @@ def test_probes_the_spec_leaves_out_are_not_required_and_say_why(tmp_path: Path)
     spec = spec_with(tmp_path, probes=["health"], multinode=None)
     plan = plan_checks(spec, NODES, ["certify"], components=[])  # type: ignore[arg-type]
     assert {k.check for k in plan.required} == {
-        f"health.{c}" for c in ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature")
+        f"health.{c}" for c in ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature", "nvlink")
     }
     assert ("compute.*", "probe 'compute' is not in certify.probes") in plan.not_required
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from gpucert.analysis.health import throttle
+from gpucert.baseline import load_baseline
 from gpucert.evidence import NodeEvidence
 from gpucert.probes.device import NumpyDevice, prepare_cuda_environment
 from gpucert.probes.runner import ProbePlan, run_plan
@@ -24,6 +25,7 @@ from gpucert.probes.runner import ProbePlan, run_plan
 from .fake_nvml import NVMLError_NoPermission, eight_gpus, fake_nvml
 
 HW_THERMAL = 270  # NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN
+BASELINES = Path(__file__).resolve().parents[2] / "baselines" / "gpus"
 
 
 def plan(gpus: int, probes: list[str] | None = None, **budget: float) -> ProbePlan:
@@ -181,11 +183,12 @@ def test_throttling_under_load_is_read_around_each_probe() -> None:
     assert set(windows) == {f"compute.gemm.{t}" for t in ("fp16", "bf16", "tf32", "fp32", "fp64")}
     assert windows["compute.gemm.bf16"].reasons_ns["hw_thermal"] == 2_000_000 * 4  # warm-up + 3 repetitions
     assert windows["compute.gemm.fp16"].reasons_ns["hw_thermal"] == 0
-    finding = throttle(h1, "gpu-07", 1)
+    h100 = load_baseline(BASELINES / "H100-SXM5-80GB.yaml")
+    finding = throttle(h1, h100, "gpu-07", 1)
     assert finding.status.value == "fail"
     assert "hw_thermal" in finding.message
     assert "compute.gemm.bf16" in finding.message
-    assert throttle(h0, "gpu-07", 0).status.value == "pass"  # idle reasons 0x1 (gpu_idle) and no load throttling
+    assert throttle(h0, h100, "gpu-07", 0).status.value == "pass"  # idle reasons 0x1 (gpu_idle), no load throttling
 
 
 def fake_cupy(on_import: Any) -> Any:

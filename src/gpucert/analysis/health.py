@@ -1,4 +1,5 @@
-"""Health rules over NVML readings: ECC, remapped rows, PCIe link, clock-event reasons, XID, temperature.
+"""Health rules over NVML readings: ECC, remapped rows, PCIe link, clock-event reasons, XID, temperature (NVLink:
+`analysis.nvlink`).
 
 A reading the device did not report is None: the check could not be decided, which is an error, never a pass.
 A reading out of its range (a negative counter, a bitmask with bits NVML does not define) is not believed: the
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import math
 
+from gpucert.analysis.nvlink import nvlink
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckStatus, Finding
 from gpucert.evidence import Health
 
-__all__ = ["CLOCK_EVENT_REASONS", "FAILING_CLOCK_EVENTS", "FAILING_UNDER_LOAD", "judge_health"]
+__all__ = ["CLOCK_EVENT_REASONS", "judge_health"]
 
 # NVML nvmlClocksEventReason* bits (nvml.h)
 CLOCK_EVENT_REASONS = {
@@ -26,9 +28,10 @@ CLOCK_EVENT_REASONS = {
     0x40: "hw_thermal",
     0x80: "hw_power_brake",
     0x100: "display_clock_setting",
+    # the deprecated nvmlClocksThrottleReason* set names two more bits (nvidia-ml-py 13, pynvml.py)
+    0x200: "board_limit",
+    0x400: "reliability",
 }
-# the reasons that mean the GPU is held below its clocks by a fault (heat, power brake, an external signal)
-FAILING_CLOCK_EVENTS = 0x8 | 0x20 | 0x40 | 0x80
 # NVML defines its reasons in the low bits (0x1 .. 0x100 today); later drivers may add a few more, so only a value
 # no driver can report (negative, or bits far above any reason) is refused
 CLOCK_EVENT_BITS = 0xFFFF
@@ -120,6 +123,15 @@ def pcie_link(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
         )
     want_gen, want_width = b.pcie.generation, b.pcie.width
     ok = p.current_generation >= want_gen and p.current_width >= want_width
+    if not ok and not p.under_load:
+        return _error(
+            "health.pcie_link",
+            node,
+            gpu,
+            f"PCIe link Gen{p.current_generation} x{p.current_width} read at idle, below the expected Gen{want_gen} "
+            f"x{want_width}: an idle link trains down on purpose, so only a reading under load can judge it, and "
+            "none was recorded (see the health probe's errors)",
+        )
     msg = (
         f"PCIe link Gen{p.current_generation} x{p.current_width}{' under load' if p.under_load else ''}, "
         f"expected Gen{want_gen} x{want_width} (device maximum Gen{p.max_generation} x{p.max_width})"
@@ -135,35 +147,27 @@ def pcie_link(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     )
 
 
-# the cumulative NVML counters (read around each loaded probe) that mean a fault held the clocks down; a power cap
-# under a full GEMM is the GPU working as designed
-FAILING_UNDER_LOAD = ("hw_thermal", "hw_power_brake", "sw_thermal", "thermal", "reliability")
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.3g}%"
 
 
-def _under_load(h: Health) -> str:
-    """What held the clocks down while the probes loaded the GPU, probe by probe; empty when nothing did."""
-    parts = []
+def _counted(h: Health) -> tuple[float, dict[str, int], dict[str, str]]:
+    """The loaded time, and per reason the nanoseconds it held the clocks down in it and the probe where it held
+    them longest (NVML's cumulative counters, read around each loaded probe)."""
+    total: dict[str, int] = {}
+    worst: dict[str, tuple[int, str]] = {}
     for w in h.throttle_under_load:
-        held = {r: ns for r, ns in w.reasons_ns.items() if r in FAILING_UNDER_LOAD and ns > 0}
-        if held:
-            what = ", ".join(f"{r} {ns / 1e6:.3g} ms" for r, ns in sorted(held.items()))
-            share = max(held.values()) / 1e9 / w.seconds if w.seconds > 0 else 0.0
-            parts.append(f"{what} during {w.probe} ({share:.1%} of its {w.seconds:.3g} s)")
-    return "; ".join(parts)
+        for reason, ns in w.reasons_ns.items():
+            total[reason] = total.get(reason, 0) + ns
+            if ns > worst.get(reason, (0, ""))[0]:
+                worst[reason] = (ns, w.probe)
+    return sum(w.seconds for w in h.throttle_under_load), total, {r: p for r, (_, p) in worst.items()}
 
 
-def throttle(h: Health, node: str, gpu: int) -> Finding:
-    odd = [f"{w.probe}: {r}={ns}" for w in h.throttle_under_load for r, ns in w.reasons_ns.items() if ns < 0]
-    if odd:
-        return _error("health.throttle", node, gpu, f"clock-event counters out of range (negative): {', '.join(odd)}")
-    loaded = _under_load(h)
-    if loaded:
-        msg = f"clocks held down under load: {loaded}"
-        return _f("health.throttle", False, node, gpu, msg, observed="throttled under load", expected="none")
+def _reading(h: Health, node: str, gpu: int) -> Finding | list[str]:
+    """The reasons active at the reading after the load, or the error that says why the reading is not believed."""
     if h.clock_event_reasons is None:
-        if h.throttle_under_load:
-            return _f("health.throttle", True, node, gpu, "no fault held the clocks down under load")
-        return _error("health.throttle", node, gpu, "clock event reasons were not reported: cannot check throttling")
+        return []
     if h.clock_event_reasons < 0 or h.clock_event_reasons & ~CLOCK_EVENT_BITS:
         return _error(
             "health.throttle",
@@ -172,14 +176,67 @@ def throttle(h: Health, node: str, gpu: int) -> Finding:
             f"clock event reasons {h.clock_event_reasons} are out of range (NVML reports a bitmask of reasons below "
             f"0x{CLOCK_EVENT_BITS + 1:x}): the reading is not believed",
         )
-    active = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit]
-    bad = [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit & FAILING_CLOCK_EVENTS]
-    msg = (
-        f"clocks held down by {', '.join(bad)}" if bad else "no fault is holding the clocks down"
-    ) + f" (active reasons: {', '.join(active) or 'none'}; bitmask 0x{h.clock_event_reasons:x})"
-    if h.throttle_under_load:
-        msg += f"; none under load ({len(h.throttle_under_load)} probes watched)"
-    return _f("health.throttle", not bad, node, gpu, msg, observed=", ".join(bad) or "none", expected="none")
+    return [name for bit, name in CLOCK_EVENT_REASONS.items() if h.clock_event_reasons & bit]
+
+
+def throttle(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
+    """Each clock-event reason's share of the loaded time against the baseline's allowance for it.
+
+    The share comes from NVML's counters read around each loaded probe; a reason NVML keeps no counter of (HW
+    slowdown) or a GPU without counters is judged by the reasons active at the reading after the load: one the
+    allowance cannot be measured for is a failure while it holds the clocks down."""
+    odd = [f"{w.probe}: {r}={ns}" for w in h.throttle_under_load for r, ns in w.reasons_ns.items() if ns < 0]
+    odd += [
+        f"{w.probe}: {w.seconds} s" for w in h.throttle_under_load if not (math.isfinite(w.seconds) and w.seconds >= 0)
+    ]
+    if odd:
+        return _error("health.throttle", node, gpu, f"clock-event counters out of range: {', '.join(odd)}")
+    active = _reading(h, node, gpu)
+    if isinstance(active, Finding):
+        return active
+    seconds, counted, during = _counted(h)
+    if h.clock_event_reasons is None and seconds <= 0:
+        return _error("health.throttle", node, gpu, "clock event reasons were not reported: cannot check throttling")
+    share = {r: ns / 1e9 / seconds for r, ns in counted.items()} if seconds > 0 else {}
+    allowances = b.health.allowances()
+    bad: list[str] = []
+    # the reason the finding quotes: the one furthest past its allowance, else the largest share seen
+    worst: tuple[bool, float, float, str] = (False, -1.0, 0.0, "none")
+    for reason, allowed in allowances.items():
+        if reason in share:
+            over = share[reason] > allowed
+            if over:
+                where = f"; longest during {during[reason]}" if reason in during else ""
+                bad.append(f"{reason} {_pct(share[reason])} of the loaded time (allowance {_pct(allowed)}{where})")
+            worst = max(worst, (over, share[reason] - allowed if over else share[reason], share[reason], reason))
+        if reason in active and (allowed == 0 or reason not in share):
+            bad.append(f"{reason} holding the clocks down at the reading after the load (allowance {_pct(allowed)})")
+            worst = max(worst, (True, 1.0, 1.0, reason))
+    seen = [f"{r} {_pct(f)}" for r, f in sorted(share.items()) if f > 0]
+    loaded = (
+        f"over {seconds:.3g} s loaded in {len(h.throttle_under_load)} probes: "
+        + (", ".join(seen) if seen else "no reason held the clocks down")
+        if h.throttle_under_load
+        else "no throttle counters read under load"
+    )
+    uncounted = [r for r in allowances if r not in share and r != "hw_slowdown"]  # NVML has no HW slowdown counter
+    if h.throttle_under_load and uncounted:
+        loaded += f"; this driver keeps no counter of {', '.join(uncounted)}"
+    bitmask = f"0x{h.clock_event_reasons:x}" if h.clock_event_reasons is not None else "not reported"
+    msg = ("clocks held down past the allowance: " + "; ".join(bad) if bad else "within every reason's allowance") + (
+        f" ({loaded}; active at the last reading: {', '.join(active) or 'none'}, bitmask {bitmask})"
+    )
+    _, _, observed, reason = worst
+    return Finding(
+        check="health.throttle",
+        status=CheckStatus.FAIL if bad else CheckStatus.PASS,
+        node=node,
+        gpu=gpu,
+        message=f"{node}/gpu{gpu}: {msg}",
+        observed=round(observed, 6) if reason != "none" else 0.0,
+        limit=allowances.get(reason),
+        unit=f"share of loaded time ({reason})" if reason != "none" else "share of loaded time",
+    )
 
 
 def xid(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
@@ -239,9 +296,11 @@ def judge_health(check: str, h: Health, b: GpuBaseline, node: str, gpu: int) -> 
         case "health.pcie_link":
             return pcie_link(h, b, node, gpu)
         case "health.throttle":
-            return throttle(h, node, gpu)
+            return throttle(h, b, node, gpu)
         case "health.xid":
             return xid(h, b, node, gpu)
         case "health.temperature":
             return temperature(h, b, node, gpu)
+        case "health.nvlink":
+            return nvlink(h, b, node, gpu)
     raise ValueError(f"unknown health check {check!r}")

@@ -1,6 +1,7 @@
 """NVML readings per GPU through nvidia-ml-py: identity, ECC, remapped rows, PCIe link, clock-event reasons,
 temperature against the slowdown threshold, power against its limit, NVLink state, XID events, the cumulative
-throttle counters read around each loaded probe, and the CPUs of the GPU's NUMA node.
+throttle counters read around each loaded probe, the NVLink error counters read around the whole load, and the CPUs
+of the GPU's NUMA node.
 
 Every reading is independent: one NVML refuses is None and named (`not_supported`, or `unavailable` with NVML's
 error), never zero, and the others stand. A GPU whose identity cannot be read keeps its fields empty: no
@@ -11,15 +12,29 @@ reads a real GPU or the tests' fake.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gpucert.evidence import EccCounts, GpuEvidence, Health, PcieLink, RemappedRows, SystemFacts, XidEvent
+from gpucert.evidence import (
+    EccCounts,
+    GpuEvidence,
+    Health,
+    NvlinkErrors,
+    PcieLink,
+    RemappedRows,
+    SystemFacts,
+    XidEvent,
+)
 from gpucert.probes.device import missing_gpu_extra
 
 __all__ = [
+    "NVLINK_ERROR_COUNTERS",
     "THROTTLE_COUNTERS",
     "numa_cpus",
+    "nvlink_counters_of",
+    "nvlink_error_counters",
+    "nvlink_errors_between",
     "open_nvml",
     "pcie_under_load",
     "read_gpu",
@@ -42,6 +57,15 @@ THROTTLE_COUNTERS = {
     269: "sw_thermal",
     270: "hw_thermal",
     271: "hw_power_brake",
+}
+
+
+# NVML's per-link NVLink error counters (nvmlNvLinkErrorCounter_t, nvml.h; nvidia-ml-py 13: NVML_NVLINK_ERROR_DL_*)
+NVLINK_ERROR_COUNTERS = {
+    "replay": "NVML_NVLINK_ERROR_DL_REPLAY",
+    "recovery": "NVML_NVLINK_ERROR_DL_RECOVERY",
+    "crc_flit": "NVML_NVLINK_ERROR_DL_CRC_FLIT",
+    "crc_data": "NVML_NVLINK_ERROR_DL_CRC_DATA",
 }
 
 
@@ -212,6 +236,55 @@ def throttle_counters(nvml: Any, index: int) -> dict[str, int] | None:
         if int(v.nvmlReturn) == 0 and int(v.fieldId) in THROTTLE_COUNTERS:
             out[THROTTLE_COUNTERS[int(v.fieldId)]] = int(v.value.ullVal)
     return out or None
+
+
+NvlinkCounts = tuple[dict[int, dict[str, int]], dict[str, str]]
+
+
+def nvlink_error_counters(nvml: Any, index: int, links: int) -> NvlinkCounts | None:
+    """NVML's cumulative NVLink error counters of each of the GPU's `links` links now: (link -> counter -> count,
+    "link.counter" -> why NVML refused it); None when the GPU has no link or cannot be opened."""
+    if links <= 0:
+        return None
+    try:
+        h = nvml.nvmlDeviceGetHandleByIndex(index)
+    except nvml.NVMLError:
+        return None
+    counts: dict[int, dict[str, int]] = {}
+    refused: dict[str, str] = {}
+    for link in range(links):
+        for name, constant in NVLINK_ERROR_COUNTERS.items():
+            try:
+                counts.setdefault(link, {})[name] = int(
+                    nvml.nvmlDeviceGetNvLinkErrorCounter(h, link, getattr(nvml, constant))
+                )
+            except nvml.NVMLError as exc:
+                refused[f"{link}.{name}"] = _why(exc)
+    return counts, refused
+
+
+def nvlink_counters_of(nvml: Any, gpus: dict[int, GpuEvidence]) -> dict[int, tuple[float, NvlinkCounts]]:
+    """Each GPU's NVLink error counters now (over the links its health reading found), with the time they were
+    read: read before the first probe and after the last, their difference is what the links suffered under load."""
+    if nvml is None:
+        return {}
+    out = {}
+    for i, g in gpus.items():
+        links = len(g.health.nvlink_active or []) if g.health is not None else 0
+        counts = nvlink_error_counters(nvml, i, links)
+        if counts is not None:
+            out[i] = (time.monotonic(), counts)
+    return out
+
+
+def nvlink_errors_between(before: NvlinkCounts, after: NvlinkCounts, seconds: float) -> NvlinkErrors:
+    """The errors each link counted between two readings; a counter refused in either reading is unavailable."""
+    (c0, r0), (c1, r1) = before, after
+    links = {
+        link: {name: c1[link][name] - n for name, n in counters.items() if name in c1.get(link, {})}
+        for link, counters in c0.items()
+    }
+    return NvlinkErrors(seconds=round(seconds, 3), links=links, unavailable={**r0, **r1})
 
 
 def numa_cpus(nvml: Any, index: int) -> set[int] | None:

@@ -260,17 +260,18 @@ def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
                 node.measure(
                     i, Probe.COMPUTE, metric, partial(compute.gemm_throughput, dev, dtype, budget, plan.sizes.gemm_n)
                 )
+        cpus = nvml_probe.numa_cpus(node.nvml, i) if node.nvml is not None else None
         if Probe.PCIE in node.probes:
-            cpus = nvml_probe.numa_cpus(node.nvml, i) if node.nvml is not None else None
             budget = node.budget_for(Probe.PCIE)
             for metric in METRICS[Probe.PCIE]:
                 direction = metric.rpartition(".")[2]
                 fn = partial(_pcie_near, cpus, dev, direction, budget, plan.sizes.pcie_bytes)
                 node.measure(i, Probe.PCIE, metric, fn)
-            if node.nvml is not None and Probe.HEALTH in node.probes and i not in node.unusable:
-                # read the link while a transfer is in flight: idle links train down on purpose
-                read = partial(_pinned, cpus, partial(_link_under_load, node, dev, i))
-                links[i] = node.rec.attempt("health", partial(within, node.limit_s, read, f"PCIe link of GPU {i}"))
+        if node.nvml is not None and Probe.HEALTH in node.probes and i not in node.unusable:
+            # in every plan with `health`, with or without the PCIe probe: the link is read while a transfer is in
+            # flight, because an idle link trains down on purpose (Gen1 on most boards)
+            read = partial(_pinned, cpus, partial(_link_under_load, node, dev, i))
+            links[i] = node.rec.attempt("health", partial(within, node.limit_s, read, f"PCIe link of GPU {i}"))
     if Probe.PCIE in node.probes and len(devices) > 1:
         _pcie_together(node, {i: d for i, d in devices.items() if i not in node.unusable})
     for probe in GPU_PROBES:
@@ -426,6 +427,7 @@ def run_plan(
     for i in range(count):
         node.gpus[i] = nvml_probe.read_gpu(nvml, i) if nvml is not None else _cpu_identity(plan.node, i)
         emit(f"gpu/{i}", node.gpus[i])
+    nvlink_before = nvml_probe.nvlink_counters_of(nvml, node.gpus) if Probe.HEALTH in node.probes else {}
 
     def finish(**parts: Any) -> NodeEvidence:
         return NodeEvidence(
@@ -477,11 +479,16 @@ def run_plan(
         links = _per_gpu(node, devices)
         p2p_ev, nccl_ev = _between_gpus(node, devices, count, on_gpu)
     if nvml is not None and Probe.HEALTH in node.probes:
+        nvlink_after = nvml_probe.nvlink_counters_of(nvml, node.gpus)
         for i in range(count):  # after the load: ECC, remapped rows, XIDs and throttling are what the load left
             xids = watcher.events.get(i, []) if watcher is not None else []
             g = nvml_probe.read_gpu(nvml, i, xids)
             if g.health is not None:
                 update: dict[str, Any] = {"throttle_under_load": node.windows.get(i, [])}
+                after = nvlink_after.get(i)
+                if i in nvlink_before and after is not None:
+                    t0, c0 = nvlink_before[i]
+                    update["nvlink_errors"] = nvml_probe.nvlink_errors_between(c0, after[1], after[0] - t0)
                 if links.get(i) is not None:
                     update["pcie"] = links[i]
                 g = g.model_copy(update={"health": g.health.model_copy(update=update)})

@@ -22,17 +22,21 @@ from gpucert.evidence import (
     NcclEvidence,
     NcclPoint,
     NodeEvidence,
+    NvlinkErrors,
     P2pEvidence,
     P2pPair,
     PcieLink,
     ProbeError,
     RemappedRows,
     SystemFacts,
+    ThrottleWindow,
     XidEvent,
 )
 from gpucert.fleet import (
     DcgmFault,
     EccFault,
+    NvlinkDownFault,
+    NvlinkErrorsFault,
     PcieLinkFault,
     RemappedRowsFault,
     TemperatureFault,
@@ -41,6 +45,7 @@ from gpucert.fleet import (
 )
 from gpucert.probes.dcgm import parse_diag
 from gpucert.probes.dcgm_boards import tie_to_boards
+from gpucert.probes.health import NVLINK_ERROR_COUNTERS, THROTTLE_COUNTERS
 from gpucert.spec import Probe
 from gpucert.stack.compat import cuda_of_driver
 from gpucert.targets.base import MeasurePlan
@@ -56,6 +61,7 @@ NCCL_HALF_SIZE = 64 << 20  # message size at which the simulated bus reaches hal
 PCI_BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
 SLOWDOWN_C = 87.0
 THROTTLE_BITS = {"hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80}
+WINDOW_S = 1.5  # how long each simulated probe loads a GPU
 # what DCGM 4.x reports at each level: the tests a certification requires, and nvbandwidth (4.0+) beside them
 DCGM_LEVEL_TESTS = {
     lvl: [*DCGM_TESTS_BY_LEVEL[lvl], *(t for t in DCGM_EXTRA_TESTS_BY_LEVEL.get(lvl, ()) if t == "nvbandwidth")]
@@ -102,7 +108,8 @@ class SimulatedProbes(World):
             x = np.where(hit, x * (1 - tails.depth * outliers.random(n)), x)
         return [_sig(v) for v in x]
 
-    def _health(self, rng: np.random.Generator, node: str, slot: int) -> Health:
+    def _health(self, rng: np.random.Generator, node: str, slot: int, loaded: list[str]) -> Health:
+        """NVML's readings after the load; `loaded` are the probes that loaded the GPU (one throttle window each)."""
         ecc, rows = (
             EccCounts(volatile_corrected=0, volatile_uncorrected=0, aggregate_corrected=0, aggregate_uncorrected=0),
             RemappedRows(correctable=0, uncorrectable=0, pending=False, failure=False),
@@ -113,6 +120,10 @@ class SimulatedProbes(World):
             current_generation=gen, current_width=width, max_generation=gen, max_width=width, under_load=True
         )
         reasons, temp, xids = 0x1, round(float(30 + 8 * rng.random()), 1), []
+        held: dict[str, float] = {}  # reason -> share of the loaded time
+        links = baseline.nvlink.links if baseline.nvlink is not None else 0
+        nvlink: list[bool | None] = [True] * links
+        link_errors = {link: dict.fromkeys(NVLINK_ERROR_COUNTERS, 0) for link in range(links)}
         for f in self.faults[node].gpu.get(slot, []):
             match f:
                 case EccFault():
@@ -137,8 +148,16 @@ class SimulatedProbes(World):
                         max_width=width,
                         under_load=True,
                     )
+                case ThrottleFault() if f.reason == "hw_slowdown" or not loaded:  # no counter to show it
+                    reasons = THROTTLE_BITS.get(f.reason, 0x1)
+                    held[f.reason] = f.share
                 case ThrottleFault():
-                    reasons = THROTTLE_BITS[f.reason]
+                    held[f.reason] = f.share
+                case NvlinkDownFault():
+                    for link in range(max(0, links - f.links), links):
+                        nvlink[link] = False
+                case NvlinkErrorsFault() if f.link in link_errors:
+                    link_errors[f.link][f.counter] += f.count
                 case XidFault():
                     xids.append(XidEvent(code=f.code, time=_iso(T0 + timedelta(hours=1)), text=""))
                 case TemperatureFault():
@@ -153,7 +172,17 @@ class SimulatedProbes(World):
             power_w=round(float(68 + 6 * rng.random()), 1),
             power_limit_w=700.0,
             xid=xids,
-            nvlink_active=[True] * 18,
+            nvlink_active=nvlink or None,
+            not_supported=[] if nvlink else ["nvlink.0"],
+            throttle_under_load=[
+                ThrottleWindow(
+                    probe=probe,
+                    seconds=WINDOW_S,
+                    reasons_ns={r: int(held.get(r, 0) * WINDOW_S * 1e9) for r in THROTTLE_COUNTERS.values()},
+                )
+                for probe in loaded
+            ],
+            nvlink_errors=NvlinkErrors(seconds=WINDOW_S * (len(loaded) + 1), links=link_errors) if links else None,
         )
 
     def _gpu(
@@ -178,6 +207,8 @@ class SimulatedProbes(World):
             nominal = b.expected * self._factor(node, slot, metric) * self._offset(node, slot, metric)
             samples = self._samples(rng, nominal, n, factors=self._varying(node, slot, metric, n), outliers=aux)
             measurements[metric] = Measurement(unit=b.unit, samples=samples, params={"simulated": True})
+        between = [m for p, m in (("p2p", "p2p.bandwidth"), ("nccl", "nccl.all_reduce")) if Probe(p) in probes]
+        loaded = [*measurements, *(between if len(self._present(node)) >= 2 else [])]
         return GpuEvidence(
             index=index,
             uuid=f"GPU-{uuid.UUID(digest[:32])}",
@@ -186,7 +217,7 @@ class SimulatedProbes(World):
             product=baseline.product.replace("-", " "),
             memory_mib=baseline.memory_mib,
             vbios="96.00.99.00.01",
-            health=self._health(rng, node, slot) if Probe.HEALTH in probes else None,
+            health=self._health(rng, node, slot, loaded) if Probe.HEALTH in probes else None,
             measurements=measurements,
         )
 
