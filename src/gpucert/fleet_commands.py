@@ -67,18 +67,21 @@ def cmd_schedule(a: argparse.Namespace) -> int:
 
 
 def cmd_metrics(a: argparse.Namespace) -> int:
-    from gpucert.report.metrics import FleetCollector, serve, write_textfile
+    from gpucert.report.metrics import FleetCollector, SpecWatch, serve, write_textfile
     from gpucert.targets import open_target
     from gpucert.targets.base import NodeControl, NodeTarget
 
     if a.textfile is None and a.serve is None:
         raise ConfigError("say where the series go: --textfile PATH.prom or --serve [HOST]:PORT", key="--textfile")
-    spec = load_spec(a.spec) if a.spec else None
-    control: NodeControl | None = None
-    if spec is not None:
+
+    def load(path: Path) -> tuple[ClusterSpec, NodeControl | None]:
+        spec = load_spec(path)
         target = open_target(spec)
-        control = target.node_control(Path(a.reports)) if isinstance(target, NodeTarget) else None
-    collector = FleetCollector(Path(a.reports), spec, control)
+        return spec, target.node_control(Path(a.reports)) if isinstance(target, NodeTarget) else None
+
+    # the spec (and so its target) is read again whenever its file changes
+    watch = SpecWatch(Path(a.spec), load) if a.spec else None
+    collector = FleetCollector(Path(a.reports), cluster_timeout_s=a.cluster_timeout, watch=watch)
     if a.textfile is not None:
         write_textfile(collector, Path(a.textfile))
         console.print(f"wrote {a.textfile}")
@@ -211,6 +214,12 @@ def add_fleet_commands(
     out.add_argument("--serve", default=None, metavar="[HOST]:PORT", help="serve /metrics, e.g. :9400")
     me.add_argument("--spec", default=None, help="export this spec's runs, and read its target's nodes")
     me.add_argument("--reports", default="reports", help="the folder of run folders (default ./reports)")
+    me.add_argument(
+        "--cluster-timeout",
+        type=seconds,
+        default=8.0,
+        help="seconds a scrape may wait for the cluster's nodes, retries included (default 8)",
+    )
     me.set_defaults(func=cmd_metrics)
     i = sub.add_parser("init", help="draft a spec from what a cluster (or a simulated fleet) runs, read only")
     where = i.add_mutually_exclusive_group()

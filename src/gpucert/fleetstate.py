@@ -13,6 +13,7 @@ or marks that contradict each other, make a node's result `unknown`, which is ne
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -152,9 +153,11 @@ def _unreadable(folder: RunFolder, when: datetime, problem: str) -> RunRecord:
 def read_run(folder: RunFolder) -> RunRecord | None:
     """The run's certification record; None for a folder that is no certification (nothing measured: a configure
     or static run) or not yet judged (no verdict.json: a run in progress, or one stopped before its evaluation)."""
-    if not folder.verdict_path.is_file() or not folder.measured:
+    if not folder.measured or not os.path.lexists(folder.verdict_path):
         return None
     when = _when(folder)
+    if not folder.verdict_path.is_file():  # a folder or a FIFO where the verdict should be: unreadable, not absent
+        return _unreadable(folder, when, f"{folder.verdict_path}: not a regular file (a folder, a FIFO or a device)")
     try:
         v = folder.read_verdict()
         if v.get("schema") != "gpucert.io/verdict/v2" or v.get("result") not in RESULTS:

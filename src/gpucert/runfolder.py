@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -101,6 +102,10 @@ def _iso(t: datetime) -> str:
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever; a folder is no document
+            raise EvidenceError(
+                "is not a regular file (a folder, a FIFO or a device): not what gpucert wrote", path=path
+            )
         data = json.loads(path.read_bytes())
     except FileNotFoundError:
         raise EvidenceError("missing: pass a run folder written by gpucert", path=path) from None

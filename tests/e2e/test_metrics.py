@@ -4,9 +4,17 @@ unreadable verdict, careless options; and the Grafana dashboard's queries agains
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import socket
 import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +26,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucert import cli
-from gpucert.report.metrics import FleetCollector, registry_for
+from gpucert.errors import ConfigError, IncompleteRunError
+from gpucert.report import exporter
+from gpucert.report.metrics import FleetCollector, SpecWatch, registry_for
 from gpucert.spec import load_spec
+from gpucert.targets import open_target
+from gpucert.targets.base import NodeTarget
 
 from .conftest import ROOT, gpucert
 
@@ -252,6 +264,144 @@ def test_careless_options_are_one_line_errors(
     err = refused("metrics", "--reports", str(other), "--textfile", str(tmp_path / "a.prom"))
     assert "holds runs of 2 specs (clean-h100-pod-a, other-pod-b): pass --spec SPEC" in err
     assert not (tmp_path / "a.prom").exists()
+
+
+# ---- the exporter over HTTP -------------------------------------------------------------------------------------
+
+
+class Cluster:
+    """A NodeControl stand-in for the exporter, which reads only `nodes()`: one that fails, or one that hangs."""
+
+    def __init__(self, *, error: Exception | None = None, hang_s: float = 0.0) -> None:
+        self.error, self.hang_s = error, hang_s
+
+    def nodes(self) -> list[Any]:
+        if self.hang_s:
+            time.sleep(self.hang_s)  # as a client retrying a hung API server five times over a 3 s read timeout
+        if self.error is not None:
+            raise self.error
+        return []
+
+
+@contextlib.contextmanager
+def exporter_at(collector: FleetCollector, log: list[str]) -> Iterator[str]:
+    port = free_port()
+    ready, stop = threading.Event(), threading.Event()
+    thread = threading.Thread(
+        target=exporter.serve,
+        args=(registry_for(collector), f"127.0.0.1:{port}"),
+        kwargs={"ready": ready, "stop": stop, "log": log.append},
+        daemon=True,
+    )
+    thread.start()
+    try:
+        assert ready.wait(10)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop.set()
+        thread.join(10)
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        with err:
+            return err.code, err.read().decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_the_exporter_serves_metrics_only(fleet: Fleet) -> None:
+    """prometheus_client 0.26.0 answers every path with the metrics (exposition.py, make_wsgi_app); gpucert's
+    exporter answers /metrics and 404 elsewhere."""
+    log: list[str] = []
+    with exporter_at(FleetCollector(fleet.project / "reports", load_spec(fleet.project / SPEC)), log) as url:
+        status, text = get(f"{url}/metrics")
+        assert status == 200
+        assert "gpucert_node_certified" in text
+        for path in ("/", "/metrics/", "/metrics/x", "/favicon.ico", "/index.html"):
+            status, text = get(url + path)
+            assert (status, text) == (404, "not found: gpucert serves /metrics only\n"), path
+    assert log == []
+
+
+def test_a_failed_cluster_read_is_its_own_one_line_500(fleet: Fleet, capfd: pytest.CaptureFixture[str]) -> None:
+    spec = load_spec(fleet.project / SPEC)
+    refused = Cluster(error=IncompleteRunError("GET nodes: the API server did not answer after 5 tries (HTTP 503)"))
+    log: list[str] = []
+    collector = FleetCollector(fleet.project / "reports", spec, refused)  # type: ignore[arg-type]
+    with exporter_at(collector, log) as url:
+        status, text = get(f"{url}/metrics")
+    assert status == 500  # Prometheus marks the target down rather than scrape a partial fleet
+    assert text == "scrape failed: GET nodes: the API server did not answer after 5 tries (HTTP 503)\n"
+    assert log == ["gpucert metrics: scrape failed: GET nodes: the API server did not answer after 5 tries (HTTP 503)"]
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err
+
+
+def test_the_cluster_read_is_bounded_by_its_own_timeout(fleet: Fleet) -> None:
+    spec = load_spec(fleet.project / SPEC)
+    hung = Cluster(hang_s=5.0)
+    log: list[str] = []
+    collector = FleetCollector(fleet.project / "reports", spec, hung, cluster_timeout_s=0.3)  # type: ignore[arg-type]
+    with exporter_at(collector, log) as url:
+        t0 = time.monotonic()
+        status, text = get(f"{url}/metrics")
+        took = time.monotonic() - t0
+    assert status == 500
+    assert "the cluster's node list did not answer within 0.3 s (--cluster-timeout)" in text
+    assert took < 2.0, took
+
+
+def test_a_folder_or_fifo_for_a_verdict_is_unreadable_not_skipped(fleet: Fleet, tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    shutil.copytree(fleet.project / "reports", reports, ignore=shutil.ignore_patterns("allure-results"))
+    (reports / fleet.certification.name / "verdict.json").unlink()
+    os.mkfifo(reports / fleet.certification.name / "verdict.json")  # reading it would block for ever
+    (reports / fleet.recertification.name / "verdict.json").unlink()
+    (reports / fleet.recertification.name / "verdict.json").mkdir()
+    collector = FleetCollector(reports, load_spec(fleet.project / SPEC))
+    text = exporter.bounded(lambda: generate_latest(registry_for(collector)).decode(), 60, "the scrape")
+    e = Exposition(text)
+    assert e.series["gpucert_run_folders_unreadable"] == [({}, 2.0)]
+    certified = e.by_node("gpucert_node_certified")
+    assert certified["gpu-node-2"] == 0.0  # its two newest runs cannot be read: not a pass
+    runs = {labels["run"]: labels["result"] for labels, _ in e.series["gpucert_run_info"]}
+    assert runs[fleet.recertification.name] == "unknown"
+
+
+def test_the_spec_and_its_target_are_read_again_when_the_spec_changes(fleet: Fleet) -> None:
+    examples = fleet.project / "examples"
+    watched = examples / "watched.yaml"
+    shutil.copy(examples / "clean.yaml", watched)
+    six = yaml.safe_load((fleet.project / FLEET).read_text())
+    six["nodes"]["count"] = 6
+    (examples / "fleets" / "six.yaml").write_text(yaml.safe_dump(six))
+
+    def load(path: Path) -> tuple[Any, Any]:
+        spec = load_spec(path)
+        target = open_target(spec)
+        assert isinstance(target, NodeTarget)
+        return spec, target.node_control(fleet.project / "reports")
+
+    collector = FleetCollector(fleet.project / "reports", watch=SpecWatch(watched, load))
+    before = Exposition(generate_latest(registry_for(collector)).decode()).by_node("gpucert_node_certified")
+    assert sorted(before) == [f"gpu-node-{i}" for i in range(1, 6)]
+    doc = yaml.safe_load(watched.read_text())
+    doc["target"]["fleet"] = "fleets/six.yaml"
+    watched.write_text(yaml.safe_dump(doc))
+    after = Exposition(generate_latest(registry_for(collector)).decode()).by_node("gpucert_node_certified")
+    assert sorted(after) == [f"gpu-node-{i}" for i in range(1, 7)]
+    assert after["gpu-node-6"] == 0.0  # a node the new target has, never certified
+    watched.write_text("apiVersion: gpucert.io/v1alpha1\nkind: ClusterSpec\n")  # broken: the scrape fails
+    with pytest.raises(ConfigError, match=r"watched\.yaml"):
+        generate_latest(registry_for(collector))
 
 
 # ---- the Grafana dashboard -----------------------------------------------------------------------------------------

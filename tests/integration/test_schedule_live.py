@@ -338,7 +338,10 @@ def test_the_exporter_lists_nodes_only_and_a_scrape_the_api_refuses_fails(live: 
     spec = load_spec(tmp_path / "spec.yaml")
     target = open_target(spec)
     assert isinstance(target, NodeTarget)
-    collector = FleetCollector(tmp_path / "reports", spec, target.node_control(tmp_path / "reports"))
+    # a deadline past the client's five tries and their backoff: this test is about what the API refuses
+    collector = FleetCollector(
+        tmp_path / "reports", spec, target.node_control(tmp_path / "reports"), cluster_timeout_s=60
+    )
     start = len(cluster.requests)
     port = free_port()
     ready, stop = threading.Event(), threading.Event()

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
+from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -27,13 +27,55 @@ from gpucert.baseline import GpuBaseline, load_baseline
 from gpucert.checks import GPU_METRICS, NODE_METRICS
 from gpucert.errors import ConfigError, GpucertError
 from gpucert.fleetstate import NodeStatus, RunIndex, RunRecord, node_statuses
+from gpucert.report import exporter
+from gpucert.report.exporter import parse_listen
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
 from gpucert.targets.base import NodeControl
 
-__all__ = ["FleetCollector", "parse_listen", "registry_for", "serve", "write_textfile"]
+__all__ = [
+    "CLUSTER_TIMEOUT_S",
+    "FleetCollector",
+    "SpecWatch",
+    "parse_listen",
+    "registry_for",
+    "serve",
+    "write_textfile",
+]
 
 SCHEDULE_OUTCOMES = ("passed", "failed", "withheld", "error", "skipped")
+# the cluster read's own deadline: inside Prometheus' default scrape_timeout (10 s), whatever the client's retries
+CLUSTER_TIMEOUT_S = 8.0
+
+
+@dataclass
+class SpecWatch:
+    """The spec file the exporter serves, read again (with its target) when it changes: a ConfigMap update, an
+    edited nodeSelector or context. A spec that no longer loads fails the scrape until it is fixed."""
+
+    path: Path
+    load: Callable[[Path], tuple[ClusterSpec, NodeControl | None]]
+    _seen: tuple[int, int, int] | None = field(default=None, init=False)
+
+    def _key(self) -> tuple[int, int, int]:
+        st = self.path.stat()  # follows the ..data link a ConfigMap volume swaps
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def changed(self) -> bool:
+        try:
+            return self._key() != self._seen
+        except OSError:
+            return True  # gone or unreadable: loading it says why
+
+    def read(self) -> tuple[ClusterSpec, NodeControl | None]:
+        try:
+            key = self._key()
+        except OSError:
+            key = None
+        spec, control = self.load(self.path)
+        if key is not None:
+            self._seen = key
+        return spec, control
 
 
 @dataclass(eq=False)  # registered by identity
@@ -44,6 +86,8 @@ class FleetCollector(Collector):
     reports: Path
     spec: ClusterSpec | None = None
     control: NodeControl | None = None
+    cluster_timeout_s: float = CLUSTER_TIMEOUT_S
+    watch: SpecWatch | None = None
     index: RunIndex = field(init=False)
     _ratios: dict[tuple[str, str], list[tuple[str, str, float]]] = field(default_factory=dict, init=False)
     _baselines: dict[tuple[str, str], GpuBaseline | None] = field(default_factory=dict, init=False)
@@ -51,6 +95,8 @@ class FleetCollector(Collector):
 
     def __post_init__(self) -> None:
         self.index = RunIndex(self.reports)
+        if self.watch is not None:
+            self.spec, self.control = self.watch.read()
 
     # ---- what is read --------------------------------------------------------------------------------------------
 
@@ -78,7 +124,12 @@ class FleetCollector(Collector):
         return runs
 
     def statuses(self, runs: list[RunRecord]) -> list[NodeStatus]:
-        cluster = self.control.nodes() if self.control is not None else None
+        control = self.control
+        cluster = (
+            exporter.bounded(control.nodes, self.cluster_timeout_s, "the cluster's node list")
+            if control is not None
+            else None
+        )
         return node_statuses(runs, cluster, self.spec)
 
     def _baseline(self, folder: RunFolder, pool: str | None) -> GpuBaseline | None:
@@ -123,6 +174,8 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         with self._lock:
+            if self.watch is not None and self.watch.changed():
+                self.spec, self.control = self.watch.read()
             runs = self.runs()
             statuses = self.statuses(runs)
             families = self._families(runs, statuses)
@@ -242,15 +295,6 @@ def write_textfile(collector: FleetCollector, path: Path) -> None:
     write_to_textfile(str(path), registry_for(collector))
 
 
-def parse_listen(text: str) -> tuple[str, int]:
-    """`[HOST]:PORT` (`:9400`, `127.0.0.1:9400`, `[::1]:9400`) as (host, port); every address when HOST is empty."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError(f"{text!r} is not [HOST]:PORT (e.g. :9400 or 127.0.0.1:9400)", key="--serve")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return host or "0.0.0.0", int(port)
-
-
 def serve(
     collector: FleetCollector,
     listen: str,
@@ -258,19 +302,5 @@ def serve(
     ready: threading.Event | None = None,
     stop: threading.Event | None = None,
 ) -> None:
-    """Serve /metrics on `listen` until interrupted (Ctrl-C or SIGTERM), or until `stop` is set."""
-    host, port = parse_listen(listen)
-    try:
-        server, thread = start_http_server(port, addr=host, registry=registry_for(collector))
-    except OSError as exc:
-        raise ConfigError(f"cannot listen on {listen}: {exc.strerror or exc}", key="--serve") from None
-    if ready is not None:
-        ready.set()
-    try:
-        while thread.is_alive() and not (stop is not None and stop.is_set()):
-            thread.join(0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.shutdown()
-        server.server_close()
+    """Serve /metrics on `listen` until interrupted (Ctrl-C or SIGTERM), or until `stop` is set (report.exporter)."""
+    exporter.serve(registry_for(collector), listen, ready=ready, stop=stop)
