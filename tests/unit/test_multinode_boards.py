@@ -68,3 +68,31 @@ def test_a_device_nvml_does_not_list_is_refused() -> None:
 def test_without_nvml_a_device_is_named_by_its_bus_id() -> None:
     with pytest.raises(RuntimeError, match=r"CUDA device 0 \(PCI 0000:2A:00.0\) could not be started"):
         start_in_board_order(2, BrokenFirst, None)
+
+
+class TwoOfThree(NumpyDevice):
+    """CUDA lists two of NVML's three boards (board 1 is missing from CUDA's list): ordinal 0 is board 0, ordinal 1
+    is board 2, and ordinal 2 does not exist, so CUDA cannot name its bus either (cudaErrorInvalidDevice)."""
+
+    buses = (eight_gpus()[0].bus_id[4:], eight_gpus()[2].bus_id[4:])
+
+    def __init__(self, ordinal: int) -> None:
+        if ordinal >= len(self.buses):
+            raise RuntimeError("cudaErrorInvalidDevice: invalid device ordinal")
+        super().__init__(ordinal, pci_bus_id=self.buses[ordinal])
+
+    @staticmethod
+    def bus_id_of(ordinal: int) -> str | None:
+        return TwoOfThree.buses[ordinal] if ordinal < len(TwoOfThree.buses) else None
+
+
+def test_a_cuda_device_that_names_no_board_is_charged_to_the_board_cuda_lacks() -> None:
+    from gpucert.probes.runner import run_plan
+
+    ev = run_plan(plan(3, ["memory"]), nvml=fake_nvml(*eight_gpus()[:3]), open_device=TwoOfThree)
+    err = ev.error_for("memory", 1, "memory.bandwidth")
+    assert err is not None
+    assert "has no CUDA device with its bus id (PCI 00000000:2A:00.0)" in err.message
+    assert "CUDA device 2 could not be started: RuntimeError: cudaErrorInvalidDevice" in err.message
+    assert ev.error_for("memory", 2, "memory.bandwidth") is None  # board 2 (CUDA's ordinal 1) was measured
+    assert "memory.bandwidth" in ev.gpus[2].measurements

@@ -220,25 +220,39 @@ class _Node:
 
 
 def _open_devices(node: _Node, count: int, opener: Callable[[int], Device]) -> dict[int, Device]:
-    """Start each GPU; key it by its NVML index (matched by PCI bus id). A GPU that cannot start is that GPU's
-    error on every per-GPU probe; with CUDA_DEVICE_ORDER=PCI_BUS_ID its CUDA ordinal is its NVML index."""
+    """Start each GPU; key it by its NVML index, matched by PCI bus id, never by its CUDA ordinal. A GPU that cannot
+    start is that GPU's error on every per-GPU probe. A CUDA device that names no board (no bus id, or one NVML does
+    not list) is charged to no board by number: the boards left without a device carry its failure."""
     devices: dict[int, Device] = {}
+    orphans: list[str] = []  # what CUDA devices that name no NVML board said
     for ordinal in range(count):
         try:
             dev = within(node.limit_s, partial(opener, ordinal), f"starting GPU {ordinal}")
-        except Exception as exc:  # charged to the board with this ordinal's bus id (NVML's index for it)
+        except Exception as exc:  # charged to the board with this ordinal's bus id
             bus = getattr(opener, "bus_id_of", lambda o: None)(ordinal)
             twin = [i for i, g in node.gpus.items() if nvml_probe.same_bus(g.pci_bus_id, bus)]
-            node.unusable[twin[0] if twin else ordinal] = f"could not be started: {_why(exc)}"
+            if twin or node.nvml is None or not hasattr(opener, "bus_id_of"):  # a CPU stand-in: by ordinal
+                node.unusable[twin[0] if twin else ordinal] = f"could not be started: {_why(exc)}"
+            else:
+                orphans.append(
+                    f"CUDA device {ordinal}{f' (PCI {bus})' if bus else ''} could not be started: {_why(exc)}"
+                )
             continue
         index = ordinal
         if node.nvml is not None and dev.pci_bus_id is not None:
             match = [i for i, g in node.gpus.items() if nvml_probe.same_bus(g.pci_bus_id, dev.pci_bus_id)]
             if not match:
-                node.unusable[ordinal] = f"CUDA device {ordinal} ({dev.pci_bus_id}) has no NVML device with that bus id"
+                orphans.append(f"CUDA device {ordinal} ({dev.pci_bus_id}) has no NVML device with that bus id")
                 continue
             index = match[0]
         devices[index] = dev
+    if node.nvml is not None:
+        for i, g in sorted(node.gpus.items()):
+            if i not in devices and i not in node.unusable:
+                bus = f" (PCI {g.pci_bus_id})" if g.pci_bus_id else ""
+                node.unusable[i] = f"has no CUDA device with its bus id{bus}" + (
+                    f": {'; '.join(orphans)}" if orphans else ""
+                )
     for index, why in sorted(node.unusable.items()):
         for probe in (p for p in GPU_PROBES if p in node.probes):
             node.gpu_error(probe, index, f"GPU {index} {why}")
