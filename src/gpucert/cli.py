@@ -22,6 +22,7 @@ from gpucert import run as runner
 from gpucert._version import __version__
 from gpucert.acceptance.commands import add_acceptance_commands
 from gpucert.baseline import GpuBaseline
+from gpucert.cli_preflight import add_preflight_command, before_run
 from gpucert.cliargs import PATH_ERRNOS, Parser, count, os_error, output_file, seconds
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 3
+SKIP_HELP = "kubernetes: go ahead without `gpucert preflight`'s checks first (the verdict records it)"
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
@@ -226,8 +228,10 @@ def _run(
     signer: str | None = None,
     retest: str | None = None,
     gate: GateInputs | None = None,
+    skip_preflight: bool = False,
 ) -> tuple[int, RunFolder]:
     spec, _ = _load(spec_path)
+    checked = before_run(spec, console, skip=skip_preflight) if mode is runner.Mode.MEASURE else None
     source = None
     if retest is not None:
         from gpucert.acceptance.retest import open_source
@@ -236,6 +240,8 @@ def _run(
         source = open_source(Path(retest), spec, keys)  # refused before anything is planned or measured
         mode = runner.Mode.RETEST
     folder = _prepare(spec, reports, mode, evidence, source, gate)
+    if checked is not None:
+        folder.write_preflight(checked)
     result = _evaluate(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)
@@ -264,6 +270,7 @@ def cmd_certify(a: argparse.Namespace) -> int:
         sign_key=Path(a.sign_key) if a.sign_key else None,
         signer=signer,
         retest=a.retest,
+        skip_preflight=a.skip_preflight,
     )[0]
 
 
@@ -294,6 +301,13 @@ def cmd_recertify(a: argparse.Namespace) -> int:
     except NameError_ as exc:
         raise ConfigError(str(exc), key="NODE") from None
     spec, _ = _load(a.spec)
+    checked = before_run(spec, console, skip=a.skip_preflight, node=a.node, drain=a.drain)
+
+    def evaluate(folder: RunFolder) -> int:
+        if checked is not None:
+            folder.write_preflight(checked)
+        return _evaluate(a.spec, folder, workers=None, quiet=a.quiet, signer=signer)
+
     opts = RecertifyOptions(
         node=a.node,
         reports=Path(a.reports),
@@ -305,7 +319,7 @@ def cmd_recertify(a: argparse.Namespace) -> int:
     code, _ = recertify(
         spec,
         opts,
-        evaluate=lambda folder: _evaluate(a.spec, folder, workers=None, quiet=a.quiet, signer=signer),
+        evaluate=evaluate,
         sign=_sign_with(a.sign_key),
         progress=console.print,
     )
@@ -454,8 +468,10 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="measure only the nodes that did not pass in RUN_DIR (or changed); carry the others' signed evidence",
     )
+    c.add_argument("--skip-preflight", action="store_true", help=SKIP_HELP)
     runner_args(c)
     c.set_defaults(func=cmd_certify)
+    add_preflight_command(sub, console)
     k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
     k.add_argument("spec")
     k.add_argument("--static", action="store_true", help="check the recipe without a cluster")
@@ -487,6 +503,7 @@ def _parser() -> argparse.ArgumentParser:
     rc.add_argument("--drain", action="store_true", help="evict the GPU pods on the node instead of waiting for them")
     rc.add_argument("--wait-timeout", type=seconds, default=3600, help="seconds to wait for GPU pods (default 3600)")
     rc.add_argument("--sign-key", default=None)
+    rc.add_argument("--skip-preflight", action="store_true", help=SKIP_HELP)
     runner_args(rc, workers=False)
     rc.set_defaults(func=cmd_recertify)
     bl = sub.add_parser("baseline", help="handover baselines per node")

@@ -461,6 +461,9 @@ class Controller:
         # peers ruled out, so that a pass is never silent about what it could not compare
         verdict["fleetAgainstSku"] = ev.peers.against_sku()
         verdict["undecided"] = ev.peers.undecided()
+        preflight = ctx.folder.read_preflight()
+        if preflight is not None:  # additive to v2: whether the cluster was checked before the measure
+            verdict["preflight"] = preflight
         recert = ev.recertification
         if recert is not None:
             verdict["recertify"] = {

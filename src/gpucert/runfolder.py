@@ -64,6 +64,7 @@ MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<nod
 FABRIC = "nccl.json"
 PAIRS = "pairs.json"
 RECERTIFY = "recertify.json"
+PREFLIGHT = "preflight.json"  # whether `gpucert preflight` ran before the measure, or was skipped
 FLEET = "fleet"
 RETEST = "retest"
 RETEST_RECORD = "record.json"
@@ -215,6 +216,10 @@ class RunFolder:
     @property
     def recertify_path(self) -> Path:
         return self.path / RECERTIFY
+
+    @property
+    def preflight_path(self) -> Path:
+        return self.path / PREFLIGHT
 
     @property
     def retest_dir(self) -> Path:
@@ -410,6 +415,13 @@ class RunFolder:
 
     def write_recertify(self, record: dict[str, Any]) -> None:
         write_json_atomic(self.recertify_path, record)
+
+    def read_preflight(self) -> dict[str, Any] | None:
+        """What the command recorded of its preflight on a kubernetes target (run, or skipped), or None."""
+        return _read_json(self.preflight_path) if self.preflight_path.exists() else None
+
+    def write_preflight(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.preflight_path, record)
 
     def fleet_peer_files(self) -> list[Path]:
         return sorted(self.fleet_dir.glob("*.json")) if self.fleet_dir.is_dir() else []

@@ -124,10 +124,13 @@ def cluster_policy(state: str = "ready") -> dict[str, Any]:
 
 @pytest.fixture
 def served_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
-    """An empty FakeCluster behind a threaded HTTP server, with $KUBECONFIG pointing at it (context `fake`)."""
+    """A FakeCluster with only the run namespace (labelled as deploy/rbac.yaml labels it) behind a threaded HTTP
+    server, with $KUBECONFIG pointing at it (context `fake`)."""
     from pytest_httpserver import HTTPServer
 
     fake = FakeCluster()
+    labels = {"kubernetes.io/metadata.name": "gpucert", "pod-security.kubernetes.io/enforce": "restricted"}
+    fake.put("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpucert", "labels": labels}})
     server = HTTPServer(threaded=True)
     server.expect_request(re.compile(".*")).respond_with_handler(fake.handle)  # every path, every method
     server.start()

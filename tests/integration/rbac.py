@@ -35,7 +35,7 @@ def verb(method: str, path: str) -> Request:
     group = "" if parts[0] == "api" else parts[1]
     rest = parts[2:] if parts[0] == "api" else parts[3:]
     ns = None
-    if rest and rest[0] == "namespaces":
+    if rest and rest[0] == "namespaces" and len(rest) > 2:
         ns, rest = rest[1], rest[2:]
     resource, named = rest[0], len(rest) > 1
     if len(rest) > 2:
@@ -60,10 +60,15 @@ def grants(roles: set[str] | None = None) -> set[Request]:
     return out
 
 
+# what every authenticated user may do without a grant of deploy/'s: ask what it may do (the system:basic-user
+# ClusterRole of Kubernetes' bootstrap policy, plugin/pkg/auth/authorizer/rbac/bootstrappolicy/policy.go)
+EVERYONE = {("authorization.k8s.io", "selfsubjectaccessreviews", "create", None)}
+
+
 def not_granted(used: set[Request], roles: set[str] | None = None) -> set[Request]:
     """Requests no rule (of `roles`, when given) allows (a ClusterRole's rule allows its resource in every
     namespace)."""
-    granted = grants(roles)
+    granted = grants(roles) | EVERYONE
     return {u for u in used if u not in granted and (*u[:3], None) not in granted}
 
 

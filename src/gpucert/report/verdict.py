@@ -219,6 +219,8 @@ def side_notes(verdict: Mapping[str, Any]) -> list[tuple[str, str]]:
         for u in verdict.get("undecided", [])
     ]
     notes += [("informational", line["message"]) for line in verdict.get("fleetAgainstSku", []) if line["behind"]]
+    if (verdict.get("preflight") or {}).get("skipped"):
+        notes.append(("preflight", "skipped (--skip-preflight): the cluster's prerequisites were not checked first"))
     return notes
 
 

@@ -156,6 +156,18 @@ class KubeApi:
         return client.CoordinationV1Api(self.client)
 
     @cached_property
+    def authorization(self) -> Any:
+        from kubernetes import client
+
+        return client.AuthorizationV1Api(self.client)
+
+    @cached_property
+    def node(self) -> Any:
+        from kubernetes import client
+
+        return client.NodeV1Api(self.client)
+
+    @cached_property
     def custom(self) -> Any:
         from kubernetes import client
 
