@@ -1,6 +1,9 @@
-"""Run every gpucert probe on this machine's GPUs and print one table, with PyTorch references from the same run.
+"""Run gpucert's preflight, then every probe, on this machine's GPUs and print one table (PyTorch references beside).
 
-    python benchmarks/gpu_check.py                  # quick profile, all GPUs, all probes but DCGM
+The one prepared script for the first GPU the project is given time on: the preflight's rows come first, so a
+machine that cannot run the probes says which step failed and the fix before anything else.
+
+    python benchmarks/gpu_check.py                  # quick profile, all GPUs, every probe (DCGM level 1 if dcgmi)
     python benchmarks/gpu_check.py --device numpy   # the same path on the CPU (no GPU needed; figures mean nothing)
     python benchmarks/gpu_check.py --budget         # the quick profile's time budget on an 8-GPU node, worked out
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import statistics
 import sys
 import time
@@ -19,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.baseline import load_baseline
+from gpucert.evidence import NodeEvidence
 from gpucert.probes import nccl
-from gpucert.probes.runner import BudgetSpec, ProbePlan, run_plan
+from gpucert.probes.runner import BudgetSpec, DcgmPlan, ProbePlan, run_plan
 from gpucert.spec import Probe
 from gpucert.targets.local import PROFILES
 
@@ -125,11 +130,111 @@ def torch_reference(nbytes: int, n: int, reps: int = 20) -> dict[str, float] | s
     return {"memory.bandwidth": 2 * nbytes / copy_s / 1e9, "compute.gemm.bf16": 2 * n**3 / mm_s / 1e12}
 
 
+Row = tuple[str, str, str, str, str, str, str]  # part, gpu, what, value, unit, CV / n, note
+
+
+def preflight_rows(ev: NodeEvidence) -> list[Row]:
+    """The preflight's steps, first: on a new machine the first failure and its fix are what matters."""
+    rows: list[Row] = [
+        ("preflight", "", s.step, "ok" if s.ok else "FAILED", "", "", s.detail if s.ok else f"{s.detail}; fix: {s.fix}")
+        for s in ev.preflight
+    ]
+    return rows or [("preflight", "", "-", "none recorded", "", "", "")]
+
+
+def measurement_rows(ev: NodeEvidence, ref: dict[str, float] | str) -> tuple[list[Row], bool]:
+    """Each GPU's measurements (median, CV, count, against torch on GPU 0) and health; False when a target is missed."""
+    rows, ok = [], True
+    for g in ev.gpus:
+        for metric, m in sorted(g.measurements.items()):
+            med, spread = statistics.median(m.samples), cv(m.samples)
+            note = ""
+            if isinstance(ref, dict) and metric in ref and g.index == 0:
+                ratio = med / ref[metric]
+                note = f"{ratio:.1%} of torch {ref[metric]:.4g}"
+                ok = ok and ratio >= TARGET_RATIO
+            ok = ok and spread < TARGET_CV
+            note += "" if spread < TARGET_CV else "  CV over 2%"
+            rows.append(("probe", str(g.index), metric, f"{med:.4g}", m.unit, f"{spread:.2%} n={len(m.samples)}", note))
+        if g.health is not None:
+            h = g.health
+            rows.append(
+                (
+                    "health",
+                    str(g.index),
+                    "nvml",
+                    f"Gen{h.pcie.current_generation} x{h.pcie.current_width}",
+                    "",
+                    "",
+                    f"max Gen{h.pcie.max_generation}; ECC unc {h.ecc.volatile_uncorrected}; remap failure "
+                    f"{h.remapped_rows.failure}; reasons 0x{h.clock_event_reasons or 0:x}; {h.temperature_c} °C; "
+                    f"{h.power_w} W / {h.power_limit_w} W",
+                )
+            )
+    return rows, ok
+
+
+def node_rows(ev: NodeEvidence) -> list[Row]:
+    """P2P, the all-reduce, DCGM and every error, after the GPUs."""
+    rows: list[Row] = []
+    if ev.p2p is not None and ev.p2p.pairs:
+        meds = [statistics.median(p.samples) for p in ev.p2p.pairs if p.samples]
+        access = sum(p.peer_access for p in ev.p2p.pairs)
+        value = f"{statistics.median(meds):.4g}" if meds else "-"
+        note = f"min {min(meds):.4g}; peer access {access}/{len(ev.p2p.pairs)}" if meds else "no pair measured"
+        rows.append(("p2p", "all", f"{len(ev.p2p.pairs)} pairs", value, "GB/s", "", note))
+    if ev.nccl is not None and ev.nccl.points:
+        top = max(ev.nccl.points, key=lambda p: p.size_bytes)
+        note = f"busbw at {top.size_bytes >> 20} MiB; correct {ev.nccl.correct}"
+        rows.append(
+            (
+                "nccl",
+                "all",
+                f"all-reduce {ev.nccl.ranks} ranks",
+                f"{statistics.median(top.busbw):.4g}",
+                "GB/s",
+                "",
+                note,
+            )
+        )
+    if ev.dcgm is not None:
+        failed = sorted({t for t, r in ev.dcgm.results.items() for g in r.gpus.values() if g.status == "Fail"})
+        note = ev.dcgm.runtime_error or (f"failed: {', '.join(failed)}" if failed else "")
+        rows.append(("dcgm", "all", f"diag -r {ev.dcgm.level}", f"{len(ev.dcgm.results)} tests", "", "", note))
+    rows += [
+        (
+            "skipped" if e.unavailable else "error",
+            str(e.gpu if e.gpu is not None else ""),
+            e.probe,
+            "",
+            "",
+            "",
+            e.message,
+        )
+        for e in ev.errors
+    ]
+    return rows
+
+
+def print_table(rows: list[Row]) -> None:
+    head: Row = ("part", "gpu", "what", "value", "unit", "CV / n", "note")
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(6)]
+    for r in [head, *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:6], widths, strict=True)) + "  " + r[6])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cupy", "numpy"], default="cupy")
     ap.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     ap.add_argument("--gpus", type=int, default=None)
+    ap.add_argument(
+        "--dcgm",
+        type=int,
+        choices=[0, 1, 2, 3, 4],
+        default=None,
+        help="DCGM level (0: none; default: 1 where dcgmi is installed)",
+    )
     ap.add_argument("--budget", action="store_true", help="print the profile's time budget on 8 GPUs and exit")
     args = ap.parse_args()
     if args.budget:
@@ -141,7 +246,8 @@ def main() -> int:
         print(f"{'total':<40}{total:>7.1f} s{target}")
         return 0 if total < TARGET_S or args.profile != "quick" else 1
     budget, sizes = PROFILES[args.profile]
-    probes = [p for p in Probe if p is not Probe.DCGM and (args.device == "cupy" or p is not Probe.HEALTH)]
+    level = args.dcgm if args.dcgm is not None else (1 if shutil.which("dcgmi") else 0)
+    probes = [p for p in Probe if (p is not Probe.DCGM or level) and (args.device == "cupy" or p is not Probe.HEALTH)]
     plan = ProbePlan(
         run_id="gpu-check",
         node="this-host",
@@ -150,57 +256,25 @@ def main() -> int:
         gpus=args.gpus,
         budget=budget,
         sizes=sizes,
+        dcgm=DcgmPlan(level=level or 1),
     )
     t0 = time.perf_counter()
-    ev = run_plan(plan)
+    ev = run_plan(plan)  # the preflight first: when it fails, no probe runs and its rows say why
     wall = time.perf_counter() - t0
-    ref = torch_reference(sizes.memory_bytes, sizes.gemm_n) if args.device == "cupy" else "CPU run: no reference"
-
-    ok = True
+    on_gpu = args.device == "cupy" and ev.collected
+    ref = torch_reference(sizes.memory_bytes, sizes.gemm_n) if on_gpu else "no GPU run: no reference"
     print(
-        f"gpu_check: {len(ev.gpus)} device(s): {', '.join(sorted({g.product or '?' for g in ev.gpus}))}; "
-        f"driver {ev.system.driver_version}, CUDA {ev.system.cuda_driver_version}; profile {args.profile}"
+        f"gpu_check: {len(ev.gpus)} device(s): {', '.join(sorted({g.product or '?' for g in ev.gpus})) or '-'}; "
+        f"driver {ev.system.driver_version}, CUDA {ev.system.cuda_driver_version}; profile {args.profile}; "
+        f"DCGM {f'level {level}' if level else 'not run (no dcgmi; --dcgm LEVEL to ask)'}"
     )
-    print(f"{'gpu':<5}{'metric':<22}{'median':>12} {'unit':<8}{'CV':>7}{'n':>5}  {'vs reference':<22}")
-    for g in ev.gpus:
-        for metric, m in sorted(g.measurements.items()):
-            med = statistics.median(m.samples)
-            spread = cv(m.samples)
-            note = ""
-            if isinstance(ref, dict) and metric in ref and g.index == 0:
-                ratio = med / ref[metric]
-                note = f"{ratio:.1%} of torch {ref[metric]:.4g}"
-                ok = ok and ratio >= TARGET_RATIO
-            ok = ok and spread < TARGET_CV
-            flag = "" if spread < TARGET_CV else "  CV over 2%"
-            print(f"{g.index:<5}{metric:<22}{med:>12.4g} {m.unit:<8}{spread:>7.2%}{len(m.samples):>5}  {note}{flag}")
-        if g.health is not None:
-            h = g.health
-            print(
-                f"{g.index:<5}{'health':<22} ECC unc {h.ecc.volatile_uncorrected}, remap failure "
-                f"{h.remapped_rows.failure}, PCIe Gen{h.pcie.current_generation} x{h.pcie.current_width} "
-                f"(max Gen{h.pcie.max_generation}), reasons 0x{h.clock_event_reasons or 0:x}, "
-                f"{h.temperature_c} °C, {h.power_w} W / {h.power_limit_w} W"
-            )
-    if ev.p2p is not None and ev.p2p.pairs:
-        meds = [statistics.median(p.samples) for p in ev.p2p.pairs]
-        print(
-            f"p2p   {len(meds)} pairs: median {statistics.median(meds):.4g} GB/s, min {min(meds):.4g}, "
-            f"peer access {sum(p.peer_access for p in ev.p2p.pairs)}/{len(meds)}"
-        )
-    if ev.nccl is not None:
-        top = max(ev.nccl.points, key=lambda p: p.size_bytes)
-        print(
-            f"nccl  all-reduce {ev.nccl.ranks} ranks: busbw {statistics.median(top.busbw):.4g} GB/s at "
-            f"{top.size_bytes >> 20} MiB, correct {ev.nccl.correct}"
-        )
-    for e in ev.errors:
-        print(f"{'skipped' if e.unavailable else 'error'} {e.probe}: {e.message}")
+    measured, ok = measurement_rows(ev, ref)
+    print_table([*preflight_rows(ev), *measured, *node_rows(ev)])
     if isinstance(ref, str):
         print(f"reference: {ref}")
-    print(f"quick profile wall time {wall:.1f} s (target under {TARGET_S:.0f} s)")
-    ok = ok and wall < TARGET_S and not [e for e in ev.errors if not e.unavailable]
-    print("RESULT", "PASS" if ok else "FAIL")
+    print(f"{args.profile} profile wall time {wall:.1f} s (target under {TARGET_S:.0f} s)")
+    ok = ok and ev.collected and wall < TARGET_S and not [e for e in ev.errors if not e.unavailable]
+    print("RESULT", "PASS" if ok else "FAIL" if ev.collected else "PREFLIGHT FAILED")
     return 0 if ok else 1
 
 

@@ -163,6 +163,7 @@ class Family(StrEnum):
     WAIVER = "waiver"
     POOL = "pool"  # pool.membership: every node in exactly one of the spec's pools
     BASELINE = "baseline"  # baseline.change: the static gate's review of an edited SKU baseline
+    PROBE = "probe"  # probe.preflight: the probe pod could run the probes at all (CuPy, NVML, NCCL, dcgmi, ...)
 
     @property
     def suite(self) -> str:
@@ -178,6 +179,7 @@ class Family(StrEnum):
             Family.STACK: "Stack",
             Family.INVENTORY: "Stack",
             Family.NODE: "Infrastructure",
+            Family.PROBE: "Infrastructure",
             Family.HEALTH: "Health",
             Family.DCGM: "DCGM",
             Family.STRAGGLER: "Stragglers",
@@ -197,7 +199,14 @@ class Family(StrEnum):
 # the checks other checks depend on: when one fails, those are skipped naming it as their cause (one root cause, one
 # finding). A waiver accepts a measured deviation; it cannot stand in for the checks that could not run, nor for a
 # pinned version the spec agreed on, nor for its own bookkeeping
-PREREQUISITE_CHECKS = ("node.reachable", "inventory.nodes", "inventory.gpus", "stack.version", "handover.identity")
+PREREQUISITE_CHECKS = (
+    "node.reachable",
+    "probe.preflight",
+    "inventory.nodes",
+    "inventory.gpus",
+    "stack.version",
+    "handover.identity",
+)
 
 # the measured metrics' prefixes: `memory.bandwidth`, `compute.gemm.<dtype>`, `pcie.<dir>`, `p2p.bandwidth`, `nccl.*`
 PERFORMANCE_PREFIXES = ("memory", "compute", "pcie", "p2p", "nccl")

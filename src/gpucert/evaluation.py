@@ -33,6 +33,7 @@ from gpucert.checks import GPU_METRICS, CheckKey, CheckStatus, Family, Finding, 
 from gpucert.errors import EvidenceError
 from gpucert.evaluation_handover import against_handover, identity
 from gpucert.evaluation_performance import judge_metric, node_straggler
+from gpucert.evaluation_preflight import PREFLIGHT, judge_preflight
 from gpucert.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence
 from gpucert.gate_inputs import gate_from
 from gpucert.handover import NodeBaseline, load_node_baseline
@@ -282,6 +283,8 @@ class Evaluation:
             return outside
         if key.check == "node.reachable" and node is not None:
             return self.reachable(node)
+        if key.check == PREFLIGHT and node is not None:
+            return judge_preflight(node, self.usable(node), self.evidence_problem(node))
         if family in (Family.STACK, Family.INVENTORY) and node is not None:
             return self.configure(key.check, node, key.detail)
         if family is Family.HEALTH and node is not None and gpu is not None:
@@ -340,9 +343,23 @@ class Evaluation:
                 error = f"its evidence cannot be used: {problem}"
             elif ev is None:
                 error = "no evidence was written for this node"
-            elif not ev.collected:
+            elif not ev.collected and not self._preflight_failed(node):
                 error = "; ".join(e.message for e in ev.errors) or "the probe did not run"
         return rules.reachable(self.stack.nodes.get(node), node, error)
+
+    def _preflight_failed(self, node: str) -> bool:
+        """The node's probe pod ran and its preflight failed, and this run judges probe.preflight."""
+        ev = self.usable(node) if self.measured else None
+        return ev is not None and bool(ev.preflight_failed) and CheckKey(PREFLIGHT, node) in self.plan
+
+    def unmeasured_cause(self, node: str) -> CheckKey:
+        """What a check of an unmeasured node follows from: its failed preflight, or node.reachable."""
+        return CheckKey(PREFLIGHT if self._preflight_failed(node) else "node.reachable", node)
+
+    def _unmeasured_skip(self, check: str, node: str, gpu: int | None = None) -> Finding:
+        cause = self.unmeasured_cause(node)
+        why = "no probe ran there: its preflight failed" if cause.check == PREFLIGHT else "was not measured"
+        return _skip(check, node, gpu, f"{node} {why} (see {cause.check})", str(cause))
 
     def configure(self, check: str, node: str, component: str | None = None) -> Finding:
         ns = self._node_stack(check, node)
@@ -403,8 +420,7 @@ class Evaluation:
             return Finding(check, SKIP, node, None, f"probe {probe.value!r} is not in certify.probes")
         ev = self.usable(node)
         if ev is None or not ev.collected:
-            message = f"{node} was not measured (see node.reachable)"
-            return _skip(check, node, None, message, _because("node.reachable", node))
+            return self._unmeasured_skip(check, node)
         if probe is None:
             return ev
         err = ev.error_for(probe.value)
@@ -502,7 +518,7 @@ class Evaluation:
         for node in self.inventory.names:
             ev = self.usable(node)
             if ev is None or not ev.collected:
-                return _because("node.reachable", node)
+                return str(self.unmeasured_cause(node))
             if not ev.gpus:
                 return _because("inventory.gpus", node)
         return None
@@ -525,7 +541,7 @@ class Evaluation:
             why = f"the all-reduce across nodes did not run: {err.message}"
             cause = self._unmeasured()
             if cause is not None and len(fabric.nodes) < 2:
-                return _skip(MULTINODE, None, None, f"{why} (see node.reachable)", cause)
+                return _skip(MULTINODE, None, None, f"{why} (see {CheckKey.parse(cause).check})", cause)
             return Finding(MULTINODE, ERROR, None, None, why)
         return judge_multinode(fabric, baseline.metrics[MULTINODE])
 
@@ -537,8 +553,7 @@ class Evaluation:
             return Finding(check, SKIP, node, None, "certify.multinode.pairs is not set: no pairs were measured")
         ev = self.usable(node)
         if ev is None or not ev.collected:
-            message = f"{node} was not measured (see node.reachable)"
-            return _skip(check, node, None, message, _because("node.reachable", node))
+            return self._unmeasured_skip(check, node)
         if not ev.gpus:
             return _skip(
                 check, node, None, f"{node} shows no GPU (see inventory.gpus)", _because("inventory.gpus", node)

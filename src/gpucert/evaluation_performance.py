@@ -78,6 +78,6 @@ def node_straggler(ev: Evaluation, metric: str, node: str) -> Finding:
         other_ev = ev.usable(other)
         if other_ev is None or not other_ev.collected or not other_ev.gpus:
             unmeasured = other_ev is None or not other_ev.collected
-            cause = CheckKey("node.reachable" if unmeasured else "inventory.gpus", other)
+            cause = ev.unmeasured_cause(other) if unmeasured else CheckKey("inventory.gpus", other)
             return _skip(check, node, None, f"{why}; not every node of the pool was measured", cause)
     return Finding(check, ERROR, node, None, f"{why}, though every node was measured")

@@ -33,6 +33,7 @@ __all__ = [
     "P2pEvidence",
     "P2pPair",
     "PcieLink",
+    "PreflightStep",
     "ProbeError",
     "RemappedRows",
     "SystemFacts",
@@ -240,6 +241,15 @@ class ProbeError(_Model):
     metric: str | None = None  # with `gpu`: only this measurement of the probe (compute.gemm.fp64); None: all
 
 
+class PreflightStep(_Model):
+    """One step of the probe pod's preflight (probes/preflight.py): what it found, or why it failed and the fix."""
+
+    step: str  # home, cache, nvml, cupy, kernel, cublas, nccl, dcgmi
+    ok: bool
+    detail: str  # the version found, or what went wrong
+    fix: str | None = None  # with a failed step: what to change
+
+
 class NodeEvidence(_Model):
     schema_: str = Field(EVIDENCE_SCHEMA, alias="schema")
     node: str
@@ -254,8 +264,15 @@ class NodeEvidence(_Model):
     nccl: NcclEvidence | None = None
     dcgm: DcgmEvidence | None = None
     errors: list[ProbeError] = Field(default_factory=list)
+    # the preflight's steps, in order (empty in evidence written before the preflight existed)
+    preflight: list[PreflightStep] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @property
+    def preflight_failed(self) -> list[PreflightStep]:
+        """The preflight's failed steps: when any, no probe ran on the node and this is why."""
+        return [s for s in self.preflight if not s.ok]
 
     def gpu(self, index: int) -> GpuEvidence | None:
         return next((g for g in self.gpus if g.index == index), None)

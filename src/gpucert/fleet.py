@@ -262,6 +262,19 @@ class UnreachableFault(Document):
     node: str
 
 
+PreflightStepName = Literal["home", "cache", "nvml", "cupy", "kernel", "cublas", "nccl", "dcgmi"]
+
+
+class PreflightFault(Document):
+    """The probe pod's preflight fails at `step` (an image without the CUDA headers, a pod without NVML, no
+    dcgmi, ...): no probe runs on the node, and the preflight's finding is the node's one finding."""
+
+    kind: Literal["preflight"]
+    node: str
+    step: PreflightStepName
+    message: str | None = None  # what the step reports; by default what the real step reports for that cause
+
+
 Fault = Annotated[
     SlowFault
     | IntermittentFault
@@ -281,7 +294,8 @@ Fault = Annotated[
     | SwappedGpuFault
     | UnhealthyGpuFault
     | MissingComponentFault
-    | UnreachableFault,
+    | UnreachableFault
+    | PreflightFault,
     Field(discriminator="kind"),
 ]
 

@@ -181,6 +181,7 @@ def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -
     probes = set(spec.certify.probes)
     gpus_per_node = spec.pool(pool).expect.gpus_per_node
     gpus = [(n, i) for n in nodes for i in range(gpus_per_node)]
+    b.add(CheckKey("probe.preflight", n) for n in nodes)  # the probe pod could run the probes (one cause, once)
     per_gpu: list[str] = []
     if Probe.HEALTH in probes:
         per_gpu += [f"health.{c}" for c in HEALTH_CHECKS]

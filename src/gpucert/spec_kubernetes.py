@@ -73,7 +73,9 @@ class KubernetesTargetSpec(Document):
     # how long a probe pod waits for a node whose GPUs other pods hold (the scheduler says Insufficient
     # nvidia.com/gpu); 0: report it busy, naming the pods, at pendingTimeoutSeconds
     busy_timeout_seconds: Annotated[int, Field(ge=0)] = Field(0, alias="busyTimeoutSeconds")
-    active_deadline_seconds: Annotated[int, Field(ge=60)] = Field(7200, alias="activeDeadlineSeconds")
+    # the probe Job's deadline; None: derived from the plan (probes/deadline.py), so that the probe, not the
+    # kubelet, reports what overran. One set shorter than the plan needs is an error
+    active_deadline_seconds: Annotated[int, Field(ge=60)] | None = Field(None, alias="activeDeadlineSeconds")
     # extra limits for the all-reduce across nodes, e.g. the RDMA device plugin's {rdma/rdma_shared_device_a: 1}
     fabric_resources: dict[str, str] = Field(default_factory=dict, alias="fabricResources")
     # the all-reduce pods on the nodes' network namespace (NCCL then sees every host interface and RDMA device)

@@ -6,8 +6,8 @@ the pod's log, as the probe command prints them.
 `behaviour[node]` changes what happens on a node: "imagepull" (the image does not pull), "oom" (OOM-killed at
 start), "oom-halfway" (OOM-killed half-way), "truncate" (the log is cut), "crash" (a segfault half-way), "deadline"
 (the Job's activeDeadlineSeconds runs out half-way), "evict" (evicted half-way), "podgc" (the node is deleted
-half-way: Pod GC fails and deletes its pods), "log500" / "log404" (the kubelet cannot serve the log). Half-way is
-after GPU 0's probes.
+half-way: Pod GC fails and deletes its pods), "log500" / "log404" (the kubelet cannot serve the log), "preflight" (the
+pod's $HOME is not writable, so the probe's preflight fails). Half-way is after GPU 0's probes.
 
 An Indexed Job (the all-reduce across nodes) gets one pod per index, on the nodes its node affinity names, one per
 node; each runs its rank over loopback. The fake DNS resolves `<hostname>.<svc>` only when a headless Service `svc`
@@ -252,7 +252,8 @@ class FakeKubelet:
             evidence = self.simulator.measure_node(node, MeasurePlan(plan["run_id"], probes, plan["dcgm"]["level"]))
             evidence = evidence.model_copy(update={"target": "kubernetes"})
         else:
-            evidence = run_plan(ProbePlan.model_validate(plan), emit=framer(frames.append))
+            env = {"HOME": "/dev/null/home"} if what == "preflight" else None  # not creatable, not even by root
+            evidence = run_plan(ProbePlan.model_validate(plan), emit=framer(frames.append), env=env)
         frames.append(frame(evidence.model_dump_json(by_alias=True)))
         log = "".join(frames)
         half = "".join(frames[: next((i for i, f in enumerate(frames) if "key=gpu/1/memory" in f), len(frames))])

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gpucert import cli
+from gpucert.checks import CheckKey
 from gpucert.errors import NodeBusyError
 from gpucert.spec import load_spec
 from gpucert.targets import open_target
@@ -35,7 +36,7 @@ def test_a_pod_stopped_half_way_keeps_what_it_measured(cluster: FakeCluster, tmp
         kubelet.close()
     why = {
         "gpu-02": "the probe pod failed: Error (exit code 139)",
-        "gpu-03": "the Job's activeDeadlineSeconds (7200 s) ran out (DeadlineExceeded",
+        "gpu-03": "the Job's activeDeadlineSeconds (2139 s) ran out (DeadlineExceeded",
         "gpu-04": "it was evicted through the Eviction API, by a drain or a descheduler (EvictionByEvictionAPI",
     }
     for node, words in why.items():
@@ -92,6 +93,32 @@ def test_a_deleted_node_and_an_unreadable_log_are_those_nodes_findings(cluster: 
     assert 'nodes "gpu-07" not found' in unreadable
     others = [ev.reachable(f"gpu-{i:02d}") for i in range(1, 17) if i not in (5, 6, 7)]
     assert [f.message for f in others if f.status.value != "pass"] == []  # the other nodes went on
+
+
+def test_a_failed_preflight_is_the_nodes_one_finding_in_the_cluster(cluster: FakeCluster, tmp_path: Path) -> None:
+    """Issue 21, item 16: the probe pod on gpu-08 has no writable $HOME; the real runner's preflight fails there,
+    the document says why, and the node's checks follow from probe.preflight instead of erring one by one."""
+    kubelet = FakeKubelet(cluster, behaviour={"gpu-08": "preflight"}).start()
+    try:
+        run_dir, ev, _ = measure(tmp_path)
+    finally:
+        kubelet.close()
+    doc = json.loads((run_dir / "evidence" / "gpu-08.json").read_text())
+    assert not doc["collected"]
+    assert [(s["step"], s["ok"]) for s in doc["preflight"]] == [("home", False)]
+    assert ev.reachable("gpu-08").status.value == "pass"  # the pod ran and reported: the node was reached
+    pre = ev.decide(CheckKey("probe.preflight", "gpu-08"))
+    assert pre.status.value == "fail"
+    assert "home: NotADirectoryError" in pre.message
+    assert "give the probe pod a writable $HOME" in pre.message
+    keys = [k for k in ev.plan.required if k.node == "gpu-08" and k.check.split(".")[0] in ("memory", "pcie", "nccl")]
+    assert keys
+    for key in keys:
+        found = ev.decide(key)
+        assert (found.status.value, found.cause) == ("skip", "probe.preflight@gpu-08"), (key, found)
+    others = [ev.decide(CheckKey("probe.preflight", f"gpu-{i:02d}")) for i in range(1, 17) if i != 8]
+    assert {f.status.value for f in others} == {"pass"}
+    assert "preflight passed: home" in others[0].message
 
 
 # ---- API faults ------------------------------------------------------------------------------------------------

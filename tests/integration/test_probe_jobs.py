@@ -4,6 +4,7 @@ kubelet that runs each probe pod's plan on the NumPy device and serves its log."
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -18,6 +19,7 @@ import yaml
 
 from gpucert import run as runner
 from gpucert.baseline import load_baseline
+from gpucert.errors import ConfigError
 from gpucert.evaluation import Evaluation
 from gpucert.spec import load_spec
 from gpucert.targets import open_target
@@ -155,7 +157,9 @@ def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> N
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
     ]
-    assert job["spec"]["activeDeadlineSeconds"] == 7200
+    # derived from the plan (issue 21, item 9): the preflight's 6 steps x 120 s, 24 timed regions (8 GPUs x memory
+    # and 2 PCIe directions) and 8 all-reduce sizes x 1.2 s, 9 watchdogs (one per GPU, one for NCCL) x 120 s, 300 s
+    assert job["spec"]["activeDeadlineSeconds"] == 6 * 120 + math.ceil(32 * 1.2 + 9 * 120 + 300)
     assert job["spec"]["ttlSecondsAfterFinished"] > 0
     assert job["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
     watches = [p for m, p in cluster.requests if "watch=" in p]
@@ -251,6 +255,14 @@ def test_oomkilled_truncated_and_unpullable(cluster: FakeCluster, tmp_path: Path
     assert "truncated" in ev.reachable("gpu-05").message
     assert "ErrImagePull" in ev.reachable("gpu-11").message
     assert sum(ev.reachable(f"gpu-{i:02d}").status.value == "pass" for i in range(1, 17)) == 13
+
+
+def test_a_deadline_shorter_than_the_plan_needs_is_a_spec_error(cluster: FakeCluster, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        measure(tmp_path, activeDeadlineSeconds=600)
+    message = str(caught.value)
+    assert "target.activeDeadlineSeconds" in message
+    assert "600 s is shorter than the probes need on a 8-GPU node (2139 s" in message
 
 
 def test_measuring_needs_a_probe_image(cluster: FakeCluster, tmp_path: Path) -> None:

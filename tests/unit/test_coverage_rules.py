@@ -38,7 +38,9 @@ def test_the_plan_counts_checks_nodes_gpus_metrics_and_dcgm_tests(tmp_path: Path
     per_node = 8 + len(COMPONENTS)
     configure = 1 + len(NODES) * per_node
     node_level = 9  # each per-GPU metric: the node as a whole against the other nodes
-    assert len(plan) == configure + len(NODES) * (8 * per_gpu + 1 + node_level)
+    preflight = 1  # probe.preflight: the probe pod could run the probes
+    assert len(plan) == configure + len(NODES) * (8 * per_gpu + 1 + node_level + preflight)
+    assert CheckKey("probe.preflight", "n2") in plan
     assert CheckKey("dcgm.memory", "n3", 7) in plan
     assert CheckKey("straggler.memory.bandwidth", "n3") in plan
     assert CheckKey("stack.version", "n2", None, "driver") in plan
@@ -51,7 +53,8 @@ def test_probes_the_spec_leaves_out_are_not_required_and_say_why(tmp_path: Path)
     spec = spec_with(tmp_path, probes=["health"], multinode=None)
     plan = plan_checks(spec, NODES, ["certify"], components=[])  # type: ignore[arg-type]
     assert {k.check for k in plan.required} == {
-        f"health.{c}" for c in ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature", "nvlink")
+        "probe.preflight",
+        *(f"health.{c}" for c in ("ecc", "remapped_rows", "pcie_link", "throttle", "xid", "temperature", "nvlink")),
     }
     assert ("compute.*", "probe 'compute' is not in certify.probes") in plan.not_required
 

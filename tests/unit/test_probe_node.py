@@ -221,7 +221,9 @@ def gpu_plan() -> ProbePlan:
     return plan(2, ["health", "memory"]).model_copy(update={"device": "cupy"})
 
 
-def test_an_unwritable_home_does_not_stop_cupy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unwritable_home_is_the_preflights_finding_and_the_cache_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("HOME", str(tmp_path / "file" / "home"))  # like USER 65534's /nonexistent: not creatable
     monkeypatch.setenv("CUPY_CACHE_DIR", "unset")
@@ -229,12 +231,17 @@ def test_an_unwritable_home_does_not_stop_cupy(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     monkeypatch.setattr(builtins, "__import__", fake_cupy(cupy14_cache))
     ev = run_plan(gpu_plan(), nvml=fake_nvml(*eight_gpus()[:2]))
-    assert ev.collected
+    assert not ev.collected  # no probe ran: the preflight is the node's one error
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert (Path(os.environ["CUPY_CACHE_DIR"]) / "probe").exists()
-    err = ev.error_for("memory", 0, "memory.bandwidth")
-    assert err is not None
-    assert "could not be started: RuntimeError: cudaErrorNoDevice" in err.message  # got as far as the GPUs
+    assert (Path(os.environ["CUPY_CACHE_DIR"]) / "probe").exists()  # the cache moved where CuPy could write
+    steps = {s.step: s for s in ev.preflight}
+    assert steps["cache"].ok
+    assert not steps["home"].ok
+    assert "NotADirectoryError" in steps["home"].detail
+    assert "writable $HOME" in (steps["home"].fix or "")
+    (err,) = ev.errors
+    assert err.probe == "preflight"
+    assert "preflight home failed: NotADirectoryError" in err.message
 
 
 def test_cupy_failing_to_load_is_the_nodes_error_with_its_cause(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -245,8 +252,9 @@ def test_cupy_failing_to_load_is_the_nodes_error_with_its_cause(monkeypatch: pyt
     ev: NodeEvidence = run_plan(gpu_plan(), nvml=fake_nvml(*eight_gpus()[:2]))
     assert not ev.collected
     (err,) = ev.errors
-    assert err.probe == "*"
-    assert "the GPU runtime (CuPy) could not start: OSError: libcuda.so.1: cannot open shared object" in err.message
+    assert err.probe == "preflight"
+    assert "preflight cupy failed: OSError: libcuda.so.1: cannot open shared object" in err.message
+    assert [s.step for s in ev.preflight_failed] == ["cupy"]  # kernel and cuBLAS were not tried without CuPy
     assert [g.serial for g in ev.gpus] == [g.serial for g in eight_gpus()[:2]]  # NVML still named the GPUs
 
 

@@ -432,11 +432,36 @@ def test_gpu_check_script_runs_on_the_cpu() -> None:
         check=False,
     )
     assert r.returncode in (0, 1), r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[1].split() == ["part", "gpu", "what", "value", "unit", "CV", "/", "n", "note"]  # one table
+    assert lines[2].split()[:3] == ["preflight", "home", "ok"]  # the preflight first
     for metric in ("memory.bandwidth", "compute.gemm.bf16", "pcie.h2d", "pcie.d2h"):
         assert metric in r.stdout
-    assert "p2p   2 pairs" in r.stdout
+    assert "2 pairs" in r.stdout
     assert "correct True" in r.stdout
     assert "RESULT" in r.stdout
+
+
+def test_gpu_check_script_stops_at_a_failed_preflight() -> None:
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+    r = subprocess.run(
+        [sys.executable, str(script), "--device", "numpy", "--profile", "smoke"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "HOME": "/dev/null/home"},  # not creatable, not even by root
+    )
+    assert r.returncode == 1, r.stderr
+    (row,) = [line for line in r.stdout.splitlines() if line.startswith("preflight")]
+    assert row.split()[:3] == ["preflight", "home", "FAILED"]
+    assert "fix: give the probe pod a writable $HOME" in r.stdout
+    assert "memory.bandwidth" not in r.stdout  # no probe ran
+    assert r.stdout.rstrip().endswith("RESULT PREFLIGHT FAILED")
 
 
 def _free_port() -> int:

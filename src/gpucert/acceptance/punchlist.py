@@ -55,7 +55,7 @@ def severity_of(check: str) -> str:
         return "other"
     if family in (Family.HEALTH, Family.DCGM):
         return "hardware"
-    if check in ("node.reachable", "inventory.gpus", "handover.identity"):
+    if check in ("node.reachable", "probe.preflight", "inventory.gpus", "handover.identity"):
         return "missing"
     if family in (Family.PERFORMANCE, Family.HANDOVER):
         return "performance"

@@ -61,17 +61,23 @@ def main(argv: list[str] | None = None) -> int:
             document = run_plan(plan, emit=emit).model_dump_json(by_alias=True)
     except GpucertError as exc:
         print(f"gpucert.probes: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except (OSError, TimeoutError, ConnectionError) as exc:
+        return _leave(exc.exit_code)
+    except (OSError, TimeoutError, ConnectionError) as exc:  # a hung all-reduce on a rank other than 0, too
         print(f"gpucert.probes: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 3
+        return _leave(3)
     sys.stdout.write(frame(document) if args.framed else document + "\n")
     sys.stdout.flush()
-    if abandoned():  # a hung probe's thread (and its CUDA context) would hold the exit forever
+    return _leave(0)
+
+
+def _leave(code: int) -> int:
+    """`code`, or leave at once where a hung probe's thread (and its CUDA context) would hold the exit forever."""
+    if abandoned():
         print(f"gpucert.probes: abandoned {', '.join(abandoned())}", file=sys.stderr)
+        sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
-    return 0
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

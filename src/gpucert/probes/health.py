@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from gpucert.errors import ConfigError
 from gpucert.evidence import (
     EccCounts,
     GpuEvidence,
@@ -27,6 +28,7 @@ from gpucert.evidence import (
     XidEvent,
 )
 from gpucert.probes.device import missing_gpu_extra
+from gpucert.probes.preflight import NVML_FIXES
 
 __all__ = [
     "NVLINK_ERROR_COUNTERS",
@@ -69,12 +71,26 @@ NVLINK_ERROR_COUNTERS = {
 }
 
 
+# on this machine (the local target) rather than in a probe pod
+HOST_NVML_FIXES = {
+    "NVMLError_LibraryNotFound": "libnvidia-ml.so.1, the NVIDIA driver's NVML library, is not installed on this "
+    "machine: install the NVIDIA driver",
+}
+
+
 def open_nvml() -> Any:
     try:
         import pynvml
     except ImportError as exc:
         raise missing_gpu_extra("nvidia-ml-py (NVML)", exc) from None
-    pynvml.nvmlInit()
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:  # no libnvidia-ml.so.1, no driver loaded, no permission: say which, and the fix
+        name = type(exc).__name__
+        fix = {**NVML_FIXES, **HOST_NVML_FIXES}.get(name, "check the NVIDIA driver on this machine (nvidia-smi)")
+        raise ConfigError(
+            f"NVML could not start ({name}: {exc}): {fix}; or set target.device: numpy for a CPU smoke run"
+        ) from None
     return pynvml
 
 

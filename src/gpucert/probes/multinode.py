@@ -8,6 +8,10 @@ whether its reduced buffers were right, and the NumPy device uses them as its tr
 
 Every process must launch each collective the same number of times, so the timing here is a fixed count of
 repetitions (the plan's `min_reps`), never a time budget that each node would spend differently.
+
+The sweep runs under the watchdog the single-node probes have: a process whose GPU or NCCL call hangs holds every
+other process in its collective. Past the limit each process sends process 0 how many collectives it launched
+and completed; process 0 names the process (node) that launched fewer than the others, or sent nothing.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ import numpy as np
 from gpucert._version import __version__
 from gpucert.evidence import FabricEvidence, ProbeError
 from gpucert.probes import nccl
+from gpucert.probes.device import Device
 from gpucert.probes.runner import ProbePlan, devices_for
 from gpucert.probes.timing import Budget
+from gpucert.probes.watchdog import ProbeTimeout, within
 
 __all__ = ["DEFAULT_PORT", "Peer", "Rendezvous", "SocketCollective", "run_multinode"]
 
@@ -168,12 +174,116 @@ class SocketCollective(nccl.NumpyCollective):
             np.copyto(r, total)
 
 
+class _Progress:
+    """A collective that counts what this process launched and saw complete (what a hang is told apart by)."""
+
+    def __init__(self) -> None:
+        self.coll: nccl.Collective | None = None  # made under the watchdog: NCCL's init waits for every rank
+        self.launched = self.completed = self.ranks = 0
+
+    def start(self, coll: nccl.Collective) -> _Progress:
+        self.coll, self.ranks = coll, coll.ranks
+        return self
+
+    def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
+        assert self.coll is not None
+        return self.coll.buffers(count)
+
+    def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
+        assert self.coll is not None
+        self.launched += 1
+        self.coll.all_reduce(send, recv, count)
+
+    def synchronize(self) -> None:
+        assert self.coll is not None
+        self.coll.synchronize()
+        self.completed = self.launched
+
+    def correct(self, recv: list[Any], count: int) -> bool:
+        assert self.coll is not None
+        return self.coll.correct(recv, count)
+
+
+def _status(progress: _Progress) -> bytes:
+    return json.dumps({"status": "timeout", "launched": progress.launched, "completed": progress.completed}).encode()
+
+
+def _read_status(conn: socket.socket, until: float) -> dict[str, Any] | None:
+    """A process's word after the watchdog: its status, `done` (its sweep finished), or None (nothing came)."""
+    while time.monotonic() < until:
+        conn.settimeout(max(0.05, until - time.monotonic()))
+        try:
+            msg = recv_msg(conn)
+        except (OSError, ValueError):
+            return None
+        if msg in (b"0", b"1"):  # its flag: the sweep finished there
+            return {"status": "done"}
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            doc = json.loads(msg)
+            if isinstance(doc, dict) and doc.get("status") == "timeout":
+                return doc
+    return None  # a frame of the collective's own, or silence
+
+
+def _who_hung(rdzv: Rendezvous, mine: _Progress, wait_s: float) -> str:
+    """Process 0, after its watchdog: which process (node) did not arrive, from every process's counts."""
+    until = time.monotonic() + wait_s
+    said: dict[int, dict[str, Any] | None] = {0: {"launched": mine.launched, "completed": mine.completed}}
+    for r, conn in sorted(rdzv.socks.items()):
+        said[r] = _read_status(conn, until)
+    node = {p.rank: p.node for p in rdzv.peers}
+    silent = [r for r, s in said.items() if s is None]
+    counts = {r: int(s["launched"]) for r, s in said.items() if s is not None and "launched" in s}
+    most = max(counts.values(), default=0)
+    behind = [r for r, n in counts.items() if n < most]
+    parts = [f"rank {r} ({node.get(r, '?')}) did not arrive: nothing came from it after the watchdog" for r in silent]
+    parts += [
+        f"rank {r} ({node.get(r, '?')}) did not arrive: it launched {counts[r]} collectives, the others {most}"
+        for r in behind
+    ]
+    if not parts:
+        return f"every process launched {most} collectives and none saw the last complete: the fabric between them"
+    return "; ".join(parts)
+
+
+def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective]) -> tuple[Any, int]:
+    """The communicators and the sweep under the watchdog; past it, this process's counts go to process 0 (which
+    names who hung) and the process's own error names its rank."""
+    b = plan.budget
+    reps = max(b.min_reps, 1)
+    limit = b.watchdog_s + len(plan.sizes.nccl_sizes) * (b.warmup_s + b.measure_s)
+    # the other processes give up a little after process 0, which is then listening for their counts
+    grace = min(10.0, b.watchdog_s / 2)
+    limit += grace if rdzv.rank != 0 else 0.0
+    progress = _Progress()
+
+    def run() -> Any:
+        return nccl.all_reduce_sweep(progress.start(make()), Budget(0.0, 0.0, reps, reps), plan.sizes.nccl_sizes)
+
+    try:
+        return within(limit, run, "the all-reduce across nodes"), reps
+    except ProbeTimeout as exc:
+        if rdzv.rank != 0:
+            with contextlib.suppress(OSError):
+                send_msg(rdzv.socks[0], _status(progress))
+            raise ProbeTimeout(f"{exc} on rank {rdzv.rank} (launched {progress.launched} collectives)") from None
+        raise ProbeTimeout(f"{exc}: {_who_hung(rdzv, progress, 2 * grace + 5)}") from None
+
+
 def run_multinode(
-    plan: ProbePlan, *, rank: int, processes: int, host: str, port: int = DEFAULT_PORT, timeout_s: float = 600
+    plan: ProbePlan,
+    *,
+    rank: int,
+    processes: int,
+    host: str,
+    port: int = DEFAULT_PORT,
+    timeout_s: float = 600,
+    collective: Callable[[Rendezvous, list[Device]], nccl.Collective] | None = None,
 ) -> FabricEvidence | None:
     """This process's part of the all-reduce across nodes; process 0 returns the evidence, the others None.
 
     On process 0 a failure is recorded in the evidence; elsewhere it raises (the pod fails with the message).
+    `collective(rendezvous, devices)` makes the collective (NCCL on GPUs, the sockets' sum on the NumPy device).
     """
     started = _now()
     rdzv = Rendezvous(rank, processes, host, port, timeout_s)
@@ -189,13 +299,15 @@ def run_multinode(
             return nccl.unique_id_wire(cupy_nccl.get_unique_id())
 
         rdzv.join(plan.node, len(devices), make_uid)
-        coll: nccl.Collective = (
-            nccl.CupyNccl(devices, rdzv.world, rdzv.first_rank, rdzv.uid)
-            if on_gpu
-            else SocketCollective(rdzv, len(devices))
-        )
-        reps = max(plan.budget.min_reps, 1)
-        sweep = nccl.all_reduce_sweep(coll, Budget(0.0, 0.0, reps, reps), plan.sizes.nccl_sizes)
+
+        def make() -> nccl.Collective:
+            if collective is not None:
+                return collective(rdzv, devices)
+            if on_gpu:
+                return nccl.CupyNccl(devices, rdzv.world, rdzv.first_rank, rdzv.uid)
+            return SocketCollective(rdzv, len(devices))
+
+        sweep, reps = _sweep(plan, rdzv, make)
         correct = rdzv.gather_flags(sweep.correct)
         if rank != 0:
             return None

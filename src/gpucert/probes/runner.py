@@ -2,9 +2,10 @@
 
 `python -m gpucert.probes --plan plan.json` runs it in a probe pod; the `local` target runs the same function
 in-process. The order on a GPU node:
-1. NVML: the system, and each GPU's identity and health at idle (so a GPU that cannot start is still named and
+1. the preflight (`preflight`): NVML, CuPy, a kernel, cuBLAS, NCCL, dcgmi, a writable home and cache; a failure
+   is the node's one error, naming its cause and fix, and no probe runs;
+2. NVML: the system, and each GPU's identity and health at idle (so a GPU that cannot start is still named and
    its health explains why);
-2. CuPy is loaded (a failure here, e.g. an unwritable kernel cache, is the node's one error, with its cause);
 3. DCGM's diagnostic, before this process creates any CUDA context or holds any GPU memory;
 4. each GPU is started (a GPU whose context cannot be created is that GPU's error) and matched
    to its NVML device by PCI bus id;
@@ -22,7 +23,7 @@ import platform
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any, Literal, TypeVar
@@ -45,7 +46,9 @@ from gpucert.probes import health as nvml_probe
 from gpucert.probes.affinity import cpu_list as _cpu_list
 from gpucert.probes.affinity import pinned as _pinned
 from gpucert.probes.boards import start_in_board_order
+from gpucert.probes.deadline import dcgm_seconds
 from gpucert.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
+from gpucert.probes.preflight import run_preflight, summary
 from gpucert.probes.stream import GPU_PROBES, METRICS, Done, Emit, NodeHeader
 from gpucert.probes.timing import Budget
 from gpucert.probes.watchdog import ProbeTimeout, within
@@ -81,7 +84,7 @@ class Sizes(_M):
 class DcgmPlan(_M):
     level: int = 2
     host: str | None = None
-    timeout_s: float = 7200
+    timeout_s: float | None = None  # None: the level's time (deadline.dcgm_seconds), inside the Job's deadline
 
 
 class ProbePlan(_M):
@@ -397,30 +400,26 @@ def run_plan(
     *,
     emit: Emit | None = None,
     open_device: Callable[[int], Device] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> NodeEvidence:
     """Run every probe of the plan on this node's devices and return the node's evidence.
 
     `nvml` is pynvml (opened here when None on a GPU; given with the NumPy device, the tests' fake NVML);
     `emit(key, part)` receives each part as it is measured (see `stream`); `open_device(ordinal)` starts one
-    device (CupyDevice or NumpyDevice by default).
+    device (CupyDevice or NumpyDevice by default); `env` is the environment the preflight checks (this process's
+    by default). The preflight runs first: when it fails, that is the node's one error and no probe runs.
     """
     started = _now()
     emit = emit or (lambda key, part: None)
     on_gpu = plan.device == "cupy"
-    failure = ""
     if on_gpu:
         for note in prepare_cuda_environment():
             print(f"gpucert.probes: {note}", file=sys.stderr)
-        if nvml is None:
-            try:
-                nvml = nvml_probe.open_nvml()
-            except GpucertError:
-                raise  # the GPU extra is not installed: the image is wrong, not the node
-            except Exception as exc:  # no driver, a library mismatch: the node's one error
-                failure = f"NVML could not start: {_why(exc)}"
+    pre = run_preflight(set(plan.probes), on_gpu, nvml=nvml, env=env)
+    nvml = pre.nvml
     node = _Node(plan, nvml, emit)
     count = plan.gpus if plan.gpus is not None else int(nvml.nvmlDeviceGetCount()) if nvml is not None else 1
-    if failure:
+    if on_gpu and nvml is None:
         count = plan.gpus or 0
     emit(
         "node",
@@ -455,33 +454,27 @@ def run_plan(
                 g.model_copy(update={"measurements": node.measured.get(i, {})}) for i, g in sorted(node.gpus.items())
             ],
             errors=node.rec.errors,
+            preflight=pre.steps,
             **parts,
         )
 
-    if failure:
-        node.rec.error(ProbeError(probe="*", message=failure))
+    if pre.failed:  # the node's one finding (probe.preflight): no probe runs, so none fails on its own
+        node.rec.error(ProbeError(probe="preflight", message=summary(pre.failed)))
         return finish(collected=False)
     opener: Callable[[int], Device] = open_device or (CupyDevice if on_gpu else NumpyDevice)
-    if on_gpu and open_device is None:
-        try:
-            import cupy  # noqa: F401 - CuPy 14 creates its kernel cache here: an OSError is the node's error
-        except ImportError as exc:
-            raise missing_gpu_extra("CuPy", exc) from None
-        except Exception as exc:
-            node.rec.error(ProbeError(probe="*", message=f"the GPU runtime (CuPy) could not start: {_why(exc)}"))
-            return finish(collected=False)
     dcgm_ev: DcgmEvidence | None = None
     if Probe.DCGM in node.probes:  # first: no CUDA context of ours yet, no GPU memory held in CuPy's pools
         from gpucert.probes.dcgm import run_diag
 
         serials = {g.index: g.serial for g in node.gpus.values()}  # every board: DCGM's entries are tied by serial
+        dcgm_s = plan.dcgm.timeout_s or dcgm_seconds(plan.dcgm.level)
         dcgm_ev = node.rec.attempt(
             "dcgm",
             lambda: run_diag(
                 plan.dcgm.level,
                 serials=serials,
                 host=plan.dcgm.host,
-                timeout_s=plan.dcgm.timeout_s,
+                timeout_s=dcgm_s,
                 cuda_driver_version=system.cuda_driver_version,
             ),
         )

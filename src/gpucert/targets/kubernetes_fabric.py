@@ -96,7 +96,15 @@ class FabricJobs(ProbeJobs):
             },
             **self.fabric_pod(name, nodes),
         }
-        job = self.job(meta, labels, pod, completionMode="Indexed", completions=len(nodes), parallelism=len(nodes))
+        job = self.job(
+            meta,
+            labels,
+            pod,
+            self.deadline_for(None),
+            completionMode="Indexed",
+            completions=len(nodes),
+            parallelism=len(nodes),
+        )
         return service, job
 
     def fabric_refused(self, nodes: list[str]) -> str:
@@ -166,8 +174,8 @@ class FabricJobs(ProbeJobs):
                 run,
                 f"the all-reduce across nodes was still Pending after {t.pending_timeout_seconds} s: {'; '.join(why)}",
             )
-        elif age > t.active_deadline_seconds + 60:
-            self._fabric_failed(run, f"the all-reduce across nodes ran past its {t.active_deadline_seconds} s deadline")
+        elif age > self.deadline_for(None) + 60:
+            self._fabric_failed(run, f"the all-reduce across nodes ran past its {self.deadline_for(None)} s deadline")
 
     def run_fabrics(self, groups: list[list[str]]) -> list[FabricEvidence]:
         """One all-reduce across each group of nodes, all at once (no node is in two groups); whatever stops one

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from gpucert._version import __version__
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
+from gpucert.probes.deadline import fabric_seconds, job_seconds
 from gpucert.probes.framing import FramingError, parts, unframe
 from gpucert.probes.runner import DcgmPlan, ProbePlan
 from gpucert.probes.stream import rebuild
@@ -102,11 +103,7 @@ class ProbeJobs:
         self.label = run_label(self.plan.run_id)
         self.labels = {LABEL_RUN: self.label, LABEL_MANAGED: "gpucert"}
         self.cm_name = f"gpucert-{self.label}"
-
-    # ---- objects -----------------------------------------------------------------------------------------------
-
-    def create_configmap(self, name: str | None = None) -> str:
-        probe_plan = ProbePlan(
+        self.probe_plan = ProbePlan(
             run_id=self.plan.run_id,
             node="(set by --node)",
             target="kubernetes",
@@ -115,6 +112,29 @@ class ProbeJobs:
             samples={Probe(k): n for k, n in self.plan.samples.items()},
             dcgm=DcgmPlan(level=self.plan.dcgm_level),
         )
+        most = max([self.gpus_per_node, *self.plan.gpus.values()])
+        needed = job_seconds(self.probe_plan, most)
+        if t.active_deadline_seconds is not None and t.active_deadline_seconds < needed:
+            raise ConfigError(
+                f"{t.active_deadline_seconds} s is shorter than the probes need on a {most}-GPU node ({needed} s: "
+                "the preflight, DCGM's level, every probe's budget and watchdog, a margin); raise it or leave it out",
+                path=self.cluster.spec_path,
+                key="target.activeDeadlineSeconds",
+            )
+
+    def deadline_for(self, node: str | None) -> int:
+        """The Job's activeDeadlineSeconds: the spec's, or what the node's plan needs (None: the all-reduce)."""
+        t = self.cluster.options
+        if t.active_deadline_seconds is not None:
+            return t.active_deadline_seconds
+        if node is None:
+            return fabric_seconds(self.probe_plan, t.pending_timeout_seconds + 60)
+        return job_seconds(self.probe_plan, self.gpus_for(node))
+
+    # ---- objects -----------------------------------------------------------------------------------------------
+
+    def create_configmap(self, name: str | None = None) -> str:
+        probe_plan = self.probe_plan
         body = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -180,8 +200,10 @@ class ProbeJobs:
         self.cluster.labels.setdefault(node, labels)
         return self.cluster.hostnames[node]
 
-    def job(self, meta: dict[str, Any], labels: dict[str, str], pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
-        """A probe Job: one try, the spec's deadline, gone an hour after it finished; `spec` adds to its spec."""
+    def job(
+        self, meta: dict[str, Any], labels: dict[str, str], pod: dict[str, Any], deadline: int, **spec: Any
+    ) -> dict[str, Any]:
+        """A probe Job: one try, its deadline, gone an hour after it finished; `spec` adds to its spec."""
         return {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -189,7 +211,7 @@ class ProbeJobs:
             "spec": {
                 **spec,
                 "backoffLimit": 0,
-                "activeDeadlineSeconds": self.cluster.options.active_deadline_seconds,
+                "activeDeadlineSeconds": deadline,
                 "ttlSecondsAfterFinished": 3600,
                 "template": {"metadata": {"labels": labels}, "spec": pod},
             },
@@ -203,7 +225,8 @@ class ProbeJobs:
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_node]}}
         }
         meta = self.owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node})
-        return self.job(meta, labels, {"affinity": affinity, **self.probe_pod(self.cm_name, gpus=self.gpus_for(node))})
+        pod = {"affinity": affinity, **self.probe_pod(self.cm_name, gpus=self.gpus_for(node))}
+        return self.job(meta, labels, pod, self.deadline_for(node))
 
     def gpus_for(self, node: str) -> int:
         """All the GPUs the node's pool expects (several pools may expect different counts)."""
@@ -271,7 +294,7 @@ class ProbeJobs:
             return ""
         for cond in (json.loads(resp.data).get("status") or {}).get("conditions") or []:
             if cond.get("type") == "Failed" and cond.get("reason") == "DeadlineExceeded":
-                secs = self.cluster.options.active_deadline_seconds
+                secs = self.deadline_for(run.node)
                 return f"the Job's activeDeadlineSeconds ({secs} s) ran out (DeadlineExceeded: {cond.get('message')})"
         return ""
 
@@ -376,8 +399,8 @@ class ProbeJobs:
                 else:
                     why = run.unschedulable or ("no pod was created" if run.pod is None else "")
                     self._failed(run, f"the probe pod was still Pending after {limit} s" + (f" ({why})" if why else ""))
-            elif age > t.active_deadline_seconds + 60:
-                self._stopped(run, {}, f"the probe ran past its {t.active_deadline_seconds} s deadline")
+            elif age > self.deadline_for(run.node) + 60:
+                self._stopped(run, {}, f"the probe ran past its {self.deadline_for(run.node)} s deadline")
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from gpucert.evidence import (
     P2pEvidence,
     P2pPair,
     PcieLink,
+    PreflightStep,
     ProbeError,
     RemappedRows,
     SystemFacts,
@@ -38,11 +39,13 @@ from gpucert.fleet import (
     NvlinkDownFault,
     NvlinkErrorsFault,
     PcieLinkFault,
+    PreflightFault,
     RemappedRowsFault,
     TemperatureFault,
     ThrottleFault,
     XidFault,
 )
+from gpucert.probes import preflight
 from gpucert.probes.dcgm import parse_diag
 from gpucert.probes.dcgm_boards import tie_to_boards
 from gpucert.probes.health import NVLINK_ERROR_COUNTERS, THROTTLE_COUNTERS
@@ -55,6 +58,18 @@ from gpucert.targets.simulated.world import sig as _sig
 
 __all__ = ["SimulatedProbes"]
 
+# what each preflight step reports for the commonest cause of its failure (the real step's words)
+NVML_MISSING = "NVMLError_LibraryNotFound"
+SIMULATED_PREFLIGHT = {
+    "home": "OSError: [Errno 30] Read-only file system: '/nonexistent'",
+    "cache": "PermissionError: [Errno 13] Permission denied: '/opt/gpucert/.cupy'",
+    "nvml": f"{NVML_MISSING}: NVML Shared Library Not Found",
+    "cupy": "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+    "kernel": "RuntimeError: Failed to find CUDA headers",
+    "cublas": "CUBLASError: CUBLAS_STATUS_NOT_INITIALIZED",
+    "nccl": "ImportError: CuPy found no NCCL library (cupy.cuda.nccl.available is False)",
+    "dcgmi": "FileNotFoundError: [Errno 2] No such file or directory: 'dcgmi'",
+}
 SAMPLES = {"memory": 20, "compute": 20, "pcie": 10, "p2p": 5, "nccl": 10}
 NCCL_SIZES = [1 << s for s in range(20, 34, 2)]  # 1 MiB .. 8 GiB
 NCCL_HALF_SIZE = 64 << 20  # message size at which the simulated bus reaches half its plateau
@@ -346,6 +361,8 @@ class SimulatedProbes(World):
                     ProbeError(probe="*", message="probe pod did not start: node is not Ready (NodeStatusUnknown)")
                 ],
             )
+        if nf.preflight is not None:
+            return self._preflight_failed(node, nf.preflight, plan, started)
         rng = self._rng(node)
         aux = self._stream(node, OUTLIER_STREAM)
         probes = set(plan.probes)
@@ -403,6 +420,28 @@ class SimulatedProbes(World):
             ),
             dcgm=dcgm,
             errors=errors,
+        )
+
+    def _preflight_failed(self, node: str, fault: PreflightFault, plan: MeasurePlan, started: str) -> NodeEvidence:
+        """The runner's answer when a preflight step fails: the steps before it passed, no probe ran."""
+        steps = preflight.steps_for(set(plan.probes), on_gpu=True)
+        failed = PreflightStep(
+            step=fault.step,
+            ok=False,
+            detail=fault.message or SIMULATED_PREFLIGHT[fault.step],
+            fix=preflight.STEP_FIXES[fault.step] if fault.step != "nvml" else preflight.NVML_FIXES[NVML_MISSING],
+        )
+        ran = steps[: steps.index(fault.step)] if fault.step in steps else steps
+        before = [PreflightStep(step=s, ok=True, detail="simulated") for s in ran]
+        return NodeEvidence(
+            node=node,
+            target=self.kind,
+            probe_version=__version__,
+            started=started,
+            finished=started,
+            collected=False,
+            errors=[ProbeError(probe="preflight", message=preflight.summary([failed]))],
+            preflight=[*before, failed],
         )
 
     def _fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:

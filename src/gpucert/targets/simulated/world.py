@@ -21,6 +21,7 @@ from gpucert.fleet import (
     MissingComponentFault,
     MissingGpuFault,
     OrderingFault,
+    PreflightFault,
     SimulatedFleet,
     SlowFault,
     SwappedGpuFault,
@@ -68,6 +69,7 @@ class NodeFaults:
     unhealthy: set[int] = field(default_factory=set)
     missing_components: set[str] = field(default_factory=set)
     unreachable: bool = False
+    preflight: PreflightFault | None = None
 
 
 class World:
@@ -105,6 +107,8 @@ class World:
                     nf.missing_components.add(f.component)
                 case UnreachableFault():
                     nf.unreachable = True
+                case PreflightFault():
+                    nf.preflight = f
                 case _:
                     nf.gpu.setdefault(f.gpu, []).append(f)
 

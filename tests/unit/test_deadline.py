@@ -1,0 +1,57 @@
+"""The probe Job's deadline comes from the plan (issue 21, item 9): DCGM level 4's timeout no longer equals the
+Job's activeDeadlineSeconds, so DCGM, not the kubelet, reports a diagnostic that overran."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gpucert.probes.deadline import DCGM_LEVEL_S, MARGIN_S, dcgm_seconds, fabric_seconds, job_seconds
+from gpucert.probes.preflight import STEP_S
+from gpucert.probes.runner import DcgmPlan, ProbePlan, run_plan
+from gpucert.spec import Probe
+
+from .fake_nvml import eight_gpus, fake_nvml
+
+
+def gpu_plan(level: int, probes: list[Probe] | None = None) -> ProbePlan:
+    return ProbePlan(run_id="r", node="n", device="cupy", probes=probes or list(Probe), dcgm=DcgmPlan(level=level))
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+def test_the_job_outlives_dcgm_and_every_probe(level: int) -> None:
+    plan = gpu_plan(level)
+    deadline = job_seconds(plan, 8)
+    without_dcgm = job_seconds(gpu_plan(level, [p for p in Probe if p is not Probe.DCGM]), 8)
+    # DCGM's own timeout inside it, and the preflight's `dcgmi --version`
+    assert deadline - without_dcgm == dcgm_seconds(level) + STEP_S == DCGM_LEVEL_S[level] + STEP_S
+    assert without_dcgm > 8 * plan.budget.watchdog_s + MARGIN_S  # room for every GPU's watchdog to fire once
+    assert deadline != 7200
+
+
+def test_level_4_no_longer_equals_the_jobs_deadline() -> None:
+    # before: DcgmPlan.timeout_s 7200 and activeDeadlineSeconds 7200, so the kubelet killed the pod first
+    plan = gpu_plan(4)
+    assert dcgm_seconds(4) > 7200  # memtest and pulse_test on 8 GPUs take 1-2 hours: 7200 s was too short anyway
+    assert job_seconds(plan, 8) > dcgm_seconds(4) + 1000
+
+
+def test_more_gpus_more_time_and_the_fabric_has_its_own() -> None:
+    plan = gpu_plan(2)
+    assert job_seconds(plan, 8) > job_seconds(plan, 4) > job_seconds(plan, 1)
+    assert fabric_seconds(plan, 660) > 660 + plan.budget.watchdog_s
+
+
+def test_the_probe_reports_dcgm_overrunning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = tmp_path / "dcgmi"
+    exe.write_text("#!/bin/sh\nsleep 5\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    plan = ProbePlan(
+        run_id="r", node="n", device="numpy", gpus=1, probes=[Probe.DCGM], dcgm=DcgmPlan(level=4, timeout_s=0.5)
+    )
+    ev = run_plan(plan, nvml=fake_nvml(*eight_gpus()[:1]))
+    assert ev.dcgm is not None
+    assert ev.dcgm.runtime_error == "dcgmi diag -r 4 did not finish in 0 s"  # the probe's word, in its document

@@ -1,0 +1,91 @@
+"""The all-reduce across nodes under the watchdog (issue 21, item 8): a process whose collective hangs no longer
+holds the Job until its deadline, and process 0 names the rank (node) that did not arrive.
+
+Three processes (threads here, each with its own TCP connection to process 0, as pods have) run the real
+rendezvous and sweep on the NumPy device; rank 1 hangs preparing the second size's buffers (a hung fill kernel)
+and never launches that size's all-reduce, as a rank whose GPU hangs. Before the fix every process waited on it
+until the Job's deadline.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+from gpucert.evidence import FabricEvidence
+from gpucert.probes.device import Device
+from gpucert.probes.multinode import Rendezvous, SocketCollective, run_multinode
+from gpucert.probes.runner import ProbePlan
+from gpucert.probes.watchdog import ProbeTimeout
+
+
+class HangsAfter(SocketCollective):
+    """Rank 1's collective: the second size's buffers never come (the fill kernel on its GPU hangs)."""
+
+    release = threading.Event()
+
+    def __init__(self, rdzv: Rendezvous, local: int) -> None:
+        super().__init__(rdzv, local)
+        self.sizes = 0
+
+    def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
+        self.sizes += 1
+        if self.sizes > 1:
+            self.release.wait()  # never set: the watchdog abandons this thread
+        return super().buffers(count)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_hung_rank_is_named_and_nobody_waits_for_the_deadline() -> None:
+    plan = ProbePlan(
+        run_id="r",
+        node="x",
+        device="numpy",
+        gpus=1,
+        budget={"min_reps": 3, "warmup_s": 0, "measure_s": 0, "watchdog_s": 1.0},
+        sizes={"nccl_sizes": [1 << 12, 1 << 14]},
+    )
+    port = free_port()
+    out: dict[int, Any] = {}
+
+    def rank(r: int) -> None:
+        def hanging(rdzv: Rendezvous, devices: list[Device]) -> SocketCollective:
+            return HangsAfter(rdzv, len(devices))
+
+        try:
+            out[r] = run_multinode(
+                plan.model_copy(update={"node": f"node-{r}"}),
+                rank=r,
+                processes=3,
+                host="localhost",
+                port=port,
+                timeout_s=20,
+                collective=hanging if r == 1 else None,
+            )
+        except Exception as exc:
+            out[r] = exc
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in (0, 1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in threads), "a process still waits on the hung rank"
+    fabric = out[0]
+    assert isinstance(fabric, FabricEvidence)
+    assert not fabric.collected
+    (err,) = fabric.errors
+    assert "the all-reduce across nodes did not finish in 1 s" in err.message
+    assert "rank 1 (node-1) did not arrive" in err.message
+    assert "rank 2" not in err.message  # it launched as many collectives as process 0
+    assert isinstance(out[1], ProbeTimeout)
+    assert "on rank 1 (launched 4 collectives)" in str(out[1])  # the first size: a warm-up and 3 repetitions
+    assert isinstance(out[2], ProbeTimeout)
+
+

@@ -1,0 +1,170 @@
+"""The probe pod's preflight (issue 21, items 4 and 16) against the real libraries where this machine has them.
+
+This machine has nvidia-ml-py but no NVIDIA driver and no CuPy: the real `pynvml.nvmlInit()` raises
+`NVMLError_LibraryNotFound` (nvidia-ml-py 13.615.71, pynvml.py `_LoadNvmlLibrary`: `CDLL("libnvidia-ml.so.1")`
+fails with OSError and `_nvmlCheckReturn(NVML_ERROR_LIBRARY_NOT_FOUND)` raises the class
+`_extractNVMLErrorsAsClasses` made for that code), and `import cupy` raises ImportError. Those are the first-run
+failures of a pod without the NVIDIA runtime and of an image without the GPU extra.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from gpucert.errors import ConfigError
+from gpucert.probes import preflight
+from gpucert.probes.health import open_nvml
+from gpucert.probes.runner import ProbePlan, run_plan
+from gpucert.spec import Probe
+
+ROOT = Path(__file__).resolve().parents[2]
+ALL = set(Probe)
+no_nvml = pytest.mark.skipif(
+    ctypes.util.find_library("nvidia-ml") is not None, reason="this machine has an NVIDIA driver (libnvidia-ml)"
+)
+
+
+def steps(pre: preflight.Preflight) -> dict[str, tuple[bool, str, str | None]]:
+    return {s.step: (s.ok, s.detail, s.fix) for s in pre.steps}
+
+
+@no_nvml
+def test_no_nvml_library_and_no_cupy_name_what_is_missing(tmp_path: Path) -> None:
+    pytest.importorskip("pynvml")
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here")
+    pre = preflight.run_preflight(ALL - {Probe.DCGM}, True, env={"HOME": str(tmp_path)})
+    found = steps(pre)
+    assert found["home"][0]
+    assert found["cache"][0]
+    ok, detail, fix = found["nvml"]
+    assert not ok
+    assert detail == "NVMLError_LibraryNotFound: NVML Shared Library Not Found"
+    assert fix is not None
+    assert fix.startswith("libnvidia-ml.so.1 is not in the container: run the pod with the NVIDIA")
+    ok, detail, fix = found["cupy"]
+    assert not ok
+    assert detail.startswith("ModuleNotFoundError: No module named 'cupy'")
+    assert fix == preflight.GPU_EXTRA
+    assert set(found) == {"home", "cache", "nvml", "cupy"}  # kernel, cuBLAS and NCCL not tried without CuPy
+    assert pre.nvml is None
+
+
+@no_nvml
+def test_in_a_probe_pod_no_nvml_is_the_nodes_one_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CUPY_CACHE_DIR", str(tmp_path / "cache"))
+    plan = ProbePlan(run_id="r", node="gpu-01", probes=[Probe.HEALTH, Probe.MEMORY], device="cupy")
+    ev = run_plan(plan)  # before: the runner raised ConfigError out of the pod for a missing GPU extra
+    assert not ev.collected
+    (err,) = ev.errors
+    assert err.probe == "preflight"
+    assert "preflight nvml failed: NVMLError_LibraryNotFound" in err.message
+    assert ev.gpus == []
+
+
+@no_nvml
+def test_local_target_without_nvml_is_a_one_line_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        open_nvml()
+    message = str(caught.value)
+    assert "NVMLError_LibraryNotFound" in message
+    assert "libnvidia-ml.so.1, the NVIDIA driver's NVML library, is not installed on this machine" in message
+    assert "\n" not in message
+
+
+@no_nvml
+def test_gpucert_certify_local_without_nvml_exits_2_with_one_line(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gpucert.cli", "certify", str(ROOT / "examples" / "local.yaml"), "--reports", "r"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("gpucert: error:")]
+    assert "NVML could not start (NVMLError_LibraryNotFound" in line
+    assert "install the NVIDIA driver" in line
+
+
+def fake_dcgmi(tmp_path: Path, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    exe = tmp_path / "bin" / "dcgmi"
+    exe.parent.mkdir()
+    exe.write_text(f"#!/bin/sh\n{body}\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}/usr/bin:/bin")
+
+
+def only(pre: preflight.Preflight, step: str) -> tuple[bool, str, str | None]:
+    return steps(pre)[step]
+
+
+def dcgm_only(tmp_path: Path, timeout_s: float = 30) -> preflight.Preflight:
+    """A GPU plan of DCGM alone, NVML and CuPy stood in for so the dcgmi step is what is looked at."""
+    return preflight.run_preflight({Probe.DCGM}, True, nvml=object(), env={"HOME": str(tmp_path)}, timeout_s=timeout_s)
+
+
+def test_no_dcgmi_says_install_dcgm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+    ok, detail, fix = only(dcgm_only(tmp_path), "dcgmi")
+    assert not ok
+    assert "FileNotFoundError" in detail
+    assert "'dcgmi'" in detail
+    assert fix == preflight.STEP_FIXES["dcgmi"]
+
+
+def test_dcgmi_version_is_recorded_and_a_failing_dcgmi_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_dcgmi(tmp_path, "echo 'Version : 4.5.2'", monkeypatch)
+    assert only(dcgm_only(tmp_path), "dcgmi") == (True, "Version : 4.5.2", None)
+    (tmp_path / "bin" / "dcgmi").write_text("#!/bin/sh\necho 'libdcgm.so.4: cannot open' >&2\nexit 127\n")
+    ok, detail, _ = only(dcgm_only(tmp_path), "dcgmi")
+    assert not ok
+    assert detail == "RuntimeError: dcgmi --version exited 127: libdcgm.so.4: cannot open"
+
+
+def test_a_hung_step_is_a_failed_step_not_a_hung_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_dcgmi(tmp_path, "sleep 5", monkeypatch)
+    ok, detail, _ = only(dcgm_only(tmp_path, timeout_s=0.3), "dcgmi")
+    assert not ok
+    assert "preflight dcgmi did not finish in 0.3 s" in detail
+
+
+def test_an_unwritable_home_fails_even_for_root(tmp_path: Path) -> None:
+    pre = preflight.run_preflight(set(), False, env={"HOME": "/dev/null/home"})
+    ((ok, detail, fix),) = steps(pre).values()
+    assert not ok
+    assert detail.startswith("NotADirectoryError")
+    assert fix == preflight.STEP_FIXES["home"]
+
+
+def test_cupy_without_nccl_names_nccl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # cupy/cuda/nccl.py (CuPy 13 and 14): `available = False` when `from cupy_backends.cuda.libs.nccl import *`
+    # raises ImportError (no libnccl.so.2); the module still imports, and get_version does not exist
+    nccl = types.ModuleType("cupy.cuda.nccl")
+    nccl.available = False  # type: ignore[attr-defined]
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.nccl = nccl  # type: ignore[attr-defined]
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = cuda  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nccl", nccl)
+    with pytest.raises(ImportError, match=r"cupy\.cuda\.nccl\.available is False"):
+        preflight.nccl_version()
+
+
+def test_the_steps_follow_the_plan() -> None:
+    assert preflight.steps_for(set(), on_gpu=False) == ["home"]
+    assert preflight.steps_for({Probe.HEALTH}, on_gpu=True) == ["home", "cache", "nvml", "cupy", "kernel"]
+    assert preflight.steps_for(ALL, on_gpu=True)[-3:] == ["cublas", "nccl", "dcgmi"]
