@@ -33,7 +33,7 @@ from gpucert.evidence import FabricEvidence, ProbeError
 from gpucert.probes import nccl
 from gpucert.probes.device import Device
 from gpucert.probes.runner import ProbePlan, devices_for
-from gpucert.probes.timing import Budget
+from gpucert.probes.timing import Budget, Clock
 from gpucert.probes.watchdog import ProbeTimeout, within
 
 __all__ = ["DEFAULT_PORT", "Peer", "Rendezvous", "SocketCollective", "run_multinode"]
@@ -184,6 +184,10 @@ class _Progress:
     def start(self, coll: nccl.Collective) -> _Progress:
         self.coll, self.ranks = coll, coll.ranks
         return self
+
+    def clock(self) -> Clock:
+        assert self.coll is not None
+        return self.coll.clock()
 
     def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
         assert self.coll is not None
