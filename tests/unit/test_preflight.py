@@ -41,7 +41,7 @@ def test_no_nvml_library_and_no_cupy_name_what_is_missing(tmp_path: Path) -> Non
     pytest.importorskip("pynvml")
     if importlib.util.find_spec("cupy") is not None:
         pytest.skip("CuPy is installed here")
-    pre = preflight.run_preflight(ALL - {Probe.DCGM}, True, env={"HOME": str(tmp_path)})
+    pre = preflight.run_preflight(ALL - {Probe.DCGM}, True, env={**os.environ, "HOME": str(tmp_path)})
     found = steps(pre)
     assert found["home"][0]
     assert found["cache"][0]
@@ -168,3 +168,17 @@ def test_the_steps_follow_the_plan() -> None:
     assert preflight.steps_for(set(), on_gpu=False) == ["home"]
     assert preflight.steps_for({Probe.HEALTH}, on_gpu=True) == ["home", "cache", "nvml", "cupy", "kernel"]
     assert preflight.steps_for(ALL, on_gpu=True)[-3:] == ["cublas", "nccl", "dcgmi"]
+
+
+def test_the_gpu_steps_run_in_a_child_whose_crash_is_a_failed_step(tmp_path: Path) -> None:
+    """The GPU steps run in their own process (no CUDA context in the probe process before DCGM); here that
+    process dies of SIGSEGV at start, as under a broken driver, and the pod goes on to report it."""
+    crash = tmp_path / "crash"
+    crash.mkdir()
+    (crash / "sitecustomize.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    env = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": f"{crash}{os.pathsep}{ROOT / 'src'}"}
+    pre = preflight.run_preflight({Probe.MEMORY}, True, nvml=object(), env=env)
+    ok, detail, fix = steps(pre)["cupy"]
+    assert not ok
+    assert detail.startswith("the preflight's GPU process ended (signal 11)")
+    assert fix == preflight.CHILD_FIX

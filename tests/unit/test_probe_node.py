@@ -230,7 +230,7 @@ def test_an_unwritable_home_is_the_preflights_finding_and_the_cache_moves(
     monkeypatch.delenv("CUPY_CACHE_DIR")
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")
     monkeypatch.setattr(builtins, "__import__", fake_cupy(cupy14_cache))
-    ev = run_plan(gpu_plan(), nvml=fake_nvml(*eight_gpus()[:2]))
+    ev = run_plan(gpu_plan(), nvml=fake_nvml(*eight_gpus()[:2]), isolate_preflight=False)
     assert not ev.collected  # no probe ran: the preflight is the node's one error
     assert os.environ["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert (Path(os.environ["CUPY_CACHE_DIR"]) / "probe").exists()  # the cache moved where CuPy could write
@@ -249,7 +249,7 @@ def test_cupy_failing_to_load_is_the_nodes_error_with_its_cause(monkeypatch: pyt
         raise OSError("libcuda.so.1: cannot open shared object file: No such file or directory")
 
     monkeypatch.setattr(builtins, "__import__", fake_cupy(no_driver))
-    ev: NodeEvidence = run_plan(gpu_plan(), nvml=fake_nvml(*eight_gpus()[:2]))
+    ev: NodeEvidence = run_plan(gpu_plan(), nvml=fake_nvml(*eight_gpus()[:2]), isolate_preflight=False)
     assert not ev.collected
     (err,) = ev.errors
     assert err.probe == "preflight"

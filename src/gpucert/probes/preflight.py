@@ -14,13 +14,18 @@ step here tries the smallest thing that exercises one dependency and, when it fa
   dcgmi    `dcgmi --version` runs                            (only when the plan has the dcgm probe)
 
 The NumPy device (tests, a CPU smoke run) checks home only. Each step runs under the watchdog: a driver that
-hangs in nvmlInit or in the first context is a failed step, not a hung pod. Imports nothing of the harness.
+hangs in nvmlInit or in the first context is a failed step, not a hung pod. The GPU steps (cupy to nccl) run in
+a child process, so the probe process holds no CUDA context before DCGM's diagnostic, and a driver that crashes
+the child fails a step instead of the pod. Imports nothing of the harness.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -48,6 +53,10 @@ STEP_FIXES = {
     "nccl": "put NCCL in the image (pip install nvidia-nccl-cu12) or drop nccl from certify.probes",
     "dcgmi": "install DCGM 4 in the probe image (datacenter-gpu-manager-4-core) or drop dcgm from certify.probes",
 }
+CHILD_FIX = (
+    "run `python -m gpucert.probes.preflight memory` in the probe image on that node to see the failure, and check "
+    "that the node's driver supports the image's CUDA"
+)
 # pynvml's error classes (nvidia-ml-py 13, pynvml.py: `_extractNVMLErrorsAsClasses`) and what each means here
 NVML_FIXES = {
     "NVMLError_LibraryNotFound": "libnvidia-ml.so.1 is not in the container: " + STEP_FIXES["nvml"],
@@ -177,6 +186,36 @@ def steps_for(probes: set[Probe], on_gpu: bool) -> list[str]:
     return ["home", "cache", "nvml", "cupy", "kernel", *(step for probe, step in optional if probe in probes)]
 
 
+def _gpu_steps(s: _Steps, probes: set[Probe]) -> None:
+    """CuPy, a kernel, cuBLAS and NCCL: what touches the GPU (every plan starts the GPUs: health reads the PCIe
+    link under a copy)."""
+    if s.run("cupy", _cupy, _import_fix):
+        s.run("kernel", _kernel, _kernel_fix)
+        if Probe.COMPUTE in probes:
+            s.run("cublas", _cublas)
+        if Probe.NCCL in probes:
+            s.run("nccl", nccl_version)
+
+
+def _gpu_steps_in_child(probes: set[Probe], env: Mapping[str, str], timeout_s: float) -> list[PreflightStep]:
+    """The GPU steps in a process of their own: the probe process holds no CUDA context before DCGM's diagnostic
+    (which must have the GPUs to itself), and a driver that crashes the process fails a step, not the pod."""
+    cmd = [sys.executable, "-m", "gpucert.probes.preflight", *(p.value for p in sorted(probes))]
+    limit = 4 * timeout_s + 30
+    why = ""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, env=dict(env), check=False)
+        last = done.stdout.strip().splitlines()[-1:] or [""]
+        with contextlib.suppress(ValueError):
+            return [PreflightStep.model_validate(d) for d in json.loads(last[0])]
+        tail = (done.stderr.strip().splitlines() or [""])[-1]
+        code = done.returncode
+        why = f"the preflight's GPU process ended ({f'signal {-code}' if code < 0 else f'exit {code}'}): {tail}"
+    except subprocess.TimeoutExpired:
+        why = f"the preflight's GPU process did not finish in {limit:g} s"
+    return [PreflightStep(step="cupy", ok=False, detail=why, fix=CHILD_FIX)]
+
+
 def run_preflight(
     probes: set[Probe],
     on_gpu: bool,
@@ -184,11 +223,13 @@ def run_preflight(
     nvml: Any = None,
     env: Mapping[str, str] | None = None,
     timeout_s: float = STEP_S,
+    isolate: bool = True,
 ) -> Preflight:
     """Every step the plan needs, in order; a step whose dependency failed is not tried (one cause, once).
 
     `nvml` given (the local target opened it, or the tests' fake) is used as it is; `env` is the process
-    environment (the tests' fake kubelet gives a pod's own)."""
+    environment (the tests' fake kubelet gives a pod's own); `isolate`: the GPU steps in a child process (False:
+    here, where the tests' fake CuPy is)."""
     env = os.environ if env is None else env
     s = _Steps(timeout_s)
     s.run("home", lambda: _writable(env.get("HOME") or os.path.expanduser("~")))
@@ -201,12 +242,24 @@ def run_preflight(
         s.run("nvml", lambda: _open_nvml(s.out), _nvml_fix)
     else:
         s.out.nvml = nvml
-    if s.run("cupy", _cupy, _import_fix):  # every plan starts the GPUs (health reads the PCIe link under a copy)
-        s.run("kernel", _kernel, _kernel_fix)
-        if Probe.COMPUTE in probes:
-            s.run("cublas", _cublas)
-        if Probe.NCCL in probes:
-            s.run("nccl", nccl_version)
+    if isolate:
+        s.out.steps += _gpu_steps_in_child(probes, env, timeout_s)
+    else:
+        _gpu_steps(s, probes)
     if Probe.DCGM in probes:
         s.run("dcgmi", _dcgmi, lambda e: STEP_FIXES["dcgmi"] if isinstance(e, FileNotFoundError) else None)
     return s.out
+
+
+def main(argv: list[str]) -> None:
+    """`python -m gpucert.probes.preflight PROBE...`: the GPU steps, as one JSON line; leaves at once (a hung
+    step's thread would hold the exit)."""
+    s = _Steps(STEP_S)
+    _gpu_steps(s, {Probe(p) for p in argv})
+    sys.stdout.write(json.dumps([step.model_dump() for step in s.out.steps]) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

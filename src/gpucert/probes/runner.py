@@ -401,13 +401,15 @@ def run_plan(
     emit: Emit | None = None,
     open_device: Callable[[int], Device] | None = None,
     env: Mapping[str, str] | None = None,
+    isolate_preflight: bool = True,
 ) -> NodeEvidence:
     """Run every probe of the plan on this node's devices and return the node's evidence.
 
     `nvml` is pynvml (opened here when None on a GPU; given with the NumPy device, the tests' fake NVML);
     `emit(key, part)` receives each part as it is measured (see `stream`); `open_device(ordinal)` starts one
     device (CupyDevice or NumpyDevice by default); `env` is the environment the preflight checks (this process's
-    by default). The preflight runs first: when it fails, that is the node's one error and no probe runs.
+    by default), `isolate_preflight` False runs its GPU steps here (the tests' fake CuPy). The preflight runs
+    first: when it fails, that is the node's one error and no probe runs.
     """
     started = _now()
     emit = emit or (lambda key, part: None)
@@ -415,7 +417,7 @@ def run_plan(
     if on_gpu:
         for note in prepare_cuda_environment():
             print(f"gpucert.probes: {note}", file=sys.stderr)
-    pre = run_preflight(set(plan.probes), on_gpu, nvml=nvml, env=env)
+    pre = run_preflight(set(plan.probes), on_gpu, nvml=nvml, env=env, isolate=isolate_preflight)
     nvml = pre.nvml
     node = _Node(plan, nvml, emit)
     count = plan.gpus if plan.gpus is not None else int(nvml.nvmlDeviceGetCount()) if nvml is not None else 1
