@@ -13,13 +13,18 @@ hardware's, and a person should look before more nodes leave service. The cordon
 rounds can do.
 
 Every round writes `<reports>/.schedule/<time>.json` (what it chose, skipped and found, and the breaker), which
-`gpucert metrics` exports. Talks to the nodes through the target's NodeControl only.
+`gpucert metrics` exports. Rounds take turns: each holds the cluster's round lease (ROUND_LOCK) from start to end, so
+two rounds started together never each count the pool's cordons before the other's are made; the one that finds it
+held takes no node (exit 3). Talks to the nodes through the target's NodeControl only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import socket
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,9 +41,11 @@ from gpucert.targets import open_target
 from gpucert.targets.base import NodeControl, NodeState
 
 __all__ = [
+    "ROUND_LOCK",
     "SCHEDULE_SCHEMA",
     "ScheduleOptions",
     "ScheduleRecord",
+    "claim_record",
     "cordon_limit",
     "eligibility",
     "failure_allowance",
@@ -49,6 +56,9 @@ __all__ = [
 
 SCHEDULE_SCHEMA = "gpucert.io/schedule/v1"
 SCHEDULE_DIR = ".schedule"  # beside the run folders: no run folder, so no run reader takes it for one
+# one hold for every round on the cluster (a Lease in the run namespace, as recertify holds a node): rounds take
+# turns, so the cordons of two rounds started together count against one max-cordoned-share budget
+ROUND_LOCK = "gpucert-schedule-round"
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +267,43 @@ def run_schedule(
     opts.check()
     target = open_target(spec)
     control = node_control(target, spec, opts.reports)
+    holder = f"gpucert schedule {spec.metadata.name} on {socket.gethostname()} pid {os.getpid()}"
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(control.lock(ROUND_LOCK, holder))
+        except NodeBusyError:
+            raise NodeBusyError(
+                f"another schedule round holds the cluster's round lease ({control.holder(ROUND_LOCK) or 'unknown'}): "
+                "rounds take turns, so their cordons count against one budget; this round took no node. Run it "
+                "again when that round is done (a killed round's lease lapses by itself)"
+            ) from None
+        return _round(spec, opts, control, evaluate=evaluate, sign=sign, progress=progress)
+
+
+def claim_record(folder: Path, started: datetime) -> Path:
+    """A record file of its own for a round: `<time>.json`, `<time>-2.json`, ... created exclusively, so two rounds
+    started in the same second never write one file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = started.strftime("%Y-%m-%dT%H-%M-%SZ")
+    for n in range(1, 1000):
+        path = folder / (f"{stamp}.json" if n == 1 else f"{stamp}-{n}.json")
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        return path
+    raise GpucertError(f"{folder}: 999 schedule records of {stamp} already; clear the folder")
+
+
+def _round(
+    spec: ClusterSpec,
+    opts: ScheduleOptions,
+    control: NodeControl,
+    *,
+    evaluate: Callable[[RunFolder], int],
+    sign: Callable[[RunFolder], str | None],
+    progress: Callable[[str], None],
+) -> tuple[int, ScheduleRecord]:
     index = RunIndex(opts.reports)
     started = _now()
     record = ScheduleRecord(
@@ -272,13 +319,7 @@ def run_schedule(
         started=started,
         finished=started,
     )
-    (opts.reports / SCHEDULE_DIR).mkdir(parents=True, exist_ok=True)
-    stamp = started.strftime("%Y-%m-%dT%H-%M-%SZ")
-    path = next(
-        p
-        for n in range(1, 1000)
-        if not (p := opts.reports / SCHEDULE_DIR / (f"{stamp}.json" if n == 1 else f"{stamp}-{n}.json")).exists()
-    )
+    path = claim_record(opts.reports / SCHEDULE_DIR, started)
 
     def save() -> None:
         record.finished = _now()

@@ -256,6 +256,46 @@ def test_the_cordon_share_counts_every_cordon_and_a_failed_node_comes_back(live:
     assert set(cordons) <= {"gpu-node-1", "gpu-node-5"}, "no other node was cordoned"
 
 
+def most_cordoned_at_once(cluster: FakeCluster, since: int) -> int:
+    """The most nodes cordoned at the same time, replaying the node events from `since` on (none cordoned then)."""
+    cordoned: set[str] = set()
+    most = 0
+    for e in cluster.events[since:]:
+        if e[1] == "nodes":
+            name = e[4]["metadata"]["name"]
+            (cordoned.add if (e[4].get("spec") or {}).get("unschedulable") else cordoned.discard)(name)
+            most = max(most, len(cordoned))
+    return most
+
+
+def test_two_rounds_started_together_share_one_cordon_budget(live: FakeKubelet, tmp_path: Path) -> None:
+    """Each round holds the cluster's round Lease: the second finds it held and takes no node, so the pool's
+    max cordoned share holds across processes (without it, two rounds counted the cordons before either made
+    one, and cordoned more than the share: 20 of 61 trials)."""
+    cluster = live.cluster
+    live.slow_s = 0.3  # a round lasts well past the other process's start
+    since = len(cluster.events)
+    args = ["schedule", "spec.yaml", "--sign-key", "keys/gpucert.key", "--max-nodes", "2"]
+    cmd = [sys.executable, "-m", "gpucert.cli", *args, "--max-cordoned-share", "0.17"]  # 6 x 0.17: one at once
+    procs = [
+        subprocess.Popen(cmd, cwd=tmp_path, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=300) for p in procs]
+    codes = [p.returncode for p in procs]
+    refused = [err.decode() for p, (_, err) in zip(procs, outs, strict=True) if p.returncode == 3]
+    assert len(refused) == 1, (codes, [o[1].decode()[-2000:] for o in outs])
+    assert refused[0].strip().count("\n") == 0, refused[0]
+    assert "another schedule round holds the cluster's round lease (gpucert schedule" in refused[0]
+    assert "this round took no node" in refused[0]
+    assert sorted(codes) == [0, 3], codes
+    assert most_cordoned_at_once(cluster, since) <= 1
+    records = sorted((tmp_path / "reports" / ".schedule").glob("*.json"))
+    assert len(records) == 1  # the refused round chose nothing and wrote nothing
+    assert len(json.loads(records[0].read_text())["chosen"]) == 2
+    assert cluster.list("leases", NS) == []  # both holds released
+
+
 def test_the_circuit_breaker_stops_a_fleet_wide_failure(live: FakeKubelet, tmp_path: Path) -> None:
     # a wrong figure in the SKU baseline (the stack's fault, not the hardware's): every node fails memory.bandwidth
     strict = yaml.safe_load((ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml").read_text())

@@ -3,6 +3,7 @@ may not be taken (the rounds themselves run against the fake API server, tests/i
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 
 from gpucert.errors import ConfigError
 from gpucert.fleetstate import DEFAULT_POOL, Judgement, NodeStatus
-from gpucert.schedule import ScheduleOptions, cordon_limit, eligibility, failure_allowance, oldest_first
+from gpucert.schedule import (
+    ScheduleOptions,
+    claim_record,
+    cordon_limit,
+    eligibility,
+    failure_allowance,
+    oldest_first,
+)
 from gpucert.targets.base import NodeState
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -82,3 +90,13 @@ def test_options_out_of_range_name_their_option(kw: dict[str, float], key: str) 
     with pytest.raises(ConfigError) as err:
         ScheduleOptions(**{**base, **kw}).check()  # type: ignore[arg-type]
     assert err.value.key == key
+
+
+def test_rounds_started_in_the_same_second_get_a_record_each(tmp_path: Path) -> None:
+    """The record's name is claimed with O_EXCL: a name checked free and written later could be two rounds' one."""
+    folder = tmp_path / ".schedule"
+    with ThreadPoolExecutor(8) as pool:
+        paths = list(pool.map(lambda _: claim_record(folder, NOW), range(16)))
+    assert len(set(paths)) == 16
+    assert sorted(p.name for p in paths)[:2] == ["2026-12-01T00-00-00Z-10.json", "2026-12-01T00-00-00Z-11.json"]
+    assert (folder / "2026-12-01T00-00-00Z.json").exists()
