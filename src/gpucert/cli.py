@@ -33,7 +33,7 @@ from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name
 from gpucert.report import attest
 from gpucert.report.html import natural_key
-from gpucert.report.verdict import side_notes
+from gpucert.report.verdict import headline, side_notes
 from gpucert.resources import project_root
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, load_spec
@@ -116,7 +116,7 @@ def _pytest(spec_path: str, folder: RunFolder, workers: int | None, quiet: bool,
     return int(pytest.main(args))
 
 
-STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow"}
+STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow", "waived": "magenta"}
 
 
 def _print_verdict(folder: RunFolder) -> int:
@@ -178,7 +178,7 @@ def _print_verdict(folder: RunFolder) -> int:
     s, c = verdict["summary"], verdict["coverage"]
     result = verdict["result"]
     console.print(
-        f"[bold {STYLES.get(result, 'red')}]{result.upper()}[/]: {s['checks']} checks on "
+        f"[bold {STYLES.get(result, 'red')}]{headline(verdict)}[/]: {s['checks']} checks on "
         f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
         f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed, "
         f"{s.get('waived', 0)} waived; {c['ran']} of {c['required']} required checks ran"
@@ -407,13 +407,19 @@ def cmd_cleanup(a: argparse.Namespace) -> int:
 
 
 def cmd_report_allure(a: argparse.Namespace) -> int:
-    from gpucert.report.allure import build_html
+    from gpucert.report.allure import build_html, previous_allure_report, report_name
 
     run_dir = Path(a.run_dir).resolve()
+    folder = RunFolder(run_dir)
     # beside the run folder, not in it: the signed folder stays as it was signed
     out = Path(a.out) if a.out else run_dir.parent / f"{run_dir.name}-allure"
-    index = build_html(RunFolder(run_dir).allure_dir, out)
+    verdict = folder.read_verdict() if folder.verdict_path.is_file() else None
+    previous = previous_allure_report(run_dir, verdict["spec"]) if verdict else None
+    index = build_html(folder.allure_dir, out, name=report_name(verdict) if verdict else None, previous=previous)
     console.print(f"Allure report: {index}")
+    console.print(f"  one self-contained file: open it from disk in a browser ({index.as_uri()}); no server needed")
+    if previous is not None:
+        console.print(f"  trend carried on from {previous}")
     return EXIT_PASS
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from gpucert.errors import EvidenceError
 from gpucert.names import NameError_, check_node_name
 from gpucert.recertify import ANNOTATION_FAILING, ANNOTATION_LAST, ANNOTATION_LAST_RUN, LABEL_CERTIFIED
+from gpucert.report.verdict import READABLE_SCHEMAS, node_passed
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
 from gpucert.targets.base import NodeState
@@ -160,12 +161,12 @@ def read_run(folder: RunFolder) -> RunRecord | None:
         return _unreadable(folder, when, f"{folder.verdict_path}: not a regular file (a folder, a FIFO or a device)")
     try:
         v = folder.read_verdict()
-        if v.get("schema") != "gpucert.io/verdict/v2" or v.get("result") not in RESULTS:
-            raise ValueError(f"not a gpucert.io/verdict/v2 verdict (schema {v.get('schema')!r})")
+        if v.get("schema") not in READABLE_SCHEMAS or v.get("result") not in RESULTS:
+            raise ValueError(f"not a gpucert.io/verdict/v2 or v3 verdict (schema {v.get('schema')!r})")
         failed = _failed(v["findings"])
         judged = {}
         for node, n in v["nodes"].items():
-            result = n["result"] if n["result"] in RESULTS else UNKNOWN
+            result = "pass" if node_passed(n["result"]) else n["result"] if n["result"] in RESULTS else UNKNOWN
             at = parse_time(n.get("measured")) or when
             failing = tuple(f for f in failed if f.node == node)
             pool = n.get("pool") if isinstance(n.get("pool"), str) else None

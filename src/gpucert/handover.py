@@ -25,6 +25,7 @@ from gpucert.documents import Document, load_document
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import NodeEvidence
 from gpucert.names import NameError_, check_node_name, inside
+from gpucert.report.verdict import node_passed
 from gpucert.runfolder import RunFolder
 from gpucert.spec import DEFAULT_POOL
 
@@ -157,7 +158,7 @@ def record_baselines(
         except NameError_ as exc:
             refused.append(f"{node!r}: {exc}")
             continue
-        passed = summary["result"] == "pass" and verdict.get("result") != "incomplete"
+        passed = node_passed(summary["result"]) and verdict.get("result") != "incomplete"
         if verdict.get("result") == "incomplete" and force_reason is None:
             refused.append(f"{node}: the run is incomplete (not every required check ran); record from a complete run")
             continue

@@ -25,8 +25,9 @@ from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
+from gpucert.report.failure_text import check_failure
 from gpucert.report.markdown import summary_markdown
-from gpucert.report.verdict import Outcome, build_verdict, side_notes
+from gpucert.report.verdict import Outcome, build_verdict, headline_parts, kind_of, side_notes
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec
 
@@ -378,6 +379,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             # type="pytest.xfail">, pytest-html "Expected failures", the terminal's x), with the waiver as reason
             report.outcome = "skipped"
             report.wasxfail = f"[{finding.check}] {finding.message}"
+    if isinstance(call.excinfo.value if call.excinfo else None, CheckFailed) and report.failed:
+        check_failure(report, finding)
     report.gpucert = {"key": key.to_json(), "finding": finding.to_json(), "start": call.start, "stop": call.stop}
     if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
         try:
@@ -426,6 +429,8 @@ class Controller:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        from gpucert.run import recorded_mode
+
         ctx = self.ctx
         ev = ctx.evaluation
         stopped = "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else None
@@ -433,6 +438,7 @@ class Controller:
             stopped = str(session.shouldstop or session.shouldfail)
         verdict = build_verdict(
             run=ctx.folder.id,
+            kind=kind_of(recorded_mode(ctx.folder)),
             spec=ctx.spec.metadata.name,
             target=ev.inventory.target,
             nodes=ev.inventory.names,
@@ -494,9 +500,10 @@ class Controller:
             )
         _tell_junit(session.config, verdict)
         if session.config.pluginmanager.hasplugin("html"):
-            from gpucert.report.html import count_checks_in_footer
+            from gpucert.report.html import count_checks_in_footer, measurement_times
+            from gpucert.report.html_top import measurement_window
 
-            count_checks_in_footer(session.config, verdict)
+            count_checks_in_footer(session.config, verdict, measurement_window(measurement_times(ev)))
         if verdict["result"] != "pass" and session.exitstatus in (
             pytest.ExitCode.OK,
             pytest.ExitCode.NO_TESTS_COLLECTED,
@@ -509,13 +516,19 @@ class Controller:
             return
         c, s = verdict["coverage"], verdict["summary"]
         result = verdict["result"].upper()
+        noun, said = headline_parts(verdict)
         tr = terminalreporter
         tr.section("gpucert", sep="=", bold=True, red=result != "PASS", green=result == "PASS")
         tr.write_line(
-            f"CERTIFICATION {result}: {c['ran']} of {c['required']} required checks ran; {s['passed']} passed, "
+            f"{noun.upper()} {said}: {c['ran']} of {c['required']} required checks ran; {s['passed']} passed, "
             f"{s['failed']} failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause"
             + (f", {s['waived']} waived" if s["waived"] else "")
         )
+        for f in [f for f in verdict["findings"] if f["status"] in ("fail", "error")][:20]:
+            where = f["node"] or "fleet"
+            tr.write_line(
+                f"  {f['status'].upper()} {f['check']}@{where}" + ("" if f["gpu"] is None else f"/gpu{f['gpu']}")
+            )
         for f in [f for f in verdict["findings"] if f["status"] == "waived"][:20]:
             w = f["waiver"]
             where = f["node"] + ("" if f["gpu"] is None else f"/gpu{f['gpu']}")

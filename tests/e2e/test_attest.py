@@ -113,7 +113,22 @@ def test_wrong_public_key(run: Path, tmp_path: Path) -> None:
     _, other_pub, fp = attest.generate_key(tmp_path / "other")
     r = verify(run, other_pub)
     assert r.returncode == 1
-    assert f"the signature does not match the key {fp}" in r.stdout
+    # a key that has not signed (yet) is told so plainly, not as a forgery
+    said = " ".join(r.stdout.split())
+    assert f"not signed with the key {fp} (yet)" in said
+    assert "nothing it says can be trusted" not in said
+
+
+def test_a_signature_stating_the_key_that_does_not_verify_is_distrusted(
+    run: Path, signed: tuple[Path, Path, Path]
+) -> None:
+    env_path = run / attest.ENVELOPE
+    env = json.loads(env_path.read_text())
+    env["payload"] = base64.b64encode(b'{"subject": []}').decode()  # altered after signing
+    env_path.write_text(json.dumps(env))
+    r = verify(run, signed[2])
+    assert r.returncode == 1
+    assert "nothing it says can be trusted" in " ".join(r.stdout.split())
 
 
 def test_signing_refuses_a_run_without_verdict_and_a_key_inside_the_run(

@@ -66,7 +66,7 @@ def test_certify_exit_codes_and_reports(project: Path) -> None:
     failed = [x for x in results if x["status"] == "failed"]
     assert {(x["labels"][1]["value"], x["labels"][2]["value"]) for x in failed} >= {("health.ecc", "gpu-node-1")}
     verdict = json.loads((run / "verdict.json").read_text())
-    assert verdict["schema"] == "gpucert.io/verdict/v2"
+    assert verdict["schema"] == "gpucert.io/verdict/v3"
     assert verdict["result"] == "fail"
     assert len(verdict["findings"]) == 10
     found = {(f["check"], f["node"], f["gpu"]) for f in verdict["findings"]}

@@ -64,7 +64,7 @@ def verdict_of(run: Path) -> dict[str, Any]:
 def test_a_clean_fleet_runs_every_required_check(pytester: pytest.Pytester) -> None:
     result = run_suites(pytester)
     v = verdict_of(the_run(pytester))
-    assert v["schema"] == "gpucert.io/verdict/v2"
+    assert v["schema"] == "gpucert.io/verdict/v3"
     assert v["result"] == "pass"
     c = v["coverage"]
     assert (c["required"], c["ran"], c["deselected"], c["notReached"], c["complete"]) == (

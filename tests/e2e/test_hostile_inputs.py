@@ -362,6 +362,6 @@ def test_verify_checks_every_file_but_the_root_envelope(recorded: Path, tmp_path
     assert gpucert("keygen", str(other), cwd=project).returncode == 0
     r = gpucert("verify", str(run), "--key", str(other / "gpucert.pub"), cwd=project)
     assert r.returncode == 1
-    assert f"{run / 'certificate.intoto.json'} was signed by another key" in r.stdout
+    assert f"{run / 'certificate.intoto.json'} holds 1 signature" in r.stdout.replace("\n", " ")
     assert "result" not in r.stdout
     assert "spec " not in r.stdout

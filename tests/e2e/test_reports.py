@@ -62,15 +62,29 @@ def test_report_renders_summary_and_plots_in_a_browser(demo_run: Path, tmp_path:
     ).stdout
     assert "Certification FAIL" in dom
     table = dom.split('id="gpucert-nodes"')[1].split("</table>")[0]
-    assert len(re.findall(r"<tr>", table)) == 1 + 5  # header, the fleet row and four nodes
+    # header and four nodes: the fleet's own checks passed, and a green "(fleet) PASS" row over failing nodes
+    # would read as the fleet passing
+    assert len(re.findall(r"<tr>", table)) == 1 + 4
+    assert "(fleet)" not in table
     assert "570.124.06" in table
     assert "550.54.14" in table  # the node whose driver is off its pin shows it
-    assert dom.count('class="gpucert-plot"') >= 12  # 9 per-GPU metrics, the P2P matrix, two NCCL curves
+    assert dom.count('class="gpucert-plot') >= 12  # 9 per-GPU metrics, the P2P matrix, two NCCL curves
     assert "NCCL all-reduce across nodes" in dom
     assert 'class="pt-fail"' in dom
     assert 'class="pt-straggler"' in dom
+    assert 'class="pt-unstable"' in dom  # gpu-node-3/gpu5's fp16 is unstable, not a straggler
+    # what failed, above the node table: node, GPU with its serial, check id and why, for each finding
+    failures = dom.split('id="gpucert-failures"')[1].split("</table>")[0]
+    assert dom.index('id="gpucert-failures"') < dom.index('id="gpucert-nodes"')
+    assert len(re.findall(r"<tr>", failures)) == 1 + 10
+    assert "<code>stability.compute.gemm.fp16</code>" in failures
+    assert re.search(r"gpu5 \(serial \d+\)", failures)
+    # the footer's time is the run's measurement, then pytest's evaluation
+    assert re.search(r'class="run-count">674 checks [^<]*; measured in \d+ s \(', dom)
     # pytest-html's own table, built by its JavaScript: the failing checks are there, with their check ids
     assert "health.ecc" in dom.split('id="results-table"')[1]
+    # pytest-html's environment block is moved below the verdict and the results (CSS order; the DOM is pytest-html's)
+    assert "#environment-header,#environment{order:3}" in dom
     shot = tmp_path / "report.png"
     subprocess.run(
         [*common, "--window-size=1400,2400", f"--screenshot={shot}", url], capture_output=True, timeout=120, check=False
@@ -90,6 +104,12 @@ def test_failures_carry_their_evidence(demo_run: Path) -> None:
     assert len(ecc) == 1
     (extra,) = [e for e in ecc[0]["extras"] if e["name"] == "evidence"]
     assert extra["format_type"] == "json"
+    # the failure reads as the check and why: no exception class, no frames of gpucert's own
+    log = ecc[0]["log"]
+    assert log.strip().startswith("[health.ecc] gpu-node-1/gpu5: ECC")
+    assert "CheckFailed" not in log
+    assert "gpucert/plugin.py" not in log
+    assert "Traceback" not in log
 
 
 def test_allure_html_report_builds_as_one_file(demo_run: Path, tmp_path: Path) -> None:
@@ -190,3 +210,35 @@ def test_allure_results_carry_their_own_times_and_go_where_alluredir_says(
     table = html[html.index("gpucert-nodes") :]
     order = re.findall(r"<tr><td>(gpu-node-\d+)</td>", table)
     assert order == [f"gpu-node-{i}" for i in range(1, 12)]
+
+
+def test_allure_report_is_titled_by_its_verdict_and_carries_its_spec_trend(demo_run: Path, tmp_path: Path) -> None:
+    """Allure's overview is headed by the verdict (its donut is the share of passed checks, which on a FAIL is
+    mostly green), and each report of a spec carries the trend of the one before (Allure reads history/ from its
+    results: here from the earlier single-file report), without touching the signed run folder."""
+    if find_allure() is None or shutil.which("java") is None:
+        pytest.skip("allure-commandline or Java 17 is not installed (make test installs both)")
+    from gpucert.report.allure import history_of
+
+    reports = tmp_path / "reports"
+    earlier, later = reports / "2000-01-01T00-00-00Z-demo-h100-pod-a", reports / demo_run.name
+    shutil.copytree(demo_run, earlier)
+    shutil.copytree(demo_run, later)
+    before = sorted(p.name for p in (later / "allure-results").iterdir())
+    said = []
+    for run in (earlier, later):
+        r = subprocess.run(
+            [sys.executable, "-m", "gpucert.cli", "report", "allure", str(run)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+        said.append(r.stdout)
+    assert "open it from disk in a browser" in said[0]
+    assert "trend carried on from" in said[1]
+    trend = json.loads(history_of(reports / f"{later.name}-allure" / "index.html")["history-trend.json"])
+    assert len(trend) == 2
+    assert all(t["reportName"].startswith("Certification FAIL (demo-h100-pod-a") for t in trend)
+    assert sorted(p.name for p in (later / "allure-results").iterdir()) == before

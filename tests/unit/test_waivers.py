@@ -283,7 +283,9 @@ def test_a_waived_finding_passes_the_run_and_is_listed_with_its_waiver(tmp_path:
     assert f["waiver"]["id"] == "waivers[0]"
     assert f["waiver"]["approvedBy"].startswith("buyer")
     assert v["nodes"]["gpu-node-14"]["waivedChecks"] == [STRAGGLER]
-    assert v["nodes"]["gpu-node-14"]["result"] == "pass"
+    # the row says what happened to the node: it passed because a waiver accepted a failure (v3)
+    assert v["nodes"]["gpu-node-14"]["result"] == "waived"
+    assert v["fleet"]["result"] == "pass"
 
 
 def test_waivers_never_complete_an_incomplete_run(tmp_path: Path) -> None:

@@ -135,7 +135,12 @@ def add_acceptance_commands(sub: Any) -> None:
     )
     v.set_defaults(func=cmd_verify)
 
-    pl = sub.add_parser("punchlist", help="one row per failing node and GPU, with what a repair ticket needs")
+    pl = sub.add_parser(
+        "punchlist",
+        help="one row per failing node and GPU, with what a repair ticket needs",
+        description="Exit status: 0 when the list is empty (nothing to repair), 1 when it has rows, 2 when the run "
+        "folder cannot be read.",
+    )
     pl.add_argument("run_dir")
     pl.add_argument("--format", choices=FORMATS, default="md", help="csv, json or md (default md)")
     pl.add_argument("--out", default=None, help="write to this file instead of the terminal")

@@ -11,6 +11,7 @@ from html import escape
 from typing import Any
 
 from gpucert.report.html import natural_key
+from gpucert.report.verdict import node_passed
 
 __all__ = ["render_acceptance"]
 
@@ -65,7 +66,7 @@ def _nodes_by_status(record: dict[str, Any]) -> str:
                 detail = "; ".join(
                     f"{h['result']} in {h['run']}: {', '.join(h['failing']) or 'incomplete'}"
                     for h in v["history"][:-1]
-                    if h["result"] != "pass"
+                    if not node_passed(h["result"])
                 )
             rows.append(
                 f"<tr><td>{escape(name)}</td><td>{escape(v['run'])}</td><td><code>{escape(_short(v['certificate']))}"

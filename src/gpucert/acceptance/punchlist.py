@@ -3,7 +3,9 @@
 Each row names the node and GPU, the board (serial, UUID, PCI bus id, VBIOS, as the probe read them), every check
 that failed there with what was observed against what was expected (and the limit), the DCGM error ids where DCGM
 gave them, and the evidence file. Rows are sorted by severity: hardware health (NVML health, DCGM diagnostics) before
-a node or GPU that is missing, before performance against the baseline, before stragglers, before configuration.
+a node or GPU that is missing, before performance (against the baseline, or unstable where its peers are not),
+before stragglers, before configuration; within a severity by node in natural order (gpu-node-2 before
+gpu-node-10), then GPU. Figures in CSV and Markdown have 3 significant digits (JSON keeps them as measured).
 Waived findings are not on it (they are accepted, see the verdict); errors are (the check could not be decided).
 
 Reads a run folder (verdict.json and the evidence) through RunFolder; writes nothing.
@@ -14,6 +16,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -23,7 +26,7 @@ from gpucert.evidence import NodeEvidence
 from gpucert.report.html import natural_key
 from gpucert.runfolder import RunFolder
 
-__all__ = ["FORMATS", "PunchRow", "punch_list", "render", "severity_of"]
+__all__ = ["FORMATS", "PunchRow", "figure", "punch_list", "render", "severity_of"]
 
 FORMATS = ("csv", "json", "md")
 # severity: what a repair ticket is about, in the order they are worked
@@ -47,6 +50,16 @@ COLUMNS = (
 )
 
 
+def figure(value: Any) -> str:
+    """A measured figure to 3 significant digits, without an exponent (2486.17 -> 2490, 49.678 -> 49.7); counts
+    and words as they are."""
+    if isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value) or value == 0:
+        return str(value)
+    digits = 2 - math.floor(math.log10(abs(value)))
+    rounded = round(value, digits)
+    return f"{rounded:.{max(digits, 0)}f}"
+
+
 def severity_of(check: str) -> str:
     """The severity class of a failed check (hardware health first)."""
     try:
@@ -57,7 +70,7 @@ def severity_of(check: str) -> str:
         return "hardware"
     if check in ("node.reachable", "probe.preflight", "inventory.gpus", "handover.identity"):
         return "missing"
-    if family in (Family.PERFORMANCE, Family.HANDOVER):
+    if family in (Family.PERFORMANCE, Family.HANDOVER, Family.STABILITY):  # an unstable GPU is a performance fault
         return "performance"
     if family is Family.STRAGGLER:
         return "straggler"
@@ -87,7 +100,9 @@ class PunchRow:
             if all(v is None for v in values):
                 return ""
             unit = [f.get("unit") or "" for f in self.findings]
-            return " | ".join("" if v is None else f"{v} {u}".strip() for v, u in zip(values, unit, strict=True))
+            return " | ".join(
+                "" if v is None else f"{figure(v)} {u}".strip() for v, u in zip(values, unit, strict=True)
+            )
 
         return {
             "severity": self.severity,

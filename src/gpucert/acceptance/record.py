@@ -25,6 +25,7 @@ from gpucert.acceptance.retest import verify_carried
 from gpucert.errors import ConfigError, EvidenceError, GpucertError
 from gpucert.report import attest
 from gpucert.report.html import natural_key
+from gpucert.report.verdict import node_passed
 from gpucert.runfolder import RunFolder, write_json_atomic
 from gpucert.spec import load_spec
 
@@ -135,13 +136,13 @@ def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime
             entry["inForce"] = not _expired(w, now)
             if not entry["inForce"]:
                 why = f"waiver {w.get('id')} of run {last.id} expired on {w.get('expires')}, before this acceptance"
-        if s["result"] != "pass":
+        if not node_passed(s["result"]):
             status, why = "failed", f"{s['result']} in {last.id}: {', '.join(s.get('failing', [])) or 'incomplete'}"
         elif why is not None:
             status = "failed"
         elif waived:
             status = "waived"
-        elif any(h["result"] != "pass" for h in hist[:-1]):
+        elif not all(node_passed(h["result"]) for h in hist[:-1]):
             status = "repaired"
         else:
             status = "passed"
@@ -171,7 +172,7 @@ def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime
     else:
         latest = whole[-1]
         fleet = {"run": latest.id, **{k: latest.verdict["fleet"][k] for k in ("result", "failing")}}
-        if fleet["result"] != "pass":
+        if not node_passed(fleet["result"]):
             problems.append(
                 f"the cluster's own checks of {latest.id} did not pass ({', '.join(fleet['failing']) or 'incomplete'})"
             )

@@ -25,6 +25,7 @@ from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import NodeEvidence
 from gpucert.inventory import Inventory
 from gpucert.report import attest
+from gpucert.report.verdict import node_passed
 from gpucert.runfolder import RunFolder
 from gpucert.spec import ClusterSpec, Probe, load_spec
 from gpucert.stack.observe import StackObservation
@@ -202,7 +203,7 @@ def choose(
         if r is None:
             measure[node] = f"new: not in {source.run}"
             continue
-        if r.get("result") != "pass":
+        if not node_passed(r.get("result")):
             failing = ", ".join(r.get("failing") or []) or "checks that did not run"
             measure[node] = f"did not pass in {source.run} ({r.get('result')}: {failing})"
             continue
@@ -338,7 +339,7 @@ def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
                 f"carried: {name} is not the evidence run {source.get('run')} signed for {node} (sha256 "
                 f"{(actual or 'missing')[:16]}..., signed {str(signed.get(name))[:16]}...): swapped or altered"
             )
-        if passed.get(node) != "pass":
+        if not node_passed(passed.get(node)):
             problems.append(
                 f"carried: {node} did not pass in {source.get('run')} ({passed.get(node)}), yet was carried"
             )

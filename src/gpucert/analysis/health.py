@@ -86,11 +86,18 @@ def ecc(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     unc = e.volatile_uncorrected or 0
     corr = e.volatile_corrected or 0
     limit = b.health.max_volatile_corrected_ecc
-    msg = (
-        f"ECC volatile uncorrected {unc}, corrected {corr} (limit {limit}); aggregate uncorrected "
-        f"{e.aggregate_uncorrected}, corrected {e.aggregate_corrected}"
-    )
-    return _f("health.ecc", unc == 0 and corr <= limit, node, gpu, msg, observed=unc, expected=0, unit="errors")
+    lifetime = f"lifetime (aggregate): {e.aggregate_uncorrected} uncorrected, {e.aggregate_corrected} corrected"
+    if unc:  # the fault: memory returned data ECC could not correct, since the driver loaded
+        msg = (
+            f"{unc} uncorrected ECC error{'s' if unc != 1 else ''} since the driver loaded (none is allowed); "
+            f"{corr} corrected (at most {limit}); {lifetime}"
+        )
+        return _f("health.ecc", False, node, gpu, msg, observed=unc, expected=0, unit="uncorrected ECC errors")
+    if corr > limit:
+        msg = f"{corr} corrected ECC errors since the driver loaded, more than the {limit} allowed; {lifetime}"
+        return _f("health.ecc", False, node, gpu, msg, observed=corr, expected=limit, unit="corrected ECC errors")
+    msg = f"no uncorrected ECC error since the driver loaded; {corr} corrected (at most {limit}); {lifetime}"
+    return _f("health.ecc", True, node, gpu, msg, observed=unc, expected=0, unit="uncorrected ECC errors")
 
 
 def remapped_rows(h: Health, node: str, gpu: int) -> Finding:

@@ -6,11 +6,14 @@ allure-pytest writes four files per test item (131,073 files for 32,768 items, m
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping
@@ -24,10 +27,18 @@ from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDe
 from gpucert._version import __version__
 from gpucert.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
-from gpucert.report.verdict import Outcome
+from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.resources import project_root
 
-__all__ = ["build_html", "find_allure", "suite_of", "write_allure"]
+__all__ = [
+    "build_html",
+    "find_allure",
+    "history_of",
+    "previous_allure_report",
+    "report_name",
+    "suite_of",
+    "write_allure",
+]
 
 _STATUS = {
     CheckStatus.PASS: Status.PASSED,
@@ -71,7 +82,7 @@ def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int)
     result, c, s = verdict["result"], verdict["coverage"], verdict["summary"]
     status = {"pass": Status.PASSED, "fail": Status.FAILED}.get(result, Status.BROKEN)
     message = (
-        f"certification {result.upper()}: {c['ran']} of {c['required']} required checks ran "
+        f"{headline(verdict)}: {c['ran']} of {c['required']} required checks ran "
         f"({c['deselected']} deselected, {c['notReached']} not reached); {s['passed']} passed, {s['failed']} "
         f"failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause, {s.get('waived', 0)} waived"
     )
@@ -86,7 +97,7 @@ def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int)
     )
     return TestResult(
         uuid=str(uuid.uuid4()),
-        name=f"Certification of {verdict['spec']}: {result.upper()}",
+        name="{0} of {2}: {1}".format(*headline_parts(verdict), verdict["spec"]),
         fullName="gpucert.certification",
         historyId="gpucert.certification",
         status=status,
@@ -102,6 +113,12 @@ def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int)
         ],
         parameters=[Parameter("run", verdict["run"])],
     )
+
+
+def report_name(verdict: Mapping[str, Any]) -> str:
+    """The Allure report's title, over its overview: the run's headline, so that a FAIL does not read as the
+    share of passed results in Allure's donut."""
+    return f"{headline(verdict)} ({verdict['spec']}, run {verdict['run']})"
 
 
 def write_allure(
@@ -183,7 +200,7 @@ def write_allure(
     (results_dir / "categories.json").write_text(json.dumps(_categories(), indent=1), encoding="utf-8")
     (results_dir / "executor.json").write_text(
         json.dumps(
-            {"name": "gpucert", "type": "gpucert", "buildName": run_id, "reportName": f"gpucert {spec}"},
+            {"name": "gpucert", "type": "gpucert", "buildName": run_id, "reportName": report_name(verdict)},
             indent=1,
         ),
         encoding="utf-8",
@@ -197,6 +214,23 @@ INSTALL_HINT = (
     f"allure-commandline@{ALLURE_VERSION}` in the gpucert checkout (make test does this), and "
     "`apt-get install openjdk-17-jre-headless` where `java` is missing"
 )
+
+
+def previous_allure_report(run_dir: Path, spec: str) -> Path | None:
+    """The Allure report of the latest earlier run of the same spec beside this one (`RUN-allure/index.html`, as
+    `gpucert report allure` writes it), whose trend this report carries on."""
+    earlier = []
+    for sibling in run_dir.parent.iterdir():
+        index = sibling.parent / f"{sibling.name}-allure" / "index.html"
+        if sibling.name >= run_dir.name or not index.is_file() or not (sibling / "verdict.json").is_file():
+            continue
+        try:
+            same = json.loads((sibling / "verdict.json").read_text(encoding="utf-8")).get("spec") == spec
+        except (OSError, ValueError, AttributeError):
+            continue
+        if same:
+            earlier.append((sibling.name, index))
+    return max(earlier)[1] if earlier else None
 
 
 def find_allure() -> str | None:
@@ -213,8 +247,23 @@ def _has_java() -> bool:
     return shutil.which("java") is not None or (home is not None and (Path(home) / "bin" / "java").exists())
 
 
-def build_html(results_dir: Path, out_dir: Path) -> Path:
-    """Render `allure-results/` into one self-contained HTML file (`allure generate --single-file`)."""
+# a single-file report embeds each of its files as d('path','base64') (allure-generator 2.46.1, single-file mode)
+_EMBEDDED_HISTORY = re.compile(r"d\('history/([A-Za-z0-9_.-]+\.json)','([A-Za-z0-9+/=]*)'\)")
+
+
+def history_of(report: Path) -> dict[str, bytes]:
+    """The history/ files a single-file Allure report embeds (its trend so far); empty when there is none."""
+    try:
+        text = report.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return {name: base64.b64decode(data) for name, data in _EMBEDDED_HISTORY.findall(text)}
+
+
+def build_html(results_dir: Path, out_dir: Path, *, name: str | None = None, previous: Path | None = None) -> Path:
+    """Render `allure-results/` into one self-contained HTML file (`allure generate --single-file`) titled `name`,
+    with the trend of the `previous` single-file report carried on (Allure reads it from the results' history/).
+    The results are copied first: the run folder stays as it was signed."""
     if not results_dir.is_dir():
         raise EvidenceError("no allure-results/ here: pass a run folder written by `gpucert certify`", path=results_dir)
     allure = find_allure()
@@ -222,8 +271,18 @@ def build_html(results_dir: Path, out_dir: Path) -> Path:
         raise ConfigError(f"the Allure commandline is not installed; {INSTALL_HINT}")
     if not _has_java():
         raise ConfigError(f"Java is not installed; {INSTALL_HINT}")
-    cmd = [allure, "generate", "--single-file", "--clean", "-o", str(out_dir), str(results_dir)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    with tempfile.TemporaryDirectory(prefix="gpucert-allure-") as tmp:
+        results = Path(tmp) / "allure-results"
+        shutil.copytree(results_dir, results)
+        history = history_of(previous) if previous is not None else {}
+        if history:
+            (results / "history").mkdir(exist_ok=True)
+            for file, data in history.items():
+                (results / "history" / file).write_bytes(data)
+        cmd = [allure, "generate", "--single-file", "--clean", "-o", str(out_dir), str(results)]
+        if name:
+            cmd += ["--name", name]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
     index = out_dir / "index.html"
     if proc.returncode != 0 or not index.exists():
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]

@@ -15,6 +15,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.report.verdict import headline as verdict_headline
 from gpucert.report.verdict import verdict_problems
 from gpucert.runfolder import ENVELOPE, RunFolder
 
@@ -191,8 +193,7 @@ def _ready_to_sign(folder: RunFolder) -> dict[str, Any]:
         )
     said = re.search(r'name="gpucert_result" value="([a-z]+)"', folder.junit_path.read_text(encoding="utf-8"))
     html = folder.report_path.read_text(encoding="utf-8")
-    headline = f"Certification {str(verdict['result']).upper()}"
-    if said is None or said.group(1) != verdict["result"] or headline not in html:
+    if said is None or said.group(1) != verdict["result"] or escape(verdict_headline(verdict)) not in html:
         raise EvidenceError(
             f"verdict.json says {verdict['result']}, but junit.xml ({said.group(1) if said else 'no result'}) or "
             "report.html say otherwise: the folder was edited after its run",
@@ -367,12 +368,25 @@ class Verification:
         bad = self.changed or self.missing or self.added or self.odd or self.inconsistent or self.other
         return self.signature_ok and not bad
 
-    def problems(self) -> list[str]:
-        out = [
+    def _unsigned(self, fp: str) -> str:
+        """Why the key `fp` verifies nothing: no signature even names it (not signed with this key yet: the
+        stated key ids are hints, so this is said as what they state), or one names it and does not verify."""
+        stated = [s.keyid for s in self.signatures if s.keyid]
+        if fp not in stated:
+            by = f"{len(self.signatures)} signature{'s' if len(self.signatures) != 1 else ''}"
+            named = f" (by {', '.join(stated)})" if stated else ""
+            return (
+                f"not signed with the key {fp} (yet): {self.envelope} holds {by}{named}, none by this key; have its "
+                "holder sign (gpucert countersign for an acceptance record, gpucert sign for a run), or verify with "
+                "the key that signed it"
+            )
+        return (
             f"the signature does not match the key {fp}: {self.envelope} was signed by another key, altered, or "
             "this key's signature was removed; nothing it says can be trusted"
-            for fp in self.unsigned_keys
-        ]
+        )
+
+    def problems(self) -> list[str]:
+        out = [self._unsigned(fp) for fp in self.unsigned_keys]
         out += [f"changed: {n}" for n in self.changed]
         out += [f"missing: {n}" for n in self.missing]
         out += [f"added: {n}" for n in self.added]

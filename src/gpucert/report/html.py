@@ -13,6 +13,8 @@ from gpucert.analysis.stats import median
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import details, plots
+from gpucert.report.html_top import LAYOUT, failures_table, signature_hint
+from gpucert.report.verdict import headline
 
 if TYPE_CHECKING:
     from gpucert.checks import CheckKey
@@ -37,13 +39,13 @@ class RunView(Protocol):
     def evaluation(self) -> Evaluation: ...
 
 
-__all__ = ["PASSED_ROWS_LIMIT", "HtmlSummary", "natural_key"]
+__all__ = ["PASSED_ROWS_LIMIT", "HtmlSummary", "count_checks_in_footer", "measurement_times", "natural_key"]
 
 PASSED_ROWS_LIMIT = 2000  # above this many items, passed rows are counted in the summary, not listed one by one
 MAX_HEATMAPS = 4
 MAX_NCCL_LINES = 8
 STACK_COLUMNS = ("kubelet", "runtime")
-RESULT_COLOURS = {"pass": "#27ae60", "fail": "#c0392b", "incomplete": "#b9770e"}
+RESULT_COLOURS = {"pass": "#27ae60", "fail": "#c0392b", "incomplete": "#b9770e", "waived": "#8e44ad"}
 
 
 def natural_key(name: str) -> list[int | str]:
@@ -79,17 +81,9 @@ class HtmlSummary:
         if report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
             data[:] = [escape(str(report.longrepr[2]).removeprefix("Skipped: ")) + "\n"]
 
-    def _signature(self) -> str:
-        run = self.ctx.folder.path
-        if self.signer:
-            return (
-                f"<p id='gpucert-signer'>Signed with key <code>{escape(self.signer)}</code>. Verify: "
-                f"<code>gpucert verify {escape(str(run))} --key PUBLIC_KEY.pem</code></p>"
-            )
-        return (
-            f"<p id='gpucert-signer'>Not signed by this run. Sign: <code>gpucert sign {escape(str(run))} --key "
-            f"KEY</code>; then verify: <code>gpucert verify {escape(str(run))} --key PUBLIC_KEY.pem</code></p>"
-        )
+    def _serial(self, node: str, gpu: int) -> str | None:
+        e = self.ctx.evaluation.usable(node) if self.ctx.evaluation.measured else None
+        return next((g.serial for g in e.gpus if g.index == gpu), None) if e is not None else None
 
     def _node_table(self) -> str:
         """One row per node, grouped by pool (a header row each: what the pool expects and its result)."""
@@ -99,7 +93,10 @@ class HtmlSummary:
         stack = ev.stack.nodes
         head = "".join(f"<th>{escape(c)}</th>" for c in (*components, *STACK_COLUMNS))
         width = 10 + len(components) + len(STACK_COLUMNS)
-        rows = [self._row("(fleet)", verdict["fleet"], None, components, "")] if verdict.get("fleet") else []
+        fleet = verdict.get("fleet")
+        # the fleet's own checks get a row only when they did not pass: a green "(fleet) PASS" over failing nodes
+        # reads as the fleet passing
+        rows = [self._row("(fleet)", fleet, None, components, "")] if fleet and fleet["result"] != "pass" else []
         by_pool: dict[str | None, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
         for node, s in sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0])):
             by_pool[s.get("pool")].append((node, s))
@@ -154,9 +151,16 @@ class HtmlSummary:
         flagged: dict[tuple[str, str, int | None], str] = {}
         for f in (o.finding for o in self.ctx.outcomes.values()):
             if f.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED) and f.node is not None:
-                peer = f.check.startswith(("straggler.", "stability."))
                 metric = f.check.removeprefix("straggler.").removeprefix("stability.")
-                kind = "waived" if f.status is CheckStatus.WAIVED else "straggler" if peer else "fail"
+                kind = (
+                    "waived"
+                    if f.status is CheckStatus.WAIVED
+                    else "unstable"
+                    if f.check.startswith("stability.")
+                    else "straggler"
+                    if f.check.startswith("straggler.")
+                    else "fail"
+                )
                 flagged[(metric, f.node, f.gpu)] = kind
         out = []
         several = len(self.ctx.spec.pools) > 1
@@ -284,7 +288,7 @@ class HtmlSummary:
             )
         return (
             f"<h2 id='gpucert-result' style='color:{RESULT_COLOURS.get(result, '#c0392b')}'>"
-            f"Certification {result.upper()}</h2><p id='gpucert-coverage'>{escape(line)}</p>"
+            f"{escape(headline(verdict))}</h2><p id='gpucert-coverage'>{escape(line)}</p>"
         )
 
     def pytest_html_results_summary(self, prefix: list[str], summary: list[str], postfix: list[str]) -> None:
@@ -303,22 +307,34 @@ class HtmlSummary:
         recert = details.recertify_summary(self.ctx.evaluation)
         if recert:
             banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
+        failures = failures_table(self.ctx.verdict or {}, self._serial, natural_key)
+        signature = signature_hint(str(self.ctx.folder.path), self.signer)
         prefix.append(
-            f"{self._headline()}<p>run <code>{escape(self.ctx.folder.id)}</code>, spec "
-            f"<code>{escape(self.ctx.spec.metadata.name)}</code></p>{banner}{self._signature()}{note}{self._node_table()}{self._fleet()}{self._plots()}"
+            f"{LAYOUT}{self._headline()}{failures}<p>run <code>{escape(self.ctx.folder.id)}</code>, spec "
+            f"<code>{escape(self.ctx.spec.metadata.name)}</code></p>{banner}{signature}{note}"
+            f"{self._node_table()}{self._fleet()}{self._plots()}"
         )
 
 
-def count_checks_in_footer(config: Any, verdict: dict[str, Any]) -> None:
-    """pytest-html's footer counts only the tests that ran ("637 tests took 2 s") where the verdict counts every
-    check it decided (638, one skipped for a failing cause): make the footer say both, so the numbers agree."""
+def measurement_times(ev: Evaluation) -> list[tuple[str, str]]:
+    """Each measured node's evidence start and finish time (a re-test's carried nodes with their own)."""
+    if not ev.measured:
+        return []
+    return [(e.started, e.finished) for n in ev.inventory.names if (e := ev.usable(n)) is not None and e.collected]
+
+
+def count_checks_in_footer(config: Any, verdict: dict[str, Any], measured: str) -> None:
+    """pytest-html's footer counts only the tests that ran and the time pytest took to evaluate them ("637 tests
+    took 2 s") where the verdict counts every check it decided (638, one skipped for a failing cause), and the
+    run's time is its measurement: make the footer say the checks, the measurement time and then pytest's own."""
     s = verdict["summary"]
     for plugin in config.pluginmanager.get_plugins():
         if hasattr(plugin, "_run_count") and hasattr(plugin, "_report"):
             original = plugin._run_count
 
             def run_count(original: Any = original) -> str:
-                return f"{s['checks']} checks ({s['skipped']} skipped for a failing cause): {original()}"
+                evaluated = str(original()).replace(" took ", " evaluated in ", 1)
+                return f"{s['checks']} checks ({s['skipped']} skipped for a failing cause); {measured}; {evaluated}"
 
             plugin._run_count = run_count
 
@@ -326,4 +342,6 @@ def count_checks_in_footer(config: Any, verdict: dict[str, Any]) -> None:
 def _origin(s: Mapping[str, Any]) -> str:
     """Where a node's evidence comes from: measured in this run, or carried over by a re-test."""
     carried = s.get("carriedFrom")
-    return f"carried from {carried['run']}" if carried else "measured"
+    if carried:
+        return f"carried from {carried['run']}"
+    return "measured" if s.get("measured") else "not measured"

@@ -13,7 +13,7 @@ from html import escape
 __all__ = ["Point", "heatmap", "lines", "strip"]
 
 W, H, L, R, T, B = 900, 230, 70, 20, 30, 40  # size and margins
-COLORS = {"pass": "#2e86de", "straggler": "#e67e22", "fail": "#c0392b", "waived": "#8e44ad"}
+COLORS = {"pass": "#2e86de", "straggler": "#e67e22", "unstable": "#d4ac0d", "fail": "#c0392b", "waived": "#8e44ad"}
 PALETTE = ("#2e86de", "#8e44ad", "#16a085", "#d35400", "#7f8c8d", "#c0392b", "#27ae60", "#f39c12")
 
 
@@ -21,16 +21,16 @@ PALETTE = ("#2e86de", "#8e44ad", "#16a085", "#d35400", "#7f8c8d", "#c0392b", "#2
 class Point:
     label: str
     value: float
-    status: str  # pass | straggler | fail | waived
+    status: str  # pass | straggler | unstable | fail | waived
 
 
 def _fmt(v: float) -> str:
     return f"{v:.4g}"
 
 
-def _svg(body: list[str], title: str, height: int = H, width: int = W) -> str:
+def _svg(body: list[str], title: str, height: int = H, width: int = W, kind: str = "") -> str:
     return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="gpucert-plot" width="{width}" height="{height}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="gpucert-plot{kind}" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11" role="img">'
         f"<title>{escape(title)}</title>"
         f'<text x="{L}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>' + "".join(body) + "</svg>"
@@ -93,9 +93,10 @@ def strip(
     n_bad = sum(p.status != "pass" for p in points)
     body.append(
         f'<text x="{L}" y="{H - 8}" fill="#444">{len(points)} GPUs; {n_bad} flagged '
-        f"(orange: straggler, red: below the baseline limit, purple: waived)</text>"
+        "(orange: straggler, yellow: unstable, red: below the baseline limit, purple: waived; hover a point for "
+        "its GPU)</text>"
     )
-    return _svg(body, title)
+    return _svg(body, title, kind=" gpucert-strip")
 
 
 def heatmap(title: str, unit: str, matrix: Sequence[Sequence[float | None]], expected: float) -> str:

@@ -1,4 +1,8 @@
-"""verdict.json (`gpucert.io/verdict/v2`): the machine-readable result of a run. Pure (RunFolder writes it).
+"""verdict.json (`gpucert.io/verdict/v3`): the machine-readable result of a run. Pure (RunFolder writes it).
+
+v3 adds to v2 the run's `kind` (certify, configure, static, retest, recertify: a configure run measures nothing
+and certifies nothing) and the node result `waived` (passed, with a failure a waiver in force accepts). Readers
+take v2 documents too (`READABLE_SCHEMAS`; a v2 document is a certification and its waived nodes say `pass`).
 
 `result` is `pass` only when every check the plan requires ran and none failed or errored; `incomplete` when a
 required check was deselected, never reached, or skipped for a cause that did not run; `fail` otherwise (a failed
@@ -20,10 +24,36 @@ from typing import Any
 from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan import Plan
 
-__all__ = ["RESULTS", "VERDICT_SCHEMA", "Outcome", "build_verdict", "side_notes", "verdict_problems"]
+__all__ = [
+    "KINDS",
+    "NODE_RESULTS",
+    "READABLE_SCHEMAS",
+    "RESULTS",
+    "VERDICT_SCHEMA",
+    "Outcome",
+    "build_verdict",
+    "headline",
+    "headline_parts",
+    "kind_of",
+    "node_passed",
+    "side_notes",
+    "verdict_problems",
+]
 
-VERDICT_SCHEMA = "gpucert.io/verdict/v2"
+VERDICT_SCHEMA = "gpucert.io/verdict/v3"
+READABLE_SCHEMAS = ("gpucert.io/verdict/v2", VERDICT_SCHEMA)
 RESULTS = ("pass", "fail", "incomplete")
+NODE_RESULTS = ("pass", "waived", "fail", "incomplete")  # a node's (and the fleet row's) result
+# the run's kind, from its run folder's mode (runfolder.MODES), and what its headline calls it
+KINDS = {
+    "certify": "Certification",
+    "configure": "Configuration",
+    "static": "Static gate",
+    "retest": "Re-test",
+    "recertify": "Recertification",
+}
+_KIND_OF_MODE = {"measure": "certify", "plan": "configure", "static": "static", "retest": "retest"}
+_UNMEASURED = {"configure": "nothing measured", "static": "no cluster read, nothing measured"}
 MISSING_LISTED = 50  # the verdict names this many missing checks; the counts cover all of them
 BAD = (CheckStatus.FAIL, CheckStatus.ERROR)
 
@@ -35,6 +65,29 @@ class Outcome:
     finding: Finding
     start: float = 0.0
     stop: float = 0.0
+
+
+def kind_of(mode: str) -> str:
+    """The verdict's `kind` of a run folder's mode."""
+    return _KIND_OF_MODE.get(mode, mode)
+
+
+def headline_parts(verdict: Mapping[str, Any]) -> tuple[str, str]:
+    """What the run was, and its result: ("Configuration", "PASS: nothing measured"); a v2 verdict (no kind) is a
+    certification."""
+    kind = str(verdict.get("kind") or "certify")
+    result = str(verdict["result"]).upper()
+    return KINDS.get(kind, "Certification"), f"{result}: {_UNMEASURED[kind]}" if kind in _UNMEASURED else result
+
+
+def headline(verdict: Mapping[str, Any]) -> str:
+    """As every report heads the run: "Certification FAIL", "Configuration PASS: nothing measured"."""
+    return " ".join(headline_parts(verdict))
+
+
+def node_passed(result: object) -> bool:
+    """A node's result that is a pass: `pass`, or `waived` (v3: passed with a failure a waiver accepts)."""
+    return result in ("pass", "waived")
 
 
 def _sort_key(f: Finding) -> tuple[str, str, int, str]:
@@ -86,9 +139,16 @@ def _result(counts: Mapping[str, int], complete: bool) -> str:
     return "pass" if complete else "incomplete"
 
 
+def _node_result(counts: Mapping[str, int], complete: bool) -> str:
+    """A node's result: as the run's, but `waived` where it passed only because a waiver accepted a failure."""
+    result = _result(counts, complete)
+    return "waived" if result == "pass" and counts["waived"] else result
+
+
 def build_verdict(
     *,
     run: str,
+    kind: str = "certify",
     spec: str,
     target: str,
     nodes: list[str],
@@ -106,7 +166,8 @@ def build_verdict(
     """The verdict of a run: `outcomes` by key, against what `plan` requires and what the session `selected`;
     `waivers` by id as the run's waivers file states them, `retest` the record of a re-test.
 
-    `node_pools` gives each node's pool (None: in no pool or several) and `pools` each pool's expectations
+    `kind` is what the run was (`KINDS`: a configure run certifies nothing). `node_pools` gives each node's pool
+    (None: in no pool or several) and `pools` each pool's expectations
     (`nodes`, `gpusPerNode`, `product`, `baseline`): the verdict says per node its `pool`, and per pool its result
     over its nodes (additive to v2).
     """
@@ -142,7 +203,7 @@ def build_verdict(
         c = _summary(mine)
         open_ = where in still_open
         return {
-            "result": _result(c, not open_),
+            "result": _node_result(c, not open_),
             **c,
             "failing": sorted({f.check for f in mine if f.status in BAD}),
             "waivedChecks": sorted({f.check for f in mine if f.status is CheckStatus.WAIVED}),
@@ -158,6 +219,7 @@ def build_verdict(
     out = {
         "schema": VERDICT_SCHEMA,
         "run": run,
+        "kind": kind,
         "spec": spec,
         "target": target,
         "result": result,
@@ -206,7 +268,7 @@ def _pool_summary(name: str, info: Mapping[str, Any], nodes: Mapping[str, Mappin
         **info,
         "found": len(mine),
         "result": result,
-        "results": {r: results[r] for r in RESULTS},
+        "results": {r: results[r] for r in NODE_RESULTS},
         "failing": sorted({c for s in mine.values() for c in s["failing"]}),
     }
 
@@ -230,8 +292,8 @@ def verdict_problems(verdict: Any) -> list[str]:
     the verdict is consistent. Signing and verifying refuse an inconsistent verdict."""
     if not isinstance(verdict, dict):
         return [f"not a JSON object ({type(verdict).__name__})"]
-    if verdict.get("schema") != VERDICT_SCHEMA:
-        return [f"schema is {verdict.get('schema')!r}, not {VERDICT_SCHEMA!r}"]
+    if verdict.get("schema") not in READABLE_SCHEMAS:
+        return [f"schema is {verdict.get('schema')!r}, none of {', '.join(READABLE_SCHEMAS)}"]
     missing = [
         k for k in ("run", "spec", "target", "result", "coverage", "summary", "findings", "nodes") if k not in verdict
     ]
@@ -257,6 +319,6 @@ def verdict_problems(verdict: Any) -> list[str]:
     elif result == "fail" and not bad:
         problems.append("result fail without a failed or errored check")
     node_results = {n: v.get("result") for n, v in verdict["nodes"].items() if isinstance(v, dict)}
-    if result == "pass" and any(r != "pass" for r in node_results.values()):
+    if result == "pass" and not all(node_passed(r) for r in node_results.values()):
         problems.append("result pass, but not every node passed")
     return problems

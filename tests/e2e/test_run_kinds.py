@@ -1,0 +1,88 @@
+"""A configure run is not a certification: verdict.json records what kind of run it was, and every report says
+"Configuration PASS: nothing measured" (issue 23 item 11). Older verdicts (gpucert.io/verdict/v2) stay readable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucert.report.verdict import headline, verdict_problems
+
+from .conftest import SUITES, gpucert
+
+
+def test_a_configure_run_says_it_measured_nothing(project: Path) -> None:
+    r = gpucert("configure", "examples/clean.yaml", "--reports", "cfg", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (run,) = (project / "cfg").iterdir()
+    v = json.loads((run / "verdict.json").read_text())
+    assert v["schema"] == "gpucert.io/verdict/v3"
+    assert v["kind"] == "configure"
+    assert v["result"] == "pass"
+    assert "Configuration PASS: nothing measured" in r.stdout
+    html = (run / "report.html").read_text()
+    assert "Configuration PASS: nothing measured" in html
+    assert "Certification PASS" not in html
+    # no node's evidence reads as measured
+    table = html[html.index("gpucert-nodes") :].split("</table>")[0]
+    assert table.count("<td>not measured</td>") == 4
+    assert "<td>measured</td>" not in table
+    results = [json.loads(p.read_text()) for p in (run / "allure-results").glob("*-result.json")]
+    (cert,) = [x for x in results if x["fullName"] == "gpucert.certification"]
+    assert cert["name"] == "Configuration of clean-h100-pod-a: PASS: nothing measured"
+    executor = json.loads((run / "allure-results" / "executor.json").read_text())
+    assert executor["reportName"].startswith("Configuration PASS: nothing measured")
+    # it is signed and verified as what it is
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    assert gpucert("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0
+    verified = gpucert("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_pytest_terminal_says_configuration(pytester: pytest.Pytester, project: Path) -> None:
+    result = pytester.runpytest(
+        str(SUITES / "configure"),
+        "--spec",
+        str(project / "examples" / "clean.yaml"),
+        "--no-measure",
+        "--reports",
+        str(pytester.path / "reports"),
+        "-p",
+        "no:cacheprovider",
+    )
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["CONFIGURATION PASS: nothing measured: * of * required checks ran*"])
+    assert "CERTIFICATION" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("kind", "said"),
+    [
+        ("certify", "Certification FAIL"),
+        ("configure", "Configuration FAIL: nothing measured"),
+        ("static", "Static gate FAIL: no cluster read, nothing measured"),
+        ("retest", "Re-test FAIL"),
+        ("recertify", "Recertification FAIL"),
+        (None, "Certification FAIL"),  # a v2 verdict has no kind: it is a certification
+    ],
+)
+def test_headline_names_the_kind(kind: str | None, said: str) -> None:
+    assert headline({"result": "fail", **({"kind": kind} if kind else {})}) == said
+
+
+def test_a_v2_verdict_is_still_read() -> None:
+    v2 = {
+        "schema": "gpucert.io/verdict/v2",
+        "run": "r",
+        "spec": "s",
+        "target": "simulated",
+        "result": "pass",
+        "coverage": {"required": 1, "ran": 1, "complete": True},
+        "summary": {"passed": 1, "failed": 0, "errors": 0},
+        "findings": [],
+        "nodes": {"gpu-node-1": {"result": "pass"}},
+    }
+    assert verdict_problems(v2) == []
+    assert verdict_problems({**v2, "schema": "gpucert.io/verdict/v1"})
