@@ -62,7 +62,7 @@ def render(check: Any, console: Console, spec: ClusterSpec) -> None:
             table.add_row(f"[{STYLE[c.status]}]{c.status.upper()}[/]", c.item, c.detail, c.fix)
         if len(good) > 6:
             table.add_row(
-                f"[{STYLE['ok']}]OK[/]", f"{len(good)} more", ", ".join(c.item for c in good[:3]) + ", ...", ""
+                f"[{STYLE['ok']}]OK[/]", f"{len(good)} passed", ", ".join(c.item for c in good[:3]) + ", ...", ""
             )
         else:
             for c in good:

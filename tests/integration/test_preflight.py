@@ -213,3 +213,38 @@ def test_a_spec_that_is_not_a_cluster_is_bad_input(tmp_path: Path, capsys: pytes
     root = Path(__file__).resolve().parents[2]
     assert cli.main(["preflight", str(root / "examples" / "demo.yaml")]) == 2
     assert "preflight checks a live cluster" in capsys.readouterr().err
+
+
+def test_preflight_of_one_node_checks_as_recertify_does(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cordoned(ready)  # a repaired node comes back cordoned: recertify expects it, and cordons it itself
+    spec = spec_file(tmp_path)
+    code, doc = preflight(spec, capsys, "--node", "gpu-02", "--drain")
+    assert (code, failing(doc)) == (0, {})
+    items = {c["item"] for c in doc["checks"]}
+    assert {"patch nodes cluster-wide", "create leases.coordination.k8s.io in namespace gpucert"} <= items
+    assert "create pods/eviction cluster-wide" in items
+    assert "1 of 1 nodes" in items
+    code, doc = preflight(spec, capsys, "--node", "gpu-09")
+    assert code == 1
+    assert failing(doc)["GPU nodes"]["detail"] == "no node matches gpu-09"
+
+
+def test_without_a_dry_run_the_namespace_labels_decide(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RBAC that allows no dry run: the level each pod kind needs against the namespace's enforce label."""
+    ready.denied.add(("", "pods", "create"))
+    spec = spec_file(tmp_path, {"maxNodes": 3}, fabricResources=RDMA)
+    code, doc = preflight(spec, capsys)
+    assert code == 1
+    bad = failing(doc)
+    assert set(bad) == {
+        "create pods in namespace gpucert",
+        "the all-reduce pods (IPC_LOCK for RDMA (target.fabricResources)): Pod Security `privileged`",
+    }
+    assert (
+        "pod-security.kubernetes.io/enforce=privileged"
+        in bad["the all-reduce pods (IPC_LOCK for RDMA (target.fabricResources)): Pod Security `privileged`"]["fix"]
+    )
