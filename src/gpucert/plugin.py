@@ -468,7 +468,7 @@ class Controller:
         verdict["fleetAgainstSku"] = ev.peers.against_sku()
         verdict["undecided"] = ev.peers.undecided()
         preflight = ctx.folder.read_preflight()
-        if preflight is not None:  # additive to v2: whether the cluster was checked before the measure
+        if preflight is not None:  # optional (additive to v3): whether the cluster was checked before the measure
             verdict["preflight"] = preflight
         recert = ev.recertification
         if recert is not None:
