@@ -55,6 +55,7 @@ PATH_ARGS: list[tuple[str, ...]] = [
     ("configure", GATE, "--static", "--summary", "{P}"),
     ("configure", GATE, "--static", "--operator-values", "{P}"),
     ("configure", GATE, "--static", "--cluster-policy", "{P}"),
+    ("preflight", "{P}"),
 ]
 BAD_PATHS = {"name-too-long": LONG, "under-a-file": UNDER_FILE, "empty": ""}
 
@@ -90,6 +91,8 @@ TEXTS: list[tuple[tuple[str, ...], str]] = [
     (("recertify", "gpu-node-1\n", "--spec", SPEC), "node"),
     (("recertify", "gpu-node-1 ", "--spec", SPEC), "NODE"),
     (("recertify", "../gpu-node-1", "--spec", SPEC), "NODE"),
+    (("preflight", SPEC, "--node", "gpu-node-1\n"), "--node"),
+    (("preflight", SPEC, "--format", "yaml"), "--format"),
 ]
 
 
@@ -286,6 +289,27 @@ def test_a_summary_that_cannot_be_written_is_refused_before_the_run(project: Pat
     assert "--summary" in one_line(result)
     reports = project / "reports"
     assert not reports.exists() or not list(reports.rglob("verdict.json")), "a verdict was written before the error"
+
+
+def test_the_suites_refuse_a_path_the_system_refuses_as_a_usage_error(project: Path) -> None:
+    from .conftest import ROOT
+
+    suites = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "suites" / "configure")]
+    for reports in (LONG, f"{SPEC}/reports"):
+        proc = subprocess.run(
+            [*suites, "--spec", SPEC, "--reports", reports, "-q"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stdout + proc.stderr
+        assert "INTERNALERROR" not in proc.stdout + proc.stderr
+        assert [line for line in proc.stderr.splitlines() if line.strip()] == [
+            line for line in proc.stderr.splitlines() if line.startswith("ERROR: ")
+        ]
 
 
 INTERRUPT_ON_IMPORT = """
