@@ -53,7 +53,10 @@ def refusal(node: str, labels: Mapping[str, str], expected: GpuSharing = GpuShar
     if found is GpuSharing.TIME_SLICING:
         said += f"{labels[REPLICAS]} times, so a pod's nvidia.com/gpu may share a GPU with others)"
     fix = (
-        "set nvidia.com/mig.config=all-disabled on the node (the MIG manager applies it) for the certification"
+        f"wait until the MIG manager has applied {labels.get('nvidia.com/mig.config', 'its config')} "
+        f"({MIG_STATE}=success; failed: see its logs), with all-disabled for the certification"
+        if said.startswith("a MIG reconfiguration")
+        else "set nvidia.com/mig.config=all-disabled on the node (the MIG manager applies it) for the certification"
         if found is GpuSharing.MIG
         else "give the node a device-plugin config without time-slicing (node label nvidia.com/device-plugin.config)"
     )
