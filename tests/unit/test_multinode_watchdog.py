@@ -18,7 +18,6 @@ from gpucert.evidence import FabricEvidence
 from gpucert.probes.device import Device
 from gpucert.probes.multinode import Rendezvous, SocketCollective, run_multinode
 from gpucert.probes.runner import ProbePlan
-from gpucert.probes.watchdog import ProbeTimeout
 
 
 class HangsAfter(SocketCollective):
@@ -85,9 +84,10 @@ def test_a_hung_rank_is_named_and_nobody_waits_for_the_deadline() -> None:
     assert "the all-reduce across nodes did not finish in 1 s" in err.message
     assert "rank 1 (node-1) did not arrive" in err.message
     assert "rank 2" not in err.message  # it launched as many collectives as process 0
-    launched = {r: re.search(r"on rank \d \(launched (\d+) collectives\)", str(out[r])) for r in (1, 2)}
-    assert isinstance(out[1], ProbeTimeout)
-    assert isinstance(out[2], ProbeTimeout)
-    assert launched[1] is not None
-    assert launched[2] is not None
-    assert 0 < int(launched[1][1]) < int(launched[2][1])  # rank 1 never launched the second size's
+    assert out[1] is None  # the others end as the command's rank N does: process 0's document tells the story
+    assert out[2] is None
+    counts = re.search(r"it launched (\d+) collectives, the others (\d+)", err.message)
+    if counts is not None:  # rank 1's counts reached process 0 (on the NumPy device its hung reader may take them)
+        assert int(counts[1]) < int(counts[2])
+    else:
+        assert "rank 1 (node-1) did not arrive: nothing came from it after the watchdog" in err.message

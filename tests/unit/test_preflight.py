@@ -182,3 +182,40 @@ def test_the_gpu_steps_run_in_a_child_whose_crash_is_a_failed_step(tmp_path: Pat
     assert not ok
     assert detail.startswith("the preflight's GPU process ended (signal 11)")
     assert fix == preflight.CHILD_FIX
+
+
+def test_missing_cuda_headers_name_the_headers_as_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CuPy 14.2.0 raises RuntimeError("Failed to find CUDA headers") when it compiles its first elementwise kernel
+    (cp.full with a non-zero value) and cuda-pathfinder finds no cuda_runtime.h (cupy/_core/core.pyx lines
+    2593-2603); the CuPy here stands in for exactly that, with the attributes the steps read."""
+
+    def no_headers(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("Failed to find CUDA headers")
+
+    class Device:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def __enter__(self) -> Device:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    cupy = types.ModuleType("cupy")
+    cupy.__version__ = "14.2.0"  # type: ignore[attr-defined]
+    cupy.float32 = "float32"  # type: ignore[attr-defined]
+    cupy.full = no_headers  # type: ignore[attr-defined]
+    cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        Device=Device, runtime=types.SimpleNamespace(runtimeGetVersion=lambda: 12080)
+    )
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    pre = preflight.run_preflight({Probe.MEMORY}, True, nvml=object(), env={"HOME": "/tmp"}, isolate=False)
+    found = steps(pre)
+    assert found["cupy"] == (True, "CuPy 14.2.0, CUDA runtime 12080", None)
+    ok, detail, fix = found["kernel"]
+    assert not ok
+    assert detail == "RuntimeError: Failed to find CUDA headers"
+    assert fix == preflight.STEP_FIXES["kernel"]
+    assert "cuda-cudart-dev" in fix
+    assert preflight.summary(pre.failed).startswith("preflight kernel failed: RuntimeError: Failed to find CUDA")

@@ -11,7 +11,8 @@ repetitions (the plan's `min_reps`), never a time budget that each node would sp
 
 The sweep runs under the watchdog the single-node probes have: a process whose GPU or NCCL call hangs holds every
 other process in its collective. Past the limit each process sends process 0 how many collectives it launched
-and completed; process 0 names the process (node) that launched fewer than the others, or sent nothing.
+and completed, and ends without failing its pod (a failed pod would be reported before process 0's document);
+process 0 names the process (node) that launched fewer than the others, or sent nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import contextlib
 import json
 import socket
 import struct
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -208,6 +210,10 @@ class _Progress:
         return self.coll.correct(recv, count)
 
 
+class _Reported(ProbeTimeout):
+    """A process other than 0 timed out and sent process 0 its counts."""
+
+
 def _status(progress: _Progress) -> bytes:
     return json.dumps({"status": "timeout", "launched": progress.launched, "completed": progress.completed}).encode()
 
@@ -270,7 +276,7 @@ def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective
         if rdzv.rank != 0:
             with contextlib.suppress(OSError):
                 send_msg(rdzv.socks[0], _status(progress))
-            raise ProbeTimeout(f"{exc} on rank {rdzv.rank} (launched {progress.launched} collectives)") from None
+            raise _Reported(f"{exc} on rank {rdzv.rank} (launched {progress.launched} collectives)") from None
         raise ProbeTimeout(f"{exc}: {_who_hung(rdzv, progress, 2 * grace + 5)}") from None
 
 
@@ -320,6 +326,9 @@ def run_multinode(
         )
         outcome: dict[str, Any] = {"gpus_per_node": len(devices), "nccl": sweep}
     except Exception as exc:
+        if isinstance(exc, _Reported):  # process 0 tells the story: a failed pod here would race its document
+            print(f"gpucert.probes: {exc}; process 0 names who did not arrive", file=sys.stderr)
+            return None
         if rank != 0:
             raise
         error = ProbeError(probe="nccl", message=f"{type(exc).__name__}: {exc}")

@@ -47,8 +47,9 @@ STEP_FIXES = {
     "nvml": "run the pod with the NVIDIA container runtime (runtimeClassName: nvidia, as the GPU Operator sets up) "
     "so the driver's libnvidia-ml.so.1 is mounted, on a node whose NVIDIA driver is installed and loaded",
     "cupy": "use a CuPy for the node's CUDA major (cupy-cuda12x, or cupy-cuda13x on a CUDA 13 driver)",
-    "kernel": "put the CUDA headers CuPy compiles with in the image (cuda-cudart-dev of the image's CUDA, or "
-    "pip install 'cupy-cuda12x[ctk]'), and check the driver supports the image's CUDA",
+    "kernel": "put the CUDA headers CuPy compiles with in the image (cuda-cudart-dev and cuda-cccl of the image's "
+    "CUDA with CUDA_PATH pointing there, or pip install 'cupy-cuda12x[ctk]'), and check the driver supports the "
+    "image's CUDA",
     "cublas": "put cuBLAS of CuPy's CUDA major in the image (nvidia-cublas-cu12, or the CUDA image's libcublas)",
     "nccl": "put NCCL in the image (pip install nvidia-nccl-cu12) or drop nccl from certify.probes",
     "dcgmi": "install DCGM 4 in the probe image (datacenter-gpu-manager-4-core) or drop dcgm from certify.probes",
@@ -121,7 +122,8 @@ def _nvml_fix(exc: BaseException) -> str | None:
 
 
 def _kernel_fix(exc: BaseException) -> str | None:
-    # CuPy's compiler raises "Failed to find CUDA headers" where NVRTC has no cuda_fp16.h & co (cupy/_environment.py)
+    # CuPy 14.2 raises RuntimeError("Failed to find CUDA headers") when cuda-pathfinder finds no cuda_runtime.h
+    # for the NVRTC include path (cupy/_core/core.pyx, lines 2593-2603; see tests/unit/test_deploy.py)
     return STEP_FIXES["kernel"] if "header" in str(exc).lower() else None
 
 
