@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.baseline import load_baseline
-from gpucert.evidence import NodeEvidence
+from gpucert.evidence import Health, NodeEvidence
 from gpucert.probes import nccl
+from gpucert.probes.health import NVLINK_ERROR_COUNTERS
 from gpucert.probes.runner import BudgetSpec, DcgmPlan, ProbePlan, run_plan
 from gpucert.spec import Probe
 from gpucert.targets.local import PROFILES
@@ -171,7 +172,27 @@ def measurement_rows(ev: NodeEvidence, ref: dict[str, float] | str) -> tuple[lis
                     f"{h.power_w} W / {h.power_limit_w} W",
                 )
             )
+            rows.append(("health", str(g.index), "nvlink, throttle", "", "", "", _links_and_throttling(h)))
     return rows, ok
+
+
+def _links_and_throttling(h: Health) -> str:
+    """What health.nvlink and health.throttle will judge: links active, link errors and throttling under load."""
+    links = h.nvlink_active or []
+    e = h.nvlink_errors
+    if e is None:
+        errors = "link errors not read"
+    else:
+        counts = {c: sum(link.get(c, 0) for link in e.links.values()) for c in NVLINK_ERROR_COUNTERS}
+        refused = f", refused {len(e.unavailable)}" if e.unavailable else ""
+        errors = f"link errors over {e.seconds:.3g} s {counts}{refused}"
+    seconds = sum(w.seconds for w in h.throttle_under_load)
+    held: dict[str, int] = {}
+    for w in h.throttle_under_load:
+        for reason, ns in w.reasons_ns.items():
+            held[reason] = held.get(reason, 0) + ns
+    shares = ", ".join(f"{r} {ns / 1e9 / seconds:.2%}" for r, ns in sorted(held.items())) if seconds > 0 else "none"
+    return f"{sum(1 for x in links if x)}/{len(links)} links active, {errors}; throttled under load: {shares}"
 
 
 def node_rows(ev: NodeEvidence) -> list[Row]:

@@ -13,6 +13,7 @@ says anything about this run.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -271,3 +272,20 @@ def test_link_error_counters_nvml_refuses_are_named() -> None:
     f = nvlink(h, H100, "gpu-07", 0)
     assert f.status.value == "error"
     assert "did not give the NVLink error counters" in f.message
+
+
+def test_the_gpu_check_table_shows_what_nvlink_and_throttle_will_judge() -> None:
+    """benchmarks/gpu_check.py, the first script on a real GPU, prints the links, link errors and throttle shares."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check_health", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    h = nvlink_health([True] * 17 + [False], replay=2).model_copy(
+        update={"throttle_under_load": loaded({"hw_thermal": 10_000_000}).throttle_under_load}
+    )
+    line = module._links_and_throttling(h)
+    assert "17/18 links active" in line
+    assert "'replay': 2" in line
+    assert "hw_thermal 0.10%" in line
