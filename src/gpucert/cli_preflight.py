@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gpucert.errors import ConfigError
+from gpucert.names import NameError_, check_node_name
 from gpucert.spec import ClusterSpec, KubernetesTargetSpec, load_spec
 
 __all__ = ["add_preflight_command", "before_run", "preflight"]
@@ -76,6 +77,11 @@ def render(check: Any, console: Console, spec: ClusterSpec) -> None:
 
 
 def cmd_preflight(a: argparse.Namespace, console: Console) -> int:
+    if a.node is not None:
+        try:
+            check_node_name(a.node)
+        except NameError_ as exc:
+            raise ConfigError(str(exc), key="--node") from None
     spec = load_spec(a.spec)
     check = preflight(spec, node=a.node, drain=a.drain)
     if a.format == "json":
