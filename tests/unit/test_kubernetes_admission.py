@@ -9,6 +9,7 @@ import pytest
 from gpucert.spec import GpuSharing
 from gpucert.spec_kubernetes import KubernetesTargetSpec
 from gpucert.targets.kubeapi import _rbac_denial
+from gpucert.targets.kubernetes_admission import admission_fix
 from gpucert.targets.kubernetes_podspec import fabric_level, probe_resources
 from gpucert.targets.kubernetes_preflight import _tolerates
 from gpucert.targets.kubernetes_sharing import refusal, sharing
@@ -75,6 +76,17 @@ def test_whole_or_shared_gpus_from_gfd_labels(extra: dict[str, str], found: GpuS
         assert "as its pool expects" in why
     if extra.get("nvidia.com/mig.config.state") == "pending":
         assert "wait until the MIG manager has applied all-disabled" in why
+
+
+def test_each_refusal_says_what_to_change() -> None:
+    quota = (
+        'pods "p" is forbidden: exceeded quota: gpu-team, requested: memory=28Gi, used: memory=0, limited: memory=16Gi'
+    )
+    assert "ResourceQuota, or lower target.resources" in admission_fix(quota, "gpucert", "restricted", "the probe pods")
+    psa = 'pods "p" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)'
+    fix = admission_fix(psa, "gpucert", "privileged", "the all-reduce pods")
+    assert "kubectl label namespace gpucert --overwrite pod-security.kubernetes.io/enforce=privileged" in fix
+    assert psa in fix  # the API's words, quoted
 
 
 def test_probe_resources_are_guaranteed_and_sized_from_the_gpus() -> None:

@@ -49,6 +49,8 @@ def admission_fix(said: str, namespace: str, level: str, what: str) -> str:
             f"{what} need Pod Security `{level}`: kubectl label namespace {namespace} --overwrite "
             f"{PSA_LABEL}={level} (README, First run on a real cluster)"
         )
+    elif "exceeded quota" in said:  # the ResourceQuota plugin: `exceeded quota: NAME, requested: ...`
+        fix = f"raise namespace {namespace}'s ResourceQuota, or lower target.resources"
     elif "RuntimeClass" in said:
         fix = "create the RuntimeClass (the GPU Operator makes `nvidia`) or correct target.runtimeClassName"
     else:
