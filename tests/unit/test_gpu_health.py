@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpucert.analysis.health import judge_health, pcie_link, throttle
 from gpucert.analysis.nvlink import nvlink
@@ -26,6 +27,8 @@ from gpucert.errors import ConfigError
 from gpucert.evidence import Health, NvlinkErrors, PcieLink, ThrottleWindow
 from gpucert.probes.device import NumpyDevice
 from gpucert.probes.runner import ProbePlan, run_plan
+from gpucert.spec import load_spec
+from gpucert.targets.simulated import SimulatedTarget
 
 from .fake_nvml import NVMLError_NotSupported, eight_gpus, fake_nvml
 
@@ -289,3 +292,29 @@ def test_the_gpu_check_table_shows_what_nvlink_and_throttle_will_judge() -> None
     assert "17/18 links active" in line
     assert "'replay': 2" in line
     assert "hw_thermal 0.10%" in line
+
+
+@pytest.mark.parametrize(
+    ("fault", "key"),
+    [
+        ({"kind": "nvlink-down", "node": "gpu-node-1", "gpu": 0, "links": 19}, "faults[0].links"),
+        (
+            {"kind": "nvlink-errors", "node": "gpu-node-1", "gpu": 0, "counter": "replay", "count": 1, "link": 18},
+            "faults[0].link",
+        ),
+    ],
+)
+def test_an_nvlink_fault_on_a_link_the_sku_lacks_is_refused(tmp_path: Path, fault: dict[str, Any], key: str) -> None:
+    """A fault the simulator could not show would pass silently: refused, naming the fleet file and key."""
+    root = Path(__file__).resolve().parents[2]
+    spec = yaml.safe_load((root / "examples" / "clean.yaml").read_text())
+    fleet = yaml.safe_load((root / "examples" / "fleets" / "h100-4x8.yaml").read_text())
+    fleet["faults"] = [fault]
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    spec["target"]["fleet"] = str(tmp_path / "fleet.yaml")
+    spec["certify"]["baseline"] = str(BASELINES / "H100-SXM5-80GB.yaml")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(ConfigError, match="have 18 NVLink links") as exc:
+        SimulatedTarget.from_spec(load_spec(tmp_path / "spec.yaml"))
+    assert exc.value.key == key
+    assert exc.value.path == tmp_path / "fleet.yaml"

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpucert.baseline import GpuBaseline, load_baseline
+from gpucert.errors import ConfigError
 from gpucert.evidence import FabricEvidence
-from gpucert.fleet import SimulatedFleet, load_fleet
+from gpucert.fleet import NvlinkDownFault, NvlinkErrorsFault, SimulatedFleet, load_fleet
 from gpucert.spec import ClusterSpec, SimulatedTargetSpec
 from gpucert.targets.base import EvidenceSink, MeasurePlan
 from gpucert.targets.simulated.cluster import SimulatedCluster
@@ -33,6 +34,24 @@ def sku_baselines(fleet: SimulatedFleet, folders: list[Path]) -> dict[str, GpuBa
     return out
 
 
+def _nvlink_faults_fit(fleet: SimulatedFleet, skus: dict[str, GpuBaseline], path: Path) -> None:
+    """An NVLink fault on a link the SKU does not have would change nothing: an error, not a no-op."""
+    for i, f in enumerate(fleet.faults):
+        if not isinstance(f, NvlinkDownFault | NvlinkErrorsFault):
+            continue
+        sku = fleet.group_of(f.node).sku
+        nvlink = skus[sku].nvlink
+        links = nvlink.links if nvlink is not None else 0
+        key, wanted = ("links", f.links) if isinstance(f, NvlinkDownFault) else ("link", f.link + 1)
+        if wanted > links:
+            raise ConfigError(
+                f"{sku} GPUs have {links} NVLink links (its baseline's nvlink.links): "
+                f"{'take down at most' if key == 'links' else 'name a link below'} {links}",
+                path=path,
+                key=f"faults[{i}].{key}",
+            )
+
+
 class SimulatedTarget(SimulatedCluster, SimulatedProbes):
     """The target a spec with `target: {kind: simulated, fleet: ...}` opens."""
 
@@ -41,9 +60,12 @@ class SimulatedTarget(SimulatedCluster, SimulatedProbes):
     @classmethod
     def from_spec(cls, spec: ClusterSpec) -> SimulatedTarget:
         assert isinstance(spec.target, SimulatedTargetSpec)
-        fleet = load_fleet(spec.resolve(spec.target.fleet, "target.fleet"), spec=spec)
+        path = spec.resolve(spec.target.fleet, "target.fleet")
+        fleet = load_fleet(path, spec=spec)
         folders = [spec.resolve(p.baseline).parent for p in spec.pools]
-        return cls(spec, fleet, sku_baselines(fleet, folders))
+        skus = sku_baselines(fleet, folders)
+        _nvlink_faults_fit(fleet, skus, path)
+        return cls(spec, fleet, skus)
 
     def measure(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
         for node in nodes:
