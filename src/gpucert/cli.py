@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -386,7 +387,9 @@ def cmd_configure(a: argparse.Namespace) -> int:
         try:
             Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
             Path(a.summary).write_text(folder.summary_path.read_text(encoding="utf-8"), encoding="utf-8")
-        except OSError as exc:
+        except OSError as exc:  # checked before the run, yet it failed: no verdict of this run stays to read PASS
+            if not folder.holds_evidence:
+                shutil.rmtree(folder.path, ignore_errors=True)
             raise ConfigError(f"cannot write the summary: {exc}", path=Path(a.summary), key="--summary") from None
         console.print(f"  {'summary':<15} {a.summary}")
     return code

@@ -9,6 +9,7 @@ each wrote and returned), so a hundred cases cost one interpreter start; Ctrl-C 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -310,6 +311,26 @@ def test_the_suites_refuse_a_path_the_system_refuses_as_a_usage_error(project: P
         assert [line for line in proc.stderr.splitlines() if line.strip()] == [
             line for line in proc.stderr.splitlines() if line.startswith("ERROR: ")
         ]
+
+
+def test_a_summary_that_fails_after_the_run_leaves_no_verdict(
+    project: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The check before the run passed, and the write failed anyway (the folder appeared in between): the run's
+    folder goes, so no verdict reading PASS stays behind the error."""
+    from gpucert import cli
+
+    monkeypatch.chdir(project)
+    monkeypatch.setattr(cli, "output_file", lambda path, key: path)  # as if the early check had passed
+    (project / "summary.md").mkdir()
+    argv = ["configure", GATE, "--static", "--summary", "summary.md", "--reports", "reports"]
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        assert cli.main(argv) == 2
+    finally:
+        signal.signal(signal.SIGTERM, handler)  # cli.main turns SIGTERM into Ctrl-C for its run
+    assert "--summary: cannot write the summary" in capsys.readouterr().err
+    assert not list((project / "reports").rglob("verdict.json"))
 
 
 INTERRUPT_ON_IMPORT = """
