@@ -222,6 +222,12 @@ def test_link_errors_under_load_past_the_baseline_fail(errors: dict[str, int], w
             Health(nvlink_active=[True] * 18, nvlink_errors=NvlinkErrors(seconds=10, links={0: {"replay": -4}})),
             "out of range",
         ),
+        (  # an active link whose counters NVML refused altogether is not judged clean
+            Health(
+                nvlink_active=[True] * 18, nvlink_errors=NvlinkErrors(seconds=10, links={i: ZERO for i in range(17)})
+            ),
+            "no NVLink error counters of active link(s) 17",
+        ),
     ],
 )
 def test_nvlink_that_cannot_be_judged_is_an_error(health: Health, words: str) -> None:
@@ -274,7 +280,7 @@ def test_link_error_counters_nvml_refuses_are_named() -> None:
     assert h.nvlink_errors.unavailable["0.replay"] == "NVMLError_NotSupported: Not Supported"
     f = nvlink(h, H100, "gpu-07", 0)
     assert f.status.value == "error"
-    assert "did not give the NVLink error counters" in f.message
+    assert "gave no NVLink error counters of any active link (0.crc_data: NVMLError_NotSupported" in f.message
 
 
 def test_the_gpu_check_table_shows_what_nvlink_and_throttle_will_judge() -> None:

@@ -54,7 +54,7 @@ def _links(state: list[bool | None] | None, h: Health, want: int) -> tuple[str |
     return None, None
 
 
-def _errors(e: NvlinkErrors | None, x: NvlinkExpect) -> tuple[str | None, list[str], str]:
+def _errors(e: NvlinkErrors | None, x: NvlinkExpect, state: list[bool | None]) -> tuple[str | None, list[str], str]:
     """(why the errors cannot be judged, each limit exceeded, a summary of what was counted)."""
     if e is None:
         return "the NVLink error counters were not read around the load", [], ""
@@ -63,6 +63,11 @@ def _errors(e: NvlinkErrors | None, x: NvlinkExpect) -> tuple[str | None, list[s
         odd.append(f"window of {e.seconds} s")
     if odd:
         return f"NVLink error counts out of range (a counter went back, or no time passed): {', '.join(odd)}", [], ""
+    unread = [str(i) for i, active in enumerate(state) if active and i not in e.links]
+    if unread:
+        which = "any active link" if not e.links else f"active link(s) {', '.join(unread)}"
+        why = "; ".join(f"{k}: {v}" for k, v in sorted(e.unavailable.items())[:3])
+        return f"NVML gave no NVLink error counters of {which} ({why or 'not read'})", [], ""
     missing = sorted({f"{c}" for c in COUNTERS for link in e.links if c not in e.links[link]})
     if not e.links or missing:
         why = "; ".join(f"{k}: {v}" for k, v in sorted(e.unavailable.items())[:3])
@@ -102,7 +107,7 @@ def nvlink(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     active = sum(1 for s in state or [] if s)
     if unjudged:
         return _finding(CheckStatus.ERROR, node, gpu, unjudged, None, x.links)
-    cannot, exceeded, summary = _errors(h.nvlink_errors, x)
+    cannot, exceeded, summary = _errors(h.nvlink_errors, x, state or [])
     problems = [p for p in (wrong, *exceeded) if p]
     if problems:
         note = f"; {cannot}" if cannot else f"; {summary}" if summary and not exceeded else ""
