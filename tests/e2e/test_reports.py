@@ -80,7 +80,7 @@ def test_report_renders_summary_and_plots_in_a_browser(demo_run: Path, tmp_path:
     assert "<code>stability.compute.gemm.fp16</code>" in failures
     assert re.search(r"gpu5 \(serial \d+\)", failures)
     # the footer's time is the run's measurement, then pytest's evaluation
-    assert re.search(r'class="run-count">674 checks [^<]*; measured in \d+ s \(', dom)
+    assert re.search(r'class="run-count">\d+ checks [^<]*; measured in \d+ s \(', dom)
     # pytest-html's own table, built by its JavaScript: the failing checks are there, with their check ids
     assert "health.ecc" in dom.split('id="results-table"')[1]
     # pytest-html's environment block is moved below the verdict and the results (CSS order; the DOM is pytest-html's)
@@ -106,7 +106,7 @@ def test_failures_carry_their_evidence(demo_run: Path) -> None:
     assert extra["format_type"] == "json"
     # the failure reads as the check and why: no exception class, no frames of gpucert's own
     log = ecc[0]["log"]
-    assert log.strip().startswith("[health.ecc] gpu-node-1/gpu5: ECC")
+    assert log.strip().startswith("[health.ecc] gpu-node-1/gpu5: 2 uncorrected ECC errors")
     assert "CheckFailed" not in log
     assert "gpucert/plugin.py" not in log
     assert "Traceback" not in log
@@ -137,6 +137,24 @@ def test_allure_html_report_builds_as_one_file(demo_run: Path, tmp_path: Path) -
     (cert,) = [x for x in failed if x["fullName"] == "gpucert.certification"]
     assert cert["name"] == "Certification of demo-h100-pod-a: FAIL"
     assert all(x["attachments"] for x in failed if x is not cert)
+
+
+def test_allure_overview_does_not_read_as_a_pass_on_a_fail(demo_run: Path) -> None:
+    """Allure's overview donut is the share of passed results: one result per passed check made the failing demo
+    read 92.85% green. A node's passed checks are one result (each check a step), so the donut counts findings and
+    nodes, and the title over it is the verdict."""
+    folder = demo_run / "allure-results"
+    results = [json.loads(p.read_text()) for p in folder.glob("*-result.json")]
+    passed = [r for r in results if r["status"] == "passed"]
+    assert len(passed) / len(results) < 0.5
+    assert sorted(r["fullName"] for r in passed) == sorted(
+        ["gpucert.passed[fleet]", *(f"gpucert.passed[gpu-node-{i}]" for i in range(1, 5))]
+    )
+    (node1,) = [r for r in passed if r["fullName"] == "gpucert.passed[gpu-node-1]"]
+    steps = {s["name"] for s in node1["steps"]}
+    assert "memory.bandwidth (8 GPUs)" in steps
+    assert not any(s.startswith("health.ecc") for s in steps)  # it failed there: its own failed result
+    assert json.loads((folder / "executor.json").read_text())["reportName"].startswith("Certification FAIL (")
 
 
 def test_allure_report_without_the_commandline_says_how_to_install(
