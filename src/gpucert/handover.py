@@ -59,7 +59,7 @@ class HandoverGpu(Document):
 class Recorded(Document):
     run: str
     date: str
-    result: Literal["pass", "fail", "incomplete"]
+    result: Literal["pass", "waived", "fail", "incomplete"]  # the node's result in the run (waived: verdict v3)
     certificate: str | None = None  # sha256 of the run's certificate.intoto.json; None when the run was not signed
     forced: str | None = None  # why a node that failed was recorded anyway (`--force --reason`)
     # the spec (metadata.name) and SKU baseline (sha256 of the file) of the run: a recertification compares a node

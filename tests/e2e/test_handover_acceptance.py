@@ -343,3 +343,12 @@ def test_a_run_that_measured_nothing_cannot_cover_a_node(flow: Flow, tmp_path: P
     ok(gpucert("sign", str(plan_only), "--key", flow.key("vendor", True), cwd=tmp_path))
     r = ok(gpucert("accept", str(plan_only), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
     assert "a plan run measured no GPU" in r.stderr
+
+
+def test_a_waived_node_is_recorded_as_a_handover_baseline_saying_waived(flow: Flow, tmp_path: Path) -> None:
+    """A node that passed by its waiver (verdict v3 `waived`) is recorded like a passing one, and says so."""
+    out = tmp_path / "nodes"
+    r = gpucert("baseline", "record", str(flow.run2), "--out", str(out), cwd=flow.work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    recorded = yaml.safe_load(next(out.rglob("gpu-node-14.yaml")).read_text())
+    assert recorded["recorded"]["result"] == "waived"
