@@ -85,6 +85,11 @@ def test_report_renders_summary_and_plots_in_a_browser(demo_run: Path, tmp_path:
     assert "health.ecc" in dom.split('id="results-table"')[1]
     # pytest-html's environment block is moved below the verdict and the results (CSS order; the DOM is pytest-html's)
     assert "#environment-header,#environment{order:3}" in dom
+    # the signing hint names the files `gpucert keygen KEYS` writes
+    hint = dom.split('id="gpucert-signer"')[1].split("</p>")[0]
+    assert "KEYS/gpucert.key" in hint
+    assert "--key KEYS/gpucert.pub" in hint
+    assert "PUBLIC_KEY.pem" not in hint
     shot = tmp_path / "report.png"
     subprocess.run(
         [*common, "--window-size=1400,2400", f"--screenshot={shot}", url], capture_output=True, timeout=120, check=False
