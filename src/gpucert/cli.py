@@ -135,7 +135,10 @@ def _print_verdict(folder: RunFolder) -> int:
     def by_pool(kv: tuple[str, dict[str, Any]]) -> tuple[int, list[int | str]]:
         return order.get(kv[1].get("pool") or "", len(order)), natural_key(kv[0])
 
-    rows = [("(fleet)", verdict["fleet"])] if verdict.get("fleet") else []
+    fleet = verdict.get("fleet")
+    # as report.html: the fleet's own checks get a row only when they did not pass (a green "(fleet) PASS" over
+    # failing nodes reads as the fleet passing)
+    rows = [("(fleet)", fleet)] if fleet and fleet["result"] != "pass" else []
     for node, s in [*rows, *sorted(verdict["nodes"].items(), key=by_pool)]:
         pool = [(s.get("pool") or ("-" if node == "(fleet)" else "(none)"))] if several else []
         table.add_row(

@@ -22,6 +22,7 @@ def test_a_configure_run_says_it_measured_nothing(project: Path) -> None:
     assert v["kind"] == "configure"
     assert v["result"] == "pass"
     assert "Configuration PASS: nothing measured" in r.stdout
+    assert "(fleet)" not in r.stdout  # nothing failed at the fleet level: no row for it
     html = (run / "report.html").read_text()
     assert "Configuration PASS: nothing measured" in html
     assert "Certification PASS" not in html
