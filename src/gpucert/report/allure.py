@@ -262,13 +262,19 @@ def previous_allure_report(run_dir: Path, spec: str) -> Path | None:
     """The Allure report of the latest earlier run of the same spec beside this one (`RUN-allure/index.html`, as
     `gpucert report allure` writes it), whose trend this report carries on."""
     earlier = []
-    for sibling in run_dir.parent.iterdir():
-        index = sibling.parent / f"{sibling.name}-allure" / "index.html"
-        if sibling.name >= run_dir.name or not index.is_file() or not (sibling / "verdict.json").is_file():
+    try:
+        siblings = sorted(run_dir.parent.iterdir())
+    except OSError:  # a parent it cannot list: no trend to carry, the report itself still builds
+        return None
+    for sibling in siblings:
+        if sibling.name >= run_dir.name:
             continue
+        index = sibling.parent / f"{sibling.name}-allure" / "index.html"
         try:
+            if not index.is_file():
+                continue
             same = json.loads((sibling / "verdict.json").read_text(encoding="utf-8")).get("spec") == spec
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError):  # not a run folder, or one it cannot read: not this spec's
             continue
         if same:
             earlier.append((sibling.name, index))
