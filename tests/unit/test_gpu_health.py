@@ -236,6 +236,55 @@ def test_nvlink_that_cannot_be_judged_is_an_error(health: Health, words: str) ->
     assert words in f.message
 
 
+def _without(counter: str, answer: str, **errors: int) -> Health:
+    """18 active links whose `counter` NVML refused on every link with `answer` (pynvml's `NVMLError_<name>: ...`
+    as the probe records it, probes/health.py `_why`); `errors` added on link 0."""
+    links = {i: {c: 0 for c in ZERO if c != counter} for i in range(18)}
+    links[0].update(errors)
+    unavailable = {f"{i}.{counter}": answer for i in range(18)}
+    return Health(
+        nvlink_active=[True] * 18, nvlink_errors=NvlinkErrors(seconds=10, links=links, unavailable=unavailable)
+    )
+
+
+NOT_SUPPORTED = "NVMLError_NotSupported: Not Supported"
+
+
+def test_a_crc_counter_the_gpu_does_not_keep_is_not_an_error_on_every_gpu() -> None:
+    """nvmlDeviceGetNvLinkErrorCounter answers NVML_ERROR_NOT_SUPPORTED for a counter the device does not keep
+    (nvml.h; DCGM 4.5.2 caches that answer per counter, DcgmCacheManager::ReadAndCacheNvLinkData). Which counters
+    a GPU keeps depends on its NVLink generation (Hopper's NVLink 4 carries data under ECC; nvidia-smi nvlink -e
+    shows one CRC count, and the per-link set agents read on Hopper is replay, recovery, CRC flit and ECC data).
+    Review of issue 21 item 12: a refused crc_data on every link made health.nvlink an error on every GPU."""
+    f = nvlink(_without("crc_data", NOT_SUPPORTED), H100, "n", 0)
+    assert f.status.value == "pass", f.message
+    assert "NVML keeps no crc_data counter" in f.message
+    bad = nvlink(_without("crc_data", NOT_SUPPORTED, crc_flit=1200), H100, "n", 0)
+    assert bad.status.value == "fail"  # the CRC counter it does keep is still judged
+    assert "1200 CRC errors" in bad.message
+
+
+@pytest.mark.parametrize(
+    "health",
+    [
+        _without("crc_data", "NVMLError_Unknown: Unknown Error"),  # a refusal that is not "the GPU has none"
+        _without("replay", NOT_SUPPORTED),  # replay and recovery are never optional
+        Health(  # neither CRC counter: CRC errors would not be counted at all
+            nvlink_active=[True] * 18,
+            nvlink_errors=NvlinkErrors(
+                seconds=10,
+                links={i: {"replay": 0, "recovery": 0} for i in range(18)},
+                unavailable={f"{i}.{c}": NOT_SUPPORTED for i in range(18) for c in ("crc_flit", "crc_data")},
+            ),
+        ),
+    ],
+)
+def test_other_missing_link_counters_still_cannot_pass(health: Health) -> None:
+    f = nvlink(health, H100, "n", 0)
+    assert f.status.value == "error", f.message
+    assert "did not give the NVLink error counters" in f.message
+
+
 def test_a_baseline_without_nvlink_cannot_pass_the_check(tmp_path: Path) -> None:
     f = nvlink(nvlink_health([True] * 18), baseline_with(tmp_path), "n", 0)
     assert f.status.value == "error"

@@ -54,6 +54,25 @@ def _links(state: list[bool | None] | None, h: Health, want: int) -> tuple[str |
     return None, None
 
 
+def _unsupported_crc(e: NvlinkErrors) -> set[str]:
+    """The CRC counter this GPU does not keep: NVML answered NotSupported for it on every link read. Which of
+    nvmlNvLinkErrorCounter_t's counters a driver keeps depends on the NVLink generation (NVLink 4 on Hopper
+    protects data with ECC and nvidia-smi nvlink -e shows one CRC count there): a counter the GPU does not have
+    cannot be an error on every GPU of the SKU. At most one of the two may be absent: with neither, CRC errors are
+    not counted at all and the check cannot pass. Any other refusal (Unknown, GpuIsLost) still cannot be judged."""
+    links = list(e.links)
+    absent = {
+        c
+        for c in CRC_COUNTERS
+        if links
+        and all(
+            c not in e.links[link] and e.unavailable.get(f"{link}.{c}", "").startswith("NVMLError_NotSupported")
+            for link in links
+        )
+    }
+    return absent if len(absent) < len(CRC_COUNTERS) else set()
+
+
 def _errors(e: NvlinkErrors | None, x: NvlinkExpect, state: list[bool | None]) -> tuple[str | None, list[str], str]:
     """(why the errors cannot be judged, each limit exceeded, a summary of what was counted)."""
     if e is None:
@@ -68,7 +87,8 @@ def _errors(e: NvlinkErrors | None, x: NvlinkExpect, state: list[bool | None]) -
         which = "any active link" if not e.links else f"active link(s) {', '.join(unread)}"
         why = "; ".join(f"{k}: {v}" for k, v in sorted(e.unavailable.items())[:3])
         return f"NVML gave no NVLink error counters of {which} ({why or 'not read'})", [], ""
-    missing = sorted({f"{c}" for c in COUNTERS for link in e.links if c not in e.links[link]})
+    absent = _unsupported_crc(e)
+    missing = sorted({c for c in COUNTERS for link in e.links if c not in e.links[link] and c not in absent})
     if not e.links or missing:
         why = "; ".join(f"{k}: {v}" for k, v in sorted(e.unavailable.items())[:3])
         return f"NVML did not give the NVLink error counters {', '.join(missing) or 'of any link'} ({why})", [], ""
@@ -86,6 +106,7 @@ def _errors(e: NvlinkErrors | None, x: NvlinkExpect, state: list[bool | None]) -
     summary = (
         f"{crc} CRC, {total['replay']} replay, {total['recovery']} recovery errors over {e.seconds:.3g} s under load"
         + (f" (on {', '.join(noisy)})" if noisy else "")
+        + "".join(f"; NVML keeps no {c} counter on this GPU" for c in sorted(absent))
     )
     return None, bad, summary
 
