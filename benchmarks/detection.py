@@ -319,7 +319,7 @@ def study(cells: list[Cell], jobs: int) -> dict[tuple[int, str, str], list[tuple
     return totals
 
 
-def main() -> int:
+def main() -> int:  # noqa: C901
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=50)
     ap.add_argument("--jobs", type=int, default=1, help="processes (the evaluations of one fleet stay together)")

@@ -120,7 +120,7 @@ def _pytest(spec_path: str, folder: RunFolder, workers: int | None, quiet: bool,
 STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow", "waived": "magenta"}
 
 
-def _print_verdict(folder: RunFolder) -> int:
+def _print_verdict(folder: RunFolder) -> int:  # noqa: C901, PLR0912
     if not folder.verdict_path.exists():
         raise IncompleteRunError(f"the evaluation wrote no verdict.json in {folder.path}; see the output above")
     verdict = folder.read_verdict()
@@ -455,7 +455,7 @@ def cmd_schema(a: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     p = Parser(prog="gpucert", description="Certify a GPU Kubernetes cluster.")
     p.add_argument("--version", action="version", version=f"gpucert {__version__}")
     sub = p.add_subparsers(dest="command", required=True)

@@ -236,7 +236,7 @@ def _oldest(values: Iterable[str | None]) -> str | None:
     return min(parsed)[1] if parsed else None
 
 
-def draft_spec(
+def draft_spec(  # noqa: C901, PLR0912, PLR0915
     stack: StackObservation,
     *,
     name: str,

@@ -266,7 +266,7 @@ class Evaluation:
                 return dataclasses.replace(found, status=ERROR, message=message, cause=None)
         return found
 
-    def _decide(self, key: CheckKey) -> Finding:
+    def _decide(self, key: CheckKey) -> Finding:  # noqa: C901, PLR0912
         family = family_of(key.check)
         node, gpu = key.node, key.gpu
         if key.node is None and key.detail is not None and family in (Family.STACK, Family.BASELINE):
@@ -361,7 +361,7 @@ class Evaluation:
         why = "no probe ran there: its preflight failed" if cause.check == PREFLIGHT else "was not measured"
         return _skip(check, node, gpu, f"{node} {why} (see {cause.check})", str(cause))
 
-    def configure(self, check: str, node: str, component: str | None = None) -> Finding:
+    def configure(self, check: str, node: str, component: str | None = None) -> Finding:  # noqa: C901, PLR0912
         ns = self._node_stack(check, node)
         if isinstance(ns, Finding):
             return ns

@@ -151,7 +151,7 @@ def _unique(names: list[str]) -> list[str]:
     return out
 
 
-def record_gate(
+def record_gate(  # noqa: C901
     spec: ClusterSpec, gate: GateInputs, baselines: dict[str, Path]
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Validate the gate's inputs (ConfigError naming the file and key, before any run folder exists) and return

@@ -120,7 +120,7 @@ def sha256_of(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def record_baselines(
+def record_baselines(  # noqa: C901, PLR0912, PLR0915
     run_dir: Path,
     out: Path,
     *,

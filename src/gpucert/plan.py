@@ -177,7 +177,7 @@ def _one_gpu(spec: ClusterSpec, pool: str) -> str:
     return "expect.gpusPerNode is 1" if len(spec.pools) == 1 else f"pool {pool} expects 1 GPU per node"
 
 
-def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -> None:
+def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -> None:  # noqa: C901
     probes = set(spec.certify.probes)
     gpus_per_node = spec.pool(pool).expect.gpus_per_node
     gpus = [(n, i) for n in nodes for i in range(gpus_per_node)]

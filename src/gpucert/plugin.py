@@ -139,7 +139,7 @@ def _runs_tests(config: pytest.Config) -> bool:
     return not any(getattr(o, name, False) for name in shows)
 
 
-def _prepare(config: pytest.Config) -> RunContext | None:
+def _prepare(config: pytest.Config) -> RunContext | None:  # noqa: C901
     spec_opt = config.getoption("spec")
     if spec_opt is None:
         for opt in ("evidence", "run_dir"):
@@ -347,7 +347,7 @@ def _finding(report: pytest.TestReport, call: pytest.CallInfo[None], key: CheckK
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:  # noqa: C901
     report = yield
     ctx = run_context(item.config)
     key = check_key(item) if ctx is not None else None

@@ -153,7 +153,7 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def recertify(
+def recertify(  # noqa: C901, PLR0912, PLR0915
     spec: ClusterSpec,
     opts: RecertifyOptions,
     *,

@@ -123,7 +123,7 @@ def new_run(
         raise
 
 
-def prepare(
+def prepare(  # noqa: C901, PLR0912
     spec: ClusterSpec,
     reports: Path,
     mode: Mode,

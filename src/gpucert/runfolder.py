@@ -312,7 +312,7 @@ class RunFolder:
         and the waivers' own checks when run.json says the run was prepared with waivers."""
         return (*MODES[self.mode], *(("waivers",) if self.read_run_info().get("waivers") else ()))
 
-    def check(self) -> None:
+    def check(self) -> None:  # noqa: C901
         """The folder holds what its mode says it holds (EvidenceError naming the file otherwise): a certification
         without evidence, a recertification record added to a certification, an inventory relabelled, ..."""
         mode, target, inventory = self.mode, self.read_inventory().target, self.read_inventory().names

@@ -295,7 +295,7 @@ def claim_record(folder: Path, started: datetime) -> Path:
     raise GpucertError(f"{folder}: 999 schedule records of {stamp} already; clear the folder")
 
 
-def _round(
+def _round(  # noqa: C901, PLR0912, PLR0915
     spec: ClusterSpec,
     opts: ScheduleOptions,
     control: NodeControl,

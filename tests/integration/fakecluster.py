@@ -186,7 +186,7 @@ class FakeCluster:
 
     # ---- HTTP ----------------------------------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response:
+    def handle(self, request: Request) -> Response:  # noqa: C901, PLR0912, PLR0915
         self.requests.append((request.method, request.full_path))
         if self.on_request is not None:
             self.on_request(request.method, request.path)
@@ -320,7 +320,7 @@ class FakeCluster:
         answer = {**body, "status": status}
         return Response(json.dumps(answer), status=201, content_type="application/json")
 
-    def _watch(
+    def _watch(  # noqa: C901
         self, kind: str, ns: str | None, selector: str, rv: str | None, timeout: float, fields: str = ""
     ) -> Iterator[bytes]:
         deadline = time.monotonic() + timeout

@@ -231,7 +231,7 @@ class FakeKubelet:
             pod["status"] = {**pod["status"], **status}
             self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
 
-    def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, what: str) -> None:
+    def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, what: str) -> None:  # noqa: C901, PLR0912, PLR0915
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         image = pod["spec"]["containers"][0]["image"]
         running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}

@@ -97,7 +97,7 @@ def cordoned(cluster: FakeCluster, name: str) -> bool:
     return bool(node_obj(cluster, name).get("spec", {}).get("unschedulable"))
 
 
-def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) -> None:
+def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) -> None:  # noqa: PLR0915
     cluster = live.cluster
     assert gpucert(tmp_path, "keygen", "keys").returncode == 0
     r = gpucert(tmp_path, "certify", "spec.yaml", "-q", "--sign-key", "keys/gpucert.key")

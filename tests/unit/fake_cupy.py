@@ -57,7 +57,7 @@ class FakeCupy:
             raise CublasError("CUBLAS_STATUS_NOT_INITIALIZED")
         self.gemms.append((handle, threading.current_thread().name))
 
-    def _module(self) -> types.ModuleType:
+    def _module(self) -> types.ModuleType:  # noqa: C901
         fake = self
 
         class Handle:  # device.pyx: destroys its handle when the thread-local dict holding it goes

@@ -90,7 +90,7 @@ class _FieldValue:
         self.fieldId, self.nvmlReturn, self.value = field_id, ret, _Value(value)
 
 
-def fake_nvml(*gpus: FakeGpu) -> Any:
+def fake_nvml(*gpus: FakeGpu) -> Any:  # noqa: C901
     """A module object answering like pynvml for `gpus` (handles are the GPU objects themselves)."""
     devs = list(gpus) or [FakeGpu()]
 

@@ -117,7 +117,7 @@ def _expired(waiver: dict[str, Any], now: datetime) -> bool:
         return True  # an expiry that cannot be read is no waiver in force
 
 
-def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime, id_: str) -> dict[str, Any]:
+def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime, id_: str) -> dict[str, Any]:  # noqa: C901, PLR0912
     """acceptance.json: `runs` in the order they ran; the latest run that judged a node covers it."""
     history = _history(runs)
     by_id = {r.id: r for r in runs}

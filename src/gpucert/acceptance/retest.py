@@ -297,7 +297,7 @@ def prepare_retest(
     return measure
 
 
-def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
+def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:  # noqa: C901
     """Problems with a re-test's carried evidence: each carried file must be, byte for byte, what its source run
     signed for that node (its envelope travels in retest/), signed by one of `keys`, and a node that passed there.
     [] for a run that carried nothing."""

@@ -17,7 +17,7 @@ def _untied(test: str, result: DcgmTestResult) -> str:
     return f"DCGM reported the {test} test by its own GPU ids only ({entries}; no serial ties them to boards)"
 
 
-def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:
+def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:  # noqa: C901
     """The finding of `dcgm.<test>` for GPU `gpu` of `node`, from a diagnostic that should have run `level`."""
     check, where = f"dcgm.{test}", f"{node}/gpu{gpu}"
 

@@ -222,7 +222,7 @@ class _Node:
         self.emit(f"gpu/{index}/{metric}", m)
 
 
-def _open_devices(node: _Node, count: int, opener: Callable[[int], Device]) -> dict[int, Device]:
+def _open_devices(node: _Node, count: int, opener: Callable[[int], Device]) -> dict[int, Device]:  # noqa: C901
     """Start each GPU; key it by its NVML index, matched by PCI bus id, never by its CUDA ordinal. A GPU that cannot
     start is that GPU's error on every per-GPU probe. A CUDA device that names no board (no bus id, or one NVML does
     not list) is charged to no board by number: the boards left without a device carry its failure."""
@@ -262,7 +262,7 @@ def _open_devices(node: _Node, count: int, opener: Callable[[int], Device]) -> d
     return devices
 
 
-def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:
+def _per_gpu(node: _Node, devices: dict[int, Device]) -> dict[int, Any]:  # noqa: C901
     """Memory, GEMM per dtype and PCIe on each GPU in turn; returns each GPU's PCIe link read under load."""
     plan, links = node.plan, {}
     for i, dev in sorted(devices.items()):
@@ -339,7 +339,7 @@ def _link_under_load(node: _Node, dev: Device, index: int) -> Any:
         dev.synchronize()
 
 
-def _between_gpus(node: _Node, devices: dict[int, Device], count: int, on_gpu: bool) -> tuple[Any, Any]:
+def _between_gpus(node: _Node, devices: dict[int, Device], count: int, on_gpu: bool) -> tuple[Any, Any]:  # noqa: C901
     plan, probes = node.plan, node.probes
     p2p_ev = nccl_ev = None
     if count < 2:  # nothing to measure between GPUs: their checks skip with this reason
@@ -394,7 +394,7 @@ def _between_gpus(node: _Node, devices: dict[int, Device], count: int, on_gpu: b
     return p2p_ev, nccl_ev
 
 
-def run_plan(
+def run_plan(  # noqa: C901, PLR0912, PLR0915
     plan: ProbePlan,
     nvml: Any = None,
     *,

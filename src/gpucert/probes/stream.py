@@ -87,7 +87,7 @@ def _load(model: type[BaseModel], body: str) -> Any:
         return None
 
 
-def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:
+def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:  # noqa: C901, PLR0912
     """The node's evidence from the parts `found` in a log; None when not even the `node` part arrived.
 
     What was measured stands. Every probe that was planned and did not finish gets an error saying `why` (what

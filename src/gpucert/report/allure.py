@@ -123,7 +123,7 @@ def report_name(verdict: Mapping[str, Any]) -> str:
     return f"{headline(verdict)} ({verdict['spec']}, run {verdict['run']})"
 
 
-def write_allure(
+def write_allure(  # noqa: C901
     results_dir: Path,
     outcomes: Mapping[CheckKey, Outcome],
     evidence: Mapping[CheckKey, Any],

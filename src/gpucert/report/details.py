@@ -38,7 +38,7 @@ def nccl_curve(ev: Evaluation, node: str) -> list[tuple[int, float]]:
     return [(size, median(busbw)) for size, busbw in curve if busbw and size > 0]
 
 
-def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
+def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:  # noqa: C901
     """The evidence behind a finding, as JSON-ready data, for the reports' failure details."""
     node = finding.node
     if finding.check in FABRIC_METRICS:

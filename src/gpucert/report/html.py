@@ -178,7 +178,7 @@ class HtmlSummary:
             out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 
-    def _pool_plots(
+    def _pool_plots(  # noqa: C901
         self, baseline: GpuBaseline, nodes: list[str], flagged: dict[tuple[str, str, int | None], str], suffix: str
     ) -> list[str]:
         ev = self.ctx.evaluation

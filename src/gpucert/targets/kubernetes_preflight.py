@@ -234,7 +234,7 @@ class Preflight:
         elif ready:
             self.add(2, f"{ready} of {seen} nodes", OK, "GPUs free and whole, schedulable, every taint tolerated")
 
-    def node_problems(self, node: dict[str, Any]) -> list[tuple[str, str, str]]:
+    def node_problems(self, node: dict[str, Any]) -> list[tuple[str, str, str]]:  # noqa: C901
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}
         pools = [(i, p) for i, p in enumerate(self.spec.pools) if p.selects(labels)]

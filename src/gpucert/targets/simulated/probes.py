@@ -123,7 +123,7 @@ class SimulatedProbes(World):
             x = np.where(hit, x * (1 - tails.depth * outliers.random(n)), x)
         return [_sig(v) for v in x]
 
-    def _health(self, rng: np.random.Generator, node: str, slot: int, loaded: list[str]) -> Health:
+    def _health(self, rng: np.random.Generator, node: str, slot: int, loaded: list[str]) -> Health:  # noqa: C901
         """NVML's readings after the load; `loaded` are the probes that loaded the GPU (one throttle window each)."""
         ecc, rows = (
             EccCounts(volatile_corrected=0, volatile_uncorrected=0, aggregate_corrected=0, aggregate_uncorrected=0),

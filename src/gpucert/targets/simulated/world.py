@@ -75,7 +75,7 @@ class NodeFaults:
 class World:
     """The spec, the fleet and its faults: what the cluster objects and the probe evidence are drawn from."""
 
-    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baselines: dict[str, GpuBaseline]) -> None:
+    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baselines: dict[str, GpuBaseline]) -> None:  # noqa: C901
         """`baselines` by SKU name: every SKU the fleet's groups name (the nominal figures of their GPUs)."""
         self.spec = spec
         self.fleet = fleet
