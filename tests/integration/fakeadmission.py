@@ -7,9 +7,10 @@ check's reason and detail, policy/registry.go for the order (baseline checks, th
 check id; a restricted check replaces the baseline one it overrides), policy/checks.go (ForbiddenDetail: `reason
 (detail)` joined by ", "), admission/admission.go (`violates PodSecurity "LEVEL:VERSION": DETAIL`) and
 admission/response.go (apierrors.NewForbidden: `pods "NAME" is forbidden: ...`, reason Forbidden, code 403).
-Modelled: every check a pod of gpucert's could trip (capabilities, host namespaces, hostPath volumes, host ports,
-privileged, privilege escalation, volume types, runAsNonRoot, runAsUser=0, seccomp). Not modelled: AppArmor,
-SELinux, /proc mount, sysctls, Windows host process, user-namespace relaxations, exemptions.
+Modelled: every check on a pod's spec (AppArmor, capabilities, host namespaces, hostPath volumes, host ports,
+privileged, /proc mount, SELinux, seccomp, sysctls, privilege escalation, volume types, runAsNonRoot, runAsUser=0).
+Not modelled: the deprecated seccomp and AppArmor annotations, probes' and lifecycle hooks' `host`, Windows host
+process, user-namespace relaxations (`hostUsers: false`), exemptions.
 """
 
 from __future__ import annotations
@@ -192,14 +193,102 @@ def seccomp_restricted(pod: dict[str, Any]) -> Result:
     return None
 
 
+# check_sysctls.go: the safe set as of v1.37
+SAFE_SYSCTLS = {
+    *("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.tcp_syncookies"),
+    *("net.ipv4.ping_group_range", "net.ipv4.ip_unprivileged_port_start", "net.ipv4.ip_local_reserved_ports"),
+    *("net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl"),
+    *("net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"),
+    *("net.ipv4.tcp_slow_start_after_idle", "net.ipv4.tcp_notsent_lowat"),
+}
+SELINUX_TYPES = {"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+
+
+def _explicit(pod: dict[str, Any], key: str, bad: Callable[[Any], bool]) -> tuple[list[str], list[str]]:
+    """(setters that set `key` to a bad value: "pod" and/or `containers "a"`, the bad values' types, sorted)."""
+    setters, values, names = [], set(), []
+    pod_value = (pod.get("securityContext") or {}).get(key)
+    if pod_value is not None and bad(pod_value):
+        setters.append("pod")
+        values.add(str(pod_value.get("type", "")))
+    for c in _containers(pod):
+        value = _sc(c).get(key)
+        if value is not None and bad(value):
+            names.append(c["name"])
+            values.add(str(value.get("type", "")))
+    if names:
+        setters.append(_who(names))
+    return setters, sorted(values)
+
+
+def _profile_bad(v: Any) -> bool:
+    return (v or {}).get("type") not in ("RuntimeDefault", "Localhost")
+
+
+def app_armor(pod: dict[str, Any]) -> Result:
+    setters, values = _explicit(pod, "appArmorProfile", _profile_bad)
+    if not setters:
+        return None
+    reason = "forbidden AppArmor profile" + ("s" if len(values) > 1 else "")
+    return reason, f"{' and '.join(setters)} must not set AppArmor profile type to {_quote(values)}"
+
+
+def proc_mount(pod: dict[str, Any]) -> Result:
+    bad = [c for c in _containers(pod) if _sc(c).get("procMount") not in (None, "Default")]
+    if not bad:
+        return None
+    kinds = sorted({str(_sc(c)["procMount"]) for c in bad})
+    return "procMount", f"{_who([c['name'] for c in bad])} must not set securityContext.procMount to {_quote(kinds)}"
+
+
+def se_linux_options(pod: dict[str, Any]) -> Result:
+    types: set[str] = set()
+    user = role = False
+
+    def bad(opts: dict[str, Any]) -> bool:
+        nonlocal user, role
+        valid = True
+        if opts.get("type", "") not in SELINUX_TYPES:
+            types.add(opts.get("type", ""))
+            valid = False
+        if opts.get("user"):
+            user, valid = True, False
+        if opts.get("role"):
+            role, valid = True, False
+        return not valid
+
+    setters = ["pod"] if bad((pod.get("securityContext") or {}).get("seLinuxOptions") or {}) else []
+    names = [c["name"] for c in _containers(pod) if bad(_sc(c).get("seLinuxOptions") or {})]
+    if names:
+        setters.append(_who(names))
+    if not setters:
+        return None
+    data = [f"{'type' if len(types) == 1 else 'types'} {_quote(sorted(types))}"] if types else []
+    data += ["user may not be set"] * user + ["role may not be set"] * role
+    return "seLinuxOptions", f"{' and '.join(setters)} set forbidden securityContext.seLinuxOptions: {'; '.join(data)}"
+
+
+def seccomp_baseline(pod: dict[str, Any]) -> Result:
+    setters, values = _explicit(pod, "seccompProfile", _profile_bad)
+    if not setters:
+        return None
+    return "seccompProfile", f"{' and '.join(setters)} must not set securityContext.seccompProfile.type to " + (
+        _quote(values)
+    )
+
+
+def sysctls(pod: dict[str, Any]) -> Result:
+    bad = [s["name"] for s in (pod.get("securityContext") or {}).get("sysctls") or [] if s["name"] not in SAFE_SYSCTLS]
+    return ("forbidden sysctls", ", ".join(bad)) if bad else None
+
+
 # registry.go's order: baseline ids sorted, then restricted ids sorted (capabilities_restricted overrides
-# capabilities_baseline; seccompProfile_baseline, which only forbids Unconfined, is left out here)
-BASELINE = [capabilities_baseline, host_namespaces, host_path_volumes, host_ports, privileged]
-RESTRICTED = [
-    *(host_namespaces, host_path_volumes, host_ports, privileged),
-    *(allow_privilege_escalation, capabilities_restricted, restricted_volumes, run_as_non_root, run_as_user),
-    seccomp_restricted,
-]
+# capabilities_baseline, procMount_restricted procMount, seccompProfile_restricted seccompProfile_baseline)
+BASELINE = [app_armor, capabilities_baseline, host_namespaces, host_path_volumes, host_ports, privileged]
+BASELINE += [proc_mount, se_linux_options, seccomp_baseline, sysctls]
+RESTRICTED = [app_armor, host_namespaces, host_path_volumes, host_ports, privileged, se_linux_options, sysctls]
+RESTRICTED += [allow_privilege_escalation, capabilities_restricted, proc_mount, restricted_volumes, run_as_non_root]
+RESTRICTED += [run_as_user, seccomp_restricted]
 
 
 def level_of(namespace: dict[str, Any] | None) -> tuple[str, str]:

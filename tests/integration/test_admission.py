@@ -257,3 +257,57 @@ def test_the_no_execute_taints_a_pool_declares_are_tolerated(three: FakeCluster,
     assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoExecute"} in job["spec"][
         "template"
     ]["spec"]["tolerations"]
+
+
+PSA = "kubernetes/pod-security-admission 8f84a87 (July 2026), policy"
+
+
+def test_the_fakes_baseline_refuses_what_real_pod_security_refuses() -> None:
+    """Baseline's checks of AppArmor, /proc mount, SELinux, seccomp and sysctls: each case and its words are the
+    upstream unit tests' (PSA: check_appArmorProfile_test.go, check_procMount_baseline_test.go,
+    check_seLinuxOptions_test.go, check_sysctls_test.go; seccomp as check_seccompProfile_baseline.go words it), in
+    registry.go's order; `restricted` refuses them too (none of them is overridden away)."""
+    from .fakeadmission import violations
+
+    def c(name: str, **sc: Any) -> dict[str, Any]:
+        return {"name": name, "securityContext": sc}
+
+    assert violations("baseline", {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}) == (
+        'forbidden AppArmor profile (pod must not set AppArmor profile type to "Unconfined")'
+    )
+    proc = [c("a"), c("b", procMount="Default"), c("d", procMount="Unmasked"), c("e", procMount="other")]
+    assert violations("baseline", {"containers": proc}) == (
+        'procMount (containers "d", "e" must not set securityContext.procMount to "Unmasked", "other")'
+    )
+    selinux = {
+        "securityContext": {"seLinuxOptions": {"type": "foo", "user": "bar", "role": "baz"}},
+        "containers": [
+            c("a", seLinuxOptions={"type": "container_t"}),
+            c("d", seLinuxOptions={"type": "container_engine_t"}),
+            c("e", seLinuxOptions={"type": "bar"}),
+            c("f", seLinuxOptions={"user": "bar"}),
+            c("g", seLinuxOptions={"role": "baz"}),
+        ],
+    }
+    assert violations("baseline", selinux) == (
+        'seLinuxOptions (pod and containers "e", "f", "g" set forbidden securityContext.seLinuxOptions: types "bar", '
+        '"foo"; user may not be set; role may not be set)'
+    )
+    unconfined = {"containers": [c("a", seccompProfile={"type": "Unconfined"}), c("b")]}
+    assert violations("baseline", unconfined) == (
+        'seccompProfile (container "a" must not set securityContext.seccompProfile.type to "Unconfined")'
+    )
+    sysctl = {"securityContext": {"sysctls": [{"name": "a"}, {"name": "net.ipv4.tcp_syncookies"}, {"name": "b"}]}}
+    assert violations("baseline", sysctl) == "forbidden sysctls (a, b)"
+    every = {
+        "securityContext": {"sysctls": [{"name": "kernel.msgmax"}], "appArmorProfile": {"type": "Unconfined"}},
+        "containers": [c("x", procMount="Unmasked", seLinuxOptions={"type": "spc_t"})],
+    }
+    assert violations("baseline", every) == (
+        'forbidden AppArmor profile (pod must not set AppArmor profile type to "Unconfined"), procMount (container '
+        '"x" must not set securityContext.procMount to "Unmasked"), seLinuxOptions (container "x" set forbidden '
+        'securityContext.seLinuxOptions: type "spc_t"), forbidden sysctls (kernel.msgmax)'
+    )
+    restricted = violations("restricted", every)
+    for reason in ("forbidden AppArmor profile", "procMount", "seLinuxOptions", "forbidden sysctls"):
+        assert f"{reason} (" in restricted
