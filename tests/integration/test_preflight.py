@@ -248,3 +248,23 @@ def test_without_a_dry_run_the_namespace_labels_decide(
         "pod-security.kubernetes.io/enforce=privileged"
         in bad["the all-reduce pods (IPC_LOCK for RDMA (target.fabricResources)): Pod Security `privileged`"]["fix"]
     )
+
+
+def test_without_a_dry_run_a_namespace_without_a_label_is_not_judged_privileged(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No enforce label: the level is the cluster's default (the PodSecurity plugin's AdmissionConfiguration,
+    `defaults.enforce`, kubernetes.io/docs/tasks/configure-pod-container/enforce-standards-admission-controller/),
+    which the API does not show. Every default admits `restricted` pods; RDMA's `privileged` ones are not known."""
+    ready.denied.add(("", "pods", "create"))
+    ready.put("namespaces", namespace(None), "MODIFIED")
+    spec = spec_file(tmp_path, {"maxNodes": 3}, fabricResources=RDMA)
+    code, doc = preflight(spec, capsys)
+    assert code == 1  # RBAC allows no dry run: that alone fails
+    rows = {c["item"]: c for c in doc["checks"]}
+    probe = rows["the probe pods: Pod Security `restricted`"]
+    assert probe["status"] == "ok"
+    fabric = rows["the all-reduce pods (IPC_LOCK for RDMA (target.fabricResources)): Pod Security `privileged`"]
+    assert fabric["status"] == "warn"
+    assert "has no pod-security.kubernetes.io/enforce label" in fabric["detail"]
+    assert "pod-security.kubernetes.io/enforce=privileged" in fabric["fix"]

@@ -143,7 +143,7 @@ class Preflight:
             self.add(1, f"namespace {ns}", WARN, f"cannot be read ({exc})", "grant get namespaces (deploy/rbac.yaml)")
             obj = {}
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        enforce = labels.get(PSA_LABEL, "privileged")
+        enforce = labels.get(PSA_LABEL, "")  # "": the cluster's default (its AdmissionConfiguration), unknown here
         kinds = [("the probe pods", "restricted", self.probe_pod())]
         if self.spec.certify.multinode is not None:
             level, why = fabric_level(self.t)
@@ -190,12 +190,16 @@ class Preflight:
                 fix = admission_fix(exc.said, ns, level, what).partition("; ")[2]
                 self.add(1, item, FAIL, f"the API server refuses them: {exc.said}", fix)
                 return
-            self.add(1, item, OK, f"admitted (namespace {ns} enforces `{enforce}`; a dry run)")
+            self.add(1, item, OK, f"admitted (namespace {ns} enforces `{enforce or 'the cluster default'}`; a dry run)")
+        elif not enforce and level != "restricted":  # every default admits `restricted` pods, not the others
+            fix = f"kubectl label namespace {ns} {PSA_LABEL}={level}, or grant create pods (dry runs: deploy/rbac.yaml)"
+            detail = f"not known: namespace {ns} has no {PSA_LABEL} label (the cluster's default level applies)"
+            self.add(1, item, WARN, detail, fix)
         elif LEVELS.index(enforce if enforce in LEVELS else "restricted") > LEVELS.index(level):
             fix = f"kubectl label namespace {ns} --overwrite {PSA_LABEL}={level}"
             self.add(1, item, FAIL, f"namespace {ns} enforces `{enforce}`", fix)
         else:
-            self.add(1, item, OK, f"namespace {ns} enforces `{enforce}`")
+            self.add(1, item, OK, f"namespace {ns} enforces `{enforce or 'the cluster default'}`")
 
     # ---- nodes ---------------------------------------------------------------------------------------------------
 
