@@ -21,6 +21,7 @@ class GpuSharing(StrEnum):
     NONE = "none"  # whole GPUs, one nvidia.com/gpu each
     MIG = "mig"  # MIG instances (GFD: nvidia.com/mig.strategy single or mixed, a -MIG- product)
     TIME_SLICING = "time-slicing"  # replicas of each GPU (GFD: nvidia.com/gpu.replicas > 1)
+    MPS = "mps"  # replicas of each GPU under CUDA MPS (GFD: nvidia.com/gpu.sharing-strategy=mps, replicas > 1)
 
 
 class Taint(Document):

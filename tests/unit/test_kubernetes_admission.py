@@ -117,3 +117,24 @@ def test_the_all_reduce_needs_privileged_only_for_rdma_or_the_host_network() -> 
 def test_a_toleration_covers_a_taint_as_the_scheduler_decides(toleration: dict[str, str], tolerated: bool) -> None:
     taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoExecute"}
     assert _tolerates(toleration, taint) is tolerated
+
+
+def test_gpus_shared_through_mps_are_named_mps_not_time_slicing() -> None:
+    """k8s-device-plugin v0.15+ GFD labels a replicated GPU with its strategy (internal/lm/resource.go baseLabeler:
+    `nvidia.com/gpu.sharing-strategy`; api/config/v1 sharing.go: none | time-slicing | mps). An MPS node is called
+    MPS, its fix names MPS, and a pool that says `expect.gpuSharing: mps` expects it."""
+    mps = {
+        **WHOLE,
+        "nvidia.com/gpu.replicas": "4",
+        "nvidia.com/gpu.sharing-strategy": "mps",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-SHARED",
+    }
+    assert sharing(mps)[0] is GpuSharing.MPS
+    why = refusal("n1", mps, GpuSharing.MPS)
+    assert "GPUs shared through MPS (nvidia.com/gpu.sharing-strategy=mps, nvidia.com/gpu.replicas=4" in why
+    assert "as its pool expects" in why
+    assert "without MPS sharing" in why
+    assert "time-sl" not in why
+    sliced = {**mps, "nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    assert sharing(sliced)[0] is GpuSharing.TIME_SLICING
+    assert "which its pool does not expect" in refusal("n1", sliced, GpuSharing.MPS)

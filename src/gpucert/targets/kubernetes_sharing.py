@@ -6,7 +6,9 @@ The labels, from GFD's resource labeler (k8s-device-plugin, internal/lm/resource
 `nvidia.com/gpu.product` is `<model>-MIG-<profile>` and `nvidia.com/gpu.slices.gi` is set; with `mixed`, each
 profile has its own resource and `nvidia.com/mig-<profile>.count`; a replicated (time-sliced or MPS) GPU has
 `nvidia.com/gpu.replicas` above 1 and a `-SHARED` product. The MIG manager says how a reconfiguration went in
-`nvidia.com/mig.config.state` (pending, rebooting, success, failed). Pure: labels in, words out.
+`nvidia.com/mig.config.state` (pending, rebooting, success, failed). Since k8s-device-plugin v0.15 GFD also says
+which sharing replicates the GPUs, `nvidia.com/gpu.sharing-strategy` (none, time-slicing, mps: api/config/v1
+sharing.go). Pure: labels in, words out.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ MIG_STRATEGY = "nvidia.com/mig.strategy"
 MIG_STATE = "nvidia.com/mig.config.state"
 REPLICAS = "nvidia.com/gpu.replicas"
 PRODUCT = "nvidia.com/gpu.product"
+STRATEGY = "nvidia.com/gpu.sharing-strategy"
 
 
 def _replicas(labels: Mapping[str, str]) -> int:
@@ -40,6 +43,8 @@ def sharing(labels: Mapping[str, str]) -> tuple[GpuSharing, str]:
         return GpuSharing.MIG, f"MIG mode ({MIG_STRATEGY}={strategy}, {said})"
     if state in ("pending", "rebooting", "failed") and strategy != "none":
         return GpuSharing.MIG, f"a MIG reconfiguration that is {state} ({MIG_STATE}={state})"
+    if _replicas(labels) > 1 and labels.get(STRATEGY) == "mps":
+        return GpuSharing.MPS, f"GPUs shared through MPS ({STRATEGY}=mps, {REPLICAS}={labels[REPLICAS]}: each GPU is "
     if _replicas(labels) > 1:
         return GpuSharing.TIME_SLICING, f"time-sliced GPUs ({REPLICAS}={labels[REPLICAS]}: each GPU is advertised "
     return GpuSharing.NONE, ""
@@ -50,6 +55,8 @@ def refusal(node: str, labels: Mapping[str, str], expected: GpuSharing = GpuShar
     found, said = sharing(labels)
     if found is GpuSharing.NONE:
         return ""
+    if found is GpuSharing.MPS:
+        said += f"split into {labels[REPLICAS]}, so a pod's nvidia.com/gpu is a share of one GPU's memory and SMs)"
     if found is GpuSharing.TIME_SLICING:
         said += f"{labels[REPLICAS]} times, so a pod's nvidia.com/gpu may share a GPU with others)"
     fix = (
@@ -59,6 +66,8 @@ def refusal(node: str, labels: Mapping[str, str], expected: GpuSharing = GpuShar
         else "set nvidia.com/mig.config=all-disabled on the node (the MIG manager applies it) for the certification"
         if found is GpuSharing.MIG
         else "give the node a device-plugin config without time-slicing (node label nvidia.com/device-plugin.config)"
+        if found is GpuSharing.TIME_SLICING
+        else "give the node a device-plugin config without MPS sharing (node label nvidia.com/device-plugin.config)"
     )
     pool = "as its pool expects" if expected is found else "which its pool does not expect (expect.gpuSharing)"
     return f"{node} has {said}, {pool}: gpucert certifies whole GPUs only; {fix}"
