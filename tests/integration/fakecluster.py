@@ -30,6 +30,7 @@ from .fakeadmission import forbidden
 
 INDEX = "batch.kubernetes.io/job-completion-index"
 
+USER = "system:serviceaccount:gpucert:gpucert"  # who the fake says is asking (deploy/'s service account)
 ROUTES = [
     ("nodes", re.compile(r"^/api/v1/nodes(?:/(?P<name>[^/]+))?$")),
     ("namespaces", re.compile(r"^/api/v1/namespaces/(?P<name>[^/]+)$")),
@@ -199,6 +200,9 @@ class FakeCluster:
         if kind == "core":
             kind = groups["res"]
         ns, name = groups.get("ns"), groups.get("name")
+        refused = self._rbac_refusal(request, name)
+        if refused:
+            return _status(403, refused, details={"name": name or "", "kind": refused.split()[0].split(".")[0]})
         pending = self.failures.get((request.method, kind))
         if pending:
             code, message, headers = pending.pop(0)
@@ -308,6 +312,19 @@ class FakeCluster:
         if runtime and self.get("runtimeclasses", None, runtime) is None:
             return f'pods "{pod["metadata"]["name"]}" is forbidden: pod rejected: RuntimeClass "{runtime}" not found'
         return forbidden(self.get("namespaces", None, ns), pod)
+
+    def _rbac_refusal(self, request: Request, name: str | None) -> str:
+        """The authorizer's Forbidden message for a request `denied` takes away, else "": apierrors.NewForbidden of
+        the group-qualified resource and the URL's name (none for a create), with forbiddenMessage's words
+        (k8s.io/apiserver pkg/endpoints/handlers/responsewriters/errors.go)."""
+        group, resource, verb, ns = rbac.verb(request.method, request.full_path)
+        if (group, resource, verb) not in self.denied:
+            return ""
+        qualified = resource.split("/")[0] + (f".{group}" if group else "")
+        where = f'in the namespace "{ns}"' if ns else "at the cluster scope"
+        said = f'User "{USER}" cannot {verb} resource "{resource}" in API group "{group}" {where}'
+        named = f' "{name}"' if name else ""  # a create has none in its URL
+        return f"{qualified}{named} is forbidden: {said}"
 
     def _review(self, body: dict[str, Any]) -> Response:
         """A SelfSubjectAccessReview: what deploy/'s RBAC grants the gpucert service account, less `denied`."""

@@ -268,3 +268,27 @@ def test_without_a_dry_run_a_namespace_without_a_label_is_not_judged_privileged(
     assert fabric["status"] == "warn"
     assert "has no pod-security.kubernetes.io/enforce label" in fabric["detail"]
     assert "pod-security.kubernetes.io/enforce=privileged" in fabric["fix"]
+
+
+def test_a_grant_taken_away_is_refused_by_the_fake_as_by_the_authorizer(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`denied` takes the grant away from the requests themselves, not only from SelfSubjectAccessReviews: a run
+    that skipped preflight meets the authorizer's 403 (k8s.io/apiserver responsewriters/errors.go forbiddenMessage,
+    through apierrors.NewForbidden: `jobs.batch is forbidden: User ... cannot create resource "jobs" in API group
+    "batch" in the namespace "gpucert"`) and says so; nothing passes, no Job exists."""
+    ready.denied.add(("batch", "jobs", "create"))
+    kubelet = FakeKubelet(ready).start()
+    try:
+        code = cli.main(["certify", str(spec_file(tmp_path)), "--reports", str(tmp_path / "r"), "--skip-preflight"])
+    finally:
+        kubelet.close()
+    out = capsys.readouterr()
+    assert code != 0
+    assert not ready.list("jobs", NS)
+    said = (
+        'jobs.batch is forbidden: User "system:serviceaccount:gpucert:gpucert" cannot create resource "jobs" in API '
+        'group "batch" in the namespace "gpucert"'
+    )
+    text = (out.out + out.err).replace("\n", " ")
+    assert f"forbidden for user gpucert-ci of context fake ({said})" in text
