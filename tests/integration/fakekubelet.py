@@ -7,7 +7,8 @@ the pod's log, as the probe command prints them.
 start), "oom-halfway" (OOM-killed half-way), "truncate" (the log is cut), "crash" (a segfault half-way), "deadline"
 (the Job's activeDeadlineSeconds runs out half-way), "evict" (evicted half-way), "podgc" (the node is deleted
 half-way: Pod GC fails and deletes its pods), "log500" / "log404" (the kubelet cannot serve the log), "preflight" (the
-pod's $HOME is not writable, so the probe's preflight fails). Half-way is after GPU 0's probes.
+pod's $HOME is not writable, so the probe's preflight fails), "no-nvml" (the GPU path where no NVML library is
+installed, as on this machine). Half-way is after GPU 0's probes.
 
 An Indexed Job (the all-reduce across nodes) gets one pod per index, on the nodes its node affinity names, one per
 node; each runs its rank over loopback. The fake DNS resolves `<hostname>.<svc>` only when a headless Service `svc`
@@ -253,6 +254,8 @@ class FakeKubelet:
             evidence = evidence.model_copy(update={"target": "kubernetes"})
         else:
             env = {"HOME": "/dev/null/home"} if what == "preflight" else None  # not creatable, not even by root
+            if what == "no-nvml":  # the GPU path on this machine, which has no NVIDIA driver: the real pynvml
+                plan["device"] = "cupy"  # raises NVMLError_LibraryNotFound (no libnvidia-ml.so.1 to load)
             evidence = run_plan(ProbePlan.model_validate(plan), emit=framer(frames.append), env=env)
         frames.append(frame(evidence.model_dump_json(by_alias=True)))
         log = "".join(frames)

@@ -287,3 +287,44 @@ def test_probe_pods_are_what_the_kubernetes_models_accept(cluster: FakeCluster, 
     }
     assert container["securityContext"]["runAsUser"] == 0  # IPC_LOCK is granted to root only
     assert "/dev/shm" in {m["mountPath"] for m in container["volumeMounts"]}
+
+
+def _nvml_absent() -> bool:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        return True
+    pynvml.nvmlShutdown()
+    return False
+
+
+@pytest.mark.skipif(not _nvml_absent(), reason="this machine has NVML: the case needs a host without the driver")
+def test_missing_nvml_in_a_probe_pod_is_the_nodes_one_finding(cluster: FakeCluster, tmp_path: Path) -> None:
+    """Issue 21, items 4 and 16, in the fake cluster (review): the pod on gpu-03 runs the GPU path where no NVML
+    library is installed. nvidia-ml-py 13's nvmlInit raises NVMLError_LibraryNotFound when libnvidia-ml.so.1 does
+    not load (pynvml.py, `_LoadNvmlLibrary`), here for real: the node's one finding is probe.preflight naming
+    the library and the fix, and every other check of the node follows from it."""
+    kubelet = FakeKubelet(cluster, behaviour={"gpu-03": "no-nvml"}).start()
+    try:
+        _, ev, _ = measure(tmp_path)
+    finally:
+        kubelet.close()
+    pre = ev.decide(CheckKey("probe.preflight", "gpu-03"))
+    assert pre.status.value == "fail"
+    assert "nvml: NVMLError_LibraryNotFound" in pre.message
+    assert "libnvidia-ml.so.1 is not in the container" in pre.message
+    # CUDA's steps need the same driver: not tried, so no second cause with the CUDA headers' fix (CuPy is not
+    # installed here, which is said: a probe image without the GPU extra is a cause of its own)
+    assert pre.observed == "nvml, cupy"
+    assert "ModuleNotFoundError: No module named 'cupy'" in pre.message
+    assert "CUDA headers" not in pre.message
+    decided = [(k, ev.decide(k)) for k in ev.plan.required]
+    # (the other nodes' NumPy figures miss the H100 baseline: only gpu-03's own findings are this case's)
+    findings = [(k.check, k.gpu) for k, f in decided if k.node == "gpu-03" and f.status.value not in ("pass", "skip")]
+    assert findings == [("probe.preflight", None)], findings
+    measured = ("health", "dcgm", "memory", "compute", "pcie", "p2p", "nccl")
+    on_node = [f for k, f in decided if k.node == "gpu-03" and k.check.split(".")[0] in measured]
+    assert on_node
+    assert {(f.status.value, f.cause) for f in on_node} == {("skip", "probe.preflight@gpu-03")}

@@ -9,6 +9,7 @@ failures of a pod without the NVIDIA runtime and of an image without the GPU ext
 
 from __future__ import annotations
 
+import contextlib
 import ctypes.util
 import importlib.util
 import os
@@ -219,3 +220,35 @@ def test_missing_cuda_headers_name_the_headers_as_the_fix(monkeypatch: pytest.Mo
     assert fix == preflight.STEP_FIXES["kernel"]
     assert "cuda-cudart-dev" in fix
     assert preflight.summary(pre.failed).startswith("preflight kernel failed: RuntimeError: Failed to find CUDA")
+
+
+@no_nvml
+def test_no_driver_is_one_cause_not_also_a_kernel_with_the_headers_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pod without the NVIDIA runtime, whose image has CuPy (review of issue 21, item 16): the real pynvml here
+    raises NVMLError_LibraryNotFound (module docstring), and CUDA, which needs the same driver, cannot start a
+    context either (cudaRuntimeGetVersion answers without a driver, so `import cupy` and the runtime's version
+    work). The first kernel then failed too and the finding's second cause named the CUDA headers' fix, which is
+    not the node's problem. The CuPy here stands in for that: installed, its runtime version read, every kernel
+    failing as CUDA does with no driver."""
+    import importlib.machinery
+
+    def no_driver(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version")
+
+    cupy = types.ModuleType("cupy")
+    cupy.__spec__ = importlib.machinery.ModuleSpec("cupy", None)
+    cupy.__version__ = "14.2.0"  # type: ignore[attr-defined]
+    cupy.float32 = "float32"  # type: ignore[attr-defined]
+    cupy.full = no_driver  # type: ignore[attr-defined]
+    cupy.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        Device=lambda index: contextlib.nullcontext(), runtime=types.SimpleNamespace(runtimeGetVersion=lambda: 12080)
+    )
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    env = {**os.environ, "HOME": str(tmp_path), "CUPY_CACHE_DIR": str(tmp_path / "cache")}
+    pre = preflight.run_preflight({Probe.MEMORY}, True, env=env, isolate=False)
+    assert [s.step for s in pre.failed] == ["nvml"]
+    assert "CUDA headers" not in preflight.summary(pre.failed)
+    assert steps(pre)["cupy"][0]  # installed: said, not started
+    assert "kernel" not in steps(pre)

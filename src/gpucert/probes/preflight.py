@@ -7,7 +7,7 @@ step here tries the smallest thing that exercises one dependency and, when it fa
   home     $HOME is writable (CuPy, NCCL and DCGM write there)
   cache    CuPy's kernel cache ($CUPY_CACHE_DIR) is writable
   nvml     nvidia-ml-py is importable and nvmlInit succeeds (the NVIDIA driver's libnvidia-ml.so.1)
-  cupy     CuPy imports and sees the CUDA runtime
+  cupy     CuPy imports and sees the CUDA runtime (without NVML's driver: only that CuPy is installed)
   kernel   an elementwise kernel compiles (NVRTC and the CUDA headers) and runs on GPU 0
   cublas   a cuBLAS handle is created and destroyed
   nccl     CuPy has NCCL and reads its version               (only when the plan has the nccl probe)
@@ -142,6 +142,15 @@ def _cupy() -> str:
     return f"CuPy {cupy.__version__}, CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}"
 
 
+def _cupy_installed() -> str:
+    """Whether CuPy is installed, without loading CUDA (the driver is not there)."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is None:
+        raise ModuleNotFoundError("No module named 'cupy'")
+    return "CuPy installed (not started: no NVIDIA driver)"
+
+
 def _kernel() -> str:
     import cupy
 
@@ -241,10 +250,14 @@ def run_preflight(
     home = env.get("HOME") or os.path.expanduser("~")
     s.run("cache", lambda: _writable(env.get("CUPY_CACHE_DIR") or os.path.join(home, ".cupy", "kernel_cache")))
     if nvml is None:
-        s.run("nvml", lambda: _open_nvml(s.out), _nvml_fix)
+        driver = s.run("nvml", lambda: _open_nvml(s.out), _nvml_fix)
     else:
-        s.out.nvml = nvml
-    if isolate:
+        s.out.nvml, driver = nvml, True
+    # CUDA needs the driver NVML could not reach (libcuda.so.1 is mounted with libnvidia-ml.so.1): a kernel would
+    # fail for that one cause and name the CUDA headers' fix for it. Whether CuPy is installed is still said.
+    if not driver:
+        s.run("cupy", _cupy_installed, _import_fix)
+    elif isolate:
         s.out.steps += _gpu_steps_in_child(probes, env, timeout_s)
     else:
         _gpu_steps(s, probes)
