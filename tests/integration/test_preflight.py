@@ -81,6 +81,11 @@ def replicated(c: FakeCluster) -> None:
     c.put("nodes", node("gpu-02", extra_labels={"nvidia.com/gpu.replicas": "4"}), "MODIFIED")
 
 
+def mps(c: FakeCluster) -> None:
+    labels = {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "mps"}
+    c.put("nodes", node("gpu-02", extra_labels=labels), "MODIFIED")
+
+
 def no_execute(c: FakeCluster) -> None:
     n = c.get("nodes", None, "gpu-03")
     assert n is not None
@@ -115,6 +120,7 @@ BROKEN: list[tuple[str, Callable[[FakeCluster], None], dict[str, Any], str, str]
     ),
     ("a MIG node", mig, {}, "gpu-02: shared GPUs", "nvidia.com/mig.config=all-disabled"),
     ("a replicated node", replicated, {}, "gpu-02: shared GPUs", "without time-slicing"),
+    ("an MPS node", mps, {}, "gpu-02: shared GPUs", "without MPS sharing"),
     ("a NoExecute taint", no_execute, {}, "gpu-03: taint", "pools[0].taints"),
     (
         "a missing runtime class",
@@ -292,3 +298,35 @@ def test_a_grant_taken_away_is_refused_by_the_fake_as_by_the_authorizer(
     )
     text = (out.out + out.err).replace("\n", " ")
     assert f"forbidden for user gpucert-ci of context fake ({said})" in text
+
+
+def test_a_node_that_is_not_ready_is_named_with_a_repair_not_a_toleration(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A NotReady node, as the node lifecycle controller leaves it: Ready=Unknown and the not-ready / unreachable
+    taints (k8s.io/api core/v1 well_known_taints.go; TaintNodesByCondition). Preflight says it is not Ready and that
+    the node wants repair; it does not advise declaring the controller's taints in pools[].taints."""
+    n = ready.get("nodes", None, "gpu-03")
+    assert n is not None
+    n["status"]["conditions"] = [
+        {
+            "type": "Ready",
+            "status": "Unknown",
+            "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+        }
+    ]
+    n["spec"]["taints"] = [
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
+        {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+    ]
+    ready.put("nodes", n, "MODIFIED")
+    code, doc = preflight(spec_file(tmp_path), capsys)
+    assert code == 1
+    bad = failing(doc)
+    assert set(bad) == {"gpu-03: not Ready", "gpu-03: taint"}
+    assert (
+        "Ready=Unknown (NodeStatusUnknown: Kubelet stopped posting node status.)" in bad["gpu-03: not Ready"]["detail"]
+    )
+    assert "pools[" not in bad["gpu-03: taint"]["fix"]
+    assert "repair it" in bad["gpu-03: taint"]["fix"]

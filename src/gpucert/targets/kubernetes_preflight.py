@@ -27,6 +27,10 @@ __all__ = ["GROUPS", "Check", "Preflight", "needed_access"]
 GROUPS = ("credentials and RBAC", "namespace and Pod Security", "nodes", "image")
 OK, FAIL, WARN = "ok", "fail", "warn"
 LEVELS = ("privileged", "baseline", "restricted")  # each admits what the ones after it admit
+# taints the node lifecycle controller and cloud providers set for a node's state (k8s.io/api core/v1
+# well_known_taints.go: not-ready, unreachable, memory-, disk-, pid-pressure, network-unavailable, out-of-service;
+# node.cloudprovider.kubernetes.io/uninitialized, shutdown): tolerating one would hide a broken node
+CONDITION_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 Access = tuple[str, str, str, str | None]  # (apiGroup, resource[/subresource], verb, namespace or None)
 
@@ -266,6 +270,7 @@ class Preflight:
         if spec.get("unschedulable") and not self.recertify:
             fix = f"uncordon it when its maintenance is over (kubectl uncordon {name}), or certify without it"
             out.append(("cordoned", "someone took it out of service (spec.unschedulable)", fix))
+        out += _not_ready(node)
         tolerations = [*spec_tolerations(self.spec), CORDON_TOLERATION]
         for taint in spec.get("taints") or []:
             if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
@@ -273,6 +278,8 @@ class Preflight:
             ):
                 said = f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
                 fix = f"declare it in pools[{i}].taints (its pods then tolerate it), or remove it from the node"
+                if taint["key"].startswith(CONDITION_TAINTS):  # the node's state, not a taint to tolerate
+                    fix = f"the node controller set it: kubectl describe node {name}, repair it, or certify without it"
                 out.append(("taint", f"{said}: no toleration of gpucert's pods covers it", fix))
         if not self.recertify and not out:
             holders = self.holders(name)
@@ -332,6 +339,18 @@ class Preflight:
                 self.add(3, item, FAIL, f"does not exist in namespace {ns}", fix)
                 continue
             self.add(3, item, OK, "exists")
+
+
+def _not_ready(node: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """A node whose Ready condition is False or Unknown (a kubelet down or unreachable): no pod starts there."""
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") != "True":
+            why = f"condition Ready={cond.get('status')} ({cond.get('reason', '')}: {cond.get('message', '')})"
+            name = node["metadata"]["name"]
+            return [
+                ("not Ready", why, f"kubectl describe node {name}; repair it (kubelet, network), or certify without it")
+            ]
+    return []
 
 
 def _count(value: Any) -> int:
