@@ -35,6 +35,11 @@ def test_a_configure_run_says_it_measured_nothing(project: Path) -> None:
     assert cert["name"] == "Configuration of clean-h100-pod-a: PASS: nothing measured"
     executor = json.loads((run / "allure-results" / "executor.json").read_text())
     assert executor["reportName"].startswith("Configuration PASS: nothing measured")
+    # JUnit, which CI shows by testcase name: the run's own testcase is the configuration, not a certification
+    junit = (run / "junit.xml").read_text()
+    assert '<property name="gpucert_kind" value="configure" />' in junit
+    assert '<testcase classname="gpucert" name="configuration"' in junit
+    assert "certification" not in junit
     # it is signed and verified as what it is
     assert gpucert("keygen", "keys", cwd=project).returncode == 0
     assert gpucert("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0

@@ -1,5 +1,6 @@
 """What the run says in pytest's terminal (the gpucert section after pytest's summary) and in JUnit (testsuite
-properties and a `gpucert::certification` testcase): the same verdict as verdict.json, in their words."""
+properties and a testcase named by the run's kind, `gpucert::certification` for a certification): the same verdict
+as verdict.json, in their words."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpucert.report.verdict import headline_parts, side_notes
+from gpucert.report.verdict import headline, headline_parts, side_notes
 
 __all__ = ["tell_junit", "terminal_summary"]
 
@@ -70,6 +71,7 @@ def tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:
         return
     c = verdict["coverage"]
     for name, value in (
+        ("gpucert_kind", verdict.get("kind", "certify")),
         ("gpucert_result", verdict["result"]),
         ("gpucert_required", c["required"]),
         ("gpucert_ran", c["ran"]),
@@ -82,12 +84,14 @@ def tell_junit(config: pytest.Config, verdict: dict[str, Any]) -> None:
         xml.add_global_property(name, value)
     ok = verdict["result"] == "pass"
     message = (
-        f"certification {verdict['result'].upper()}: {c['ran']} of {c['required']} required checks ran, "
+        f"{headline(verdict)}: {c['ran']} of {c['required']} required checks ran, "
         f"{verdict['summary']['failed']} failed, {verdict['summary']['errors']} errors"
     )
+    # named by what the run was: a CI page listing "certification passed" for a configure run would read as one
+    name = headline_parts(verdict)[0].lower().replace(" ", "-")
     report = pytest.TestReport(
-        nodeid="gpucert::certification",
-        location=("gpucert", 0, "certification"),
+        nodeid=f"gpucert::{name}",
+        location=("gpucert", 0, name),
         keywords={},
         outcome="passed" if ok else "failed",
         longrepr=None if ok else message,
