@@ -24,6 +24,9 @@ class GpuSharing(StrEnum):
     MPS = "mps"  # replicas of each GPU under CUDA MPS (GFD: nvidia.com/gpu.sharing-strategy=mps, replicas > 1)
 
 
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
 class Taint(Document):
     """A taint a pool's nodes carry; gpucert's pods tolerate it (a NoExecute one would evict them)."""
 
@@ -85,3 +88,23 @@ class KubernetesTargetSpec(Document):
     runtime_class_name: str | None = Field(None, alias="runtimeClassName")
     # each probe pod's CPU and memory (requests = limits); sized from the plan when absent
     resources: ProbeResources | None = None
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations_the_api_accepts(cls, v: list[dict[str, str]]) -> list[dict[str, str]]:
+        """What the API server's pod validation refuses (422) in a toleration, refused here first (kubernetes
+        pkg/apis/core/validation/validation.go, ValidateTolerations)."""
+        for i, t in enumerate(v):
+            unknown = set(t) - {"key", "operator", "value", "effect"}
+            op, effect = t.get("operator", "Equal"), t.get("effect", "")
+            if unknown:
+                raise ValueError(f"toleration {i}: unknown keys {sorted(unknown)} (key, operator, value, effect)")
+            if op not in ("Equal", "Exists"):
+                raise ValueError(f"toleration {i}: operator {op!r} is not Equal or Exists")
+            if effect not in ("", *TAINT_EFFECTS):
+                raise ValueError(f"toleration {i}: effect {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+            if op == "Exists" and t.get("value"):
+                raise ValueError(f"toleration {i}: value must be empty when operator is Exists")
+            if not t.get("key") and op != "Exists":
+                raise ValueError(f"toleration {i}: operator must be Exists when key is empty (it matches every taint)")
+        return v

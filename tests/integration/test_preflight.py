@@ -330,3 +330,25 @@ def test_a_node_that_is_not_ready_is_named_with_a_repair_not_a_toleration(
     )
     assert "pools[" not in bad["gpu-03: taint"]["fix"]
     assert "repair it" in bad["gpu-03: taint"]["fix"]
+
+
+@pytest.mark.parametrize(
+    ("toleration", "said"),
+    [
+        ({"key": "nvidia.com/gpu", "operator": "exists"}, "operator 'exists' is not Equal or Exists"),
+        ({"key": "dedicated", "operator": "Exists", "value": "ml"}, "value must be empty when operator is Exists"),
+        ({"operator": "Equal", "value": "ml"}, "operator must be Exists when key is empty"),
+        ({"key": "dedicated", "effect": "NoExecut"}, "effect 'NoExecut' is not one of"),
+    ],
+)
+def test_a_toleration_the_api_server_would_refuse_is_bad_input(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str], toleration: dict[str, str], said: str
+) -> None:
+    """A real API server refuses such a pod with 422 Invalid (kubernetes pkg/apis/core/validation/validation.go,
+    ValidateTolerations), which a Job's controller meets only after the Job exists; the spec is refused first."""
+    spec = spec_file(tmp_path, tolerations=[toleration])
+    assert cli.main(["preflight", str(spec)]) == 2
+    err = capsys.readouterr().err
+    assert said in err
+    assert "tolerations" in err
+    assert str(spec) in err
