@@ -36,7 +36,7 @@ def test_a_pod_stopped_half_way_keeps_what_it_measured(cluster: FakeCluster, tmp
         kubelet.close()
     why = {
         "gpu-02": "the probe pod failed: Error (exit code 139)",
-        "gpu-03": "the Job's activeDeadlineSeconds (2139 s) ran out (DeadlineExceeded",
+        "gpu-03": "the Job's activeDeadlineSeconds (2261 s) ran out (DeadlineExceeded",
         "gpu-04": "it was evicted through the Eviction API, by a drain or a descheduler (EvictionByEvictionAPI",
     }
     for node, words in why.items():

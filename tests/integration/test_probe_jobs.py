@@ -157,9 +157,10 @@ def test_sixteen_nodes_four_at_a_time(cluster: FakeCluster, tmp_path: Path) -> N
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
     ]
-    # derived from the plan (issue 21, item 9): the preflight's 6 steps x 120 s, 24 timed regions (8 GPUs x memory
-    # and 2 PCIe directions) and 8 all-reduce sizes x 1.2 s, 9 watchdogs (one per GPU, one for NCCL) x 120 s, 300 s
-    assert job["spec"]["activeDeadlineSeconds"] == 6 * 120 + math.ceil(32 * 1.2 + 9 * 120 + 300)
+    # derived from the plan (issue 21, item 9): the preflight's 6 steps x 120 s, 26 timed regions (8 GPUs x memory
+    # and 2 PCIe directions, then PCIe on every GPU at once each way) and 8 all-reduce sizes x 1.2 s, 10 watchdogs
+    # (one per GPU, one for PCIe at once, one for NCCL) x 120 s, 300 s
+    assert job["spec"]["activeDeadlineSeconds"] == 6 * 120 + math.ceil(34 * 1.2 + 10 * 120 + 300)
     assert job["spec"]["ttlSecondsAfterFinished"] > 0
     assert job["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
     watches = [p for m, p in cluster.requests if "watch=" in p]
@@ -262,7 +263,7 @@ def test_a_deadline_shorter_than_the_plan_needs_is_a_spec_error(cluster: FakeClu
         measure(tmp_path, activeDeadlineSeconds=600)
     message = str(caught.value)
     assert "target.activeDeadlineSeconds" in message
-    assert "600 s is shorter than the probes need on a 8-GPU node (2139 s" in message
+    assert "600 s is shorter than the probes need on a 8-GPU node (2261 s" in message
 
 
 def test_measuring_needs_a_probe_image(cluster: FakeCluster, tmp_path: Path) -> None:

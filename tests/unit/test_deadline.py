@@ -55,3 +55,19 @@ def test_the_probe_reports_dcgm_overrunning(tmp_path: Path, monkeypatch: pytest.
     ev = run_plan(plan, nvml=fake_nvml(*eight_gpus()[:1]))
     assert ev.dcgm is not None
     assert ev.dcgm.runtime_error == "dcgmi diag -r 4 did not finish in 0 s"  # the probe's word, in its document
+
+
+def test_the_deadline_counts_the_concurrent_pcie_and_bidirectional_p2p_regions() -> None:
+    """Review of issue 21 items 9 and 15: the runner also times PCIe with every GPU copying at once (one region per
+    direction, under one watchdog) and each pair of GPUs copying both ways at once (n(n-1)/2 regions, under the
+    P2P watchdog); a deadline that leaves them out is short by their time and their watchdogs."""
+    b = gpu_plan(2).budget
+    region = b.warmup_s + b.measure_s
+    alone = {p: job_seconds(gpu_plan(2, [Probe.HEALTH, p]), 8) for p in (Probe.PCIE, Probe.P2P)}
+    base = job_seconds(gpu_plan(2, [Probe.HEALTH]), 8)
+    # one-at-a-time h2d and d2h per GPU with the GPU's watchdog, then both directions all at once with one more
+    assert alone[Probe.PCIE] - base == pytest.approx(
+        8 * 2 * region + 8 * b.watchdog_s + 2 * region + b.watchdog_s, abs=1
+    )
+    # 56 ordered pairs one way and 28 pairs both ways, each stage under its own watchdog
+    assert alone[Probe.P2P] - base == pytest.approx(56 * region + 28 * region + 2 * b.watchdog_s, abs=1)

@@ -38,9 +38,12 @@ def _probes_seconds(plan: ProbePlan, gpus: int) -> float:
     region = b.warmup_s + b.measure_s
     regions = sum(gpus * len(METRICS[p]) for p in METRICS if p in plan.probes)
     hangs = gpus if regions else 0
-    if Probe.P2P in plan.probes and gpus > 1:
-        regions += gpus * (gpus - 1)
+    if Probe.PCIE in plan.probes and gpus > 1:  # every GPU copying at once, each direction (one watchdog)
+        regions += 2
         hangs += 1
+    if Probe.P2P in plan.probes and gpus > 1:  # each ordered pair one way, then each pair both ways at once
+        regions += gpus * (gpus - 1) + gpus * (gpus - 1) // 2
+        hangs += 2
     if Probe.NCCL in plan.probes and gpus > 1:
         regions += len(plan.sizes.nccl_sizes)
         hangs += 1
