@@ -91,11 +91,13 @@ def _status(
     code: int, message: str, headers: dict[str, str] | None = None, details: dict[str, str] | None = None
 ) -> Response:
     reason = {
+        400: "BadRequest",
         401: "Unauthorized",
         403: "Forbidden",
         404: "NotFound",
         409: "Conflict",
         410: "Gone",
+        422: "Invalid",
         429: "TooManyRequests",
         500: "InternalError",
         503: "ServiceUnavailable",

@@ -352,3 +352,22 @@ def test_a_toleration_the_api_server_would_refuse_is_bad_input(
     assert said in err
     assert "tolerations" in err
     assert str(spec) in err
+
+
+def test_a_pod_the_api_server_finds_invalid_is_that_pods_row_not_the_api_server(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dry run answered 422 Invalid (apierrors.NewInvalid: `Pod "NAME" is invalid: FIELD: ...`, reason Invalid):
+    the pod's row quotes it and points at the spec; the API server itself answered and is not the problem."""
+    said = (
+        'Pod "gpucert-preflight" is invalid: spec.containers[0].resources.requests: Invalid value: "9": must be less '
+        "than or equal to cpu limit of 8"
+    )
+    ready.fail("POST", "pods", 422, message=said)
+    code, doc = preflight(spec_file(tmp_path), capsys)
+    assert code == 1
+    bad = failing(doc)
+    assert list(bad) == ["the probe pods: Pod Security `restricted`"]
+    row = bad["the probe pods: Pod Security `restricted`"]
+    assert said in row["detail"]
+    assert "target.resources" in row["fix"]

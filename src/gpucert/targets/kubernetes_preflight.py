@@ -194,6 +194,14 @@ class Preflight:
                 fix = admission_fix(exc.said, ns, level, what).partition("; ")[2]
                 self.add(1, item, FAIL, f"the API server refuses them: {exc.said}", fix)
                 return
+            except ClusterAccessError as exc:
+                if status_of(exc) not in (400, 422):  # BadRequest, Invalid: the pod, not the API, is at fault
+                    raise
+                fix = (
+                    "correct the spec key it names (target.resources, tolerations, imagePullSecrets, runtimeClassName)"
+                )
+                self.add(1, item, FAIL, f"the API server finds the pod invalid: {exc}", fix)
+                return
             self.add(1, item, OK, f"admitted (namespace {ns} enforces `{enforce or 'the cluster default'}`; a dry run)")
         elif not enforce and level != "restricted":  # every default admits `restricted` pods, not the others
             fix = f"kubectl label namespace {ns} {PSA_LABEL}={level}, or grant create pods (dry runs: deploy/rbac.yaml)"
