@@ -113,6 +113,14 @@ def test_deselected_checks_make_the_run_incomplete(pytester: pytest.Pytester, ar
     allure = [json.loads(p.read_text()) for p in (run / "allure-results").glob("*-result.json")]
     (cert,) = [r for r in allure if r["fullName"] == "gpucert.certification"]
     assert cert["status"] == "broken"
+    # Allure's donut is the share of passed results: a node whose checks did not all run is not a green result
+    grouped = {
+        r["fullName"][len("gpucert.passed[") : -1]: r for r in allure if r["fullName"].startswith("gpucert.passed[")
+    }
+    for node, r in grouped.items():
+        said = (v.get("fleet") or {}) if node == "fleet" else v["nodes"][node]
+        assert r["status"] == ("broken" if said["result"] == "incomplete" else "passed"), (node, said["result"])
+    assert [r for r in grouped.values() if r["status"] == "broken"] or not grouped
 
 
 def test_a_suite_left_off_the_command_line_is_not_run(pytester: pytest.Pytester) -> None:

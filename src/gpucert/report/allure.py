@@ -198,7 +198,8 @@ def write_allure(  # noqa: C901
             )
         logger.report_result(result)
     for node, checks in passed.items():
-        logger.report_result(_passed_on(node, checks, started_ms))
+        said = (verdict.get("fleet") or {}) if node == "fleet" else verdict["nodes"].get(node, {})
+        logger.report_result(_passed_on(node, checks, started_ms, incomplete=said.get("result") == "incomplete"))
     run_id, spec, target = verdict["run"], verdict["spec"], verdict["target"]
     (results_dir / "environment.properties").write_text(
         f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\nresult={verdict['result']}\n"
@@ -216,8 +217,11 @@ def write_allure(  # noqa: C901
     return len(groups) - sum(len(c) for c in passed.values()) + len(passed) + 1
 
 
-def _passed_on(node: str, checks: list[tuple[str, list[tuple[CheckKey, Outcome]]]], default_ms: int) -> TestResult:
-    """One passed result for every check that passed on a node, each check a step (with how many GPUs)."""
+def _passed_on(
+    node: str, checks: list[tuple[str, list[tuple[CheckKey, Outcome]]]], default_ms: int, *, incomplete: bool
+) -> TestResult:
+    """One passed result for every check that passed on a node, each check a step (with how many GPUs); broken
+    where the node is incomplete (not every required check ran on it), so Allure's donut does not count it a pass."""
     steps = []
     for check, items in checks:
         begin = min((int(o.start * 1000) for _, o in items if o.start), default=default_ms)
@@ -231,12 +235,14 @@ def _passed_on(node: str, checks: list[tuple[str, list[tuple[CheckKey, Outcome]]
                 stop=end,
             )
         )
+    why = f"{node} is INCOMPLETE: not every required check ran on it (see the certification's coverage)"
     return TestResult(
         uuid=str(uuid.uuid4()),
-        name=f"{len(checks)} checks passed on {node}",
+        name=f"{len(checks)} checks passed on {node}" + (" (INCOMPLETE: not every check ran)" if incomplete else ""),
         fullName=f"gpucert.passed[{node}]",
         historyId=f"passed[{node}]",
-        status=Status.PASSED,
+        status=Status.BROKEN if incomplete else Status.PASSED,
+        statusDetails=StatusDetails(message=why) if incomplete else None,
         start=min(s.start for s in steps),
         stop=max(s.stop for s in steps),
         steps=steps,
