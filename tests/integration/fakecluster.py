@@ -115,6 +115,16 @@ def _status(
     return Response(json.dumps(body), status=code, content_type="application/json", headers=headers)
 
 
+def _default_host_ports(spec: dict[str, Any]) -> None:
+    """The API's defaulting, on decoding and so before admission: with hostNetwork every container port's hostPort
+    is its containerPort (kubernetes pkg/apis/core/v1/defaults.go, SetDefaults_PodSpec, defaultHostNetworkPorts)."""
+    if not spec.get("hostNetwork"):
+        return
+    for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for port in c.get("ports") or []:
+            port.setdefault("hostPort", port.get("containerPort"))
+
+
 @dataclass
 class FakeCluster:
     objects: dict[tuple[str, str | None, str], dict[str, Any]] = field(default_factory=dict)
@@ -266,6 +276,8 @@ class FakeCluster:
         if request.method == "POST":
             body = json.loads(request.data)
             body["metadata"]["namespace"] = ns
+            if kind == "pods":
+                _default_host_ports(body.get("spec") or {})
             refusal = self.admit(ns or "", body) if kind == "pods" else ""
             if refusal:
                 return _status(403, refusal, details={"name": body["metadata"]["name"], "kind": "pods"})

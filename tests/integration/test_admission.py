@@ -311,3 +311,19 @@ def test_the_fakes_baseline_refuses_what_real_pod_security_refuses() -> None:
     restricted = violations("restricted", every)
     for reason in ("forbidden AppArmor profile", "procMount", "seLinuxOptions", "forbidden sysctls"):
         assert f"{reason} (" in restricted
+
+
+def test_host_network_all_reduce_pods_are_refused_for_their_defaulted_host_ports_too(
+    three: FakeCluster, tmp_path: Path
+) -> None:
+    """With hostNetwork the API server defaults each container port's hostPort to its containerPort before
+    admission (kubernetes pkg/apis/core/v1/defaults.go, defaultHostNetworkPorts), so `baseline` refuses the
+    all-reduce pods for the host namespace and for the rendezvous port, in check order (PSA registry.go)."""
+    three.put("namespaces", namespace("baseline"))
+    ev, _ = run_measure(three, tmp_path, multinode={"maxNodes": 3}, fabricHostNetwork=True)
+    finding = ev.multinode()
+    assert finding.status.value in ("fail", "error")
+    assert (
+        'violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true), hostPort (container "probe" '
+        "uses hostPort "
+    ) in finding.message
