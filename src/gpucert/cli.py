@@ -24,7 +24,7 @@ from gpucert._version import __version__
 from gpucert.acceptance.commands import add_acceptance_commands
 from gpucert.baseline import GpuBaseline
 from gpucert.cli_preflight import add_preflight_command, before_run
-from gpucert.cliargs import PATH_ERRNOS, Parser, count, os_error, output_file, seconds
+from gpucert.cliargs import PATH_ERRNOS, Parser, count, os_error, output_file, seconds, write_output
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
@@ -389,11 +389,11 @@ def cmd_configure(a: argparse.Namespace) -> int:
     if a.summary and folder.summary_path.exists():
         try:
             Path(a.summary).parent.mkdir(parents=True, exist_ok=True)
-            Path(a.summary).write_text(folder.summary_path.read_text(encoding="utf-8"), encoding="utf-8")
+            write_output(Path(a.summary), folder.summary_path.read_text(encoding="utf-8"))
         except OSError as exc:  # checked before the run, yet it failed: no verdict of this run stays to read PASS
             if not folder.holds_evidence:
                 shutil.rmtree(folder.path, ignore_errors=True)
-            raise ConfigError(f"cannot write the summary: {exc}", path=Path(a.summary), key="--summary") from None
+            raise ConfigError(f"cannot write the summary: {os_error(exc)}", key="--summary") from None
         console.print(f"  {'summary':<15} {a.summary}")
     return code
 

@@ -16,7 +16,7 @@ from gpucert.errors import ConfigError
 
 _Action = TypeVar("_Action", bound=argparse.Action)
 
-__all__ = ["PATH_ERRNOS", "Parser", "count", "non_empty", "os_error", "output_file", "seconds", "share"]
+__all__ = ["PATH_ERRNOS", "Parser", "count", "non_empty", "os_error", "output_file", "seconds", "share", "write_output"]
 
 
 class Parser(argparse.ArgumentParser):
@@ -95,6 +95,7 @@ _PATH_FIXES = {
     errno.EPERM: "choose a path you may read and write",
     errno.EROFS: "choose a path on a writable file system",
     errno.ELOOP: "the path loops through symbolic links: name the real path",
+    errno.ENXIO: "it is a FIFO no process reads: start its reader first, or name a regular file",
 }
 PATH_ERRNOS = frozenset(_PATH_FIXES)
 
@@ -121,3 +122,12 @@ def output_file(path: Path, key: str) -> Path:
     except OSError as exc:
         raise ConfigError(os_error(exc), key=key) from None
     return path
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write `text` to `path`, which may be a FIFO (`/dev/stdout` piped on): one that no process reads is refused
+    at once (ENXIO) instead of blocking forever. Not checked earlier: an open and close would end its reader."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o644)
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)

@@ -129,7 +129,13 @@ def load_yaml(path: Path) -> tuple[Any, dict[Key, int]]:
         raise ConfigError(
             f"cannot read: {exc.strerror or exc}; check the path and its permissions", path=path
         ) from None
-    loader = _StrictLoader(text)
+    try:
+        loader = _StrictLoader(text)  # the reader refuses a control character here, before any parsing
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ConfigError(
+            f"YAML not accepted: character #x{exc.character:04x} ({exc.reason}); fix the YAML", path=path, line=line
+        ) from None
     try:
         node = loader.get_single_node()
         data = loader.construct_document(node) if node is not None else None

@@ -116,7 +116,8 @@ class VersionSource(Document):
 
 
 class Component(Document):
-    name: Annotated[str, Field(min_length=1)]
+    # a name is a check id's part and a label's: a control character or a bidi override would forge either
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$")]
     version: str
     after: list[str] = Field(default_factory=list)
     source: VersionSource | None = None
@@ -354,7 +355,7 @@ class ClusterSpec(Document):
         base = self._path.parent if self._path is not None else Path.cwd()
         try:
             return (base / relative).resolve()
-        except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13
+        except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop (RuntimeError before 3.13); a NUL byte
             raise ConfigError(f"{relative!r} cannot be resolved: {exc}", path=self._path, key=key) from None
 
     def baseline_paths(self) -> dict[str, Path]:

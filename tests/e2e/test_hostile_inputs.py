@@ -99,6 +99,16 @@ def faults(*items: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
             ["nodes.namePrefix", "not a Kubernetes node name"],
         ),
         (FLEET, lambda d: d.update(sku="../../etc/passwd"), ["sku:", "not a valid SKU name"]),
+        # a NUL byte in a path the spec names: os.path.realpath raises ValueError, not OSError
+        (DEMO, lambda d: d["target"].update(fleet="fleets/a\x00.yaml"), ["target.fleet", "cannot be resolved"]),
+        (DEMO, lambda d: d["certify"].update(baseline="a\x00.yaml"), ["certify.baseline", "cannot be resolved"]),
+        # a component's name is part of a check id: a bidi override or a bell would forge what a report says
+        (
+            DEMO,
+            lambda d: d["stack"]["components"][1].update(name="cuda\u202e"),
+            ["stack.components[1].name", "should match pattern"],
+        ),
+        (DEMO, lambda d: d["stack"]["components"][1].update(name="c" * 64), ["stack.components[1].name", "at most 63"]),
     ],
 )
 def test_bad_documents_exit_2_in_one_line(project: Path, target: str, change: Any, expected: list[str]) -> None:
@@ -122,6 +132,8 @@ def test_a_baseline_without_a_figure_for_a_requested_probe(project: Path) -> Non
         ("apiVersion: x\nkind: ClusterSpec\nkind: ClusterSpec\n", "key 'kind' is written twice"),
         ("apiVersion: " + "[" * 50000 + "]" * 50000 + "\n", "nested too deeply"),
         ("a: &a [1]\nb: *a\n", "aliases are not allowed"),
+        # PyYAML's reader refuses a control character before parsing starts (ReaderError, no problem_mark)
+        ("apiVersion: x\nkind: ClusterSpec\nname: \x01\n", "spec.yaml:3: YAML not accepted: character #x0001"),
     ],
 )
 def test_yaml_gpucert_does_not_accept(project: Path, text: str, expected: str) -> None:

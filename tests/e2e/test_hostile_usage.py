@@ -9,9 +9,11 @@ each wrote and returned), so a hundred cases cost one interpreter start; Ctrl-C 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,8 @@ PATH_ARGS: list[tuple[str, ...]] = [
     ("configure", GATE, "--static", "--cluster-policy", "{P}"),
     ("preflight", "{P}"),
 ]
-BAD_PATHS = {"name-too-long": LONG, "under-a-file": UNDER_FILE, "empty": ""}
+FIFO = "pipe.fifo"  # a FIFO no process reads: opening it blocks forever (a key, a summary, a spec)
+BAD_PATHS = {"name-too-long": LONG, "under-a-file": UNDER_FILE, "empty": "", "fifo": FIFO}
 
 # ---- numbers and texts on the command line ----------------------------------------------------------------------
 
@@ -140,6 +143,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]
     project = tmp_path_factory.mktemp("hostile")
     for folder in ("examples", "baselines"):
         subprocess.run(["cp", "-r", str(ROOT / folder), str(project / folder)], check=True)
+    os.mkfifo(project / FIFO)
     argvs = [p.values[0] for p in CASES]
     results = _run_corpus(project, argvs)
     runs = project / "reports"
@@ -335,6 +339,7 @@ def test_a_summary_that_fails_after_the_run_leaves_no_verdict(
 
 INTERRUPT_ON_IMPORT = """
 import sys
+import time
 class Interrupt:
     def find_spec(self, name, path=None, target=None):
         if name == "rich":
@@ -367,3 +372,21 @@ def test_the_console_script_is_the_guarded_entry_point() -> None:
 
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["gpucert"] == "gpucert.__main__:main"
+
+
+def test_a_summary_into_a_fifo_with_a_reader_is_written(project: Path) -> None:
+    """`--summary /dev/stdout | tee` and a named FIFO with its reader still get the summary: only a FIFO that no
+    process reads is refused (it blocked forever), and the check is made at the write, since an open and a close
+    before the run would end the reader's input."""
+    fifo = project / "summary.fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.2)  # cat has the FIFO open for reading
+        (result,) = _run_corpus(project, [["configure", GATE, "--static", "--summary", fifo.name, "--reports", "r"]])
+        got, _ = reader.communicate(timeout=60)
+    finally:
+        reader.kill()
+    assert result["code"] == 0, result["stderr"]
+    assert "acme-prod" in got, got
+    assert "3 of 3 required checks ran" in got, got

@@ -97,9 +97,15 @@ def generate_key(directory: Path) -> tuple[Path, Path, str]:
     return priv_path, pub_path, fingerprint(pub)
 
 
+def _key_bytes(path: Path) -> bytes:
+    if path.exists() and not path.is_file():  # a FIFO would block the read forever, /dev/zero never end
+        raise ConfigError("is not a regular file (a folder, a FIFO or a device); name the key file", path=path)
+    return path.read_bytes()
+
+
 def load_private_key(path: Path) -> Ed25519PrivateKey:
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        key = serialization.load_pem_private_key(_key_bytes(path), password=None)
     except FileNotFoundError:
         raise ConfigError("no such key file; create one with `gpucert keygen DIR`", path=path) from None
     except OSError as exc:
@@ -113,7 +119,7 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
+        key = serialization.load_pem_public_key(_key_bytes(path))
     except FileNotFoundError:
         raise ConfigError("no such public key file", path=path) from None
     except OSError as exc:
