@@ -129,6 +129,10 @@ def load_yaml(path: Path) -> tuple[Any, dict[Key, int]]:
         raise ConfigError(
             f"cannot read: {exc.strerror or exc}; check the path and its permissions", path=path
         ) from None
+    return _parse(text, path)
+
+
+def _parse(text: str, path: Path) -> tuple[Any, dict[Key, int]]:
     try:
         loader = _StrictLoader(text)  # the reader refuses a control character here, before any parsing
     except yaml.reader.ReaderError as exc:
