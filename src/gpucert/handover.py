@@ -25,7 +25,7 @@ from gpucert.documents import Document, load_document
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evidence import NodeEvidence
 from gpucert.names import NameError_, check_node_name, inside
-from gpucert.report.verdict import node_passed
+from gpucert.report.verdict import node_passed, node_result
 from gpucert.runfolder import RunFolder
 from gpucert.spec import DEFAULT_POOL
 
@@ -186,7 +186,7 @@ def record_baselines(  # noqa: C901, PLR0912, PLR0915
         recorded = Recorded(
             run=verdict["run"],
             date=date,
-            result=summary["result"],
+            result=node_result(summary),
             certificate=certificate,
             forced=None if passed else force_reason,
             spec=verdict["spec"],

@@ -352,3 +352,22 @@ def test_a_waived_node_is_recorded_as_a_handover_baseline_saying_waived(flow: Fl
     assert r.returncode == 0, r.stdout + r.stderr
     recorded = yaml.safe_load(next(out.rglob("gpu-node-14.yaml")).read_text())
     assert recorded["recorded"]["result"] == "waived"
+
+
+def test_a_waived_node_of_a_v2_verdict_is_recorded_saying_waived(flow: Flow, tmp_path: Path) -> None:
+    """A run from before verdict v3 says `pass` for a node that passed by its waiver, with the check in its
+    `waivedChecks`: its handover baseline says waived all the same."""
+    run = tmp_path / flow.run2.name
+    shutil.copytree(flow.run2, run)
+    (run / "certificate.intoto.json").unlink()
+    v = json.loads((run / "verdict.json").read_text())
+    v["schema"] = "gpucert.io/verdict/v2"
+    v.pop("kind")
+    for node in v["nodes"].values():
+        node["result"] = "pass" if node["result"] == "waived" else node["result"]
+    (run / "verdict.json").write_text(json.dumps(v))
+    out = tmp_path / "nodes"
+    r = gpucert("baseline", "record", str(run), "--out", str(out), "--allow-unsigned", cwd=flow.work)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert yaml.safe_load((out / "gpu-node-14.yaml").read_text())["recorded"]["result"] == "waived"
+    assert yaml.safe_load((out / "gpu-node-1.yaml").read_text())["recorded"]["result"] == "pass"

@@ -36,6 +36,7 @@ __all__ = [
     "headline_parts",
     "kind_of",
     "node_passed",
+    "node_result",
     "side_notes",
     "verdict_problems",
 ]
@@ -88,6 +89,13 @@ def headline(verdict: Mapping[str, Any]) -> str:
 def node_passed(result: object) -> bool:
     """A node's result that is a pass: `pass`, or `waived` (v3: passed with a failure a waiver accepts)."""
     return result in ("pass", "waived")
+
+
+def node_result(summary: Mapping[str, Any]) -> str:
+    """A node's result in v3's words: a v2 verdict said `pass` for a node that passed by its waiver (its
+    `waivedChecks` name the waived checks); v3 says `waived`."""
+    result = str(summary["result"])
+    return "waived" if result == "pass" and summary.get("waivedChecks") else result
 
 
 def _sort_key(f: Finding) -> tuple[str, str, int, str]:
