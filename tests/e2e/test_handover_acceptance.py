@@ -198,6 +198,7 @@ def test_every_report_says_the_check_was_waived(flow: Flow) -> None:
     results = [json.loads(p.read_text()) for p in (flow.run2 / "allure-results").glob("*-result.json")]
     (waived,) = [r for r in results if r["status"] != "passed"]
     assert waived["status"] == "skipped"
+    assert waived["name"] == f"{STRAGGLER} on gpu-node-14 (waived)"  # Allure's trees show the name, not why
     assert waived["statusDetails"]["known"] is True
     assert "WAIVED by waivers[0]" in waived["statusDetails"]["message"]
     html = (flow.run2 / "report.html").read_text()

@@ -153,7 +153,7 @@ def write_allure(  # noqa: C901
         end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
         result = TestResult(
             uuid=str(uuid.uuid4()),
-            name=f"{check} on {node}",
+            name=f"{check} on {node}" + (" (waived)" if worst is CheckStatus.WAIVED else ""),
             fullName=f"{suite_of(check)}.{check}[{node}]",
             historyId=f"{check}[{node}]",
             status=_STATUS[worst],
