@@ -154,7 +154,8 @@ def _print_verdict(folder: RunFolder) -> int:  # noqa: C901, PLR0912
         )
     if "recertify" in verdict:
         console.print(f"[bold]{verdict['recertify']['summary']}[/]")
-    console.print(table)
+    if table.row_count:  # a static gate reads no node: no empty table
+        console.print(table)
     if several:
         summary = Table(title="pools")
         for col in ("pool", "product", "GPUs/node", "nodes", "baseline", "result"):

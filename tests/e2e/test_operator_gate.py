@@ -90,6 +90,9 @@ def test_values_that_deploy_the_pins_pass_and_say_so_in_markdown(repo: Path) -> 
     assert "test_configuration_deploys_the_pinned_versions[values-v25.3.2.yaml+values-prod.yaml:driver]" in names
     assert "static-gate" in names  # the gate's own testcase, as CI lists it: not a certification
     assert "certification" not in names
+    # no cluster was read: no node table, empty, under the headline (report.html and the terminal)
+    assert "gpucert-nodes" not in (run / "report.html").read_text()
+    assert "gpucert verdict:" not in r.stdout
 
 
 def test_a_driver_downgrade_and_an_old_toolkit_fail_the_gate(repo: Path) -> None:
