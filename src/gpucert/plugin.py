@@ -9,7 +9,9 @@ cannot say PASS.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import re
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ import pytest
 from gpucert.acceptance.waivers import serial_of
 from gpucert.baseline import GpuBaseline
 from gpucert.checks import CheckKey, CheckStatus, Finding
+from gpucert.cliargs import non_empty
 from gpucert.errors import GpucertError
 from gpucert.evaluation import Evaluation, GpuSlot
 from gpucert.report import alluredir, details
@@ -96,24 +99,42 @@ def run_context(config: pytest.Config) -> RunContext | None:
     return config.stash.get(context_key, None)
 
 
+def _fingerprint(text: str) -> str:
+    """What `gpucert keygen` prints for a key: the report shows it, so it says nothing else."""
+    if not re.fullmatch(r"SHA256:[A-Za-z0-9+/]{43}", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a key fingerprint (SHA256:... as `gpucert keygen` prints)")
+    return text
+
+
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("gpucert", "gpucert cluster certification")
-    group.addoption("--spec", metavar="SPEC", help="ClusterSpec to certify: plan, measure and evaluate it")
+    group.addoption(
+        "--spec", metavar="SPEC", type=non_empty, help="ClusterSpec to certify: plan, measure and evaluate it"
+    )
     group.addoption(
         "--evidence",
         metavar="DIR",
+        type=non_empty,
         help="re-evaluate recorded evidence (a run folder or its evidence/) instead of measuring",
     )
     group.addoption(
         "--reports",
         metavar="DIR",
+        type=non_empty,
         default="reports",
         help="where the run folder is created (default: ./reports)",
     )
-    group.addoption("--run-dir", metavar="DIR", help="evaluate this prepared run folder in place (used by the CLI)")
+    group.addoption(
+        "--run-dir", metavar="DIR", type=non_empty, help="evaluate this prepared run folder in place (used by the CLI)"
+    )
     group.addoption("--no-measure", action="store_true", help="plan only: configure checks need no evidence")
     group.addoption("--static", action="store_true", help="no cluster at all: the static recipe gate")
-    group.addoption("--signer", metavar="FINGERPRINT", help="the key that will sign this run, shown in the report")
+    group.addoption(
+        "--signer",
+        metavar="FINGERPRINT",
+        type=_fingerprint,
+        help="the key that will sign this run, shown in the report",
+    )
     alluredir.add_option(parser, pluginmanager)
 
 
@@ -148,6 +169,9 @@ def _prepare(config: pytest.Config) -> RunContext | None:  # noqa: C901
                     f"--{opt.replace('_', '-')} needs --spec SPEC: the spec says what to check the evidence against"
                 )
         return None
+    modes = [f"--{o.replace('_', '-')}" for o in ("static", "evidence", "no_measure", "run_dir") if config.getoption(o)]
+    if len(modes) > 1:
+        raise pytest.UsageError(f"{' and '.join(modes)} choose different runs: give one of them")
     from gpucert import run as runner
 
     try:

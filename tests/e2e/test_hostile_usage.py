@@ -390,3 +390,31 @@ def test_a_summary_into_a_fifo_with_a_reader_is_written(project: Path) -> None:
     assert result["code"] == 0, result["stderr"]
     assert "acme-prod" in got, got
     assert "3 of 3 required checks ran" in got, got
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (["--reports", ""], "--reports"),  # the CLI refuses it; under pytest it wrote into the working folder
+        (["--spec", " "], "--spec"),
+        (["--signer", "me\nSHA256:forged"], "--signer"),  # the report shows the signer: only a fingerprint
+        (["--static", "--evidence", "reports"], "--static and --evidence"),  # --static won without a word
+        (["--no-measure", "--evidence", "reports"], "--evidence and --no-measure"),
+    ],
+)
+def test_the_suites_refuse_bad_options_as_a_usage_error(project: Path, options: list[str], named: str) -> None:
+    from .conftest import ROOT
+
+    spec = [] if "--spec" in options else ["--spec", SPEC]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(ROOT / "suites" / "configure"), *spec, *options],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout[-2000:] + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert named in proc.stderr, proc.stderr
+    assert not (project / "reports").exists()
