@@ -33,6 +33,9 @@ def test_a_configure_run_says_it_measured_nothing(project: Path) -> None:
     results = [json.loads(p.read_text()) for p in (run / "allure-results").glob("*-result.json")]
     (cert,) = [x for x in results if x["fullName"] == "gpucert.certification"]
     assert cert["name"] == "Configuration of clean-h100-pod-a: PASS: nothing measured"
+    # Allure's Environment widget says what the run was beside its result
+    environment = (run / "allure-results" / "environment.properties").read_text().splitlines()
+    assert "kind=configure" in environment
     executor = json.loads((run / "allure-results" / "executor.json").read_text())
     assert executor["reportName"].startswith("Configuration PASS: nothing measured")
     # JUnit, which CI shows by testcase name: the run's own testcase is the configuration, not a certification

@@ -202,7 +202,8 @@ def write_allure(  # noqa: C901
         logger.report_result(_passed_on(node, checks, started_ms, incomplete=said.get("result") == "incomplete"))
     run_id, spec, target = verdict["run"], verdict["spec"], verdict["target"]
     (results_dir / "environment.properties").write_text(
-        f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\nresult={verdict['result']}\n"
+        f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\nkind={verdict.get('kind', 'certify')}\n"
+        f"result={verdict['result']}\n"
         f"python={platform.python_version()}\n",
         encoding="utf-8",
     )
