@@ -152,10 +152,14 @@ def test_allure_overview_does_not_read_as_a_pass_on_a_fail(demo_run: Path) -> No
     results = [json.loads(p.read_text()) for p in folder.glob("*-result.json")]
     passed = [r for r in results if r["status"] == "passed"]
     assert len(passed) / len(results) < 0.5
-    assert sorted(r["fullName"] for r in passed) == sorted(
-        ["gpucert.passed[fleet]", *(f"gpucert.passed[gpu-node-{i}]" for i in range(1, 5))]
-    )
-    (node1,) = [r for r in passed if r["fullName"] == "gpucert.passed[gpu-node-1]"]
+    # on a run that did not pass, the passed checks are one result, each node a step: one green result per passing
+    # node outweighed the failures of a large cluster (the README's 16-node handover: 17 of 22 results green)
+    (folded,) = passed
+    assert folded["fullName"] == "gpucert.passed"
+    assert folded["name"].startswith("checks that passed, on 4 nodes and the fleet")
+    nodes = {s["name"].split(" checks passed on ")[1]: s for s in folded["steps"]}
+    assert sorted(nodes) == ["fleet", *(f"gpu-node-{i}" for i in range(1, 5))]
+    node1 = nodes["gpu-node-1"]
     steps = {s["name"] for s in node1["steps"]}
     assert "memory.bandwidth (8 GPUs)" in steps
     assert not any(s.startswith("health.ecc") for s in steps)  # it failed there: its own failed result
