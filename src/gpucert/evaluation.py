@@ -157,8 +157,11 @@ class Evaluation:
         return None
 
     def usable(self, node: str) -> NodeEvidence | None:
-        """The node's evidence when it can be used, else None."""
-        return None if self.evidence_problem(node) else self.evidence(node)
+        """The node's evidence when it can be used, else None (node.reachable says why)."""
+        if self.evidence_problem(node):
+            return None
+        ev = self.evidence(node)
+        return None if ev is not None and ev.timing_problem() else ev
 
     def _measured_node(self, node: str) -> NodeEvidence | None:
         ev = self.usable(node) if self.measured else None
@@ -341,6 +344,8 @@ class Evaluation:
             ev = self.evidence(node) if problem is None else None
             if problem is not None:
                 error = f"its evidence cannot be used: {problem}"
+            elif ev is not None and ev.timing_problem():
+                error = f"its evidence cannot be believed: {ev.timing_problem()}"
             elif ev is None:
                 error = "no evidence was written for this node"
             elif not ev.collected and not self._preflight_failed(node):
@@ -400,6 +405,9 @@ class Evaluation:
                 if twice:
                     message = f"{node}: the same GPU is reported more than once: {'; '.join(twice)}"
                     return dataclasses.replace(found, status=FAIL, message=message)
+                nameless = rules.nameless_gpus(node, ev.gpus if ev is not None else [])
+                if nameless:
+                    return dataclasses.replace(found, status=ERROR, message=nameless)
                 indices = sorted(g.index for g in ev.gpus) if ev is not None else []
                 if indices != list(range(len(indices))):
                     message = f"{node}: the probe numbered its GPUs {indices}, not 0..{len(indices) - 1}"

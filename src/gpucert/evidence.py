@@ -7,11 +7,13 @@ not support are None and named in `not_supported`, never zero.
 from __future__ import annotations
 
 import json
+import math
 import os
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from gpucert.errors import EvidenceError
 
@@ -42,6 +44,7 @@ __all__ = [
     "read_evidence",
     "read_fabric",
     "read_fabric_pairs",
+    "times_problem",
     "write_document",
 ]
 
@@ -49,13 +52,24 @@ EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"
 M = TypeVar("M", bound=BaseModel)
 
 
+def _sample(value: Any) -> Any:
+    """A sample that is not a number (`true`, a string, null) is kept as NaN, so that the check it belongs to
+    errors on that GPU ("not numbers") rather than the sample passing as 1.0 (a bool is an int to pydantic)."""
+    return value if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+
+# one repetition of a measurement: judged by analysis.performance.sample_problem, never coerced into a figure
+Sample = Annotated[float, BeforeValidator(_sample)]
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: a reading or counter given as `true` or "5" is not a number, and the document is refused naming it
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class Measurement(_Model):
     unit: str
-    samples: list[float]
+    samples: list[Sample]
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -141,7 +155,7 @@ class P2pPair(_Model):
     src: int
     dst: int
     peer_access: bool
-    samples: list[float]
+    samples: list[Sample]
     error: str | None = None  # this pair could not be measured (the rest of the matrix stands)
 
 
@@ -155,9 +169,9 @@ class P2pEvidence(_Model):
 
 class NcclPoint(_Model):
     size_bytes: int
-    time_us: list[float]
-    algbw: list[float]
-    busbw: list[float]
+    time_us: list[Sample]
+    algbw: list[Sample]
+    busbw: list[Sample]
 
 
 class NcclEvidence(_Model):
@@ -206,7 +220,8 @@ class DcgmGpuResult(_Model):
 
 class DcgmTestResult(_Model):
     summary: str | None = None  # test_summary.status (4.x); None in 3.x
-    gpus: dict[int, DcgmGpuResult] = Field(default_factory=dict)  # by the board's index (gpus[].index)
+    # by the board's index (gpus[].index); JSON keys are strings
+    gpus: dict[Annotated[int, Field(strict=False)], DcgmGpuResult] = Field(default_factory=dict)
     info: list[str] = Field(default_factory=list)
     # by DCGM's GPU id: entries nothing in dcgmi's output ties to a board (no serial); charged to no GPU
     untied: dict[Annotated[int, Field(strict=False)], DcgmGpuResult] = Field(default_factory=dict)
@@ -267,7 +282,7 @@ class NodeEvidence(_Model):
     # the preflight's steps, in order (empty in evidence written before the preflight existed)
     preflight: list[PreflightStep] = Field(default_factory=list)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
     @property
     def preflight_failed(self) -> list[PreflightStep]:
@@ -276,6 +291,10 @@ class NodeEvidence(_Model):
 
     def gpu(self, index: int) -> GpuEvidence | None:
         return next((g for g in self.gpus if g.index == index), None)
+
+    def timing_problem(self) -> str | None:
+        """Why `started`/`finished` cannot be the times of one measurement (None when they can)."""
+        return times_problem(self.started, self.finished)
 
     def error_for(self, probe: str, gpu: int | None = None, metric: str | None = None) -> ProbeError | None:
         """The probe's error for the whole node, or (with `gpu`) the error of that one GPU (for `metric`)."""
@@ -287,6 +306,20 @@ class NodeEvidence(_Model):
             ),
             None,
         )
+
+
+def times_problem(started: str, finished: str) -> str | None:
+    """Why a record's start and end times cannot be those of one run: not ISO 8601 times with a zone, or the end
+    before the start."""
+    try:
+        start, end = datetime.fromisoformat(started), datetime.fromisoformat(finished)
+    except ValueError:
+        return f"its times ({started!r} to {finished!r}) are not ISO 8601 timestamps"
+    if start.tzinfo is None or end.tzinfo is None:
+        return f"its times ({started} to {finished}) carry no time zone"
+    if end < start:
+        return f"it finished ({finished}) before it started ({started})"
+    return None
 
 
 class FabricEvidence(_Model):
@@ -304,7 +337,7 @@ class FabricEvidence(_Model):
     nccl: NcclEvidence | None = None
     errors: list[ProbeError] = Field(default_factory=list)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
 
 def _atomic_write(path: Path, text: str) -> Path:
@@ -330,7 +363,7 @@ class FabricPairs(_Model):
     schema_: str = Field(EVIDENCE_SCHEMA, alias="schema")
     pairs: list[FabricEvidence] = Field(default_factory=list)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
 
 
 def _load_json(path: Path) -> Any:

@@ -217,38 +217,6 @@ def _loop(run: Path) -> None:
     os.symlink("gpu-node-1.json", run / "evidence" / "l2")
 
 
-@pytest.mark.parametrize(
-    ("change", "expected"),
-    [
-        (lambda r: (r / "evidence" / "gpu-node-1.json").write_text("[]"), ["gpu-node-1.json", "a JSON object"]),
-        (
-            lambda r: (r / "evidence" / "gpu-node-1.json").write_bytes(bytes(range(256))),
-            ["gpu-node-1.json", "not JSON"],
-        ),
-        (_loop, ["gpu-node-1.json", "links are refused"]),
-        (lambda r: _inventory_node(r, lambda n: n.update(extra=1)), ["inventory.json", "nodes.0.extra"]),
-        (lambda r: _inventory_node(r, lambda n: n.update(name="../../../outside")), ["not a Kubernetes node name"]),
-        (
-            lambda r: json_edit(r / "inventory.json", lambda d: {**d, "nodes": [*d["nodes"], d["nodes"][0]]}),
-            ["gpu-node-1 is listed twice"],
-        ),
-        (
-            lambda r: shutil.copy(r / "evidence" / "gpu-node-2.json", r / "evidence" / "gpu-node-1.json"),
-            ["gpu-node-1.json", "its evidence is of node 'gpu-node-2'"],
-        ),
-    ],
-)
-def test_unusable_recorded_evidence_exits_2(
-    recorded: Path, tmp_path: Path, change: Callable[[Path], None], expected: list[str]
-) -> None:
-    project = recorded.parent.parent
-    evidence = spoil(recorded, tmp_path, change)
-    reports = project / "reports"
-    before = set(reports.iterdir())
-    one_line_error(evaluate(project, evidence), *expected)
-    assert set(reports.iterdir()) == before  # no run folder left behind
-
-
 def _samples(node: str, gpu: int, metric: str, samples: list[float]) -> Callable[[Path], None]:
     def change(run: Path) -> None:
         def edit(doc: dict[str, Any]) -> dict[str, Any]:
@@ -274,6 +242,68 @@ def _health(gpu: int, change: Callable[[dict[str, Any]], None]) -> Callable[[Pat
 NAN, INF = float("nan"), float("inf")
 
 
+def _node_doc(change: Callable[[dict[str, Any]], None], node: str = "gpu-node-1") -> Callable[[Path], None]:
+    def edit_run(run: Path) -> None:
+        def edit(doc: dict[str, Any]) -> dict[str, Any]:
+            change(doc)
+            return doc
+
+        json_edit(run / "evidence" / f"{node}.json", edit)
+
+    return edit_run
+
+
+def _pairs(change: Callable[[list[dict[str, Any]]], None]) -> Callable[[Path], None]:
+    return _node_doc(lambda d: change(d["p2p"]["pairs"]))
+
+
+def _pair(pairs: list[dict[str, Any]], src: int, dst: int) -> dict[str, Any]:
+    return next(p for p in pairs if (p["src"], p["dst"]) == (src, dst))
+
+
+def _dcgm_gpus(test: str, change: Callable[[dict[str, Any]], None]) -> Callable[[Path], None]:
+    return _node_doc(lambda d: change(d["dcgm"]["results"][test]["gpus"]))
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda r: (r / "evidence" / "gpu-node-1.json").write_text("[]"), ["gpu-node-1.json", "a JSON object"]),
+        (
+            lambda r: (r / "evidence" / "gpu-node-1.json").write_bytes(bytes(range(256))),
+            ["gpu-node-1.json", "not JSON"],
+        ),
+        (_loop, ["gpu-node-1.json", "links are refused"]),
+        (lambda r: _inventory_node(r, lambda n: n.update(extra=1)), ["inventory.json", "nodes.0.extra"]),
+        (lambda r: _inventory_node(r, lambda n: n.update(name="../../../outside")), ["not a Kubernetes node name"]),
+        (
+            lambda r: json_edit(r / "inventory.json", lambda d: {**d, "nodes": [*d["nodes"], d["nodes"][0]]}),
+            ["gpu-node-1 is listed twice"],
+        ),
+        # a reading or counter that is not a number: `false` would be a count of 0 to pydantic's lax mode
+        (
+            _health(2, lambda h: h["ecc"].update(volatile_uncorrected=False)),
+            ["gpu-node-1.json", "gpus.2.health.ecc.volatile_uncorrected", "valid integer"],
+        ),
+        (_health(2, lambda h: h.update(temperature_c="40")), ["gpus.2.health.temperature_c", "valid number"]),
+        (_node_doc(lambda d: d["gpus"][1].update(index=True)), ["gpu-node-1.json", "gpus.1.index"]),
+        (
+            lambda r: shutil.copy(r / "evidence" / "gpu-node-2.json", r / "evidence" / "gpu-node-1.json"),
+            ["gpu-node-1.json", "its evidence is of node 'gpu-node-2'"],
+        ),
+    ],
+)
+def test_unusable_recorded_evidence_exits_2(
+    recorded: Path, tmp_path: Path, change: Callable[[Path], None], expected: list[str]
+) -> None:
+    project = recorded.parent.parent
+    evidence = spoil(recorded, tmp_path, change)
+    reports = project / "reports"
+    before = set(reports.iterdir())
+    one_line_error(evaluate(project, evidence), *expected)
+    assert set(reports.iterdir()) == before  # no run folder left behind
+
+
 @pytest.mark.parametrize(
     ("change", "check", "why"),
     [
@@ -294,6 +324,29 @@ NAN, INF = float("nan"), float("inf")
         (_health(2, lambda h: h.update(nvlink_active=None)), "health.nvlink", "NVLink state was not reported"),
         (_health(2, lambda h: h.update(nvlink_active=[False] * 18)), "health.nvlink", "links are inactive"),
         (_health(2, lambda h: h.update(nvlink_errors=None)), "health.nvlink", "error counters were not read"),
+        # issue 23 item 1: a sample that is not a number (a bool is an int to Python and to pydantic's lax mode)
+        (_samples("gpu-node-1", 2, "memory.bandwidth", [True] * 20), "memory.bandwidth", "not numbers"),
+        (_samples("gpu-node-1", 2, "compute.gemm.bf16", [700.0] * 9 + ["700"]), "compute.gemm.bf16", "not numbers"),
+        (_samples("gpu-node-1", 2, "pcie.h2d", [50.0] * 9 + [None]), "pcie.h2d", "not numbers"),
+        (_pairs(lambda ps: _pair(ps, 2, 3).update(samples=[True] * 20)), "p2p.bandwidth", "not numbers"),
+        (_pairs(lambda ps: _pair(ps, 2, 3).update(samples=[INF] * 20)), "p2p.bandwidth", "not numbers"),
+        # a P2P matrix with a pair missing, twice, a GPU paired with itself, or copies staged through the host
+        (_pairs(lambda ps: ps.remove(_pair(ps, 2, 5))), "p2p.bandwidth", "lacks the pairs 2->5"),
+        (_pairs(lambda ps: ps.append(dict(_pair(ps, 2, 3)))), "p2p.bandwidth", "holds the pair 2->3 twice"),
+        (_pairs(lambda ps: _pair(ps, 2, 3).update(dst=2)), "p2p.bandwidth", "pairs GPU 2 with itself"),
+        (_pairs(lambda ps: _pair(ps, 2, 3).update(dst=8)), "p2p.bandwidth", "a GPU the node does not show"),
+        (_pairs(lambda ps: _pair(ps, 4, 2).update(peer_access=False)), "p2p.bandwidth", "no peer access"),
+        # DCGM's per-GPU result missing: the test's summary (or nothing) is never this GPU's pass
+        (_dcgm_gpus("memory", lambda g: g.pop("2")), "dcgm.memory", "not for this one"),
+        (_dcgm_gpus("memory", lambda g: g.clear()), "dcgm.memory", "no per-GPU result of the memory test"),
+        (_dcgm_gpus("software", lambda g: g.clear()), "dcgm.software", "no per-GPU result of the software test"),
+        # a reading of Infinity, or an endless throttle window
+        (_health(2, lambda h: h.update(temperature_c=INF)), "health.temperature", "out of range"),
+        (
+            _health(2, lambda h: h.update(throttle_under_load=[{"probe": "compute.gemm.bf16", "seconds": INF}])),
+            "health.throttle",
+            "counters out of range",
+        ),
     ],
 )
 def test_evidence_that_cannot_be_believed_is_an_error_never_a_pass(
@@ -309,6 +362,41 @@ def test_evidence_that_cannot_be_believed_is_an_error_never_a_pass(
     assert len(errors) == 1, verdict["findings"]
     assert errors[0]["status"] == "error"
     assert why in errors[0]["message"]
+
+
+def _times(started: str | None = None, finished: str | None = None) -> Callable[[Path], None]:
+    def change(doc: dict[str, Any]) -> None:
+        doc.update({k: v for k, v in (("started", started), ("finished", finished)) if v is not None})
+
+    return _node_doc(change)
+
+
+def _nameless(gpu: int) -> Callable[[Path], None]:
+    return _node_doc(lambda d: d["gpus"][gpu].update(uuid=" ", serial=None))
+
+
+@pytest.mark.parametrize(
+    ("change", "check", "why"),
+    [
+        (_times("2026-12-02T18:10:00+00:00", "2026-12-02T18:00:00+00:00"), "node.reachable", "before it started"),
+        (_times(started="yesterday"), "node.reachable", "not ISO 8601 timestamps"),
+        (_times("2026-12-02T18:00:00", "2026-12-02T18:10:00"), "node.reachable", "carry no time zone"),
+        (_nameless(3), "inventory.gpus", "GPUs [3] report neither a UUID nor a serial"),
+    ],
+)
+def test_node_evidence_that_cannot_be_believed_is_an_error_on_the_node(
+    recorded: Path, tmp_path: Path, change: Callable[[Path], None], check: str, why: str
+) -> None:
+    project = recorded.parent.parent
+    r = evaluate(project, spoil(recorded, tmp_path, change))
+    assert r.returncode == 1, r.stdout + r.stderr
+    run = sorted((project / "reports").iterdir())[-1]
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["result"] == "fail"
+    errors = [f for f in verdict["findings"] if f["status"] in ("error", "fail")]
+    assert [(f["check"], f["node"]) for f in errors] == [(check, "gpu-node-1")], verdict["findings"]
+    assert why in errors[0]["message"]
+    assert verdict["nodes"]["gpu-node-1"]["result"] != "pass"
 
 
 def test_the_same_gpu_twice_and_evidence_of_another_cluster(recorded: Path, tmp_path: Path) -> None:

@@ -1,7 +1,8 @@
 """DCGM diagnostic rules: one test of `dcgmi diag` for one GPU, from the parsed result. Pure.
 
 DCGM prints a warning as Fail and can fail a test's summary with every GPU passing (DCGM issue 253): both fail.
-A test DCGM skipped was not run on the GPU, which is an error, never a pass.
+A test DCGM skipped was not run on the GPU, which is an error, never a pass; so is a test with no result for the GPU
+(a summary alone, or nothing at all), whatever the summary says.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ __all__ = ["judge_dcgm"]
 def _untied(test: str, result: DcgmTestResult) -> str:
     entries = ", ".join(f"DCGM GPU {g} {r.status}" for g, r in sorted(result.untied.items()))
     return f"DCGM reported the {test} test by its own GPU ids only ({entries}; no serial ties them to boards)"
+
+
+def _node_level(test: str, d: DcgmEvidence) -> bool:
+    """DCGM 3.x runs its deployment checks (our `software` test) for the node, naming no GPU: their result is the
+    node's (tests/fixtures and ../shared/samples/dcgm/dcgm3-r3-pass.json). Every other result is per GPU."""
+    return test == "software" and d.raw is not None and "DCGM GPU Diagnostic" in d.raw
 
 
 def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:  # noqa: C901
@@ -57,9 +64,13 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
         return fail(f"{where}: DCGM {test} Fail: {mine.describe()}")
     if result.summary == "Fail" and not any(r.status == "Fail" for r in result.entries()):
         return fail(f"{where}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})")
-    status = mine.status if mine is not None else (result.summary or "Pass")
+    if mine is None and not _node_level(test, d):
+        # a summary speaks for no GPU in particular: this GPU's result is missing, never a pass
+        summary = f"its summary is {result.summary}" if result.summary else "it gave no summary"
+        return error(f"{where}: DCGM gave no per-GPU result of the {test} test ({summary}): it cannot be judged")
+    status = mine.status if mine is not None else (result.summary or "none")
     if status not in ("Pass", "Skip"):
-        return fail(f"{where}: DCGM {test} {status}")
+        return error(f"{where}: DCGM {test} gave the node no status it defines ({status}): it cannot be judged")
     if (
         d.exit_code not in (None, 0)
         and not any(r.status == "Fail" for t in d.results.values() for r in t.entries())

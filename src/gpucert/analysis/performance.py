@@ -20,6 +20,7 @@ __all__ = [
     "against_baseline",
     "evidence_problem",
     "figure_of",
+    "p2p_problem",
     "sample_problem",
     "samples_of",
     "top_busbw",
@@ -101,6 +102,9 @@ def evidence_problem(
                 f"the all-reduce ran over {ev.nccl.ranks} ranks, the node shows {len(ev.gpus)} GPUs",
             )
     if metric == "p2p.bandwidth":
+        matrix = p2p_problem(ev, gpu)
+        if matrix is not None:
+            return CheckStatus.ERROR, matrix
         units = {ev.p2p.unit} if ev.p2p is not None else set()
     else:
         g = ev.gpu(gpu) if gpu is not None else None
@@ -108,6 +112,33 @@ def evidence_problem(
         units = {m.unit} if m is not None else set()
     if units - {unit}:
         return CheckStatus.ERROR, f"{metric} was measured in {', '.join(sorted(units))}, the baseline is in {unit}"
+    return None
+
+
+def p2p_problem(ev: NodeEvidence, gpu: int | None) -> str | None:
+    """Why the node's P2P matrix cannot be judged for `gpu` (None when it can): every ordered pair of the node's
+    GPUs must be there exactly once, no GPU paired with itself or with a GPU the node does not show, and the pairs
+    of `gpu` measured GPU to GPU (without peer access the driver stages the copy through host memory, so the
+    figure is not P2P's)."""
+    if ev.p2p is None or gpu is None:
+        return None
+    indices = {g.index for g in ev.gpus}
+    seen: set[tuple[int, int]] = set()
+    for p in ev.p2p.pairs:
+        if p.src == p.dst:
+            return f"the P2P matrix pairs GPU {p.src} with itself"
+        if not {p.src, p.dst} <= indices:
+            return f"the P2P matrix has a pair {p.src}->{p.dst} of a GPU the node does not show"
+        if (p.src, p.dst) in seen:
+            return f"the P2P matrix holds the pair {p.src}->{p.dst} twice"
+        seen.add((p.src, p.dst))
+    order = sorted(indices)
+    missing = [f"{a}->{b}" for a in order for b in order if a != b and gpu in (a, b) and (a, b) not in seen]
+    if missing:
+        return f"the P2P matrix lacks the pairs {', '.join(missing)}"
+    staged = [f"{p.src}->{p.dst}" for p in ev.p2p.pairs if gpu in (p.src, p.dst) and not p.peer_access and not p.error]
+    if staged:
+        return f"no peer access between GPUs {', '.join(staged)}: the copies went through the host, not GPU to GPU"
     return None
 
 

@@ -20,6 +20,7 @@ __all__ = [
     "gpu_count",
     "gpu_product",
     "kubernetes_version",
+    "nameless_gpus",
     "node_count",
     "ordering",
     "pinned_components",
@@ -294,6 +295,15 @@ def duplicate_gpus(gpus_by_node: Mapping[str, Sequence[GpuEvidence]]) -> dict[st
             for w in sorted(set(where)):
                 out.setdefault(w.split("/")[0], []).append(f"{kind} {value} is reported by {', '.join(where)}")
     return out
+
+
+def nameless_gpus(node: str, gpus: Sequence[GpuEvidence]) -> str | None:
+    """The GPUs that report neither a UUID nor a serial (None when every one has one): which board was measured,
+    and whether it is the one measured before, cannot be told."""
+    nameless = [g.index for g in gpus if not (g.uuid or "").strip() and not (g.serial or "").strip()]
+    if not nameless:
+        return None
+    return f"{node}: GPUs {nameless} report neither a UUID nor a serial: which boards were measured cannot be told"
 
 
 def probe_products(node: str, gpus: Sequence[GpuEvidence], want: str, memory_mib: int, sku: str) -> str | None:
