@@ -11,10 +11,11 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
-from gpucert.checks import METRICS
+from gpucert.checks import HIGHER_IS_BETTER, MAX_TOLERANCE, METRICS
 from gpucert.documents import Document, Problem, load_document
 from gpucert.errors import ConfigError
 from gpucert.spec import ClusterSpec, Pool, Probe
+from gpucert.xids import HARDWARE_XIDS, XID_SOURCE
 
 __all__ = [
     "DEFAULT_THROTTLE_ALLOWANCE",
@@ -23,6 +24,7 @@ __all__ = [
     "Comparison",
     "GpuBaseline",
     "HealthPolicy",
+    "Loosened",
     "MetricBaseline",
     "NvlinkExpect",
     "check_baseline_for",
@@ -41,12 +43,21 @@ class Comparison(StrEnum):
     MAX = "max"  # observed must be at most expected x (1 + tolerance): lower is better
 
 
+class Loosened(Document):
+    """A tolerance wider than the check vocabulary allows (checks.MAX_TOLERANCE), on purpose: why, and who agreed.
+    The baseline is copied into the run's inputs/ and signed with it, so the loosening is recorded with the run."""
+
+    reason: Annotated[str, Field(min_length=10)]
+    approved_by: Annotated[str, Field(min_length=1)] = Field(alias="approvedBy")
+
+
 class MetricBaseline(Document):
     expected: Annotated[float, Field(gt=0)]
     unit: str
     comparison: Comparison = Comparison.MIN
     tolerance: Annotated[float, Field(ge=0, lt=1)]
     source: Annotated[str, Field(min_length=10)]
+    loosened: Loosened | None = None
 
     def threshold(self) -> float:
         if self.comparison is Comparison.MIN:
@@ -135,8 +146,51 @@ def _known_metrics(b: GpuBaseline) -> list[Problem]:
     ]
 
 
+def _would_pass_anything(b: GpuBaseline) -> list[Problem]:
+    """Figures that would pass a broken GPU: a comparison against the metric's own direction (more is better
+    for every measured figure), a tolerance past the metric's sanity limit that was not loosened on purpose, and a
+    hardware-fault XID excused as an application's."""
+    problems: list[Problem] = []
+    for name, m in b.metrics.items():
+        if name not in METRICS:
+            continue
+        better = Comparison.MIN if name in HIGHER_IS_BETTER else Comparison.MAX
+        if m.comparison is not better:
+            problems.append(
+                (
+                    ("metrics", name, "comparison"),
+                    f"{m.comparison.value} would pass any GPU {'slower' if better is Comparison.MIN else 'faster'} "
+                    f"than the figure: more {name} is {'better' if better is Comparison.MIN else 'worse'}; write "
+                    f"comparison: {better.value}",
+                )
+            )
+        limit = MAX_TOLERANCE[name]
+        if m.tolerance > limit and m.loosened is None:
+            problems.append(
+                (
+                    ("metrics", name, "tolerance"),
+                    f"{m.tolerance:g} passes a GPU at {1 - m.tolerance:.0%} of the figure; at most {limit:g} for "
+                    f"{name}: narrow it, or loosen it on purpose with `loosened: {{reason: ..., approvedBy: ...}}`",
+                )
+            )
+    for i, code in enumerate(b.health.application_xids):
+        if code in HARDWARE_XIDS:
+            problems.append(
+                (
+                    ("health", "applicationXids", i),
+                    f"XID {code} is a fault of the GPU ({HARDWARE_XIDS[code]}; {XID_SOURCE}), not of an "
+                    "application: remove it",
+                )
+            )
+    return problems
+
+
+def _check(b: GpuBaseline) -> list[Problem]:
+    return _known_metrics(b) + _would_pass_anything(b)
+
+
 def load_baseline(path: Path | str) -> GpuBaseline:
-    return load_document(Path(path), GpuBaseline, check=_known_metrics)
+    return load_document(Path(path), GpuBaseline, check=_check)
 
 
 def check_baseline_for(spec: ClusterSpec, pool: Pool, baseline: GpuBaseline, path: Path) -> None:

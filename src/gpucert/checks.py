@@ -13,6 +13,8 @@ __all__ = [
     "FABRIC_METRICS",
     "GEMM_DTYPES",
     "GPU_METRICS",
+    "HIGHER_IS_BETTER",
+    "MAX_TOLERANCE",
     "METRICS",
     "NODE_METRICS",
     "PCIE_DIRECTIONS",
@@ -39,6 +41,11 @@ GPU_METRICS = (
 NODE_METRICS = ("nccl.all_reduce",)  # one figure per node
 FABRIC_METRICS = ("nccl.all_reduce.multinode",)  # one figure for a set of nodes together
 METRICS = (*GPU_METRICS, *NODE_METRICS, *FABRIC_METRICS)
+# every figure gpucert measures is a bandwidth or a rate: more is better, so a baseline holds it to a `min`
+HIGHER_IS_BETTER: frozenset[str] = frozenset(METRICS)
+# the widest tolerance a baseline may give a metric: a GPU more than a quarter short of its SKU's figure is broken,
+# not within its spec sheet (a tolerance of 0.4 passes a GPU at 60%); wider only when loosened on purpose
+MAX_TOLERANCE: dict[str, float] = dict.fromkeys(METRICS, 0.25)
 # the metrics whose samples are one GPU's (or one node's) repetitions over time: what can come and go, and what
 # `stability.<metric>` judges. P2P samples come from a GPU's different pairs, the multi-node figure from a set.
 REPEATED_METRICS = tuple(m for m in METRICS if not m.startswith("p2p.") and m not in FABRIC_METRICS)

@@ -76,7 +76,7 @@ def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
     if waivers is not None:
         from gpucert.acceptance.waivers import load_waivers
 
-        load_waivers(waivers)
+        load_waivers(waivers, spec.acceptance.approvers)
     return spec, baselines
 
 

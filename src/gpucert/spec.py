@@ -249,6 +249,8 @@ class AcceptanceSpec(Document):
     """Handover acceptance: the deviations the parties accepted, and how old carried-over evidence may be."""
 
     waivers: str | None = None  # a `kind: Waivers` document, relative to this spec
+    # who may approve a waiver: every name a waiver's approvedBy gives must be one of these (when set)
+    approvers: list[Annotated[str, Field(min_length=1)]] | None = None
     # a re-test (`gpucert certify --retest RUN`) measures again any passing node whose evidence is older than this
     max_evidence_age: str | None = Field(None, alias="maxEvidenceAge")
 

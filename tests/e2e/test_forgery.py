@@ -340,3 +340,43 @@ def test_a_skip_whose_cause_passed_is_an_error_everywhere() -> None:
     found = ev.decide(CheckKey("health.ecc", "n1", 0))
     assert found.status is CheckStatus.ERROR
     assert "node.reachable@n1, which did not fail (pass)" in found.message
+
+
+# ---- a verdict that does not add up, re-signed (issue 23 item 5) -------------------------------------------------
+
+
+def test_a_re_signed_verdict_whose_counts_do_not_add_up_is_refused(project: Path, tmp_path: Path) -> None:
+    """Whoever holds the key can sign anything; what `verify` and `accept` still catch is a verdict that contradicts
+    itself: a failed run's findings dropped and its result made pass, the nodes' own counts left standing."""
+    from gpucert.report import attest
+
+    spoiled = tmp_path / "project"
+    shutil.copytree(project / "examples", spoiled / "examples")
+    shutil.copytree(project / "baselines", spoiled / "baselines")
+    fleet = yaml.safe_load((spoiled / "examples/fleets/h100-4x8.yaml").read_text())
+    fleet["faults"] = [{"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.5}]
+    (spoiled / "examples/fleets/h100-4x8.yaml").write_text(yaml.safe_dump(fleet))
+    assert gpucert("certify", SPEC, "-q", cwd=spoiled).returncode == 1
+    (run,) = (spoiled / "reports").iterdir()
+    key, pub = project / "keys" / "gpucert.key", project / "keys" / "gpucert.pub"
+
+    def forge(v: dict[str, Any]) -> None:
+        v.update(result="pass", findings=[])
+        v["summary"].update(failed=0, errors=0)
+        for node in v["nodes"].values():
+            node.update(result="pass", failing=[])
+
+    edit_json(run / "verdict.json", forge)
+    for name in ("junit.xml", "report.html"):  # the reports said fail too
+        (run / name).unlink()
+    predicate = {"scope": {"mode": "measure", "suites": ["configure", "certify"]}, "result": "pass"}
+    attest.sign_folder(run, key, attest.PREDICATE_TYPE, predicate)
+    r = gpucert("verify", str(run), "--key", str(pub), cwd=spoiled)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "the signed verdict.json is not one gpucert writes" in r.stdout + r.stderr
+    assert "nodes.gpu-node-2 counts" in r.stdout + r.stderr
+    r = gpucert("accept", str(run), "--sign-key", str(key), "--out", str(tmp_path / "acc"), cwd=spoiled)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "its signed verdict.json is not one gpucert writes" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "acc").exists() or not any((tmp_path / "acc").iterdir())

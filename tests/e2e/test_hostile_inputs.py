@@ -18,6 +18,7 @@ from .conftest import gpucert
 
 FLEET = "examples/fleets/h100-4x8-faulty.yaml"
 DEMO = "examples/demo.yaml"
+H100 = "baselines/gpus/H100-SXM5-80GB.yaml"
 
 
 def edit_yaml(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
@@ -109,6 +110,18 @@ def faults(*items: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
             ["stack.components[1].name", "should match pattern"],
         ),
         (DEMO, lambda d: d["stack"]["components"][1].update(name="c" * 64), ["stack.components[1].name", "at most 63"]),
+        # issue 23 item 2: baselines that would pass anything
+        (
+            H100,
+            lambda d: d["metrics"]["memory.bandwidth"].update(tolerance=0.4),
+            ["metrics.memory.bandwidth.tolerance:", "passes a GPU at 60%"],
+        ),
+        (
+            H100,
+            lambda d: d["metrics"]["compute.gemm.fp16"].update(comparison="max"),
+            ["metrics.compute.gemm.fp16.comparison:", "write comparison: min"],
+        ),
+        (H100, lambda d: d["health"].update(applicationXids=[13, 64]), ["health.applicationXids[1]:", "XID 64"]),
     ],
 )
 def test_bad_documents_exit_2_in_one_line(project: Path, target: str, change: Any, expected: list[str]) -> None:
@@ -169,6 +182,30 @@ def test_missing_gpu_on_every_gpu_of_a_node_is_one_finding(project: Path) -> Non
     verdict = json.loads((run / "verdict.json").read_text())
     assert [(f["check"], f["node"]) for f in verdict["findings"]] == [("inventory.gpus", "gpu-node-1")]
     assert verdict["coverage"]["complete"] is True
+
+
+HANDOVER_WAIVERS = "examples/handover/waivers.yaml"
+
+
+@pytest.mark.parametrize(
+    ("approved_by", "reason", "expected"),
+    [
+        ("m.mallory", "credit agreed in PO 4411", "m.mallory is not among the spec's approvers"),
+        ("buyer: j.doe; vendor: a.smith; m.mallory", "credit agreed", "m.mallory is not among the spec's approvers"),
+        ("  ", "credit agreed in PO 4411", "waivers[0].approvedBy: is blank"),
+        ("buyer: j.doe", "\t", "waivers[0].reason: is blank"),
+    ],
+)
+def test_a_waiver_without_people_is_refused(project: Path, approved_by: str, reason: str, expected: str) -> None:
+    """Issue 23 item 3: the approvers are people the spec names (acceptance.approvers), and the reason is written."""
+
+    def change(doc: dict[str, Any]) -> None:
+        doc["waivers"][0].update(approvedBy=approved_by, reason=reason)
+
+    edit_yaml(project / HANDOVER_WAIVERS, change)
+    r = gpucert("certify", "examples/handover/spec-after-repair.yaml", "-q", cwd=project)
+    one_line_error(r, "waivers.yaml", expected)
+    no_run_folder(project)
 
 
 # ---- recorded evidence --------------------------------------------------------------------------------------

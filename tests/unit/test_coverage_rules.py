@@ -152,3 +152,98 @@ def test_a_node_is_compared_with_the_other_nodes_from_four_and_says_why_not_belo
     alone = plan_checks(spec, ["n3"], ["certify"], components=[], fleet_peers=3)  # type: ignore[arg-type]
     assert CheckKey("straggler.compute.gemm.bf16", "n3") in alone
     assert "straggler.<metric>@<node>" not in dict(alone.not_required)
+
+
+# ---- a verdict's counts add up from its own checks (issue 23 item 5) ---------------------------------------------
+
+
+def _mixed() -> dict:
+    """A verdict gpucert writes: passes, a failure and an error on nodes, a waived failure, a skip, a fleet check."""
+    from gpucert.plan import Plan
+
+    reach = [CheckKey("node.reachable", n) for n in ("a", "b", "c")]
+    ecc = [CheckKey("health.ecc", n, 0) for n in ("a", "b", "c")]
+    fleet = CheckKey("inventory.nodes")
+    findings = {
+        reach[0]: ok(reach[0]),
+        reach[1]: ok(reach[1]),
+        reach[2]: Finding("node.reachable", CheckStatus.FAIL, "c", None, "down"),
+        ecc[0]: Finding("health.ecc", CheckStatus.ERROR, "a", 0, "unreadable"),
+        ecc[1]: Finding("health.ecc", CheckStatus.WAIVED, "b", 0, "accepted", waiver="waivers[0]"),
+        ecc[2]: Finding("health.ecc", CheckStatus.SKIP, "c", 0, "down", cause=str(reach[2])),
+        fleet: Finding("inventory.nodes", CheckStatus.FAIL, None, None, "3 of 4"),
+    }
+    plan = Plan(("certify",), frozenset(findings))
+    return build_verdict(
+        run="r",
+        spec="s",
+        target="simulated",
+        nodes=["a", "b", "c"],
+        gpus=3,
+        plan=plan,
+        outcomes={k: Outcome(f) for k, f in findings.items()},
+        selected=set(findings),
+    )
+
+
+def test_every_verdict_gpucert_writes_adds_up() -> None:
+    from gpucert.report.verdict import count_problems, verdict_problems
+
+    v = _mixed()
+    assert v["summary"] | {} == {
+        "nodes": 3,
+        "gpus": 3,
+        "checks": 7,
+        "passed": 2,
+        "failed": 2,
+        "errors": 1,
+        "skipped": 1,
+        "waived": 1,
+    }
+    assert count_problems(v) == []
+    assert verdict_problems(v) == []
+    a, b = keys("a", "b")
+    for made in (verdict([a, b], {a: ok(a), b: ok(b)}, {a, b}), verdict([a, b], {a: ok(a)}, {a})):
+        assert count_problems(made) == []
+
+
+def _drop_findings(v: dict) -> None:
+    v["findings"] = [f for f in v["findings"] if f["node"] != "a"]
+    v["summary"]["errors"] -= 1
+
+
+def _waive_the_failure(v: dict) -> None:
+    f = next(f for f in v["findings"] if f["node"] == "c")
+    f["status"] = "waived"
+    v["summary"].update(failed=v["summary"]["failed"] - 1, waived=v["summary"]["waived"] + 1)
+
+
+def _node_passes(v: dict) -> None:
+    v["nodes"]["c"].update(result="pass")
+
+
+def _summary_only(v: dict) -> None:
+    v["summary"].update(failed=0, errors=0, passed=v["summary"]["passed"] + 3)
+
+
+@pytest.mark.parametrize(
+    ("tamper", "words"),
+    [
+        (_drop_findings, "nodes.a counts 1 errors, its findings list 0"),
+        (_waive_the_failure, "nodes.c counts 1 failed, its findings list 0"),
+        (_node_passes, "nodes.c is pass with 1 failed or errored checks"),
+        (_summary_only, "the summary's counts are not its checks': passed 5 (its groups add up to 2)"),
+        (lambda v: v["summary"].update(checks=99), "summary.checks is 99"),
+        (lambda v: v["nodes"]["b"].update(waived=-1), "nodes.b's counts are not whole numbers"),
+        (lambda v: v["nodes"]["b"].update(waived=True), "nodes.b's counts are not whole numbers"),
+        (lambda v: v["nodes"]["b"].pop("skipped"), "nodes.b has no count of skipped"),
+        (lambda v: v["fleet"].update(failed=0, result="pass"), "fleet counts 0 failed, its findings list 1"),
+    ],
+)
+def test_a_verdict_whose_counts_do_not_add_up_is_refused(tamper: object, words: str) -> None:
+    from gpucert.report.verdict import verdict_problems
+
+    v = _mixed()
+    tamper(v)  # type: ignore[operator]
+    problems = verdict_problems(v)
+    assert any(words in p for p in problems), problems

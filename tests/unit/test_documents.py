@@ -124,6 +124,65 @@ def test_baseline_unknown_metric(tmp_path: Path) -> None:
         load_baseline(write(tmp_path, text, "b.yaml"))
 
 
+def _h100(change: object) -> dict:
+    doc = yaml.safe_load((ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml").read_text())
+    change(doc)  # type: ignore[operator]
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "words"),
+    [
+        # issue 23 item 2: figures that would pass anything, refused by the check vocabulary's direction and limits
+        (
+            lambda d: d["metrics"]["memory.bandwidth"].update(tolerance=0.4),
+            "metrics.memory.bandwidth.tolerance",
+            "0.4 passes a GPU at 60% of the figure; at most 0.25",
+        ),
+        (lambda d: d["metrics"]["nccl.all_reduce"].update(tolerance=0.26), "metrics.nccl.all_reduce.tolerance", "0.25"),
+        (
+            lambda d: d["metrics"]["compute.gemm.bf16"].update(comparison="max"),
+            "metrics.compute.gemm.bf16.comparison",
+            "max would pass any GPU slower than the figure",
+        ),
+        (lambda d: d["metrics"]["p2p.bandwidth"].update(comparison="max"), "metrics.p2p.bandwidth.comparison", "min"),
+        (lambda d: d["health"].update(applicationXids=[13, 79]), "health.applicationXids[1]", "XID 79 is a fault"),
+        (lambda d: d["health"].update(applicationXids=[48]), "health.applicationXids[0]", "double-bit"),
+        (lambda d: d["health"].update(applicationXids=[31, 95]), "health.applicationXids[1]", "uncontained ECC"),
+        (lambda d: d["health"].update(applicationXids=[74]), "health.applicationXids[0]", "NVLink"),
+        (
+            lambda d: d["metrics"]["pcie.h2d"].update(tolerance=0.5, loosened={"reason": "  ", "approvedBy": "x"}),
+            "metrics.pcie.h2d.loosened.reason",
+            "",
+        ),
+    ],
+)
+def test_a_baseline_that_would_pass_anything_is_refused(tmp_path: Path, change: object, key: str, words: str) -> None:
+    path = write(tmp_path, yaml.safe_dump(_h100(change)), "b.yaml")
+    with pytest.raises(ConfigError) as exc:
+        load_baseline(path)
+    assert exc.value.key == key, str(exc.value)
+    assert words in str(exc.value)
+
+
+def test_a_tolerance_loosened_on_purpose_says_why_and_who(tmp_path: Path) -> None:
+    from gpucert.analysis.performance import Sampled, against_baseline
+    from gpucert.xids import APPLICATION_XIDS, HARDWARE_XIDS
+
+    loosened = {"reason": "PCIe riser on this SKU trains at Gen4; agreed in PO 4411", "approvedBy": "buyer: j.doe"}
+    doc = _h100(lambda d: d["metrics"]["pcie.h2d"].update(tolerance=0.5, loosened=loosened))
+    b = load_baseline(write(tmp_path, yaml.safe_dump(doc), "b.yaml"))
+    found = against_baseline("pcie.h2d", ("n1", 0), Sampled(30.0, 10, "GB/s"), b.metrics["pcie.h2d"])
+    assert found.status.value == "pass"
+    assert "[tolerance loosened on purpose: PCIe riser on this SKU" in found.message
+    assert "approved by buyer: j.doe]" in found.message
+    assert not set(APPLICATION_XIDS) & set(HARDWARE_XIDS)
+    for sku in ("H100-SXM5-80GB", "H200-SXM-141GB", "A100-SXM4-80GB"):
+        assert not set(load_baseline(ROOT / "baselines" / "gpus" / f"{sku}.yaml").health.application_xids) & set(
+            HARDWARE_XIDS
+        )
+
+
 def test_json_schema_exports() -> None:
     schema = ClusterSpec.model_json_schema(by_alias=True)
     assert "apiVersion" in schema["properties"]

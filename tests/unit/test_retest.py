@@ -132,7 +132,15 @@ def test_identity_same_driver_count_and_unreadable() -> None:
 # ---- the acceptance record ------------------------------------------------------------------------------------------
 
 
-def seen(run: str, started: str, nodes: dict[str, Any], *, fleet: str = "pass", **extra: Any) -> SeenRun:
+def seen(
+    run: str,
+    started: str,
+    nodes: dict[str, Any],
+    *,
+    fleet: str = "pass",
+    signed: dict[str, dict[str, Any]] | None = None,
+    **extra: Any,
+) -> SeenRun:
     verdict = {
         "run": run,
         "result": "pass",
@@ -151,7 +159,9 @@ def seen(run: str, started: str, nodes: dict[str, Any], *, fleet: str = "pass", 
             verdict["findings"].append(
                 {"check": "straggler.compute.gemm.bf16", "node": n, "gpu": 6, "status": "waived", "waiver": r}
             )
-    return SeenRun(RunFolder(Path(run)), verdict, f"sha256:{run}", ["SHA256:vendor"], started)
+    # the waivers as the run's own inputs state them: by default what the verdict quotes
+    terms = signed if signed is not None else {r["id"]: r for r in nodes.values() if isinstance(r, dict)}
+    return SeenRun(RunFolder(Path(run)), verdict, f"sha256:{run}", ["SHA256:vendor"], started, terms)
 
 
 WAIVER = {"id": "waivers[0]", "check": "straggler.compute.gemm.bf16", "expires": "2027-03-01", "reason": "PO 4411"}
@@ -194,3 +204,22 @@ def test_an_acceptance_fails_on_a_failed_node_a_missing_node_an_expired_waiver_o
     rec = build_record(only, expected=1, spec="s", now=NOW, id_="a")
     assert rec["result"] == "fail"
     assert "no run certifies the cluster as a whole" in rec["problems"][0]
+
+
+def test_a_waivers_terms_are_the_signed_inputs_not_the_verdicts_quote() -> None:
+    """Issue 23 item 5: the verdict quotes a waiver; the run's inputs/waivers.yaml is what the parties signed."""
+    late = NOW.replace(year=2027, month=3, day=2)
+    quoted = {**WAIVER, "expires": "2099-12-31", "reason": "whatever"}
+    rec = build_record(
+        [seen("r1", "t", {"n1": quoted}, signed={"waivers[0]": WAIVER})], expected=1, spec="s", now=late, id_="a"
+    )
+    assert rec["nodes"]["n1"]["status"] == "failed"
+    assert "expired on 2027-03-01" in rec["nodes"]["n1"]["why"]
+    assert rec["waivers"][0]["expires"] == "2027-03-01"
+    assert rec["waivers"][0]["reason"] == "PO 4411"
+    assert rec["result"] == "fail"
+    # a waiver the run's inputs do not hold covers nothing
+    rec = build_record([seen("r1", "t", {"n1": WAIVER}, signed={})], expected=1, spec="s", now=NOW, id_="a")
+    assert rec["nodes"]["n1"]["status"] == "failed"
+    assert "not in that run's signed waivers" in rec["nodes"]["n1"]["why"]
+    assert rec["waivers"][0]["inForce"] is False

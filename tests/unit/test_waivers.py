@@ -90,7 +90,11 @@ def test_a_waivers_document_loads(tmp_path: Path) -> None:
         ({"accept": {"min": 1, "max": 2}}, "waivers[0].accept", "one of `min` or `max`"),
         ({"accept": "as is"}, "waivers[0].accept", "write `accept: as-is`"),
         ({"accept": {"mni": 3}}, "waivers[0].accept", "mni"),
-        ({"reason": ""}, "waivers[0].reason", ""),
+        ({"reason": ""}, "waivers[0].reason", "is blank"),
+        # issue 23 item 3: a waiver is people's decision; whitespace approves nothing
+        ({"reason": "   "}, "waivers[0].reason", "is blank"),
+        ({"approvedBy": " \t "}, "waivers[0].approvedBy", "is blank"),
+        ({"approvedBy": ""}, "waivers[0].approvedBy", "is blank"),
         ({"expires": "next spring"}, "waivers[0].expires", ""),
     ],
 )
@@ -112,6 +116,29 @@ def test_a_missing_approval_and_a_waiver_written_twice_are_refused(tmp_path: Pat
         load_waivers(write(tmp_path, w))
     with pytest.raises(ConfigError, match=r"waivers\[1\]: waives straggler.* again \(see waivers\[0\]\)"):
         load_waivers(write(tmp_path, waiver(), waiver(reason="other words")))
+
+
+@pytest.mark.parametrize(
+    ("approved_by", "strangers"),
+    [
+        ("buyer: j.doe; vendor: m.mallory", "m.mallory"),
+        ("m.mallory", "m.mallory"),
+        ("buyer: j.doe, vendor: a.smith, intern: x", "x"),
+        ("buyer: ; vendor: a.smith; e.vil", "e.vil"),
+    ],
+)
+def test_an_approver_the_spec_does_not_name_is_refused(tmp_path: Path, approved_by: str, strangers: str) -> None:
+    path = write(tmp_path, waiver(approvedBy=approved_by))
+    with pytest.raises(ConfigError) as exc:
+        load_waivers(path, ["j.doe", "a.smith"])
+    assert exc.value.key == "waivers[0].approvedBy"
+    assert f"{strangers} is not among the spec's approvers (acceptance.approvers: a.smith, j.doe)" in str(exc.value)
+    # the same waiver loads where the spec names no approvers, and where it names them all
+    assert load_waivers(path).waivers[0].approved_by == approved_by
+    assert load_waivers(write(tmp_path, waiver()), ["j.doe", "a.smith"]).waivers[0].approvers() == [
+        "j.doe",
+        "a.smith",
+    ]
 
 
 def test_the_spec_names_its_waivers_and_a_maximum_evidence_age(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -22,10 +22,11 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert.acceptance.retest import verify_carried
+from gpucert.acceptance.waivers import load_waivers, waiver_id
 from gpucert.errors import ConfigError, EvidenceError, GpucertError
 from gpucert.report import attest
 from gpucert.report.html import natural_key
-from gpucert.report.verdict import node_passed
+from gpucert.report.verdict import node_passed, verdict_problems
 from gpucert.runfolder import RunFolder, write_json_atomic
 from gpucert.spec import load_spec
 
@@ -48,6 +49,7 @@ class SeenRun:
     certificate: str
     signers: list[str]
     started: str
+    waivers: dict[str, dict[str, Any]] = field(default_factory=dict)  # by id, from the run's signed inputs
 
     @property
     def id(self) -> str:
@@ -90,8 +92,24 @@ def open_run(path: Path, keys: list[Ed25519PublicKey]) -> SeenRun:
             f"does not verify ({'; '.join(problems[:4])}): accept only runs that verify (`gpucert verify`)", path=path
         )
     verdict = folder.read_verdict()
+    inconsistent = verdict_problems(verdict)
+    if inconsistent:
+        raise EvidenceError(
+            f"its signed verdict.json is not one gpucert writes ({'; '.join(inconsistent[:3])}): it is not accepted",
+            path=path,
+        )
     started = str(folder.read_run_info().get("started") or "")
-    return SeenRun(folder, verdict, attest.certificate_digest(folder.path) or "", signers, started)
+    terms = signed_waivers(folder)
+    return SeenRun(folder, verdict, attest.certificate_digest(folder.path) or "", signers, started, terms)
+
+
+def signed_waivers(folder: RunFolder) -> dict[str, dict[str, Any]]:
+    """The terms of each waiver of a run, by id, as its own signed inputs state them (inputs/waivers.yaml): what
+    the verdict quotes of a waiver is not what the parties signed."""
+    if not folder.waivers_copy.is_file():
+        return {}
+    doc = load_waivers(folder.waivers_copy)
+    return {waiver_id(i): w.to_json() for i, w in enumerate(doc.waivers)}
 
 
 def _history(runs: list[SeenRun]) -> dict[str, list[dict[str, Any]]]:
@@ -130,12 +148,16 @@ def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime
         waived = [f for f in last.verdict.get("findings", []) if f["status"] == "waived" and f["node"] == node]
         why = None
         for f in waived:
-            w = f.get("waiver") or {}
-            entry = waivers.setdefault((last.id, str(w.get("id"))), {**w, "run": last.id, "covers": []})
+            wid = str((f.get("waiver") or {}).get("id"))
+            signed = last.waivers.get(wid)  # the terms as the run's own inputs state them, not as the verdict quotes
+            w = {"id": wid, **(signed or {})}
+            entry = waivers.setdefault((last.id, wid), {**w, "run": last.id, "covers": []})
             entry["covers"].append(f"{f['check']}@{node}" + ("" if f["gpu"] is None else f"/gpu{f['gpu']}"))
-            entry["inForce"] = not _expired(w, now)
-            if not entry["inForce"]:
-                why = f"waiver {w.get('id')} of run {last.id} expired on {w.get('expires')}, before this acceptance"
+            entry["inForce"] = signed is not None and not _expired(w, now)
+            if signed is None:
+                why = f"waiver {wid} of run {last.id} is not in that run's signed waivers (inputs/waivers.yaml)"
+            elif not entry["inForce"]:
+                why = f"waiver {wid} of run {last.id} expired on {w.get('expires')}, before this acceptance"
         if not node_passed(s["result"]):
             status, why = "failed", f"{s['result']} in {last.id}: {', '.join(s.get('failing', [])) or 'incomplete'}"
         elif why is not None:

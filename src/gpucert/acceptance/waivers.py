@@ -101,9 +101,23 @@ class Waiver(Document):
     check: str
     select: Selector
     accept: Literal["as-is"] | Limit
-    reason: Annotated[str, Field(min_length=1)]
-    approved_by: Annotated[str, Field(min_length=1)] = Field(alias="approvedBy")
+    reason: str
+    approved_by: str = Field(alias="approvedBy")
     expires: date
+
+    @field_validator("reason", "approved_by")
+    @classmethod
+    def _said(cls, v: str) -> str:
+        """A waiver is people's decision: who approved it and why must be written, not blank or whitespace."""
+        if not v.strip():
+            raise ValueError("is blank: write who approved the waiver and why (e.g. approvedBy: 'buyer: j.doe')")
+        return v
+
+    def approvers(self) -> list[str]:
+        """The people `approvedBy` names: `buyer: j.doe; vendor: a.smith` is j.doe and a.smith (the role before a
+        colon says which party signs; names are separated by `;` or `,`)."""
+        parts = [p.strip() for p in self.approved_by.replace(",", ";").split(";")]
+        return [p.split(":", 1)[-1].strip() for p in parts if p.split(":", 1)[-1].strip()]
 
     @field_validator("accept", mode="before")
     @classmethod
@@ -190,9 +204,33 @@ def _once_each(doc: Waivers) -> list[Problem]:
     return problems
 
 
-def load_waivers(path: Path) -> Waivers:
-    """Read and validate a Waivers document; ConfigError naming file, key path and line."""
-    return load_document(path, Waivers, check=_once_each)
+def _approved(approvers: list[str] | None) -> Callable[[Waivers], list[Problem]]:
+    """Each waiver approved by people the spec names (`acceptance.approvers`), when it names any."""
+
+    def check(doc: Waivers) -> list[Problem]:
+        problems = _once_each(doc)
+        if approvers is None:
+            return problems
+        known = {a.strip() for a in approvers}
+        for i, w in enumerate(doc.waivers):
+            strangers = [a for a in w.approvers() if a not in known]
+            if strangers:
+                problems.append(
+                    (
+                        ("waivers", i, "approvedBy"),
+                        f"{', '.join(strangers)} is not among the spec's approvers (acceptance.approvers: "
+                        f"{', '.join(sorted(known))}): have one of them approve it, or add the approver to the spec",
+                    )
+                )
+        return problems
+
+    return check
+
+
+def load_waivers(path: Path, approvers: list[str] | None = None) -> Waivers:
+    """Read and validate a Waivers document (approved by people among `approvers`, the spec's
+    `acceptance.approvers`, when it names them); ConfigError naming file, key path and line."""
+    return load_document(path, Waivers, check=_approved(approvers))
 
 
 def waiver_id(index: int) -> str:
@@ -345,7 +383,9 @@ def book_for(ev: Evaluation) -> WaiverBook | None:
     """`Evaluation.waiver_book`: the run's waivers (inputs/waivers.yaml) judged at the run's time; None for a run
     prepared without waivers."""
     path = ev.folder.waivers_copy
-    return WaiverBook(load_waivers(path), run_time(ev)) if path.exists() else None
+    if not path.exists():
+        return None
+    return WaiverBook(load_waivers(path, ev.spec.acceptance.approvers), run_time(ev))
 
 
 def decide_waiver(check: str, wid: str, ev: Evaluation) -> Finding:

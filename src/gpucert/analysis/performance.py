@@ -178,6 +178,10 @@ def against_baseline(check: str, key: Key, sampled: Sampled, baseline: MetricBas
         f"{abs(deviation):.1%} {word} the baseline {baseline.expected:.4g} {baseline.unit} "
         f"(limit {limit:.4g}, tolerance {baseline.tolerance:.0%})"
     )
+    if baseline.loosened is not None:  # said wherever the figure is judged: the run signs the baseline that says it
+        msg += (
+            f" [tolerance loosened on purpose: {baseline.loosened.reason}; approved by {baseline.loosened.approved_by}]"
+        )
     return Finding(
         check=check,
         status=CheckStatus.PASS if ok else CheckStatus.FAIL,

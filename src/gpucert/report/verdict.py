@@ -32,6 +32,7 @@ __all__ = [
     "VERDICT_SCHEMA",
     "Outcome",
     "build_verdict",
+    "count_problems",
     "headline",
     "headline_parts",
     "kind_of",
@@ -329,4 +330,63 @@ def verdict_problems(verdict: Any) -> list[str]:
     node_results = {n: v.get("result") for n, v in verdict["nodes"].items() if isinstance(v, dict)}
     if result == "pass" and not all(node_passed(r) for r in node_results.values()):
         problems.append("result pass, but not every node passed")
+    return problems + count_problems(verdict)
+
+
+COUNTED = {"passed": "pass", "failed": "fail", "errors": "error", "skipped": "skip", "waived": "waived"}
+LISTED = ("failed", "errors", "waived")  # the counts whose every check is listed among the findings
+
+
+def _counts(where: str, group: Any) -> tuple[dict[str, int] | None, str | None]:
+    if not isinstance(group, dict):
+        return None, f"{where} is not an object"
+    try:
+        counts = {k: group[k] for k in COUNTED}
+    except KeyError as exc:
+        return None, f"{where} has no count of {exc.args[0]}"
+    if any(type(v) is not int or v < 0 for v in counts.values()):
+        return None, f"{where}'s counts are not whole numbers: {counts}"
+    return counts, None
+
+
+def count_problems(verdict: dict[str, Any]) -> list[str]:
+    """Where the verdict's counts do not add up from its own checks (empty when they do): the summary is the sum
+    of its fleet's and its nodes' counts, its checks their total; every failed, errored and waived check is
+    listed among the findings, node by node; a group fails exactly when one of its checks failed or errored; and
+    coverage runs no more checks than it requires. A verdict re-signed after an edit still has to add up."""
+    summary, groups = _counts("summary", verdict.get("summary"))
+    if summary is None:
+        return [groups or "summary unreadable"]
+    nodes = verdict.get("nodes")
+    if not isinstance(nodes, dict) or not isinstance(verdict.get("findings"), list):
+        return ["nodes or findings unreadable"]
+    parts = {"fleet": verdict.get("fleet", dict.fromkeys(COUNTED, 0)), **{f"nodes.{n}": v for n, v in nodes.items()}}
+    problems: list[str] = []
+    total = dict.fromkeys(COUNTED, 0)
+    listed = Counter((f.get("node"), f.get("status")) for f in verdict["findings"] if isinstance(f, dict))
+    for where, group in parts.items():
+        counts, why = _counts(where, group)
+        if counts is None:
+            problems.append(str(why))
+            continue
+        for k, v in counts.items():
+            total[k] += v
+        node = None if where == "fleet" else where.removeprefix("nodes.")
+        for k in LISTED:
+            if listed[(node, COUNTED[k])] != counts[k]:
+                problems.append(f"{where} counts {counts[k]} {k}, its findings list {listed[(node, COUNTED[k])]}")
+        bad = counts["failed"] + counts["errors"]
+        if (group.get("result") == "fail") != (bad > 0):
+            problems.append(f"{where} is {group.get('result')} with {bad} failed or errored checks")
+    if problems:
+        return problems
+    sums = [f"{k} {summary[k]} (its groups add up to {total[k]})" for k in COUNTED if summary[k] != total[k]]
+    if sums:
+        problems.append(f"the summary's counts are not its checks': {', '.join(sums)}")
+    checks = verdict["summary"].get("checks")
+    if checks != sum(summary.values()):
+        problems.append(f"summary.checks is {checks}, its counts add up to {sum(summary.values())}")
+    coverage = verdict.get("coverage") or {}
+    if isinstance(coverage.get("ran"), int) and isinstance(checks, int) and coverage["ran"] > checks:
+        problems.append(f"coverage says {coverage['ran']} checks ran, the summary counts {checks}")
     return problems
