@@ -298,6 +298,7 @@ def _sign_with(sign_key: str | None) -> Callable[[RunFolder], str | None]:
 
 
 def cmd_recertify(a: argparse.Namespace) -> int:
+    from gpucert.handover_binding import handover_dir, trusted_keys
     from gpucert.recertify import RecertifyOptions, recertify
 
     signer = _signer(a.sign_key)
@@ -316,7 +317,8 @@ def cmd_recertify(a: argparse.Namespace) -> int:
     opts = RecertifyOptions(
         node=a.node,
         reports=Path(a.reports),
-        handover_dir=Path(a.handover),
+        handover_dir=handover_dir(a.handover, spec.metadata.name),
+        keys=trusted_keys(a.sign_key, a.key),
         cordon=not a.no_cordon,
         drain=a.drain,
         wait_timeout_s=a.wait_timeout,
@@ -333,6 +335,7 @@ def cmd_recertify(a: argparse.Namespace) -> int:
 
 def cmd_baseline_record(a: argparse.Namespace) -> int:
     from gpucert.handover import record_baselines
+    from gpucert.handover_binding import spec_nodes_dir
 
     if a.force and not a.reason:
         raise ConfigError(
@@ -341,7 +344,7 @@ def cmd_baseline_record(a: argparse.Namespace) -> int:
     run_dir = Path(a.run_dir)
     written, refused = record_baselines(
         run_dir,
-        Path(a.out),
+        spec_nodes_dir(Path(a.out), RunFolder(run_dir).spec_name(), run_dir),
         certificate=attest.certificate_digest(run_dir),
         force_reason=a.reason if a.force else None,
         allow_unsigned=a.allow_unsigned,
@@ -511,7 +514,10 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     rc = sub.add_parser("recertify", help="one node, on demand, against its handover baseline, the SKU and the fleet")
     rc.add_argument("node")
     rc.add_argument("--spec", required=True)
-    rc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
+    rc.add_argument(
+        "--handover", default=None, help="folder of handover baselines (<spec>/<node>.yaml); default baselines/nodes"
+    )
+    rc.add_argument("--key", action="append", help="a public key the handover run may be signed with (repeatable)")
     rc.add_argument("--no-cordon", action="store_true", help="measure without cordoning the node first")
     rc.add_argument("--drain", action="store_true", help="evict the GPU pods on the node instead of waiting for them")
     rc.add_argument("--wait-timeout", type=seconds, default=3600, help="seconds to wait for GPU pods (default 3600)")
@@ -521,9 +527,11 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     rc.set_defaults(func=cmd_recertify)
     bl = sub.add_parser("baseline", help="handover baselines per node")
     bsub = bl.add_subparsers(dest="baseline", required=True)
-    br = bsub.add_parser("record", help="write baselines/nodes/<node>.yaml for every node that passed in RUN_DIR")
+    br = bsub.add_parser(
+        "record", help="write baselines/nodes/<spec>/<node>.yaml for every node that passed in RUN_DIR"
+    )
     br.add_argument("run_dir")
-    br.add_argument("--out", default="baselines/nodes", help="where to write (default baselines/nodes)")
+    br.add_argument("--out", default="baselines/nodes", help="under which <spec>/ is written (default baselines/nodes)")
     br.add_argument("--force", action="store_true", help="record failed nodes too (needs --reason)")
     br.add_argument("--reason", default=None, help="why: written into each forced file")
     br.add_argument(

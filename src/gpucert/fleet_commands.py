@@ -41,6 +41,7 @@ class RunHooks:
 
 
 def cmd_schedule(a: argparse.Namespace) -> int:
+    from gpucert.handover_binding import handover_dir, trusted_keys
     from gpucert.schedule import ScheduleOptions, run_schedule
 
     hooks: RunHooks = a.hooks
@@ -48,7 +49,8 @@ def cmd_schedule(a: argparse.Namespace) -> int:
     spec, _ = hooks.load(a.spec)
     opts = ScheduleOptions(
         reports=Path(a.reports),
-        handover_dir=Path(a.handover),
+        handover_dir=handover_dir(a.handover, spec.metadata.name),
+        keys=trusted_keys(a.sign_key, a.key),
         max_nodes=a.max_nodes,
         max_cordoned_share=a.max_cordoned_share,
         max_failure_share=a.max_failure_share,
@@ -204,8 +206,11 @@ def add_fleet_commands(
     sc.add_argument(
         "--wait-timeout", type=seconds, default=600, help="seconds to wait for GPU pods that arrive after the choice"
     )
-    sc.add_argument("--handover", default="baselines/nodes", help="folder of handover baselines (<node>.yaml)")
+    sc.add_argument(
+        "--handover", default=None, help="folder of handover baselines (<spec>/<node>.yaml); default baselines/nodes"
+    )
     sc.add_argument("--sign-key", default=None)
+    sc.add_argument("--key", action="append", help="a public key the handover runs may be signed with (repeatable)")
     runner_args(sc, False)
     sc.set_defaults(func=cmd_schedule, hooks=hooks)
     me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")

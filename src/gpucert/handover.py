@@ -37,6 +37,7 @@ __all__ = [
     "NodeBaseline",
     "handover_tolerance",
     "load_node_baseline",
+    "node_baseline_of",
     "record_baselines",
     "sha256_of",
 ]
@@ -114,6 +115,22 @@ def _node_baseline(ev: NodeEvidence, sku: str, units: dict[str, str], recorded: 
             "nodeMetrics": {k: v.model_dump(by_alias=True) for k, v in node_metrics.items()},
         }
     )
+
+
+def node_baseline_of(folder: RunFolder, node: str, recorded: Recorded) -> tuple[NodeBaseline, list[Path]]:
+    """The node's handover baseline as its run's evidence gives it, with the files it comes from (the evidence and
+    the SKU baseline of the node's pool). KeyError, ValueError or EvidenceError when the run cannot give it."""
+    summary = folder.read_verdict()["nodes"][node]
+    pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
+    if pool is None:
+        raise ValueError(f"{node} is in no pool of the spec (or several): it has no SKU baseline")
+    baseline_path = folder.baseline_copy_for(pool)
+    sku = load_baseline(baseline_path)
+    ev = folder.read_evidence(node)
+    if ev is None or not ev.collected:
+        raise ValueError(f"{node} was not measured in this run")
+    units = {m: b.unit for m, b in sku.metrics.items()}
+    return _node_baseline(ev, sku.sku, units, recorded), [folder.evidence_path(node), baseline_path]
 
 
 def sha256_of(path: Path) -> str:

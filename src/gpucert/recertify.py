@@ -19,9 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from gpucert import run as runner
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.handover import NodeBaseline, load_node_baseline, sha256_of
+from gpucert.handover_binding import verify_handover
 from gpucert.inventory import Inventory
 from gpucert.names import NameError_, check_node_name, inside
 from gpucert.pools import PoolMap
@@ -59,6 +62,8 @@ class RecertifyOptions:
     # a scheduled run chose the node because it was idle: if GPU pods arrive anyway, it puts the node back as it
     # was (uncordoned) and leaves it for a later run, instead of keeping it cordoned for someone to look at
     release_when_busy: bool = False
+    # the keys the run a handover baseline was recorded from may be signed with (handover_binding.verify_handover)
+    keys: tuple[Ed25519PublicKey, ...] = ()
 
 
 def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeControl:
@@ -181,6 +186,7 @@ def recertify(  # noqa: C901, PLR0912, PLR0915
     handover = load_node_baseline(handover_path) if handover_path.exists() else None
     if handover is not None:
         _check_handover(handover, handover_path, node, spec, set(digests.values()))
+        verify_handover(handover, handover_path, opts.reports, list(opts.keys))
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
         with runner.new_run(opts.reports, spec, "recertify", suffix=f"recertify-{node}") as folder:

@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from gpucert.errors import ClusterAccessError, ConfigError, GpucertError, NodeBusyError
 from gpucert.fleetstate import NodeStatus, RunIndex, node_statuses, parse_time
 from gpucert.recertify import LABEL_CERTIFIED, RecertifyOptions, node_control, recertify
@@ -71,6 +73,7 @@ class ScheduleOptions:
     drain: bool = False
     min_age_s: float = 0.0
     wait_timeout_s: float = 600.0
+    keys: tuple[Ed25519PublicKey, ...] = ()  # what a handover baseline's run may be signed with
 
     def check(self) -> None:
         if self.max_nodes < 1:
@@ -372,6 +375,7 @@ def _round(  # noqa: C901, PLR0912, PLR0915
             drain=opts.drain,
             wait_timeout_s=opts.wait_timeout_s,
             release_when_busy=True,
+            keys=opts.keys,
         )
         progress(f"recertifying {node}")
         try:

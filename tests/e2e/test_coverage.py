@@ -237,7 +237,7 @@ def test_an_incomplete_run_cannot_give_a_handover_baseline(project: Path) -> Non
     r = gpucert("baseline", "record", str(run), "--allow-unsigned", cwd=project)
     assert r.returncode == 1
     assert "refused gpu-node-2: the run is incomplete" in r.stdout
-    assert not list((project / "baselines" / "nodes").glob("*.yaml"))
+    assert not list((project / "baselines" / "nodes").rglob("*.yaml"))
 
 
 @pytest.mark.parametrize("option", ["--co", "--collect-only", "--help", "--version", "--markers", "--fixtures"])

@@ -198,14 +198,15 @@ def test_recertifying_a_node_compares_it_with_its_pool_only(project: Path) -> No
     (project / "examples" / "fleets" / "pools.yaml").write_text(
         (project / "examples" / "fleets" / "pools-clean.yaml").read_text()
     )
-    r = gpucert("certify", "examples/pools.yaml", "-q", cwd=project)
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert("certify", "examples/pools.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = (project / "reports").glob("*acme-mixed")
-    r = gpucert("baseline", "record", str(run), "--allow-unsigned", cwd=project)
+    r = gpucert("baseline", "record", str(run), cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
-    recorded = yaml.safe_load((project / "baselines" / "nodes" / "h200-1.yaml").read_text())
+    recorded = yaml.safe_load((project / "baselines" / "nodes" / "acme-mixed" / "h200-1.yaml").read_text())
     assert recorded["sku"] == "H200-SXM-141GB"
-    r = gpucert("recertify", "h200-1", "--spec", "examples/pools.yaml", "-q", cwd=project)
+    r = gpucert("recertify", "h200-1", "--spec", "examples/pools.yaml", "-q", "--key", "keys/gpucert.pub", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (recert,) = (project / "reports").glob("*recertify-h200-1")
     record = json.loads((recert / "recertify.json").read_text())

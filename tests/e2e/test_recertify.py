@@ -9,10 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucert.report.attest import load_public_key
+
 from .conftest import gpucert
 
 FLEET = "examples/fleets/h100-4x8.yaml"
 SPEC = "examples/clean.yaml"
+NODES = Path("baselines") / "nodes" / "clean-h100-pod-a"  # handover baselines are per spec
 
 
 def faults(project: Path, *items: dict[str, Any]) -> None:
@@ -53,7 +56,7 @@ def recertify(project: Path, node: str, *args: str) -> tuple[Any, dict[str, Any]
 
 def test_baseline_record_writes_each_gpu_by_serial_with_the_runs_certificate(handed_over: Path) -> None:
     run = latest(handed_over, "*clean-h100-pod-a")
-    doc = yaml.safe_load((handed_over / "baselines" / "nodes" / "gpu-node-2.yaml").read_text())
+    doc = yaml.safe_load((handed_over / NODES / "gpu-node-2.yaml").read_text())
     assert doc["kind"] == "NodeBaseline"
     assert doc["recorded"]["run"] == run.name
     assert doc["recorded"]["certificate"].startswith("sha256:")
@@ -128,7 +131,7 @@ def test_a_concurrent_recertification_of_the_same_node_is_refused(handed_over: P
 
 
 def test_without_a_handover_baseline_the_summary_says_so(handed_over: Path) -> None:
-    (handed_over / "baselines" / "nodes" / "gpu-node-4.yaml").unlink()
+    (handed_over / NODES / "gpu-node-4.yaml").unlink()
     r, verdict = recertify(handed_over, "gpu-node-4")
     assert r.returncode == 0, r.stdout + r.stderr
     summary = verdict["recertify"]["summary"]
@@ -146,11 +149,11 @@ def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
     r = gpucert("baseline", "record", run, cwd=project)
     assert r.returncode == 2  # the run is not signed
     assert "--allow-unsigned" in r.stderr
-    assert not list((project / "baselines" / "nodes").glob("*.yaml"))
+    assert not list((project / NODES).glob("*.yaml"))
     r = gpucert("baseline", "record", run, "--allow-unsigned", cwd=project)
     assert r.returncode == 1
     assert "refused gpu-node-1: failed health.ecc" in r.stdout
-    assert sorted(p.name for p in (project / "baselines" / "nodes").glob("*.yaml")) == [
+    assert sorted(p.name for p in (project / NODES).glob("*.yaml")) == [
         "gpu-node-2.yaml",
         "gpu-node-3.yaml",
         "gpu-node-4.yaml",
@@ -169,7 +172,7 @@ def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
         cwd=project,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    doc = yaml.safe_load((project / "baselines" / "nodes" / "gpu-node-1.yaml").read_text())
+    doc = yaml.safe_load((project / NODES / "gpu-node-1.yaml").read_text())
     assert doc["recorded"]["result"] == "fail"
     assert doc["recorded"]["forced"] == "GPU 5 RMA pending, accepted by buyer"
     assert doc["recorded"]["certificate"] is None  # that run was not signed
@@ -214,7 +217,10 @@ def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:
         return r.returncode
 
     opts = RecertifyOptions(
-        node="gpu-node-1", reports=handed_over / "reports", handover_dir=handed_over / "baselines" / "nodes"
+        node="gpu-node-1",
+        reports=handed_over / "reports",
+        handover_dir=handed_over / NODES,
+        keys=(load_public_key(handed_over / "keys" / "gpucert.pub"),),
     )
     with pytest.raises(
         IncompleteRunError, match=r"lost the hold on gpu-node-1 during the run \(now held by bob@ops/7\)"
@@ -266,7 +272,7 @@ def test_peers_and_handover_come_only_from_runs_of_the_same_spec_and_baseline(ha
     assert set(record["fleetPeers"].values()) == {handover_run}
     assert handover_run in verdict["recertify"]["summary"]
     # a handover baseline recorded under another spec is not this node's to be held to
-    path = handed_over / "baselines" / "nodes" / "gpu-node-3.yaml"
+    path = handed_over / NODES / "gpu-node-3.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["recorded"]["spec"] = "someone-elses-spec"
     path.write_text(yaml.safe_dump(doc))
@@ -274,3 +280,84 @@ def test_peers_and_handover_come_only_from_runs_of_the_same_spec_and_baseline(ha
     assert r.returncode == 2
     assert "gpu-node-3.yaml" in r.stderr
     assert "recorded.spec" in r.stderr
+
+
+def _one_line(r: Any, *words: str) -> None:
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    for w in words:
+        assert w in r.stderr, r.stderr
+
+
+def test_recertify_never_quietly_weakens(handed_over: Path) -> None:
+    """Issue 23 item 4: a handover folder that is not there, or figures no signed run stands behind, are refused
+    (exit 2, one line naming the file and key); nothing is cordoned or measured."""
+    (handed_over / "a-file").write_text("x")
+    for folder, why in (
+        ("no/such/folder", "does not exist"),
+        ("a-file/nodes", "is under a file"),
+        ("a-file", "is a file"),
+    ):
+        r, _ = recertify(handed_over, "gpu-node-2", "--handover", folder)
+        _one_line(r, "--handover", why)
+    path = handed_over / NODES / "gpu-node-2.yaml"
+    good = path.read_text()
+
+    def edited(change: Any) -> None:
+        doc = yaml.safe_load(good)
+        change(doc)
+        path.write_text(yaml.safe_dump(doc))
+
+    cases = [
+        (lambda d: d["gpus"][3]["metrics"]["memory.bandwidth"].update(median=1000.0), "gpus[3]", "not those run"),
+        (lambda d: d["gpus"][5].update(serial="0000000000000"), "gpus[5]", "not those run"),
+        (lambda d: d["gpus"].pop(), "gpus", "GPUs [7] that run"),
+        (lambda d: d["nodeMetrics"]["nccl.all_reduce"].update(spread=0.5), "nodeMetrics", "not those run"),
+        (lambda d: d["recorded"].update(certificate="sha256:" + "0" * 64), "recorded.certificate", "names certificate"),
+        (lambda d: d["recorded"].update(run="2020-01-01T00-00-00Z-elsewhere"), "recorded.run", "is not under"),
+        (lambda d: d["recorded"].update(certificate=None, allowUnsigned=True), "recorded.certificate", "unsigned run"),
+    ]
+    for change, key, words in cases:
+        edited(change)
+        r, _ = recertify(handed_over, "gpu-node-2")
+        _one_line(r, "gpu-node-2.yaml", key, words)
+    path.write_text(good)
+    # the run's evidence edited to match the edited figures: its certificate no longer covers it
+    run = latest(handed_over, "*clean-h100-pod-a")
+    evidence = run / "evidence" / "gpu-node-2.json"
+    saved = evidence.read_text()
+    doc = json.loads(saved)
+    doc["gpus"][3]["measurements"]["memory.bandwidth"]["samples"][0] *= 0.5
+    evidence.write_text(json.dumps(doc))
+    r, _ = recertify(handed_over, "gpu-node-2")
+    _one_line(r, "recorded.run", "evidence/gpu-node-2.json is not the file its certificate signed")
+    evidence.write_text(saved)
+    # the run checked against the keys given: none, or another's
+    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", cwd=handed_over)
+    _one_line(r, "pass --sign-key or --key PUB")
+    assert gpucert("keygen", "other", cwd=handed_over).returncode == 0
+    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--key", "other/gpucert.pub", cwd=handed_over)
+    _one_line(r, "signed by none of the keys given")
+    assert not list((handed_over / "reports").glob("*recertify-gpu-node-2"))
+    assert not (handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a" / "gpu-node-2.json").exists()
+    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--key", "keys/gpucert.pub", cwd=handed_over)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_handover_baselines_are_per_spec(handed_over: Path) -> None:
+    """Two specs with the same node names: each spec's baselines are its own folder, never the other's."""
+    other = yaml.safe_load((handed_over / SPEC).read_text())
+    other["metadata"]["name"] = "another-spec"
+    (handed_over / "examples" / "other.yaml").write_text(yaml.safe_dump(other))
+    r = gpucert("certify", "examples/other.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=handed_over)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = gpucert("baseline", "record", str(latest(handed_over, "*another-spec")), cwd=handed_over)
+    assert r.returncode == 0, r.stdout + r.stderr
+    mine = handed_over / NODES / "gpu-node-1.yaml"
+    theirs = handed_over / "baselines" / "nodes" / "another-spec" / "gpu-node-1.yaml"
+    assert yaml.safe_load(mine.read_text())["recorded"]["spec"] == "clean-h100-pod-a"
+    assert yaml.safe_load(theirs.read_text())["recorded"]["spec"] == "another-spec"
+    r, verdict = recertify(handed_over, "gpu-node-1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert verdict["recertify"]["handover"]["spec"] == "clean-h100-pod-a"
