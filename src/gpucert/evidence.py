@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from datetime import datetime
 from pathlib import Path
@@ -55,16 +56,23 @@ M = TypeVar("M", bound=BaseModel)
 def _sample(value: Any) -> Any:
     """A sample that is not a number (`true`, a string, null) is kept as NaN, so that the check it belongs to
     errors on that GPU ("not numbers") rather than the sample passing as 1.0 (a bool is an int to pydantic)."""
-    return value if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+
+
+def _json_key(value: Any) -> Any:
+    """A GPU index as a JSON object key: the digits of an int (read strictly, "1" is no int otherwise)."""
+    return int(value) if isinstance(value, str) and value.isdigit() else value
 
 
 # one repetition of a measurement: judged by analysis.performance.sample_problem, never coerced into a figure
 Sample = Annotated[float, BeforeValidator(_sample)]
+GpuKey = Annotated[int, BeforeValidator(_json_key)]
 
 
 class _Model(BaseModel):
-    # strict: a reading or counter given as `true` or "5" is not a number, and the document is refused naming it
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # documents read from disk are validated strictly (_validate): a reading or counter given as `true` or "5" is
+    # not a number, and the document is refused naming it; a probe builds them from NVML's and NumPy's numbers
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Measurement(_Model):
@@ -221,10 +229,10 @@ class DcgmGpuResult(_Model):
 class DcgmTestResult(_Model):
     summary: str | None = None  # test_summary.status (4.x); None in 3.x
     # by the board's index (gpus[].index); JSON keys are strings
-    gpus: dict[Annotated[int, Field(strict=False)], DcgmGpuResult] = Field(default_factory=dict)
+    gpus: dict[GpuKey, DcgmGpuResult] = Field(default_factory=dict)
     info: list[str] = Field(default_factory=list)
     # by DCGM's GPU id: entries nothing in dcgmi's output ties to a board (no serial); charged to no GPU
-    untied: dict[Annotated[int, Field(strict=False)], DcgmGpuResult] = Field(default_factory=dict)
+    untied: dict[GpuKey, DcgmGpuResult] = Field(default_factory=dict)
 
     def entries(self) -> list[DcgmGpuResult]:
         """Every GPU result of the test, charged to a board or not."""
@@ -282,7 +290,7 @@ class NodeEvidence(_Model):
     # the preflight's steps, in order (empty in evidence written before the preflight existed)
     preflight: list[PreflightStep] = Field(default_factory=list)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     @property
     def preflight_failed(self) -> list[PreflightStep]:
@@ -337,7 +345,7 @@ class FabricEvidence(_Model):
     nccl: NcclEvidence | None = None
     errors: list[ProbeError] = Field(default_factory=list)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 def _atomic_write(path: Path, text: str) -> Path:
@@ -363,7 +371,7 @@ class FabricPairs(_Model):
     schema_: str = Field(EVIDENCE_SCHEMA, alias="schema")
     pairs: list[FabricEvidence] = Field(default_factory=list)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 def _load_json(path: Path) -> Any:
@@ -384,7 +392,7 @@ def _validate(path: Path, data: Any, model: type[M]) -> M:
     if data.get("schema") != EVIDENCE_SCHEMA:
         raise EvidenceError(f"schema is {data.get('schema')!r}, expected {EVIDENCE_SCHEMA!r}", path=path)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)  # JSON: a bool or a string is never a number
     except ValidationError as exc:
         err = exc.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
