@@ -66,7 +66,7 @@ def _json_key(value: Any) -> Any:
 
 # one repetition of a measurement: judged by analysis.performance.sample_problem, never coerced into a figure
 Sample = Annotated[float, BeforeValidator(_sample)]
-GpuKey = Annotated[int, BeforeValidator(_json_key)]
+GpuKey = Annotated[int, BeforeValidator(_json_key)]  # an index (a GPU's, a link's) as a JSON object key
 
 
 class _Model(BaseModel):
@@ -125,7 +125,7 @@ class NvlinkErrors(_Model):
     named in `unavailable`."""
 
     seconds: float  # between the two readings, on the host clock
-    links: dict[int, dict[str, int]] = Field(default_factory=dict)  # link -> counter -> errors in the window
+    links: dict[GpuKey, dict[str, int]] = Field(default_factory=dict)  # link -> counter -> errors in the window
     unavailable: dict[str, str] = Field(default_factory=dict)  # "link.counter" -> NVML's answer
 
 

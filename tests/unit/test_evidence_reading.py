@@ -1,0 +1,81 @@
+"""Evidence read from disk is validated strictly: a JSON `true` or "5" is never a number, while the keys JSON can
+only write as strings (a GPU's or a link's index) still read as the ints they are."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpucert.errors import EvidenceError
+from gpucert.evidence import (
+    DcgmEvidence,
+    DcgmGpuResult,
+    DcgmTestResult,
+    GpuEvidence,
+    Health,
+    Measurement,
+    NodeEvidence,
+    NvlinkErrors,
+    read_evidence,
+    write_document,
+)
+
+
+def _node() -> NodeEvidence:
+    health = Health(nvlink_errors=NvlinkErrors(seconds=2.0, links={0: {"replay": 0}, 17: {"crc_flit": 1}}))
+    gpu = GpuEvidence(
+        index=0,
+        uuid="GPU-1",
+        serial="1",
+        health=health,
+        measurements={"memory.bandwidth": Measurement(unit="GB/s", samples=[1.0] * 5)},
+    )
+    dcgm = DcgmEvidence(
+        level=2,
+        results={
+            "memory": DcgmTestResult(gpus={0: DcgmGpuResult(status="Pass")}, untied={3: DcgmGpuResult(status="Pass")})
+        },
+    )
+    return NodeEvidence(
+        node="n1",
+        target="simulated",
+        probe_version="1",
+        started="2026-01-01T00:00:00Z",
+        finished="2026-01-01T00:01:00Z",
+        gpus=[gpu],
+        dcgm=dcgm,
+    )
+
+
+def test_every_integer_keyed_map_reads_back(tmp_path: Path) -> None:
+    ev = _node()
+    path = write_document(tmp_path / "n1.json", ev)
+    assert read_evidence(path) == ev
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "key"),
+    [
+        (("gpus", 0, "index"), True, "gpus.0.index"),
+        (
+            ("gpus", 0, "health", "nvlink_errors", "links", "0", "replay"),
+            False,
+            "gpus.0.health.nvlink_errors.links.0.replay",
+        ),
+        (("gpus", 0, "health", "nvlink_errors", "seconds"), "2", "gpus.0.health.nvlink_errors.seconds"),
+    ],
+)
+def test_a_bool_or_string_where_a_number_belongs_is_refused(
+    tmp_path: Path, where: tuple, value: object, key: str
+) -> None:
+    doc = json.loads(_node().model_dump_json(by_alias=True))
+    node = doc
+    for part in where[:-1]:
+        node = node[part]
+    node[where[-1]] = value
+    path = tmp_path / "n1.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(EvidenceError, match=key.replace(".", r"\.")):
+        read_evidence(path)
