@@ -8,7 +8,7 @@ A test DCGM skipped was not run on the GPU, which is an error, never a pass; so 
 from __future__ import annotations
 
 from gpucert.checks import CheckStatus, Finding
-from gpucert.evidence import DcgmEvidence, DcgmTestResult
+from gpucert.evidence import DcgmEvidence, DcgmGpuResult, DcgmTestResult
 
 __all__ = ["judge_dcgm"]
 
@@ -22,6 +22,19 @@ def _node_level(test: str, d: DcgmEvidence) -> bool:
     """DCGM 3.x runs its deployment checks (our `software` test) for the node, naming no GPU: their result is the
     node's (tests/fixtures and ../shared/samples/dcgm/dcgm3-r3-pass.json). Every other result is per GPU."""
     return test == "software" and d.raw is not None and "DCGM GPU Diagnostic" in d.raw
+
+
+def _status(test: str, result: DcgmTestResult, mine: DcgmGpuResult | None, d: DcgmEvidence) -> str:
+    """The GPU's status of the test (Pass, Skip; Fail is judged before), or why there is none to judge: a summary
+    speaks for no GPU in particular, so a missing per-GPU result is never a pass (DCGM 3.x's node-wide
+    deployment checks aside)."""
+    if mine is not None:
+        return mine.status
+    if not _node_level(test, d):
+        summary = f"its summary is {result.summary}" if result.summary else "it gave no summary"
+        return f"DCGM gave no per-GPU result of the {test} test ({summary})"
+    status = result.summary or "none"
+    return status if status in ("Pass", "Skip") else f"DCGM {test} gave the node no status it defines ({status})"
 
 
 def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:  # noqa: C901
@@ -64,13 +77,9 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
         return fail(f"{where}: DCGM {test} Fail: {mine.describe()}")
     if result.summary == "Fail" and not any(r.status == "Fail" for r in result.entries()):
         return fail(f"{where}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})")
-    if mine is None and not _node_level(test, d):
-        # a summary speaks for no GPU in particular: this GPU's result is missing, never a pass
-        summary = f"its summary is {result.summary}" if result.summary else "it gave no summary"
-        return error(f"{where}: DCGM gave no per-GPU result of the {test} test ({summary}): it cannot be judged")
-    status = mine.status if mine is not None else (result.summary or "none")
+    status = _status(test, result, mine, d)
     if status not in ("Pass", "Skip"):
-        return error(f"{where}: DCGM {test} gave the node no status it defines ({status}): it cannot be judged")
+        return error(f"{where}: {status}: it cannot be judged")
     if (
         d.exit_code not in (None, 0)
         and not any(r.status == "Fail" for t in d.results.values() for r in t.entries())

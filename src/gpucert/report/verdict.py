@@ -349,6 +349,23 @@ def _counts(where: str, group: Any) -> tuple[dict[str, int] | None, str | None]:
     return counts, None
 
 
+def _group_problems(where: str, group: Any, listed: Counter[tuple[Any, Any]]) -> tuple[dict[str, int], list[str]]:
+    """One group's (the fleet's or a node's) counts, and where they disagree with its findings and its result."""
+    counts, why = _counts(where, group)
+    if counts is None:
+        return dict.fromkeys(COUNTED, 0), [str(why)]
+    node = None if where == "fleet" else where.removeprefix("nodes.")
+    problems = [
+        f"{where} counts {counts[k]} {k}, its findings list {listed[(node, COUNTED[k])]}"
+        for k in LISTED
+        if listed[(node, COUNTED[k])] != counts[k]
+    ]
+    bad = counts["failed"] + counts["errors"]
+    if (group.get("result") == "fail") != (bad > 0):
+        problems.append(f"{where} is {group.get('result')} with {bad} failed or errored checks")
+    return counts, problems
+
+
 def count_problems(verdict: dict[str, Any]) -> list[str]:
     """Where the verdict's counts do not add up from its own checks (empty when they do): the summary is the sum
     of its fleet's and its nodes' counts, its checks their total; every failed, errored and waived check is
@@ -365,21 +382,25 @@ def count_problems(verdict: dict[str, Any]) -> list[str]:
     total = dict.fromkeys(COUNTED, 0)
     listed = Counter((f.get("node"), f.get("status")) for f in verdict["findings"] if isinstance(f, dict))
     for where, group in parts.items():
-        counts, why = _counts(where, group)
-        if counts is None:
-            problems.append(str(why))
-            continue
-        for k, v in counts.items():
-            total[k] += v
-        node = None if where == "fleet" else where.removeprefix("nodes.")
-        for k in LISTED:
-            if listed[(node, COUNTED[k])] != counts[k]:
-                problems.append(f"{where} counts {counts[k]} {k}, its findings list {listed[(node, COUNTED[k])]}")
-        bad = counts["failed"] + counts["errors"]
-        if (group.get("result") == "fail") != (bad > 0):
-            problems.append(f"{where} is {group.get('result')} with {bad} failed or errored checks")
-    if problems:
-        return problems
+        counts, found = _group_problems(where, group, listed)
+        problems += found
+        total = {k: total[k] + counts[k] for k in COUNTED}
+    return problems or _total_problems(verdict, summary, total)
+
+
+def _total_problems(verdict: dict[str, Any], summary: dict[str, int], total: dict[str, int]) -> list[str]:
+    """The summary against the sum of its groups, its checks against its counts, coverage against its checks."""
+    problems = []
+    sums = [f"{k} {summary[k]} (its groups add up to {total[k]})" for k in COUNTED if summary[k] != total[k]]
+    if sums:
+        problems.append(f"the summary's counts are not its checks': {', '.join(sums)}")
+    checks = verdict["summary"].get("checks")
+    if checks != sum(summary.values()):
+        problems.append(f"summary.checks is {checks}, its counts add up to {sum(summary.values())}")
+    ran = (verdict.get("coverage") or {}).get("ran")
+    if isinstance(ran, int) and isinstance(checks, int) and ran > checks:
+        problems.append(f"coverage says {ran} checks ran, the summary counts {checks}")
+    return problems
     sums = [f"{k} {summary[k]} (its groups add up to {total[k]})" for k in COUNTED if summary[k] != total[k]]
     if sums:
         problems.append(f"the summary's counts are not its checks': {', '.join(sums)}")
