@@ -33,6 +33,7 @@ def test_a_configure_run_says_it_measured_nothing(project: Path) -> None:
     results = [json.loads(p.read_text()) for p in (run / "allure-results").glob("*-result.json")]
     (cert,) = [x for x in results if x["fullName"] == "gpucert.certification"]
     assert cert["name"] == "Configuration of clean-h100-pod-a: PASS: nothing measured"
+    assert {x["name"]: x["value"] for x in cert["labels"]}["suite"] == "configuration"
     # Allure's Environment widget says what the run was beside its result
     environment = (run / "allure-results" / "environment.properties").read_text().splitlines()
     assert "kind=configure" in environment
