@@ -83,6 +83,10 @@ def test_headline_names_the_kind(kind: str | None, said: str) -> None:
 
 
 def test_a_v2_verdict_is_still_read() -> None:
+    """A v2 verdict as the first v2 writer (commit cc4c956, report/verdict.py) wrote it: its summary counts
+    `skipped` and `waived`, its fleet and nodes count passed, failed, errors and skipped only (waivers came later)."""
+    group = {"result": "pass", "passed": 1, "failed": 0, "errors": 0, "skipped": 0, "failing": []}
+    counts = {"passed": 1, "failed": 0, "errors": 0, "skipped": 0}
     v2 = {
         "schema": "gpucert.io/verdict/v2",
         "run": "r",
@@ -90,9 +94,12 @@ def test_a_v2_verdict_is_still_read() -> None:
         "target": "simulated",
         "result": "pass",
         "coverage": {"required": 1, "ran": 1, "complete": True},
-        "summary": {"passed": 1, "failed": 0, "errors": 0},
+        "summary": {"nodes": 1, "gpus": 8, "checks": 1, **counts, "waived": 0},
         "findings": [],
-        "nodes": {"gpu-node-1": {"result": "pass"}},
+        "fleet": {**group, "passed": 0},
+        "nodes": {"gpu-node-1": group},
     }
     assert verdict_problems(v2) == []
     assert verdict_problems({**v2, "schema": "gpucert.io/verdict/v1"})
+    # a v3 verdict counts waived checks in every group: one without is refused
+    assert verdict_problems({**v2, "schema": "gpucert.io/verdict/v3", "kind": "certify"})
