@@ -63,6 +63,9 @@ def test_a_later_values_file_wins(tmp_path: Path) -> None:
         ({"version": "570.148.08-rc.1"}, "pre-release"),
         ({"version": "570.148.08~pre1"}, "pre-release"),
         ({"image": "nvcr.io/nvidia/driver:v570.148.08-beta.2-ubuntu22.04"}, "pre-release"),
+        # a bidi override or a control character after the numbers: no registry serves that tag (OCI tag grammar)
+        ({"version": "570.148.08\u202e"}, "is not an image tag"),
+        ({"image": "nvcr.io/nvidia/driver:570.148.08\x07"}, "is not an image tag"),
     ],
 )
 def test_a_driver_whose_version_cannot_be_known_says_why(tmp_path: Path, driver: dict[str, Any], problem: str) -> None:

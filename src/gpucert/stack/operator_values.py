@@ -118,6 +118,7 @@ def _component(chart_key: str, section: dict[str, Any], path: Path, origin: dict
     return Deployed(component, enabled, found, where_v, why)
 
 
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")  # the OCI distribution spec's tag grammar
 _PRE_RELEASE = re.compile(r"(?i)(?:^|[-.~+_])(rc|alpha|beta|pre|dev|snapshot|nightly)")
 
 
@@ -130,6 +131,8 @@ def _release(image: str) -> tuple[str | None, str | None]:
         return None, f"{tag!r} is not a version"
     if _PRE_RELEASE.search(tag.removeprefix("v")[len(found) :]):
         return None, f"{tag!r} is a pre-release, not a release the GPU Operator ships; pin a release"
+    if not _TAG.fullmatch(tag):  # the numeric prefix alone would read "570.148.08\u202e" as 570.148.08
+        return None, f"{tag!r} is not an image tag (OCI: [A-Za-z0-9_.-])"
     return found, None
 
 
