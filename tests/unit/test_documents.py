@@ -148,7 +148,7 @@ def _h100(change: object) -> dict:
         (lambda d: d["metrics"]["p2p.bandwidth"].update(comparison="max"), "metrics.p2p.bandwidth.comparison", "min"),
         (lambda d: d["health"].update(applicationXids=[13, 79]), "health.applicationXids[1]", "XID 79 is a fault"),
         (lambda d: d["health"].update(applicationXids=[48]), "health.applicationXids[0]", "double-bit"),
-        (lambda d: d["health"].update(applicationXids=[31, 95]), "health.applicationXids[1]", "uncontained ECC"),
+        (lambda d: d["health"].update(applicationXids=[31, 95]), "health.applicationXids[1]", "uncontained memory"),
         (lambda d: d["health"].update(applicationXids=[74]), "health.applicationXids[0]", "NVLink"),
         (
             lambda d: d["metrics"]["pcie.h2d"].update(tolerance=0.5, loosened={"reason": "  ", "approvedBy": "x"}),
