@@ -5,7 +5,8 @@ Source, every row: NVIDIA, "Analyzing Xid Errors with the Xid Catalog", Table 1 
 A100, H100, B100, GB200), https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, read 2026-12-04.
 Each row keeps the catalog's mnemonic, its description (in our words) and its "Resolution Bucket (Immediate
 Action)"; XIDs 48, 63 and 64 also match "Dynamic Page Retirement" (https://docs.nvidia.com/deploy/
-dynamic-page-retirement/, "Visibility", section XIDs).
+dynamic-page-retirement/, "Visibility", section XIDs). Cross-checked: every XID that DCGM's health watch fails a
+GPU for (NVIDIA/DCGM testing/TestHealthMonitor.cpp, `m_devastatingXids`: 48, 74, 79, 94, 95, 119, 120, 140) is here.
 
 How a code is sorted, from the catalog alone:
 - application: the catalog says the fault is the user application's (or its abort) and the GPU stays usable

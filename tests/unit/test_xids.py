@@ -79,3 +79,11 @@ def test_a_baseline_excusing_an_escaped_uncorrectable_ecc_error_is_refused(tmp_p
         load_baseline(path)
     assert "health.applicationXids[1]" in str(exc.value)
     assert "XID 140 is a fault of the GPU" in str(exc.value)
+
+
+def test_every_xid_dcgm_fails_a_gpu_for_is_a_hardware_xid() -> None:
+    # NVIDIA/DCGM testing/TestHealthMonitor.cpp (commit 28bfbd4c97413d4aec249cdd9543a67d24f95b78),
+    # m_devastatingXids: the XIDs DCGM's health watch answers with DCGM_HEALTH_RESULT_FAIL on every subsystem
+    dcgm_devastating = {48, 74, 79, 94, 95, 119, 120, 140}
+    assert dcgm_devastating <= set(HARDWARE_XIDS)
+    assert not dcgm_devastating & set(APPLICATION_XIDS)
