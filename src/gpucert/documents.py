@@ -8,12 +8,13 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gpucert.errors import ConfigError
 
@@ -27,6 +28,70 @@ class Document(BaseModel):
     """Base of every user-written document: unknown keys are errors, values are not coerced across types."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any) -> Any:
+        """Strict numbers in every user document, once for all of them: pydantic's lax mode reads `true` as 1, "3"
+        as 3 and 2.0 as 2 (its conversion table), so a count, seed, factor or figure written as one of those is
+        refused here. Only the numbers are strict: enums and dates still parse from YAML's strings. (A field
+        validator for "*" cannot do it: pydantic refuses one on a union's discriminator field.)"""
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            for key in {name, field.alias or name}:
+                problem = _not_a_number(field.annotation, data[key], [key]) if key in data else None
+                if problem:
+                    raise ValidationError.from_exception_data(cls.__name__, [problem])
+        return data
+
+
+def _number_kind(tp: Any) -> type | None:
+    """int or float where `tp` is a number (or a number or None) and nothing else; None for any other type."""
+    if typing.get_origin(tp) is typing.Literal:  # Literal[1, 2, 4]: `true` equals 1 to Python
+        values = typing.get_args(tp)
+        return int if all(isinstance(v, int) and not isinstance(v, bool) for v in values) else None
+    args = [a for a in typing.get_args(tp) if a is not type(None)] if _is_union(tp) else [tp]
+    if args and all(a in (int, float) for a in args):
+        return float if float in args else int
+    return None
+
+
+def _is_union(tp: Any) -> bool:
+    return typing.get_origin(tp) in (typing.Union, types.UnionType)
+
+
+def _not_a_number(tp: Any, value: Any, loc: list[str | int]) -> InitErrorDetails | None:
+    """Why `value` at `loc` is no number where the type `tp` wants one (in a list or a mapping too), or None."""
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    kind = _number_kind(tp)
+    if kind is not None:
+        why = _why_not(kind, value)
+        error = PydanticCustomError("value_error", "Value error, {why}", {"why": why}) if why else None
+        return InitErrorDetails(type=error, loc=tuple(loc), input=value) if error else None
+    if _is_union(tp):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _not_a_number(members[0], value, loc) if len(members) == 1 else None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if isinstance(origin, type) and issubclass(origin, Mapping) and len(args) == 2 and isinstance(value, dict):
+        found = (_not_a_number(args[1], v, [*loc, k]) for k, v in value.items())
+        return next((p for p in found if p), None)
+    if isinstance(origin, type) and issubclass(origin, Sequence | set | frozenset) and isinstance(value, list):
+        items = [args[0]] * len(value) if len(args) == 1 or (len(args) == 2 and args[1] is Ellipsis) else list(args)
+        found = (_not_a_number(t, v, [*loc, i]) for i, (t, v) in enumerate(zip(items, value, strict=False)))
+        return next((p for p in found if p), None)
+    return None
+
+
+def _why_not(kind: type, value: Any) -> str | None:
+    if isinstance(value, bool):
+        return f"{str(value).lower()} is a yes/no value, not a number; write the number"
+    if isinstance(value, str):
+        return f"{value!r} is text, not a number; write the number without quotes"
+    if kind is int and isinstance(value, float):
+        return f"{value!r} is not a whole number; write it without a decimal point"
+    return None
 
 
 MAX_BYTES = 4 << 20  # a spec, fleet or baseline is a few kilobytes; a larger file is not one of them

@@ -208,6 +208,69 @@ def test_a_waiver_without_people_is_refused(project: Path, approved_by: str, rea
     no_run_folder(project)
 
 
+# issue 23 item 7: pydantic's lax mode reads `true` as 1, "3" as 3 and 2.0 as 2; where a user document wants a number
+# (a count, a seed, a level, a figure, a tolerance, a waiver's limit) a bool, a string or a fraction is refused
+POOLS = "examples/pools.yaml"
+
+
+@pytest.mark.parametrize(
+    ("spec", "target", "change", "expected"),
+    [
+        (DEMO, DEMO, lambda d: d["expect"].update(nodes=True), "expect.nodes: true is a yes/no value, not a number"),
+        (DEMO, DEMO, lambda d: d["expect"].update(nodes="4"), "expect.nodes: '4' is text, not a number"),
+        (DEMO, DEMO, lambda d: d["expect"].update(nodes=4.0), "expect.nodes: 4.0 is not a whole number"),
+        (DEMO, DEMO, lambda d: d["certify"].update(dcgm={"level": True}), "certify.dcgm.level: true is a yes/no"),
+        (DEMO, FLEET, lambda d: d.update(seed=True), "seed: true is a yes/no value"),
+        (DEMO, H100, lambda d: d["pcie"].update(width="16"), "pcie.width: '16' is text"),
+        (DEMO, H100, lambda d: d["pcie"].update(width=True), "pcie.width: true is a yes/no value"),  # Literal[1, ...]
+        (
+            DEMO,
+            H100,
+            lambda d: d["metrics"]["memory.bandwidth"].update(tolerance=True),
+            "metrics.memory.bandwidth.tolerance: true is a yes/no value",
+        ),
+        (DEMO, H100, lambda d: d["health"].update(applicationXids=[13, True]), "health.applicationXids[1]: true"),
+        (POOLS, POOLS, lambda d: d["pools"][1]["expect"].update(nodes=True), "pools[1].expect.nodes: true"),
+        (
+            "examples/handover/spec-after-repair.yaml",
+            HANDOVER_WAIVERS,
+            lambda d: d["waivers"][0]["accept"].update(min="640"),
+            "waivers[0].accept: min: '640' is text, not a number",
+        ),
+    ],
+)
+def test_a_number_written_as_a_bool_or_text_is_refused(
+    project: Path, spec: str, target: str, change: Any, expected: str
+) -> None:
+    edit_yaml(project / target, change)
+    r = gpucert("certify", spec, "-q", cwd=project)
+    one_line_error(r, Path(target).name, expected, "write ")
+    no_run_folder(project)
+
+
+def test_a_handover_baseline_figure_written_as_a_bool_is_refused(tmp_path: Path) -> None:
+    from gpucert.errors import ConfigError
+    from gpucert.handover import load_node_baseline
+
+    doc = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "NodeBaseline",
+        "node": "gpu-node-1",
+        "sku": "H100-SXM5-80GB",
+        "recorded": {"run": "r", "date": "2026-12-04", "result": "pass"},
+        "gpus": [
+            {"index": 0, "metrics": {"memory.bandwidth": {"median": 3000.0, "spread": 0.01, "n": 5, "unit": "GB/s"}}}
+        ],
+    }
+    path = tmp_path / "gpu-node-1.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert load_node_baseline(path).gpus[0].metrics["memory.bandwidth"].n == 5
+    doc["gpus"][0]["metrics"]["memory.bandwidth"]["n"] = True  # type: ignore[index]
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match=r"gpus\[0\]\.metrics\.memory\.bandwidth\.n: true is a yes/no value"):
+        load_node_baseline(path)
+
+
 # ---- recorded evidence --------------------------------------------------------------------------------------
 
 
