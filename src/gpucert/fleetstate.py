@@ -127,12 +127,22 @@ def _failed(findings: Iterable[Any]) -> list[FailedCheck]:
     return out
 
 
-def _when(folder: RunFolder) -> datetime:
+def _when(folder: RunFolder) -> tuple[datetime, str | None]:
+    """When the run finished, as its run.json says, and why that cannot be read (None when it can). A run whose
+    run.json is corrupt, missing, a folder or a FIFO is unreadable, never a certification: it is ordered by the time
+    in its id (or its verdict's mtime) only so that it stands where it ran."""
+    problem = None
     try:
         finished = parse_time(folder.read_run_info().get("finished"))
-    except EvidenceError:
-        finished = None
-    return finished or _stamp_of(folder.id) or datetime.fromtimestamp(folder.verdict_path.stat().st_mtime, UTC)
+        if not folder.run_info_path.exists():
+            problem = f"{folder.run_info_path}: missing, so when the run ran is unknown"
+        elif finished is None:
+            problem = f"{folder.run_info_path}: no finished time (ISO 8601), so when the run ran is unknown"
+    except EvidenceError as exc:
+        finished, problem = None, str(exc)
+    if finished is not None:
+        return finished, None
+    return _stamp_of(folder.id) or datetime.fromtimestamp(folder.verdict_path.lstat().st_mtime, UTC), problem
 
 
 def _unreadable(folder: RunFolder, when: datetime, problem: str) -> RunRecord:
@@ -156,7 +166,9 @@ def read_run(folder: RunFolder) -> RunRecord | None:
     or static run) or not yet judged (no verdict.json: a run in progress, or one stopped before its evaluation)."""
     if not folder.measured or not os.path.lexists(folder.verdict_path):
         return None
-    when = _when(folder)
+    when, undated = _when(folder)
+    if undated is not None:
+        return _unreadable(folder, when, undated)
     if not folder.verdict_path.is_file():  # a folder or a FIFO where the verdict should be: unreadable, not absent
         return _unreadable(folder, when, f"{folder.verdict_path}: not a regular file (a folder, a FIFO or a device)")
     try:
@@ -180,27 +192,31 @@ def read_run(folder: RunFolder) -> RunRecord | None:
         return _unreadable(folder, when, f"{folder.verdict_path}: {type(exc).__name__}: {exc}")
 
 
+def _stat_key(path: Path) -> tuple[int, int]:
+    try:
+        st = path.lstat()
+    except OSError:
+        return (0, 0)
+    return st.st_mtime_ns, st.st_size
+
+
 @dataclass
 class RunIndex:
-    """Every run folder under `reports`, each read once (again only when its verdict.json changes)."""
+    """Every run folder under `reports`, each read once (again only when its verdict.json or run.json changes)."""
 
     reports: Path
-    _cache: dict[str, tuple[tuple[int, int], RunRecord | None]] = field(default_factory=dict)
+    _cache: dict[str, tuple[tuple[int, ...], RunRecord | None]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def runs(self, spec: str | None = None) -> list[RunRecord]:
         """The certification runs (of spec `spec`, when given), newest first."""
         with self._lock:
-            seen: dict[str, tuple[tuple[int, int], RunRecord | None]] = {}
+            seen: dict[str, tuple[tuple[int, ...], RunRecord | None]] = {}
             for path in self.reports.iterdir() if self.reports.is_dir() else []:
                 if path.name.startswith(".") or not path.is_dir() or path.is_symlink():
                     continue
                 folder = RunFolder(path)
-                try:
-                    st = folder.verdict_path.stat()
-                    key = (st.st_mtime_ns, st.st_size)
-                except OSError:
-                    key = (0, 0)
+                key = _stat_key(folder.verdict_path) + _stat_key(folder.run_info_path)
                 cached = self._cache.get(path.name)
                 seen[path.name] = cached if cached and cached[0] == key else (key, read_run(folder))
             self._cache = seen

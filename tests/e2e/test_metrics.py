@@ -376,6 +376,36 @@ def test_a_folder_or_fifo_for_a_verdict_is_unreadable_not_skipped(fleet: Fleet, 
     assert runs[fleet.recertification.name] == "unknown"
 
 
+def corrupt(path: Path) -> None:
+    path.write_text('{"finished": "2026-')
+
+
+def fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)  # reading it would block for ever
+
+
+def folder(path: Path) -> None:
+    path.unlink()
+    path.mkdir()
+
+
+@pytest.mark.parametrize("spoil", [corrupt, fifo, folder, Path.unlink], ids=["corrupt", "fifo", "folder", "missing"])
+def test_a_run_whose_run_json_cannot_be_read_is_unreadable_never_a_pass(
+    fleet: Fleet, tmp_path: Path, spoil: Any
+) -> None:
+    """Issue 23 item 9: the run's time came from its folder name or mtime and its PASS verdict counted."""
+    reports = tmp_path / "reports"
+    shutil.copytree(fleet.project / "reports", reports, ignore=shutil.ignore_patterns("allure-results"))
+    spoil(reports / fleet.recertification.name / "run.json")
+    collector = FleetCollector(reports, load_spec(fleet.project / SPEC))
+    e = Exposition(exporter.bounded(lambda: generate_latest(registry_for(collector)).decode(), 60, "the scrape"))
+    assert e.by_node("gpucert_node_certified")["gpu-node-2"] == 0.0  # its newest run (a PASS) cannot be dated
+    assert e.series["gpucert_run_folders_unreadable"] == [({}, 1.0)]
+    runs = {labels["run"]: labels["result"] for labels, _ in e.series["gpucert_run_info"]}
+    assert runs[fleet.recertification.name] == "unknown"
+
+
 def test_the_spec_and_its_target_are_read_again_when_the_spec_changes(fleet: Fleet) -> None:
     examples = fleet.project / "examples"
     watched = examples / "watched.yaml"
