@@ -319,6 +319,7 @@ def cmd_recertify(a: argparse.Namespace) -> int:
         reports=Path(a.reports),
         handover_dir=handover_dir(a.handover, spec.metadata.name),
         keys=trusted_keys(a.sign_key, a.key),
+        without_handover=a.without_handover,
         cordon=not a.no_cordon,
         drain=a.drain,
         wait_timeout_s=a.wait_timeout,
@@ -516,6 +517,12 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     rc.add_argument("--spec", required=True)
     rc.add_argument(
         "--handover", default=None, help="folder of handover baselines (<spec>/<node>.yaml); default baselines/nodes"
+    )
+    rc.add_argument(
+        "--without-handover",
+        action="store_true",
+        help="a node with no handover baseline (added after handover) is held to the SKU baseline and its peers only; "
+        "without this, a missing handover baseline is an error",
     )
     rc.add_argument("--key", action="append", help="a public key the handover run may be signed with (repeatable)")
     rc.add_argument("--no-cordon", action="store_true", help="measure without cordoning the node first")

@@ -51,6 +51,7 @@ def cmd_schedule(a: argparse.Namespace) -> int:
         reports=Path(a.reports),
         handover_dir=handover_dir(a.handover, spec.metadata.name),
         keys=trusted_keys(a.sign_key, a.key),
+        without_handover=a.without_handover,
         max_nodes=a.max_nodes,
         max_cordoned_share=a.max_cordoned_share,
         max_failure_share=a.max_failure_share,
@@ -208,6 +209,12 @@ def add_fleet_commands(
     )
     sc.add_argument(
         "--handover", default=None, help="folder of handover baselines (<spec>/<node>.yaml); default baselines/nodes"
+    )
+    sc.add_argument(
+        "--without-handover",
+        action="store_true",
+        help="a node with no handover baseline (added after handover) is held to the SKU baseline and its peers only; "
+        "without this, a missing handover baseline is an error",
     )
     sc.add_argument("--sign-key", default=None)
     sc.add_argument("--key", action="append", help="a public key the handover runs may be signed with (repeatable)")

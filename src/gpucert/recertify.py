@@ -64,6 +64,9 @@ class RecertifyOptions:
     release_when_busy: bool = False
     # the keys the run a handover baseline was recorded from may be signed with (handover_binding.verify_handover)
     keys: tuple[Ed25519PublicKey, ...] = ()
+    # a node with no handover baseline (a node added after handover) is held to the SKU and its peers only when asked
+    # for: a baseline that is merely not found (another working folder, a mistyped --handover) never weakens a run
+    without_handover: bool = False
 
 
 def node_control(target: Target, spec: ClusterSpec, reports: Path) -> NodeControl:
@@ -197,6 +200,14 @@ def recertify(  # noqa: C901, PLR0912, PLR0915
                     f"{node} is not one of the cluster's GPU nodes selected by the spec ({shown or 'none'})",
                     path=spec.path,
                     key="target",
+                )
+            if handover is None and not opts.without_handover:
+                raise ConfigError(
+                    f"no handover baseline for {node}: pass --handover ROOT, the folder "
+                    "`gpucert baseline record --out` wrote (it holds <spec>/<node>.yaml), or --without-handover to "
+                    "recertify a node that has none against the SKU baseline and its peers only",
+                    path=handover_path.resolve(),
+                    key="--handover",
                 )
             stack = folder.read_stack()
             pool = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names).name_of(node)

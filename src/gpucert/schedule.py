@@ -74,6 +74,7 @@ class ScheduleOptions:
     min_age_s: float = 0.0
     wait_timeout_s: float = 600.0
     keys: tuple[Ed25519PublicKey, ...] = ()  # what a handover baseline's run may be signed with
+    without_handover: bool = False  # nodes with no handover baseline are held to the SKU and their peers only
 
     def check(self) -> None:
         if self.max_nodes < 1:
@@ -376,6 +377,7 @@ def _round(  # noqa: C901, PLR0912, PLR0915
             wait_timeout_s=opts.wait_timeout_s,
             release_when_busy=True,
             keys=opts.keys,
+            without_handover=opts.without_handover,
         )
         progress(f"recertifying {node}")
         try:

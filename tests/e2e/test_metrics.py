@@ -100,12 +100,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     certification = sorted((project / "reports").iterdir())[-1]
     set_fleet(project, 5)
     first = metrics(project, "after-certify")
-    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    args = ("--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", "--without-handover")
+    r = gpucert("recertify", "gpu-node-2", *args, cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     recertification = sorted((project / "reports").glob("*recertify-gpu-node-2"))[-1]
     r = gpucert(
         "schedule",
         SPEC,
+        "--without-handover",
         "--max-nodes",
         "1",
         "--max-cordoned-share",

@@ -130,9 +130,31 @@ def test_a_concurrent_recertification_of_the_same_node_is_refused(handed_over: P
     assert not list((handed_over / "reports").glob("*recertify-gpu-node-1"))
 
 
+def test_a_handover_baseline_not_found_is_an_error_not_a_weaker_pass(handed_over: Path) -> None:
+    # run from another working folder, the default baselines/nodes is not where the handover was recorded: the node
+    # is not quietly recertified against the SKU only (issue 23 item 4)
+    elsewhere = handed_over / "elsewhere"
+    elsewhere.mkdir()
+    r = gpucert(
+        "recertify", "gpu-node-4", "--spec", str(handed_over / SPEC), "-q", "--sign-key",
+        str(handed_over / "keys" / "gpucert.key"), "--reports", str(handed_over / "reports"), cwd=elsewhere,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no handover baseline for gpu-node-4" in r.stderr
+    assert str(elsewhere / NODES / "gpu-node-4.yaml") in r.stderr
+    assert "--without-handover" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not list((handed_over / "reports").glob("*recertify-gpu-node-4"))  # nothing was run or touched
+    state = handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a" / "gpu-node-4.json"
+    assert not state.exists() or node_state(handed_over, "gpu-node-4").get("unschedulable") is not True
+
+
 def test_without_a_handover_baseline_the_summary_says_so(handed_over: Path) -> None:
     (handed_over / NODES / "gpu-node-4.yaml").unlink()
-    r, verdict = recertify(handed_over, "gpu-node-4")
+    r, _ = recertify(handed_over, "gpu-node-4")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "no handover baseline for gpu-node-4" in r.stderr
+    r, verdict = recertify(handed_over, "gpu-node-4", "--without-handover")
     assert r.returncode == 0, r.stdout + r.stderr
     summary = verdict["recertify"]["summary"]
     assert "NO HANDOVER BASELINE" in summary

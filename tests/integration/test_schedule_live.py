@@ -102,7 +102,7 @@ def gpucert(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def schedule(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    r = gpucert(tmp_path, "schedule", "spec.yaml", "--sign-key", "keys/gpucert.key", *args)
+    r = gpucert(tmp_path, "schedule", "spec.yaml", "--sign-key", "keys/gpucert.key", "--without-handover", *args)
     records = sorted((tmp_path / "reports" / ".schedule").glob("*.json"))
     return r, json.loads(records[-1].read_text()) if records else {}
 
@@ -275,7 +275,7 @@ def test_two_rounds_started_together_share_one_cordon_budget(live: FakeKubelet, 
     cluster = live.cluster
     live.slow_s = 0.3  # a round lasts well past the other process's start
     since = len(cluster.events)
-    args = ["schedule", "spec.yaml", "--sign-key", "keys/gpucert.key", "--max-nodes", "2"]
+    args = ["schedule", "spec.yaml", "--sign-key", "keys/gpucert.key", "--without-handover", "--max-nodes", "2"]
     cmd = [sys.executable, "-m", "gpucert.cli", *args, "--max-cordoned-share", "0.17"]  # 6 x 0.17: one at once
     procs = [
         subprocess.Popen(cmd, cwd=tmp_path, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
