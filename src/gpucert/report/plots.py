@@ -13,6 +13,7 @@ from html import escape
 __all__ = ["Point", "heatmap", "lines", "strip"]
 
 W, H, L, R, T, B = 900, 230, 70, 20, 30, 40  # size and margins
+LABEL_CHAR_PX = 6.6  # the width of a character of the 11-unit sans-serif labels, in viewBox units (about 0.6 em)
 COLORS = {"pass": "#2e86de", "straggler": "#e67e22", "unstable": "#d4ac0d", "fail": "#c0392b", "waived": "#8e44ad"}
 PALETTE = ("#2e86de", "#8e44ad", "#16a085", "#d35400", "#7f8c8d", "#c0392b", "#27ae60", "#f39c12")
 
@@ -63,13 +64,14 @@ def strip(
         f'<text x="12" y="{(T + H - B) / 2:.0f}" transform="rotate(-90 12 {(T + H - B) / 2:.0f})" '
         f'text-anchor="middle">{escape(unit)}</text>'
     )
-    start = 0
+    start, free = 0, float(L)  # a node's name is written only where it does not run into the last one written
     if len(groups) <= 64:
         for name, count in groups:
             x = L + start * step
             body.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{T}" y2="{H - B}" stroke="#eee"/>')
-            if len(groups) <= 16:
+            if x + 2 >= free:
                 body.append(f'<text x="{x + 2:.1f}" y="{H - B + 14}" fill="#666">{escape(name)}</text>')
+                free = x + 2 + LABEL_CHAR_PX * len(name) + 6
             start += count
     for v, label, color in ((expected, "baseline", "#555"), (limit, "limit", "#c0392b")):
         body.append(
