@@ -236,6 +236,7 @@ def test_github_workflow_runs_as_copied(
         capture_output=True,
         text=True,
         check=True,
+        env={"PATH": os.environ["PATH"]},  # as on a runner: no PYTHONPATH of the test session's own
     ).stdout
     assert where.startswith(str(runner_temp / "gpucert"))
     assert git(runner_temp / "gpucert", "rev-parse", "HEAD") == gpucert_repo[1]
