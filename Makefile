@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TOOLS := .tools/.installed
 ALLURE_VERSION := 2.46.1
 
-.PHONY: demo test lint typecheck unit tools clean
+.PHONY: demo test lint typecheck docs unit tools clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# the manual: docs/ rendered into site/ by MkDocs, strict (mkdocs.yml): a broken link or anchor fails the build
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet
 
 # what the report tests drive: Debian's chromium (headless browser), Java 17 and the Allure commandline (npm);
 # and kubectl (Debian's kubernetes-client), whose built-in kustomize renders deploy/ for its test.
@@ -46,7 +50,7 @@ tools: $(TOOLS)
 unit: $(STAMP) $(TOOLS)
 	$(BIN)/pytest -n 2 -p no:cacheprovider
 
-test: lint typecheck unit
+test: lint typecheck docs unit
 
 clean:
-	rm -rf $(VENV) reports .mypy_cache .ruff_cache
+	rm -rf $(VENV) reports site .mypy_cache .ruff_cache

@@ -174,7 +174,7 @@ class DcgmSpec(Document):
 
 
 class StragglerSpec(Document):
-    """The peer comparisons' knobs (README "How a straggler and an unstable GPU are decided" says what they trade).
+    """The peer comparisons' knobs (docs/verdict.md, "How a straggler and an unstable GPU are decided", weighs them).
 
     A GPU (or a node) is behind its peers when it is more than `maxDeviation` behind their median AND that stands
     out of their own spread by a robust z of `minZ` (for one figure; raised with the number compared, so a fleet's

@@ -174,10 +174,10 @@ def test_openssl_verifies_the_dsse_signature(run: Path, signed: tuple[Path, Path
 
 
 def test_readme_openssl_recipe_matches_the_encoding(run: Path, signed: tuple[Path, Path, Path], tmp_path: Path) -> None:
-    """The shell recipe the README gives buyers, run as written (python3 stands in for jq)."""
+    """The shell recipe the manual (docs/acceptance.md) gives buyers, run as written (python3 stands in for jq)."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "acceptance.md").read_text()  # the manual page the recipe moved to from README
     block = readme.split("<!-- verify-recipe -->")[1].split("```bash")[1].split("```")[0]
     script = block.replace("gpucert.pub", str(signed[2]))
     r = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=run, capture_output=True, text=True, check=False)
@@ -191,8 +191,8 @@ def test_readme_openssl_recipe_matches_the_encoding(run: Path, signed: tuple[Pat
 
 
 def readme_recipe() -> str:
-    """The README's openssl recipe, exactly as a buyer copies it."""
-    readme = (ROOT / "README.md").read_text()
+    """The manual's openssl recipe (docs/acceptance.md), exactly as a buyer copies it."""
+    readme = (ROOT / "docs" / "acceptance.md").read_text()  # the manual page the recipe moved to from README
     return readme.split("<!-- verify-recipe -->")[1].split("```bash")[1].split("```")[0]
 
 

@@ -153,7 +153,7 @@ def test_allure_overview_does_not_read_as_a_pass_on_a_fail(demo_run: Path) -> No
     passed = [r for r in results if r["status"] == "passed"]
     assert len(passed) / len(results) < 0.5
     # on a run that did not pass, the passed checks are one result, each node a step: one green result per passing
-    # node outweighed the failures of a large cluster (the README's 16-node handover: 17 of 22 results green)
+    # node outweighed the failures of a large cluster (docs/acceptance.md's 16-node handover: 17 of 22 results green)
     (folded,) = passed
     assert folded["fullName"] == "gpucert.passed"
     assert folded["name"].startswith("checks that passed, on 4 nodes and the fleet")

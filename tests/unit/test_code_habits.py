@@ -174,7 +174,7 @@ def test_pre_commit_runs_what_ci_runs() -> None:
     and typecheck lines, with the project's venv, from local hooks (nothing fetched at commit time)."""
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
-    assert "test: lint typecheck unit" in makefile
+    assert "test: lint typecheck docs unit" in makefile
     ci = _recipe(makefile, "lint") + _recipe(makefile, "typecheck")
     assert len(ci) == 3
     config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())

@@ -47,7 +47,7 @@ def admission_fix(said: str, namespace: str, level: str, what: str) -> str:
     if "violates PodSecurity" in said:
         fix = (
             f"{what} need Pod Security `{level}`: kubectl label namespace {namespace} --overwrite "
-            f"{PSA_LABEL}={level} (README, First run on a real cluster)"
+            f"{PSA_LABEL}={level} (docs/first-run.md, First run on a real cluster)"
         )
     elif "exceeded quota" in said:  # the ResourceQuota plugin: `exceeded quota: NAME, requested: ...`
         fix = f"raise namespace {namespace}'s ResourceQuota, or lower target.resources"
