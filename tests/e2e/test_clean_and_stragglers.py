@@ -9,7 +9,8 @@ from .conftest import fleet_doc
 REALISTIC = {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005, "tails": {"df": 5, "outliers": 0.005, "depth": 0.05}}
 
 
-@pytest.mark.parametrize("seed", range(20))
+# five seeds in make test; the false-alarm rate over many clean fleets is benchmarks/detection.py's study
+@pytest.mark.parametrize("seed", range(0, 20, 4))
 def test_clean_fleet_passes_every_check(certify, seed: int) -> None:
     """Whatever the seed, with boards that differ as much as real ones do (the example fleets' noise)."""
     run = certify(fleet_doc(seed=seed, noise=REALISTIC))
