@@ -12,31 +12,35 @@ from typing import TYPE_CHECKING, Any
 
 from gpucert.errors import AdmissionError
 from gpucert.spec import GpuSharing
-from gpucert.targets.kubeapi import Cluster
+from gpucert.targets.kubeapi import Cluster, KubeApi
 from gpucert.targets.kubernetes_runs import failed_evidence
 from gpucert.targets.kubernetes_sharing import refusal
 
 if TYPE_CHECKING:
     from gpucert.targets.kubernetes_jobs import ProbeJobs
 
-__all__ = ["admission_fix", "refuse", "refused"]
+__all__ = ["admission_fix", "dry_run_pod", "refuse", "refused"]
 
 PSA_LABEL = "pod-security.kubernetes.io/enforce"
 
 
+def dry_run_pod(kube: KubeApi, ns: str, name: str, pod: dict[str, Any], labels: dict[str, str] | None = None) -> None:
+    """Create the pod with `dryRun=All`: every admission step runs, nothing is stored (AdmissionError when refused)."""
+    meta = {"name": name, "namespace": ns, **({"labels": labels} if labels else {})}
+    kube.call(
+        "create",
+        f"pods in namespace {ns} (a dry run)",
+        kube.core.create_namespaced_pod,
+        namespace=ns,
+        body={"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod},
+        dry_run="All",
+    )
+
+
 def refused(cluster: Cluster, name: str, labels: dict[str, str], pod: dict[str, Any]) -> str:
     """ "" when the API server would admit the pod; else its Forbidden message, quoted."""
-    ns = cluster.options.namespace
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns, "labels": labels}}
     try:
-        cluster.kube.call(
-            "create",
-            f"pods in namespace {ns} (a dry run)",
-            cluster.kube.core.create_namespaced_pod,
-            namespace=ns,
-            body={**body, "spec": pod},
-            dry_run="All",
-        )
+        dry_run_pod(cluster.kube, cluster.options.namespace, name, pod, labels)
     except AdmissionError as exc:
         return exc.said
     return ""

@@ -17,7 +17,7 @@ from typing import Any
 from gpucert.errors import AdmissionError, ClusterAccessError, IncompleteRunError
 from gpucert.spec import ClusterSpec, KubernetesTargetSpec
 from gpucert.targets.kubeapi import RBAC_HINT, KubeApi, status_of
-from gpucert.targets.kubernetes_admission import PSA_LABEL, admission_fix
+from gpucert.targets.kubernetes_admission import PSA_LABEL, admission_fix, dry_run_pod
 from gpucert.targets.kubernetes_nodes import gpu_pods
 from gpucert.targets.kubernetes_podspec import CORDON_TOLERATION, fabric_level, pod_spec, spec_tolerations
 from gpucert.targets.kubernetes_sharing import refusal
@@ -180,16 +180,8 @@ class Preflight:
         ns = self.t.namespace
         item = f"{what}: Pod Security `{level}`"
         if dry_run and self.can("", "pods", "create", ns):
-            body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpucert-preflight", "namespace": ns}}
             try:
-                self.kube.call(
-                    "create",
-                    f"pods in namespace {ns} (a dry run)",
-                    self.kube.core.create_namespaced_pod,
-                    namespace=ns,
-                    body={**body, "spec": pod},
-                    dry_run="All",
-                )
+                dry_run_pod(self.kube, ns, "gpucert-preflight", pod)
             except AdmissionError as exc:
                 fix = admission_fix(exc.said, ns, level, what).partition("; ")[2]
                 self.add(1, item, FAIL, f"the API server refuses them: {exc.said}", fix)
