@@ -222,7 +222,7 @@ def throttle(h: Health, b: GpuBaseline, node: str, gpu: int) -> Finding:
     seen = [f"{r} {_pct(f)}" for r, f in sorted(share.items()) if f > 0]
     loaded = (
         f"over {seconds:.3g} s loaded in {len(h.throttle_under_load)} probes: "
-        + (", ".join(seen) if seen else "no reason held the clocks down")
+        + (", ".join(seen) if seen else "no counted reason held the clocks down (NVML counts no HW slowdown)")
         if h.throttle_under_load
         else "no throttle counters read under load"
     )
