@@ -71,3 +71,18 @@ def test_the_deadline_counts_the_concurrent_pcie_and_bidirectional_p2p_regions()
     )
     # 56 ordered pairs one way and 28 pairs both ways, each stage under its own watchdog
     assert alone[Probe.P2P] - base == pytest.approx(56 * region + 28 * region + 2 * b.watchdog_s, abs=1)
+
+
+def test_a_slow_but_working_fabric_is_timed_not_called_hung() -> None:
+    # One 100 Gb/s port gives an all-reduce at most ~12 GB/s of bus bandwidth; the sweep moves up to twice its sizes
+    # per all-reduce, nccl.DEFAULT_ITERS per sample, min_reps samples and a warm-up. Before, the limit was the
+    # watchdog plus 1.2 s per size (about 130 s), less than the 8 GiB sweep takes over such a port.
+    from gpucert.probes import nccl
+    from gpucert.probes.multinode import FABRIC_FLOOR_BPS, sweep_limit_s
+
+    plan = gpu_plan(2, [Probe.NCCL])
+    b, sizes = plan.budget, plan.sizes.nccl_sizes
+    at_100g = 2 * sum(sizes) * (b.min_reps + 1) * nccl.DEFAULT_ITERS / 12e9
+    assert sweep_limit_s(plan) > b.watchdog_s + at_100g
+    assert FABRIC_FLOOR_BPS <= 6.25e9  # a single 50 Gb/s port is still timed
+    assert fabric_seconds(plan, 660) > 660 + sweep_limit_s(plan)  # the Job outlives the probe's own limit

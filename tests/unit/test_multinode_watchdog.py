@@ -81,7 +81,8 @@ def test_a_hung_rank_is_named_and_nobody_waits_for_the_deadline() -> None:
     assert isinstance(fabric, FabricEvidence)
     assert not fabric.collected
     (err,) = fabric.errors
-    assert "the all-reduce across nodes did not finish in 1 s" in err.message
+    # the watchdog plus the time the sweep's few KiB take at the fabric floor (multinode.sweep_limit_s)
+    assert re.search(r"the all-reduce across nodes did not finish in 1(\.\d+)? s", err.message), err.message
     assert "rank 1 (node-1) did not arrive" in err.message
     assert "rank 2" not in err.message  # it launched as many collectives as process 0
     assert out[1] is None  # the others end as the command's rank N does: process 0's document tells the story

@@ -59,6 +59,7 @@ def job_seconds(plan: ProbePlan, gpus: int) -> int:
 
 def fabric_seconds(plan: ProbePlan, rendezvous_s: float) -> int:
     """The all-reduce across nodes: every process's rendezvous, its sweep under the watchdog, a margin."""
-    b = plan.budget
-    sweep = len(plan.sizes.nccl_sizes) * (b.warmup_s + b.measure_s) + b.watchdog_s
+    from gpucert.probes.multinode import sweep_limit_s  # multinode imports the runner, which imports this module
+
+    sweep = sweep_limit_s(plan)
     return math.ceil(len(steps_for({Probe.NCCL}, on_gpu=True)) * STEP_S + rendezvous_s + sweep + MARGIN_S)

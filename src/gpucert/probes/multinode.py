@@ -38,9 +38,19 @@ from gpucert.probes.runner import ProbePlan, devices_for
 from gpucert.probes.timing import Budget, Clock
 from gpucert.probes.watchdog import ProbeTimeout, within
 
-__all__ = ["DEFAULT_PORT", "Peer", "Rendezvous", "SocketCollective", "run_multinode"]
+__all__ = [
+    "DEFAULT_PORT",
+    "FABRIC_FLOOR_BPS",
+    "Peer",
+    "Rendezvous",
+    "SocketCollective",
+    "run_multinode",
+    "sweep_limit_s",
+]
 
 DEFAULT_PORT = 29511
+# bytes/s of bus bandwidth below which the sweep across nodes is called hung, not timed: a single 50 Gb/s port
+FABRIC_FLOOR_BPS = 5e9
 _LEN = struct.Struct("!Q")
 
 
@@ -256,12 +266,22 @@ def _who_hung(rdzv: Rendezvous, mine: _Progress, wait_s: float) -> str:
     return "; ".join(parts)
 
 
+def sweep_limit_s(plan: ProbePlan) -> float:
+    """How long the sweep across nodes may take before it counts as hung: the watchdog, a timed region per size, and
+    the time its bytes take at FABRIC_FLOOR_BPS (a repetition counted for the warm-up). Without the last term an 8 GiB
+    sweep over one 100 Gb/s port outran the limit and was reported as a hung fabric."""
+    b = plan.budget
+    sizes = plan.sizes.nccl_sizes
+    moved = 2 * sum(sizes) * (max(b.min_reps, 1) + 1) * nccl.DEFAULT_ITERS  # an all-reduce moves < 2x its bytes
+    return b.watchdog_s + len(sizes) * (b.warmup_s + b.measure_s) + moved / FABRIC_FLOOR_BPS
+
+
 def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective]) -> tuple[Any, int]:
     """The communicators and the sweep under the watchdog; past it, this process's counts go to process 0 (which
     names who hung) and the process's own error names its rank."""
     b = plan.budget
     reps = max(b.min_reps, 1)
-    limit = b.watchdog_s + len(plan.sizes.nccl_sizes) * (b.warmup_s + b.measure_s)
+    limit = sweep_limit_s(plan)
     # the other processes give up a little after process 0, which is then listening for their counts
     grace = min(10.0, b.watchdog_s / 2)
     limit += grace if rdzv.rank != 0 else 0.0
@@ -277,7 +297,8 @@ def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective
             with contextlib.suppress(OSError):
                 send_msg(rdzv.socks[0], _status(progress))
             raise _Reported(f"{exc} on rank {rdzv.rank} (launched {progress.launched} collectives)") from None
-        raise ProbeTimeout(f"{exc}: {_who_hung(rdzv, progress, 2 * grace + 5)}") from None
+        slow = f"(a fabric slower than {FABRIC_FLOOR_BPS / 1e9:g} GB/s of bus bandwidth runs past this limit too)"
+        raise ProbeTimeout(f"{exc}: {_who_hung(rdzv, progress, 2 * grace + 5)} {slow}") from None
 
 
 def run_multinode(
