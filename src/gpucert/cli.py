@@ -24,7 +24,7 @@ from gpucert._version import __version__
 from gpucert.acceptance.commands import add_acceptance_commands
 from gpucert.baseline import GpuBaseline
 from gpucert.cli_preflight import add_preflight_command, before_run
-from gpucert.cliargs import PATH_ERRNOS, Parser, count, os_error, output_file, seconds, write_output
+from gpucert.cliargs import PATH_ERRNOS, Parser, count, handover_args, os_error, output_file, seconds, write_output
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.evidence import NodeEvidence
 from gpucert.fleet import SimulatedFleet
@@ -515,16 +515,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     rc = sub.add_parser("recertify", help="one node, on demand, against its handover baseline, the SKU and the fleet")
     rc.add_argument("node")
     rc.add_argument("--spec", required=True)
-    rc.add_argument(
-        "--handover", default=None, help="folder of handover baselines (<spec>/<node>.yaml); default baselines/nodes"
-    )
-    rc.add_argument(
-        "--without-handover",
-        action="store_true",
-        help="a node with no handover baseline (added after handover) is held to the SKU baseline and its peers only; "
-        "without this, a missing handover baseline is an error",
-    )
-    rc.add_argument("--key", action="append", help="a public key the handover run may be signed with (repeatable)")
+    handover_args(rc)
     rc.add_argument("--no-cordon", action="store_true", help="measure without cordoning the node first")
     rc.add_argument("--drain", action="store_true", help="evict the GPU pods on the node instead of waiting for them")
     rc.add_argument("--wait-timeout", type=seconds, default=3600, help="seconds to wait for GPU pods (default 3600)")

@@ -16,7 +16,18 @@ from gpucert.errors import ConfigError
 
 _Action = TypeVar("_Action", bound=argparse.Action)
 
-__all__ = ["PATH_ERRNOS", "Parser", "count", "non_empty", "os_error", "output_file", "seconds", "share", "write_output"]
+__all__ = [
+    "PATH_ERRNOS",
+    "Parser",
+    "count",
+    "handover_args",
+    "non_empty",
+    "os_error",
+    "output_file",
+    "seconds",
+    "share",
+    "write_output",
+]
 
 
 class Parser(argparse.ArgumentParser):
@@ -131,3 +142,17 @@ def write_output(path: Path, text: str) -> None:
     os.set_blocking(fd, True)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
+
+
+def handover_args(p: argparse.ArgumentParser) -> None:
+    """The options of the commands that hold a node to its handover baseline (`recertify`, `schedule`)."""
+    p.add_argument(
+        "--handover", default=None, help="folder of handover baselines (<spec>/<node>.yaml); default baselines/nodes"
+    )
+    p.add_argument(
+        "--without-handover",
+        action="store_true",
+        help="a node with no handover baseline (added after handover) is held to the SKU baseline and its peers only; "
+        "without this, a missing handover baseline is an error",
+    )
+    p.add_argument("--key", action="append", help="a public key the handover run may be signed with (repeatable)")

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from gpucert.cliargs import seconds, share
+from gpucert.cliargs import handover_args, seconds, share
 from gpucert.errors import ConfigError, GpucertError
 from gpucert.resources import project_root
 from gpucert.runfolder import RunFolder
@@ -207,17 +207,8 @@ def add_fleet_commands(
     sc.add_argument(
         "--wait-timeout", type=seconds, default=600, help="seconds to wait for GPU pods that arrive after the choice"
     )
-    sc.add_argument(
-        "--handover", default=None, help="folder of handover baselines (<spec>/<node>.yaml); default baselines/nodes"
-    )
-    sc.add_argument(
-        "--without-handover",
-        action="store_true",
-        help="a node with no handover baseline (added after handover) is held to the SKU baseline and its peers only; "
-        "without this, a missing handover baseline is an error",
-    )
+    handover_args(sc)
     sc.add_argument("--sign-key", default=None)
-    sc.add_argument("--key", action="append", help="a public key the handover runs may be signed with (repeatable)")
     runner_args(sc, False)
     sc.set_defaults(func=cmd_schedule, hooks=hooks)
     me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")

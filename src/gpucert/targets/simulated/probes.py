@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -350,17 +351,8 @@ class SimulatedProbes(World):
         started = _iso(datetime.now(UTC))
         nf = self.faults[node]
         if nf.unreachable:
-            return NodeEvidence(
-                node=node,
-                target=self.kind,
-                probe_version=__version__,
-                started=started,
-                finished=started,
-                collected=False,
-                errors=[
-                    ProbeError(probe="*", message="probe pod did not start: node is not Ready (NodeStatusUnknown)")
-                ],
-            )
+            not_ready = "probe pod did not start: node is not Ready (NodeStatusUnknown)"
+            return self._not_collected(node, started, [ProbeError(probe="*", message=not_ready)])
         if nf.preflight is not None:
             return self._preflight_failed(node, nf.preflight, plan, started)
         rng = self._rng(node)
@@ -433,6 +425,13 @@ class SimulatedProbes(World):
         )
         ran = steps[: steps.index(fault.step)] if fault.step in steps else steps
         before = [PreflightStep(step=s, ok=True, detail="simulated") for s in ran]
+        errors = [ProbeError(probe="preflight", message=preflight.summary([failed]))]
+        return self._not_collected(node, started, errors, [*before, failed])
+
+    def _not_collected(
+        self, node: str, started: str, errors: list[ProbeError], steps: Sequence[PreflightStep] = ()
+    ) -> NodeEvidence:
+        """A node no probe ran on: what stopped it, and the preflight's steps where it got that far."""
         return NodeEvidence(
             node=node,
             target=self.kind,
@@ -440,8 +439,8 @@ class SimulatedProbes(World):
             started=started,
             finished=started,
             collected=False,
-            errors=[ProbeError(probe="preflight", message=preflight.summary([failed]))],
-            preflight=[*before, failed],
+            errors=errors,
+            preflight=list(steps),
         )
 
     def _fabric(self, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
