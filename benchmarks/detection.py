@@ -29,11 +29,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from gpucert import run as runner  # noqa: E402
-from gpucert.checks import CheckKey, CheckStatus  # noqa: E402
-from gpucert.evaluation import Evaluation  # noqa: E402
-from gpucert.runfolder import RunFolder  # noqa: E402
-from gpucert.spec import ClusterSpec, StragglerSpec  # noqa: E402
+from gpucert.evaluate.evaluation import Evaluation  # noqa: E402
+from gpucert.plan import run as runner  # noqa: E402
+from gpucert.plan.checks import CheckKey, CheckStatus  # noqa: E402
+from gpucert.plan.runfolder import RunFolder  # noqa: E402
+from gpucert.spec.cluster import ClusterSpec, StragglerSpec  # noqa: E402
 
 BEGIN, END = "<!-- detection:begin -->", "<!-- detection:end -->"
 SWEPT = "straggler 4%"  # the goal's straggler: every setting of the trade-off judges it

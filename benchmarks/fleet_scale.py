@@ -79,7 +79,7 @@ def main() -> int:
     (work / "spec.yaml").write_text(yaml.safe_dump(spec))
     (work / "fleet.yaml").write_text(yaml.safe_dump(fleet))
 
-    cmd = [sys.executable, "-m", "gpucert.cli", "certify", "spec.yaml", "-q", "--reports", "reports"]
+    cmd = [sys.executable, "-m", "gpucert.cli.main", "certify", "spec.yaml", "-q", "--reports", "reports"]
     if args.workers:
         cmd += ["-n", str(args.workers)]
     harness_wall, harness_rss, proc = run_child(cmd, work)

@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpucert.baseline import load_baseline
-from gpucert.evidence import Health, NodeEvidence
-from gpucert.probes import nccl
-from gpucert.probes.health import NVLINK_ERROR_COUNTERS
-from gpucert.probes.runner import BudgetSpec, DcgmPlan, ProbePlan, run_plan
-from gpucert.spec import Probe
-from gpucert.targets.local import PROFILES
+from gpucert.measure.evidence import Health, NodeEvidence
+from gpucert.measure.probes import nccl
+from gpucert.measure.probes.health import NVLINK_ERROR_COUNTERS
+from gpucert.measure.probes.runner import BudgetSpec, DcgmPlan, ProbePlan, run_plan
+from gpucert.measure.targets.local import PROFILES
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import Probe
 
 TARGET_RATIO, TARGET_CV, TARGET_S = 0.90, 0.02, 60.0
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,10 +19,10 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from gpucert.report.metrics import FleetCollector, registry_for
-from gpucert.spec import load_spec
-from gpucert.targets import open_target
-from gpucert.targets.base import NodeTarget
+from gpucert.fleet.metrics import FleetCollector, registry_for
+from gpucert.measure.targets import open_target
+from gpucert.measure.targets.base import NodeTarget
+from gpucert.spec.cluster import load_spec
 
 
 def main() -> int:

@@ -1,8 +1,8 @@
 """gpucert: certify GPU Kubernetes clusters with a declarative pytest harness.
 
 The names here are what suites, fixtures and other tooling may use; everything else is private. They load on
-first use (PEP 562), so `import gpucert.probes.runner` in a probe pod pulls in neither pytest nor the reports nor
-the Kubernetes client: the package root is light.
+first use (PEP 562), so `import gpucert.measure.probes.runner` in a probe pod pulls in neither pytest nor the
+reports nor the Kubernetes client: the package root is light.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 from gpucert._version import __version__
 
 if TYPE_CHECKING:
-    from gpucert.checks import GEMM_DTYPES, GPU_METRICS, CheckKey, CheckStatus, Finding
     from gpucert.errors import ClusterAccessError, ConfigError, EvidenceError, GpucertError
-    from gpucert.evaluation import Evaluation, GpuSlot
-    from gpucert.plugin import CheckFailed, check_key, expect, run_context
-    from gpucert.spec import ClusterSpec, load_spec
+    from gpucert.evaluate.evaluation import Evaluation, GpuSlot
+    from gpucert.plan.checks import GEMM_DTYPES, GPU_METRICS, CheckKey, CheckStatus, Finding
+    from gpucert.pytest.plugin import CheckFailed, check_key, expect, run_context
+    from gpucert.spec.cluster import ClusterSpec, load_spec
 
 __all__ = [
     "GEMM_DTYPES",
@@ -41,23 +41,23 @@ __all__ = [
 ]
 
 _WHERE = {
-    "GEMM_DTYPES": "gpucert.checks",
-    "GPU_METRICS": "gpucert.checks",
-    "CheckKey": "gpucert.checks",
-    "CheckStatus": "gpucert.checks",
-    "Finding": "gpucert.checks",
+    "GEMM_DTYPES": "gpucert.plan.checks",
+    "GPU_METRICS": "gpucert.plan.checks",
+    "CheckKey": "gpucert.plan.checks",
+    "CheckStatus": "gpucert.plan.checks",
+    "Finding": "gpucert.plan.checks",
     "ClusterAccessError": "gpucert.errors",
     "ConfigError": "gpucert.errors",
     "EvidenceError": "gpucert.errors",
     "GpucertError": "gpucert.errors",
-    "Evaluation": "gpucert.evaluation",
-    "GpuSlot": "gpucert.evaluation",
-    "CheckFailed": "gpucert.plugin",
-    "check_key": "gpucert.plugin",
-    "expect": "gpucert.plugin",
-    "run_context": "gpucert.plugin",
-    "ClusterSpec": "gpucert.spec",
-    "load_spec": "gpucert.spec",
+    "Evaluation": "gpucert.evaluate.evaluation",
+    "GpuSlot": "gpucert.evaluate.evaluation",
+    "CheckFailed": "gpucert.pytest.plugin",
+    "check_key": "gpucert.pytest.plugin",
+    "expect": "gpucert.pytest.plugin",
+    "run_context": "gpucert.pytest.plugin",
+    "ClusterSpec": "gpucert.spec.cluster",
+    "load_spec": "gpucert.spec.cluster",
 }
 
 

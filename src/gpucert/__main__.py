@@ -12,7 +12,7 @@ EXIT_INCOMPLETE = 3
 
 def main() -> int:
     try:
-        from gpucert.cli import main as cli_main
+        from gpucert.cli.main import main as cli_main
     except KeyboardInterrupt:
         print("gpucert: interrupted while starting; nothing was run", file=sys.stderr)
         return EXIT_INCOMPLETE

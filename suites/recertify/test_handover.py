@@ -5,7 +5,7 @@ configure and certify suites, run over the same one-node inventory."""
 import pytest
 
 from gpucert import Finding, GpuSlot, expect
-from gpucert.plan import HANDOVER_GPU_METRICS
+from gpucert.plan.required import HANDOVER_GPU_METRICS
 
 
 @pytest.mark.check("handover.identity")

@@ -14,14 +14,14 @@ import pytest
 import yaml
 
 # imported before pytester snapshots sys.modules: numpy's C core cannot be loaded twice in one process
-import gpucert.targets.simulated
+import gpucert.measure.targets.simulated
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITES = ROOT / "suites"
 BASELINES = ROOT / "baselines" / "gpus"
 
 FindingKey = tuple[str, str | None, int | None]
-GPUCERT = [sys.executable, "-m", "gpucert.cli"]
+GPUCERT = [sys.executable, "-m", "gpucert.cli.main"]
 
 
 def gpucert(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

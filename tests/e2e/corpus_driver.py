@@ -13,7 +13,7 @@ from typing import Any
 
 
 def run(argv: list[str]) -> dict[str, Any]:
-    from gpucert.cli import main
+    from gpucert.cli.main import main
 
     out, err = io.StringIO(), io.StringIO()
     code: int | str | None = None

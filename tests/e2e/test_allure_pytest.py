@@ -85,7 +85,7 @@ def test_alluredir_with_allure_pytest_loaded_in_either_order(
     pytester.syspathinsert()
     # entry points load in no set order; -p with autoload off fixes the order either way round
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    plugins = ["gpucert.plugin", "allure_pytest_standin"]
+    plugins = ["gpucert.pytest.plugin", "allure_pytest_standin"]
     if order == "allure-pytest first":
         plugins.reverse()
     result, folder = _run(
@@ -97,7 +97,7 @@ def test_alluredir_with_allure_pytest_loaded_in_either_order(
         "metadata",
         "-p",
         "html",
-        # gpucert.plugin is imported already in this process, so -p cannot rewrite its asserts (it has none)
+        # gpucert.pytest.plugin is imported already in this process, so -p cannot rewrite its asserts (it has none)
         "-W",
         "ignore::pytest.PytestAssertRewriteWarning",
     )

@@ -18,7 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def gpucert(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpucert.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-m", "gpucert.cli.main", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 

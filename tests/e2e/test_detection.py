@@ -36,7 +36,7 @@ def clean_evidence(tmp_path_factory: pytest.TempPathFactory) -> Path:
     once for this module's edits."""
     import yaml
 
-    from gpucert import run as runner
+    from gpucert.plan import run as runner
 
     work = tmp_path_factory.mktemp("clean")
     (work / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(seed=3)))

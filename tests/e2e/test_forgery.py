@@ -326,8 +326,8 @@ def test_cache_show_plans_nothing(pytester: pytest.Pytester) -> None:
 
 
 def test_a_skip_whose_cause_passed_is_an_error_everywhere() -> None:
-    from gpucert.checks import CheckKey, CheckStatus, Finding
-    from gpucert.evaluation import Evaluation
+    from gpucert.evaluate.evaluation import Evaluation
+    from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
     class Contradicted(Evaluation):
         def _decide(self, key: CheckKey) -> Finding:

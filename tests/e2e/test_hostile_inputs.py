@@ -250,7 +250,7 @@ def test_a_number_written_as_a_bool_or_text_is_refused(
 
 def test_a_handover_baseline_figure_written_as_a_bool_is_refused(tmp_path: Path) -> None:
     from gpucert.errors import ConfigError
-    from gpucert.handover import load_node_baseline
+    from gpucert.spec.handover import load_node_baseline
 
     doc = {
         "apiVersion": "gpucert.io/v1alpha1",

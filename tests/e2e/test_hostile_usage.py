@@ -2,7 +2,7 @@
 stderr that names the file or the option and says the fix, exit 2 (3 for an interrupt), never a traceback, never a
 run folder whose verdict reads PASS. Grow it when a new class is found: add the class to CLASSES or a case below.
 
-The matrix runs in one child process (`corpus_driver.py` calls `gpucert.cli.main` once per case and reports what
+The matrix runs in one child process (`corpus_driver.py` calls `gpucert.cli.main.main` once per case and reports what
 each wrote and returned), so a hundred cases cost one interpreter start; Ctrl-C while importing needs its own.
 """
 
@@ -257,7 +257,7 @@ def test_documents_yaml_cannot_read_are_one_line(
 
 @pytest.mark.parametrize("name", ["gpu-node-1\n", "gpu-node-1\n\n", "\ngpu-node-1", "gpu-node-1 "])
 def test_node_names_are_matched_whole(name: str) -> None:
-    from gpucert.names import NameError_, check_node_name
+    from gpucert.spec.names import NameError_, check_node_name
 
     with pytest.raises(NameError_):
         check_node_name(name)  # `$` with re.match takes "gpu-node-1\n": only fullmatch refuses it
@@ -322,7 +322,7 @@ def test_a_summary_that_fails_after_the_run_leaves_no_verdict(
 ) -> None:
     """The check before the run passed, and the write failed anyway (the folder appeared in between): the run's
     folder goes, so no verdict reading PASS stays behind the error."""
-    from gpucert import cli
+    from gpucert.cli import main as cli
 
     monkeypatch.chdir(project)
     monkeypatch.setattr(cli, "output_file", lambda path, key: path)  # as if the early check had passed

@@ -25,13 +25,13 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpucert import cli
+from gpucert.cli import main as cli
 from gpucert.errors import ConfigError, IncompleteRunError
-from gpucert.report import exporter
-from gpucert.report.metrics import FleetCollector, SpecWatch, registry_for
-from gpucert.spec import load_spec
-from gpucert.targets import open_target
-from gpucert.targets.base import NodeTarget
+from gpucert.fleet import exporter
+from gpucert.fleet.metrics import FleetCollector, SpecWatch, registry_for
+from gpucert.measure.targets import open_target
+from gpucert.measure.targets.base import NodeTarget
+from gpucert.spec.cluster import load_spec
 
 from .conftest import ROOT, gpucert
 

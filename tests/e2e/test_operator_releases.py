@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucert.checks import CheckKey, CheckStatus
-from gpucert.spec import load_spec
+from gpucert.plan.checks import CheckKey, CheckStatus
+from gpucert.spec.cluster import load_spec
 from gpucert.stack.gate import Gate
 from gpucert.stack.gate_data import load_tables
 from gpucert.stack.operator_values import read_values

@@ -118,7 +118,7 @@ def test_a_gpu_whose_serial_changed_is_reported_as_swapped(handed_over: Path) ->
 
 
 def test_a_concurrent_recertification_of_the_same_node_is_refused(handed_over: Path) -> None:
-    from gpucert.targets.simulated import SimulatedNodeControl
+    from gpucert.measure.targets.simulated import SimulatedNodeControl
 
     control = SimulatedNodeControl(handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a")
     with control.lock("gpu-node-1", "alice@ops/42"):
@@ -207,9 +207,9 @@ def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:
     import sys
 
     from gpucert.errors import IncompleteRunError
-    from gpucert.recertify import RecertifyOptions, recertify
-    from gpucert.runfolder import RunFolder
-    from gpucert.spec import load_spec
+    from gpucert.fleet.recertify import RecertifyOptions, recertify
+    from gpucert.plan.runfolder import RunFolder
+    from gpucert.spec.cluster import load_spec
 
     from .conftest import ROOT
 

@@ -30,7 +30,7 @@ CHROMIUM_FLAGS = [
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("demo")
     r = subprocess.run(
-        [sys.executable, "-m", "gpucert.cli", "demo", "-q"],
+        [sys.executable, "-m", "gpucert.cli.main", "demo", "-q"],
         cwd=work,
         capture_output=True,
         text=True,
@@ -113,7 +113,7 @@ def test_failures_carry_their_evidence(demo_run: Path) -> None:
     log = ecc[0]["log"]
     assert log.strip().startswith("[health.ecc] gpu-node-1/gpu5: 2 uncorrected ECC errors")
     assert "CheckFailed" not in log
-    assert "gpucert/plugin.py" not in log
+    assert "gpucert/pytest/" not in log
     assert "Traceback" not in log
 
 
@@ -124,7 +124,7 @@ def test_allure_html_report_builds_as_one_file(demo_run: Path, tmp_path: Path) -
         pytest.skip("Java 17 is not installed (make test installs openjdk-17-jre-headless)")
     out = tmp_path / "allure"
     r = subprocess.run(
-        [sys.executable, "-m", "gpucert.cli", "report", "allure", str(demo_run), "--out", str(out)],
+        [sys.executable, "-m", "gpucert.cli.main", "report", "allure", str(demo_run), "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -255,7 +255,7 @@ def test_allure_report_is_titled_by_its_verdict_and_carries_its_spec_trend(demo_
     said = []
     for run in (earlier, later):
         r = subprocess.run(
-            [sys.executable, "-m", "gpucert.cli", "report", "allure", str(run)],
+            [sys.executable, "-m", "gpucert.cli.main", "report", "allure", str(run)],
             capture_output=True,
             text=True,
             timeout=300,

@@ -20,7 +20,7 @@ def gate(tmp_path: Path, edit=None) -> tuple[subprocess.CompletedProcess[str], d
         edit(doc)
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
     r = subprocess.run(
-        [sys.executable, "-m", "gpucert.cli", "configure", "spec.yaml", "--static", "-q"],
+        [sys.executable, "-m", "gpucert.cli.main", "configure", "spec.yaml", "--static", "-q"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

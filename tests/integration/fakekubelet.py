@@ -28,10 +28,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucert.probes.framing import frame
-from gpucert.probes.multinode import run_multinode
-from gpucert.probes.runner import BudgetSpec, ProbePlan, Sizes, run_plan
-from gpucert.probes.stream import framer
+from gpucert.measure.probes.framing import frame
+from gpucert.measure.probes.multinode import run_multinode
+from gpucert.measure.probes.runner import BudgetSpec, ProbePlan, Sizes, run_plan
+from gpucert.measure.probes.stream import framer
 
 from .fakecluster import INDEX, FakeCluster, container_status
 
@@ -247,7 +247,7 @@ class FakeKubelet:
             return  # deleted while it ran
         frames: list[str] = ["probe: starting\n"]
         if self.simulator is not None:
-            from gpucert.targets.base import MeasurePlan
+            from gpucert.measure.targets.base import MeasurePlan
 
             probes = tuple(self.simulator.spec.certify.probes)
             evidence = self.simulator.measure_node(node, MeasurePlan(plan["run_id"], probes, plan["dcgm"]["level"]))
@@ -400,7 +400,7 @@ class FakeKubelet:
             log = frame(fabric.model_dump_json(by_alias=True)) if fabric is not None else f"rank {rank} done\n"
             phase, state = "Succeeded", {"terminated": {"exitCode": 0, "reason": "Completed"}}
         except Exception as exc:
-            log = f"gpucert.probes: error: {type(exc).__name__}: {exc}\n"
+            log = f"gpucert.measure.probes: error: {type(exc).__name__}: {exc}\n"
             phase, state = "Failed", {"terminated": {"exitCode": 3, "reason": "Error"}}
         self.cluster.logs[(ns, name)] = log
         pod["status"] = {"phase": phase, "containerStatuses": [container_status(image, state)]}

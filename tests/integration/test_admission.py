@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert import run as runner
 from gpucert.errors import AdmissionError
-from gpucert.spec import load_spec
-from gpucert.targets import open_target
-from gpucert.targets.kubeapi import KubeApi
+from gpucert.measure.targets import open_target
+from gpucert.measure.targets.kubernetes.api import KubeApi
+from gpucert.plan import run as runner
+from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert import cli
-from gpucert.spec import load_spec
+from gpucert.cli import main as cli
+from gpucert.measure.targets.kubernetes.target import KubernetesTarget
+from gpucert.spec.cluster import load_spec
 from gpucert.stack.observe import observe_stack
-from gpucert.targets.kubernetes import KubernetesTarget
 
 from .conftest import FakeKubeApi, cluster_policy, point_kubeconfig
 from .gpu_operator import VERSIONS, install, node

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from gpucert import cli
-from gpucert.checks import CheckKey
+from gpucert.cli import main as cli
 from gpucert.errors import NodeBusyError
-from gpucert.spec import load_spec
-from gpucert.targets import open_target
-from gpucert.targets.base import MeasurePlan
+from gpucert.measure.targets import open_target
+from gpucert.measure.targets.base import MeasurePlan
+from gpucert.plan.checks import CheckKey
+from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
@@ -206,7 +206,7 @@ def test_sigterm_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: P
 def lease_of(node: str, holder: str, renewed_s_ago: float) -> dict[str, Any]:
     from datetime import UTC, datetime, timedelta
 
-    from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
+    from gpucert.measure.targets.kubernetes.nodes import KubernetesNodeControl
 
     t = (datetime.now(UTC) - timedelta(seconds=renewed_s_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {
@@ -259,7 +259,7 @@ def round_trip(body: dict[str, Any], model: str) -> Any:
 
 
 def test_probe_pods_are_what_the_kubernetes_models_accept(cluster: FakeCluster, tmp_path: Path) -> None:
-    from gpucert.targets.kubernetes_fabric import FabricJobs
+    from gpucert.measure.targets.kubernetes.fabric import FabricJobs
 
     spec = load_spec(spec_file(tmp_path, fabricResources={"rdma/rdma_shared_device_a": "1"}, fabricHostNetwork=True))
     target = open_target(spec)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucert import cli
-from gpucert.spec import load_spec
+from gpucert.cli import main as cli
+from gpucert.spec.cluster import load_spec
 
 from .conftest import FakeKubeApi, cluster_policy
 from .gpu_operator import VERSIONS, install, node

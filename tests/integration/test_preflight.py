@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpucert import cli
+from gpucert.cli import main as cli
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet

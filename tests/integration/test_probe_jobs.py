@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert import run as runner
-from gpucert.baseline import load_baseline
 from gpucert.errors import ConfigError
-from gpucert.evaluation import Evaluation
-from gpucert.spec import load_spec
-from gpucert.targets import open_target
+from gpucert.evaluate.evaluation import Evaluation
+from gpucert.measure.targets import open_target
+from gpucert.plan import run as runner
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
@@ -81,7 +81,7 @@ def interrupt_certify(
 ) -> tuple[subprocess.Popen[str], str]:
     """`gpucert certify SPEC` in its own process, sent `sig` once `ready()`; returns it and its stderr."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucert.cli", "certify", str(spec), "--reports", str(tmp_path / "reports")],
+        [sys.executable, "-m", "gpucert.cli.main", "certify", str(spec), "--reports", str(tmp_path / "reports")],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -380,7 +380,7 @@ def test_sigint_during_the_collective_leaves_no_service_behind(cluster: FakeClus
 def test_cleanup_removes_leftovers_of_earlier_runs(
     cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from gpucert import cli
+    from gpucert.cli import main as cli
 
     labels = {"app.kubernetes.io/managed-by": "gpucert", "gpucert.io/run": "rdeadbeef"}
     cluster.put("configmaps", {"metadata": {"name": "gpucert-rdeadbeef", "namespace": NS, "labels": labels}})
@@ -403,7 +403,7 @@ def test_rbac_grants_exactly_what_a_measured_run_uses(cluster: FakeCluster, tmp_
         kubelet.close()
     assert any(e[1] == "services" for e in cluster.events), "the run must create the rendezvous Service"
     cluster.put("nodes", node("gpu-99"))
-    from gpucert.targets.kubernetes_jobs import cleanup_runs
+    from gpucert.measure.targets.kubernetes.jobs import cleanup_runs
 
     spec = load_spec(spec_file(tmp_path))
     target = open_target(spec)

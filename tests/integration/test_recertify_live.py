@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert.spec import load_spec
-from gpucert.targets.simulated import SimulatedTarget
+from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
@@ -69,7 +69,7 @@ def live(served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.Monkey
 
 def gpucert(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpucert.cli", *args],
+        [sys.executable, "-m", "gpucert.cli.main", *args],
         cwd=tmp_path,
         env=os.environ.copy(),
         capture_output=True,
@@ -146,7 +146,7 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
 
     # a second recertification of a node whose lease another run holds is refused, and changes nothing
     now = datetime.now(UTC)
-    from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
+    from gpucert.measure.targets.kubernetes.nodes import KubernetesNodeControl
 
     held = {
         "apiVersion": "coordination.k8s.io/v1",

@@ -24,11 +24,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpucert.errors import IncompleteRunError
-from gpucert.report.metrics import FleetCollector, registry_for, serve
-from gpucert.spec import load_spec
-from gpucert.targets import open_target
-from gpucert.targets.base import NodeTarget
-from gpucert.targets.simulated import SimulatedTarget
+from gpucert.fleet.metrics import FleetCollector, registry_for, serve
+from gpucert.measure.targets import open_target
+from gpucert.measure.targets.base import NodeTarget
+from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
@@ -91,7 +91,7 @@ def live(served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.Monkey
 
 def gpucert(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gpucert.cli", *args],
+        [sys.executable, "-m", "gpucert.cli.main", *args],
         cwd=tmp_path,
         env=os.environ.copy(),
         capture_output=True,
@@ -132,7 +132,7 @@ def ever_cordoned(cluster: FakeCluster, name: str) -> bool:
 
 def lapsed_lease(node: str) -> dict[str, Any]:
     """What a round killed half-way (OOM, a deleted pod) leaves: a Lease its holder stopped renewing."""
-    from gpucert.targets.kubernetes_nodes import KubernetesNodeControl
+    from gpucert.measure.targets.kubernetes.nodes import KubernetesNodeControl
 
     stale = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {
@@ -276,7 +276,7 @@ def test_two_rounds_started_together_share_one_cordon_budget(live: FakeKubelet, 
     live.slow_s = 0.3  # a round lasts well past the other process's start
     since = len(cluster.events)
     args = ["schedule", "spec.yaml", "--sign-key", "keys/gpucert.key", "--without-handover", "--max-nodes", "2"]
-    cmd = [sys.executable, "-m", "gpucert.cli", *args, "--max-cordoned-share", "0.17"]  # 6 x 0.17: one at once
+    cmd = [sys.executable, "-m", "gpucert.cli.main", *args, "--max-cordoned-share", "0.17"]  # 6 x 0.17: one at once
     procs = [
         subprocess.Popen(cmd, cwd=tmp_path, env=os.environ.copy(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for _ in range(2)

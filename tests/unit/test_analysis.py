@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from gpucert.analysis.performance import Sampled, against_baseline
-from gpucert.analysis.stats import median, summarize
-from gpucert.analysis.stragglers import PeerIndex, Rules
-from gpucert.baseline import Comparison, MetricBaseline
-from gpucert.checks import CheckStatus
+from gpucert.evaluate.rules.performance import Sampled, against_baseline
+from gpucert.evaluate.rules.stragglers import PeerIndex, Rules
+from gpucert.evaluate.stats import median, summarize
+from gpucert.plan.checks import CheckStatus
+from gpucert.spec.baseline import Comparison, MetricBaseline
 
 
 def test_median_and_mad() -> None:

@@ -35,15 +35,15 @@ def _ruff(path: str, source: str) -> tuple[int, str]:
 IMPORTS = [
     ("src/gpucert/evaluation_new.py", "import cupy\n\nprint(cupy)\n", True),
     ("src/gpucert/report/new.py", "from pynvml import nvmlInit\n\nprint(nvmlInit)\n", True),
-    ("src/gpucert/analysis/new.py", "from cupy_backends.cuda.libs import cublas\n\nprint(cublas)\n", True),
-    ("src/gpucert/targets/simulated/new.py", "import cupy\n\nprint(cupy)\n", True),
-    ("src/gpucert/targets/local_new.py", "from kubernetes import client\n\nprint(client)\n", True),
+    ("src/gpucert/evaluate/rules/new.py", "from cupy_backends.cuda.libs import cublas\n\nprint(cublas)\n", True),
+    ("src/gpucert/measure/targets/simulated/new.py", "import cupy\n\nprint(cupy)\n", True),
+    ("src/gpucert/measure/targets/local_new.py", "from kubernetes import client\n\nprint(client)\n", True),
     ("src/gpucert/run_new.py", "from urllib3.exceptions import HTTPError\n\nprint(HTTPError)\n", True),
     ("suites/certify/test_new.py", "import cupy\n\nprint(cupy)\n", True),
     ("fixtures/new.py", "import kubernetes\n\nprint(kubernetes)\n", True),
-    ("src/gpucert/probes/new.py", "import cupy\nimport pynvml\n\nprint(cupy, pynvml)\n", False),
-    ("src/gpucert/targets/kubernetes_new.py", "from kubernetes import client\n\nprint(client)\n", False),
-    ("src/gpucert/targets/kubeapi.py", "from kubernetes import client\n\nprint(client)\n", False),
+    ("src/gpucert/measure/probes/new.py", "import cupy\nimport pynvml\n\nprint(cupy, pynvml)\n", False),
+    ("src/gpucert/measure/targets/kubernetes/new.py", "from kubernetes import client\n\nprint(client)\n", False),
+    ("src/gpucert/measure/targets/kubernetes/api.py", "from kubernetes import client\n\nprint(client)\n", False),
 ]
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert.probes import nccl
-from gpucert.probes.device import NumpyDevice
-from gpucert.targets.local import PROFILES
+from gpucert.measure.probes import nccl
+from gpucert.measure.probes.device import NumpyDevice
+from gpucert.measure.targets.local import PROFILES
 
 # ---- NCCL's unique id: CuPy 13 hands out a tuple of C chars, CuPy 14 bytes ------------------------------------
 

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from gpucert.probes import p2p, pcie
-from gpucert.probes.device import NumpyDevice
-from gpucert.probes.runner import run_plan
-from gpucert.probes.timing import Budget, time_together
+from gpucert.measure.probes import p2p, pcie
+from gpucert.measure.probes.device import NumpyDevice
+from gpucert.measure.probes.runner import run_plan
+from gpucert.measure.probes.timing import Budget, time_together
 
 from .fake_nvml import eight_gpus, fake_nvml
 from .test_probe_node import plan
@@ -130,7 +130,7 @@ def test_bidirectional_bandwidth_counts_both_directions() -> None:
 
 
 def test_a_hung_bidirectional_pair_is_that_pairs_error() -> None:
-    from gpucert.probes.watchdog import ProbeTimeout
+    from gpucert.measure.probes.watchdog import ProbeTimeout
 
     def run(fn: Any, what: str) -> Any:
         if "<->" in what and what.endswith("0<->1"):

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucert.checks import CheckKey, CheckStatus, Finding
-from gpucert.names import NameError_, check_file_stem, check_node_name, inside
-from gpucert.plan import plan_checks
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.required import plan_checks
 from gpucert.report.html import natural_key
 from gpucert.report.verdict import Outcome, build_verdict
-from gpucert.spec import load_spec
+from gpucert.spec.cluster import load_spec
+from gpucert.spec.names import NameError_, check_file_stem, check_node_name, inside
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def keys(*names: str) -> list[CheckKey]:
 
 
 def verdict(plan_keys: list[CheckKey], outcomes: dict[CheckKey, Finding], selected: set[CheckKey] | None) -> dict:
-    from gpucert.plan import Plan
+    from gpucert.plan.required import Plan
 
     plan = Plan(("configure",), frozenset(plan_keys))
     return build_verdict(
@@ -159,7 +159,7 @@ def test_a_node_is_compared_with_the_other_nodes_from_four_and_says_why_not_belo
 
 def _mixed() -> dict:
     """A verdict gpucert writes: passes, a failure and an error on nodes, a waived failure, a skip, a fleet check."""
-    from gpucert.plan import Plan
+    from gpucert.plan.required import Plan
 
     reach = [CheckKey("node.reachable", n) for n in ("a", "b", "c")]
     ecc = [CheckKey("health.ecc", n, 0) for n in ("a", "b", "c")]

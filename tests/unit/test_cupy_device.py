@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.probes.affinity import pinned as _pinned
-from gpucert.probes.device import CupyDevice, NumpyDevice
-from gpucert.probes.hostmem import first_touched, page_nodes, registered
-from gpucert.probes.runner import run_plan
-from gpucert.probes.watchdog import within
+from gpucert.measure.probes.affinity import pinned as _pinned
+from gpucert.measure.probes.device import CupyDevice, NumpyDevice
+from gpucert.measure.probes.hostmem import first_touched, page_nodes, registered
+from gpucert.measure.probes.runner import run_plan
+from gpucert.measure.probes.watchdog import within
 
 from .fake_cupy import CublasError, FakeCupy
 from .fake_nvml import eight_gpus, fake_nvml

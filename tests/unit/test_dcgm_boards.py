@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.analysis.dcgm import judge_dcgm
-from gpucert.checks import CheckStatus
-from gpucert.evidence import DcgmEvidence
-from gpucert.probes.dcgm import run_diag
+from gpucert.evaluate.rules.dcgm import judge_dcgm
+from gpucert.measure.evidence import DcgmEvidence
+from gpucert.measure.probes.dcgm import run_diag
+from gpucert.plan.checks import CheckStatus
 
 from .test_dcgm_parser import SAMPLES, sample
 from .test_probes import SERIALS, install_dcgmi

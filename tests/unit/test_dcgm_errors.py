@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.probes.dcgm import parse_diag, run_diag
+from gpucert.measure.probes.dcgm import parse_diag, run_diag
 
 from .test_probes import FIXTURES, SERIALS, install_dcgmi
 
@@ -43,7 +43,7 @@ def test_dcgm_error_ids_of_the_real_sample() -> None:
 def test_the_error_table_is_dcgm_4_5_2s() -> None:
     """Every id of dcgmError_t in DCGM 4.5.2's dcgmlib/dcgm_errors.h (tag v4.5.2), extracted into the fixture with
     the command it names, has its name in the probe's table; 4.5.2's last id is 129 (the sentinel is 130)."""
-    from gpucert.probes.dcgm import DCGM_ERRORS_VERSION, DCGM_FR
+    from gpucert.measure.probes.dcgm import DCGM_ERRORS_VERSION, DCGM_FR
 
     rows = (FIXTURES / "dcgm_errors-4.5.2.txt").read_text().splitlines()
     header = {int(i): name for i, name in (r.split() for r in rows if r and not r.startswith("#"))}
@@ -57,7 +57,7 @@ def test_the_error_table_is_dcgm_4_5_2s() -> None:
     [(120, "DCGM_FR_FALLEN_OFF_BUS"), (129, "DCGM_FR_NCCL_ERROR"), (10, "DCGM_FR_CLOCKS_EVENT_THERMAL"), (130, None)],
 )
 def test_new_error_ids_get_dcgms_names(eid: int, name: str | None) -> None:
-    from gpucert.probes.dcgm import dcgm_error
+    from gpucert.measure.probes.dcgm import dcgm_error
 
     err = dcgm_error({"error_id": eid, "error_category": 13, "error_severity": 2, "warning": "x"})
     assert err is not None

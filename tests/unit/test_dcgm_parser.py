@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.probes.dcgm import parse_diag
+from gpucert.measure.probes.dcgm import parse_diag
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples" / "dcgm"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.probes.dcgm import plugin_set, run_diag
+from gpucert.measure.probes.dcgm import plugin_set, run_diag
 
 from .test_probes import FIXTURES, SERIALS
 

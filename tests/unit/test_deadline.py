@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.probes.deadline import DCGM_LEVEL_S, MARGIN_S, dcgm_seconds, fabric_seconds, job_seconds
-from gpucert.probes.preflight import STEP_S
-from gpucert.probes.runner import DcgmPlan, ProbePlan, run_plan
-from gpucert.spec import Probe
+from gpucert.measure.probes.deadline import DCGM_LEVEL_S, MARGIN_S, dcgm_seconds, fabric_seconds, job_seconds
+from gpucert.measure.probes.preflight import STEP_S
+from gpucert.measure.probes.runner import DcgmPlan, ProbePlan, run_plan
+from gpucert.spec.cluster import Probe
 
 from .fake_nvml import eight_gpus, fake_nvml
 
@@ -77,8 +77,8 @@ def test_a_slow_but_working_fabric_is_timed_not_called_hung() -> None:
     # One 100 Gb/s port gives an all-reduce at most ~12 GB/s of bus bandwidth; the sweep moves up to twice its sizes
     # per all-reduce, nccl.DEFAULT_ITERS per sample, min_reps samples and a warm-up. Before, the limit was the
     # watchdog plus 1.2 s per size (about 130 s), less than the 8 GiB sweep takes over such a port.
-    from gpucert.probes import nccl
-    from gpucert.probes.multinode import FABRIC_FLOOR_BPS, sweep_limit_s
+    from gpucert.measure.probes import nccl
+    from gpucert.measure.probes.multinode import FABRIC_FLOOR_BPS, sweep_limit_s
 
     plan = gpu_plan(2, [Probe.NCCL])
     b, sizes = plan.budget, plan.sizes.nccl_sizes

@@ -15,8 +15,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpucert import cli, fleet_commands
-from gpucert.spec import KubernetesTargetSpec, load_spec
+from gpucert.cli import fleet as fleet_commands
+from gpucert.cli import main as cli
+from gpucert.spec.cluster import KubernetesTargetSpec, load_spec
 
 from .test_deploy import instructions
 

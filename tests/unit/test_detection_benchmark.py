@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucert.spec import load_spec
+from gpucert.spec.cluster import load_spec
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "detection.py"
 

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert.baseline import load_baseline
 from gpucert.errors import ConfigError
-from gpucert.fleet import load_fleet
-from gpucert.spec import ClusterSpec, load_spec
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import ClusterSpec, load_spec
+from gpucert.spec.simulated_fleet import load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -166,8 +166,8 @@ def test_a_baseline_that_would_pass_anything_is_refused(tmp_path: Path, change: 
 
 
 def test_a_tolerance_loosened_on_purpose_says_why_and_who(tmp_path: Path) -> None:
-    from gpucert.analysis.performance import Sampled, against_baseline
-    from gpucert.xids import APPLICATION_XIDS, HARDWARE_XIDS
+    from gpucert.evaluate.rules.performance import Sampled, against_baseline
+    from gpucert.evaluate.xids import APPLICATION_XIDS, HARDWARE_XIDS
 
     loosened = {"reason": "PCIe riser on this SKU trains at Gen4; agreed in PO 4411", "approvedBy": "buyer: j.doe"}
     doc = _h100(lambda d: d["metrics"]["pcie.h2d"].update(tolerance=0.5, loosened=loosened))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpucert.errors import EvidenceError
-from gpucert.evidence import (
+from gpucert.measure.evidence import (
     DcgmEvidence,
     DcgmGpuResult,
     DcgmTestResult,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.evidence import NodeEvidence
-from gpucert.probes.framing import FramingError, frame, parts, unframe
-from gpucert.probes.runner import ProbePlan, run_plan
-from gpucert.probes.stream import framer, rebuild
+from gpucert.measure.evidence import NodeEvidence
+from gpucert.measure.probes.framing import FramingError, frame, parts, unframe
+from gpucert.measure.probes.runner import ProbePlan, run_plan
+from gpucert.measure.probes.stream import framer, rebuild
 
 
 def doc(node: str) -> str:
@@ -104,7 +104,7 @@ def test_the_probe_command_streams_each_part_as_it_finishes(tmp_path: Path) -> N
     plan = small_plan(("memory", "compute"), gemm_n=1200)
     (tmp_path / "plan.json").write_text(plan.model_dump_json(by_alias=True))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucert.probes", "--plan", str(tmp_path / "plan.json"), "--framed"],
+        [sys.executable, "-m", "gpucert.measure.probes", "--plan", str(tmp_path / "plan.json"), "--framed"],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,

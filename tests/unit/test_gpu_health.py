@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert.analysis.health import judge_health, pcie_link, throttle
-from gpucert.analysis.nvlink import nvlink
-from gpucert.baseline import load_baseline
 from gpucert.errors import ConfigError
-from gpucert.evidence import Health, NvlinkErrors, PcieLink, ThrottleWindow
-from gpucert.probes.device import NumpyDevice
-from gpucert.probes.runner import ProbePlan, run_plan
-from gpucert.spec import load_spec
-from gpucert.targets.simulated import SimulatedTarget
+from gpucert.evaluate.rules.health import judge_health, pcie_link, throttle
+from gpucert.evaluate.rules.nvlink import nvlink
+from gpucert.measure.evidence import Health, NvlinkErrors, PcieLink, ThrottleWindow
+from gpucert.measure.probes.device import NumpyDevice
+from gpucert.measure.probes.runner import ProbePlan, run_plan
+from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import load_spec
 
 from .fake_nvml import NVMLError_NotSupported, eight_gpus, fake_nvml
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from gpucert.errors import ConfigError
-from gpucert.handover import MIN_TOLERANCE, handover_tolerance, load_node_baseline
-from gpucert.targets.kubernetes_nodes import gpu_pods
+from gpucert.measure.targets.kubernetes.nodes import gpu_pods
+from gpucert.spec.handover import MIN_TOLERANCE, handover_tolerance, load_node_baseline
 
 
 def test_tolerance_is_three_spreads_but_never_under_three_percent() -> None:
@@ -61,7 +61,7 @@ def test_only_unfinished_pods_holding_gpus_keep_a_node_busy() -> None:
 def test_lease_times_from_other_clients_are_read(text: str) -> None:
     from datetime import UTC, datetime
 
-    from gpucert.targets.kubernetes_nodes import _parse
+    from gpucert.measure.targets.kubernetes.nodes import _parse
 
     assert _parse(text).replace(microsecond=0) == datetime(2026, 12, 3, 6, 42, 20, tzinfo=UTC)
 
@@ -77,7 +77,7 @@ def test_lease_times_from_other_clients_are_read(text: str) -> None:
 def test_neighbour_pairs_cover_the_ring_with_no_node_twice_in_a_round(
     count: int, rounds: list[list[list[int]]]
 ) -> None:
-    from gpucert.run import neighbour_pairs
+    from gpucert.plan.run import neighbour_pairs
 
     nodes = [str(i) for i in range(1, count + 1)]
     got = neighbour_pairs(nodes)

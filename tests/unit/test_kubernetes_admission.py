@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from gpucert.spec import GpuSharing
-from gpucert.spec_kubernetes import KubernetesTargetSpec
-from gpucert.targets.kubeapi import _rbac_denial
-from gpucert.targets.kubernetes_admission import admission_fix
-from gpucert.targets.kubernetes_podspec import fabric_level, probe_resources
-from gpucert.targets.kubernetes_preflight import _tolerates
-from gpucert.targets.kubernetes_sharing import refusal, sharing
+from gpucert.measure.targets.kubernetes.admission import admission_fix
+from gpucert.measure.targets.kubernetes.api import _rbac_denial
+from gpucert.measure.targets.kubernetes.podspec import fabric_level, probe_resources
+from gpucert.measure.targets.kubernetes.preflight import _tolerates
+from gpucert.measure.targets.kubernetes.sharing import refusal, sharing
+from gpucert.spec.cluster import GpuSharing
+from gpucert.spec.kubernetes import KubernetesTargetSpec
 
 
 def status(message: str) -> str:

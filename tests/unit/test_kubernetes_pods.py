@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpucert.targets.kubernetes_nodes import gpu_pods
-from gpucert.targets.kubernetes_pods import lacks_gpus, node_deleted, stop_reason, unschedulable
+from gpucert.measure.targets.kubernetes.nodes import gpu_pods
+from gpucert.measure.targets.kubernetes.pods import lacks_gpus, node_deleted, stop_reason, unschedulable
 
 
 def pod(status: dict[str, Any], labels: dict[str, str] | None = None, gpus: int = 8) -> dict[str, Any]:

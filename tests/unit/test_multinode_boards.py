@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpucert.probes import health as nvml_probe
-from gpucert.probes import runner
-from gpucert.probes.boards import start_in_board_order
-from gpucert.probes.device import NumpyDevice
-from gpucert.probes.multinode import run_multinode
+from gpucert.measure.probes import health as nvml_probe
+from gpucert.measure.probes import runner
+from gpucert.measure.probes.boards import start_in_board_order
+from gpucert.measure.probes.device import NumpyDevice
+from gpucert.measure.probes.multinode import run_multinode
 
 from .fake_cupy import FakeCupy
 from .fake_nvml import eight_gpus, fake_nvml
@@ -87,7 +87,7 @@ class TwoOfThree(NumpyDevice):
 
 
 def test_a_cuda_device_that_names_no_board_is_charged_to_the_board_cuda_lacks() -> None:
-    from gpucert.probes.runner import run_plan
+    from gpucert.measure.probes.runner import run_plan
 
     ev = run_plan(plan(3, ["memory"]), nvml=fake_nvml(*eight_gpus()[:3]), open_device=TwoOfThree)
     err = ev.error_for("memory", 1, "memory.bandwidth")

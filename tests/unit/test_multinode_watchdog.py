@@ -14,10 +14,10 @@ import socket
 import threading
 from typing import Any
 
-from gpucert.evidence import FabricEvidence
-from gpucert.probes.device import Device
-from gpucert.probes.multinode import Rendezvous, SocketCollective, run_multinode
-from gpucert.probes.runner import ProbePlan
+from gpucert.measure.evidence import FabricEvidence
+from gpucert.measure.probes.device import Device
+from gpucert.measure.probes.multinode import Rendezvous, SocketCollective, run_multinode
+from gpucert.measure.probes.runner import ProbePlan
 
 
 class HangsAfter(SocketCollective):

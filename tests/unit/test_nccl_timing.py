@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpucert.probes import nccl
-from gpucert.probes.timing import Budget
+from gpucert.measure.probes import nccl
+from gpucert.measure.probes.timing import Budget
 
 FAST = Budget(warmup_s=0.0, measure_s=0.0, min_reps=3, max_reps=3)
 

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from gpucert.errors import ConfigError
-from gpucert.probes import preflight
-from gpucert.probes.health import open_nvml
-from gpucert.probes.runner import ProbePlan, run_plan
-from gpucert.spec import Probe
+from gpucert.measure.probes import preflight
+from gpucert.measure.probes.health import open_nvml
+from gpucert.measure.probes.runner import ProbePlan, run_plan
+from gpucert.spec.cluster import Probe
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL = set(Probe)
@@ -85,7 +85,7 @@ def test_local_target_without_nvml_is_a_one_line_error() -> None:
 @no_nvml
 def test_gpucert_certify_local_without_nvml_exits_2_with_one_line(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "gpucert.cli", "certify", str(ROOT / "examples" / "local.yaml"), "--reports", "r"],
+        [sys.executable, "-m", "gpucert.cli.main", "certify", str(ROOT / "examples" / "local.yaml"), "--reports", "r"],
         cwd=tmp_path,
         capture_output=True,
         text=True,

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from gpucert.analysis.health import throttle
-from gpucert.baseline import load_baseline
-from gpucert.evidence import NodeEvidence
-from gpucert.probes.device import NumpyDevice, prepare_cuda_environment
-from gpucert.probes.runner import ProbePlan, run_plan
+from gpucert.evaluate.rules.health import throttle
+from gpucert.measure.evidence import NodeEvidence
+from gpucert.measure.probes.device import NumpyDevice, prepare_cuda_environment
+from gpucert.measure.probes.runner import ProbePlan, run_plan
+from gpucert.spec.baseline import load_baseline
 
 from .fake_nvml import NVMLError_NoPermission, eight_gpus, fake_nvml
 

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from gpucert.evidence import read_evidence
-from gpucert.probes import compute, memory, nccl, p2p, pcie
-from gpucert.probes.dcgm import parse_diag, run_diag
-from gpucert.probes.device import NumpyDevice
-from gpucert.probes.health import read_gpu
-from gpucert.probes.runner import ProbePlan, run_plan
-from gpucert.probes.timing import Budget, time_region
+from gpucert.measure.evidence import read_evidence
+from gpucert.measure.probes import compute, memory, nccl, p2p, pcie
+from gpucert.measure.probes.dcgm import parse_diag, run_diag
+from gpucert.measure.probes.device import NumpyDevice
+from gpucert.measure.probes.health import read_gpu
+from gpucert.measure.probes.runner import ProbePlan, run_plan
+from gpucert.measure.probes.timing import Budget, time_region
 
 from .fake_nvml import (
     FakeGpu,
@@ -359,7 +359,7 @@ def test_gpu_device_without_cupy_names_the_extra() -> None:
     else:
         pytest.skip("CuPy is installed here")
     from gpucert.errors import ConfigError
-    from gpucert.probes.device import CupyDevice
+    from gpucert.measure.probes.device import CupyDevice
 
     with pytest.raises(ConfigError, match=r"pip install 'gpucert\[gpu\]'"):
         CupyDevice(0)
@@ -379,7 +379,7 @@ def test_probe_command_prints_the_evidence_document(tmp_path: Path) -> None:
     }
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     r = subprocess.run(
-        [sys.executable, "-m", "gpucert.probes", "--plan", str(tmp_path / "plan.json")],
+        [sys.executable, "-m", "gpucert.measure.probes", "--plan", str(tmp_path / "plan.json")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -391,7 +391,7 @@ def test_probe_command_prints_the_evidence_document(tmp_path: Path) -> None:
     assert len(ev.gpus[0].measurements["memory.bandwidth"].samples) == 3
     (tmp_path / "bad.json").write_text(json.dumps({**plan, "probez": []}))
     r = subprocess.run(
-        [sys.executable, "-m", "gpucert.probes", "--plan", str(tmp_path / "bad.json")],
+        [sys.executable, "-m", "gpucert.measure.probes", "--plan", str(tmp_path / "bad.json")],
         capture_output=True,
         text=True,
         timeout=120,
@@ -405,7 +405,7 @@ def test_nvml_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 
     from gpucert.errors import ConfigError
-    from gpucert.probes.health import open_nvml
+    from gpucert.measure.probes.health import open_nvml
 
     real_import = builtins.__import__
 
@@ -491,14 +491,23 @@ def test_all_reduce_across_processes_over_tcp(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from gpucert.evidence import FabricEvidence
-    from gpucert.probes.framing import unframe
+    from gpucert.measure.evidence import FabricEvidence
+    from gpucert.measure.probes.framing import unframe
 
     plan, port = _multinode_plan(tmp_path), _free_port()
     procs = [
         subprocess.Popen(
             [
-                *(sys.executable, "-m", "gpucert.probes", "--plan", str(plan), "--node", f"node-{r}", "--framed"),
+                *(
+                    sys.executable,
+                    "-m",
+                    "gpucert.measure.probes",
+                    "--plan",
+                    str(plan),
+                    "--node",
+                    f"node-{r}",
+                    "--framed",
+                ),
                 *("--processes", "3", "--rendezvous", f"localhost:{port}", "--rendezvous-timeout", "30"),
             ],
             env={**os.environ, "JOB_COMPLETION_INDEX": str(r)},
@@ -510,7 +519,7 @@ def test_all_reduce_across_processes_over_tcp(tmp_path: Path) -> None:
     ]
     outs = [p.communicate(timeout=60) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [o[1] for o in outs]
-    assert outs[0][0].strip() == "gpucert.probes: rank 2 done"
+    assert outs[0][0].strip() == "gpucert.measure.probes: rank 2 done"
     fabric = FabricEvidence.model_validate_json(unframe(outs[2][0]))
     assert fabric.nodes == ["node-0", "node-1", "node-2"]
     assert fabric.nccl is not None
@@ -521,7 +530,7 @@ def test_all_reduce_across_processes_over_tcp(tmp_path: Path) -> None:
 
 
 def test_process_zero_reports_who_never_joined(tmp_path: Path) -> None:
-    from gpucert.probes.multinode import run_multinode
+    from gpucert.measure.probes.multinode import run_multinode
 
     plan = ProbePlan.model_validate_json(_multinode_plan(tmp_path).read_text())
     fabric = run_multinode(plan, rank=0, processes=2, host="localhost", port=_free_port(), timeout_s=0.5)

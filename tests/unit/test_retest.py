@@ -11,8 +11,8 @@ import pytest
 
 from gpucert.acceptance.record import SeenRun, build_record
 from gpucert.acceptance.retest import Source, choose, identity_change
-from gpucert.evidence import GpuEvidence, NodeEvidence, ProbeError, SystemFacts
-from gpucert.runfolder import RunFolder
+from gpucert.measure.evidence import GpuEvidence, NodeEvidence, ProbeError, SystemFacts
+from gpucert.plan.runfolder import RunFolder
 from gpucert.stack.observe import ComponentObservation, NodeStack, StackObservation
 
 NOW = datetime(2027, 2, 1, 12, 0, tzinfo=UTC)

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpucert.errors import ConfigError
-from gpucert.fleetstate import DEFAULT_POOL, Judgement, NodeStatus
-from gpucert.schedule import (
+from gpucert.fleet.schedule import (
     ScheduleOptions,
     claim_record,
     cordon_limit,
@@ -19,7 +18,8 @@ from gpucert.schedule import (
     failure_allowance,
     oldest_first,
 )
-from gpucert.targets.base import NodeState
+from gpucert.fleet.state import DEFAULT_POOL, Judgement, NodeStatus
+from gpucert.measure.targets.base import NodeState
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpucert.errors import NodeBusyError
-from gpucert.targets.simulated import LOCK_MAX_AGE_S, SimulatedNodeControl
+from gpucert.measure.targets.simulated import LOCK_MAX_AGE_S, SimulatedNodeControl
 
 
 def _contend(state_dir: str, start: float, name: str, holding: str) -> str:
@@ -97,7 +97,7 @@ def test_a_dead_holder_or_an_unreadable_lock_is_taken_over(tmp_path: Path) -> No
 
 
 def test_a_node_name_cannot_point_the_lock_elsewhere(tmp_path: Path) -> None:
-    from gpucert.names import NameError_
+    from gpucert.spec.names import NameError_
 
     with pytest.raises(NameError_), SimulatedNodeControl(tmp_path / "state").lock("../../victim", "me"):
         pass

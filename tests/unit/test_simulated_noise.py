@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import yaml
 
-from gpucert.analysis.stats import median
-from gpucert.baseline import load_baseline
 from gpucert.errors import ConfigError
-from gpucert.evidence import NodeEvidence
-from gpucert.fleet import load_fleet
-from gpucert.spec import Probe, load_spec
-from gpucert.targets.base import MeasurePlan
-from gpucert.targets.simulated import SimulatedTarget
+from gpucert.evaluate.stats import median
+from gpucert.measure.evidence import NodeEvidence
+from gpucert.measure.targets.base import MeasurePlan
+from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import Probe, load_spec
+from gpucert.spec.simulated_fleet import load_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.checks import CheckStatus
-from gpucert.spec import load_spec
+from gpucert.plan.checks import CheckStatus
+from gpucert.spec.cluster import load_spec
 from gpucert.stack import rules
 from gpucert.stack.compat import cuda_of_driver, min_driver_for_cuda
 from gpucert.stack.components import version_from_image

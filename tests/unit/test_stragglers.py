@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from gpucert.analysis.performance import Sampled
-from gpucert.analysis.stats import quantile
-from gpucert.analysis.stragglers import COMPARISONS, MIN_PEERS, PeerIndex, Rules, binomial_tail, tail_z
-from gpucert.checks import CheckStatus
+from gpucert.evaluate.rules.performance import Sampled
+from gpucert.evaluate.rules.stragglers import COMPARISONS, MIN_PEERS, PeerIndex, Rules, binomial_tail, tail_z
+from gpucert.evaluate.stats import quantile
+from gpucert.plan.checks import CheckStatus
 
 Key = tuple[str, int | None]
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gpucert.probes import memory, pcie
-from gpucert.probes.device import NumpyDevice
-from gpucert.probes.timing import Budget
+from gpucert.measure.probes import memory, pcie
+from gpucert.measure.probes.device import NumpyDevice
+from gpucert.measure.probes.timing import Budget
 
 # ---- the timing protocol against a stream model: launch latency stays outside the timed region -----------------
 

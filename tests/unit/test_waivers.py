@@ -10,11 +10,11 @@ import pytest
 import yaml
 
 from gpucert.acceptance.waivers import EXPIRED, UNMATCHED, WaiverBook, Waivers, load_waivers
-from gpucert.checks import CheckKey, CheckStatus, Finding
 from gpucert.errors import ConfigError
-from gpucert.plan import Plan
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.required import Plan
 from gpucert.report.verdict import Outcome, build_verdict
-from gpucert.spec import duration_seconds, load_spec
+from gpucert.spec.cluster import duration_seconds, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 FAIL, PASS, SKIP, ERROR, WAIVED = (

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucert.xids import APPLICATION_XIDS, HARDWARE_XIDS, XID_SOURCE
+from gpucert.evaluate.xids import APPLICATION_XIDS, HARDWARE_XIDS, XID_SOURCE
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,8 +68,8 @@ def test_rows_say_what_the_catalog_says() -> None:
 
 
 def test_a_baseline_excusing_an_escaped_uncorrectable_ecc_error_is_refused(tmp_path: Path) -> None:
-    from gpucert.baseline import load_baseline
     from gpucert.errors import ConfigError
+    from gpucert.spec.baseline import load_baseline
 
     doc = yaml.safe_load((ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml").read_text())
     doc["health"]["applicationXids"] = [13, 140]

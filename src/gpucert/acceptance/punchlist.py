@@ -20,11 +20,11 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpucert.checks import Family, family_of
 from gpucert.errors import EvidenceError
-from gpucert.evidence import NodeEvidence
+from gpucert.measure.evidence import NodeEvidence
+from gpucert.plan.checks import Family, family_of
+from gpucert.plan.runfolder import RunFolder
 from gpucert.report.html import natural_key
-from gpucert.runfolder import RunFolder
 
 __all__ = ["FORMATS", "PunchRow", "figure", "punch_list", "render", "severity_of"]
 

@@ -24,11 +24,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from gpucert.acceptance.retest import verify_carried
 from gpucert.acceptance.waivers import load_waivers, waiver_id
 from gpucert.errors import ConfigError, EvidenceError, GpucertError
+from gpucert.plan.runfolder import RunFolder, write_json_atomic
 from gpucert.report import attest
 from gpucert.report.html import natural_key
 from gpucert.report.verdict import node_passed, verdict_problems
-from gpucert.runfolder import RunFolder, write_json_atomic
-from gpucert.spec import load_spec
+from gpucert.spec.cluster import load_spec
 
 __all__ = ["ACCEPTANCE_SCHEMA", "PREDICATE_TYPE", "RECORD", "REPORT", "STATUSES", "SeenRun", "accept", "open_run"]
 

@@ -22,14 +22,14 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert.errors import ConfigError, EvidenceError
-from gpucert.evidence import NodeEvidence
-from gpucert.inventory import Inventory
+from gpucert.measure.evidence import NodeEvidence
+from gpucert.measure.targets.base import MeasurePlan, Target
+from gpucert.plan.inventory import Inventory
+from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.verdict import node_passed
-from gpucert.runfolder import RunFolder
-from gpucert.spec import ClusterSpec, Probe, load_spec
+from gpucert.spec.cluster import ClusterSpec, Probe, load_spec
 from gpucert.stack.observe import StackObservation
-from gpucert.targets.base import MeasurePlan, Target
 
 __all__ = [
     "RETEST_SCHEMA",

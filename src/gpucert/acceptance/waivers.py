@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from gpucert.checks import PREREQUISITE_CHECKS, CheckKey, CheckStatus, Family, Finding, family_of
-from gpucert.documents import Document, Problem, load_document
-from gpucert.evidence import read_evidence
-from gpucert.names import NameError_, check_node_name
-from gpucert.spec import Metadata
+from gpucert.measure.evidence import read_evidence
+from gpucert.plan.checks import PREREQUISITE_CHECKS, CheckKey, CheckStatus, Family, Finding, family_of
+from gpucert.spec.cluster import Metadata
+from gpucert.spec.documents import Document, Problem, load_document
+from gpucert.spec.names import NameError_, check_node_name
 
 if TYPE_CHECKING:
-    from gpucert.evaluation import Evaluation
+    from gpucert.evaluate.evaluation import Evaluation
 
 __all__ = [
     "EXPIRED",

@@ -28,8 +28,8 @@ from allure_commons.logger import AllureFileLogger
 from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDetails, TestResult, TestStepResult
 
 from gpucert._version import __version__
-from gpucert.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
+from gpucert.plan.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.resources import project_root
 

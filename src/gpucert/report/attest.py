@@ -25,9 +25,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.plan.runfolder import ENVELOPE, RunFolder
 from gpucert.report.verdict import headline as verdict_headline
 from gpucert.report.verdict import verdict_problems
-from gpucert.runfolder import ENVELOPE, RunFolder
 
 __all__ = [
     "ENVELOPE",

@@ -6,11 +6,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from gpucert.analysis.stats import median
-from gpucert.checks import FABRIC_METRICS, GPU_METRICS, Family, Finding, family_of
+from gpucert.evaluate.stats import median
+from gpucert.plan.checks import FABRIC_METRICS, GPU_METRICS, Family, Finding, family_of
 
 if TYPE_CHECKING:
-    from gpucert.evaluation import Evaluation
+    from gpucert.evaluate.evaluation import Evaluation
 
 __all__ = ["evidence_for", "nccl_curve", "p2p_matrix", "recertify_summary"]
 

@@ -1,6 +1,6 @@
 """What a failed check says where pytest shows a failure: the terminal's failure section and FAILED line,
 pytest-html's row, JUnit's <failure>. One line naming the check id and why, not the traceback through gpucert's
-own frames ending in `gpucert.plugin.CheckFailed: ...`.
+own frames ending in `gpucert.pytest.plugin.CheckFailed: ...`.
 
 pytest's own representation classes are used (`_pytest._code.code` in pytest 8.3 to 9.1: ReprExceptionInfo,
 ReprTraceback, ReprEntryNative, ReprFileLocation), because pytest-xdist serialises exactly those between workers
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpucert.checks import Finding
+from gpucert.plan.checks import Finding
 
 __all__ = ["check_failure"]
 

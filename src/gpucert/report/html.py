@@ -9,19 +9,19 @@ from collections.abc import Mapping
 from html import escape
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpucert.analysis.stats import median
-from gpucert.baseline import GpuBaseline
-from gpucert.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
+from gpucert.evaluate.stats import median
+from gpucert.plan.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import details, plots
 from gpucert.report.html_top import LAYOUT, failures_table, signature_hint
 from gpucert.report.verdict import headline
+from gpucert.spec.baseline import GpuBaseline
 
 if TYPE_CHECKING:
-    from gpucert.checks import CheckKey
-    from gpucert.evaluation import Evaluation
+    from gpucert.evaluate.evaluation import Evaluation
+    from gpucert.plan.checks import CheckKey
+    from gpucert.plan.runfolder import RunFolder
     from gpucert.report.verdict import Outcome
-    from gpucert.runfolder import RunFolder
-    from gpucert.spec import ClusterSpec
+    from gpucert.spec.cluster import ClusterSpec
 
 
 class RunView(Protocol):

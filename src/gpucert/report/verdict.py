@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpucert.checks import CheckKey, CheckStatus, Finding
-from gpucert.plan import Plan
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.required import Plan
 
 __all__ = [
     "KINDS",

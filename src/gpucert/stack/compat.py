@@ -6,7 +6,7 @@ Source: NVIDIA CUDA Toolkit Release Notes, table "CUDA Toolkit and Corresponding
 
 from __future__ import annotations
 
-from gpucert.versions import parse_version
+from gpucert.spec.versions import parse_version
 
 __all__ = ["COMPAT_SOURCE", "MIN_DRIVER_FOR_CUDA", "cuda_of_driver", "min_driver_for_cuda"]
 

@@ -18,13 +18,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gpucert.baseline import DEFAULT_THROTTLE_ALLOWANCE
-from gpucert.checks import CheckKey, CheckStatus, Finding
-from gpucert.spec import ClusterSpec
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.spec.baseline import DEFAULT_THROTTLE_ALLOWANCE
+from gpucert.spec.cluster import ClusterSpec
+from gpucert.spec.versions import at_least, normalize, parse_version
 from gpucert.stack.compat import COMPAT_SOURCE, min_driver_for_cuda
 from gpucert.stack.gate_data import Tables, canonical, in_range
 from gpucert.stack.operator_values import OPERATOR_KEYS, Deployment
-from gpucert.versions import at_least, normalize, parse_version
 
 __all__ = ["BaselineReview", "Gate", "gate_keys"]
 

@@ -12,9 +12,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpucert.documents import Document, Problem, load_document
+from gpucert.spec.documents import Document, Problem, load_document
+from gpucert.spec.versions import checked_version, normalize, parse_version
 from gpucert.stack.components import DEFAULT_SOURCES, version_from_image
-from gpucert.versions import checked_version, normalize, parse_version
 
 __all__ = [
     "DATA",

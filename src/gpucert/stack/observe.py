@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert.errors import EvidenceError
-from gpucert.inventory import Inventory, Node
+from gpucert.plan.inventory import Inventory, Node
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource, version_from_image
 
 __all__ = [

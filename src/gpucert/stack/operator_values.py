@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpucert.documents import load_yaml
 from gpucert.errors import ConfigError
+from gpucert.spec.documents import load_yaml
+from gpucert.spec.versions import normalize
 from gpucert.stack.components import version_from_image
-from gpucert.versions import normalize
 
 __all__ = ["DEFAULT_ENABLED", "OPERATOR_KEYS", "Deployed", "Deployment", "read_cluster_policy", "read_values"]
 

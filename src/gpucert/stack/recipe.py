@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from graphlib import CycleError, TopologicalSorter
 
-from gpucert.checks import CheckStatus, Finding
-from gpucert.spec import ClusterSpec
+from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.spec.cluster import ClusterSpec
+from gpucert.spec.versions import at_least, normalize
 from gpucert.stack.compat import COMPAT_SOURCE, MIN_DRIVER_FOR_CUDA, min_driver_for_cuda
-from gpucert.versions import at_least, normalize
 
 __all__ = ["decide", "recipe_compat", "recipe_graph", "recipe_shared_images"]
 

@@ -6,12 +6,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from gpucert.checks import CheckStatus, Finding
-from gpucert.evidence import GpuEvidence
-from gpucert.spec import ClusterSpec, Expect, StackSpec
+from gpucert.measure.evidence import GpuEvidence
+from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.spec.cluster import ClusterSpec, Expect, StackSpec
+from gpucert.spec.versions import VersionError, at_least, normalize
 from gpucert.stack.compat import COMPAT_SOURCE, min_driver_for_cuda
 from gpucert.stack.observe import NodeStack
-from gpucert.versions import VersionError, at_least, normalize
 
 __all__ = [
     "SKEW_FIELDS",

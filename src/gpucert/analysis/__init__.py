@@ -1,1 +1,0 @@
-"""Pure analysis: baselines, robust statistics, straggler detection, health rules. No I/O, no cluster, no GPU."""

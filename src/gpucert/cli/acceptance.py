@@ -1,0 +1,161 @@
+"""The handover and signature commands of `gpucert`: `punchlist`, `accept`, `countersign` and `verify` (every
+signature of an envelope with its key; a re-test's carried evidence against its source). cli.py registers them.
+
+Exit codes as everywhere: 0 (the punch list is empty, the cluster is accepted, the signature added, the folder
+verifies), 1 (failing nodes on the punch list, the acceptance failed, the folder does not verify), 2 (usage, or a
+run that does not verify given to `accept`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from gpucert.errors import ConfigError
+from gpucert.plan.runfolder import RunFolder
+from gpucert.report import attest
+
+__all__ = ["add_acceptance_commands"]
+
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
+
+
+def cmd_punchlist(a: argparse.Namespace) -> int:
+    from gpucert.acceptance.punchlist import punch_list, render
+
+    folder = RunFolder(Path(a.run_dir))
+    rows = punch_list(folder)
+    text = render(rows, a.format, run=folder.id)
+    if a.out:
+        try:
+            Path(a.out).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot write the punch list: {exc.strerror}", path=a.out, key="--out") from None
+        console.print(f"wrote {a.out}: {len(rows)} failing node/GPU(s)")
+    else:
+        sys.stdout.write(text)
+    return 0 if not rows else 1
+
+
+def cmd_accept(a: argparse.Namespace) -> int:
+    from gpucert.acceptance.record import STATUSES, accept
+
+    sign_key = Path(a.sign_key)
+    keys = [attest.load_private_key(sign_key).public_key(), *(attest.load_public_key(Path(k)) for k in a.key or [])]
+    folder, record, fp = accept([Path(r) for r in a.run_dirs], Path(a.out), sign_key=sign_key, keys=keys)
+    t = record["totals"]
+    console.print(
+        f"{t['nodes']} of {t['expected']} nodes: " + ", ".join(f"{t[s]} {s}" for s in STATUSES) + f"; "
+        f"{len(record['waivers'])} waiver(s) in the record"
+    )
+    for problem in record["problems"]:
+        console.print(f"  [red]{problem}[/]")
+    ok = record["result"] == "pass"
+    console.print(f"[bold {'green' if ok else 'red'}]ACCEPTANCE {record['result'].upper()}[/]: {folder}")
+    console.print(f"  signed by {fp}; the buyer countersigns: gpucert countersign {folder} --key BUYER_KEY")
+    return 0 if ok else 1
+
+
+def cmd_countersign(a: argparse.Namespace) -> int:
+    path, fp = attest.countersign(Path(a.dir), Path(a.key))
+    count = len(attest.read_envelope(path).signatures)
+    console.print(f"countersigned {a.dir} with {fp}: {path} now holds {count} signatures")
+    return 0
+
+
+SCOPES = {
+    "measure": "certification: every node measured and judged (configure + certify)",
+    "recertify": "recertification of one node (configure + certify + recertify)",
+    "retest": "re-test: a certification that measured the nodes that had not passed and carried the others' signed "
+    "evidence over (configure + certify)",
+    "plan": "configure only: the cluster's configuration, NOTHING MEASURED (not a certification of the hardware)",
+    "static": "static gate: the spec's recipe alone, NO CLUSTER (not a certification)",
+}
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    from gpucert.acceptance.retest import verify_carried
+
+    keys = [Path(k) for k in a.key]
+    v = attest.verify(Path(a.run_dir), keys)
+    for sig in v.signatures:
+        by = f"[green]valid[/], made with key {sig.verified_by}" if sig.verified_by else "not made by any --key given"
+        console.print(f"signature {sig.index + 1} (keyid {sig.keyid or '-'}): {by}", soft_wrap=True)
+    if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
+        v.other = verify_carried(Path(a.run_dir), [attest.load_public_key(k) for k in keys])
+        carried = (RunFolder(Path(a.run_dir)).read_retest() or {}).get("carried", {})
+        if carried and not v.other:
+            console.print(f"carried evidence: {len(carried)} nodes, each file as its source run signed it")
+        pred = v.statement.get("predicate", {})
+        files = len(v.statement.get("subject", []))
+        if v.statement.get("predicateType") == attest.PREDICATE_TYPE:
+            target = pred.get("target", "?")
+            if target == "simulated":
+                console.print(
+                    "[bold yellow]TARGET: SIMULATED[/] this certificate is of a simulated fleet, not hardware"
+                )
+            else:
+                console.print(f"target: {target}")
+            console.print(
+                f"spec {pred.get('spec', {}).get('name')}, run {pred.get('run', {}).get('id')}, "
+                f"result {str(pred.get('result', '?')).upper()}, {files} files"
+            )
+            mode = str((pred.get("scope") or {}).get("mode"))
+            console.print(f"scope: {SCOPES.get(mode, f'{mode}: unknown (signed by another gpucert?)')}", markup=False)
+        else:
+            console.print(
+                f"acceptance {pred.get('id')} of spec {pred.get('spec')}: result {str(pred.get('result')).upper()}, "
+                f"{len(pred.get('runs', {}))} runs, {files} files"
+            )
+    if v.ok:
+        signers = ", ".join(dict.fromkeys(s.verified_by for s in v.signatures if s.verified_by))
+        console.print(f"[green]VALID[/]: signed by {signers}; every file matches its digest", soft_wrap=True)
+        return 0
+    console.print("[red]INVALID[/]:")
+    for problem in v.problems():
+        console.print(f"  {problem}", markup=False, soft_wrap=True)
+    return 1
+
+
+def add_acceptance_commands(sub: Any) -> None:
+    """Add the handover commands to the `gpucert` parser's subcommands."""
+    from gpucert.acceptance.punchlist import FORMATS
+
+    v = sub.add_parser("verify", help="check a signed folder's signatures (each with its key) and every file's digest")
+    v.add_argument("run_dir", metavar="DIR")
+    v.add_argument(
+        "--key",
+        required=True,
+        action="append",
+        help="a signer's public key; give it once per signature to require (vendor, then buyer)",
+    )
+    v.set_defaults(func=cmd_verify)
+
+    pl = sub.add_parser(
+        "punchlist",
+        help="one row per failing node and GPU, with what a repair ticket needs",
+        description="Exit status: 0 when the list is empty (nothing to repair), 1 when it has rows, 2 when the run "
+        "folder cannot be read.",
+    )
+    pl.add_argument("run_dir")
+    pl.add_argument("--format", choices=FORMATS, default="md", help="csv, json or md (default md)")
+    pl.add_argument("--out", default=None, help="write to this file instead of the terminal")
+    pl.set_defaults(func=cmd_punchlist)
+    ac = sub.add_parser("accept", help="the signed acceptance record of the cluster over its runs (latest wins)")
+    ac.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    ac.add_argument("--sign-key", required=True, help="the vendor's private key: signs the record")
+    ac.add_argument(
+        "--key",
+        action="append",
+        help="another public key the runs may be signed with (the signing key's own is always accepted)",
+    )
+    ac.add_argument("--out", default="acceptance", help="where acceptance/<id>/ is written (default ./acceptance)")
+    ac.set_defaults(func=cmd_accept)
+    cs = sub.add_parser("countersign", help="add a signature (the buyer's) to a signed folder's envelope")
+    cs.add_argument("dir")
+    cs.add_argument("--key", required=True, help="the countersigner's private key")
+    cs.set_defaults(func=cmd_countersign)

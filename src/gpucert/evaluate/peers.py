@@ -1,0 +1,146 @@
+"""The peer comparisons of one run: each metric's PeerIndex (analysis/stragglers) per node pool, built once from
+the evidence of the pool's measured nodes (and, on recertification, the fleet's latest evidence of that pool), and
+what the verdict says beside the checks: each pool's median against its SKU figure, and the comparisons that could
+not be made for too few peers. A node's peers are its pool's nodes, never another pool's (another SKU).
+
+Reads nothing itself: the Evaluation hands it the evidence. Figures that cannot be believed are no peers (they
+would move the median the others are held to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gpucert.evaluate.rules.performance import Sampled, figure_of, sample_problem, samples_of
+from gpucert.evaluate.rules.stragglers import FLEET, PeerIndex, Rules
+from gpucert.measure.evidence import NodeEvidence
+from gpucert.plan.checks import NODE_METRICS, REPEATED_METRICS
+from gpucert.spec.baseline import Comparison, GpuBaseline
+from gpucert.spec.cluster import ClusterSpec
+
+__all__ = ["PeerComparisons", "probe_of_metric", "unstable_is_judged"]
+
+
+def probe_of_metric(metric: str) -> str:
+    """The probe that measures a metric (`compute.gemm.bf16` -> compute)."""
+    return metric.split(".", 1)[0]
+
+
+def unstable_is_judged(metric: str) -> bool:
+    """Whether `stability.<metric>` applies: the samples are one GPU's (or node's) repetitions over time. P2P
+    samples come from the GPU's different pairs: a slow partner would read as instability."""
+    return metric in REPEATED_METRICS
+
+
+class PeerComparisons:
+    """Every metric's peers in every pool, indexed on first use."""
+
+    def __init__(
+        self,
+        evidence: Callable[[str], Sequence[NodeEvidence]],
+        spec: ClusterSpec,
+        baselines: Mapping[str, GpuBaseline],
+    ) -> None:
+        self._evidence = evidence  # a pool's name -> the evidence of its nodes (and its fleet peers)
+        self.spec = spec
+        self.baselines = baselines
+        self._index: dict[tuple[str, str], PeerIndex] = {}
+
+    def label(self, pool: str) -> str:
+        """How the findings name the group a figure is compared with: the fleet, or one pool of several."""
+        return FLEET if len(self.spec.pools) == 1 else f"{pool} pool"
+
+    def rules(self, metric: str, pool: str) -> Rules:
+        s = self.spec.stragglers_for(pool)
+        return Rules(
+            max_deviation=s.max_deviation,
+            min_z=s.min_z,
+            higher_is_better=self.baselines[pool].metrics[metric].comparison is Comparison.MIN,
+        )
+
+    def index(self, metric: str, pool: str) -> PeerIndex:
+        if (metric, pool) not in self._index:
+            values: dict[tuple[str, int | None], Sampled] = {}
+            samples: dict[tuple[str, int | None], list[float]] = {}
+            expected = self.baselines[pool].metrics[metric].expected
+            least = self.spec.certify.min_samples(probe_of_metric(metric))
+            for ev in self._evidence(pool):
+                if not ev.collected:
+                    continue
+                indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
+                for idx in indices:
+                    got = samples_of(ev, metric, idx)
+                    s = figure_of(ev, metric, idx)
+                    if s is not None and sample_problem(got, expected, least) is None:
+                        values[(ev.node, idx)] = s
+                        samples[(ev.node, idx)] = got
+            label = self.label(pool)
+            self._index[(metric, pool)] = PeerIndex(
+                metric,
+                values,
+                self.rules(metric, pool),
+                samples=samples if unstable_is_judged(metric) else None,
+                pool_of=lambda _node: label,
+            )
+        return self._index[(metric, pool)]
+
+    def metrics(self, pool: str) -> list[str]:
+        """The measured metrics the spec's probes cover and the pool's baseline has a figure for (one node's
+        all-reduce included; the multi-node figure has its own check)."""
+        probes = {p.value for p in self.spec.certify.probes}
+        b = self.baselines[pool]
+        return [m for m in b.metrics if probe_of_metric(m) in probes and m != "nccl.all_reduce.multinode"]
+
+    def against_sku(self) -> list[dict[str, Any]]:
+        """Per pool and metric, the pool's median against its SKU's figure. Informational: peer comparison is blind
+        when half the pool or more is slow (two hardware batches), and every GPU can sit inside the baseline's
+        tolerance while the pool as a whole is behind; `behind` marks a pool further off than maxDeviation."""
+        out = []
+        for pool in self.spec.pool_names:
+            several = len(self.spec.pools) > 1
+            for metric in self.metrics(pool):
+                fleet = self.index(metric, pool).fleet_median()
+                if fleet is None:
+                    continue
+                b = self.baselines[pool].metrics[metric]
+                deviation = fleet.median / b.expected - 1
+                sign = 1.0 if b.comparison is Comparison.MIN else -1.0
+                behind = sign * deviation < -self.spec.stragglers_for(pool).max_deviation
+                what = "nodes" if metric in NODE_METRICS else "GPUs"
+                out.append(
+                    {
+                        "metric": metric,
+                        "pool": pool,
+                        "median": round(fleet.median, 4),
+                        "expected": b.expected,
+                        "deviation": round(deviation, 4),
+                        "unit": b.unit,
+                        "count": fleet.n,
+                        "behind": behind,
+                        "informational": True,  # never a check's outcome: the baseline's tolerance decides
+                        "message": (
+                            (f"pool {pool}: " if several else "")
+                            + f"{metric}: the median over {fleet.n} {what} is {fleet.median:.4g} {b.unit}, "
+                            f"{abs(deviation):.1%} {'below' if deviation < 0 else 'above'} the SKU figure "
+                            f"{b.expected:.4g} of {self.baselines[pool].sku} (tolerance {b.tolerance:.0%})"
+                            + ("; no peer comparison can see a fleet that is behind as a whole" if behind else "")
+                        ),
+                    }
+                )
+        return out
+
+    def undecided(self) -> list[dict[str, Any]]:
+        """Every comparison not made for too few peers (never a silent pass), one entry per comparison, place and
+        reason, with the metrics it holds for."""
+        groups: dict[tuple[str, tuple[str, ...], str], list[str]] = {}
+        for pool in self.spec.pool_names:
+            for metric in self.metrics(pool):
+                for u in self.index(metric, pool).undecided(stability=unstable_is_judged(metric)):
+                    metrics = groups.setdefault((u.comparison, u.where, u.why), [])
+                    if metric not in metrics:
+                        metrics.append(metric)
+        return [
+            {"comparison": c, "where": list(where), "why": why, "metrics": metrics}
+            for (c, where, why), metrics in groups.items()
+        ]

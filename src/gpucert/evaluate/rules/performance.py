@@ -1,0 +1,195 @@
+"""Measured performance: the figure of a measurement (the median of its samples), whether its samples can be
+believed at all, and the figure against the SKU baseline. The comparisons with peers are in `stragglers`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpucert.evaluate.stats import median
+from gpucert.measure.evidence import Measurement, NcclEvidence, NodeEvidence, P2pPair
+from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.spec.baseline import Comparison, MetricBaseline
+from gpucert.spec.cluster import MIN_SAMPLES as SPEC_MIN_SAMPLES
+
+__all__ = [
+    "ABSURD_FACTOR",
+    "MIN_SAMPLES",
+    "Sampled",
+    "against_baseline",
+    "evidence_problem",
+    "figure_of",
+    "p2p_problem",
+    "sample_problem",
+    "samples_of",
+    "top_busbw",
+]
+
+# a figure needs this many samples: every probe's timing protocol takes at least five repetitions (min_reps)
+MIN_SAMPLES = SPEC_MIN_SAMPLES
+# no GPU measures ten times its SKU's figure: a sample that does is not a measurement
+ABSURD_FACTOR = 10.0
+
+Key = tuple[str, int | None]  # (node, gpu) ; gpu None for node-level metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Sampled:
+    """A measurement reduced to its median, with the number of samples behind it."""
+
+    value: float
+    n: int
+    unit: str
+
+
+def top_busbw(sweep: NcclEvidence) -> list[float]:
+    """The bus bandwidth samples at the sweep's largest message: what an all-reduce is judged by."""
+    return list(max(sweep.points, key=lambda p: p.size_bytes).busbw) if sweep.points else []
+
+
+def _pairs_of(ev: NodeEvidence, index: int | None) -> list[P2pPair]:
+    if ev.p2p is None or index is None:
+        return []
+    return [p for p in ev.p2p.pairs if index in (p.src, p.dst) and p.samples]
+
+
+def _measurement(ev: NodeEvidence, metric: str, index: int | None) -> Measurement | None:
+    g = ev.gpu(index) if index is not None else None
+    m = g.measurements.get(metric) if g is not None else None
+    return m if m is not None and m.samples else None
+
+
+def figure_of(ev: NodeEvidence, metric: str, index: int | None) -> Sampled | None:
+    """One GPU's (or, for nccl.all_reduce, the node's) figure for a metric; None when it was not measured.
+
+    P2P: the median over the pairs the GPU is part of of each pair's median; NCCL: at the largest message.
+    """
+    if metric == "nccl.all_reduce":
+        busbw = top_busbw(ev.nccl) if ev.nccl is not None else []
+        return Sampled(median(busbw), len(busbw), "GB/s") if busbw else None
+    if metric == "p2p.bandwidth":
+        pairs = _pairs_of(ev, index)
+        if not pairs or ev.p2p is None:
+            return None
+        return Sampled(median([median(p.samples) for p in pairs]), sum(len(p.samples) for p in pairs), ev.p2p.unit)
+    m = _measurement(ev, metric, index)
+    return Sampled(median(m.samples), len(m.samples), m.unit) if m is not None else None
+
+
+def samples_of(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
+    """Every sample behind `figure_of`'s figure (P2P: those of every pair the GPU is part of)."""
+    if metric == "nccl.all_reduce":
+        return top_busbw(ev.nccl) if ev.nccl is not None else []
+    if metric == "p2p.bandwidth":
+        return [x for p in _pairs_of(ev, index) for x in p.samples]
+    m = _measurement(ev, metric, index)
+    return list(m.samples) if m is not None else []
+
+
+def evidence_problem(
+    ev: NodeEvidence, metric: str, unit: str, gpu: int | None = None
+) -> tuple[CheckStatus, str] | None:
+    """What in a node's evidence for `metric` contradicts a measurement (the status it gives and why), or None: an
+    all-reduce that returned wrong values fails; one over another number of ranks than the node's GPUs, or a
+    figure in another unit than the baseline's, cannot be judged."""
+    if metric == "nccl.all_reduce" and ev.nccl is not None:
+        if not ev.nccl.correct:
+            return CheckStatus.FAIL, "the all-reduce returned wrong values"
+        if ev.nccl.ranks != len(ev.gpus):
+            return (
+                CheckStatus.ERROR,
+                f"the all-reduce ran over {ev.nccl.ranks} ranks, the node shows {len(ev.gpus)} GPUs",
+            )
+    if metric == "p2p.bandwidth":
+        matrix = p2p_problem(ev, gpu)
+        if matrix is not None:
+            return CheckStatus.ERROR, matrix
+        units = {ev.p2p.unit} if ev.p2p is not None else set()
+    else:
+        g = ev.gpu(gpu) if gpu is not None else None
+        m = g.measurements.get(metric) if g is not None else None
+        units = {m.unit} if m is not None else set()
+    if units - {unit}:
+        return CheckStatus.ERROR, f"{metric} was measured in {', '.join(sorted(units))}, the baseline is in {unit}"
+    return None
+
+
+def p2p_problem(ev: NodeEvidence, gpu: int | None) -> str | None:
+    """Why the node's P2P matrix cannot be judged for `gpu` (None when it can): every ordered pair of the node's
+    GPUs must be there exactly once, no GPU paired with itself or with a GPU the node does not show, and the pairs
+    of `gpu` measured GPU to GPU (without peer access the driver stages the copy through host memory, so the
+    figure is not P2P's)."""
+    if ev.p2p is None or gpu is None:
+        return None
+    indices = {g.index for g in ev.gpus}
+    seen: set[tuple[int, int]] = set()
+    for p in ev.p2p.pairs:
+        if p.src == p.dst:
+            return f"the P2P matrix pairs GPU {p.src} with itself"
+        if not {p.src, p.dst} <= indices:
+            return f"the P2P matrix has a pair {p.src}->{p.dst} of a GPU the node does not show"
+        if (p.src, p.dst) in seen:
+            return f"the P2P matrix holds the pair {p.src}->{p.dst} twice"
+        seen.add((p.src, p.dst))
+    order = sorted(indices)
+    missing = [f"{a}->{b}" for a in order for b in order if a != b and gpu in (a, b) and (a, b) not in seen]
+    if missing:
+        return f"the P2P matrix lacks the pairs {', '.join(missing)}"
+    staged = [f"{p.src}->{p.dst}" for p in ev.p2p.pairs if gpu in (p.src, p.dst) and not p.peer_access and not p.error]
+    if staged:
+        return f"no peer access between GPUs {', '.join(staged)}: the copies went through the host, not GPU to GPU"
+    return None
+
+
+def sample_problem(samples: list[float], expected: float | None, min_samples: int = MIN_SAMPLES) -> str | None:
+    """Why these samples cannot be believed as a measurement (None when they can): fewer than `min_samples` (the
+    spec's count for the probe, at least five), not numbers, zero or negative, or orders of magnitude beyond the
+    SKU's figure `expected`."""
+    if len(samples) < max(min_samples, MIN_SAMPLES):
+        need = max(min_samples, MIN_SAMPLES)
+        why = "a figure needs" if need == MIN_SAMPLES else "the spec asks of this probe (certify.samples)"
+        return f"{len(samples)} samples, fewer than the {need} {why}"
+    odd = [x for x in samples if not math.isfinite(x)]
+    if odd:
+        return f"{len(odd)} of {len(samples)} samples are not numbers ({odd[0]})"
+    low = [x for x in samples if x <= 0]
+    if low:
+        return f"{len(low)} of {len(samples)} samples are zero or negative ({low[0]})"
+    if expected is not None and max(samples) > ABSURD_FACTOR * expected:
+        return (
+            f"a sample of {max(samples):.4g} is more than {ABSURD_FACTOR:.0f}x the baseline figure {expected:.4g}: "
+            "no GPU measures that"
+        )
+    return None
+
+
+def _where(key: Key) -> str:
+    return key[0] if key[1] is None else f"{key[0]}/gpu{key[1]}"
+
+
+def against_baseline(check: str, key: Key, sampled: Sampled, baseline: MetricBaseline) -> Finding:
+    limit = baseline.threshold()
+    ok = sampled.value >= limit if baseline.comparison is Comparison.MIN else sampled.value <= limit
+    deviation = sampled.value / baseline.expected - 1
+    word = "below" if deviation < 0 else "above"
+    msg = (
+        f"{_where(key)} {check} {sampled.value:.4g} {sampled.unit} (median of {sampled.n} samples) is "
+        f"{abs(deviation):.1%} {word} the baseline {baseline.expected:.4g} {baseline.unit} "
+        f"(limit {limit:.4g}, tolerance {baseline.tolerance:.0%})"
+    )
+    if baseline.loosened is not None:  # said wherever the figure is judged: the run signs the baseline that says it
+        msg += (
+            f" [tolerance loosened on purpose: {baseline.loosened.reason}; approved by {baseline.loosened.approved_by}]"
+        )
+    return Finding(
+        check=check,
+        status=CheckStatus.PASS if ok else CheckStatus.FAIL,
+        node=key[0],
+        gpu=key[1],
+        message=msg,
+        observed=round(sampled.value, 4),
+        expected=baseline.expected,
+        unit=baseline.unit,
+        limit=round(limit, 4),
+    )

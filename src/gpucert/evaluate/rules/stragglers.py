@@ -1,0 +1,450 @@
+"""Each GPU (and node) against its peers on one metric: stragglers, nodes behind the others as a whole, and GPUs
+whose samples are unstable where their peers' are not. Pure: numbers in, Findings out.
+
+Three rules, each with the spec's two knobs (`certify.stragglers`: `maxDeviation`, `minZ`):
+
+- **straggler** (`straggler.<metric>`, per GPU): its figure (the median of its samples) is more than
+  `maxDeviation` behind the median of its peers on the node, or of its peers in the fleet, AND stands out of
+  their spread by a robust z of `minZ`, raised with the number of figures compared so that a healthy fleet of
+  any size is as unlikely to show one (`bar`). The node comparison takes its spread from every node's GPUs at
+  once (each GPU against its own node's others, pooled over the fleet): the MAD of seven peers is too unsteady
+  to hold a z to.
+- **node-level straggler** (`straggler.<metric>`, gpu null): the median of the node's GPUs is behind the other
+  nodes' by the same two tests. One slow node is one finding, not one per GPU.
+- **stability** (`stability.<metric>`): a sample is slow when it is more than `maxDeviation` below the GPU's own
+  median; a GPU has too many when the chance that any GPU of a healthy fleet this size shows that many (at the
+  rate its peers show, every peer's sample pooled: binomial, times the number of GPUs compared) is below the
+  one-sided normal tail of `minZ`, and at least two are. The median hides slowness in fewer than half the
+  samples; this does not. Healthy GPUs show a slow sample now and then, and a fleet of hundreds shows a rare
+  count somewhere: hence the peers' own rate, and the count of GPUs, in the test.
+
+Who a GPU's (or node's) peers are is decided in one place, `PeerIndex.pool_of`: today the whole fleet; pools of
+nodes plug in there. A comparison with fewer peers than `MIN_PEERS` is not made, and says so (`undecided`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from gpucert.evaluate.rules.performance import Sampled
+from gpucert.evaluate.stats import Summary, median, quantile, summarize
+from gpucert.plan.checks import CheckStatus, Finding
+
+__all__ = [
+    "COMPARISONS",
+    "FLEET",
+    "MIN_PEERS",
+    "MIN_SLOW_SAMPLES",
+    "PeerIndex",
+    "Rules",
+    "Undecided",
+    "binomial_tail",
+    "tail_z",
+]
+
+MIN_PEERS = 3  # a comparison needs at least this many peers: a median of fewer is one of them
+# the comparisons a peer rule makes, as the verdict's `undecided` names them
+NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY = (
+    "against its node's peers",
+    "against the fleet",
+    "node as a whole",
+    "stability",
+)
+COMPARISONS = (NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY)
+MIN_SLOW_SAMPLES = 2  # one slow sample is never a pattern, however rare it is among the peers
+Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
+FLEET = "fleet"
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The spec's knobs, and which way is worse for this metric."""
+
+    max_deviation: float
+    min_z: float = 3.5
+    higher_is_better: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Undecided:
+    """A comparison that was not made: too few peers for its rule."""
+
+    metric: str
+    comparison: str  # one of COMPARISONS
+    where: tuple[str, ...]
+    why: str
+
+    def to_json(self) -> dict[str, object]:
+        return {"metric": self.metric, "comparison": self.comparison, "where": list(self.where), "why": self.why}
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if k > n or p <= 0:
+        return 0.0
+    if p >= 1:
+        return 1.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [
+        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
+        for i in range(k, n + 1)
+    ]
+    top = max(terms)
+    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def tail_z(probability: float) -> float:
+    """The one-sided normal z of a tail probability (how many sd out a Gaussian reaches it): 2.3e-4 -> 3.5."""
+    if probability >= 1:
+        return -math.inf
+    if probability <= 1e-300:
+        return 37.0  # beyond what a double can tell apart
+    return -NormalDist().inv_cdf(probability)
+
+
+def _where(key: Key) -> str:
+    return key[0] if key[1] is None else f"{key[0]}/gpu{key[1]}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Slow:
+    """A measurement's slow samples: those more than maxDeviation below (worse than) its own median."""
+
+    k: int
+    n: int
+    median: float
+    low: float  # the 10th percentile (the 90th where lower is better): the depth of the bad tail
+    worst: float
+
+
+class PeerIndex:
+    """One metric across the fleet, summarised once; judges each GPU (or node) against its peers."""
+
+    def __init__(
+        self,
+        metric: str,
+        values: Mapping[Key, Sampled],
+        rules: Rules,
+        *,
+        samples: Mapping[Key, Sequence[float]] | None = None,
+        pool_of: Callable[[str], str] | None = None,
+    ) -> None:
+        self.metric = metric
+        self.values = values
+        self.rules = rules
+        self.sign = 1.0 if rules.higher_is_better else -1.0
+        self._pool_of = pool_of
+        self.pools: dict[str, list[Key]] = defaultdict(list)
+        self.by_node: dict[str, list[Key]] = defaultdict(list)
+        for key in values:
+            self.pools[self.pool_of(key[0])].append(key)
+            self.by_node[key[0]].append(key)
+        self.per_gpu = any(k[1] is not None for k in values)
+        self.fleet: dict[str, Summary] = {p: summarize([values[k].value for k in ks]) for p, ks in self.pools.items()}
+        self._residuals = {k: r for k in values if (r := self._node_residual(k)) is not None}
+        self._node_level: dict[str, Finding | None] = {}
+        self._pool_summaries: dict[str, tuple[list[float], Summary]] = {}
+        self._within = self._within_node_spread()
+        self._nodes = self._node_figures()
+        self._slow = {k: s for k, v in (samples or {}).items() if k in values and (s := self._slow_of(v)) is not None}
+        self._slow_pool: dict[str, tuple[int, int]] = defaultdict(lambda: (0, 0))
+        self._slow_members: dict[str, int] = defaultdict(int)
+        for k, s in self._slow.items():
+            pk, pn = self._slow_pool[self.pool_of(k[0])]
+            self._slow_pool[self.pool_of(k[0])] = (pk + s.k, pn + s.n)
+            self._slow_members[self.pool_of(k[0])] += 1
+
+    # ---- who the peers are: the one place pools plug in -------------------------------------------------------
+
+    def pool_of(self, node: str) -> str:
+        """The group of nodes a node is compared with: the whole fleet unless the caller says otherwise."""
+        return self._pool_of(node) if self._pool_of is not None else FLEET
+
+    def peers_of(self, key: Key) -> list[Key]:
+        """The GPUs (or nodes, for a node-level metric) `key` is compared with in the fleet: its pool, less itself."""
+        return [k for k in self.pools[self.pool_of(key[0])] if k != key]
+
+    def _peer_count(self, key: Key) -> int:
+        """How many peers `peers_of(key)` names, without listing them (a fleet of thousands asks for every GPU)."""
+        return len(self.pools[self.pool_of(key[0])]) - (1 if key in self.values else 0)
+
+    def node_peers_of(self, key: Key) -> list[Key]:
+        """The other GPUs of the GPU's own node."""
+        return [k for k in self.by_node[key[0]] if k != key] if key[1] is not None else []
+
+    # ---- summaries, once per metric ---------------------------------------------------------------------------
+
+    def _node_residual(self, key: Key) -> float | None:
+        """How far the GPU is from the median of its node's other GPUs (relative), or None with too few."""
+        peers = self.node_peers_of(key)
+        if len(peers) < MIN_PEERS:
+            return None
+        return self.values[key].value / median([self.values[k].value for k in peers]) - 1
+
+    def _residual(self, key: Key) -> float | None:
+        return self._residuals.get(key)
+
+    def _within_node_spread(self) -> dict[str, Summary]:
+        """Per pool, every GPU's residual against its own node's others: their median and MAD."""
+        out: dict[str, list[float]] = defaultdict(list)
+        for key, r in self._residuals.items():
+            out[self.pool_of(key[0])].append(r)
+        return {p: summarize(rs) for p, rs in out.items() if len(rs) > MIN_PEERS}
+
+    def _node_figures(self) -> dict[str, float]:
+        """Each node's figure: the median of its GPUs' figures (per-GPU metrics only)."""
+        if not self.per_gpu:
+            return {}
+        return {node: median([self.values[k].value for k in keys]) for node, keys in self.by_node.items()}
+
+    def _slow_of(self, samples: Sequence[float]) -> _Slow | None:
+        if not samples:
+            return None
+        m = median(samples)
+        if m <= 0:
+            return None
+        k = sum(1 for x in samples if self.sign * (x / m - 1) < -self.rules.max_deviation)
+        low = quantile(samples, 0.1 if self.sign > 0 else 0.9)
+        worst = min(samples) if self.sign > 0 else max(samples)
+        return _Slow(k, len(samples), m, low, worst)
+
+    # ---- the rules --------------------------------------------------------------------------------------------
+
+    def bar(self, compared: int) -> float:
+        """The robust z a figure must reach when `compared` figures are held to the same peers: `minZ` for one,
+        higher for more, so that the chance that any of a healthy fleet's figures reaches it stays that of one
+        figure reaching `minZ` (a fleet of thousands has a -4 sd board somewhere; it is no straggler)."""
+        return max(self.rules.min_z, tail_z(NormalDist().cdf(-self.rules.min_z) / max(compared, 1)))
+
+    def _behind(self, deviation: float, z: float, compared: int) -> bool:
+        return self.sign * deviation < -self.rules.max_deviation and self.sign * z < -self.bar(compared)
+
+    def _word(self) -> str:
+        return "below" if self.sign > 0 else "above"
+
+    def notes(self, key: Key, *, stability: bool) -> list[str]:
+        """The comparisons of `key` not made for too few peers, said plainly (a pass must not be silent on them)."""
+        out = []
+        if key[1] is not None and (self._residual(key) is None or self.pool_of(key[0]) not in self._within):
+            out.append(
+                f"not compared with its node's peers: {len(self.node_peers_of(key))}, the rule needs {MIN_PEERS}"
+            )
+        others = self._peer_count(key)
+        if others < MIN_PEERS:
+            what = "GPUs" if key[1] is not None else "nodes"
+            out.append(
+                f"not compared with the {self.pool_of(key[0])}: {others} other {what}, the rule needs {MIN_PEERS}"
+            )
+        if stability and self.stability(key) is None:
+            out.append(f"stability not judged: {others} peers with samples, the rule needs {MIN_PEERS}")
+        return out
+
+    def judge(self, key: Key) -> Finding:
+        """Pass, or `straggler.<metric>` failing: by how much, against whom, on how many samples. A pass says
+        which comparison could not be made for too few peers."""
+        check = f"straggler.{self.metric}"
+        s = self.values[key]
+        reasons: list[str] = []
+        r = self._residual(key)
+        within = self._within.get(self.pool_of(key[0]))
+        if key[1] is not None and r is not None and within is not None:
+            z = within.z(r)
+            if self._behind(r - within.median, z, within.n):
+                peers = self.node_peers_of(key)
+                ref = median([self.values[k].value for k in peers])
+                reasons.append(
+                    f"{abs(r):.1%} {self._word()} the median of its {len(peers)} peers on {key[0]} "
+                    f"({ref:.4g} {s.unit}; robust z {z:.1f} against the spread of every GPU from its own node's "
+                    f"others, beyond {self.bar(within.n):.1f} for any of {within.n} GPUs)"
+                )
+        fleet = self.fleet[self.pool_of(key[0])]
+        what = "GPUs" if key[1] is not None else "nodes"
+        if self._peer_count(key) >= MIN_PEERS:
+            deviation = s.value / fleet.median - 1
+            z = fleet.z(s.value)
+            if self._behind(deviation, z, fleet.n):
+                reasons.append(
+                    f"{abs(deviation):.1%} {self._word()} the {self.pool_of(key[0])} median over {fleet.n} {what} "
+                    f"({fleet.median:.4g} {s.unit}, robust z {z:.1f}, beyond {self.bar(fleet.n):.1f} for any of them)"
+                )
+        if not reasons:
+            message = f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} is in line with its peers"
+            return Finding(
+                check,
+                CheckStatus.PASS,
+                key[0],
+                key[1],
+                "; ".join([message, *self.notes(key, stability=False)]),
+                observed=s.value,
+                expected=round(fleet.median, 4),
+                unit=s.unit,
+            )
+        msg = (
+            f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} (median of {s.n} samples) is "
+            + " and ".join(reasons)
+            + f"; limit {self.rules.max_deviation:.1%} and minZ {self.rules.min_z:g}"
+        )
+        return Finding(
+            check,
+            CheckStatus.FAIL,
+            key[0],
+            key[1],
+            msg,
+            observed=round(s.value, 4),
+            expected=round(fleet.median, 4),
+            unit=s.unit,
+            limit=round(fleet.median * (1 - self.sign * self.rules.max_deviation), 4),
+        )
+
+    def node_level(self, node: str) -> Finding | None:
+        """The node as a whole against the other nodes (per-GPU metrics): pass, fail naming each of its GPUs'
+        figures, or None when the node has no figure or too few other nodes have one (see `undecided`)."""
+        if node not in self._node_level:
+            self._node_level[node] = self._judge_node(node)
+        return self._node_level[node]
+
+    def _pool_nodes(self, pool: str) -> tuple[list[float], Summary]:
+        """The figures of the pool's nodes (each node's median) and their summary: every node of the pool is held
+        to the same, itself included."""
+        if pool not in self._pool_summaries:
+            figures = [v for n, v in self._nodes.items() if self.pool_of(n) == pool]
+            self._pool_summaries[pool] = (figures, summarize(figures))
+        return self._pool_summaries[pool]
+
+    def _judge_node(self, node: str) -> Finding | None:
+        check = f"straggler.{self.metric}"
+        mine = self._nodes.get(node)
+        if mine is None:
+            return None
+        figures, nodes = self._pool_nodes(self.pool_of(node))
+        if len(figures) - 1 < MIN_PEERS:
+            return None
+        deviation = mine / nodes.median - 1
+        z = nodes.z(mine)
+        keys = sorted(self.by_node[node], key=lambda k: k[1] or 0)
+        unit = self.values[keys[0]].unit
+        if not self._behind(deviation, z, len(figures)):
+            return Finding(
+                check,
+                CheckStatus.PASS,
+                node,
+                None,
+                f"{node} {self.metric}: its {len(keys)} GPUs' median {mine:.4g} {unit} is in line with the "
+                f"{len(figures)} nodes' median {nodes.median:.4g} {unit}",
+                observed=round(mine, 4),
+                expected=round(nodes.median, 4),
+                unit=unit,
+            )
+        gpus = ", ".join(f"gpu{k[1]} {self.values[k].value:.4g}" for k in keys)
+        n = sorted({self.values[k].n for k in keys})
+        message = (
+            f"{node} {self.metric}: the median of its {len(keys)} GPUs, {mine:.4g} {unit}, is {abs(deviation):.1%} "
+            f"{self._word()} the median over {len(figures)} nodes ({nodes.median:.4g} {unit}, robust z {z:.1f}, beyond "
+            f"{self.bar(len(figures)):.1f} for any of them); the node as a whole is behind: its GPUs {gpus} {unit} "
+            f"(medians of {'/'.join(map(str, n))} samples each); limit {self.rules.max_deviation:.1%} and minZ "
+            f"{self.rules.min_z:g}"
+        )
+        return Finding(
+            check,
+            CheckStatus.FAIL,
+            node,
+            None,
+            message,
+            observed=round(mine, 4),
+            expected=round(nodes.median, 4),
+            unit=unit,
+            limit=round(nodes.median * (1 - self.sign * self.rules.max_deviation), 4),
+        )
+
+    def stability(self, key: Key) -> Finding | None:
+        """`stability.<metric>`: pass or fail on the GPU's slow samples against its peers' rate; None when the
+        GPU's samples were not given or it has too few peers."""
+        check = f"stability.{self.metric}"
+        mine = self._slow.get(key)
+        pool = self.pool_of(key[0])
+        peers = self._slow_members[pool] - (1 if mine is not None else 0)
+        if mine is None or peers < MIN_PEERS:
+            return None
+        pk, pn = self._slow_pool[pool]
+        k_peers, n_peers = pk - mine.k, pn - mine.n
+        rate = (k_peers + 1) / (n_peers + 2)  # never zero: the peers' samples are a finite look at their rate
+        chance = binomial_tail(mine.k, mine.n, rate)
+        # a healthy fleet shows a rare count somewhere: what counts is the chance that any of its GPUs shows it
+        judged = peers + 1
+        anywhere = min(1.0, chance * judged)
+        z = tail_z(anywhere)
+        unit = self.values[key].unit
+        limit = mine.median * (1 - self.sign * self.rules.max_deviation)
+        figures = (
+            f"{mine.k} of {mine.n} samples are more than {self.rules.max_deviation:.1%} {self._word()} its own median "
+            f"{mine.median:.4g} {unit} ({'lowest' if self.sign > 0 else 'highest'} {mine.worst:.4g}, "
+            f"{'10th' if self.sign > 0 else '90th'} percentile {mine.low:.4g}); its {peers} peers: {k_peers} "
+            f"of {n_peers} samples ({k_peers / n_peers if n_peers else 0:.2%})"
+        )
+        bad = mine.k >= MIN_SLOW_SAMPLES and z >= self.rules.min_z
+        if not bad:
+            return Finding(
+                check,
+                CheckStatus.PASS,
+                key[0],
+                key[1],
+                f"{_where(key)} {self.metric}: {figures}",
+                observed=round(mine.low, 4),
+                expected=round(mine.median, 4),
+                unit=unit,
+                limit=round(limit, 4),
+            )
+        return Finding(
+            check,
+            CheckStatus.FAIL,
+            key[0],
+            key[1],
+            f"{_where(key)} {self.metric} is unstable where its peers are not: {figures}; that many by chance at "
+            f"the peers' rate: p = {chance:.1e} per GPU, {anywhere:.1e} for any of {judged} GPUs (z {z:.1f}, "
+            f"limit minZ {self.rules.min_z:g})",
+            observed=round(mine.low, 4),
+            expected=round(mine.median, 4),
+            unit=unit,
+            limit=round(limit, 4),
+        )
+
+    # ---- what the verdict says beside the checks ---------------------------------------------------------------
+
+    def fleet_median(self) -> Summary | None:
+        """Every GPU's (or node's) figure at once, all pools together: what is held against the SKU figure."""
+        return summarize([s.value for s in self.values.values()]) if self.values else None
+
+    def undecided(self, *, stability: bool) -> list[Undecided]:
+        """The comparisons this index cannot make for too few peers, grouped by reason."""
+        out: list[Undecided] = []
+        few: dict[int, list[str]] = defaultdict(list)
+        for node, keys in self.by_node.items():
+            if self.per_gpu and len(keys) - 1 < MIN_PEERS:
+                few[len(keys) - 1].append(node)
+        for n, nodes in sorted(few.items()):
+            out.append(
+                Undecided(
+                    self.metric,
+                    NODE_PEERS,
+                    tuple(sorted(nodes)),
+                    f"{n} other GPU(s) on the node: a GPU is compared with its node's peers from {MIN_PEERS}",
+                )
+            )
+        for pool, keys in sorted(self.pools.items()):
+            what = "GPUs" if self.per_gpu else "nodes"
+            if len(keys) - 1 < MIN_PEERS:
+                why = f"{len(keys)} {what} in the {pool}: a figure is compared with the {pool}'s from {MIN_PEERS + 1}"
+                out.append(Undecided(self.metric, WITH_FLEET, (pool,), why))
+                if stability:
+                    out.append(Undecided(self.metric, STABILITY, (pool,), why))
+            nodes = sorted({k[0] for k in keys})
+            if self.per_gpu and len(nodes) - 1 < MIN_PEERS:
+                why = f"{len(nodes)} node(s) in the {pool}: a node is compared with the others from {MIN_PEERS + 1}"
+                out.append(Undecided(self.metric, NODE_LEVEL, (pool,), why))
+        return out

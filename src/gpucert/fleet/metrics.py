@@ -1,0 +1,306 @@
+"""`gpucert metrics`: the fleet's certification state in the Prometheus exposition format, with the official
+`prometheus_client`, as a file for node-exporter's textfile collector or from a small HTTP exporter.
+
+Each scrape (or write) reads the state afresh through fleetstate: the newest run folder per node under the reports
+folder and, with a spec whose target has nodes, the nodes as they stand (gpucert.io/* labels and annotations).
+Run folders are read once each and their figures cached, so a scrape costs one listing of the folder and, against
+a cluster, one paged list of nodes. Cardinality stays bounded by the fleet: nodes x GPUs x metrics for the
+per-GPU series, whose labels never carry a run id; `gpucert_run_info` has one series per run that is some node's
+newest. A scrape that cannot read the cluster fails (HTTP 500, so Prometheus marks the target down) rather than
+export a partial fleet.
+"""
+
+from __future__ import annotations
+
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, write_to_textfile
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpucert.errors import ConfigError, GpucertError
+from gpucert.evaluate.rules.performance import figure_of, sample_problem, samples_of
+from gpucert.fleet import exporter
+from gpucert.fleet.exporter import parse_listen
+from gpucert.fleet.state import NodeStatus, RunIndex, RunRecord, node_statuses
+from gpucert.measure.targets.base import NodeControl
+from gpucert.plan.checks import GPU_METRICS, NODE_METRICS
+from gpucert.plan.runfolder import RunFolder
+from gpucert.spec.baseline import GpuBaseline, load_baseline
+from gpucert.spec.cluster import ClusterSpec
+
+__all__ = [
+    "CLUSTER_TIMEOUT_S",
+    "FleetCollector",
+    "SpecWatch",
+    "parse_listen",
+    "registry_for",
+    "serve",
+    "write_textfile",
+]
+
+SCHEDULE_OUTCOMES = ("passed", "failed", "withheld", "error", "skipped")
+# the cluster read's own deadline: inside Prometheus' default scrape_timeout (10 s), whatever the client's retries
+CLUSTER_TIMEOUT_S = 8.0
+
+
+@dataclass
+class SpecWatch:
+    """The spec file the exporter serves, read again (with its target) when it changes: a ConfigMap update, an
+    edited nodeSelector or context. A spec that no longer loads fails the scrape until it is fixed."""
+
+    path: Path
+    load: Callable[[Path], tuple[ClusterSpec, NodeControl | None]]
+    _seen: tuple[int, int, int] | None = field(default=None, init=False)
+
+    def _key(self) -> tuple[int, int, int]:
+        st = self.path.stat()  # follows the ..data link a ConfigMap volume swaps
+        return st.st_ino, st.st_mtime_ns, st.st_size
+
+    def changed(self) -> bool:
+        try:
+            return self._key() != self._seen
+        except OSError:
+            return True  # gone or unreadable: loading it says why
+
+    def read(self) -> tuple[ClusterSpec, NodeControl | None]:
+        try:
+            key = self._key()
+        except OSError:
+            key = None
+        spec, control = self.load(self.path)
+        if key is not None:
+            self._seen = key
+        return spec, control
+
+
+@dataclass(eq=False)  # registered by identity
+class FleetCollector(Collector):
+    """A prometheus_client collector over the run folders under `reports` (of `spec`, when given) and the nodes
+    `control` reports (when given)."""
+
+    reports: Path
+    spec: ClusterSpec | None = None
+    control: NodeControl | None = None
+    cluster_timeout_s: float = CLUSTER_TIMEOUT_S
+    watch: SpecWatch | None = None
+    index: RunIndex = field(init=False)
+    _ratios: dict[tuple[str, str], list[tuple[str, str, float]]] = field(default_factory=dict, init=False)
+    _baselines: dict[tuple[str, str], GpuBaseline | None] = field(default_factory=dict, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+
+    def __post_init__(self) -> None:
+        self.index = RunIndex(self.reports)
+        if self.watch is not None:
+            self.spec, self.control = self.watch.read()
+
+    # ---- what is read --------------------------------------------------------------------------------------------
+
+    def runs(self) -> list[RunRecord]:
+        try:
+            is_dir = stat.S_ISDIR(self.reports.stat().st_mode)
+        except FileNotFoundError:
+            is_dir = True  # not made yet: no runs
+        except OSError as exc:  # under a file, a name too long: not a folder this can ever hold runs in
+            raise ConfigError(
+                f"cannot be read ({exc.strerror}): --reports names the folder of run folders", path=self.reports
+            ) from None
+        if not is_dir:
+            raise ConfigError("is not a folder: --reports names the folder of run folders", path=self.reports)
+        if self.spec is not None:
+            return self.index.runs(self.spec.metadata.name)
+        runs = self.index.runs()
+        specs = sorted({r.spec for r in runs if r.spec is not None})
+        if len(specs) > 1:
+            raise ConfigError(
+                f"holds runs of {len(specs)} specs ({', '.join(specs)}): pass --spec SPEC to export one of them",
+                path=self.reports,
+                key="--spec",
+            )
+        return runs
+
+    def statuses(self, runs: list[RunRecord]) -> list[NodeStatus]:
+        control = self.control
+        cluster = (
+            exporter.bounded(control.nodes, self.cluster_timeout_s, "the cluster's node list")
+            if control is not None
+            else None
+        )
+        return node_statuses(runs, cluster, self.spec)
+
+    def _baseline(self, folder: RunFolder, pool: str | None) -> GpuBaseline | None:
+        """The SKU baseline the run judged the pool's nodes against (its inputs/ copy), or None when it cannot be
+        read."""
+        key = (folder.id, pool or "")
+        if key not in self._baselines:
+            try:
+                path = folder.baseline_copy_for(pool) if pool else folder.baseline_copy
+                self._baselines[key] = load_baseline(path)
+            except (GpucertError, OSError, ValueError):
+                self._baselines[key] = None
+        return self._baselines[key]
+
+    def ratios(self, folder: RunFolder, node: str, pool: str | None = None) -> list[tuple[str, str, float]]:
+        """(metric, gpu, measured median / SKU figure) of the node's evidence in the run; gpu "" for the node's
+        all-reduce. A figure whose samples cannot be believed (too few, not positive, absurd) has no ratio."""
+        key = (folder.id, node)
+        if key in self._ratios:
+            return self._ratios[key]
+        out: list[tuple[str, str, float]] = []
+        baseline = self._baseline(folder, pool)
+        try:
+            ev = folder.read_evidence(node)
+        except (GpucertError, OSError):
+            ev = None
+        if baseline is not None and ev is not None and ev.collected:
+            slots = [(m, g.index) for g in ev.gpus for m in GPU_METRICS] + [(m, None) for m in NODE_METRICS]
+            for metric, gpu in slots:
+                figure = baseline.metrics.get(metric)
+                sampled = figure_of(ev, metric, gpu)
+                if figure is None or sampled is None or sample_problem(samples_of(ev, metric, gpu), figure.expected):
+                    continue
+                out.append((metric, "" if gpu is None else str(gpu), sampled.value / figure.expected))
+        self._ratios[key] = out
+        return out
+
+    # ---- the series ----------------------------------------------------------------------------------------------
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())  # the series depend on the fleet: registering reads nothing
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        with self._lock:
+            if self.watch is not None and self.watch.changed():
+                self.spec, self.control = self.watch.read()
+            runs = self.runs()
+            statuses = self.statuses(runs)
+            families = self._families(runs, statuses)
+        yield from families
+
+    def _families(self, runs: list[RunRecord], statuses: list[NodeStatus]) -> list[GaugeMetricFamily]:
+        certified = GaugeMetricFamily(
+            "gpucert_node_certified",
+            "Whether the node's newest certification passed (1) or not (0: failed, incomplete, unreadable, or the "
+            "node was never certified).",
+            labels=["node", "pool"],
+        )
+        last = GaugeMetricFamily(
+            "gpucert_node_last_certified_timestamp_seconds",
+            "When the node was last measured for a certification it passed, in seconds since the epoch (no series "
+            "for a node never certified).",
+            labels=["node", "pool"],
+            unit="seconds",
+        )
+        failed = GaugeMetricFamily(
+            "gpucert_check_failed",
+            "A check that failed or errored in the node's newest certification (1); gpu is empty for a node-level "
+            "check, node for a fleet-level one. Passing checks have no series.",
+            labels=["check", "node", "gpu"],
+        )
+        ratio = GaugeMetricFamily(
+            "gpucert_metric_ratio_to_baseline",
+            "The GPU's measured median over the SKU baseline's figure for the metric, in the node's newest "
+            "certification (1 is the SKU figure; gpu is empty for the node's all-reduce).",
+            labels=["metric", "node", "gpu"],
+        )
+        info = GaugeMetricFamily(
+            "gpucert_run_info",
+            "A run folder holding the newest certification of at least one node (value 1), with its spec and result.",
+            labels=["run", "spec", "result"],
+        )
+        unreadable = GaugeMetricFamily(
+            "gpucert_run_folders_unreadable",
+            "Run folders whose verdict.json cannot be read; the nodes they held count as not certified.",
+        )
+        newest_runs: dict[str, RunRecord] = {}
+        by_id = {r.id: r for r in runs}
+        used: set[tuple[str, str]] = set()
+        for s in statuses:
+            certified.add_metric([s.node, s.pool], 1.0 if s.certified else 0.0)
+            if s.certified_at is not None:
+                last.add_metric([s.node, s.pool], s.certified_at.timestamp())
+            j = s.latest
+            if j is None:
+                continue
+            for f in sorted({(f.check, f.gpu) for f in j.failing}, key=lambda c: (c[0], -1 if c[1] is None else c[1])):
+                failed.add_metric([f[0], s.node, "" if f[1] is None else str(f[1])], 1.0)
+            if j.folder is not None:
+                used.add((j.folder.id, s.node))
+                for metric, gpu, value in self.ratios(j.folder, s.node, j.pool):
+                    ratio.add_metric([metric, s.node, gpu], value)
+            if j.run in by_id:
+                newest_runs[j.run] = by_id[j.run]
+        # the fleet as a whole (the all-reduce across nodes), as the newest certification of the fleet found it
+        fleet = next((r for r in runs if not r.recertification), None)
+        for check in sorted({f.check for f in fleet.fleet_failing}) if fleet is not None else []:
+            failed.add_metric([check, "", ""], 1.0)
+        for r in sorted(newest_runs.values(), key=lambda r: r.id):
+            info.add_metric([r.id, r.spec or "", r.result], 1.0)
+        unreadable.add_metric([], float(sum(1 for r in runs if r.problem is not None)))
+        # keep only what this scrape used: the cache stays as large as the fleet, however many runs accumulate
+        self._ratios = {k: v for k, v in self._ratios.items() if k in used}
+        self._baselines = {k: v for k, v in self._baselines.items() if k[0] in {run for run, _ in used}}
+        return [certified, last, failed, ratio, info, unreadable, *self._schedule()]
+
+    def _schedule(self) -> list[GaugeMetricFamily]:
+        from gpucert.fleet.schedule import last_schedule
+
+        record = last_schedule(self.reports, self.spec.metadata.name if self.spec is not None else None)
+        if record is None:
+            return []
+        when = GaugeMetricFamily(
+            "gpucert_schedule_last_run_timestamp_seconds",
+            "When the last scheduled recertification (gpucert schedule) finished, in seconds since the epoch.",
+            unit="seconds",
+        )
+        when.add_metric([], record.finished.timestamp())
+        breaker = GaugeMetricFamily(
+            "gpucert_schedule_breaker_open",
+            "Whether the last scheduled recertification stopped on its circuit breaker (1): more nodes failed than "
+            "its maxFailureShare allows, which is more likely gpucert's or the stack's fault than the hardware's.",
+        )
+        breaker.add_metric([], 1.0 if record.breaker_open else 0.0)
+        nodes = GaugeMetricFamily(
+            "gpucert_schedule_nodes",
+            "The nodes of the last scheduled recertification by outcome (passed, failed, withheld: failed but left "
+            "unmarked by the circuit breaker, error: could not complete, skipped: chosen but not taken, no longer "
+            "eligible or after the breaker opened).",
+            labels=["outcome"],
+        )
+        for outcome in SCHEDULE_OUTCOMES:
+            nodes.add_metric([outcome], float(record.counts.get(outcome, 0)))
+        return [when, breaker, nodes]
+
+
+def registry_for(collector: FleetCollector) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return registry
+
+
+def write_textfile(collector: FleetCollector, path: Path) -> None:
+    """Write the series to `path` for node-exporter's textfile collector (atomically: a scrape never sees half)."""
+    if path.suffix != ".prom":
+        raise ConfigError(
+            "node-exporter's textfile collector reads only files named *.prom: name the file so", key="--textfile"
+        )
+    if not path.parent.is_dir():
+        raise ConfigError(
+            f"{path.parent} is not a folder: point --textfile into the collector's folder", key="--textfile"
+        )
+    write_to_textfile(str(path), registry_for(collector))
+
+
+def serve(
+    collector: FleetCollector,
+    listen: str,
+    *,
+    ready: threading.Event | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Serve /metrics on `listen` until interrupted (Ctrl-C or SIGTERM), or until `stop` is set (report.exporter)."""
+    exporter.serve(registry_for(collector), listen, ready=ready, stop=stop)

@@ -1,0 +1,84 @@
+"""`python -m gpucert.measure.probes --plan plan.json`: run one node's probes and print its evidence document.
+
+With `--framed` every probe's part is printed framed as soon as it finishes, and the document last (see
+`framing`), so a pod killed half-way keeps what it measured. With `--processes N --rendezvous HOST:PORT` this
+process is one node of an all-reduce across N nodes (its rank from `--rank`, default $JOB_COMPLETION_INDEX);
+process 0 prints the multi-node evidence document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from gpucert.errors import GpucertError
+from gpucert.measure.probes.framing import frame
+from gpucert.measure.probes.runner import ProbePlan, run_plan
+from gpucert.measure.probes.stream import framer
+from gpucert.measure.probes.watchdog import abandoned
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m gpucert.measure.probes", description=__doc__)
+    ap.add_argument("--plan", required=True, help="the probe plan (JSON) for this node")
+    ap.add_argument("--node", default=None, help="this node's name (a probe Job passes spec.nodeName)")
+    ap.add_argument("--framed", action="store_true", help="frame the document with its length and sha256")
+    ap.add_argument("--processes", type=int, default=0, help="all-reduce across this many nodes (one process each)")
+    ap.add_argument("--rank", type=int, default=None, help="this process's rank (default: $JOB_COMPLETION_INDEX)")
+    ap.add_argument("--rendezvous", default=None, metavar="HOST:PORT", help="process 0's address (multi-node)")
+    ap.add_argument("--rendezvous-timeout", type=float, default=600, help="seconds to wait for every process")
+    args = ap.parse_args(argv)
+    if args.processes and not args.rendezvous:
+        ap.error("--processes needs --rendezvous HOST:PORT")
+    try:
+        data = json.loads(Path(args.plan).read_text(encoding="utf-8"))
+        if args.node:
+            data["node"] = args.node
+        plan = ProbePlan.model_validate(data)
+    except (OSError, json.JSONDecodeError, ValidationError) as exc:
+        print(f"gpucert.measure.probes: error: {args.plan}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.processes:
+            from gpucert.measure.probes.multinode import run_multinode
+
+            host, _, port = args.rendezvous.rpartition(":")
+            rank = args.rank if args.rank is not None else int(os.environ.get("JOB_COMPLETION_INDEX", "0"))
+            fabric = run_multinode(
+                plan, rank=rank, processes=args.processes, host=host, port=int(port), timeout_s=args.rendezvous_timeout
+            )
+            if fabric is None:
+                print(f"gpucert.measure.probes: rank {rank} done")
+                return 0
+            document = fabric.model_dump_json(by_alias=True)
+        else:
+            emit = framer(sys.stdout.write, sys.stdout.flush) if args.framed else None
+            document = run_plan(plan, emit=emit).model_dump_json(by_alias=True)
+    except GpucertError as exc:
+        print(f"gpucert.measure.probes: error: {exc}", file=sys.stderr)
+        return _leave(exc.exit_code)
+    except (OSError, TimeoutError, ConnectionError) as exc:  # a hung all-reduce on a rank other than 0, too
+        print(f"gpucert.measure.probes: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return _leave(3)
+    sys.stdout.write(frame(document) if args.framed else document + "\n")
+    sys.stdout.flush()
+    return _leave(0)
+
+
+def _leave(code: int) -> int:
+    """`code`, or leave at once where a hung probe's thread (and its CUDA context) would hold the exit forever."""
+    if abandoned():
+        print(f"gpucert.measure.probes: abandoned {', '.join(abandoned())}", file=sys.stderr)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,367 @@
+"""All-reduce across nodes: one process per node (an Indexed Job's pod), every GPU of each node a rank.
+
+Rendezvous is a TCP connection from every process to process 0 (in a cluster, `<job>-0.<headless service>`):
+each says who it is and how many GPUs it holds, process 0 answers with the world (nodes in rank order, the first
+rank of each, and the NCCL unique id it created). The connections stay open: at the end each process reports
+whether its reduced buffers were right, and the NumPy device uses them as its transport (a star through process
+0), so the CPU test runs the same sweep and timing over a real network connection.
+
+Every process must launch each collective the same number of times, so the timing here is a fixed count of
+repetitions (the plan's `min_reps`), never a time budget that each node would spend differently.
+
+The sweep runs under the watchdog the single-node probes have: a process whose GPU or NCCL call hangs holds every
+other process in its collective. Past the limit each process sends process 0 how many collectives it launched
+and completed, and ends without failing its pod (a failed pod would be reported before process 0's document);
+process 0 names the process (node) that launched fewer than the others, or sent nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from gpucert._version import __version__
+from gpucert.measure.evidence import FabricEvidence, ProbeError
+from gpucert.measure.probes import nccl
+from gpucert.measure.probes.device import Device
+from gpucert.measure.probes.runner import ProbePlan, devices_for
+from gpucert.measure.probes.timing import Budget, Clock
+from gpucert.measure.probes.watchdog import ProbeTimeout, within
+
+__all__ = [
+    "DEFAULT_PORT",
+    "FABRIC_FLOOR_BPS",
+    "Peer",
+    "Rendezvous",
+    "SocketCollective",
+    "run_multinode",
+    "sweep_limit_s",
+]
+
+DEFAULT_PORT = 29511
+# bytes/s of bus bandwidth below which the sweep across nodes is called hung, not timed: a single 50 Gb/s port
+FABRIC_FLOOR_BPS = 5e9
+_LEN = struct.Struct("!Q")
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise ConnectionError(f"the peer closed the connection after {got} of {n} bytes")
+        got += k
+    return bytes(buf)
+
+
+def send_msg(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(_LEN.pack(len(payload)) + payload)
+
+
+def recv_msg(sock: socket.socket) -> bytes:
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    return _recv_exact(sock, n)
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    rank: int  # the process's rank (its pod's completion index)
+    node: str
+    gpus: int
+
+
+class Rendezvous:
+    """Process 0 listens on `port`; the others connect to `host:port`, retrying until `timeout_s`
+    (process 0's pod may start last, and its DNS name only resolves once it runs)."""
+
+    def __init__(self, rank: int, processes: int, host: str, port: int, timeout_s: float = 600) -> None:
+        self.rank, self.processes, self.host, self.port, self.timeout_s = rank, processes, host, port, timeout_s
+        self.peers: list[Peer] = []
+        self.uid: Any = None
+        self.socks: dict[int, socket.socket] = {}  # process 0: every other process's connection; else: {0: ...}
+
+    def join(self, node: str, gpus: int, make_uid: Callable[[], Any]) -> Rendezvous:
+        deadline = time.monotonic() + self.timeout_s
+        me = Peer(self.rank, node, gpus)
+        if self.rank == 0:
+            with socket.create_server(("", self.port), reuse_port=False) as server:
+                peers = {0: me}
+                while len(peers) < self.processes:
+                    server.settimeout(max(0.1, deadline - time.monotonic()))
+                    try:
+                        conn, _ = server.accept()
+                    except TimeoutError:
+                        missing = sorted(set(range(self.processes)) - set(peers))
+                        raise TimeoutError(
+                            f"rendezvous: processes {missing} did not join within {self.timeout_s:g} s"
+                        ) from None
+                    with contextlib.ExitStack() as unless_kept:
+                        unless_kept.callback(conn.close)
+                        conn.settimeout(self.timeout_s)
+                        hello = json.loads(recv_msg(conn))
+                        peers[hello["rank"]] = Peer(hello["rank"], hello["node"], hello["gpus"])
+                        self.socks[hello["rank"]] = conn
+                        unless_kept.pop_all()
+            self.peers = [peers[r] for r in range(self.processes)]
+            self.uid = make_uid()
+            world = json.dumps({"peers": [[p.rank, p.node, p.gpus] for p in self.peers], "uid": self.uid})
+            for conn in self.socks.values():
+                send_msg(conn, world.encode())
+        else:
+            conn = self.socks[0] = self._connect(deadline)  # kept first, so close() closes it whatever follows
+            send_msg(conn, json.dumps({"rank": self.rank, "node": node, "gpus": gpus}).encode())
+            world_doc = json.loads(recv_msg(conn))
+            self.peers = [Peer(r, n, g) for r, n, g in world_doc["peers"]]
+            self.uid = world_doc["uid"]
+        return self
+
+    def _connect(self, deadline: float) -> socket.socket:
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                conn = socket.create_connection((self.host, self.port), timeout=5)
+                conn.settimeout(self.timeout_s)
+                return conn
+            except OSError as exc:  # not resolvable yet, refused: process 0 is not up yet
+                last = exc
+                time.sleep(0.2)
+        raise TimeoutError(f"rendezvous: could not reach {self.host}:{self.port} in {self.timeout_s:g} s: {last}")
+
+    @property
+    def world(self) -> int:
+        return sum(p.gpus for p in self.peers)
+
+    @property
+    def first_rank(self) -> int:
+        return sum(p.gpus for p in self.peers[: self.rank])
+
+    def gather_flags(self, mine: bool) -> bool:
+        """Every process's flag, and-ed at process 0 (the others get their own back)."""
+        if self.rank != 0:
+            send_msg(self.socks[0], b"1" if mine else b"0")
+            return mine
+        return mine and all(recv_msg(c) == b"1" for c in self.socks.values())
+
+    def close(self) -> None:
+        for conn in self.socks.values():
+            conn.close()
+        self.socks.clear()
+
+
+class SocketCollective(nccl.NumpyCollective):
+    """The NumPy device across processes: each process sums its own ranks, process 0 sums the processes' partial
+    sums as they arrive over TCP and sends the total back to each."""
+
+    def __init__(self, rdzv: Rendezvous, local: int) -> None:
+        super().__init__(local, rdzv.world, rdzv.first_rank)
+        self.rdzv = rdzv
+
+    def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
+        total = np.sum(send, axis=0, dtype=np.float32)
+        if self.rdzv.rank == 0:
+            for conn in self.rdzv.socks.values():
+                total += np.frombuffer(recv_msg(conn), dtype=np.float32)
+            payload = total.tobytes()
+            for conn in self.rdzv.socks.values():
+                send_msg(conn, payload)
+        else:
+            send_msg(self.rdzv.socks[0], total.tobytes())
+            total = np.frombuffer(recv_msg(self.rdzv.socks[0]), dtype=np.float32)
+        for r in recv:
+            np.copyto(r, total)
+
+
+class _Progress:
+    """A collective that counts what this process launched and saw complete (what a hang is told apart by)."""
+
+    def __init__(self) -> None:
+        self.coll: nccl.Collective | None = None  # made under the watchdog: NCCL's init waits for every rank
+        self.launched = self.completed = self.ranks = 0
+
+    def start(self, coll: nccl.Collective) -> _Progress:
+        self.coll, self.ranks = coll, coll.ranks
+        return self
+
+    def clock(self) -> Clock:
+        assert self.coll is not None
+        return self.coll.clock()
+
+    def buffers(self, count: int) -> tuple[list[Any], list[Any]]:
+        assert self.coll is not None
+        return self.coll.buffers(count)
+
+    def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
+        assert self.coll is not None
+        self.launched += 1
+        self.coll.all_reduce(send, recv, count)
+
+    def synchronize(self) -> None:
+        assert self.coll is not None
+        self.coll.synchronize()
+        self.completed = self.launched
+
+    def correct(self, recv: list[Any], count: int) -> bool:
+        assert self.coll is not None
+        return self.coll.correct(recv, count)
+
+
+class _Reported(ProbeTimeout):
+    """A process other than 0 timed out and sent process 0 its counts."""
+
+
+def _status(progress: _Progress) -> bytes:
+    return json.dumps({"status": "timeout", "launched": progress.launched, "completed": progress.completed}).encode()
+
+
+def _read_status(conn: socket.socket, until: float) -> dict[str, Any] | None:
+    """A process's word after the watchdog: its status, `done` (its sweep finished), or None (nothing came)."""
+    while time.monotonic() < until:
+        conn.settimeout(max(0.05, until - time.monotonic()))
+        try:
+            msg = recv_msg(conn)
+        except (OSError, ValueError):
+            return None
+        if msg in (b"0", b"1"):  # its flag: the sweep finished there
+            return {"status": "done"}
+        with contextlib.suppress(ValueError, UnicodeDecodeError):
+            doc = json.loads(msg)
+            if isinstance(doc, dict) and doc.get("status") == "timeout":
+                return doc
+    return None  # a frame of the collective's own, or silence
+
+
+def _who_hung(rdzv: Rendezvous, mine: _Progress, wait_s: float) -> str:
+    """Process 0, after its watchdog: which process (node) did not arrive, from every process's counts."""
+    until = time.monotonic() + wait_s
+    said: dict[int, dict[str, Any] | None] = {0: {"launched": mine.launched, "completed": mine.completed}}
+    for r, conn in sorted(rdzv.socks.items()):
+        said[r] = _read_status(conn, until)
+    node = {p.rank: p.node for p in rdzv.peers}
+    silent = [r for r, s in said.items() if s is None]
+    counts = {r: int(s["launched"]) for r, s in said.items() if s is not None and "launched" in s}
+    most = max(counts.values(), default=0)
+    behind = [r for r, n in counts.items() if n < most]
+    parts = [f"rank {r} ({node.get(r, '?')}) did not arrive: nothing came from it after the watchdog" for r in silent]
+    parts += [
+        f"rank {r} ({node.get(r, '?')}) did not arrive: it launched {counts[r]} collectives, the others {most}"
+        for r in behind
+    ]
+    if not parts:
+        return f"every process launched {most} collectives and none saw the last complete: the fabric between them"
+    return "; ".join(parts)
+
+
+def sweep_limit_s(plan: ProbePlan) -> float:
+    """How long the sweep across nodes may take before it counts as hung: the watchdog, a timed region per size, and
+    the time its bytes take at FABRIC_FLOOR_BPS (a repetition counted for the warm-up). Without the last term an 8 GiB
+    sweep over one 100 Gb/s port outran the limit and was reported as a hung fabric."""
+    b = plan.budget
+    sizes = plan.sizes.nccl_sizes
+    moved = 2 * sum(sizes) * (max(b.min_reps, 1) + 1) * nccl.DEFAULT_ITERS  # an all-reduce moves < 2x its bytes
+    return b.watchdog_s + len(sizes) * (b.warmup_s + b.measure_s) + moved / FABRIC_FLOOR_BPS
+
+
+def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective]) -> tuple[Any, int]:
+    """The communicators and the sweep under the watchdog; past it, this process's counts go to process 0 (which
+    names who hung) and the process's own error names its rank."""
+    b = plan.budget
+    reps = max(b.min_reps, 1)
+    limit = sweep_limit_s(plan)
+    # the other processes give up a little after process 0, which is then listening for their counts
+    grace = min(10.0, b.watchdog_s / 2)
+    limit += grace if rdzv.rank != 0 else 0.0
+    progress = _Progress()
+
+    def run() -> Any:
+        return nccl.all_reduce_sweep(progress.start(make()), Budget(0.0, 0.0, reps, reps), plan.sizes.nccl_sizes)
+
+    try:
+        return within(limit, run, "the all-reduce across nodes"), reps
+    except ProbeTimeout as exc:
+        if rdzv.rank != 0:
+            with contextlib.suppress(OSError):
+                send_msg(rdzv.socks[0], _status(progress))
+            raise _Reported(f"{exc} on rank {rdzv.rank} (launched {progress.launched} collectives)") from None
+        slow = f"(a fabric slower than {FABRIC_FLOOR_BPS / 1e9:g} GB/s of bus bandwidth runs past this limit too)"
+        raise ProbeTimeout(f"{exc}: {_who_hung(rdzv, progress, 2 * grace + 5)} {slow}") from None
+
+
+def run_multinode(
+    plan: ProbePlan,
+    *,
+    rank: int,
+    processes: int,
+    host: str,
+    port: int = DEFAULT_PORT,
+    timeout_s: float = 600,
+    collective: Callable[[Rendezvous, list[Device]], nccl.Collective] | None = None,
+) -> FabricEvidence | None:
+    """This process's part of the all-reduce across nodes; process 0 returns the evidence, the others None.
+
+    On process 0 a failure is recorded in the evidence; elsewhere it raises (the pod fails with the message).
+    `collective(rendezvous, devices)` makes the collective (NCCL on GPUs, the sockets' sum on the NumPy device).
+    """
+    started = _now()
+    rdzv = Rendezvous(rank, processes, host, port, timeout_s)
+    try:
+        devices = devices_for(plan)
+        on_gpu = plan.device == "cupy"
+
+        def make_uid() -> Any:
+            if not on_gpu:
+                return None
+            from cupy.cuda import nccl as cupy_nccl
+
+            return nccl.unique_id_wire(cupy_nccl.get_unique_id())
+
+        rdzv.join(plan.node, len(devices), make_uid)
+
+        def make() -> nccl.Collective:
+            if collective is not None:
+                return collective(rdzv, devices)
+            if on_gpu:
+                return nccl.CupyNccl(devices, rdzv.world, rdzv.first_rank, rdzv.uid)
+            return SocketCollective(rdzv, len(devices))
+
+        sweep, reps = _sweep(plan, rdzv, make)
+        correct = rdzv.gather_flags(sweep.correct)
+        if rank != 0:
+            return None
+        sweep = sweep.model_copy(
+            update={"correct": correct, "params": {**sweep.params, "processes": processes, "repetitions": reps}}
+        )
+        outcome: dict[str, Any] = {"gpus_per_node": len(devices), "nccl": sweep}
+    except Exception as exc:
+        if isinstance(exc, _Reported):  # process 0 tells the story: a failed pod here would race its document
+            print(f"gpucert.measure.probes: {exc}; process 0 names who did not arrive", file=sys.stderr)
+            return None
+        if rank != 0:
+            raise
+        error = ProbeError(probe="nccl", message=f"{type(exc).__name__}: {exc}")
+        outcome = {"gpus_per_node": 0, "collected": False, "errors": [error]}
+    finally:
+        rdzv.close()
+    return FabricEvidence(
+        run_id=plan.run_id,
+        target=plan.target,
+        probe_version=__version__,
+        started=started,
+        finished=_now(),
+        nodes=[p.node for p in rdzv.peers],
+        **outcome,
+    )

@@ -1,0 +1,80 @@
+"""What every gpucert run's objects share: the labels that find them, names, and the sweep that deletes them; and
+the evidence of a node nothing could be measured on. kubernetes_jobs.py and kubernetes_fabric.py use them."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from gpucert._version import __version__
+from gpucert.errors import ClusterAccessError
+from gpucert.measure.evidence import NodeEvidence, ProbeError
+from gpucert.measure.targets.kubernetes.api import KubeApi, status_of
+
+__all__ = [
+    "HOSTNAME",
+    "LABEL_MANAGED",
+    "LABEL_NODE",
+    "LABEL_RUN",
+    "cleanup_runs",
+    "failed_evidence",
+    "now",
+    "run_label",
+    "short",
+]
+
+LABEL_RUN = "gpucert.io/run"
+LABEL_NODE = "gpucert.io/node"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def run_label(run_id: str) -> str:
+    """A label value for the run (labels are 63 characters at most; the full run id goes in an annotation)."""
+    return "r" + hashlib.sha256(run_id.encode()).hexdigest()[:15]
+
+
+def short(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def failed_evidence(node: str, message: str) -> NodeEvidence:
+    """The evidence of a node nothing was measured on, and why."""
+    t = now()
+    errors = [ProbeError(probe="*", message=message)]
+    return NodeEvidence(
+        node=node, target="kubernetes", probe_version=__version__, started=t, finished=t, collected=False, errors=errors
+    )
+
+
+def cleanup_runs(kube: KubeApi, namespace: str, label: str | None = None) -> int:
+    """Delete the Jobs, Pods, Services and ConfigMaps of one run (or, without `label`, of every gpucert run)."""
+    core, batch = kube.core, kube.batch
+    selector = f"{LABEL_RUN}={label}" if label else f"{LABEL_MANAGED}=gpucert"
+    deleted = 0
+    kinds: list[tuple[str, Callable[..., Any], Callable[..., Any]]] = [
+        ("jobs", batch.list_namespaced_job, batch.delete_namespaced_job),
+        ("pods", core.list_namespaced_pod, core.delete_namespaced_pod),
+        ("services", core.list_namespaced_service, core.delete_namespaced_service),
+        ("configmaps", core.list_namespaced_config_map, core.delete_namespaced_config_map),
+    ]
+    for kind, lister, deleter in kinds:
+        for obj in list(
+            kube.pages("list", f"{kind} in namespace {namespace}", lister, namespace=namespace, label_selector=selector)
+        ):
+            name = obj["metadata"]["name"]
+            try:
+                kube.call(
+                    "delete", f"{kind} {name}", deleter, name=name, namespace=namespace, propagation_policy="Background"
+                )
+                deleted += 1
+            except ClusterAccessError as exc:
+                if status_of(exc) != 404:
+                    raise
+    return deleted

@@ -1,0 +1,190 @@
+"""The simulated fleet's world: the spec, the fleet and its faults indexed per node, and what every part of the
+simulation asks of them (a node's SKU and labels, a component's version on a node, the GPUs on its bus, a metric's
+slow-down factor, a node's random generator). Deterministic: every node draws from its own generator seeded by
+(fleet seed, node number), so the order and parallelism of measuring change nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from gpucert.plan.checks import GPU_METRICS, METRICS
+from gpucert.spec.baseline import GpuBaseline
+from gpucert.spec.cluster import ClusterSpec
+from gpucert.spec.simulated_fleet import (
+    DriftFault,
+    Fault,
+    FleetPool,
+    IntermittentFault,
+    MissingComponentFault,
+    MissingGpuFault,
+    OrderingFault,
+    PreflightFault,
+    SimulatedFleet,
+    SlowFault,
+    SwappedGpuFault,
+    UnhealthyGpuFault,
+    UnreachableFault,
+    VersionFault,
+)
+
+__all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "iso", "sig"]
+
+# the streams of the noise keys added after the first fleets: each draws from a generator of its own, so a fleet
+# that does not set them measures exactly as it did before they existed
+GPU_SPREAD_STREAM, NODE_SPREAD_STREAM, VARYING_STREAM, OUTLIER_STREAM = 0x5B, 0x5C, 0x5D, 0x5E
+
+T0 = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
+DEFAULT_NODE_STACK = {
+    "kubelet": "v1.31.4",
+    "containerRuntime": "containerd://1.7.24",
+    "kernel": "5.15.0-131-generic",
+    "osImage": "Ubuntu 22.04.5 LTS",
+    "dcgm": "4.2.3",
+}
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def sig(x: float) -> float:
+    return float(f"{x:.5g}")
+
+
+@dataclass
+class NodeFaults:
+    """The faults of one node, indexed for the generator."""
+
+    slow: dict[tuple[int | None, str], float] = field(default_factory=dict)
+    varying: dict[tuple[int | None, str], list[IntermittentFault | DriftFault]] = field(default_factory=dict)
+    gpu: dict[int, list[Fault]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    ordering: list[OrderingFault] = field(default_factory=list)
+    missing: set[int] = field(default_factory=set)
+    swapped: set[int] = field(default_factory=set)
+    unhealthy: set[int] = field(default_factory=set)
+    missing_components: set[str] = field(default_factory=set)
+    unreachable: bool = False
+    preflight: PreflightFault | None = None
+
+
+class World:
+    """The spec, the fleet and its faults: what the cluster objects and the probe evidence are drawn from."""
+
+    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baselines: dict[str, GpuBaseline]) -> None:  # noqa: C901
+        """`baselines` by SKU name: every SKU the fleet's groups name (the nominal figures of their GPUs)."""
+        self.spec = spec
+        self.fleet = fleet
+        self.skus = baselines
+        self.names = fleet.node_names()
+        self._group = {n: g for g in fleet.groups() for n in g.nodes.names()}
+        self.faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self.names}
+        # what each node runs, unless a fault says otherwise: its group's versions over the fleet's, over the pins
+        # of the spec's pool the node is in (else the spec's recipe), over a default node
+        self.installed = {n: self._installed(n) for n in self.names}
+        for f in fleet.faults:
+            nf = self.faults[f.node]
+            match f:
+                case SlowFault():
+                    nf.slow[(f.gpu, f.metric)] = nf.slow.get((f.gpu, f.metric), 1.0) * f.factor
+                case IntermittentFault() | DriftFault():
+                    nf.varying.setdefault((f.gpu, f.metric), []).append(f)
+                case VersionFault():
+                    nf.versions[f.component] = f.version
+                case OrderingFault():
+                    nf.ordering.append(f)
+                case MissingGpuFault():
+                    nf.missing.add(f.gpu)
+                case SwappedGpuFault():
+                    nf.swapped.add(f.gpu)
+                case UnhealthyGpuFault():
+                    nf.unhealthy.add(f.gpu)
+                case MissingComponentFault():
+                    nf.missing_components.add(f.component)
+                case UnreachableFault():
+                    nf.unreachable = True
+                case PreflightFault():
+                    nf.preflight = f
+                case _:
+                    nf.gpu.setdefault(f.gpu, []).append(f)
+
+    def group(self, node: str) -> FleetPool:
+        return self._group[node]
+
+    def baseline_of(self, node: str) -> GpuBaseline:
+        """The SKU of the node's GPUs: their product name, memory, PCIe link and nominal figures."""
+        return self.skus[self._group[node].sku]
+
+    def labels(self, node: str) -> dict[str, str]:
+        """The node's labels as the cluster has them before GFD's count (hostname, product, its group's own)."""
+        return {
+            "kubernetes.io/hostname": node,
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": self.baseline_of(node).product,
+            **self._group[node].labels,
+        }
+
+    def _installed(self, node: str) -> dict[str, str]:
+        labels = {**self.labels(node), "nvidia.com/gpu.count": str(self._group[node].nodes.gpus_per_node)}
+        pools = [p.name for p in self.spec.pools if p.selects(labels)]
+        stack = self.spec.stack_for(pools[0]) if len(pools) == 1 else self.spec.stack
+        pins = {c.name: c.version for c in stack.components}
+        return {**DEFAULT_NODE_STACK, **pins, **self.fleet.stack, **self._group[node].stack}
+
+    def _version(self, node: str, component: str) -> str:
+        return self.faults[node].versions.get(component, self.installed[node].get(component, "0.0.0"))
+
+    def _present(self, node: str) -> list[int]:
+        """Physical GPU slots that answer on the bus; NVML numbers them 0.. in bus order."""
+        slots = self._group[node].nodes.gpus_per_node
+        return [s for s in range(slots) if s not in self.faults[node].missing]
+
+    def _rng(self, node: str) -> np.random.Generator:
+        return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1])
+
+    def _factor(self, node: str, slot: int | None, metric: str) -> float:
+        slow = self.faults[node].slow
+        f = slow.get((None, metric), 1.0)
+        return f * slow.get((slot, metric), 1.0) if slot is not None else f
+
+    def _stream(self, node: str, *key: int) -> np.random.Generator:
+        return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1, *key])
+
+    def _offset(self, node: str, slot: int | None, metric: str) -> float:
+        """What this node (and board, for a GPU's own measurement) measures of `metric` beside the SKU's nominal
+        figure, healthy: the fleet's `noise.nodeSpread` and `noise.gpuSpread`, drawn once per node and board."""
+        noise = self.fleet.noise
+        offset = 1.0
+        m = METRICS.index(metric)
+        if noise.node_spread:
+            offset *= 1 + noise.node_spread * float(
+                self._stream(node, NODE_SPREAD_STREAM).standard_normal(len(METRICS))[m]
+            )
+        if noise.gpu_spread and slot is not None and metric in GPU_METRICS and not metric.startswith("p2p."):
+            board = int(slot in self.faults[node].swapped)  # a replacement board is another draw
+            z = self._stream(node, GPU_SPREAD_STREAM, slot, board).standard_normal(len(METRICS))[m]
+            offset *= 1 + noise.gpu_spread * float(z)
+        return max(offset, 0.05)
+
+    def _varying(self, node: str, slot: int | None, metric: str, n: int, salt: int = 0) -> np.ndarray | None:
+        """Per-sample factors of the faults that come and go or drift on this GPU (or node), None when none do."""
+        nf = self.faults[node]
+        faults = [
+            *nf.varying.get((None, metric), []),
+            *(nf.varying.get((slot, metric), []) if slot is not None else []),
+        ]
+        if not faults:
+            return None
+        out = np.ones(n)
+        for i, f in enumerate(faults):
+            if isinstance(f, IntermittentFault):
+                where = 999 if slot is None else slot
+                hit = self._stream(node, VARYING_STREAM, where, METRICS.index(metric), i, salt).random(n) < f.fraction
+                out *= np.where(hit, f.factor, 1.0)
+            else:
+                out *= np.linspace(1.0, f.factor, n) if n > 1 else f.factor
+        return out

@@ -1,0 +1,406 @@
+"""Plan and measure: the two phases that fill a run folder before evaluation, and the one entry point for them.
+
+`prepare` is what both the `gpucert` command and the pytest plugin call: it loads nothing itself (the inputs are
+validated first, `load_inputs`), creates the run folder, and fills it for the chosen mode: the static gate (no
+cluster), recorded evidence (re-evaluation), plan only (configure), plan and measure, or a re-test (plan, then
+measure only what did not pass in an earlier run and carry the rest over). Every document lands on
+disk the moment it is known, so an interrupted run keeps what it measured; a run that fails before it measured
+anything leaves no folder behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpucert._version import __version__
+from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
+from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
+from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
+from gpucert.plan.inventory import Inventory
+from gpucert.plan.runfolder import RunFolder
+from gpucert.spec.baseline import GpuBaseline, check_baseline_for, load_baseline
+from gpucert.spec.cluster import ClusterSpec, ReplayTargetSpec, load_spec
+from gpucert.spec.names import NameError_, check_node_name
+from gpucert.spec.pools import PoolMap
+from gpucert.stack.gate_inputs import GateInputs, record_gate
+from gpucert.stack.observe import StackObservation, inventory_from_nodes, observe_stack
+
+if TYPE_CHECKING:
+    from gpucert.acceptance.retest import Source
+
+__all__ = [
+    "Mode",
+    "Progress",
+    "import_evidence",
+    "load_inputs",
+    "measure",
+    "neighbour_pairs",
+    "new_run",
+    "plan",
+    "prepare",
+    "recorded_run",
+]
+
+Progress = Callable[[NodeEvidence], None]
+
+
+class Mode(StrEnum):
+    """What a run does before it is evaluated."""
+
+    STATIC = "static"  # the recipe alone, no cluster
+    EVIDENCE = "evidence"  # recorded evidence, re-evaluated
+    PLAN = "plan"  # the cluster's inventory and stack, nothing measured (configure)
+    MEASURE = "measure"  # plan, then measure every node
+    RETEST = "retest"  # plan, then measure what did not pass in a source run; carry the rest over
+
+
+def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
+    """The spec, each pool's SKU baseline and the waivers, each validated alone and against the other
+    (ConfigError, exit 2)."""
+    spec = load_spec(spec_path)
+    baselines: dict[str, GpuBaseline] = {}
+    loaded: dict[Path, GpuBaseline] = {}
+    for pool, path in spec.baseline_paths().items():
+        if path not in loaded:
+            loaded[path] = load_baseline(path)
+        check_baseline_for(spec, spec.pool(pool), loaded[path], path)
+        baselines[pool] = loaded[path]
+    waivers = waivers_path(spec)
+    if waivers is not None:
+        from gpucert.acceptance.waivers import load_waivers
+
+        load_waivers(waivers, spec.acceptance.approvers)
+    return spec, baselines
+
+
+def waivers_path(spec: ClusterSpec) -> Path | None:
+    """The spec's waivers file (`acceptance.waivers`), resolved; None when the spec names none."""
+    name = spec.acceptance.waivers
+    return spec.resolve(name, "acceptance.waivers") if name is not None else None
+
+
+def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: bool) -> RunFolder:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
+    folder = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else ""))
+    folder.copy_inputs(spec.path, spec.baseline_paths(), waivers_path(spec) if waivers else None)
+    return folder
+
+
+@contextlib.contextmanager
+def new_run(
+    reports: Path,
+    spec: ClusterSpec,
+    mode: str,
+    suffix: str | None = None,
+    reevaluates: str | None = None,
+    *,
+    waivers: bool = True,
+) -> Iterator[RunFolder]:
+    """A new run folder of `mode` (runfolder.MODES, recorded in run.json) for the block; if the block fails before
+    any node was measured, the folder goes again, so a bad input or a cluster that cannot be reached leaves no empty
+    run behind (measured evidence always stays). The spec's waivers are copied into it and run.json says so (not
+    for the static gate: it judges no node)."""
+    existed = os.path.exists(reports)  # False for a name too long or a path under a file: creating it says why
+    folder = _new_folder(reports, spec, suffix, waivers)
+    folder.write_intent(
+        spec=spec.metadata.name, mode=mode, reevaluates=reevaluates, waivers=folder.waivers_copy.is_file()
+    )
+    try:
+        yield folder
+    except BaseException:
+        if not folder.holds_evidence:
+            shutil.rmtree(folder.path, ignore_errors=True)
+            if not existed:
+                with contextlib.suppress(OSError):
+                    reports.rmdir()  # only if empty: a reports folder this run created for nothing goes too
+        raise
+
+
+def prepare(  # noqa: C901, PLR0912
+    spec: ClusterSpec,
+    reports: Path,
+    mode: Mode,
+    *,
+    evidence: Path | None = None,
+    progress: Progress | None = None,
+    planned: Callable[[Inventory, str], None] | None = None,
+    source: Source | None = None,
+    gate: GateInputs | None = None,
+) -> RunFolder:
+    """A new run folder, filled for `mode` and ready to evaluate (the one path from a spec to a run).
+
+    A spec whose target is `replay` names its recorded evidence itself: planning or measuring it re-evaluates that.
+    A re-test takes its `source`: the earlier run, opened and verified (`acceptance.retest.open_source`).
+    `gate` are the static gate's inputs beside the spec (operator values, ClusterPolicies, a base ref).
+    """
+    gate_record = None
+    if gate is not None and gate.given:
+        if mode is not Mode.STATIC:
+            raise ConfigError(
+                "operator values, ClusterPolicies and --base-ref are inputs of the static gate: add --static"
+            )
+        gate_record = record_gate(spec, gate, spec.baseline_paths())  # bad inputs fail before any folder exists
+    if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
+        mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
+    if mode is Mode.RETEST and (source is None or isinstance(spec.target, ReplayTargetSpec)):
+        raise ConfigError(
+            "a re-test measures a cluster again: it needs the earlier run (--retest RUN_DIR) and a target to measure, "
+            "not recorded evidence",
+            path=spec.path,
+            key="target.kind",
+        )
+    target = None
+    if mode in (Mode.PLAN, Mode.MEASURE, Mode.RETEST):
+        from gpucert.measure.targets import open_target
+
+        target = open_target(spec)  # a bad fleet or kubeconfig fails before any folder exists
+    recorded = None
+    if mode is Mode.EVIDENCE:
+        if evidence is None:
+            raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")
+        recorded = recorded_run(evidence)
+    kind = {Mode.STATIC: "static", Mode.PLAN: "plan", Mode.MEASURE: "measure", Mode.RETEST: "retest"}.get(mode)
+    with new_run(
+        reports,
+        spec,
+        kind or recorded_mode(recorded),
+        reevaluates=recorded.id if recorded else None,
+        waivers=mode is not Mode.STATIC,
+    ) as folder:
+        if recorded is not None:
+            if folder.path.resolve().is_relative_to(recorded.path.resolve()):
+                raise ConfigError(
+                    "the new run folder would be inside the run it re-evaluates: choose --reports outside it",
+                    path=recorded.path,
+                )
+            import_evidence(recorded.path, folder)
+        elif mode is Mode.STATIC:
+            folder.write_stack(StackObservation(nodes={}))
+            folder.write_inventory(Inventory(target="static", nodes=()))
+            if gate_record is not None:
+                record, files = gate_record
+                for name, content in files.items():
+                    where, _, stem = name.partition("/")
+                    folder.add_gate_input(folder.inputs / where, stem, content)
+                folder.write_gate(record)
+        else:
+            assert target is not None
+            inventory = plan(target, spec, folder)
+            if mode is Mode.RETEST:
+                from gpucert.acceptance.retest import prepare_retest
+
+                assert source is not None
+                again = prepare_retest(target, inventory, spec, folder, source)
+                if planned is not None:  # what this run measures: the nodes measured again
+                    planned(
+                        Inventory(inventory.target, tuple(n for n in inventory.nodes if n.name in again)), target.kind
+                    )
+                carried = [n for n in inventory.names if n not in again]
+                measure(target, inventory, spec, folder, progress, nodes=list(again), peers=carried)
+                return folder
+            if planned is not None:
+                planned(inventory, target.kind)
+            if mode is Mode.MEASURE:
+                measure(target, inventory, spec, folder, progress)
+    return folder
+
+
+def plan(target: Target, spec: ClusterSpec, folder: RunFolder) -> Inventory:
+    """Ask the target what it has; write stack.json and inventory.json."""
+    nodes, pods = target.observe()
+    stack = observe_stack(nodes, pods, spec.stack.sources(), keep_labels=spec.selector_labels())
+    for name in stack.nodes:
+        try:
+            check_node_name(name)
+        except NameError_ as exc:
+            raise IncompleteRunError(
+                f"the {target.kind} target reported a node named {name!r}: {exc}; gpucert will not use it as a "
+                "file name. Check what answers for the cluster"
+            ) from None
+    policy = getattr(target, "cluster_policy", None)
+    if policy is not None:
+        stack = stack.model_copy(update={"cluster_policy": policy})
+    folder.write_stack(stack)
+    inventory = inventory_from_nodes(target.kind, stack)
+    folder.write_inventory(inventory)
+    return inventory
+
+
+def measure(
+    target: Target,
+    inventory: Inventory,
+    spec: ClusterSpec,
+    folder: RunFolder,
+    progress: Progress | None = None,
+    *,
+    nodes: list[str] | None = None,
+    peers: Sequence[str] = (),
+) -> None:
+    """Measure every node of the inventory (or `nodes` of it) that is in exactly one pool (a node in none or
+    several has no expectations to measure against: `pool.membership` is its finding); each node's evidence lands
+    on disk the moment it arrives. `peers` (carried over by a re-test) join the all-reduce across nodes: the
+    fabric is measured whole."""
+    folder.evidence_dir.mkdir(exist_ok=True)
+    stack = folder.read_stack()
+    pools = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names)
+    measure_plan = MeasurePlan(
+        run_id=folder.id,
+        probes=tuple(spec.certify.probes),
+        dcgm_level=spec.certify.dcgm.level,
+        samples=dict(spec.certify.samples),
+        gpus={n: pools.gpus_per_node(n) for n in pools.placed},
+    )
+
+    collected: list[str] = [
+        n for n in peers if (ev := folder.read_evidence(n)) is not None and ev.collected and ev.gpus
+    ]
+
+    def sink(ev: NodeEvidence) -> None:
+        folder.write_evidence(ev)
+        if ev.collected and ev.gpus:  # a node with no GPU to offer is no member of a collective
+            collected.append(ev.node)
+        if progress is not None:
+            progress(ev)
+
+    chosen = pools.placed if nodes is None else [n for n in pools.placed if n in set(nodes)]
+    if chosen:
+        target.measure(chosen, measure_plan, sink)
+    multinode = spec.certify.multinode
+    if multinode is not None:
+        order = {n: i for i, n in enumerate(inventory.names)}
+        nodes = sorted(collected, key=order.__getitem__)[: multinode.max_nodes]
+        folder.write_fabric(measure_fabric(target, nodes, measure_plan))
+        if multinode.pairs and len(nodes) >= 3 and isinstance(target, FabricTarget):
+            done: list[FabricEvidence] = []
+            for rnd in neighbour_pairs(nodes):
+                done += target.measure_fabrics(rnd, measure_plan)
+                folder.write_fabric_pairs(FabricPairs(pairs=done))
+
+
+def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:
+    """Every pair of neighbours on the ring of `nodes`, in rounds where no node is in two pairs at once."""
+    pairs = [[nodes[i], nodes[(i + 1) % len(nodes)]] for i in range(len(nodes) if len(nodes) > 2 else 1)]
+    rounds: list[list[list[str]]] = []
+    for pair in pairs:
+        free = next((r for r in rounds if not any(n in g for g in r for n in pair)), None)
+        if free is None:
+            rounds.append([pair])
+        else:
+            free.append(pair)
+    return rounds
+
+
+def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
+    """The all-reduce across `nodes`, or a document that says why it could not run."""
+    if len(nodes) >= 2 and isinstance(target, FabricTarget):
+        return target.measure_fabrics([nodes], plan)[0]
+    why = (
+        f"{len(nodes)} node(s) could be measured: an all-reduce across nodes needs at least two"
+        if len(nodes) < 2
+        else f"the {target.kind} target measures one host: there is no fabric between nodes to measure"
+    )
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return FabricEvidence(
+        run_id=plan.run_id,
+        target=target.kind,
+        probe_version=__version__,
+        started=now,
+        finished=now,
+        nodes=nodes,
+        gpus_per_node=0,
+        collected=False,
+        errors=[ProbeError(probe="nccl", message=why, unavailable=True)],
+    )
+
+
+# ---- recorded evidence ---------------------------------------------------------------------------------------
+
+
+def recorded_mode(recorded: RunFolder | None) -> str:
+    """The mode of a recorded run, from its run.json; a run folder from before run.json named its mode is what its
+    contents show (a recertification record, else a certification)."""
+    assert recorded is not None
+    try:
+        return recorded.mode
+    except EvidenceError:
+        if recorded.read_run_info().get("mode") is not None:
+            raise
+        return "recertify" if recorded.recertify_path.exists() else "measure"
+
+
+def recorded_run(source: Path) -> RunFolder:
+    """The run folder holding recorded evidence given as the folder or its evidence/ folder."""
+    try:
+        src = source.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise EvidenceError(f"cannot open: {exc}", path=source) from None
+    if not src.is_dir():
+        raise EvidenceError("--evidence needs a run folder or its evidence/ folder, got a file", path=src)
+    folder = RunFolder(src.parent if src == RunFolder(src.parent).evidence_dir else src)
+    if not folder.measured or not folder.prepared:
+        raise EvidenceError("not a gpucert run folder (expected inventory.json, stack.json and evidence/)", path=src)
+    return folder
+
+
+def _copy_regular(src: Path, dst: Path) -> None:
+    """Copy a file or a folder of files; a link or anything else that is not a plain file or folder is refused,
+    so recorded evidence cannot pull in a file from outside its folder."""
+    if src.is_symlink() or not (src.is_file() or src.is_dir()):
+        raise EvidenceError("not a plain file or folder (links are refused in recorded evidence)", path=src)
+    if src.is_file():
+        shutil.copy2(src, dst)
+        return
+    dst.mkdir()
+    for child in sorted(src.iterdir()):
+        _copy_regular(child, dst / child.name)
+
+
+def _check_recorded(folder: RunFolder) -> None:
+    """Recorded evidence is an input like a spec: every document must be one gpucert wrote, of the node it is
+    named for, or the re-evaluation stops with the file named (EvidenceError, exit 2)."""
+    folder.read_inventory()
+    folder.read_stack()
+    folder.read_fabric()
+    folder.read_fabric_pairs()
+    for path in sorted(folder.evidence_dir.iterdir()):
+        if path == folder.fabric_path.parent:
+            continue
+        if path.suffix != ".json" or not path.is_file():
+            raise EvidenceError("not an evidence document (evidence/ holds <node>.json and multinode/)", path=path)
+        try:
+            folder.read_evidence(path.stem)
+        except EvidenceError as exc:
+            raise EvidenceError(str(exc).removeprefix(f"{folder.evidence_dir}: "), path=path) from None
+
+
+def import_evidence(source: Path, folder: RunFolder) -> None:
+    """Copy recorded evidence (a run folder, or its evidence/ folder) into a new run folder for re-evaluation."""
+    recorded = recorded_run(source)
+    try:
+        for src, dst in ((recorded.inventory_path, folder.inventory_path), (recorded.stack_path, folder.stack_path)):
+            if not src.exists():
+                raise EvidenceError(f"missing {src.name}; pass a complete run folder", path=recorded.path)
+            _copy_regular(src, dst)
+        _copy_regular(recorded.evidence_dir, folder.evidence_dir)
+        _check_recorded(folder)
+        if recorded.retest_dir.is_dir():  # a re-test's run: where its carried evidence came from comes along
+            _copy_regular(recorded.retest_dir, folder.retest_dir)
+        # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
+        if recorded.recertify_path.exists():
+            _copy_regular(recorded.recertify_path, folder.recertify_path)
+            if recorded.fleet_dir.is_dir():
+                _copy_regular(recorded.fleet_dir, folder.fleet_dir)
+            if recorded.handover_copy.exists():
+                _copy_regular(recorded.handover_copy, folder.handover_copy)
+        folder.check()
+    except EvidenceError as exc:
+        shutil.rmtree(folder.evidence_dir, ignore_errors=True)  # nothing was measured: the run folder goes
+        shutil.rmtree(folder.retest_dir, ignore_errors=True)
+        raise EvidenceError(str(exc).replace(str(folder.path), str(recorded.path))) from None  # the user's file

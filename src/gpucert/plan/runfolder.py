@@ -1,0 +1,571 @@
+"""The run folder, `reports/<run-id>/`: the one owner of its layout, every file name in it, and their readers and
+writers. Everything else asks a RunFolder for a path or a document; no other module spells a file name of it.
+
+```
+inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
+inputs/waivers.yaml                              the deviations accepted (the spec's acceptance.waivers)
+inputs/baselines/<pool>.yaml                     each pool's SKU baseline, when the spec has several pools
+inputs/gate.json, operator/, base/               the static gate's inputs: operator values and ClusterPolicies, and
+                                                 each SKU baseline as it was at the base ref
+summary.md                                       the static gate's result in Markdown, for a pull request
+inventory.json, stack.json                       what the cluster reported (plan)
+evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
+recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
+retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
+retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
+verdict.json, run.json                           the result and when the run ran (evaluate)
+report.html, junit.xml, allure-results/          the reports
+certificate.intoto.json                          the signature over all of it (sign)
+```
+Touches the file system only; what the documents mean is for their own modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpucert.errors import ConfigError, EvidenceError
+from gpucert.measure.evidence import (
+    FabricEvidence,
+    FabricPairs,
+    NodeEvidence,
+    read_evidence,
+    read_fabric,
+    read_fabric_pairs,
+    write_document,
+)
+from gpucert.plan.inventory import Inventory, read_inventory, write_inventory
+from gpucert.spec.names import NameError_, check_file_stem, check_node_name, inside
+from gpucert.stack.observe import StackObservation, read_stack, write_stack
+
+__all__ = ["ENVELOPE", "MODES", "RunFolder", "write_json_atomic"]
+
+INPUTS = "inputs"
+SPEC = "spec.yaml"
+BASELINE = "baseline.yaml"
+POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
+HANDOVER = "handover.yaml"
+WAIVERS = "waivers.yaml"
+GATE = "gate.json"
+OPERATOR = "operator"
+BASE = "base"
+SUMMARY = "summary.md"
+INVENTORY = "inventory.json"
+STACK = "stack.json"
+EVIDENCE = "evidence"
+MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<node>.json`
+FABRIC = "nccl.json"
+PAIRS = "pairs.json"
+RECERTIFY = "recertify.json"
+PREFLIGHT = "preflight.json"  # whether `gpucert preflight` ran before the measure, or was skipped
+FLEET = "fleet"
+RETEST = "retest"
+RETEST_RECORD = "record.json"
+RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signed for the evidence carried over
+IDENTITY = "identity"
+VERDICT = "verdict.json"
+RUN_INFO = "run.json"
+REPORT = "report.html"
+JUNIT = "junit.xml"
+ALLURE = "allure-results"
+ENVELOPE = "certificate.intoto.json"
+# what a run is, recorded in run.json when it is prepared (and signed with it): it decides the suites that judge the
+# run, so no file added to or removed from the folder can turn a certification into a lighter one
+MODES = {
+    "static": ("static",),  # the recipe alone, no cluster
+    "plan": ("configure",),  # the cluster's configuration, nothing measured
+    "measure": ("configure", "certify"),  # a certification
+    "recertify": ("configure", "certify", "recertify"),  # one node against its handover baseline
+    "retest": ("configure", "certify"),  # a certification that measured part of the fleet and carried the rest
+}
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or an interrupt) never finds half a file; no temporary file is left behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever; a folder is no document
+            raise EvidenceError(
+                "is not a regular file (a folder, a FIFO or a device): not what gpucert wrote", path=path
+            )
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise EvidenceError("missing: pass a run folder written by gpucert", path=path) from None
+    except (OSError, ValueError, RecursionError) as exc:
+        raise EvidenceError(f"cannot be read as JSON ({exc})", path=path) from None
+    if not isinstance(data, dict):
+        raise EvidenceError(f"expected a JSON object, got {type(data).__name__}", path=path)
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class RunFolder:
+    """One run's folder. Paths are properties; documents are read and written through methods."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, reports: Path, name: str) -> RunFolder:
+        """A new, empty run folder `reports/<name>` (`-2`, `-3`, ... when taken), with its inputs/ folder."""
+        try:
+            reports.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ConfigError("is not a folder: --reports names where run folders are created", path=reports) from None
+        except OSError as exc:
+            raise ConfigError(f"cannot create the reports folder: {exc.strerror}", path=reports) from None
+        for n in range(1, 1000):
+            path = reports / (name if n == 1 else f"{name}-{n}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise ConfigError(f"cannot create a run folder here: {exc.strerror}", path=reports) from None
+            (path / INPUTS).mkdir()
+            return cls(path)
+        raise EvidenceError("a thousand runs of this name this second: choose another --reports", path=reports)
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    # ---- paths ------------------------------------------------------------------------------------------------
+
+    @property
+    def inputs(self) -> Path:
+        return self.path / INPUTS
+
+    @property
+    def spec_copy(self) -> Path:
+        return self.inputs / SPEC
+
+    @property
+    def baseline_copy(self) -> Path:
+        return self.inputs / BASELINE
+
+    def baseline_copy_for(self, pool: str) -> Path:
+        """The SKU baseline the pool's nodes were judged against: `inputs/baselines/<pool>.yaml` when the spec had
+        several pools, else `inputs/baseline.yaml`."""
+        own = inside(self.inputs / POOL_BASELINES, f"{check_file_stem(pool, 'pool name')}.yaml")
+        return own if own.is_file() else self.baseline_copy
+
+    def baseline_copies(self) -> list[Path]:
+        """Every SKU baseline copied into inputs/ (one, or one per pool)."""
+        pools = sorted((self.inputs / POOL_BASELINES).glob("*.yaml")) if (self.inputs / POOL_BASELINES).is_dir() else []
+        return [p for p in [self.baseline_copy, *pools] if p.is_file()]
+
+    @property
+    def handover_copy(self) -> Path:
+        return self.inputs / HANDOVER
+
+    @property
+    def waivers_copy(self) -> Path:
+        return self.inputs / WAIVERS
+
+    @property
+    def gate_path(self) -> Path:
+        return self.inputs / GATE
+
+    @property
+    def operator_dir(self) -> Path:
+        return self.inputs / OPERATOR
+
+    @property
+    def base_dir(self) -> Path:
+        return self.inputs / BASE
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def inventory_path(self) -> Path:
+        return self.path / INVENTORY
+
+    @property
+    def stack_path(self) -> Path:
+        return self.path / STACK
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.path / EVIDENCE
+
+    @property
+    def fleet_dir(self) -> Path:
+        return self.path / FLEET
+
+    @property
+    def recertify_path(self) -> Path:
+        return self.path / RECERTIFY
+
+    @property
+    def preflight_path(self) -> Path:
+        return self.path / PREFLIGHT
+
+    @property
+    def retest_dir(self) -> Path:
+        return self.path / RETEST
+
+    @property
+    def retest_record_path(self) -> Path:
+        return self.retest_dir / RETEST_RECORD
+
+    @property
+    def retest_source_path(self) -> Path:
+        return self.retest_dir / RETEST_SOURCE
+
+    def identity_path(self, node: str) -> Path:
+        try:
+            return inside(self.retest_dir / IDENTITY, f"{check_node_name(node)}.json")
+        except NameError_ as exc:
+            raise EvidenceError(str(exc), path=self.retest_dir) from None
+
+    @property
+    def verdict_path(self) -> Path:
+        return self.path / VERDICT
+
+    @property
+    def run_info_path(self) -> Path:
+        return self.path / RUN_INFO
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / REPORT
+
+    @property
+    def junit_path(self) -> Path:
+        return self.path / JUNIT
+
+    @property
+    def allure_dir(self) -> Path:
+        return self.path / ALLURE
+
+    @property
+    def envelope_path(self) -> Path:
+        return self.path / ENVELOPE
+
+    def evidence_path(self, node: str) -> Path:
+        """`evidence/<node>.json`, for a node name only (EvidenceError otherwise): it never leaves evidence/."""
+        try:
+            return inside(self.evidence_dir, f"{check_node_name(node)}.json")
+        except NameError_ as exc:
+            raise EvidenceError(str(exc), path=self.evidence_dir) from None
+
+    @property
+    def fabric_path(self) -> Path:
+        return self.evidence_dir / MULTINODE / FABRIC
+
+    @property
+    def pairs_path(self) -> Path:
+        return self.evidence_dir / MULTINODE / PAIRS
+
+    # ---- what the folder holds --------------------------------------------------------------------------------
+
+    @property
+    def prepared(self) -> bool:
+        """Whether the run was planned (inventory.json is there): the least an evaluation needs."""
+        return self.inventory_path.is_file()
+
+    @property
+    def measured(self) -> bool:
+        """Whether this run measured nodes (a configure-only or static run has no evidence folder)."""
+        return self.evidence_dir.is_dir()
+
+    @property
+    def holds_evidence(self) -> bool:
+        return self.measured and any(self.evidence_dir.iterdir())
+
+    @property
+    def mode(self) -> str:
+        """What the run is (`MODES`), as run.json recorded it when the run was prepared."""
+        mode = self.read_run_info().get("mode")
+        if mode not in MODES:
+            raise EvidenceError(
+                f"run.json names no mode of gpucert ({', '.join(MODES)}), so what the run must be judged by is "
+                "unknown: not a run folder gpucert prepared",
+                path=self.run_info_path,
+            )
+        return str(mode)
+
+    @property
+    def suites(self) -> tuple[str, ...]:
+        """The suites that judge this run: the static gate, configure only, a certification, a recertification;
+        and the waivers' own checks when run.json says the run was prepared with waivers."""
+        return (*MODES[self.mode], *(("waivers",) if self.read_run_info().get("waivers") else ()))
+
+    def check(self) -> None:  # noqa: C901
+        """The folder holds what its mode says it holds (EvidenceError naming the file otherwise): a certification
+        without evidence, a recertification record added to a certification, an inventory relabelled, ..."""
+        mode, target, inventory = self.mode, self.read_inventory().target, self.read_inventory().names
+        if (mode == "static") != (target == "static"):
+            raise EvidenceError(f"a {mode} run with an inventory of target {target!r}", path=self.inventory_path)
+        if mode in ("measure", "recertify", "retest") and not self.measured:
+            raise EvidenceError(f"a {mode} run without evidence/: what was measured is gone", path=self.path)
+        if mode in ("static", "plan") and self.measured:
+            raise EvidenceError(f"a {mode} run measures nothing, yet holds evidence/", path=self.evidence_dir)
+        if (mode == "recertify") != self.recertify_path.exists():
+            raise EvidenceError(
+                "recertify.json belongs to a recertification run, and every recertification run has one",
+                path=self.recertify_path,
+            )
+        if (mode == "retest") != self.retest_record_path.exists():
+            raise EvidenceError(
+                "retest/record.json belongs to a re-test run, and every re-test run has one",
+                path=self.retest_record_path,
+            )
+        if bool(self.read_run_info().get("waivers")) != self.waivers_copy.exists():
+            raise EvidenceError(
+                "run.json and inputs/ disagree on whether the run was prepared with waivers: one was added or "
+                "removed after",
+                path=self.waivers_copy,
+            )
+        if mode == "recertify":
+            record = self.read_recertify() or {}
+            node = record.get("node")
+            if inventory != [node] or not isinstance(record.get("fleetPeers", {}), dict) or "handover" not in record:
+                raise EvidenceError(
+                    f"the recertification record names node {node!r}, the inventory {inventory}: a recertification "
+                    "measures exactly its node, and records its handover baseline (or null) and its fleet peers",
+                    path=self.recertify_path,
+                )
+        if mode in ("measure", "recertify", "retest"):
+            for path in self.evidence_files():
+                try:
+                    ev = read_evidence(path)
+                except EvidenceError:
+                    continue  # an unusable document is its node's finding (node.reachable), not the run's
+                if path.stem in inventory and ev.target != target:
+                    raise EvidenceError(
+                        f"evidence of target {ev.target!r} in a run whose inventory is of target {target!r}",
+                        path=path,
+                    )
+
+    @property
+    def signed(self) -> bool:
+        return self.envelope_path.exists()
+
+    def evidence_files(self) -> list[Path]:
+        """The node documents in evidence/ (not the multi-node folder)."""
+        return sorted(self.evidence_dir.glob("*.json")) if self.measured else []
+
+    # ---- documents --------------------------------------------------------------------------------------------
+
+    def read_inventory(self) -> Inventory:
+        return read_inventory(self.inventory_path)
+
+    def write_inventory(self, inventory: Inventory) -> None:
+        write_inventory(self.inventory_path, inventory)
+
+    def read_stack(self) -> StackObservation:
+        return read_stack(self.stack_path)
+
+    def write_stack(self, stack: StackObservation) -> None:
+        write_stack(self.stack_path, stack)
+
+    def read_evidence(self, node: str) -> NodeEvidence | None:
+        """The node's evidence, None when none was written; EvidenceError when it is not the node's own."""
+        path = self.evidence_path(node)
+        if not path.exists() and not path.is_symlink():
+            return None
+        ev = read_evidence(path)
+        if ev.node != node:
+            raise EvidenceError(f"this file is named for {node}, but its evidence is of node {ev.node!r}", path=path)
+        return ev
+
+    def write_evidence(self, ev: NodeEvidence) -> Path:
+        """Write one node's document the moment it arrives (atomically: a reader never sees half of it)."""
+        path = self.evidence_path(ev.node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_document(path, ev)
+
+    def read_fabric(self) -> FabricEvidence | None:
+        return read_fabric(self.fabric_path) if self.measured else None
+
+    def write_fabric(self, ev: FabricEvidence) -> Path:
+        return write_document(self.fabric_path, ev)
+
+    def read_fabric_pairs(self) -> FabricPairs | None:
+        return read_fabric_pairs(self.pairs_path) if self.measured else None
+
+    def write_fabric_pairs(self, pairs: FabricPairs) -> Path:
+        return write_document(self.pairs_path, pairs)
+
+    def read_recertify(self) -> dict[str, Any] | None:
+        """What `gpucert recertify` wrote about the run, or None for a certification."""
+        return _read_json(self.recertify_path) if self.recertify_path.exists() else None
+
+    def write_recertify(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.recertify_path, record)
+
+    def read_preflight(self) -> dict[str, Any] | None:
+        """What the command recorded of its preflight on a kubernetes target (run, or skipped), or None."""
+        return _read_json(self.preflight_path) if self.preflight_path.exists() else None
+
+    def write_preflight(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.preflight_path, record)
+
+    def fleet_peer_files(self) -> list[Path]:
+        return sorted(self.fleet_dir.glob("*.json")) if self.fleet_dir.is_dir() else []
+
+    def read_fleet_peers(self) -> list[NodeEvidence]:
+        """Other nodes' latest evidence, copied into fleet/ by recertify: the peers a lone node is compared with."""
+        return [read_evidence(p) for p in self.fleet_peer_files()]
+
+    def add_fleet_peer(self, node: str, source: Path) -> None:
+        self.fleet_dir.mkdir(exist_ok=True)
+        shutil.copy2(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
+
+    def read_retest(self) -> dict[str, Any] | None:
+        """What `gpucert certify --retest` recorded: the source run, each node measured and why, each carried."""
+        return _read_json(self.retest_record_path) if self.retest_record_path.exists() else None
+
+    def write_retest(self, record: dict[str, Any]) -> None:
+        self.retest_dir.mkdir(exist_ok=True)
+        write_json_atomic(self.retest_record_path, record)
+
+    def write_identity(self, ev: NodeEvidence) -> Path:
+        path = self.identity_path(ev.node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return write_document(path, ev)
+
+    def read_identity(self, node: str) -> NodeEvidence | None:
+        path = self.identity_path(node)
+        return read_evidence(path) if path.exists() else None
+
+    def identity_files(self) -> list[Path]:
+        folder = self.retest_dir / IDENTITY
+        return sorted(folder.glob("*.json")) if folder.is_dir() else []
+
+    def carry_evidence(self, node: str, source: Path) -> Path:
+        """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there)."""
+        path = self.evidence_path(node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, path)
+        return path
+
+    def read_verdict(self) -> dict[str, Any]:
+        return _read_json(self.verdict_path)
+
+    def write_verdict(self, verdict: dict[str, Any]) -> None:
+        write_json_atomic(self.verdict_path, verdict)
+
+    def read_run_info(self) -> dict[str, Any]:
+        return _read_json(self.run_info_path) if self.run_info_path.exists() else {}
+
+    def write_intent(self, *, spec: str, mode: str, reevaluates: str | None = None, waivers: bool = False) -> None:
+        """run.json as the run is prepared: what it is (its mode decides the suites that judge it) and of which
+        spec, and whether it was prepared with waivers (their own checks judge it then); a re-evaluation keeps the
+        mode of the run it re-evaluates and names that run."""
+        from gpucert._version import __version__
+        from gpucert.resources import source_commit
+
+        if mode not in MODES:
+            raise ValueError(f"unknown run mode {mode!r}")
+        info = {
+            "run": self.id,
+            "spec": spec,
+            "mode": mode,
+            "reevaluates": reevaluates,
+            "waivers": waivers,
+            "started": _iso(datetime.now(UTC)),
+            "gpucert_version": __version__,
+            "git_commit": source_commit(),
+        }
+        write_json_atomic(self.run_info_path, info)
+
+    def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
+        """run.json at the end of the evaluation: when the run ran and with which gpucert (its mode is kept)."""
+        from gpucert._version import __version__
+        from gpucert.resources import source_commit
+
+        info = {
+            **self.read_run_info(),
+            "run": self.id,
+            "spec": spec,
+            "target": target,
+            "started": _iso(datetime.fromtimestamp(started, UTC)),
+            "finished": _iso(datetime.fromtimestamp(finished, UTC)),
+            "gpucert_version": __version__,
+            "git_commit": source_commit(),
+        }
+        write_json_atomic(self.run_info_path, info)
+
+    def judged_by(self, spec: Path, baselines: dict[str, Path]) -> None:
+        """The spec and each pool's baseline given to evaluate this folder are the ones it was prepared with
+        (inputs/, signed with the run): a run judged against another spec than the one it records would sign a lie."""
+        kept_for = {pool: self.baseline_copy_for(pool) for pool in baselines}
+        for given, kept in ((spec, self.spec_copy), *((baselines[p], k) for p, k in kept_for.items())):
+            if not kept.is_file():
+                raise EvidenceError(f"no {kept.name} in inputs/: not a run folder gpucert prepared", path=self.path)
+            if given.read_bytes() != kept.read_bytes():
+                name = kept.relative_to(self.inputs).as_posix()
+                raise EvidenceError(
+                    f"{given} is not the {kept.name} this run was prepared with (inputs/{name}): evaluate a run "
+                    "with its own inputs, or re-evaluate its evidence under another spec with --evidence",
+                    path=self.path,
+                )
+
+    def copy_inputs(self, spec: Path | None, baselines: dict[str, Path], waivers: Path | None = None) -> None:
+        """The spec, SKU baselines and waivers as the run used them: signed with it, so the judgement can be re-done.
+        One pool's baseline is `inputs/baseline.yaml`; several pools' are `inputs/baselines/<pool>.yaml`."""
+        if spec is not None:
+            shutil.copy2(spec, self.spec_copy)
+        if waivers is not None:
+            shutil.copy2(waivers, self.waivers_copy)
+        if len(baselines) == 1:
+            (baseline,) = baselines.values()
+            if baseline.exists():
+                shutil.copy2(baseline, self.baseline_copy)
+            return
+        folder = self.inputs / POOL_BASELINES
+        folder.mkdir(exist_ok=True)
+        for pool, baseline in baselines.items():
+            if baseline.exists():
+                shutil.copy2(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
+
+    def read_gate(self) -> dict[str, Any] | None:
+        """What the static gate was given (inputs/gate.json), or None for a gate of the recipe alone."""
+        return _read_json(self.gate_path) if self.gate_path.exists() else None
+
+    def write_gate(self, record: dict[str, Any]) -> None:
+        write_json_atomic(self.gate_path, record)
+
+    def add_gate_input(self, folder: Path, name: str, content: bytes) -> Path:
+        """A gate input (an operator file, a baseline at the base ref) copied under inputs/, signed with the run."""
+        folder.mkdir(exist_ok=True)
+        target = inside(folder, check_file_stem(name, "file name"))
+        target.write_bytes(content)
+        return target
+
+    def copy_handover(self, source: Path) -> None:
+        shutil.copy2(source, self.handover_copy)
+
+    def spec_name(self) -> str | None:
+        """The spec (metadata.name) the run was certified under, from run.json or verdict.json."""
+        for path in (self.run_info_path, self.verdict_path):
+            try:
+                name = _read_json(path).get("spec") if path.exists() else None
+            except EvidenceError:
+                continue
+            if isinstance(name, str):
+                return name
+        return None

@@ -1,0 +1,486 @@
+"""The ClusterSpec contract (`apiVersion: gpucert.io/v1alpha2`, `kind: ClusterSpec`): load, validate, schema.
+
+What the user declares the cluster must be: its node pools (each with its expectations, baseline and optional pins
+and straggler settings), the stack recipe and what to certify. A `gpucert.io/v1alpha1` spec (one `expect`, one
+`certify.baseline`) still loads: it becomes one pool that selects every node, so the rest of gpucert sees pools
+only. Pure: reads the spec file and nothing else.
+"""
+
+from __future__ import annotations
+
+import difflib
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
+
+from gpucert.errors import ConfigError
+from gpucert.spec.documents import Document, Key, Problem, load_document
+from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint
+from gpucert.spec.versions import checked_version
+from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
+
+__all__ = [
+    "API_VERSION",
+    "API_VERSIONS",
+    "AcceptanceSpec",
+    "CertifySpec",
+    "ClusterSpec",
+    "Component",
+    "Expect",
+    "GpuSharing",
+    "KubernetesTargetSpec",
+    "Pool",
+    "Probe",
+    "StackSpec",
+    "StragglerSpec",
+    "Taint",
+    "load_spec",
+]
+
+API_VERSION = "gpucert.io/v1alpha2"
+V1ALPHA1 = "gpucert.io/v1alpha1"
+API_VERSIONS = (V1ALPHA1, API_VERSION)
+DEFAULT_POOL = "default"  # the one pool a v1alpha1 spec becomes
+# what `gpucert init` writes where no baseline exists for a product: the spec does not load until it is replaced
+BASELINE_TODO = "TODO"
+
+
+class Probe(StrEnum):
+    HEALTH = "health"
+    DCGM = "dcgm"
+    MEMORY = "memory"
+    COMPUTE = "compute"
+    PCIE = "pcie"
+    P2P = "p2p"
+    NCCL = "nccl"
+
+
+class Metadata(Document):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+
+
+class SimulatedTargetSpec(Document):
+    kind: Literal["simulated"]
+    fleet: str
+
+
+class LocalTargetSpec(Document):
+    """This host's GPUs, probed in-process: `numpy` runs the same probes on the CPU (no GPU needed)."""
+
+    kind: Literal["local"]
+    device: Literal["cupy", "numpy"] = "cupy"
+    gpus: Annotated[int, Field(ge=1, le=64)] | None = None  # all visible GPUs when absent
+    profile: Literal["quick", "full", "smoke"] = "full"
+
+
+class ReplayTargetSpec(Document):
+    """A recorded run folder (or its evidence/) re-evaluated under this spec: `gpucert certify` on a replay target
+    is `gpucert evaluate --evidence` with the folder named in the spec, relative to it."""
+
+    kind: Literal["replay"]
+    evidence: str
+
+
+Target = Annotated[
+    SimulatedTargetSpec | KubernetesTargetSpec | LocalTargetSpec | ReplayTargetSpec, Field(discriminator="kind")
+]
+
+
+class Expect(Document):
+    nodes: Annotated[int, Field(ge=1)]
+    gpus_per_node: Annotated[int, Field(ge=1, le=64)] = Field(alias="gpusPerNode")
+    gpu_product: str = Field(alias="gpuProduct")
+    # how the pool's GPUs are shared, as GFD labels say (gpucert certifies whole GPUs: a shared one is refused)
+    gpu_sharing: GpuSharing = Field(GpuSharing.NONE, alias="gpuSharing")
+
+
+class VersionSource(Document):
+    """Where to read a component's version on a stack that is not the GPU Operator's defaults."""
+
+    namespace: str = "gpu-operator"
+    app: str | None = None
+    daemon_set: str | None = Field(None, alias="daemonSet")
+    container: str | None = None
+    label: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> VersionSource:
+        if self.label is None and (self.container is None or (self.app is None) == (self.daemon_set is None)):
+            raise ValueError(
+                "give either `label` (a node label holding the version), or `container` with one of "
+                "`app` (pod label app=...) or `daemonSet`"
+            )
+        return self
+
+
+class Component(Document):
+    # a name is a check id's part and a label's: a control character or a bidi override would forge either
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$")]
+    version: str
+    after: list[str] = Field(default_factory=list)
+    source: VersionSource | None = None
+
+    _v = field_validator("version")(checked_version)
+
+
+class MinVersion(Document):
+    min_version: str = Field(alias="minVersion")
+
+    _v = field_validator("min_version")(checked_version)
+
+
+class ContainerRuntime(Document):
+    name: Literal["containerd", "cri-o", "docker"] = "containerd"
+    min_version: str = Field(alias="minVersion")
+
+    _v = field_validator("min_version")(checked_version)
+
+
+class StackSpec(Document):
+    components: list[Component] = Field(default_factory=list)
+    kubernetes: MinVersion | None = None
+    container_runtime: ContainerRuntime | None = Field(None, alias="containerRuntime")
+
+    @model_validator(mode="after")
+    def _unique(self) -> StackSpec:
+        seen: set[str] = set()
+        for c in self.components:
+            if c.name in seen:
+                raise ValueError(f"component {c.name!r} is declared twice; declare each component once")
+            seen.add(c.name)
+        return self
+
+    def component(self, name: str) -> Component | None:
+        return next((c for c in self.components if c.name == name), None)
+
+    def sources(self) -> dict[str, ComponentSource]:
+        """Where each declared component's version is read: the GPU Operator's defaults or the spec's `source`."""
+        out: dict[str, ComponentSource] = {}
+        for c in self.components:
+            if c.source is not None:
+                s = c.source
+                out[c.name] = ComponentSource(
+                    app=s.app, container=s.container, namespace=s.namespace, daemonset=s.daemon_set, label=s.label
+                )
+            elif c.name in DEFAULT_SOURCES:
+                out[c.name] = DEFAULT_SOURCES[c.name]
+        return out
+
+
+class DcgmSpec(Document):
+    level: Annotated[int, Field(ge=1, le=4)] = 2
+
+
+class StragglerSpec(Document):
+    """The peer comparisons' knobs (docs/verdict.md, "How a straggler and an unstable GPU are decided", weighs them).
+
+    A GPU (or a node) is behind its peers when it is more than `maxDeviation` behind their median AND that stands
+    out of their own spread by a robust z of `minZ` (for one figure; raised with the number compared, so a fleet's
+    size does not make findings); a GPU is unstable when more of its samples are slow than its peers' make likely
+    at the same `minZ`. Lower values catch smaller stragglers and flag more healthy GPUs.
+    """
+
+    max_deviation: Annotated[float, Field(gt=0, lt=1)] = Field(0.05, alias="maxDeviation")
+    min_z: Annotated[float, Field(ge=1, le=20)] = Field(3.5, alias="minZ")
+
+
+# the probes whose samples are repetitions of a timed operation; `certify.samples` sets their minimum count
+SAMPLED_PROBES = ("memory", "compute", "pcie", "p2p", "nccl")
+MIN_SAMPLES = 5  # every probe's timing protocol takes at least five repetitions
+MAX_SAMPLES = 1000
+
+
+def _sample_counts(counts: dict[str, int]) -> dict[str, int]:
+    for probe, n in counts.items():
+        if probe not in SAMPLED_PROBES:
+            raise ValueError(f"{probe!r} takes no timed samples; sampled probes are {', '.join(SAMPLED_PROBES)}")
+        if not MIN_SAMPLES <= n <= MAX_SAMPLES:
+            raise ValueError(f"{probe}: {n} samples; give {MIN_SAMPLES} to {MAX_SAMPLES}")
+    return counts
+
+
+class MultinodeSpec(Document):
+    """All-reduce across nodes, after every node has been measured alone (`nccl.all_reduce.multinode`)."""
+
+    # the first N nodes that were measured, in inventory order; every measured node when absent
+    max_nodes: Annotated[int, Field(ge=2)] | None = Field(None, alias="maxNodes")
+    # also every pair of neighbours (1-2, 2-3, ..., N-1): a node whose pairs are all slow is the one slowing
+    # the ring (`straggler.nccl.all_reduce.multinode`); pairs without a shared node run at once
+    pairs: bool = False
+
+
+class CertifySpec(Document):
+    baseline: str | None = None  # v1alpha1 only: in v1alpha2 each pool names its baseline
+    dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
+    probes: Annotated[list[Probe], Field(min_length=1)] = Field(default_factory=lambda: list(Probe))
+    stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
+    # at least this many samples per probe (repetitions; probes take more where their time budget allows): more
+    # samples make each GPU's figure steadier, so smaller stragglers stand out, for more time on every node
+    samples: Annotated[dict[str, int], AfterValidator(_sample_counts)] = Field(default_factory=dict)
+    multinode: MultinodeSpec | None = None
+
+    def min_samples(self, probe: str) -> int:
+        """The fewest samples a figure of `probe` may rest on: the spec's count, at least the protocol's five."""
+        return max(MIN_SAMPLES, self.samples.get(probe, 0))
+
+    @field_validator("probes")
+    @classmethod
+    def _once_each(cls, probes: list[Probe]) -> list[Probe]:
+        twice = sorted({p.value for p in probes if probes.count(p) > 1})
+        if twice:
+            raise ValueError(f"probes listed twice: {', '.join(twice)}; list each probe once")
+        return probes
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def duration_seconds(text: str) -> int:
+    """`90s`, `30m`, `12h`, `30d`, `2w` in seconds (ValueError naming the form otherwise)."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in DURATION_UNITS or not number.isdigit() or int(number) < 1:
+        raise ValueError(f"{text!r} is not a duration: write a whole number and a unit, e.g. 30d, 12h, 90m, 2w")
+    return int(number) * DURATION_UNITS[unit]
+
+
+class AcceptanceSpec(Document):
+    """Handover acceptance: the deviations the parties accepted, and how old carried-over evidence may be."""
+
+    waivers: str | None = None  # a `kind: Waivers` document, relative to this spec
+    # who may approve a waiver: every name a waiver's approvedBy gives must be one of these (when set)
+    approvers: list[Annotated[str, Field(min_length=1)]] | None = None
+    # a re-test (`gpucert certify --retest RUN`) measures again any passing node whose evidence is older than this
+    max_evidence_age: str | None = Field(None, alias="maxEvidenceAge")
+
+    @field_validator("max_evidence_age")
+    @classmethod
+    def _is_duration(cls, v: str | None) -> str | None:
+        if v is not None:
+            duration_seconds(v)
+        return v
+
+    @property
+    def max_evidence_age_s(self) -> int | None:
+        return duration_seconds(self.max_evidence_age) if self.max_evidence_age is not None else None
+
+
+class PoolPin(Document):
+    """A pool's own version of a component the cluster's stack declares (a pool on an older driver branch)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    version: str
+
+    _v = field_validator("version")(checked_version)
+
+
+class PoolStack(Document):
+    components: Annotated[list[PoolPin], Field(min_length=1)]
+
+
+class Pool(Document):
+    """One node pool: the nodes its selector (node labels, e.g. GFD's) picks, what they must be, and their
+    baseline. Peers for straggler detection are the pool's nodes, never another pool's."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
+    expect: Expect
+    baseline: str
+    stack: PoolStack | None = None
+    stragglers: StragglerSpec | None = None
+    # taints the pool's nodes carry (e.g. a NoExecute nvidia.com/gpu): every gpucert pod tolerates them
+    taints: list[Taint] = Field(default_factory=list)
+
+    def selects(self, labels: dict[str, str]) -> bool:
+        """Whether a node with these labels is one of the pool's (every selector label, equal)."""
+        return all(labels.get(k) == v for k, v in self.node_selector.items())
+
+
+class ClusterSpec(Document):
+    api_version: Literal["gpucert.io/v1alpha1", "gpucert.io/v1alpha2"] = Field(alias="apiVersion")
+    kind: Literal["ClusterSpec"]
+    metadata: Metadata
+    target: Target
+    expect: Expect | None = None  # v1alpha1 only: becomes the one pool
+    pools: list[Pool] = Field(default_factory=list)
+    stack: StackSpec = Field(default_factory=StackSpec)
+    certify: CertifySpec
+    acceptance: AcceptanceSpec = Field(default_factory=AcceptanceSpec)
+
+    _path: Path | None = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _measurable(self) -> ClusterSpec:
+        if self.certify.multinode is not None and isinstance(self.target, LocalTargetSpec):
+            raise ValueError(
+                "certify.multinode needs several nodes: a `local` target is this host alone; remove "
+                "certify.multinode or certify a kubernetes (or simulated) target"
+            )
+        return self
+
+    @property
+    def path(self) -> Path | None:
+        """The file this spec was read from (None for a spec built in code)."""
+        return self._path
+
+    # ---- pools: the rest of gpucert sees pools only -------------------------------------------------------------
+
+    def pool(self, name: str) -> Pool:
+        found = next((p for p in self.pools if p.name == name), None)
+        if found is None:
+            raise KeyError(f"spec {self.metadata.name} has no pool {name!r}")
+        return found
+
+    @property
+    def pool_names(self) -> list[str]:
+        return [p.name for p in self.pools]
+
+    def stack_for(self, pool: str) -> StackSpec:
+        """The stack a pool's nodes must run: the cluster's recipe with the pool's own versions in it."""
+        own = self.pool(pool).stack
+        if own is None:
+            return self.stack
+        versions = {c.name: c.version for c in own.components}
+        components = [c.model_copy(update={"version": versions.get(c.name, c.version)}) for c in self.stack.components]
+        return self.stack.model_copy(update={"components": components})
+
+    def stragglers_for(self, pool: str) -> StragglerSpec:
+        return self.pool(pool).stragglers or self.certify.stragglers
+
+    def selector_labels(self) -> set[str]:
+        """Every node label a pool selects on: the plan keeps them in stack.json, so membership re-evaluates."""
+        return {k for p in self.pools for k in p.node_selector}
+
+    def resolve(self, relative: str, key: str = "") -> Path:
+        """A path the spec names, relative to the spec's own folder (ConfigError when it cannot be resolved)."""
+        base = self._path.parent if self._path is not None else Path.cwd()
+        try:
+            return (base / relative).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:  # a symlink loop (RuntimeError before 3.13); a NUL byte
+            raise ConfigError(f"{relative!r} cannot be resolved: {exc}", path=self._path, key=key) from None
+
+    def baseline_paths(self) -> dict[str, Path]:
+        """Each pool's SKU baseline file, resolved relative to the spec."""
+        key = "certify.baseline" if self.api_version == V1ALPHA1 else "pools[{}].baseline"
+        return {p.name: self.resolve(p.baseline, key.format(i)) for i, p in enumerate(self.pools)}
+
+
+def _after_names(spec: ClusterSpec) -> list[Problem]:
+    """Every `after` names a declared component other than itself: a misspelt name is an error, never dropped."""
+    declared = [c.name for c in spec.stack.components]
+    problems: list[Problem] = []
+    for i, c in enumerate(spec.stack.components):
+        for j, dep in enumerate(c.after):
+            key: Key = ("stack", "components", i, "after", j)
+            if dep == c.name:
+                problems.append((key, f"component {c.name!r} is `after` itself; remove it from its own `after`"))
+            elif dep not in declared:
+                close = difflib.get_close_matches(dep, declared, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"declared components: {', '.join(declared)}"
+                problems.append((key, f"`after` names {dep!r}, which the spec does not declare; {hint}"))
+    return problems
+
+
+def _versioned(spec: ClusterSpec) -> list[Problem]:
+    """What each apiVersion requires: v1alpha1 one `expect` and `certify.baseline`; v1alpha2 `pools`."""
+    missing = "required key is missing; add it"
+    if spec.api_version == V1ALPHA1:
+        problems: list[Problem] = []
+        if spec.pools:
+            problems.append((("pools",), f"`pools` needs apiVersion {API_VERSION}; change apiVersion to it"))
+        if spec.expect is None:
+            problems.append((("expect",), f"{missing} (or declare pools under apiVersion {API_VERSION})"))
+        if spec.certify.baseline is None:
+            problems.append((("certify", "baseline"), missing))
+        return problems
+    moved = "in v1alpha2 each pool has its own: move it under pools[]"
+    problems = []
+    if spec.expect is not None:
+        problems.append((("expect",), f"`expect` is v1alpha1's; {moved} (pools[].expect)"))
+    if spec.certify.baseline is not None:
+        problems.append((("certify", "baseline"), f"`certify.baseline` is v1alpha1's; {moved} (pools[].baseline)"))
+    if not spec.pools:
+        problems.append((("pools",), f"{missing}: declare at least one pool (name, nodeSelector, expect, baseline)"))
+    return problems + _pool_problems(spec)
+
+
+def _pin_problems(i: int, pool: Pool, declared: list[str]) -> list[Problem]:
+    problems: list[Problem] = []
+    for j, pin in enumerate(pool.stack.components if pool.stack else []):
+        if pin.name in declared:
+            continue
+        close = difflib.get_close_matches(pin.name, declared, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"declared components: {', '.join(declared) or 'none'}"
+        message = f"{pin.name!r} is not a component of stack.components, so a pool cannot pin it; {hint}"
+        problems.append((("pools", i, "stack", "components", j, "name"), message))
+    return problems
+
+
+def _pool_problems(spec: ClusterSpec) -> list[Problem]:
+    """Pools that cannot partition the nodes, or pins of components the recipe does not declare."""
+    problems: list[Problem] = []
+    declared = [c.name for c in spec.stack.components]
+    seen: dict[str, int] = {}
+    selectors: dict[tuple[tuple[str, str], ...], str] = {}
+    for i, pool in enumerate(spec.pools):
+        if pool.name in seen:
+            message = f"pool {pool.name!r} is declared twice (also pools[{seen[pool.name]}]); name each pool once"
+            problems.append((("pools", i, "name"), message))
+        seen.setdefault(pool.name, i)
+        if pool.baseline.startswith(BASELINE_TODO):
+            message = (
+                f"no baseline yet for {pool.expect.gpu_product} (a TODO left by `gpucert init`): write "
+                "baselines/gpus/<SKU>.yaml with each figure and its source, and name it here"
+            )
+            problems.append((("pools", i, "baseline"), message))
+        key = tuple(sorted(pool.node_selector.items()))
+        if len(spec.pools) > 1 and not pool.node_selector:
+            message = (
+                "an empty nodeSelector selects every node: with several pools, give each pool the labels of its "
+                "nodes (e.g. nvidia.com/gpu.product)"
+            )
+            problems.append((("pools", i, "nodeSelector"), message))
+        elif key in selectors:
+            message = f"selects the same nodes as pool {selectors[key]!r}; give each pool its own labels"
+            problems.append((("pools", i, "nodeSelector"), message))
+        selectors.setdefault(key, pool.name)
+        problems += _pin_problems(i, pool, declared)
+    if len(spec.pools) > 1 and spec.certify.multinode is not None:
+        message = (
+            "an all-reduce across nodes of several pools mixes GPU products; certify each pool's fabric with a spec "
+            "of its own (one pool), or remove certify.multinode"
+        )
+        problems.append((("certify", "multinode"), message))
+    return problems
+
+
+def _as_pools(spec: ClusterSpec) -> ClusterSpec:
+    """A v1alpha1 spec as the one pool it declares (every node the target selects), so the rest sees pools only."""
+    if spec.api_version != V1ALPHA1:
+        return spec
+    assert spec.expect is not None
+    assert spec.certify.baseline is not None
+    pool = Pool.model_validate(
+        {
+            "name": DEFAULT_POOL,
+            "expect": spec.expect,
+            "baseline": spec.certify.baseline,
+            "stragglers": spec.certify.stragglers,
+        }
+    )
+    certify = spec.certify.model_copy(update={"baseline": None})
+    return spec.model_copy(update={"pools": [pool], "expect": None, "certify": certify})
+
+
+def load_spec(path: Path | str) -> ClusterSpec:
+    """Read and validate a ClusterSpec (v1alpha1 or v1alpha2); raises ConfigError naming file, key path and line.
+    The spec returned declares pools, whatever its version."""
+    p = Path(path)
+
+    def check(spec: ClusterSpec) -> list[Problem]:
+        return _versioned(spec) + _after_names(spec)
+
+    spec = _as_pools(load_document(p, ClusterSpec, check=check))
+    spec._path = p.resolve()
+    return spec

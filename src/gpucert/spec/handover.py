@@ -1,0 +1,226 @@
+"""Per-node handover baselines (`baselines/nodes/<node>.yaml`, `kind: NodeBaseline`).
+
+`gpucert baseline record RUN_DIR` writes one per node that passed: each GPU by serial (so a swapped GPU is
+noticed), and per metric the median, the spread (a robust coefficient of variation: MAD x 1.4826 / median), the
+sample count and the unit, with the run id, its date and the digest of its certificate. Recertification compares
+a node with its own file: a GPU may be well inside the SKU's tolerance and still be measurably slower than it was.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import Field
+
+from gpucert.errors import ConfigError, EvidenceError
+from gpucert.evaluate.rules.handover import MIN_TOLERANCE, SPREAD_FACTOR, handover_tolerance
+from gpucert.evaluate.rules.performance import figure_of, samples_of
+from gpucert.evaluate.stats import summarize
+from gpucert.measure.evidence import NodeEvidence
+from gpucert.plan.checks import NODE_METRICS
+from gpucert.plan.runfolder import RunFolder
+from gpucert.report.verdict import node_passed, node_result
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import DEFAULT_POOL
+from gpucert.spec.documents import Document, load_document
+from gpucert.spec.names import NameError_, check_node_name, inside
+
+__all__ = [
+    "MIN_TOLERANCE",
+    "SPREAD_FACTOR",
+    "HandoverGpu",
+    "MetricRecord",
+    "NodeBaseline",
+    "handover_tolerance",
+    "load_node_baseline",
+    "node_baseline_of",
+    "record_baselines",
+    "sha256_of",
+]
+
+
+class MetricRecord(Document):
+    median: Annotated[float, Field(gt=0)]
+    spread: Annotated[float, Field(ge=0)]
+    n: Annotated[int, Field(ge=1)]
+    unit: str
+
+
+class HandoverGpu(Document):
+    index: Annotated[int, Field(ge=0)]
+    serial: str | None = None
+    uuid: str | None = None
+    metrics: dict[str, MetricRecord] = Field(default_factory=dict)
+
+
+class Recorded(Document):
+    run: str
+    date: str
+    result: Literal["pass", "waived", "fail", "incomplete"]  # the node's result in the run (waived: verdict v3)
+    certificate: str | None = None  # sha256 of the run's certificate.intoto.json; None when the run was not signed
+    forced: str | None = None  # why a node that failed was recorded anyway (`--force --reason`)
+    # the spec (metadata.name) and SKU baseline (sha256 of the file) of the run: a recertification compares a node
+    # only with a handover of the same spec and baseline
+    spec: str | None = None
+    baseline: str | None = None
+    allow_unsigned: bool = Field(False, alias="allowUnsigned")  # recorded from an unsigned run on purpose
+
+
+class NodeBaseline(Document):
+    api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["NodeBaseline"]
+    node: str
+    sku: str
+    recorded: Recorded
+    gpus: list[HandoverGpu]
+    node_metrics: dict[str, MetricRecord] = Field(default_factory=dict, alias="nodeMetrics")
+
+    def gpu(self, index: int) -> HandoverGpu | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+
+def load_node_baseline(path: Path) -> NodeBaseline:
+    return load_document(path, NodeBaseline)
+
+
+def _record(ev: NodeEvidence, metric: str, index: int | None, unit: str) -> MetricRecord | None:
+    """The figure as evaluation computes it, with the spread of the samples behind it."""
+    figure = figure_of(ev, metric, index)
+    if figure is None:
+        return None
+    spread = summarize(samples_of(ev, metric, index)).spread
+    return MetricRecord(median=round(figure.value, 6), spread=round(spread, 6), n=figure.n, unit=unit)
+
+
+def _node_baseline(ev: NodeEvidence, sku: str, units: dict[str, str], recorded: Recorded) -> NodeBaseline:
+    gpus = []
+    for g in ev.gpus:
+        records = {m: _record(ev, m, g.index, unit) for m, unit in units.items() if m not in NODE_METRICS}
+        metrics = {m: r for m, r in records.items() if r is not None}
+        gpus.append(HandoverGpu(index=g.index, serial=g.serial, uuid=g.uuid, metrics=metrics))
+    node_records = {m: _record(ev, m, None, units[m]) for m in NODE_METRICS if m in units}
+    node_metrics = {m: r for m, r in node_records.items() if r is not None}
+    return NodeBaseline.model_validate(
+        {
+            "apiVersion": "gpucert.io/v1alpha1",
+            "kind": "NodeBaseline",
+            "node": ev.node,
+            "sku": sku,
+            "recorded": recorded.model_dump(by_alias=True),
+            "gpus": [g.model_dump(by_alias=True) for g in gpus],
+            "nodeMetrics": {k: v.model_dump(by_alias=True) for k, v in node_metrics.items()},
+        }
+    )
+
+
+def node_baseline_of(folder: RunFolder, node: str, recorded: Recorded) -> tuple[NodeBaseline, list[Path]]:
+    """The node's handover baseline as its run's evidence gives it, with the files it comes from (the evidence and
+    the SKU baseline of the node's pool). KeyError, ValueError or EvidenceError when the run cannot give it."""
+    summary = folder.read_verdict()["nodes"][node]
+    pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
+    if pool is None:
+        raise ValueError(f"{node} is in no pool of the spec (or several): it has no SKU baseline")
+    baseline_path = folder.baseline_copy_for(pool)
+    sku = load_baseline(baseline_path)
+    ev = folder.read_evidence(node)
+    if ev is None or not ev.collected:
+        raise ValueError(f"{node} was not measured in this run")
+    units = {m: b.unit for m, b in sku.metrics.items()}
+    return _node_baseline(ev, sku.sku, units, recorded), [folder.evidence_path(node), baseline_path]
+
+
+def sha256_of(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def record_baselines(  # noqa: C901, PLR0912, PLR0915
+    run_dir: Path,
+    out: Path,
+    *,
+    certificate: str | None,
+    force_reason: str | None = None,
+    allow_unsigned: bool = False,
+) -> tuple[list[Path], list[str]]:
+    """Write `out/<node>.yaml` for every node of the run that passed (and, with a reason, those that failed).
+
+    `certificate` is the digest of the run's certificate (None when unsigned: refused unless `allow_unsigned`,
+    which the files then say). Returns the files written and the nodes refused (with why).
+    """
+    folder = RunFolder(run_dir)
+    if not folder.verdict_path.exists():
+        raise EvidenceError("no verdict.json: record handover baselines from a completed certification", path=run_dir)
+    if certificate is None and not allow_unsigned:
+        raise ConfigError(
+            "this run is not signed: a handover baseline is what the node is held to later, so record it from a "
+            "signed certification (`gpucert sign RUN --key KEY` first), or pass --allow-unsigned to record it anyway "
+            "(the files will say so)",
+            path=run_dir,
+        )
+    verdict = folder.read_verdict()
+    if not folder.baseline_copies():
+        raise EvidenceError("no inputs/baseline.yaml: not a run folder gpucert certify wrote", path=run_dir)
+    date = folder.read_run_info().get("finished") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    written, refused = [], []
+    out.mkdir(parents=True, exist_ok=True)
+    for node, summary in sorted(verdict.get("nodes", {}).items()):
+        if node == "(fleet)":
+            continue
+        try:
+            check_node_name(node)
+            target = inside(out, f"{node}.yaml")
+        except NameError_ as exc:
+            refused.append(f"{node!r}: {exc}")
+            continue
+        passed = node_passed(summary["result"]) and verdict.get("result") != "incomplete"
+        if verdict.get("result") == "incomplete" and force_reason is None:
+            refused.append(f"{node}: the run is incomplete (not every required check ran); record from a complete run")
+            continue
+        if not passed and force_reason is None:
+            what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
+            refused.append(f"{node}: {what}; pass --force --reason TEXT to record it")
+            continue
+        pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
+        if pool is None:
+            refused.append(f"{node}: in no pool of the spec (or several): it has no SKU baseline to record against")
+            continue
+        baseline_path = folder.baseline_copy_for(pool)
+        if not baseline_path.is_file():
+            refused.append(f"{node}: no baseline of pool {pool} in the run's inputs/")
+            continue
+        sku = load_baseline(baseline_path)
+        units = {m: b.unit for m, b in sku.metrics.items()}
+        ev = folder.read_evidence(node)
+        if ev is None:
+            refused.append(f"{node}: no evidence in this run")
+            continue
+        if not ev.collected:
+            refused.append(f"{node}: was not measured in this run")
+            continue
+        recorded = Recorded(
+            run=verdict["run"],
+            date=date,
+            result=node_result(summary),
+            certificate=certificate,
+            forced=None if passed else force_reason,
+            spec=verdict["spec"],
+            baseline=sha256_of(baseline_path),
+            allow_unsigned=certificate is None,
+        )
+        nb = _node_baseline(ev, sku.sku, units, recorded)
+        header = f"# handover baseline of {node}, recorded by `gpucert baseline record` from run {verdict['run']}\n" + (
+            f"# FORCED although the node did not pass: {force_reason}\n" if not passed else ""
+        )
+        if certificate is None:
+            header += "# recorded from an UNSIGNED run (--allow-unsigned)\n"
+        target.write_text(
+            header + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
+            encoding="utf-8",
+        )
+        written.append(target)
+    if not written and not refused:
+        raise ConfigError("the run's verdict lists no nodes", path=folder.verdict_path, key="nodes")
+    return written, refused

@@ -1,0 +1,110 @@
+"""The `kubernetes` target of a ClusterSpec, and what a pool says of its nodes that only a cluster has (taints, GPU
+sharing): how gpucert reaches the cluster and what its pods ask for. Part of the spec contract (spec.py)."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from gpucert.spec.documents import Document
+
+__all__ = ["GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint"]
+
+# a Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a number and an optional suffix
+QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+class GpuSharing(StrEnum):
+    NONE = "none"  # whole GPUs, one nvidia.com/gpu each
+    MIG = "mig"  # MIG instances (GFD: nvidia.com/mig.strategy single or mixed, a -MIG- product)
+    TIME_SLICING = "time-slicing"  # replicas of each GPU (GFD: nvidia.com/gpu.replicas > 1)
+    MPS = "mps"  # replicas of each GPU under CUDA MPS (GFD: nvidia.com/gpu.sharing-strategy=mps, replicas > 1)
+
+
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+class Taint(Document):
+    """A taint a pool's nodes carry; gpucert's pods tolerate it (a NoExecute one would evict them)."""
+
+    key: Annotated[str, Field(min_length=1)]
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+    def toleration(self) -> dict[str, str]:
+        if self.value is None:
+            return {"key": self.key, "operator": "Exists", "effect": self.effect}
+        return {"key": self.key, "operator": "Equal", "value": self.value, "effect": self.effect}
+
+
+def _quantity(v: str) -> str:
+    if not QUANTITY.match(v):
+        raise ValueError(f"{v!r} is not a Kubernetes quantity; write e.g. 4, 500m, 16Gi")
+    return v
+
+
+class ProbeResources(Document):
+    """The CPU and memory each probe pod requests (and is limited to: requests equal limits, Guaranteed QoS)."""
+
+    cpu: str | None = None
+    memory: str | None = None
+
+    @field_validator("cpu", "memory")
+    @classmethod
+    def _is_quantity(cls, v: str | None) -> str | None:
+        return v if v is None else _quantity(v)
+
+
+class KubernetesTargetSpec(Document):
+    kind: Literal["kubernetes"]
+    context: str | None = None
+    namespace: str = "gpucert"
+    node_selector: dict[str, str] = Field(
+        default_factory=lambda: {"nvidia.com/gpu.present": "true"}, alias="nodeSelector"
+    )
+    image: str | None = None
+    # how the image must be pinned: `digest` (REF@sha256:...) or `tag` (a tag other than latest, or a digest)
+    image_pin: Literal["digest", "tag"] = Field("digest", alias="imagePin")
+    image_pull_secrets: list[str] = Field(default_factory=list, alias="imagePullSecrets")
+    max_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(32, alias="maxParallel")
+    tolerations: list[dict[str, str]] = Field(
+        default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    )
+    pending_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="pendingTimeoutSeconds")
+    # how long a probe pod waits for a node whose GPUs other pods hold (the scheduler says Insufficient
+    # nvidia.com/gpu); 0: report it busy, naming the pods, at pendingTimeoutSeconds
+    busy_timeout_seconds: Annotated[int, Field(ge=0)] = Field(0, alias="busyTimeoutSeconds")
+    # the probe Job's deadline; None: derived from the plan (probes/deadline.py), so that the probe, not the
+    # kubelet, reports what overran. One set shorter than the plan needs is an error
+    active_deadline_seconds: Annotated[int, Field(ge=60)] | None = Field(None, alias="activeDeadlineSeconds")
+    # extra limits for the all-reduce across nodes, e.g. the RDMA device plugin's {rdma/rdma_shared_device_a: 1}
+    fabric_resources: dict[str, str] = Field(default_factory=dict, alias="fabricResources")
+    # the all-reduce pods on the nodes' network namespace (NCCL then sees every host interface and RDMA device)
+    fabric_host_network: bool = Field(False, alias="fabricHostNetwork")
+    # the RuntimeClass of every gpucert pod, where nvidia is not the container runtime's default handler
+    runtime_class_name: str | None = Field(None, alias="runtimeClassName")
+    # each probe pod's CPU and memory (requests = limits); sized from the plan when absent
+    resources: ProbeResources | None = None
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations_the_api_accepts(cls, v: list[dict[str, str]]) -> list[dict[str, str]]:
+        """What the API server's pod validation refuses (422) in a toleration, refused here first (kubernetes
+        pkg/apis/core/validation/validation.go, ValidateTolerations)."""
+        for i, t in enumerate(v):
+            unknown = set(t) - {"key", "operator", "value", "effect"}
+            op, effect = t.get("operator", "Equal"), t.get("effect", "")
+            if unknown:
+                raise ValueError(f"toleration {i}: unknown keys {sorted(unknown)} (key, operator, value, effect)")
+            if op not in ("Equal", "Exists"):
+                raise ValueError(f"toleration {i}: operator {op!r} is not Equal or Exists")
+            if effect not in ("", *TAINT_EFFECTS):
+                raise ValueError(f"toleration {i}: effect {effect!r} is not one of {', '.join(TAINT_EFFECTS)}")
+            if op == "Exists" and t.get("value"):
+                raise ValueError(f"toleration {i}: value must be empty when operator is Exists")
+            if not t.get("key") and op != "Exists":
+                raise ValueError(f"toleration {i}: operator must be Exists when key is empty (it matches every taint)")
+        return v
