@@ -87,16 +87,10 @@ def _load(model: type[BaseModel], body: str) -> Any:
         return None
 
 
-def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:  # noqa: C901, PLR0912
-    """The node's evidence from the parts `found` in a log; None when not even the `node` part arrived.
-
-    What was measured stands. Every probe that was planned and did not finish gets an error saying `why` (what
-    stopped the pod), per GPU for the per-GPU probes, so its checks error with the cause instead of passing
-    on half the data.
-    """
-    header = _load(NodeHeader, found.get("node", ""))
-    if not isinstance(header, NodeHeader):
-        return None
+def _read_parts(
+    found: dict[str, str],
+) -> tuple[dict[int, GpuEvidence], dict[int, dict[str, Measurement]], list[ProbeError]]:
+    """The GPUs, their measurements and the errors (in the order they happened) among the parts `found`."""
     gpus: dict[int, GpuEvidence] = {}
     measured: dict[int, dict[str, Measurement]] = {}
     errors: list[tuple[int, ProbeError]] = []
@@ -114,9 +108,19 @@ def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:  # noqa: C9
                 gpus[int(index)] = value
         elif kind == "error" and rest.isdigit() and isinstance(err := _load(ProbeError, body), ProbeError):
             errors.append((int(rest), err))
-    found_errors = [e for _, e in sorted(errors, key=lambda x: x[0])]
+    return gpus, measured, [e for _, e in sorted(errors, key=lambda x: x[0])]
+
+
+def _unfinished(
+    header: NodeHeader,
+    found: dict[str, str],
+    measured: dict[int, dict[str, Measurement]],
+    found_errors: list[ProbeError],
+    cause: str,
+) -> list[ProbeError]:
+    """An error for every planned probe that did not finish (per GPU and metric for the per-GPU probes), unless an
+    error of its own already says why."""
     missing: list[ProbeError] = []
-    cause = f"did not finish: {why}"
 
     def known(probe: Probe, gpu: int | None, metric: str | None) -> bool:
         return any(e.probe == probe.value and e.gpu == gpu and e.metric in (None, metric) for e in found_errors)
@@ -125,14 +129,29 @@ def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:  # noqa: C9
         if f"done/{probe.value}" in found or probe is Probe.HEALTH:
             continue
         if probe in METRICS:
-            for i in range(header.gpus):
-                for metric in METRICS[probe]:
-                    if metric not in measured.get(i, {}) and not known(probe, i, metric):
-                        missing.append(
-                            ProbeError(probe=probe.value, gpu=i, metric=metric, message=f"GPU {i}: {metric} {cause}")
-                        )
+            missing += [
+                ProbeError(probe=probe.value, gpu=i, metric=metric, message=f"GPU {i}: {metric} {cause}")
+                for i in range(header.gpus)
+                for metric in METRICS[probe]
+                if metric not in measured.get(i, {}) and not known(probe, i, metric)
+            ]
         elif probe.value not in found and not known(probe, None, None):
             missing.append(ProbeError(probe=probe.value, message=f"{probe.value} {cause}"))
+    return missing
+
+
+def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:
+    """The node's evidence from the parts `found` in a log; None when not even the `node` part arrived.
+
+    What was measured stands. Every probe that was planned and did not finish gets an error saying `why` (what
+    stopped the pod), per GPU for the per-GPU probes, so its checks error with the cause instead of passing
+    on half the data.
+    """
+    header = _load(NodeHeader, found.get("node", ""))
+    if not isinstance(header, NodeHeader):
+        return None
+    gpus, measured, found_errors = _read_parts(found)
+    missing = _unfinished(header, found, measured, found_errors, f"did not finish: {why}")
     system = _load(SystemFacts, found.get("system", ""))
     p2p = _load(P2pEvidence, found.get("p2p", ""))
     nccl = _load(NcclEvidence, found.get("nccl", ""))
