@@ -7,37 +7,61 @@ not support are None and named in `not_supported`, never zero.
 from __future__ import annotations
 
 import json
-import math
-import numbers
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucert.errors import EvidenceError
+from gpucert.measure.evidence_base import GpuKey, Sample
+from gpucert.measure.evidence_base import Model as _Model
+from gpucert.measure.evidence_fabric import (
+    CounterWindow,
+    GdrFacts,
+    GidEntry,
+    GpuNic,
+    HcaPort,
+    NcclChannel,
+    NcclNetDevice,
+    NcclTransport,
+    NodeFabric,
+    PciDevice,
+    RdmaBandwidth,
+)
 
 __all__ = [
     "EVIDENCE_SCHEMA",
+    "CounterWindow",
     "DcgmError",
     "DcgmEvidence",
     "DcgmGpuResult",
     "DcgmTestResult",
     "EccCounts",
     "FabricEvidence",
+    "GdrFacts",
+    "GidEntry",
     "GpuEvidence",
+    "GpuNic",
+    "HcaPort",
     "Health",
     "Measurement",
+    "NcclChannel",
     "NcclEvidence",
+    "NcclNetDevice",
     "NcclPoint",
+    "NcclTransport",
     "NodeEvidence",
+    "NodeFabric",
     "NvlinkErrors",
     "P2pEvidence",
     "P2pPair",
+    "PciDevice",
     "PcieLink",
     "PreflightStep",
     "ProbeError",
+    "RdmaBandwidth",
     "RemappedRows",
     "SystemFacts",
     "ThrottleWindow",
@@ -51,28 +75,6 @@ __all__ = [
 
 EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"
 M = TypeVar("M", bound=BaseModel)
-
-
-def _sample(value: Any) -> Any:
-    """A sample that is not a number (`true`, a string, null) is kept as NaN, so that the check it belongs to
-    errors on that GPU ("not numbers") rather than the sample passing as 1.0 (a bool is an int to pydantic)."""
-    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
-
-
-def _json_key(value: Any) -> Any:
-    """A GPU index as a JSON object key: the digits of an int (read strictly, "1" is no int otherwise)."""
-    return int(value) if isinstance(value, str) and value.isdigit() else value
-
-
-# one repetition of a measurement: judged by analysis.performance.sample_problem, never coerced into a figure
-Sample = Annotated[float, BeforeValidator(_sample)]
-GpuKey = Annotated[int, BeforeValidator(_json_key)]  # an index (a GPU's, a link's) as a JSON object key
-
-
-class _Model(BaseModel):
-    # documents read from disk are validated strictly (_validate): a reading or counter given as `true` or "5" is
-    # not a number, and the document is refused naming it; a probe builds them from NVML's and NumPy's numbers
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Measurement(_Model):
@@ -289,6 +291,7 @@ class NodeEvidence(_Model):
     errors: list[ProbeError] = Field(default_factory=list)
     # the preflight's steps, in order (empty in evidence written before the preflight existed)
     preflight: list[PreflightStep] = Field(default_factory=list)
+    fabric: NodeFabric | None = None  # the node's RDMA ports, counters, GPU-NIC affinity, GDR (evidence_fabric.py)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -344,6 +347,8 @@ class FabricEvidence(_Model):
     collected: bool = True
     nccl: NcclEvidence | None = None
     errors: list[ProbeError] = Field(default_factory=list)
+    transport: NcclTransport | None = None  # NCCL's channel transports in its debug output (None: not read)
+    rdma: list[RdmaBandwidth] = Field(default_factory=list)  # a pair's ib_write_bw per rail
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
