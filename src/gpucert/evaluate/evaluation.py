@@ -16,6 +16,7 @@ from typing import Any
 
 from gpucert.acceptance.waivers import WaiverBook, book_for, decide_waiver
 from gpucert.errors import EvidenceError
+from gpucert.evaluate.fabric_decisions import decide_fabric
 from gpucert.evaluate.handover_decisions import against_handover, identity
 from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.performance_decisions import judge_metric, node_straggler
@@ -176,6 +177,11 @@ class Evaluation:
     def pool_of(self, node: str) -> Pool | None:
         return self.pools.pool_of(node)
 
+    def rails_of(self, node: str) -> int:
+        """How many rails the fabric of the node's pool has (0: its pool declares no fabric)."""
+        pool = self.pool_of(node)
+        return pool.fabric.rails.count if pool is not None and pool.fabric is not None else 0
+
     def baseline_of(self, node: str) -> GpuBaseline:
         """The SKU baseline of the node's pool (the plan asks nothing else of a node outside exactly one pool)."""
         pool = self.pools.name_of(node)
@@ -281,6 +287,8 @@ class Evaluation:
             return self.node_count()
         if key.check == "pool.membership" and node is not None:
             return self.pools.judge(node)
+        if family in (Family.FABRIC, Family.POOL):
+            return decide_fabric(self, key)
         outside = self._outside_pools(key.check, node, gpu) if node is not None else None
         if outside is not None:
             return outside

@@ -171,6 +171,7 @@ class Family(StrEnum):
     POOL = "pool"  # pool.membership: every node in exactly one of the spec's pools
     BASELINE = "baseline"  # baseline.change: the static gate's review of an edited SKU baseline
     PROBE = "probe"  # probe.preflight: the probe pod could run the probes at all (CuPy, NVML, NCCL, dcgmi, ...)
+    FABRIC = "fabric"  # a pool's multi-node network: ports, counters, GDR, RDMA bandwidth, NCCL's transport
 
     @property
     def suite(self) -> str:
@@ -195,6 +196,7 @@ class Family(StrEnum):
             Family.WAIVER: "Waivers",
             Family.POOL: "Stack",
             Family.BASELINE: "Baselines",
+            Family.FABRIC: "Fabric",
         }.get(self, "Performance")
 
     @property

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.plan.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, PCIE_DIRECTIONS, CheckKey
+from gpucert.plan.fabric_checks import fabric_certify_keys, fabric_configure_keys
 from gpucert.spec.cluster import ClusterSpec, Probe
 from gpucert.spec.pools import PoolMap
 
@@ -142,6 +143,7 @@ def _configure(spec: ClusterSpec, pools: PoolMap, components: list[str], b: _Bui
         b.skip("stack.runtime", "the spec sets no stack.containerRuntime")
     b.add(CheckKey(c, n) for n in nodes for c in per_node)
     b.add(CheckKey("stack.version", n, None, comp) for n in nodes for comp in components)
+    b.add(fabric_configure_keys(spec))
 
 
 def _gpus(pools: PoolMap, nodes: list[str]) -> list[tuple[str, int]]:
@@ -153,6 +155,10 @@ def _certify(spec: ClusterSpec, pools: PoolMap, b: _Builder, fleet_peers: int) -
         members = pools.members(pool.name)
         _certify_pool(spec, pool.name, members, b)
         _peers(spec, pool.name, members, len(members) + (fleet_peers if members else 0), b)
+    fabric, left_out = fabric_certify_keys(spec, pools)
+    b.add(fabric)
+    for check, why in left_out.items():
+        b.skip(check, why)
     multinode = spec.certify.multinode
     if multinode is None:
         b.skip("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked")

@@ -215,7 +215,7 @@ def prepare(  # noqa: C901, PLR0912
 def plan(target: Target, spec: ClusterSpec, folder: RunFolder) -> Inventory:
     """Ask the target what it has; write stack.json and inventory.json."""
     nodes, pods = target.observe()
-    stack = observe_stack(nodes, pods, spec.stack.sources(), keep_labels=spec.selector_labels())
+    stack = observe_stack(nodes, pods, spec.stack.sources(), keep_labels=spec.kept_labels())
     for name in stack.nodes:
         try:
             check_node_name(name)

@@ -25,6 +25,7 @@ from gpucert.cli.args import non_empty
 from gpucert.errors import GpucertError
 from gpucert.evaluate.evaluation import Evaluation, GpuSlot
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.fabric_checks import rail_detail
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
@@ -268,6 +269,11 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 # ---- parametrization over the inventory, and the plan's keys ------------------------------------------------
 
 
+# the parameters that name a check's detail: those of a node, and those of the fleet (parametrized from the plan)
+FLEET_DETAILS = ("gate_input", "pool", "racks")
+DETAILS = ("component", "waiver", "rail", *FLEET_DETAILS)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     ctx = run_context(metafunc.config)
     if ctx is None:
@@ -277,12 +283,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "waiver" in names:
         book = ev.waiver_book
         metafunc.parametrize("waiver", book.ids if book is not None else [])
-    if "gate_input" in names:  # the static gate's checks: one per configuration (or baseline) it was given
+    # checks of the fleet decided once per detail the plan names: the static gate's (one per configuration or
+    # baseline it was given), a pool's fabric declaration, the link between two racks
+    fleet_detail = next((p for p in FLEET_DETAILS if p in names), None)
+    if fleet_detail is not None:
         marker = metafunc.definition.get_closest_marker("check")
         check = str(marker.args[0]) if marker is not None else ""
         details = sorted(k.detail for k in ev.plan.required if k.check == check and k.detail and not k.node)
         if details:
-            metafunc.parametrize("gate_input", details, ids=details)
+            metafunc.parametrize(fleet_detail, details, ids=details)
         return
     if not ({"node", "gpu"} & set(names)):
         return
@@ -290,6 +299,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "gpu" in names:
         slots = [GpuSlot(n, i) for n in nodes for i in range(ev.pools.gpus_per_node(n))]
         metafunc.parametrize("gpu", slots, ids=[repr(s) for s in slots])
+    elif "rail" in names:  # a node's rails: those of its pool's fabric
+        rails = [(n, rail_detail(r)) for n in nodes for r in range(ev.rails_of(n))]
+        metafunc.parametrize(("node", "rail"), rails, ids=[f"{n}/{r}" for n, r in rails])
     elif "component" in names:
         pairs = [(n, c) for n in nodes for c in ev.components()]
         metafunc.parametrize(("node", "component"), pairs, ids=[f"{n}/{c}" for n, c in pairs])
@@ -310,8 +322,8 @@ def check_key(item: pytest.Item) -> CheckKey | None:
     except (KeyError, IndexError):
         return None  # not parametrized by gpucert (no spec): the test skips and decides nothing
     gpu = params.get("gpu")
-    detail = next((params[p] for p in ("component", "waiver", "gate_input") if isinstance(params.get(p), str)), None)
-    if detail is None and "gate_input" in getattr(item, "fixturenames", ()):
+    detail = next((params[p] for p in DETAILS if isinstance(params.get(p), str)), None)
+    if detail is None and set(FLEET_DETAILS) & set(getattr(item, "fixturenames", ())):
         return None  # the gate was given nothing for this check: no item decides it
     if isinstance(gpu, GpuSlot):
         return CheckKey(check, gpu.node, gpu.index, detail)

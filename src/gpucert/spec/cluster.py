@@ -17,6 +17,7 @@ from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_
 
 from gpucert.errors import ConfigError
 from gpucert.spec.documents import Document, Key, Problem, load_document
+from gpucert.spec.fabric import FabricSpec
 from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint
 from gpucert.spec.versions import checked_version
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
@@ -291,6 +292,7 @@ class Pool(Document):
     stragglers: StragglerSpec | None = None
     # taints the pool's nodes carry (e.g. a NoExecute nvidia.com/gpu): every gpucert pod tolerates them
     taints: list[Taint] = Field(default_factory=list)
+    fabric: FabricSpec | None = None  # the pool's multi-node network (spec/fabric.py)
 
     def selects(self, labels: dict[str, str]) -> bool:
         """Whether a node with these labels is one of the pool's (every selector label, equal)."""
@@ -351,6 +353,10 @@ class ClusterSpec(Document):
     def selector_labels(self) -> set[str]:
         """Every node label a pool selects on: the plan keeps them in stack.json, so membership re-evaluates."""
         return {k for p in self.pools for k in p.node_selector}
+
+    def kept_labels(self) -> set[str]:
+        """Every node label the evaluation reads: the pools' selectors and their fabrics' rack labels."""
+        return self.selector_labels() | {p.fabric.rack_label for p in self.pools if p.fabric and p.fabric.rack_label}
 
     def resolve(self, relative: str, key: str = "") -> Path:
         """A path the spec names, relative to the spec's own folder (ConfigError when it cannot be resolved)."""

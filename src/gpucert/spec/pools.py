@@ -69,6 +69,10 @@ class PoolMap:
         """The nodes in no pool or in several."""
         return [n for n in self.order if self.name_of(n) is None]
 
+    def label(self, node: str, key: str) -> str | None:
+        """The value of one of the node's kept labels (selector and rack labels), None when it has none."""
+        return self._labels.get(node, {}).get(key)
+
     def gpus_per_node(self, node: str) -> int:
         """How many GPUs the node's pool expects (0 for a node in no pool or several)."""
         pool = self.pool_of(node)

@@ -57,6 +57,9 @@ class NodeStack(_Model):
     os_image: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)  # nvidia.com/* (GFD, operator) and pool-selector labels
     allocatable_gpus: int = 0
+    # the other extended resources the node offers (`vendor/name`: an RDMA device plugin's, e.g.
+    # rdma/rdma_shared_device_a or nvidia.com/hostdev), with their allocatable count
+    resources: dict[str, int] = Field(default_factory=dict)
     components: dict[str, ComponentObservation] = Field(default_factory=dict)
 
 
@@ -84,6 +87,11 @@ def _int(value: Any) -> int:
         return int(str(value))
     except (TypeError, ValueError):
         return 0
+
+
+def _extended(allocatable: Mapping[str, Any]) -> dict[str, int]:
+    """The extended resources (`vendor/name`) besides GPUs, by allocatable count."""
+    return {k: _int(v) for k, v in sorted(allocatable.items()) if "/" in k and k != GPU_RESOURCE}
 
 
 def _observe_pod(pod: Mapping[str, Any], source: ComponentSource) -> ComponentObservation | None:
@@ -160,6 +168,7 @@ def observe_stack(
             os_image=info.get("osImage"),
             labels=labels,
             allocatable_gpus=_int((status.get("allocatable") or {}).get(GPU_RESOURCE)),
+            resources=_extended(status.get("allocatable") or {}),
             components=dict(sorted(observed.items())),
         )
     return StackObservation(nodes=dict(sorted(out.items())))
