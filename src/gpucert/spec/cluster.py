@@ -17,14 +17,17 @@ from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_
 
 from gpucert.errors import ConfigError
 from gpucert.spec.documents import Document, Key, Problem, load_document
+from gpucert.spec.durations import DURATION_UNITS, duration_seconds
 from gpucert.spec.fabric import FabricSpec
 from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint
+from gpucert.spec.soak import SoakSpec
 from gpucert.spec.versions import checked_version
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
 
 __all__ = [
     "API_VERSION",
     "API_VERSIONS",
+    "DURATION_UNITS",
     "AcceptanceSpec",
     "CertifySpec",
     "ClusterSpec",
@@ -34,9 +37,11 @@ __all__ = [
     "KubernetesTargetSpec",
     "Pool",
     "Probe",
+    "SoakSpec",
     "StackSpec",
     "StragglerSpec",
     "Taint",
+    "duration_seconds",
     "load_spec",
 ]
 
@@ -235,17 +240,6 @@ class CertifySpec(Document):
         return probes
 
 
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def duration_seconds(text: str) -> int:
-    """`90s`, `30m`, `12h`, `30d`, `2w` in seconds (ValueError naming the form otherwise)."""
-    number, unit = text[:-1], text[-1:]
-    if unit not in DURATION_UNITS or not number.isdigit() or int(number) < 1:
-        raise ValueError(f"{text!r} is not a duration: write a whole number and a unit, e.g. 30d, 12h, 90m, 2w")
-    return int(number) * DURATION_UNITS[unit]
-
-
 class AcceptanceSpec(Document):
     """Handover acceptance: the deviations the parties accepted, and how old carried-over evidence may be."""
 
@@ -254,6 +248,8 @@ class AcceptanceSpec(Document):
     approvers: list[Annotated[str, Field(min_length=1)]] | None = None
     # a re-test (`gpucert certify --retest RUN`) measures again any passing node whose evidence is older than this
     max_evidence_age: str | None = Field(None, alias="maxEvidenceAge")
+    # `gpucert accept` requires a passing soak (`gpucert soak`) of at least this many clean hours per node
+    soak_hours: Annotated[int, Field(ge=1)] | None = Field(None, alias="soakHours")
 
     @field_validator("max_evidence_age")
     @classmethod
@@ -309,6 +305,7 @@ class ClusterSpec(Document):
     stack: StackSpec = Field(default_factory=StackSpec)
     certify: CertifySpec
     acceptance: AcceptanceSpec = Field(default_factory=AcceptanceSpec)
+    soak: SoakSpec | None = None  # the burn-in `gpucert soak` runs (docs/soak.md)
 
     _path: Path | None = PrivateAttr(None)
 

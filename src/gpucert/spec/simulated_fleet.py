@@ -16,6 +16,7 @@ from gpucert.plan.checks import FABRIC_METRICS, METRICS, NODE_METRICS, REPEATED_
 from gpucert.spec.cluster import ClusterSpec, Metadata
 from gpucert.spec.documents import Document, Problem, load_document
 from gpucert.spec.names import NameError_, check_file_stem, check_node_name
+from gpucert.spec.soak import SoakSimulation
 from gpucert.spec.versions import VersionError, parse_version
 
 __all__ = ["FLEET_METRICS", "Fault", "FleetPool", "SimulatedFleet", "load_fleet"]
@@ -333,6 +334,7 @@ class SimulatedFleet(Document):
     noise: Noise = Field(default_factory=Noise)
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0  # numpy seeds are non-negative (SeedSequence)
     faults: list[Fault] = Field(default_factory=list)
+    soak: SoakSimulation | None = None  # compressed time and faults that come with it (`gpucert soak`)
 
     def groups(self) -> list[FleetPool]:
         """The fleet's groups of nodes: its `pools`, or the one group `sku` and `nodes` declare."""

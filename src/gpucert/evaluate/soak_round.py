@@ -1,0 +1,176 @@
+"""One soak round of one node: what the round measured (`RoundEvidence`, raw samples, kept on disk) and the small
+summary the criteria read (`NodeRound`: per GPU each metric's median and the health counters), so a soak's memory
+holds summaries, never samples. Pure: models and arithmetic, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpucert.evaluate.rules.health import CLOCK_EVENT_BITS, CLOCK_EVENT_REASONS
+from gpucert.measure.evidence import GpuEvidence, Measurement
+
+__all__ = ["ROUND_SCHEMA", "GpuRound", "NodeRound", "RoundEvidence", "summarize"]
+
+ROUND_SCHEMA = "gpucert.io/soak-round/v1"
+
+
+class RoundEvidence(BaseModel):
+    """What one round measured on one node: the GPUs as the certify probes record them (health readings and raw
+    samples), the node's own all-reduce, and how often the round's pod restarted."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    schema_: str = Field(ROUND_SCHEMA, alias="schema")
+    node: str
+    round: int
+    start_h: float  # hours since the node's soak began, at the round's start and end
+    end_h: float
+    collected: bool = True
+    errors: list[str] = Field(default_factory=list)  # why the round could not be measured (collected: False)
+    restarts: int = 0  # the round pod's container restarts
+    gpus: list[GpuEvidence] = Field(default_factory=list)
+    node_measurements: dict[str, Measurement] = Field(default_factory=dict)  # nccl.all_reduce (busbw, largest size)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRound:
+    """One GPU's round in a few numbers: None where the reading was not reported (the criterion errors)."""
+
+    index: int
+    medians: dict[str, float] = field(default_factory=dict)
+    corrected: int | None = None  # volatile ECC counters since the driver loaded
+    uncorrected: int | None = None
+    remap_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    xids: tuple[tuple[int, str], ...] = ()  # (code, time) of each XID event the round read
+    throttle_ns: dict[str, int] = field(default_factory=dict)  # per reason, ns held under load in the round
+    loaded_s: float = 0.0
+    active: tuple[str, ...] | None = ()  # reasons holding the clocks at the reading after the load; None: not read
+    temperature_c: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "medians": self.medians,
+            "corrected": self.corrected,
+            "uncorrected": self.uncorrected,
+            "remapUncorrectable": self.remap_uncorrectable,
+            "remapPending": self.remap_pending,
+            "remapFailure": self.remap_failure,
+            "xids": [list(x) for x in self.xids],
+            "throttleNs": self.throttle_ns,
+            "loadedS": self.loaded_s,
+            "active": list(self.active) if self.active is not None else None,
+            "temperatureC": self.temperature_c,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> GpuRound:
+        return cls(
+            index=int(d["index"]),
+            medians={str(k): float(v) for k, v in d["medians"].items()},
+            corrected=d["corrected"],
+            uncorrected=d["uncorrected"],
+            remap_uncorrectable=d["remapUncorrectable"],
+            remap_pending=d["remapPending"],
+            remap_failure=d["remapFailure"],
+            xids=tuple((int(c), str(t)) for c, t in d["xids"]),
+            throttle_ns={str(k): int(v) for k, v in d["throttleNs"].items()},
+            loaded_s=float(d["loadedS"]),
+            active=tuple(d["active"]) if d["active"] is not None else None,
+            temperature_c=d["temperatureC"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRound:
+    """One node's round, summarised."""
+
+    node: str
+    round: int
+    start_h: float
+    end_h: float
+    collected: bool
+    errors: tuple[str, ...]
+    restarts: int
+    gpus: tuple[GpuRound, ...]
+    node_medians: dict[str, float]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "node": self.node,
+            "round": self.round,
+            "startH": self.start_h,
+            "endH": self.end_h,
+            "collected": self.collected,
+            "errors": list(self.errors),
+            "restarts": self.restarts,
+            "gpus": [g.to_json() for g in self.gpus],
+            "nodeMedians": self.node_medians,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> NodeRound:
+        return cls(
+            node=str(d["node"]),
+            round=int(d["round"]),
+            start_h=float(d["startH"]),
+            end_h=float(d["endH"]),
+            collected=bool(d["collected"]),
+            errors=tuple(d["errors"]),
+            restarts=int(d["restarts"]),
+            gpus=tuple(GpuRound.from_json(g) for g in d["gpus"]),
+            node_medians={str(k): float(v) for k, v in d["nodeMedians"].items()},
+        )
+
+
+def _active(bitmask: int | None) -> tuple[str, ...] | None:
+    if bitmask is None or bitmask < 0 or bitmask & ~CLOCK_EVENT_BITS:
+        return None  # not reported, or not a bitmask NVML reports: not believed
+    return tuple(name for bit, name in CLOCK_EVENT_REASONS.items() if bitmask & bit)
+
+
+def _gpu(g: GpuEvidence) -> GpuRound:
+    medians = {m: float(median(x.samples)) for m, x in g.measurements.items() if x.samples}
+    h = g.health
+    if h is None:
+        return GpuRound(index=g.index, medians=medians, active=None)
+    throttle: dict[str, int] = {}
+    for w in h.throttle_under_load:
+        for reason, ns in w.reasons_ns.items():
+            throttle[reason] = throttle.get(reason, 0) + ns
+    return GpuRound(
+        index=g.index,
+        medians=medians,
+        corrected=h.ecc.volatile_corrected,
+        uncorrected=h.ecc.volatile_uncorrected,
+        remap_uncorrectable=h.remapped_rows.uncorrectable,
+        remap_pending=h.remapped_rows.pending,
+        remap_failure=h.remapped_rows.failure,
+        xids=tuple((e.code, e.time or "") for e in h.xid),
+        throttle_ns=throttle,
+        loaded_s=sum(w.seconds for w in h.throttle_under_load),
+        active=_active(h.clock_event_reasons),
+        temperature_c=h.temperature_c,
+    )
+
+
+def summarize(ev: RoundEvidence) -> NodeRound:
+    """The round in the numbers the criteria read."""
+    return NodeRound(
+        node=ev.node,
+        round=ev.round,
+        start_h=ev.start_h,
+        end_h=ev.end_h,
+        collected=ev.collected,
+        errors=tuple(ev.errors),
+        restarts=ev.restarts,
+        gpus=tuple(_gpu(g) for g in ev.gpus),
+        node_medians={m: float(median(x.samples)) for m, x in ev.node_measurements.items() if x.samples},
+    )
