@@ -20,9 +20,8 @@ from gpucert.spec.documents import Document, Key, Problem, load_document
 from gpucert.spec.durations import DURATION_UNITS, duration_seconds
 from gpucert.spec.fabric import FabricSpec
 from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint
+from gpucert.spec.recipe import Component, PoolStack, StackSpec
 from gpucert.spec.soak import SoakSpec
-from gpucert.spec.versions import checked_version
-from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
 
 __all__ = [
     "API_VERSION",
@@ -100,79 +99,6 @@ class Expect(Document):
     gpu_product: str = Field(alias="gpuProduct")
     # how the pool's GPUs are shared, as GFD labels say (gpucert certifies whole GPUs: a shared one is refused)
     gpu_sharing: GpuSharing = Field(GpuSharing.NONE, alias="gpuSharing")
-
-
-class VersionSource(Document):
-    """Where to read a component's version on a stack that is not the GPU Operator's defaults."""
-
-    namespace: str = "gpu-operator"
-    app: str | None = None
-    daemon_set: str | None = Field(None, alias="daemonSet")
-    container: str | None = None
-    label: str | None = None
-
-    @model_validator(mode="after")
-    def _one_way(self) -> VersionSource:
-        if self.label is None and (self.container is None or (self.app is None) == (self.daemon_set is None)):
-            raise ValueError(
-                "give either `label` (a node label holding the version), or `container` with one of "
-                "`app` (pod label app=...) or `daemonSet`"
-            )
-        return self
-
-
-class Component(Document):
-    # a name is a check id's part and a label's: a control character or a bidi override would forge either
-    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$")]
-    version: str
-    after: list[str] = Field(default_factory=list)
-    source: VersionSource | None = None
-
-    _v = field_validator("version")(checked_version)
-
-
-class MinVersion(Document):
-    min_version: str = Field(alias="minVersion")
-
-    _v = field_validator("min_version")(checked_version)
-
-
-class ContainerRuntime(Document):
-    name: Literal["containerd", "cri-o", "docker"] = "containerd"
-    min_version: str = Field(alias="minVersion")
-
-    _v = field_validator("min_version")(checked_version)
-
-
-class StackSpec(Document):
-    components: list[Component] = Field(default_factory=list)
-    kubernetes: MinVersion | None = None
-    container_runtime: ContainerRuntime | None = Field(None, alias="containerRuntime")
-
-    @model_validator(mode="after")
-    def _unique(self) -> StackSpec:
-        seen: set[str] = set()
-        for c in self.components:
-            if c.name in seen:
-                raise ValueError(f"component {c.name!r} is declared twice; declare each component once")
-            seen.add(c.name)
-        return self
-
-    def component(self, name: str) -> Component | None:
-        return next((c for c in self.components if c.name == name), None)
-
-    def sources(self) -> dict[str, ComponentSource]:
-        """Where each declared component's version is read: the GPU Operator's defaults or the spec's `source`."""
-        out: dict[str, ComponentSource] = {}
-        for c in self.components:
-            if c.source is not None:
-                s = c.source
-                out[c.name] = ComponentSource(
-                    app=s.app, container=s.container, namespace=s.namespace, daemonset=s.daemon_set, label=s.label
-                )
-            elif c.name in DEFAULT_SOURCES:
-                out[c.name] = DEFAULT_SOURCES[c.name]
-        return out
 
 
 class DcgmSpec(Document):
@@ -261,19 +187,6 @@ class AcceptanceSpec(Document):
     @property
     def max_evidence_age_s(self) -> int | None:
         return duration_seconds(self.max_evidence_age) if self.max_evidence_age is not None else None
-
-
-class PoolPin(Document):
-    """A pool's own version of a component the cluster's stack declares (a pool on an older driver branch)."""
-
-    name: Annotated[str, Field(min_length=1)]
-    version: str
-
-    _v = field_validator("version")(checked_version)
-
-
-class PoolStack(Document):
-    components: Annotated[list[PoolPin], Field(min_length=1)]
 
 
 class Pool(Document):

@@ -58,11 +58,10 @@ from gpucert.measure.targets.kubernetes.runs import (
     run_label,
     short,
 )
+from gpucert.measure.targets.kubernetes.watch import PodHandler, PodWatch
 from gpucert.spec.cluster import Probe
 
 __all__ = ["LABEL_MANAGED", "LABEL_NODE", "LABEL_RUN", "ProbeJobs", "cleanup_runs", "run_label"]
-
-WATCH_SLICE_S = 5
 
 
 @dataclass
@@ -74,9 +73,6 @@ class _NodeRun:
     phase: str | None = None
     unschedulable: str = ""
     log: str | None = None  # read while the pod was being ended: its log goes with it
-
-
-PodHandler = Callable[[dict[str, Any], bool], bool]  # (pod, deleted) -> stop watching now
 
 
 @dataclass
@@ -404,77 +400,9 @@ class ProbeJobs:
 
     # ---- the loop ------------------------------------------------------------------------------------------------
 
-    def _list(self, handler: PodHandler) -> str:
-        """Read the run's pods as they are now; returns the list's resourceVersion to watch from.
-
-        Watch events come in resourceVersion order, so a watch stopped half-way resumes from the last event it
-        handled; the objects of a list do not, which is why (re)starting is a list followed by a watch.
-        """
-        resp = self.cluster.kube.call(
-            "list",
-            f"pods in namespace {self.ns}",
-            self.core.list_namespaced_pod,
-            namespace=self.ns,
-            label_selector=f"{LABEL_RUN}={self.label}",
-        )
-        data = json.loads(resp.data)
-        for pod in data.get("items") or []:
-            handler(pod, False)
-        return str((data.get("metadata") or {}).get("resourceVersion", ""))
-
-    def _watch(self, resource_version: str | None, seconds: int, handler: PodHandler) -> str | None:
-        """Handle the run's pod events for up to `seconds`; returns the resourceVersion to resume from."""
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        if not resource_version:
-            resource_version = self._list(handler)
-        w = watch.Watch()
-        connect, read = self.cluster.kube.timeout_s
-        kwargs: dict[str, Any] = {
-            "namespace": self.ns,
-            "label_selector": f"{LABEL_RUN}={self.label}",
-            "timeout_seconds": seconds,
-            "resource_version": resource_version,
-            "_request_timeout": (connect, seconds + read),  # a hung API server ends the slice, not the run
-        }
-        try:
-            for event in w.stream(self.core.list_namespaced_pod, **kwargs):
-                raw = event.get("raw_object") or {}
-                if event.get("type") == "ERROR":
-                    return None  # 410 Gone and friends: resume from a fresh list
-                resource_version = (raw.get("metadata") or {}).get("resourceVersion", resource_version)
-                if handler(raw, event.get("type") == "DELETED"):
-                    w.stop()  # something finished: go and act on it
-        except ApiException as exc:
-            if exc.status == 410:  # the resourceVersion expired: list again
-                return None
-            raise
-        return resource_version
-
     def follow(self, handler: PodHandler, step: Callable[[], bool]) -> None:
         """Watch the run's pods with `handler` while `step()` (called between watch slices) says there is more."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        rv: str | None = None
-        failures = 0
-        while True:
-            try:
-                if not rv:  # first, and after a failed or expired watch: the pods as they are now, before `step`
-                    rv = self._list(handler)  # judges anything (a Pending timeout) on what it knew before
-                if not step():
-                    return
-                rv = self._watch(rv, WATCH_SLICE_S, handler)
-                failures = 0
-            except (ApiException, HTTPError, OSError, IncompleteRunError) as exc:
-                failures += 1
-                if failures > self.cluster.kube.retries:
-                    raise IncompleteRunError(
-                        f"watching the probe pods at {self.cluster.kube.endpoint} failed {failures} times: {exc}"
-                    ) from exc
-                time.sleep(self.cluster.kube.backoff(failures))
-                rv = None
+        PodWatch(self.cluster, self.ns, f"{LABEL_RUN}={self.label}").follow(handler, step)
 
     def run(self, nodes: list[str]) -> None:
         queue = deque(refuse(self, nodes))

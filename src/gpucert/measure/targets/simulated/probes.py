@@ -7,53 +7,36 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
 import numpy as np
 
 from gpucert._version import __version__
 from gpucert.measure.evidence import (
-    EccCounts,
     FabricEvidence,
     GpuEvidence,
-    Health,
     Measurement,
     NcclEvidence,
     NcclPoint,
     NodeEvidence,
-    NvlinkErrors,
     P2pEvidence,
     P2pPair,
-    PcieLink,
     PreflightStep,
     ProbeError,
-    RemappedRows,
     SystemFacts,
-    ThrottleWindow,
-    XidEvent,
 )
 from gpucert.measure.probes import preflight
 from gpucert.measure.probes.dcgm import parse_diag
 from gpucert.measure.probes.dcgm_boards import tie_to_boards
-from gpucert.measure.probes.health import NVLINK_ERROR_COUNTERS, THROTTLE_COUNTERS
 from gpucert.measure.targets.base import MeasurePlan
-from gpucert.measure.targets.simulated.world import OUTLIER_STREAM, T0, World
+from gpucert.measure.targets.simulated.dcgm import dcgm_document
+from gpucert.measure.targets.simulated.nvml import nvml_health
+from gpucert.measure.targets.simulated.world import OUTLIER_STREAM, World
 from gpucert.measure.targets.simulated.world import iso as _iso
 from gpucert.measure.targets.simulated.world import sig as _sig
-from gpucert.plan.checks import DCGM_EXTRA_TESTS_BY_LEVEL, DCGM_TESTS_BY_LEVEL
 from gpucert.spec.cluster import Probe
 from gpucert.spec.simulated_fleet import (
-    DcgmFault,
-    EccFault,
-    NvlinkDownFault,
-    NvlinkErrorsFault,
-    PcieLinkFault,
     PreflightFault,
-    RemappedRowsFault,
-    TemperatureFault,
-    ThrottleFault,
-    XidFault,
 )
 from gpucert.stack.compat import cuda_of_driver
 
@@ -75,22 +58,6 @@ SAMPLES = {"memory": 20, "compute": 20, "pcie": 10, "p2p": 5, "nccl": 10}
 NCCL_SIZES = [1 << s for s in range(20, 34, 2)]  # 1 MiB .. 8 GiB
 NCCL_HALF_SIZE = 64 << 20  # message size at which the simulated bus reaches half its plateau
 PCI_BUSES = [0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB]
-SLOWDOWN_C = 87.0
-THROTTLE_BITS = {"hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40, "hw_power_brake": 0x80}
-WINDOW_S = 1.5  # how long each simulated probe loads a GPU
-# what DCGM 4.x reports at each level: the tests a certification requires, and nvbandwidth (4.0+) beside them
-DCGM_LEVEL_TESTS = {
-    lvl: [*DCGM_TESTS_BY_LEVEL[lvl], *(t for t in DCGM_EXTRA_TESTS_BY_LEVEL.get(lvl, ()) if t == "nvbandwidth")]
-    for lvl in DCGM_TESTS_BY_LEVEL
-}
-DCGM_CATEGORY = {
-    "software": "Deployment",
-    "pcie": "Integration",
-    "memory": "Hardware",
-    "diagnostic": "Hardware",
-    "memtest": "Hardware",
-    "nvbandwidth": "Integration",
-}
 
 
 class SimulatedProbes(World):
@@ -124,83 +91,6 @@ class SimulatedProbes(World):
             x = np.where(hit, x * (1 - tails.depth * outliers.random(n)), x)
         return [_sig(v) for v in x]
 
-    def _health(self, rng: np.random.Generator, node: str, slot: int, loaded: list[str]) -> Health:  # noqa: C901
-        """NVML's readings after the load; `loaded` are the probes that loaded the GPU (one throttle window each)."""
-        ecc, rows = (
-            EccCounts(volatile_corrected=0, volatile_uncorrected=0, aggregate_corrected=0, aggregate_uncorrected=0),
-            RemappedRows(correctable=0, uncorrectable=0, pending=False, failure=False),
-        )
-        baseline = self.baseline_of(node)
-        gen, width = baseline.pcie.generation, baseline.pcie.width
-        pcie = PcieLink(
-            current_generation=gen, current_width=width, max_generation=gen, max_width=width, under_load=True
-        )
-        reasons, temp, xids = 0x1, round(float(30 + 8 * rng.random()), 1), []
-        held: dict[str, float] = {}  # reason -> share of the loaded time
-        links = baseline.nvlink.links if baseline.nvlink is not None else 0
-        nvlink: list[bool | None] = [True] * links
-        link_errors = {link: dict.fromkeys(NVLINK_ERROR_COUNTERS, 0) for link in range(links)}
-        for f in self.faults[node].gpu.get(slot, []):
-            match f:
-                case EccFault():
-                    ecc = EccCounts(
-                        volatile_corrected=f.corrected,
-                        volatile_uncorrected=f.uncorrected,
-                        aggregate_corrected=f.corrected,
-                        aggregate_uncorrected=f.uncorrected,
-                    )
-                case RemappedRowsFault():
-                    rows = RemappedRows(
-                        correctable=0,
-                        uncorrectable=f.uncorrectable or int(f.failure or f.pending),
-                        pending=f.pending,
-                        failure=f.failure,
-                    )
-                case PcieLinkFault():
-                    pcie = PcieLink(
-                        current_generation=f.generation,
-                        current_width=f.width,
-                        max_generation=gen,
-                        max_width=width,
-                        under_load=True,
-                    )
-                case ThrottleFault() if f.reason == "hw_slowdown" or not loaded:  # no counter to show it
-                    reasons = THROTTLE_BITS.get(f.reason, 0x1)
-                    held[f.reason] = f.share
-                case ThrottleFault():
-                    held[f.reason] = f.share
-                case NvlinkDownFault():
-                    for link in range(max(0, links - f.links), links):
-                        nvlink[link] = False
-                case NvlinkErrorsFault() if f.link in link_errors:
-                    link_errors[f.link][f.counter] += f.count
-                case XidFault():
-                    xids.append(XidEvent(code=f.code, time=_iso(T0 + timedelta(hours=1)), text=""))
-                case TemperatureFault():
-                    temp = f.celsius
-        return Health(
-            ecc=ecc,
-            remapped_rows=rows,
-            pcie=pcie,
-            clock_event_reasons=reasons,
-            temperature_c=temp,
-            slowdown_temperature_c=SLOWDOWN_C,
-            power_w=round(float(68 + 6 * rng.random()), 1),
-            power_limit_w=700.0,
-            xid=xids,
-            nvlink_active=nvlink or None,
-            not_supported=[] if nvlink else ["nvlink.0"],
-            throttle_under_load=[
-                ThrottleWindow(
-                    probe=probe,
-                    seconds=WINDOW_S,
-                    reasons_ns={r: int(held.get(r, 0) * WINDOW_S * 1e9) for r in THROTTLE_COUNTERS.values()},
-                )
-                for probe in loaded
-            ],
-            nvlink_errors=NvlinkErrors(seconds=WINDOW_S * (len(loaded) + 1), links=link_errors) if links else None,
-        )
-
     def _gpu(
         self,
         rng: np.random.Generator,
@@ -225,6 +115,7 @@ class SimulatedProbes(World):
             measurements[metric] = Measurement(unit=b.unit, samples=samples, params={"simulated": True})
         between = [m for p, m in (("p2p", "p2p.bandwidth"), ("nccl", "nccl.all_reduce")) if Probe(p) in probes]
         loaded = [*measurements, *(between if len(self._present(node)) >= 2 else [])]
+        faults = self.faults[node].gpu.get(slot, [])
         return GpuEvidence(
             index=index,
             uuid=f"GPU-{uuid.UUID(digest[:32])}",
@@ -233,7 +124,7 @@ class SimulatedProbes(World):
             product=baseline.product.replace("-", " "),
             memory_mib=baseline.memory_mib,
             vbios="96.00.99.00.01",
-            health=self._health(rng, node, slot, loaded) if Probe.HEALTH in probes else None,
+            health=nvml_health(rng, baseline, faults, loaded) if Probe.HEALTH in probes else None,
             measurements=measurements,
         )
 
@@ -298,55 +189,6 @@ class SimulatedProbes(World):
             )
         return NcclEvidence(ranks=ranks, points=points, correct=True, params={"simulated": True})
 
-    def _dcgm_document(self, node: str, slots: list[int], level: int, serials: list[str]) -> dict[str, Any]:
-        failing = {
-            (f.test, slots.index(s))
-            for s in slots
-            for f in self.faults[node].gpu.get(s, [])
-            if isinstance(f, DcgmFault)
-        }
-        tests = [t for lvl in range(1, level + 1) for t in DCGM_LEVEL_TESTS[lvl]]
-        tests += sorted({t for t, _ in failing} - set(tests))
-        categories: dict[str, list[dict[str, Any]]] = {}
-        for test in tests:
-            results = []
-            for idx in range(len(slots)):
-                r: dict[str, Any] = {
-                    "entity_group": "GPU",
-                    "entity_group_id": 1,
-                    "entity_id": idx,
-                    "status": "Pass",
-                }
-                if (test, idx) in failing:
-                    r["status"] = "Fail"
-                    r["warnings"] = [
-                        {
-                            "error_category": 3,
-                            "error_id": 83,
-                            "error_severity": 2,
-                            "warning": f"Simulated {test} failure on GPU {idx}",
-                        }
-                    ]
-                results.append(r)
-            summary = "Fail" if any(r["status"] == "Fail" for r in results) else "Pass"
-            categories.setdefault(DCGM_CATEGORY.get(test, "Stress"), []).append(
-                {"name": test, "results": results, "test_summary": {"status": summary}}
-            )
-        return {
-            "DCGM Diagnostic": {"test_categories": [{"category": c, "tests": t} for c, t in categories.items()]},
-            "entity_groups": [
-                {
-                    "entity_group": "GPU",
-                    "entity_group_id": 1,
-                    "entities": [{"entity_id": i, "device_id": "2330", "serial_num": s} for i, s in enumerate(serials)],
-                }
-            ],
-            "metadata": {
-                "version": self.installed[node]["dcgm"],
-                "Driver Version Detected": self._version(node, "driver"),
-            },
-        }
-
     def measure_node(self, node: str, plan: MeasurePlan) -> NodeEvidence:
         started = _iso(datetime.now(UTC))
         nf = self.faults[node]
@@ -374,7 +216,13 @@ class SimulatedProbes(World):
         several = len(slots) >= 2
         dcgm = None
         if Probe.DCGM in probes:
-            doc = self._dcgm_document(node, slots, plan.dcgm_level, [g.serial or "" for g in gpus])
+            doc = dcgm_document(
+                {i: self.faults[node].gpu.get(s, []) for i, s in enumerate(slots)},
+                plan.dcgm_level,
+                [g.serial or "" for g in gpus],
+                version=self.installed[node]["dcgm"],
+                driver=self._version(node, "driver"),
+            )
             failed = any(
                 r.get("status") == "Fail"
                 for c in doc["DCGM Diagnostic"]["test_categories"]
