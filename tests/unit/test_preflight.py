@@ -252,3 +252,56 @@ def test_no_driver_is_one_cause_not_also_a_kernel_with_the_headers_fix(
     assert "CUDA headers" not in preflight.summary(pre.failed)
     assert steps(pre)["cupy"][0]  # installed: said, not started
     assert "kernel" not in steps(pre)
+
+
+def fake_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, help_text: str, tools: tuple[str, ...]) -> None:
+    """ib_write_bw as perftest 6.29 answers (src/perftest_parameters.c: usage lists --use_cuda only when
+    cuda_memory_supported(); --version prints "Version: %s" and returns VERSION_EXIT, 10), and ibv_devinfo."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "ib_write_bw": f'case "$1" in --version) echo "Version: 6.29"; exit 10;; *) printf "{help_text}\\n";; esac',
+        "ibv_devinfo": "echo ibv_devinfo",
+    }
+    for tool in tools:
+        exe = bin_dir / tool
+        exe.write_text(f"#!/bin/sh\n{scripts[tool]}\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+
+
+def fabric_only(tmp_path: Path) -> preflight.Preflight:
+    return preflight.run_preflight(set(), False, env={"HOME": str(tmp_path)}, fabric=True)
+
+
+def test_a_fabric_plan_checks_the_rdma_tools_and_records_perftest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_tools(
+        tmp_path, monkeypatch, "      --use_cuda=<cuda device id> Use CUDA specific device", preflight.RDMA_TOOLS
+    )
+    assert only(fabric_only(tmp_path), "rdma") == (True, "perftest 6.29 with --use_cuda; ibv_devinfo", None)
+
+
+def test_an_image_without_the_rdma_tools_is_the_preflight_finding(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_tools(tmp_path, monkeypatch, "", ("ibv_devinfo",))
+    ok, detail, fix = only(fabric_only(tmp_path), "rdma")
+    assert not ok
+    assert detail == "FileNotFoundError: ib_write_bw not found on PATH"
+    assert fix == preflight.STEP_FIXES["rdma"]
+    assert "deploy/Dockerfile" in fix
+
+
+def test_perftest_without_cuda_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_tools(tmp_path, monkeypatch, "      --tclass=<value>  Set the Traffic Class", preflight.RDMA_TOOLS)
+    ok, detail, _ = only(fabric_only(tmp_path), "rdma")
+    assert not ok
+    assert "lists no --use_cuda" in detail
+
+
+def test_only_a_fabric_plan_has_the_rdma_step(tmp_path: Path) -> None:
+    assert "rdma" not in steps(preflight.run_preflight(set(), False, env={"HOME": str(tmp_path)}))
+    assert preflight.steps_for(set(), on_gpu=False, fabric=True) == ["home", "rdma"]
+    assert preflight.steps_for({Probe.HEALTH}, on_gpu=True, fabric=True)[-1] == "rdma"

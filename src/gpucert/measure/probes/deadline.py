@@ -52,7 +52,7 @@ def _probes_seconds(plan: ProbePlan, gpus: int) -> float:
 
 def job_seconds(plan: ProbePlan, gpus: int) -> int:
     """The probe Job's activeDeadlineSeconds for a node of `gpus` GPUs: the preflight, DCGM, the probes, a margin."""
-    preflight = len(steps_for(set(plan.probes), on_gpu=plan.device == "cupy")) * STEP_S
+    preflight = len(steps_for(set(plan.probes), on_gpu=plan.device == "cupy", fabric=plan.fabric)) * STEP_S
     dcgm = (plan.dcgm.timeout_s or dcgm_seconds(plan.dcgm.level)) if Probe.DCGM in plan.probes else 0.0
     return math.ceil(preflight + dcgm + _probes_seconds(plan, gpus) + MARGIN_S)
 

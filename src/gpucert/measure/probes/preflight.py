@@ -12,6 +12,8 @@ step here tries the smallest thing that exercises one dependency and, when it fa
   cublas   a cuBLAS handle is created and destroyed
   nccl     CuPy has NCCL and reads its version               (only when the plan has the nccl probe)
   dcgmi    `dcgmi --version` runs                            (only when the plan has the dcgm probe)
+  rdma     perftest's ib_write_bw (with --use_cuda) and rdma-core's ibv_devinfo run (only when the plan measures
+           the fabric: a probe image without them is this node's one finding, not every fabric check's)
 
 The NumPy device (tests, a CPU smoke run) checks home only. Each step runs under the watchdog: a driver that
 hangs in nvmlInit or in the first context is a failed step, not a hung pod. The GPU steps (cupy to nccl) run in
@@ -24,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,7 +39,16 @@ from gpucert.measure.evidence import PreflightStep
 from gpucert.measure.probes.watchdog import ProbeTimeout, within
 from gpucert.spec.cluster import Probe
 
-__all__ = ["NVML_FIXES", "STEP_FIXES", "Preflight", "nccl_version", "run_preflight", "steps_for", "summary"]
+__all__ = [
+    "NVML_FIXES",
+    "RDMA_TOOLS",
+    "STEP_FIXES",
+    "Preflight",
+    "nccl_version",
+    "run_preflight",
+    "steps_for",
+    "summary",
+]
 
 STEP_S = 120.0  # what one step may take (the first CUDA context on a busy 8-GPU node takes seconds, not minutes)
 
@@ -53,7 +66,10 @@ STEP_FIXES = {
     "cublas": "put cuBLAS of CuPy's CUDA major in the image (nvidia-cublas-cu12, or the CUDA image's libcublas)",
     "nccl": "put NCCL in the image (pip install nvidia-nccl-cu12) or drop nccl from certify.probes",
     "dcgmi": "install DCGM 4 in the probe image (datacenter-gpu-manager-4-core) or drop dcgm from certify.probes",
+    "rdma": "install perftest built with CUDA (ib_write_bw --use_cuda) and rdma-core's ibverbs-utils (ibv_devinfo) "
+    "in the probe image, as deploy/Dockerfile does, or remove the pool's fabric section",
 }
+RDMA_TOOLS = ("ib_write_bw", "ibv_devinfo")
 CHILD_FIX = (
     "run `python -m gpucert.measure.probes.preflight memory` in the probe image on that node to see the failure, "
     "and check that the node's driver supports the image's CUDA"
@@ -189,12 +205,37 @@ def _dcgmi() -> str:
     return next((line.strip() for line in done.stdout.splitlines() if line.strip()), "dcgmi")
 
 
-def steps_for(probes: set[Probe], on_gpu: bool) -> list[str]:
+def _tool(args: list[str]) -> str:
+    """What a tool printed (stdout and stderr): perftest exits 10 after --version (VERSION_EXIT), so the exit
+    code says nothing here; what it printed does."""
+    done = subprocess.run(args, capture_output=True, text=True, timeout=STEP_S, check=False)
+    return done.stdout + done.stderr
+
+
+def _rdma() -> str:
+    """perftest and rdma-core are in the image, and ib_write_bw can write from GPU memory. perftest 6.29 lists
+    --use_cuda in its --help only when cuda_memory_supported() (src/perftest_parameters.c, usage: built with
+    CUDA and libcuda loadable), and prints "Version: %s" for --version (linux-rdma/perftest tag 26.04.17)."""
+    missing = [t for t in RDMA_TOOLS if shutil.which(t) is None]
+    if missing:
+        raise FileNotFoundError(f"{' and '.join(missing)} not found on PATH")
+    if "--use_cuda" not in _tool(["ib_write_bw", "--help"]):
+        raise RuntimeError(
+            "ib_write_bw cannot write from GPU memory: its --help lists no --use_cuda (perftest built without "
+            "CUDA, or libcuda.so.1 not loadable in the pod)"
+        )
+    version = re.search(r"Version:\s*(\S+)", _tool(["ib_write_bw", "--version"]))
+    return f"perftest {version.group(1) if version else '(version not printed)'} with --use_cuda; ibv_devinfo"
+
+
+def steps_for(probes: set[Probe], on_gpu: bool, *, fabric: bool = False) -> list[str]:
     """The steps a plan's preflight runs, in order (each only where the step before it passed)."""
+    rdma = ["rdma"] if fabric else []
     if not on_gpu:
-        return ["home"]
+        return ["home", *rdma]
     optional = [(Probe.COMPUTE, "cublas"), (Probe.NCCL, "nccl"), (Probe.DCGM, "dcgmi")]
-    return ["home", "cache", "nvml", "cupy", "kernel", *(step for probe, step in optional if probe in probes)]
+    gpu = ["home", "cache", "nvml", "cupy", "kernel", *(step for probe, step in optional if probe in probes)]
+    return [*gpu, *rdma]
 
 
 def _gpu_steps(s: _Steps, probes: set[Probe]) -> None:
@@ -235,18 +276,28 @@ def run_preflight(
     env: Mapping[str, str] | None = None,
     timeout_s: float = STEP_S,
     isolate: bool = True,
+    fabric: bool = False,
 ) -> Preflight:
     """Every step the plan needs, in order; a step whose dependency failed is not tried (one cause, once).
 
     `nvml` given (the local target opened it, or the tests' fake) is used as it is; `env` is the process
     environment (the tests' fake kubelet gives a pod's own); `isolate`: the GPU steps in a child process (False:
-    here, where the tests' fake CuPy is)."""
+    here, where the tests' fake CuPy is); `fabric`: the plan measures the fabric (the RDMA tools are needed)."""
     env = os.environ if env is None else env
     s = _Steps(timeout_s)
     s.run("home", lambda: _writable(env.get("HOME") or os.path.expanduser("~")))
     if not on_gpu:
         s.out.nvml = nvml
-        return s.out
+    else:
+        _driver_steps(s, probes, nvml, env, isolate)
+    if fabric:
+        s.run("rdma", _rdma)
+    return s.out
+
+
+def _driver_steps(s: _Steps, probes: set[Probe], nvml: Any, env: Mapping[str, str], isolate: bool) -> None:
+    """The steps of a GPU plan after `home`: the cache, NVML, the GPU steps, dcgmi."""
+    timeout_s = s.timeout_s
     home = env.get("HOME") or os.path.expanduser("~")
     s.run("cache", lambda: _writable(env.get("CUPY_CACHE_DIR") or os.path.join(home, ".cupy", "kernel_cache")))
     if nvml is None:
@@ -263,7 +314,6 @@ def run_preflight(
         _gpu_steps(s, probes)
     if Probe.DCGM in probes:
         s.run("dcgmi", _dcgmi, lambda e: STEP_FIXES["dcgmi"] if isinstance(e, FileNotFoundError) else None)
-    return s.out
 
 
 def main(argv: list[str]) -> None:

@@ -55,5 +55,7 @@ class ProbePlan(_M):
     samples: dict[Probe, int] = Field(default_factory=dict)
     sizes: Sizes = Field(default_factory=Sizes)
     dcgm: DcgmPlan = Field(default_factory=DcgmPlan)
+    # read the node's fabric (a pool with a fabric section): the preflight then needs the RDMA tools
+    fabric: bool = False
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

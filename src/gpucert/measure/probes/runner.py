@@ -101,7 +101,7 @@ def run_plan(
     if on_gpu:
         for note in prepare_cuda_environment():
             print(f"gpucert.measure.probes: {note}", file=sys.stderr)
-    pre = run_preflight(set(plan.probes), on_gpu, nvml=nvml, env=env, isolate=isolate_preflight)
+    pre = run_preflight(set(plan.probes), on_gpu, nvml=nvml, env=env, isolate=isolate_preflight, fabric=plan.fabric)
     nvml = pre.nvml
     node = NodeRun(plan, nvml, emit)
     count = plan.gpus if plan.gpus is not None else int(nvml.nvmlDeviceGetCount()) if nvml is not None else 1
