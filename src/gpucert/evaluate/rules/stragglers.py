@@ -24,14 +24,13 @@ nodes plug in there. A comparison with fewer peers than `MIN_PEERS` is not made,
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
 from gpucert.evaluate.rules.performance import Sampled
-from gpucert.evaluate.stats import Summary, median, quantile, summarize
+from gpucert.evaluate.stats import Summary, binomial_tail, median, quantile, summarize, tail_z
 from gpucert.plan.checks import CheckStatus, Finding
 
 __all__ = [
@@ -80,32 +79,6 @@ class Undecided:
 
     def to_json(self) -> dict[str, object]:
         return {"metric": self.metric, "comparison": self.comparison, "where": list(self.where), "why": self.why}
-
-
-def binomial_tail(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    if k <= 0:
-        return 1.0
-    if k > n or p <= 0:
-        return 0.0
-    if p >= 1:
-        return 1.0
-    lp, lq = math.log(p), math.log1p(-p)
-    terms = [
-        math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq
-        for i in range(k, n + 1)
-    ]
-    top = max(terms)
-    return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
-
-
-def tail_z(probability: float) -> float:
-    """The one-sided normal z of a tail probability (how many sd out a Gaussian reaches it): 2.3e-4 -> 3.5."""
-    if probability >= 1:
-        return -math.inf
-    if probability <= 1e-300:
-        return 37.0  # beyond what a double can tell apart
-    return -NormalDist().inv_cdf(probability)
 
 
 def _where(key: Key) -> str:
