@@ -68,6 +68,16 @@ def fleet_doc(
     }
 
 
+def assert_round_trip(written: str) -> None:
+    """Every verdict the e2e runs write parses into the typed Verdict and serialises back to the same bytes: the
+    model holds every key gpucert writes, in its order, with its values' types (3350 stays 3350, 3350.0 stays
+    3350.0)."""
+    from gpucert.report.verdict_model import parse_verdict
+
+    typed = parse_verdict(json.loads(written), "verdict.json")
+    assert json.dumps(typed.to_json(), indent=1) + "\n" == written
+
+
 @dataclass
 class Certification:
     result: pytest.RunResult
@@ -102,7 +112,9 @@ def certify(pytester: pytest.Pytester):
         )
         runs = sorted(reports.iterdir())
         assert len(runs) == 1, f"expected exactly one run folder, got {runs}"
-        verdict = json.loads((runs[0] / "verdict.json").read_text())
+        written = (runs[0] / "verdict.json").read_text()
+        verdict = json.loads(written)
+        assert_round_trip(written)
         return Certification(result, runs[0], verdict)
 
     return run

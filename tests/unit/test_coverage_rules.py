@@ -84,7 +84,7 @@ def verdict(plan_keys: list[CheckKey], outcomes: dict[CheckKey, Finding], select
         plan=plan,
         outcomes={k: Outcome(f) for k, f in outcomes.items()},
         selected=selected,
-    )
+    ).to_json()
 
 
 def ok(key: CheckKey) -> Finding:
@@ -183,7 +183,7 @@ def _mixed() -> dict:
         plan=plan,
         outcomes={k: Outcome(f) for k, f in findings.items()},
         selected=set(findings),
-    )
+    ).to_json()
 
 
 def test_every_verdict_gpucert_writes_adds_up() -> None:

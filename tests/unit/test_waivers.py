@@ -293,7 +293,7 @@ def _verdict(outcomes: dict[CheckKey, Finding], required: set[CheckKey], waivers
         outcomes={k: Outcome(f) for k, f in outcomes.items()},
         selected=set(outcomes),
         waivers=waivers,  # type: ignore[arg-type]
-    )
+    ).to_json()
 
 
 def test_a_waived_finding_passes_the_run_and_is_listed_with_its_waiver(tmp_path: Path) -> None:

@@ -12,10 +12,11 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -31,8 +32,9 @@ from gpucert.plan import run as runner
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
-from gpucert.report.html import natural_key
-from gpucert.report.verdict import headline, side_notes
+from gpucert.report.summary import summary_lines, summary_tables
+from gpucert.report.terminal import WRITTEN
+from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec, load_spec
@@ -89,7 +91,14 @@ def _prepare(
         return runner.prepare(spec, Path(reports), mode, progress=done, planned=planned, source=source)
 
 
-def _pytest(spec_path: str, folder: RunFolder, workers: int | None, quiet: bool, signer: str | None = None) -> int:
+def _pytest(
+    spec_path: str,
+    folder: RunFolder,
+    workers: int | None,
+    quiet: bool,
+    signer: str | None = None,
+    kept: _KeepVerdict | None = None,
+) -> int:
     root = project_root()
     args = [
         *(str(root / "suites" / s) for s in folder.suites),
@@ -114,111 +123,59 @@ def _pytest(spec_path: str, folder: RunFolder, workers: int | None, quiet: bool,
         args += ["-n", str(workers)]
     if signer:
         args += ["--signer", signer]
-    return int(pytest.main(args))
+    return int(pytest.main(args, plugins=[kept] if kept is not None else None))
 
 
-STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow", "waived": "magenta"}
+STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow", "waived": "magenta", "note": "yellow"}
 
 
-def _print_verdict(folder: RunFolder) -> int:  # noqa: C901, PLR0912
-    if not folder.verdict_path.exists():
+class _KeepVerdict:
+    """Takes the verdict the session wrote, as the session built it: what the command prints, never re-read."""
+
+    verdict: Verdict | None = None
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.verdict = config.stash.get(WRITTEN, None)
+
+
+def _styled(text: str, style: str | None) -> str:
+    return f"[{STYLES.get(style, 'red')}]{escape(text)}[/]" if style else escape(text)
+
+
+def _print_verdict(verdict: Verdict | None, folder: RunFolder) -> int:
+    """The verdict's tables and summary (report/summary.py, as pytest's terminal says it) and where the reports are;
+    0 for a pass, 1 otherwise."""
+    if verdict is None:
         raise IncompleteRunError(f"the evaluation wrote no verdict.json in {folder.path}; see the output above")
-    verdict = folder.read_verdict()
-    pools = verdict.get("pools") or {}
-    several = len(pools) > 1
-    table = Table(title=f"gpucert verdict: {verdict['spec']} ({verdict['target']})")
-    for col in ("node", *(("pool",) if several else ()), "result", "passed", "failed", "errors", "skipped", "waived"):
-        table.add_column(col)
-    table.add_column("failing checks")
-    order = {p: i for i, p in enumerate(pools)}
-
-    def by_pool(kv: tuple[str, dict[str, Any]]) -> tuple[int, list[int | str]]:
-        return order.get(kv[1].get("pool") or "", len(order)), natural_key(kv[0])
-
-    fleet = verdict.get("fleet")
-    # as report.html: the fleet's own checks get a row only when they did not pass (a green "(fleet) PASS" over
-    # failing nodes reads as the fleet passing)
-    rows = [("(fleet)", fleet)] if fleet and fleet["result"] != "pass" else []
-    for node, s in [*rows, *sorted(verdict["nodes"].items(), key=by_pool)]:
-        pool = [(s.get("pool") or ("-" if node == "(fleet)" else "(none)"))] if several else []
-        table.add_row(
-            node,
-            *pool,
-            f"[{STYLES.get(s['result'], 'red')}]{s['result'].upper()}[/]",
-            str(s["passed"]),
-            str(s["failed"]),
-            str(s["errors"]),
-            str(s["skipped"]),
-            str(s.get("waived", 0)),
-            ", ".join(s["failing"]),
-        )
-    if "recertify" in verdict:
-        console.print(f"[bold]{verdict['recertify']['summary']}[/]")
-    if table.row_count:  # a static gate reads no node: no empty table
+    if verdict.recertify is not None:
+        console.print(f"[bold]{escape(verdict.recertify.summary)}[/]")
+    for t in summary_tables(verdict):
+        table = Table(title=t.title, show_lines=False)
+        for col in t.columns:
+            table.add_column(col, overflow="fold")
+        for row in t.rows:
+            table.add_row(*(_styled(text, style) for text, style in row))
         console.print(table)
-    if several:
-        summary = Table(title="pools")
-        for col in ("pool", "product", "GPUs/node", "nodes", "baseline", "result"):
-            summary.add_column(col)
-        for name, p in pools.items():
-            summary.add_row(
-                name,
-                str(p.get("product")),
-                str(p.get("gpusPerNode")),
-                f"{p.get('found')} of {p.get('nodes')}",
-                str(p.get("baseline")),
-                f"[{STYLES.get(p['result'], 'red')}]{p['result'].upper()}[/]",
-            )
-        console.print(summary)
-    if verdict["findings"]:
-        findings = Table(title="findings", show_lines=False)
-        for col in ("check", "where", "status", "message"):
-            findings.add_column(col, overflow="fold")
-        for f in verdict["findings"]:
-            where = f["node"] or "fleet"
-            if f["gpu"] is not None:
-                where += f"/gpu{f['gpu']}"
-            findings.add_row(f["check"], where, f["status"], f["message"])
-        console.print(findings)
-    s, c = verdict["summary"], verdict["coverage"]
-    result = verdict["result"]
-    console.print(
-        f"[bold {STYLES.get(result, 'red')}]{headline(verdict)}[/]: {s['checks']} checks on "
-        f"{s['nodes']} nodes / {s['gpus']} GPUs: {s['passed']} passed, {s['failed']} failed, "
-        f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed, "
-        f"{s.get('waived', 0)} waived; {c['ran']} of {c['required']} required checks ran"
-    )
-    retest = verdict.get("retest")
-    if retest:
-        console.print(
-            f"re-test of {retest['source']}: measured now {len(retest['measured'])} "
-            f"({', '.join(sorted(retest['measured'], key=natural_key)) or 'none'}); "
-            f"carried over {len(retest['carried'])}"
-        )
-    if not c["complete"]:
-        console.print(
-            f"[yellow]INCOMPLETE[/]: {c['deselected']} required checks not collected, {c['notReached']} not "
-            f"reached ({c.get('stopped') or 'the session ended early'}), {c['skippedWithoutCause']} skipped for a "
-            "cause that did not run; a certification is PASS only when every required check ran"
-        )
-    for kind, text in side_notes(verdict):
-        console.print(f"  [yellow]{kind}[/]: {text}")
+    for line in summary_lines(verdict, shout=False, listed=False):
+        said = _styled(line.text, line.style)
+        console.print("  " * line.indent + (said if line.indent else f"[bold]{said}[/]"))
     for path in (folder.report_path, folder.allure_dir, folder.junit_path, folder.verdict_path):
         console.print(f"  {path.name:<15} {path}")
-    return EXIT_PASS if verdict["result"] == "pass" else EXIT_FAIL
+    return EXIT_PASS if verdict.passed else EXIT_FAIL
 
 
 def _evaluate(spec_path: str, folder: RunFolder, *, workers: int | None, quiet: bool, signer: str | None) -> int:
     """Run the suites the folder calls for over it, and print its verdict (0 pass, 1 fail or incomplete)."""
-    code = _pytest(spec_path, folder, workers, quiet, signer)
-    if code == pytest.ExitCode.INTERRUPTED and folder.verdict_path.exists():
-        _print_verdict(folder)
+    kept = _KeepVerdict()
+    code = _pytest(spec_path, folder, workers, quiet, signer, kept)
+    if code == pytest.ExitCode.INTERRUPTED and kept.verdict is not None:
+        _print_verdict(kept.verdict, folder)
         raise IncompleteRunError(f"interrupted during evaluation: the verdict in {folder.path} says INCOMPLETE")
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise IncompleteRunError(
             f"pytest stopped with exit code {code}; the run folder {folder.path} keeps the evidence measured so far"
         )
-    return _print_verdict(folder)
+    return _print_verdict(kept.verdict, folder)
 
 
 def _run(
@@ -419,13 +376,14 @@ def cmd_cleanup(a: argparse.Namespace) -> int:
 
 def cmd_report_allure(a: argparse.Namespace) -> int:
     from gpucert.report.allure import build_html, previous_allure_report, report_name
+    from gpucert.report.verdict_model import read_verdict
 
     run_dir = Path(a.run_dir).resolve()
     folder = RunFolder(run_dir)
     # beside the run folder, not in it: the signed folder stays as it was signed
     out = Path(a.out) if a.out else run_dir.parent / f"{run_dir.name}-allure"
-    verdict = folder.read_verdict() if folder.verdict_path.is_file() else None
-    previous = previous_allure_report(run_dir, verdict["spec"]) if verdict else None
+    verdict = read_verdict(folder) if folder.verdict_path.is_file() else None
+    previous = previous_allure_report(run_dir, verdict.spec) if verdict else None
     index = build_html(folder.allure_dir, out, name=report_name(verdict) if verdict else None, previous=previous)
     console.print(f"Allure report: {index}")
     console.print(f"  one self-contained file: open it from disk in a browser ({index.as_uri()}); no server needed")

@@ -31,8 +31,9 @@ from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
 from gpucert.report.failure_text import check_failure
 from gpucert.report.markdown import summary_markdown
-from gpucert.report.terminal import tell_junit, terminal_summary
+from gpucert.report.terminal import WRITTEN, tell_junit, terminal_summary
 from gpucert.report.verdict import Outcome, build_verdict, kind_of
+from gpucert.report.verdict_model import Verdict
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
 
@@ -83,7 +84,7 @@ class RunContext:
     left_out: int = 0  # items whose check the spec does not require
     evidence_of: dict[CheckKey, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     _evaluation: Evaluation | None = None
 
     @property
@@ -499,22 +500,8 @@ class Controller:
                 for p in ctx.spec.pools
                 if _summarised(ev, p.name)
             },
+            beside=_beside(ctx),
         )
-        # beside the checks: the fleet against the SKU figure (informational) and the peer comparisons too few
-        # peers ruled out, so that a pass is never silent about what it could not compare
-        verdict["fleetAgainstSku"] = ev.peers.against_sku()
-        verdict["undecided"] = ev.peers.undecided()
-        preflight = ctx.folder.read_preflight()
-        if preflight is not None:  # optional (additive to v3): whether the cluster was checked before the measure
-            verdict["preflight"] = preflight
-        recert = ev.recertification
-        if recert is not None:
-            verdict["recertify"] = {
-                "node": recert["node"],
-                "handover": recert["handover"],
-                "fleetPeers": len(recert.get("fleetPeers") or {}),
-                "summary": details.recertify_summary(ev),
-            }
         ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
         if ev.inventory.target == "static":  # what a CI job posts on the pull request
             ctx.folder.summary_path.write_text(summary_markdown(verdict, ctx.folder.read_gate()), encoding="utf-8")
@@ -541,7 +528,7 @@ class Controller:
             from gpucert.report.html_top import measurement_window
 
             count_checks_in_footer(session.config, verdict, measurement_window(measurement_times(ev)))
-        if verdict["result"] != "pass" and session.exitstatus in (
+        if not verdict.passed and session.exitstatus in (
             pytest.ExitCode.OK,
             pytest.ExitCode.NO_TESTS_COLLECTED,
         ):
@@ -550,6 +537,24 @@ class Controller:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.ctx.verdict is not None:
             terminal_summary(terminalreporter, self.ctx.verdict, self.ctx.left_out, self.ctx.folder.verdict_path)
+
+
+def _beside(ctx: RunContext) -> dict[str, Any]:
+    """What the verdict says beside the checks: the fleet against the SKU figure (informational) and the peer
+    comparisons too few peers ruled out, so that a pass is never silent about what it could not compare; whether
+    the cluster was checked before the measure (optional, additive to v3); the recertification."""
+    ev = ctx.evaluation
+    beside: dict[str, Any] = {"fleetAgainstSku": ev.peers.against_sku(), "undecided": ev.peers.undecided()}
+    beside["preflight"] = ctx.folder.read_preflight()
+    recert = ev.recertification
+    if recert is not None:
+        beside["recertify"] = {
+            "node": recert["node"],
+            "handover": recert["handover"],
+            "fleetPeers": len(recert.get("fleetPeers") or {}),
+            "summary": details.recertify_summary(ev),
+        }
+    return beside
 
 
 def _summarised(ev: Evaluation, pool: str) -> bool:
@@ -571,4 +576,5 @@ class VerdictWriter:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.ctx.verdict is not None:
-            self.ctx.folder.write_verdict(self.ctx.verdict)
+            self.ctx.folder.write_verdict(self.ctx.verdict.to_json())
+            session.config.stash[WRITTEN] = self.ctx.verdict

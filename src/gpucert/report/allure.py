@@ -31,6 +31,7 @@ from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.plan.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.report.verdict import Outcome, headline, headline_parts
+from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
 
 __all__ = [
@@ -80,19 +81,19 @@ def _categories() -> list[dict[str, object]]:
     return [WAIVED_CATEGORY, *by_family]
 
 
-def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int) -> TestResult:
+def _certification(verdict: Verdict, started_ms: int, stopped_ms: int) -> TestResult:
     """The certification itself, as the first result: failed or broken (incomplete) unless the run passed."""
-    result, c, s = verdict["result"], verdict["coverage"], verdict["summary"]
-    status = {"pass": Status.PASSED, "fail": Status.FAILED}.get(result, Status.BROKEN)
+    c, s = verdict.coverage, verdict.summary
+    status = {"pass": Status.PASSED, "fail": Status.FAILED}.get(verdict.result, Status.BROKEN)
     message = (
-        f"{headline(verdict)}: {c['ran']} of {c['required']} required checks ran "
-        f"({c['deselected']} deselected, {c['notReached']} not reached); {s['passed']} passed, {s['failed']} "
-        f"failed, {s['errors']} errors, {s['skipped']} skipped for a failing cause, {s.get('waived', 0)} waived"
+        f"{headline(verdict)}: {c.ran} of {c.required} required checks ran "
+        f"({c.deselected} deselected, {c.not_reached} not reached); {s.passed} passed, {s.failed} "
+        f"failed, {s.errors} errors, {s.skipped} skipped for a failing cause, {s.waived} waived"
     )
     rows = "".join(
-        f"<tr><td>{escape(n)}</td><td>{escape(v['result'].upper())}</td><td>{v['passed']}</td><td>{v['failed']}"
-        f"</td><td>{v['errors']}</td><td>{v['skipped']}</td><td>{escape(', '.join(v['failing']))}</td></tr>"
-        for n, v in verdict["nodes"].items()
+        f"<tr><td>{escape(n)}</td><td>{escape(v.result.upper())}</td><td>{v.passed}</td><td>{v.failed}"
+        f"</td><td>{v.errors}</td><td>{v.skipped}</td><td>{escape(', '.join(v.failing))}</td></tr>"
+        for n, v in verdict.nodes.items()
     )
     table = (
         f"<p><b>{escape(message)}</b></p><table><tr><th>node</th><th>result</th><th>passed</th><th>failed</th>"
@@ -100,7 +101,7 @@ def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int)
     )
     return TestResult(
         uuid=str(uuid.uuid4()),
-        name="{0} of {2}: {1}".format(*headline_parts(verdict), verdict["spec"]),
+        name="{0} of {2}: {1}".format(*headline_parts(verdict), verdict.spec),
         fullName="gpucert.certification",
         historyId="gpucert.certification",
         status=status,
@@ -114,13 +115,13 @@ def _certification(verdict: Mapping[str, Any], started_ms: int, stopped_ms: int)
             Label("feature", headline_parts(verdict)[0].lower()),
             Label("severity", "blocker"),
         ],
-        parameters=[Parameter("run", verdict["run"])],
+        parameters=[Parameter("run", verdict.run)],
     )
 
 
-def report_name(verdict: Mapping[str, Any]) -> str:
+def report_name(verdict: Verdict) -> str:
     """The Allure report's title, over its overview: the run's headline first."""
-    return f"{headline(verdict)} ({verdict['spec']}, run {verdict['run']})"
+    return f"{headline(verdict)} ({verdict.spec}, run {verdict.run})"
 
 
 def write_allure(  # noqa: C901
@@ -128,7 +129,7 @@ def write_allure(  # noqa: C901
     outcomes: Mapping[CheckKey, Outcome],
     evidence: Mapping[CheckKey, Any],
     *,
-    verdict: Mapping[str, Any],
+    verdict: Verdict,
     started_ms: int,
     stopped_ms: int,
 ) -> int:
@@ -199,17 +200,19 @@ def write_allure(  # noqa: C901
         logger.report_result(result)
     per_node = []
     for node, checks in passed.items():
-        said = (verdict.get("fleet") or {}) if node == "fleet" else verdict["nodes"].get(node, {})
-        per_node.append(_passed_on(node, checks, started_ms, incomplete=said.get("result") == "incomplete"))
+        said = verdict.fleet if node == "fleet" else verdict.nodes.get(node)
+        per_node.append(
+            _passed_on(node, checks, started_ms, incomplete=said is not None and said.result == "incomplete")
+        )
     # Allure's donut is the share of passed results: on a run that did not pass, one green result per passing node
     # outweighs a few failures (16 nodes, one bad GPU: 89% green), so the passed checks are one result there
-    passed_results = per_node if verdict["result"] == "pass" or len(per_node) < 2 else [_folded(per_node)]
+    passed_results = per_node if verdict.passed or len(per_node) < 2 else [_folded(per_node)]
     for r in passed_results:
         logger.report_result(r)
-    run_id, spec, target = verdict["run"], verdict["spec"], verdict["target"]
+    run_id, spec, target = verdict.run, verdict.spec, verdict.target
     (results_dir / "environment.properties").write_text(
-        f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\nkind={verdict.get('kind', 'certify')}\n"
-        f"result={verdict['result']}\n"
+        f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\nkind={verdict.what}\n"
+        f"result={verdict.result}\n"
         f"python={platform.python_version()}\n",
         encoding="utf-8",
     )

@@ -14,6 +14,7 @@ from gpucert.plan.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import details, plots
 from gpucert.report.html_top import LAYOUT, failures_table, signature_hint
 from gpucert.report.verdict import headline
+from gpucert.report.verdict_model import Group, NodeSummary, PoolSummary, Verdict
 from gpucert.spec.baseline import GpuBaseline
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class RunView(Protocol):
     spec: ClusterSpec
     folder: RunFolder
     collected: int
-    verdict: dict[str, Any] | None
+    verdict: Verdict | None
 
     @property
     def outcomes(self) -> Mapping[CheckKey, Outcome]: ...
@@ -88,25 +89,27 @@ class HtmlSummary:
     def _node_table(self) -> str:
         """One row per node, grouped by pool (a header row each: what the pool expects and its result)."""
         ev = self.ctx.evaluation
-        verdict = self.ctx.verdict or {"nodes": {}, "fleet": None, "pools": {}}
+        verdict = self.ctx.verdict
+        if verdict is None:
+            return ""
         components = ev.components()
         stack = ev.stack.nodes
         head = "".join(f"<th>{escape(c)}</th>" for c in (*components, *STACK_COLUMNS))
         width = 10 + len(components) + len(STACK_COLUMNS)
-        fleet = verdict.get("fleet")
+        fleet = verdict.fleet
         # the fleet's own checks get a row only when they did not pass: a green "(fleet) PASS" over failing nodes
         # reads as the fleet passing
-        rows = [self._row("(fleet)", fleet, None, components, "")] if fleet and fleet["result"] != "pass" else []
-        by_pool: dict[str | None, list[tuple[str, dict[str, Any]]]] = defaultdict(list)
-        for node, s in sorted(verdict["nodes"].items(), key=lambda kv: natural_key(kv[0])):
-            by_pool[s.get("pool")].append((node, s))
-        pools = verdict.get("pools") or {}
+        rows = [self._row("(fleet)", fleet, None, components, "")] if fleet and fleet.result != "pass" else []
+        by_pool: dict[str | None, list[tuple[str, NodeSummary]]] = defaultdict(list)
+        for node, s in sorted(verdict.nodes.items(), key=lambda kv: natural_key(kv[0])):
+            by_pool[s.pool].append((node, s))
+        pools = verdict.pools
         several = len(pools) > 1 or None in by_pool
         for pool in [*pools, *(p for p in by_pool if p not in pools)]:
             members = by_pool.get(pool, [])
             if several:
                 rows.append(self._pool_row(pool, pools.get(pool or ""), len(members), width))
-            rows += [self._row(node, s, stack.get(node), components, _origin(s)) for node, s in members]
+            rows += [self._row(node, s, stack.get(node), components, s.origin) for node, s in members]
         if not rows:  # a static gate reads no node: no empty table
             return ""
         return (
@@ -117,31 +120,31 @@ class HtmlSummary:
         )
 
     @staticmethod
-    def _pool_row(pool: str | None, info: dict[str, Any] | None, found: int, width: int) -> str:
+    def _pool_row(pool: str | None, info: PoolSummary | None, found: int, width: int) -> str:
         if pool is None or info is None:
             text = f"in no pool (or in several): {found} node{'s' if found != 1 else ''}, held to pool.membership"
             colour = RESULT_COLOURS["fail"]
         else:
             text = (
-                f"pool {pool}: {info.get('product')}, {info.get('gpusPerNode')} GPUs per node, baseline "
-                f"{info.get('baseline')}; {found} of {info.get('nodes')} nodes; {str(info.get('result', '')).upper()}"
+                f"pool {pool}: {info.product}, {info.gpus_per_node} GPUs per node, baseline "
+                f"{info.baseline}; {found} of {info.nodes} nodes; {info.result.upper()}"
             )
-            colour = RESULT_COLOURS.get(str(info.get("result")), "#c0392b")
+            colour = RESULT_COLOURS.get(info.result, "#c0392b")
         return (
             f"<tr class='gpucert-pool' data-pool='{escape(pool or '')}'><th colspan='{width}' "
             f"style='text-align:left;background:#eef;color:{colour}'>{escape(text)}</th></tr>"
         )
 
     @staticmethod
-    def _row(node: str, s: dict[str, Any], ns: Any, components: list[str], origin: str) -> str:
+    def _row(node: str, s: Group, ns: Any, components: list[str], origin: str) -> str:
         versions = [ns.components[c].version or "?" if ns and c in ns.components else "-" for c in components]
         versions += [ns.kubelet_version or "?", ns.container_runtime or "?"] if ns else ["-", "-"]
-        colour = RESULT_COLOURS.get(s["result"], "#c0392b")
+        colour = RESULT_COLOURS.get(s.result, "#c0392b")
         return (
-            f"<tr><td>{escape(node)}</td><td style='color:{colour};font-weight:bold'>{s['result'].upper()}</td>"
-            f"<td>{s['passed']}</td><td>{s['failed']}</td><td>{s['errors']}</td><td>{s['skipped']}</td>"
-            f"<td>{s.get('waived', 0)}</td><td>{escape(', '.join(s['failing']))}</td>"
-            f"<td>{escape(', '.join(s.get('waivedChecks', [])))}</td><td>{escape(origin)}</td>"
+            f"<tr><td>{escape(node)}</td><td style='color:{colour};font-weight:bold'>{s.result.upper()}</td>"
+            f"<td>{s.passed}</td><td>{s.failed}</td><td>{s.errors}</td><td>{s.skipped}</td>"
+            f"<td>{s.waived}</td><td>{escape(', '.join(s.failing))}</td>"
+            f"<td>{escape(', '.join(s.waived_checks))}</td><td>{escape(origin)}</td>"
             + "".join(f"<td>{escape(v)}</td>" for v in versions)
             + "</tr>"
         )
@@ -232,18 +235,18 @@ class HtmlSummary:
     def _fleet(self) -> str:
         """The fleet's (each pool's) median against its SKU figure per metric (informational: peers cannot see a
         fleet that is behind as a whole), and the comparisons too few peers ruled out."""
-        verdict = self.ctx.verdict or {}
-        lines, undecided = verdict.get("fleetAgainstSku") or [], verdict.get("undecided") or []
+        verdict = self.ctx.verdict
+        lines, undecided = (verdict.fleet_against_sku, verdict.undecided) if verdict else ((), ())
         if not lines and not undecided:
             return ""
         behind = " style='color:#b9770e;font-weight:bold'"
-        several = len({x.get("pool") for x in lines}) > 1  # a pool column where the lines are of several pools
+        several = len({x.pool for x in lines}) > 1  # a pool column where the lines are of several pools
         rows = "".join(
-            f"<tr{behind if x['behind'] else ''}>"
-            + (f"<td>{escape(str(x.get('pool')))}</td>" if several else "")
-            + f"<td>{escape(x['metric'])}</td>"
-            f"<td>{x['median']:.4g} {escape(x['unit'])}</td><td>{x['expected']:.4g}</td><td>{x['deviation']:+.1%}</td>"
-            f"<td>{x['count']}</td><td>{'behind the SKU figure as a whole' if x['behind'] else ''}</td></tr>"
+            f"<tr{behind if x.behind else ''}>"
+            + (f"<td>{escape(x.pool)}</td>" if several else "")
+            + f"<td>{escape(x.metric)}</td>"
+            f"<td>{x.median:.4g} {escape(x.unit)}</td><td>{x.expected:.4g}</td><td>{x.deviation:+.1%}</td>"
+            f"<td>{x.count}</td><td>{'behind the SKU figure as a whole' if x.behind else ''}</td></tr>"
             for x in lines
         )
         head = ("<th>pool</th>" if several else "") + "<th>metric</th><th>median</th>"
@@ -255,8 +258,8 @@ class HtmlSummary:
             else ""
         )
         items = "".join(
-            f"<li>{escape(u['comparison'])} ({escape(', '.join(u['where']))}): {escape(u['why'])}; for "
-            f"{escape(', '.join(u['metrics']))}</li>"
+            f"<li>{escape(u.comparison)} ({escape(', '.join(u.where))}): {escape(u.why)}; for "
+            f"{escape(', '.join(u.metrics))}</li>"
             for u in undecided
         )
         listed = (
@@ -268,28 +271,28 @@ class HtmlSummary:
         verdict = self.ctx.verdict
         if verdict is None:  # never say PASS before the verdict does
             return "<h2 id='gpucert-result' style='color:#b9770e'>Certification INCOMPLETE: no verdict</h2>"
-        result, c, s = verdict["result"], verdict["coverage"], verdict["summary"]
+        c, s = verdict.coverage, verdict.summary
         line = (
-            f"{s['checks']} checks decided of {c['required']} required: {s['passed']} passed, {s['failed']} failed, "
-            f"{s['errors']} errors, {s['skipped']} skipped because a check they depend on failed"
+            f"{s.checks} checks decided of {c.required} required: {s.passed} passed, {s.failed} failed, "
+            f"{s.errors} errors, {s.skipped} skipped because a check they depend on failed"
         )
-        if s.get("waived"):
-            line += f", {s['waived']} waived (failed, and accepted by a waiver in force: see Expected failures)"
-        retest = verdict.get("retest")
+        if s.waived:
+            line += f", {s.waived} waived (failed, and accepted by a waiver in force: see Expected failures)"
+        retest = verdict.retest
         if retest:
             line += (
-                f". Re-test of {retest['source']}: {len(retest['measured'])} nodes measured now "
-                f"({', '.join(sorted(retest['measured'], key=natural_key))}), "
-                f"{len(retest['carried'])} carried over with their signed evidence"
+                f". Re-test of {retest.source}: {len(retest.measured)} nodes measured now "
+                f"({', '.join(sorted(retest.measured, key=natural_key))}), "
+                f"{len(retest.carried)} carried over with their signed evidence"
             )
-        if not c["complete"]:
+        if not c.complete:
             line += (
-                f". INCOMPLETE: {c['deselected']} required checks were not collected (-k, --deselect, --lf or a "
-                f"suite left out), {c['notReached']} were not reached ({c.get('stopped') or 'the session ended'}), "
-                f"{c['skippedWithoutCause']} were skipped for a cause that did not run"
+                f". INCOMPLETE: {c.deselected} required checks were not collected (-k, --deselect, --lf or a "
+                f"suite left out), {c.not_reached} were not reached ({c.stopped or 'the session ended'}), "
+                f"{c.skipped_without_cause} were skipped for a cause that did not run"
             )
         return (
-            f"<h2 id='gpucert-result' style='color:{RESULT_COLOURS.get(result, '#c0392b')}'>"
+            f"<h2 id='gpucert-result' style='color:{RESULT_COLOURS.get(verdict.result, '#c0392b')}'>"
             f"{escape(headline(verdict))}</h2><p id='gpucert-coverage'>{escape(line)}</p>"
         )
 
@@ -309,7 +312,7 @@ class HtmlSummary:
         recert = details.recertify_summary(self.ctx.evaluation)
         if recert:
             banner += f"<p id='gpucert-recertify'><b>{escape(recert)}</b></p>"
-        failures = failures_table(self.ctx.verdict or {}, self._serial, natural_key)
+        failures = failures_table(self.ctx.verdict, self._serial, natural_key) if self.ctx.verdict else ""
         signature = signature_hint(str(self.ctx.folder.path), self.signer)
         prefix.append(
             f"{LAYOUT}{self._headline()}{failures}<p>run <code>{escape(self.ctx.folder.id)}</code>, spec "
@@ -325,25 +328,17 @@ def measurement_times(ev: Evaluation) -> list[tuple[str, str]]:
     return [(e.started, e.finished) for n in ev.inventory.names if (e := ev.usable(n)) is not None and e.collected]
 
 
-def count_checks_in_footer(config: Any, verdict: dict[str, Any], measured: str) -> None:
+def count_checks_in_footer(config: Any, verdict: Verdict, measured: str) -> None:
     """pytest-html's footer counts only the tests that ran and the time pytest took to evaluate them ("637 tests
     took 2 s") where the verdict counts every check it decided (638, one skipped for a failing cause), and the
     run's time is its measurement: make the footer say the checks, the measurement time and then pytest's own."""
-    s = verdict["summary"]
+    s = verdict.summary
     for plugin in config.pluginmanager.get_plugins():
         if hasattr(plugin, "_run_count") and hasattr(plugin, "_report"):
             original = plugin._run_count
 
             def run_count(original: Any = original) -> str:
                 evaluated = str(original()).replace(" took ", " evaluated in ", 1)
-                return f"{s['checks']} checks ({s['skipped']} skipped for a failing cause); {measured}; {evaluated}"
+                return f"{s.checks} checks ({s.skipped} skipped for a failing cause); {measured}; {evaluated}"
 
             plugin._run_count = run_count
-
-
-def _origin(s: Mapping[str, Any]) -> str:
-    """Where a node's evidence comes from: measured in this run, or carried over by a re-test."""
-    carried = s.get("carriedFrom")
-    if carried:
-        return f"carried from {carried['run']}"
-    return "measured" if s.get("measured") else "not measured"

@@ -4,11 +4,12 @@ environment block. Pure: verdict and evidence in, HTML out."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from html import escape
 from typing import Any
 
 from gpucert.report.attest import PRIVATE_KEY, PUBLIC_KEY
+from gpucert.report.verdict_model import Verdict, VerdictFinding
 
 __all__ = ["LAYOUT", "failures_table", "measurement_window", "signature_hint"]
 
@@ -26,31 +27,29 @@ LAYOUT = (
 STATUS_COLOURS = {"fail": "#c0392b", "error": "#c0392b", "waived": "#8e44ad"}
 
 
-def failures_table(verdict: Mapping[str, Any], serial: Callable[[str, int], str | None], order: Any) -> str:
+def failures_table(verdict: Verdict, serial: Callable[[str, int], str | None], order: Any) -> str:
     """Every failed and errored finding (waived ones after them): node, GPU and its serial, check, why."""
-    findings = [f for f in verdict.get("findings", []) if f.get("status") in ("fail", "error")]
-    waived = [f for f in verdict.get("findings", []) if f.get("status") == "waived"]
+    findings, waived = verdict.failures(), verdict.waived()
     if not findings and not waived:
         return ""
 
-    def key(f: Mapping[str, Any]) -> tuple[Any, int, str]:
-        return order(f.get("node") or ""), -1 if f.get("gpu") is None else int(f["gpu"]), str(f.get("check"))
+    def key(f: VerdictFinding) -> tuple[Any, int, str]:
+        return order(f.node or ""), -1 if f.gpu is None else f.gpu, f.check
 
     rows = []
     listed = sorted(findings, key=key) + sorted(waived, key=key)
     for f in listed[:FAILURES_LISTED]:
-        node, gpu = f.get("node"), f.get("gpu")
         board = ""
-        if gpu is not None:
-            s = serial(str(node), int(gpu))
-            board = f"gpu{gpu}" + (f" (serial {s})" if s else "")
-        colour = STATUS_COLOURS.get(str(f.get("status")), "#c0392b")
+        if f.gpu is not None:
+            s = serial(str(f.node), f.gpu)
+            board = f"gpu{f.gpu}" + (f" (serial {s})" if s else "")
+        colour = STATUS_COLOURS.get(f.status, "#c0392b")
         rows.append(
-            f"<tr><td style='white-space:nowrap'>{escape(str(node or 'the fleet'))}</td>"
+            f"<tr><td style='white-space:nowrap'>{escape(f.node or 'the fleet')}</td>"
             f"<td>{escape(board or 'the node')}</td>"
-            f"<td><code>{escape(str(f.get('check')))}</code></td>"
-            f"<td style='color:{colour};font-weight:bold'>{escape(str(f.get('status')).upper())}</td>"
-            f"<td>{escape(str(f.get('message') or ''))}</td></tr>"
+            f"<td><code>{escape(f.check)}</code></td>"
+            f"<td style='color:{colour};font-weight:bold'>{escape(f.status.upper())}</td>"
+            f"<td>{escape(f.message or '')}</td></tr>"
         )
     more = len(listed) - FAILURES_LISTED
     tail = f"<p>{more} more in the results table below.</p>" if more > 0 else ""
