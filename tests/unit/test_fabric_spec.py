@@ -152,7 +152,10 @@ def test_a_pool_with_a_fabric_requires_its_checks_per_node_rail_and_rack_pair(tm
     assert {k for k in plan.required if k.check == "fabric.rdma_bw" and not k.node} == {
         CheckKey("fabric.rdma_bw", None, None, f"{pool} racks r1+r2")
     }
-    assert {k.node for k in plan.required if k.check in ("fabric.gdr", "fabric.nccl_transport")} == set(labels)
+    assert {k.node for k in plan.required if k.check == "fabric.gdr"} == set(labels)
+    assert {k for k in plan.required if k.check == "fabric.nccl_transport"} == {
+        CheckKey("fabric.nccl_transport", None, None, pool)
+    }
 
 
 def test_without_a_fabric_no_fabric_check_is_required_and_the_plan_says_why(tmp_path: Path) -> None:

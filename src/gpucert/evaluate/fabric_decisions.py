@@ -1,19 +1,41 @@
 """The fabric checks' decisions: find a pool's fabric declaration and its evidence, or say why there is none, and
-hand them to the pure rules (evaluate/rules/fabric_*.py). Reads through the Evaluation."""
+hand them to the pure rules (evaluate/rules/fabric_*.py). Reads through the Evaluation's public surface.
+
+One root cause, one finding: a rail whose port fails `fabric.port` skips its counters and its RDMA bandwidth with
+that cause; a pair's low bandwidth is judged once, by the finding that explains it (a port, a rack link, a node's
+rail, or the link between the two nodes), see rules/fabric_isolation.py.
+"""
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 from gpucert.evaluate.rules.fabric_config import POOL_FABRIC, judge_pool_fabric
+from gpucert.evaluate.rules.fabric_isolation import PairFigure, RailIsolation, describe, isolate_rail
+from gpucert.evaluate.rules.fabric_ports import (
+    gpus_of_rail,
+    judge_affinity,
+    judge_counters,
+    judge_gdr,
+    judge_port,
+    rail_port,
+)
+from gpucert.evaluate.rules.fabric_transport import TRANSPORT, judge_transport
+from gpucert.evaluate.rules.performance import sample_problem
+from gpucert.measure.evidence_fabric import NodeFabric, RdmaBandwidth
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.fabric_checks import rail_detail, rail_of
+from gpucert.spec.cluster import Pool
+from gpucert.spec.fabric import FabricSpec
 
 if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
 
-__all__ = ["decide_fabric"]
+__all__ = ["FabricView", "decide_fabric", "fabric_view"]
 
-SKIP, ERROR = CheckStatus.SKIP, CheckStatus.ERROR
+PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
+RDMA = "fabric.rdma_bw"
 
 
 def pool_fabric(ev: Evaluation, pool_name: str) -> Finding:
@@ -28,7 +50,189 @@ def pool_fabric(ev: Evaluation, pool_name: str) -> Finding:
     return found
 
 
+def _pair_figure(r: RdmaBandwidth, expected: float) -> PairFigure:
+    a, b = sorted((r.client, r.server))
+    if r.error:
+        return PairFigure(r.rail, a, b, None, f"did not run: {r.error}")
+    if r.unit != "Gb/s":
+        return PairFigure(r.rail, a, b, None, f"recorded in {r.unit}, not Gb/s")
+    problem = sample_problem(list(r.samples), expected)
+    if problem:
+        return PairFigure(r.rail, a, b, None, f"samples cannot be believed: {problem}")
+    return PairFigure(r.rail, a, b, statistics.median(r.samples))
+
+
+class FabricView:
+    """One pool's fabric evidence, judged once for every check that reads it."""
+
+    def __init__(self, ev: Evaluation, pool: Pool) -> None:
+        assert pool.fabric is not None
+        self.ev, self.pool, self.spec = ev, pool, pool.fabric
+        self.members = ev.pools.members(pool.name)
+        self._rails: dict[int, RailIsolation] = {}
+
+    def node(self, node: str) -> NodeFabric | None:
+        usable = self.ev.usable(node)
+        return usable.fabric if usable is not None and usable.collected else None
+
+    def unmeasured(self, check: str, node: str, detail: str | None) -> Finding | None:
+        usable = self.ev.usable(node) if self.ev.measured else None
+        if usable is None or not usable.collected:
+            cause = self.ev.unmeasured_cause(node)
+            return Finding(check, SKIP, node, None, f"{node} was not measured (see {cause.check})", cause=str(cause))
+        if usable.fabric is None:
+            return Finding(check, ERROR, node, None, f"{node}: no fabric evidence was written for it")
+        return None
+
+    def port(self, node: str, rail: int) -> Finding:
+        nf = self.node(node)
+        assert nf is not None
+        return judge_port(node, rail, rail_port(nf, self.spec, rail), self.spec)
+
+    def ports_down(self, rail: int) -> set[str]:
+        return {n for n in self.members if self.node(n) is not None and self.port(n, rail).status is FAIL}
+
+    def rdma(self) -> list[RdmaBandwidth]:
+        found = list(self.ev.fabric.rdma) if self.ev.fabric is not None else []
+        pairs = self.ev.fabric_pairs
+        return found + [r for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
+
+    def rail(self, rail: int) -> RailIsolation:
+        """The rail's pairs, isolated once (every node's check and every rack pair's read the same)."""
+        if rail not in self._rails:
+            limit = self.spec.rdma_expected().limit
+            members = set(self.members)
+            figures = [
+                _pair_figure(r, limit) for r in self.rdma() if r.rail == rail and {r.client, r.server} <= members
+            ]
+            self._rails[rail] = isolate_rail(rail, figures, limit, self.members, self.racks(), self.ports_down(rail))
+        return self._rails[rail]
+
+    def racks(self) -> dict[str, str | None]:
+        label = self.spec.rack_label
+        return {n: self.ev.pools.label(n, label) if label else None for n in self.members}
+
+
+def fabric_view(ev: Evaluation, pool: Pool) -> FabricView:
+    views: dict[str, FabricView] = ev.__dict__.setdefault("_fabric_views", {})
+    if pool.name not in views:
+        views[pool.name] = FabricView(ev, pool)
+    return views[pool.name]
+
+
+def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
+    nf = view.node(node)
+    assert nf is not None
+    spec: FabricSpec = view.spec
+    port = rail_port(nf, spec, rail)
+    port_found = view.port(node, rail)
+    if check == "fabric.port":
+        return port_found
+    cause = str(CheckKey("fabric.port", node, None, rail_detail(rail)))
+    if check == "fabric.affinity":
+        hca = port.hca if port is not None else (spec.rails.hcas[rail] if spec.rails.hcas else f"rail {rail}")
+        gpus = gpus_of_rail(rail, spec.rails.count, view.ev.pools.gpus_per_node(node))
+        return judge_affinity(node, rail, hca, gpus, nf.affinity)
+    if port_found.status is FAIL or port is None:
+        return Finding(check, SKIP, node, None, f"{node} rail {rail}: its port fails (see fabric.port)", cause=cause)
+    if check == "fabric.counters":
+        return judge_counters(node, rail, port.key, nf.counters, spec)
+    return _rdma_node(view, node, rail, port.key)
+
+
+def _rdma_node(view: FabricView, node: str, rail: int, port: str) -> Finding:
+    iso = view.rail(rail)
+    where = f"{node} rail {rail} ({port})"
+    limit = f"{iso.limit:.4g} Gb/s"
+    if node in iso.nodes:
+        slow = iso.nodes[node]
+        message = f"{where}: slow with most of its peers, so the fault is on this node's rail: {describe(slow)}"
+        worst = min((p.gbps for p in slow if p.gbps is not None), default=None)
+        return Finding(
+            RDMA, FAIL, node, None, f"{message} (limit {limit})", observed=worst, limit=iso.limit, unit="Gb/s"
+        )
+    if node in iso.links:
+        links = iso.links[node]
+        status = ERROR if all(p.gbps is None for p in links) else FAIL
+        peers = ", ".join(p.peer(node) for p in links)
+        message = f"{where}: the link to {peers} on this rail is slow, the rest of both nodes' pairs are not: "
+        worst = min((p.gbps for p in links if p.gbps is not None), default=None)
+        return Finding(
+            RDMA,
+            status,
+            node,
+            None,
+            message + f"{describe(links)} (limit {limit})",
+            observed=worst,
+            limit=iso.limit,
+            unit="Gb/s",
+        )
+    mine = iso.of(node)
+    if not mine:
+        return Finding(RDMA, ERROR, node, None, f"{where}: no pair with this node was measured on this rail")
+    covered = sorted({iso.cause[(p.a, p.b)] for p in mine if (p.a, p.b) in iso.cause})
+    figures = [p.gbps for p in mine if p.gbps is not None and (p.a, p.b) not in iso.cause]
+    median = statistics.median(figures) if figures else None
+    said = f"{len(mine)} pairs, median {median:.4g} Gb/s" if median is not None else f"{len(mine)} pairs"
+    beside = f"; slow pairs covered by {', '.join(covered)}" if covered else ""
+    return Finding(RDMA, PASS, node, None, f"{where}: {said} (limit {limit}){beside}", observed=median, unit="Gb/s")
+
+
+def _rdma_racks(ev: Evaluation, detail: str) -> Finding:
+    pool_name, _, racks = detail.partition(" racks ")
+    a, _, b = racks.partition("+")
+    view = fabric_view(ev, ev.spec.pool(pool_name))
+    slow = {r: view.rail(r).racks[(a, b)] for r in range(view.spec.rails.count) if (a, b) in view.rail(r).racks}
+    if slow:
+        rails = ", ".join(str(r) for r in slow)
+        pairs = [p for ps in slow.values() for p in ps]
+        message = f"pool {pool_name}: the link between racks {a} and {b} is slow on rail(s) {rails}: {describe(pairs)}"
+        worst = min((p.gbps for p in pairs if p.gbps is not None), default=None)
+        return Finding(RDMA, FAIL, None, None, message, observed=worst, unit="Gb/s")
+    racks_of = view.racks()
+    across = sum(
+        1
+        for r in range(view.spec.rails.count)
+        for p in view.rail(r).pairs
+        if {racks_of.get(p.a), racks_of.get(p.b)} == {a, b}
+    )
+    if not across:
+        return Finding(RDMA, ERROR, None, None, f"pool {pool_name}: no pair across racks {a} and {b} was measured")
+    return Finding(RDMA, PASS, None, None, f"pool {pool_name}: racks {a} and {b}: {across} pairs across, not slow")
+
+
+def _transport(ev: Evaluation, pool_name: str) -> Finding:
+    pool = ev.spec.pool(pool_name)
+    fabric = ev.fabric
+    if fabric is None:
+        return Finding(TRANSPORT, ERROR, None, None, "no all-reduce across nodes was recorded (evidence/multinode/)")
+    gdr_off = [n for n in fabric.nodes if ev.decide(CheckKey("fabric.gdr", n)).status is FAIL]
+    return judge_transport(
+        pool_name, fabric.transport, fabric.nodes, fabric.gpus_per_node or pool.expect.gpus_per_node, gdr_off
+    )
+
+
 def decide_fabric(ev: Evaluation, key: CheckKey) -> Finding:
     if key.check == POOL_FABRIC and key.detail is not None:
         return pool_fabric(ev, key.detail)
-    return Finding(key.check, ERROR, key.node, None, f"{key}: no fabric evidence to judge")
+    if key.check == TRANSPORT and key.detail is not None:
+        return _transport(ev, key.detail)
+    if key.check == RDMA and key.node is None and key.detail is not None:
+        return _rdma_racks(ev, key.detail)
+    node = key.node
+    pool = ev.pool_of(node) if node is not None else None
+    if node is None or pool is None or pool.fabric is None:
+        return Finding(key.check, ERROR, node, None, f"{key}: the node's pool declares no fabric")
+    view = fabric_view(ev, pool)
+    missing = view.unmeasured(key.check, node, key.detail)
+    if missing is not None:
+        return missing
+    if key.check == "fabric.gdr":
+        nf = view.node(node)
+        assert nf is not None
+        hcas = [p.hca for r in range(pool.fabric.rails.count) if (p := rail_port(nf, pool.fabric, r)) is not None]
+        return judge_gdr(node, nf.gdr, hcas, list(range(ev.pools.gpus_per_node(node))))
+    rail = rail_of(key.detail)
+    if rail is None or rail >= pool.fabric.rails.count:
+        return Finding(key.check, ERROR, node, None, f"{key}: no such rail in pool {pool.name}'s fabric")
+    return _node_rail(view, key.check, node, rail)

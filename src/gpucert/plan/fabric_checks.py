@@ -1,11 +1,11 @@
 """The fabric checks a pool with a `fabric` section requires. Pure (the spec and the pools of the inventory).
 
 Per pool: `pool.fabric` (configure). Per node of the pool and rail: `fabric.port`, `fabric.counters`,
-`fabric.affinity`, `fabric.rdma_bw` (the node's rail against every peer it was paired with); per node: `fabric.gdr`,
-and `fabric.nccl_transport` where an all-reduce across nodes runs. Per pair of racks the pool's nodes are in (when
-the fabric names a rack label): `fabric.rdma_bw` of the link between the two racks. A pair of nodes is not a check
-of its own: a full round-robin of 1,024 nodes has 523,776 pairs per rail, so a pair's bandwidth is judged inside
-its nodes' rail checks (and a rack pair's), and shown in the report's per-rail heatmap.
+`fabric.affinity`, `fabric.rdma_bw` (the node's rail against every peer it was paired with); per node: `fabric.gdr`;
+per pool, where an all-reduce across nodes runs: `fabric.nccl_transport` (one collective, one finding). Per pair
+of racks the pool's nodes are in (when the fabric names a rack label): `fabric.rdma_bw` of the link between them.
+A pair of nodes is not a check of its own: a full round-robin of 1,024 nodes has 523,776 pairs per rail, so a
+pair's bandwidth is judged inside its nodes' rail checks (and a rack pair's), and shown in the per-rail heatmap.
 """
 
 from __future__ import annotations
@@ -75,8 +75,8 @@ def fabric_certify_keys(spec: ClusterSpec, pools: PoolMap) -> tuple[list[CheckKe
             left_out["fabric.rdma_bw"] = f"pool {pool.name} has {len(members)} node(s): no pair to measure"
         keys += [CheckKey(c, n, None, r) for n in members for r in rails for c in checks]
         keys += [CheckKey("fabric.gdr", n) for n in members]
-        if spec.certify.multinode is not None and len(members) >= 2:
-            keys += [CheckKey("fabric.nccl_transport", n) for n in members]
+        if spec.certify.multinode is not None and len(members) >= 2:  # one collective, one finding
+            keys.append(CheckKey("fabric.nccl_transport", None, None, pool.name))
         else:
             left_out["fabric.nccl_transport"] = "certify.multinode is not set: no all-reduce across nodes shows NCCL's"
         pairs = rack_pairs(pool, pools)

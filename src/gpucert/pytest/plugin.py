@@ -345,7 +345,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept = [
         item
         for item in items
-        if ((key := check_key(item)) is None and "gate_input" not in getattr(item, "fixturenames", ()))
+        if ((key := check_key(item)) is None and not set(FLEET_DETAILS) & set(getattr(item, "fixturenames", ())))
         or (key is not None and key in plan)
     ]
     ctx.left_out = len(items) - len(kept)

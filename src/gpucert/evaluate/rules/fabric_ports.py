@@ -1,0 +1,163 @@
+"""Fabric rules of one node: a rail's port (`fabric.port`), its error counters under load (`fabric.counters`), the
+PCIe place of its NIC (`fabric.affinity`), and GPUDirect RDMA (`fabric.gdr`). Pure: evidence and spec in,
+Findings out.
+
+Which HCA is a rail: the one the spec names (`rails.hcas[r]`), else, found through the RDMA resource, the node's
+r-th HCA (natural order) whose port is of the fabric's link layer. Which GPUs a rail serves: GPU g of G goes to
+rail g * R // G (rail r = GPU r when there are as many rails as GPUs, the usual one NIC per GPU).
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpucert.measure.evidence_fabric import CounterWindow, GdrFacts, GpuNic, HcaPort, NodeFabric
+from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.spec.fabric import CounterLimit, FabricSpec
+
+__all__ = [
+    "SATURATED",
+    "gpus_of_rail",
+    "judge_affinity",
+    "judge_counters",
+    "judge_gdr",
+    "judge_port",
+    "rail_port",
+]
+
+PASS, FAIL, ERROR = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR
+# the PMA's PortCounters are 16- or 32-bit and saturate at their maximum (IBTA; CounterWindow's docstring)
+SATURATED = (0xFFFF, 0xFFFFFFFF)
+NEAR = ("PIX", "PXB")  # nvidia-smi topo: at most PCIe switches between them, never the CPU
+
+
+def _natural(name: str) -> list[int | str]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def rail_port(fabric: NodeFabric, spec: FabricSpec, rail: int) -> HcaPort | None:
+    """The port rail `rail` uses on this node (None: the node has no such HCA or port)."""
+    if spec.rails.hcas is not None:
+        return fabric.port(spec.rails.hcas[rail], spec.rails.port)
+    found = sorted(
+        (p for p in fabric.ports if p.port == spec.rails.port and p.link_layer == spec.link_layer.value),
+        key=lambda p: _natural(p.hca),
+    )
+    return found[rail] if rail < len(found) else None
+
+
+def gpus_of_rail(rail: int, rails: int, gpus: int) -> list[int]:
+    return [g for g in range(gpus) if g * rails // gpus == rail]
+
+
+def _state(text: str | None) -> str:
+    """`4: ACTIVE` -> ACTIVE; `5: LinkUp` -> LinkUp."""
+    return (text or "").partition(":")[2].strip() or (text or "").strip()
+
+
+def judge_port(node: str, rail: int, port: HcaPort | None, spec: FabricSpec) -> Finding:
+    """`fabric.port`: the rail's port is up (ACTIVE, LinkUp), of the declared link layer, at the rated speed and MTU."""
+    check, where = "fabric.port", f"{node} rail {rail}"
+    if port is None:
+        named = spec.rails.hcas[rail] if spec.rails.hcas else f"the {rail + 1}th {spec.link_layer.value} HCA"
+        return Finding(check, FAIL, node, None, f"{where}: no port {spec.rails.port} of {named} on the node")
+    where = f"{where} ({port.key})"
+    if port.unreadable:
+        what = "; ".join(f"{k}: {v}" for k, v in sorted(port.unreadable.items()))
+        return Finding(check, ERROR, node, None, f"{where}: sysfs could not be read: {what}")
+    problems = []
+    if _state(port.state) != "ACTIVE" or _state(port.phys_state) != "LinkUp":
+        problems.append(
+            f"the port is {_state(port.state) or '?'} / {_state(port.phys_state) or '?'}, not ACTIVE / LinkUp"
+        )
+    if port.link_layer != spec.link_layer.value:
+        problems.append(f"link layer {port.link_layer}, not {spec.link_layer.value}")
+    if port.rate_gbps is None:
+        return Finding(check, ERROR, node, None, f"{where}: the port's rate was not read ({port.rate!r})")
+    if port.rate_gbps < spec.rated_gbps:
+        problems.append(f"trained down to {port.rate} where {spec.rated_gbps:g} Gb/s is rated")
+    mtu = port.active_mtu if spec.link_layer.value == "InfiniBand" else port.netdev_mtu
+    if mtu is None:
+        return Finding(check, ERROR, node, None, f"{where}: the port's MTU was not read")
+    if mtu < spec.mtu:
+        problems.append(f"MTU {mtu}, below the {spec.mtu} declared")
+    status = FAIL if problems else PASS
+    message = f"{where}: {'; '.join(problems)}" if problems else f"{where}: ACTIVE at {port.rate}, MTU {mtu}"
+    return Finding(check, status, node, None, message, observed=port.rate_gbps, expected=spec.rated_gbps, unit="Gb/s")
+
+
+def _over(name: str, delta: int, hours: float, limit: CounterLimit) -> str | None:
+    if limit.max_increase is not None and delta > limit.max_increase:
+        return f"{name} +{delta} (at most +{limit.max_increase})"
+    rate = delta / hours
+    if limit.max_per_hour is not None and rate > limit.max_per_hour:
+        return f"{name} +{delta} in {hours * 60:.3g} min, {rate:.4g}/h (at most {limit.max_per_hour:g}/h)"
+    return None
+
+
+def judge_counters(node: str, rail: int, port: str, window: CounterWindow | None, spec: FabricSpec) -> Finding:
+    """`fabric.counters`: each limited counter's growth over the loaded window within its limit (a counter that
+    was not read, went backwards or sits saturated cannot be judged: an error, never a pass)."""
+    check, where = "fabric.counters", f"{node} rail {rail} ({port})"
+    seconds = window.seconds() if window is not None else None
+    if window is None or not seconds:
+        why = "no loaded window was read" if window is None else "the window's times are not two times in order"
+        return Finding(check, ERROR, node, None, f"{where}: {why}")
+    deltas = window.deltas(port)
+    limits = spec.counter_limits()
+    unread = sorted(n for n in limits if n not in deltas)
+    if unread:
+        return Finding(check, ERROR, node, None, f"{where}: counters not read at both ends: {', '.join(unread)}")
+    odd = [n for n in limits if deltas[n] < 0 or window.after[port][n] in SATURATED]
+    if odd:
+        detail = ", ".join(f"{n} {window.before[port][n]} -> {window.after[port][n]}" for n in odd)
+        return Finding(check, ERROR, node, None, f"{where}: counters reset or saturated in the window: {detail}")
+    hours = seconds / 3600
+    over = [o for n, lim in limits.items() if (o := _over(n, deltas[n], hours, lim))]
+    grew = {n: d for n, d in deltas.items() if n in limits and d}
+    if over:
+        message = f"{where}: under {window.load}: {'; '.join(over)}"
+        return Finding(check, FAIL, node, None, message, observed=max(grew.values()), expected=0, unit="count")
+    said = ", ".join(f"{n} +{d}" for n, d in grew.items()) or "no error counter grew"
+    return Finding(check, PASS, node, None, f"{where}: {seconds:.0f} s under {window.load}: {said}")
+
+
+def judge_affinity(node: str, rail: int, hca: str, gpus: list[int], affinity: list[GpuNic]) -> Finding:
+    """`fabric.affinity`: each GPU the rail serves reaches the rail's NIC through PCIe switches only (PIX/PXB),
+    not through the CPU (PHB, NODE, SYS)."""
+    check, where = "fabric.affinity", f"{node} rail {rail} ({hca})"
+    seen = {a.gpu: a.relation for a in affinity if a.hca == hca}
+    missing = [g for g in gpus if seen.get(g) is None]
+    if missing:
+        return Finding(check, ERROR, node, None, f"{where}: no PCIe relation read for GPU {missing}")
+    far = {g: seen[g] for g in gpus if seen[g] not in NEAR}
+    if far:
+        said = ", ".join(f"GPU {g} {r}" for g, r in far.items())
+        message = f"{where}: the NIC is not under the PCIe switch of its GPUs: {said} (want PIX or PXB)"
+        return Finding(check, FAIL, node, None, message, observed=next(iter(far.values())), expected="PIX|PXB")
+    return Finding(check, PASS, node, None, f"{where}: " + ", ".join(f"GPU {g} {seen[g]}" for g in gpus))
+
+
+def _kernel_at_least(release: str | None, want: tuple[int, int]) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", release or "")
+    return m is not None and (int(m[1]), int(m[2])) >= want
+
+
+def judge_gdr(node: str, gdr: GdrFacts | None, hcas: list[str], gpus: list[int]) -> Finding:
+    """`fabric.gdr`: GPUDirect RDMA is available as NCCL decides it: a peer-memory module, or DMA-BUF on every GPU
+    and every rail's NIC (Linux 5.12 or later)."""
+    check = "fabric.gdr"
+    if gdr is None:
+        return Finding(check, ERROR, node, None, f"{node}: the GPUDirect RDMA facts were not read")
+    if gdr.peermem:
+        version = f" {gdr.peermem_version}" if gdr.peermem_version else ""
+        return Finding(check, PASS, node, None, f"{node}: peer memory{version} ({', '.join(gdr.peermem)})")
+    no_gpu = [g for g in gpus if not gdr.dmabuf_gpu.get(g)]
+    no_nic = [h for h in hcas if not gdr.dmabuf_nic.get(h)]
+    kernel = _kernel_at_least(gdr.kernel, (5, 12))
+    if not no_gpu and not no_nic and kernel:
+        return Finding(check, PASS, node, None, f"{node}: DMA-BUF on every GPU and NIC (kernel {gdr.kernel})")
+    why = [f"no DMA-BUF on GPU {no_gpu}" if no_gpu else "", f"nor on {', '.join(no_nic)}" if no_nic else ""]
+    why.append("" if kernel else f"kernel {gdr.kernel} (DMA-BUF needs 5.12)")
+    message = f"{node}: GPUDirect RDMA is off: nvidia_peermem is not loaded, {'; '.join(w for w in why if w)}"
+    return Finding(check, FAIL, node, None, message, observed="off", expected="peermem or DMA-BUF")
