@@ -52,12 +52,18 @@ class RailIsolation:
     nodes: dict[str, list[PairFigure]] = field(default_factory=dict)
     links: dict[str, list[PairFigure]] = field(default_factory=dict)
     cause: dict[tuple[str, str], str] = field(default_factory=dict)  # (a, b) -> "port"/"racks"/"node"/"link"
+    _by_node: dict[str, list[PairFigure]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for p in self.pairs:  # indexed once: a full round-robin of 1,024 nodes is 523,776 pairs per rail
+            self._by_node.setdefault(p.a, []).append(p)
+            self._by_node.setdefault(p.b, []).append(p)
 
     def slow(self, p: PairFigure) -> bool:
         return p.gbps is None or p.gbps < self.limit
 
     def of(self, node: str) -> list[PairFigure]:
-        return [p for p in self.pairs if p.has(node)]
+        return self._by_node.get(node, [])
 
 
 def _slow_share(pairs: Sequence[PairFigure], iso: RailIsolation) -> float:
@@ -81,7 +87,8 @@ def _nodes(iso: RailIsolation, order: Sequence[str]) -> None:
     def unexplained(node: str) -> list[PairFigure]:
         return [p for p in iso.of(node) if (p.a, p.b) not in iso.cause]
 
-    ranked = sorted(order, key=lambda n: (-_slow_share(unexplained(n), iso), order.index(n)))
+    position = {n: i for i, n in enumerate(order)}
+    ranked = sorted(order, key=lambda n: (-_slow_share(unexplained(n), iso), position[n]))
     for node in ranked:
         mine = unexplained(node)
         if len(mine) >= 2 and _slow_share(mine, iso) > 0.5:

@@ -1,0 +1,59 @@
+"""The fabric stage's cost at fleet scale: rounds of the pairing schedule x the time of one round, and the
+controller's cost of isolating slow links over every pair of every rail.
+
+    python benchmarks/fabric_scale.py [--nodes 64 256 1024] [--rails 8] [--per-round 20]
+
+A round runs every pair of the round at once (each node in at most one pair: plan/pairs.py), every rail of a pair
+at once (each rail its own NIC), so the stage takes rounds x per-round time whatever the number of pairs. The time
+of one round is an input (`--per-round`, seconds: the pods' start, ib_write_bw's connection setup and its timed
+repetitions); the schedule and the isolation are measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import resource
+import time
+
+from gpucert.evaluate.rules.fabric_isolation import PairFigure, isolate_rail
+from gpucert.plan.pairs import pair_count, round_count, rounds
+
+
+def _hms(seconds: float) -> str:
+    h, rest = divmod(int(seconds), 3600)
+    return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--rails", type=int, default=8)
+    ap.add_argument("--per-round", type=float, default=20.0, help="seconds one round takes on the cluster")
+    args = ap.parse_args()
+    head = f"stage at {args.per_round:g} s a round"
+    print(f"| nodes | rounds | pairs per rail | {head} | schedule | isolation, one rail |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for n in args.nodes:
+        nodes = [f"node-{i:04d}" for i in range(n)]
+        racks = {node: f"rack-{i // 32}" for i, node in enumerate(nodes)}
+        t0 = time.perf_counter()
+        schedule = rounds(nodes)
+        t_schedule = time.perf_counter() - t0
+        assert len(schedule) == round_count(n)
+        rng = random.Random(n)
+        pairs = [PairFigure(0, a, b, 385 * (1 + rng.gauss(0, 0.01))) for r in schedule for a, b in r]
+        assert len(pairs) == pair_count(n)
+        t0 = time.perf_counter()
+        isolate_rail(0, pairs, 360.0, nodes, racks)
+        t_isolate = time.perf_counter() - t0
+        stage = round_count(n) * args.per_round
+        print(
+            f"| {n} | {round_count(n)} | {pair_count(n):,} | {_hms(stage)} | {t_schedule:.2f} s | {t_isolate:.2f} s |"
+        )
+    print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
