@@ -16,6 +16,7 @@ from gpucert.plan.checks import FABRIC_METRICS, METRICS, NODE_METRICS, REPEATED_
 from gpucert.spec.cluster import ClusterSpec, Metadata
 from gpucert.spec.documents import Document, Problem, load_document
 from gpucert.spec.names import NameError_, check_file_stem, check_node_name
+from gpucert.spec.simulated_fabric import FabricFault, FleetFabric, fabric_problems
 from gpucert.spec.soak import SoakSimulation
 from gpucert.spec.versions import VersionError, parse_version
 
@@ -263,7 +264,7 @@ class UnreachableFault(Document):
     node: str
 
 
-PreflightStepName = Literal["home", "cache", "nvml", "cupy", "kernel", "cublas", "nccl", "dcgmi"]
+PreflightStepName = Literal["home", "cache", "nvml", "cupy", "kernel", "cublas", "nccl", "dcgmi", "rdma"]
 
 
 class PreflightFault(Document):
@@ -296,7 +297,8 @@ Fault = Annotated[
     | UnhealthyGpuFault
     | MissingComponentFault
     | UnreachableFault
-    | PreflightFault,
+    | PreflightFault
+    | FabricFault,
     Field(discriminator="kind"),
 ]
 
@@ -335,6 +337,7 @@ class SimulatedFleet(Document):
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0  # numpy seeds are non-negative (SeedSequence)
     faults: list[Fault] = Field(default_factory=list)
     soak: SoakSimulation | None = None  # compressed time and faults that come with it (`gpucert soak`)
+    fabric: FleetFabric | None = None  # every node's RDMA rails (spec/simulated_fabric.py)
 
     def groups(self) -> list[FleetPool]:
         """The fleet's groups of nodes: its `pools`, or the one group `sku` and `nodes` declare."""
@@ -382,6 +385,7 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
     problems = _one_form(fleet)
     if problems:
         return problems
+    problems += fabric_problems(fleet.fabric, list(fleet.faults), fleet.node_names())
     names = set(fleet.node_names())
     first, last = fleet.node_names()[0], fleet.node_names()[-1]
     for i, group in enumerate(fleet.pools or [None]):

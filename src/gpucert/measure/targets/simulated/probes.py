@@ -29,6 +29,7 @@ from gpucert.measure.probes import preflight
 from gpucert.measure.probes.dcgm import parse_diag
 from gpucert.measure.probes.dcgm_boards import tie_to_boards
 from gpucert.measure.targets.base import MeasurePlan
+from gpucert.measure.targets.simulated import fabric
 from gpucert.measure.targets.simulated.dcgm import dcgm_document
 from gpucert.measure.targets.simulated.nvml import nvml_health
 from gpucert.measure.targets.simulated.world import OUTLIER_STREAM, World
@@ -53,6 +54,7 @@ SIMULATED_PREFLIGHT = {
     "cublas": "CUBLASError: CUBLAS_STATUS_NOT_INITIALIZED",
     "nccl": "ImportError: CuPy found no NCCL library (cupy.cuda.nccl.available is False)",
     "dcgmi": "FileNotFoundError: [Errno 2] No such file or directory: 'dcgmi'",
+    "rdma": "FileNotFoundError: ib_write_bw not found on PATH",
 }
 SAMPLES = {"memory": 20, "compute": 20, "pcie": 10, "p2p": 5, "nccl": 10}
 NCCL_SIZES = [1 << s for s in range(20, 34, 2)]  # 1 MiB .. 8 GiB
@@ -260,11 +262,12 @@ class SimulatedProbes(World):
             ),
             dcgm=dcgm,
             errors=errors,
+            fabric=fabric.node_fabric(self, node, slots, started),
         )
 
     def _preflight_failed(self, node: str, fault: PreflightFault, plan: MeasurePlan, started: str) -> NodeEvidence:
         """The runner's answer when a preflight step fails: the steps before it passed, no probe ran."""
-        steps = preflight.steps_for(set(plan.probes), on_gpu=True)
+        steps = preflight.steps_for(set(plan.probes), on_gpu=True, fabric=self.fleet.fabric is not None)
         failed = PreflightStep(
             step=fault.step,
             ok=False,
@@ -322,4 +325,6 @@ class SimulatedProbes(World):
             collected=sweep is not None,
             nccl=sweep,
             errors=errors,
+            transport=fabric.transport(self, nodes, gpus),
+            rdma=fabric.pair_rdma(self, nodes[0], nodes[1], gpus) if len(nodes) == 2 else [],
         )

@@ -14,6 +14,7 @@ import numpy as np
 from gpucert.plan.checks import GPU_METRICS, METRICS
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
+from gpucert.spec.simulated_fabric import FABRIC_FAULTS
 from gpucert.spec.simulated_fleet import (
     DriftFault,
     Fault,
@@ -86,7 +87,8 @@ class World:
         # what each node runs, unless a fault says otherwise: its group's versions over the fleet's, over the pins
         # of the spec's pool the node is in (else the spec's recipe), over a default node
         self.installed = {n: self._installed(n) for n in self.names}
-        for f in fleet.faults:
+        # the fabric's faults are its own (targets/simulated/fabric.py reads them)
+        for f in [f for f in fleet.faults if not isinstance(f, FABRIC_FAULTS)]:
             nf = self.faults[f.node]
             match f:
                 case SlowFault():
@@ -125,8 +127,13 @@ class World:
             "kubernetes.io/hostname": node,
             "nvidia.com/gpu.present": "true",
             "nvidia.com/gpu.product": self.baseline_of(node).product,
+            **self._rack_label(node),
             **self._group[node].labels,
         }
+
+    def _rack_label(self, node: str) -> dict[str, str]:
+        racks = self.fleet.fabric.racks if self.fleet.fabric is not None else None
+        return {racks.label: racks.of(self.names.index(node))} if racks is not None else {}
 
     def _installed(self, node: str) -> dict[str, str]:
         labels = {**self.labels(node), "nvidia.com/gpu.count": str(self._group[node].nodes.gpus_per_node)}
