@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from gpucert.acceptance.retest import verify_carried
 from gpucert.acceptance.waivers import load_waivers, waiver_id
 from gpucert.errors import ConfigError, EvidenceError, GpucertError
+from gpucert.plan.layout import Mode, run_id
 from gpucert.plan.runfolder import RunFolder, write_json_atomic
 from gpucert.report import attest
 from gpucert.report.html import natural_key
@@ -37,7 +38,7 @@ PREDICATE_TYPE = "https://gpucert.io/acceptance/v1"
 RECORD = "acceptance.json"
 REPORT = "report.html"
 STATUSES = ("passed", "repaired", "waived", "failed")
-MEASURED_MODES = ("measure", "retest", "recertify")  # the run modes (runfolder.MODES) that measured the hardware
+MEASURED_MODES = tuple(m.value for m in Mode.recorded() if m.measures)  # the run modes that measured the hardware
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def accept(
         raise ConfigError(f"the runs certify different specs ({', '.join(specs)}): accept the runs of one spec")
     latest_spec = load_spec(seen[-1].folder.spec_copy)
     now = datetime.now(UTC)
-    id_ = f"{now:%Y-%m-%dT%H-%M-%SZ}-{specs[0]}"
+    id_ = run_id(specs[0], now)  # an acceptance record is named as a run is: its time, then its spec
     expected = sum(p.expect.nodes for p in latest_spec.pools)
     record = build_record(seen, expected=expected, spec=specs[0], now=now, id_=id_)
     try:

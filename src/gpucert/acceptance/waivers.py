@@ -23,6 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from gpucert.measure.evidence import read_evidence
 from gpucert.plan.checks import PREREQUISITE_CHECKS, CheckKey, CheckStatus, Family, Finding, family_of
+from gpucert.plan.layout import run_id_time
 from gpucert.spec.cluster import Metadata
 from gpucert.spec.documents import Document, Problem, load_document
 from gpucert.spec.names import NameError_, check_node_name
@@ -373,10 +374,7 @@ def run_time(ev: Evaluation) -> datetime:
             continue
     if times:
         return max(times)
-    try:
-        return datetime.strptime(ev.folder.id[:20], "%Y-%m-%dT%H-%M-%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return datetime.now(UTC)
+    return run_id_time(ev.folder.id) or datetime.now(UTC)
 
 
 def book_for(ev: Evaluation) -> WaiverBook | None:

@@ -192,7 +192,7 @@ def recertify(  # noqa: C901, PLR0912, PLR0915
         verify_handover(handover, handover_path, opts.reports, list(opts.keys))
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
-        with runner.new_run(opts.reports, spec, "recertify", suffix=f"recertify-{node}") as folder:
+        with runner.new_run(opts.reports, spec, runner.Mode.RECERTIFY, suffix=f"recertify-{node}") as folder:
             inventory = runner.plan(target, spec, folder)
             if node not in inventory.names:  # a mistyped node name leaves no run behind
                 shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")

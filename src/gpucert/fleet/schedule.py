@@ -39,6 +39,7 @@ from gpucert.fleet.recertify import LABEL_CERTIFIED, RecertifyOptions, node_cont
 from gpucert.fleet.state import NodeStatus, RunIndex, node_statuses, parse_time
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import NodeControl, NodeState
+from gpucert.plan.layout import run_stamp
 from gpucert.plan.runfolder import RunFolder, write_json_atomic
 from gpucert.spec.cluster import ClusterSpec
 
@@ -288,7 +289,7 @@ def claim_record(folder: Path, started: datetime) -> Path:
     """A record file of its own for a round: `<time>.json`, `<time>-2.json`, ... created exclusively, so two rounds
     started in the same second never write one file."""
     folder.mkdir(parents=True, exist_ok=True)
-    stamp = started.strftime("%Y-%m-%dT%H-%M-%SZ")
+    stamp = run_stamp(started)
     for n in range(1, 1000):
         path = folder / (f"{stamp}.json" if n == 1 else f"{stamp}-{n}.json")
         try:

@@ -24,6 +24,7 @@ from typing import Any
 from gpucert.errors import EvidenceError
 from gpucert.fleet.recertify import ANNOTATION_FAILING, ANNOTATION_LAST, ANNOTATION_LAST_RUN, LABEL_CERTIFIED
 from gpucert.measure.targets.base import NodeState
+from gpucert.plan.layout import run_id_time
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict import READABLE_SCHEMAS, node_passed
 from gpucert.spec.cluster import ClusterSpec
@@ -72,14 +73,6 @@ def parse_time(text: object) -> datetime | None:
     except ValueError:
         return None
     return t if t.tzinfo else t.replace(tzinfo=UTC)
-
-
-def _stamp_of(run_id: str) -> datetime | None:
-    """The time at the head of a run id (`2026-12-02T18-00-00Z-...`)."""
-    try:
-        return datetime.strptime(run_id[:20], "%Y-%m-%dT%H-%M-%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +135,7 @@ def _when(folder: RunFolder) -> tuple[datetime, str | None]:
         finished, problem = None, str(exc)
     if finished is not None:
         return finished, None
-    return _stamp_of(folder.id) or datetime.fromtimestamp(folder.verdict_path.lstat().st_mtime, UTC), problem
+    return run_id_time(folder.id) or datetime.fromtimestamp(folder.verdict_path.lstat().st_mtime, UTC), problem
 
 
 def _unreadable(folder: RunFolder, when: datetime, problem: str) -> RunRecord:

@@ -15,7 +15,6 @@ import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.inventory import Inventory
-from gpucert.plan.runfolder import RunFolder
+from gpucert.plan.runfolder import Mode, RunFolder
 from gpucert.spec.baseline import GpuBaseline, check_baseline_for, load_baseline
 from gpucert.spec.cluster import ClusterSpec, ReplayTargetSpec, load_spec
 from gpucert.spec.names import NameError_, check_node_name
@@ -49,16 +48,6 @@ __all__ = [
 ]
 
 Progress = Callable[[NodeEvidence], None]
-
-
-class Mode(StrEnum):
-    """What a run does before it is evaluated."""
-
-    STATIC = "static"  # the recipe alone, no cluster
-    EVIDENCE = "evidence"  # recorded evidence, re-evaluated
-    PLAN = "plan"  # the cluster's inventory and stack, nothing measured (configure)
-    MEASURE = "measure"  # plan, then measure every node
-    RETEST = "retest"  # plan, then measure what did not pass in a source run; carry the rest over
 
 
 def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
@@ -87,8 +76,7 @@ def waivers_path(spec: ClusterSpec) -> Path | None:
 
 
 def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: bool) -> RunFolder:
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
-    folder = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}" + (f"-{suffix}" if suffix else ""))
+    folder = RunFolder.create(reports, spec.metadata.name, suffix)
     folder.copy_inputs(spec.path, spec.baseline_paths(), waivers_path(spec) if waivers else None)
     return folder
 
@@ -97,13 +85,13 @@ def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: b
 def new_run(
     reports: Path,
     spec: ClusterSpec,
-    mode: str,
+    mode: Mode,
     suffix: str | None = None,
     reevaluates: str | None = None,
     *,
     waivers: bool = True,
 ) -> Iterator[RunFolder]:
-    """A new run folder of `mode` (runfolder.MODES, recorded in run.json) for the block; if the block fails before
+    """A new run folder of `mode` (recorded in run.json) for the block; if the block fails before
     any node was measured, the folder goes again, so a bad input or a cluster that cannot be reached leaves no empty
     run behind (measured evidence always stays). The spec's waivers are copied into it and run.json says so (not
     for the static gate: it judges no node)."""
@@ -166,11 +154,10 @@ def prepare(  # noqa: C901, PLR0912
         if evidence is None:
             raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")
         recorded = recorded_run(evidence)
-    kind = {Mode.STATIC: "static", Mode.PLAN: "plan", Mode.MEASURE: "measure", Mode.RETEST: "retest"}.get(mode)
     with new_run(
         reports,
         spec,
-        kind or recorded_mode(recorded),
+        recorded_mode(recorded) if mode is Mode.EVIDENCE else mode,
         reevaluates=recorded.id if recorded else None,
         waivers=mode is not Mode.STATIC,
     ) as folder:
@@ -323,7 +310,7 @@ def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> Fabri
 # ---- recorded evidence ---------------------------------------------------------------------------------------
 
 
-def recorded_mode(recorded: RunFolder | None) -> str:
+def recorded_mode(recorded: RunFolder | None) -> Mode:
     """The mode of a recorded run, from its run.json; a run folder from before run.json named its mode is what its
     contents show (a recertification record, else a certification)."""
     assert recorded is not None
@@ -332,7 +319,7 @@ def recorded_mode(recorded: RunFolder | None) -> str:
     except EvidenceError:
         if recorded.read_run_info().get("mode") is not None:
             raise
-        return "recertify" if recorded.recertify_path.exists() else "measure"
+        return Mode.RECERTIFY if recorded.recertify_path.exists() else Mode.MEASURE
 
 
 def recorded_run(source: Path) -> RunFolder:

@@ -41,50 +41,13 @@ from gpucert.measure.evidence import (
     read_fabric_pairs,
     write_document,
 )
+from gpucert.plan import layout
 from gpucert.plan.inventory import Inventory, read_inventory, write_inventory
+from gpucert.plan.layout import ENVELOPE, Mode, run_id
 from gpucert.spec.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
-__all__ = ["ENVELOPE", "MODES", "RunFolder", "write_json_atomic"]
-
-INPUTS = "inputs"
-SPEC = "spec.yaml"
-BASELINE = "baseline.yaml"
-POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
-HANDOVER = "handover.yaml"
-WAIVERS = "waivers.yaml"
-GATE = "gate.json"
-OPERATOR = "operator"
-BASE = "base"
-SUMMARY = "summary.md"
-INVENTORY = "inventory.json"
-STACK = "stack.json"
-EVIDENCE = "evidence"
-MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<node>.json`
-FABRIC = "nccl.json"
-PAIRS = "pairs.json"
-RECERTIFY = "recertify.json"
-PREFLIGHT = "preflight.json"  # whether `gpucert preflight` ran before the measure, or was skipped
-FLEET = "fleet"
-RETEST = "retest"
-RETEST_RECORD = "record.json"
-RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signed for the evidence carried over
-IDENTITY = "identity"
-VERDICT = "verdict.json"
-RUN_INFO = "run.json"
-REPORT = "report.html"
-JUNIT = "junit.xml"
-ALLURE = "allure-results"
-ENVELOPE = "certificate.intoto.json"
-# what a run is, recorded in run.json when it is prepared (and signed with it): it decides the suites that judge the
-# run, so no file added to or removed from the folder can turn a certification into a lighter one
-MODES = {
-    "static": ("static",),  # the recipe alone, no cluster
-    "plan": ("configure",),  # the cluster's configuration, nothing measured
-    "measure": ("configure", "certify"),  # a certification
-    "recertify": ("configure", "certify", "recertify"),  # one node against its handover baseline
-    "retest": ("configure", "certify"),  # a certification that measured part of the fleet and carried the rest
-}
+__all__ = ["ENVELOPE", "Mode", "RunFolder", "write_json_atomic"]
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -124,8 +87,10 @@ class RunFolder:
     path: Path
 
     @classmethod
-    def create(cls, reports: Path, name: str) -> RunFolder:
-        """A new, empty run folder `reports/<name>` (`-2`, `-3`, ... when taken), with its inputs/ folder."""
+    def create(cls, reports: Path, spec: str, suffix: str | None = None) -> RunFolder:
+        """A new, empty run folder `reports/<run id>` for the spec named `spec` (`-2`, `-3`, ... when the id is
+        taken), with its inputs/ folder."""
+        name = run_id(spec, suffix=suffix)
         try:
             reports.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
@@ -140,7 +105,7 @@ class RunFolder:
                 continue
             except OSError as exc:
                 raise ConfigError(f"cannot create a run folder here: {exc.strerror}", path=reports) from None
-            (path / INPUTS).mkdir()
+            (path / layout.INPUTS).mkdir()
             return cls(path)
         raise EvidenceError("a thousand runs of this name this second: choose another --reports", path=reports)
 
@@ -152,112 +117,113 @@ class RunFolder:
 
     @property
     def inputs(self) -> Path:
-        return self.path / INPUTS
+        return self.path / layout.INPUTS
 
     @property
     def spec_copy(self) -> Path:
-        return self.inputs / SPEC
+        return self.inputs / layout.SPEC
 
     @property
     def baseline_copy(self) -> Path:
-        return self.inputs / BASELINE
+        return self.inputs / layout.BASELINE
 
     def baseline_copy_for(self, pool: str) -> Path:
         """The SKU baseline the pool's nodes were judged against: `inputs/baselines/<pool>.yaml` when the spec had
         several pools, else `inputs/baseline.yaml`."""
-        own = inside(self.inputs / POOL_BASELINES, f"{check_file_stem(pool, 'pool name')}.yaml")
+        own = inside(self.inputs / layout.POOL_BASELINES, f"{check_file_stem(pool, 'pool name')}.yaml")
         return own if own.is_file() else self.baseline_copy
 
     def baseline_copies(self) -> list[Path]:
         """Every SKU baseline copied into inputs/ (one, or one per pool)."""
-        pools = sorted((self.inputs / POOL_BASELINES).glob("*.yaml")) if (self.inputs / POOL_BASELINES).is_dir() else []
+        folder = self.inputs / layout.POOL_BASELINES
+        pools = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
         return [p for p in [self.baseline_copy, *pools] if p.is_file()]
 
     @property
     def handover_copy(self) -> Path:
-        return self.inputs / HANDOVER
+        return self.inputs / layout.HANDOVER
 
     @property
     def waivers_copy(self) -> Path:
-        return self.inputs / WAIVERS
+        return self.inputs / layout.WAIVERS
 
     @property
     def gate_path(self) -> Path:
-        return self.inputs / GATE
+        return self.inputs / layout.GATE
 
     @property
     def operator_dir(self) -> Path:
-        return self.inputs / OPERATOR
+        return self.inputs / layout.OPERATOR
 
     @property
     def base_dir(self) -> Path:
-        return self.inputs / BASE
+        return self.inputs / layout.BASE
 
     @property
     def summary_path(self) -> Path:
-        return self.path / SUMMARY
+        return self.path / layout.SUMMARY
 
     @property
     def inventory_path(self) -> Path:
-        return self.path / INVENTORY
+        return self.path / layout.INVENTORY
 
     @property
     def stack_path(self) -> Path:
-        return self.path / STACK
+        return self.path / layout.STACK
 
     @property
     def evidence_dir(self) -> Path:
-        return self.path / EVIDENCE
+        return self.path / layout.EVIDENCE
 
     @property
     def fleet_dir(self) -> Path:
-        return self.path / FLEET
+        return self.path / layout.FLEET
 
     @property
     def recertify_path(self) -> Path:
-        return self.path / RECERTIFY
+        return self.path / layout.RECERTIFY
 
     @property
     def preflight_path(self) -> Path:
-        return self.path / PREFLIGHT
+        return self.path / layout.PREFLIGHT
 
     @property
     def retest_dir(self) -> Path:
-        return self.path / RETEST
+        return self.path / layout.RETEST
 
     @property
     def retest_record_path(self) -> Path:
-        return self.retest_dir / RETEST_RECORD
+        return self.retest_dir / layout.RETEST_RECORD
 
     @property
     def retest_source_path(self) -> Path:
-        return self.retest_dir / RETEST_SOURCE
+        return self.retest_dir / layout.RETEST_SOURCE
 
     def identity_path(self, node: str) -> Path:
         try:
-            return inside(self.retest_dir / IDENTITY, f"{check_node_name(node)}.json")
+            return inside(self.retest_dir / layout.IDENTITY, f"{check_node_name(node)}.json")
         except NameError_ as exc:
             raise EvidenceError(str(exc), path=self.retest_dir) from None
 
     @property
     def verdict_path(self) -> Path:
-        return self.path / VERDICT
+        return self.path / layout.VERDICT
 
     @property
     def run_info_path(self) -> Path:
-        return self.path / RUN_INFO
+        return self.path / layout.RUN_INFO
 
     @property
     def report_path(self) -> Path:
-        return self.path / REPORT
+        return self.path / layout.REPORT
 
     @property
     def junit_path(self) -> Path:
-        return self.path / JUNIT
+        return self.path / layout.JUNIT
 
     @property
     def allure_dir(self) -> Path:
-        return self.path / ALLURE
+        return self.path / layout.ALLURE
 
     @property
     def envelope_path(self) -> Path:
@@ -272,11 +238,11 @@ class RunFolder:
 
     @property
     def fabric_path(self) -> Path:
-        return self.evidence_dir / MULTINODE / FABRIC
+        return self.evidence_dir / layout.MULTINODE / layout.FABRIC
 
     @property
     def pairs_path(self) -> Path:
-        return self.evidence_dir / MULTINODE / PAIRS
+        return self.evidence_dir / layout.MULTINODE / layout.PAIRS
 
     # ---- what the folder holds --------------------------------------------------------------------------------
 
@@ -295,50 +261,60 @@ class RunFolder:
         return self.measured and any(self.evidence_dir.iterdir())
 
     @property
-    def mode(self) -> str:
-        """What the run is (`MODES`), as run.json recorded it when the run was prepared."""
+    def mode(self) -> Mode:
+        """What the run is, as run.json recorded it when the run was prepared."""
         mode = self.read_run_info().get("mode")
-        if mode not in MODES:
+        if mode not in Mode.recorded():
             raise EvidenceError(
-                f"run.json names no mode of gpucert ({', '.join(MODES)}), so what the run must be judged by is "
-                "unknown: not a run folder gpucert prepared",
+                f"run.json names no mode of gpucert ({', '.join(Mode.recorded())}), so what the run must be judged "
+                "by is unknown: not a run folder gpucert prepared",
                 path=self.run_info_path,
             )
-        return str(mode)
+        return Mode(mode)
 
     @property
     def suites(self) -> tuple[str, ...]:
         """The suites that judge this run: the static gate, configure only, a certification, a recertification;
         and the waivers' own checks when run.json says the run was prepared with waivers."""
-        return (*MODES[self.mode], *(("waivers",) if self.read_run_info().get("waivers") else ()))
+        return (*self.mode.suites, *(("waivers",) if self.read_run_info().get("waivers") else ()))
 
-    def check(self) -> None:  # noqa: C901
+    def check(self) -> None:
         """The folder holds what its mode says it holds (EvidenceError naming the file otherwise): a certification
         without evidence, a recertification record added to a certification, an inventory relabelled, ..."""
-        mode, target, inventory = self.mode, self.read_inventory().target, self.read_inventory().names
-        if (mode == "static") != (target == "static"):
+        mode, inventory = self.mode, self.read_inventory()
+        self._check_contents(mode, inventory.target)
+        self._check_records(mode, inventory.names)
+        if mode.measures:
+            self._check_evidence_targets(inventory.target, inventory.names)
+
+    def _check_contents(self, mode: Mode, target: str) -> None:
+        """The inventory's target, evidence/ and the waivers copy agree with the mode and run.json."""
+        if (mode is Mode.STATIC) != (target == "static"):
             raise EvidenceError(f"a {mode} run with an inventory of target {target!r}", path=self.inventory_path)
-        if mode in ("measure", "recertify", "retest") and not self.measured:
+        if mode.measures and not self.measured:
             raise EvidenceError(f"a {mode} run without evidence/: what was measured is gone", path=self.path)
-        if mode in ("static", "plan") and self.measured:
+        if not mode.measures and self.measured:
             raise EvidenceError(f"a {mode} run measures nothing, yet holds evidence/", path=self.evidence_dir)
-        if (mode == "recertify") != self.recertify_path.exists():
-            raise EvidenceError(
-                "recertify.json belongs to a recertification run, and every recertification run has one",
-                path=self.recertify_path,
-            )
-        if (mode == "retest") != self.retest_record_path.exists():
-            raise EvidenceError(
-                "retest/record.json belongs to a re-test run, and every re-test run has one",
-                path=self.retest_record_path,
-            )
         if bool(self.read_run_info().get("waivers")) != self.waivers_copy.exists():
             raise EvidenceError(
                 "run.json and inputs/ disagree on whether the run was prepared with waivers: one was added or "
                 "removed after",
                 path=self.waivers_copy,
             )
-        if mode == "recertify":
+
+    def _check_records(self, mode: Mode, inventory: list[str]) -> None:
+        """A recertification and a re-test each have their record, and no other run has one."""
+        if (mode is Mode.RECERTIFY) != self.recertify_path.exists():
+            raise EvidenceError(
+                "recertify.json belongs to a recertification run, and every recertification run has one",
+                path=self.recertify_path,
+            )
+        if (mode is Mode.RETEST) != self.retest_record_path.exists():
+            raise EvidenceError(
+                "retest/record.json belongs to a re-test run, and every re-test run has one",
+                path=self.retest_record_path,
+            )
+        if mode is Mode.RECERTIFY:
             record = self.read_recertify() or {}
             node = record.get("node")
             if inventory != [node] or not isinstance(record.get("fleetPeers", {}), dict) or "handover" not in record:
@@ -347,17 +323,18 @@ class RunFolder:
                     "measures exactly its node, and records its handover baseline (or null) and its fleet peers",
                     path=self.recertify_path,
                 )
-        if mode in ("measure", "recertify", "retest"):
-            for path in self.evidence_files():
-                try:
-                    ev = read_evidence(path)
-                except EvidenceError:
-                    continue  # an unusable document is its node's finding (node.reachable), not the run's
-                if path.stem in inventory and ev.target != target:
-                    raise EvidenceError(
-                        f"evidence of target {ev.target!r} in a run whose inventory is of target {target!r}",
-                        path=path,
-                    )
+
+    def _check_evidence_targets(self, target: str, inventory: list[str]) -> None:
+        """Every readable node document of the inventory was measured on the inventory's target."""
+        for path in self.evidence_files():
+            try:
+                ev = read_evidence(path)
+            except EvidenceError:
+                continue  # an unusable document is its node's finding (node.reachable), not the run's
+            if path.stem in inventory and ev.target != target:
+                raise EvidenceError(
+                    f"evidence of target {ev.target!r} in a run whose inventory is of target {target!r}", path=path
+                )
 
     @property
     def signed(self) -> bool:
@@ -452,7 +429,7 @@ class RunFolder:
         return read_evidence(path) if path.exists() else None
 
     def identity_files(self) -> list[Path]:
-        folder = self.retest_dir / IDENTITY
+        folder = self.retest_dir / layout.IDENTITY
         return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
     def carry_evidence(self, node: str, source: Path) -> Path:
@@ -471,19 +448,19 @@ class RunFolder:
     def read_run_info(self) -> dict[str, Any]:
         return _read_json(self.run_info_path) if self.run_info_path.exists() else {}
 
-    def write_intent(self, *, spec: str, mode: str, reevaluates: str | None = None, waivers: bool = False) -> None:
+    def write_intent(self, *, spec: str, mode: Mode, reevaluates: str | None = None, waivers: bool = False) -> None:
         """run.json as the run is prepared: what it is (its mode decides the suites that judge it) and of which
         spec, and whether it was prepared with waivers (their own checks judge it then); a re-evaluation keeps the
         mode of the run it re-evaluates and names that run."""
         from gpucert._version import __version__
         from gpucert.resources import source_commit
 
-        if mode not in MODES:
-            raise ValueError(f"unknown run mode {mode!r}")
+        if mode not in Mode.recorded():
+            raise ValueError(f"run.json records what a run is, not how it was prepared: {mode!r}")
         info = {
             "run": self.id,
             "spec": spec,
-            "mode": mode,
+            "mode": str(mode),
             "reevaluates": reevaluates,
             "waivers": waivers,
             "started": _iso(datetime.now(UTC)),
@@ -536,7 +513,7 @@ class RunFolder:
             if baseline.exists():
                 shutil.copy2(baseline, self.baseline_copy)
             return
-        folder = self.inputs / POOL_BASELINES
+        folder = self.inputs / layout.POOL_BASELINES
         folder.mkdir(exist_ok=True)
         for pool, baseline in baselines.items():
             if baseline.exists():

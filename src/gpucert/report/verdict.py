@@ -59,7 +59,7 @@ __all__ = [
 
 VERDICT_SCHEMA = READABLE_SCHEMAS[-1]
 NODE_RESULTS = ("pass", "waived", "fail", "incomplete")  # a node's (and the fleet row's) result
-# the run's kind, from its run folder's mode (runfolder.MODES), and what its headline calls it
+# the run's kind, from its run folder's mode (layout.Mode), and what its headline calls it
 KINDS = {
     "certify": "Certification",
     "configure": "Configuration",

@@ -1,0 +1,104 @@
+"""The run folder's names: its run id, what a run is (its mode), and every file name in it.
+
+The one place these are spelled; `RunFolder` turns them into paths. Imports nothing of gpucert, so any room (fleet
+state, waivers, the acceptance record) may read a run id's time without importing the run folder.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+
+__all__ = ["ENVELOPE", "Mode", "run_id", "run_id_time", "run_stamp"]
+
+# a run id is `<UTC time>-<spec name>[-<suffix>]`: it sorts by time and names the spec, and the time holds no colon
+# (a folder name that Windows and URLs take as it is)
+_STAMP = "%Y-%m-%dT%H-%M-%SZ"
+_STAMP_LEN = len("2026-12-02T18-00-00Z")
+
+
+def run_stamp(at: datetime) -> str:
+    """The time as a run id spells it (`2026-12-02T18-00-00Z`), in UTC (a naive time is taken as UTC)."""
+    return (at.astimezone(UTC) if at.tzinfo else at).strftime(_STAMP)
+
+
+def run_id(name: str, at: datetime | None = None, suffix: str | None = None) -> str:
+    """A run id: the time (now unless given), the spec's name and an optional suffix (`recertify-<node>`)."""
+    return f"{run_stamp(at or datetime.now(UTC))}-{name}" + (f"-{suffix}" if suffix else "")
+
+
+def run_id_time(run_id: str) -> datetime | None:
+    """The time at the head of a run id, None when the id does not start with one (a folder renamed by hand)."""
+    try:
+        return datetime.strptime(run_id[:_STAMP_LEN], _STAMP).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+class Mode(StrEnum):
+    """What a run is. Every mode but EVIDENCE is recorded in run.json when the run is prepared (and signed with it):
+    it decides the suites that judge the run, so no file added to or removed from the folder can turn a
+    certification into a lighter one."""
+
+    STATIC = "static"  # the recipe alone, no cluster
+    PLAN = "plan"  # the cluster's inventory and stack, nothing measured (configure)
+    MEASURE = "measure"  # plan, then measure every node: a certification
+    RECERTIFY = "recertify"  # one node against its handover baseline
+    RETEST = "retest"  # a certification that measured part of the fleet and carried the rest over
+    # recorded evidence, re-evaluated: how a run is prepared, never what it is; the new run records the mode of the
+    # run it re-evaluates
+    EVIDENCE = "evidence"
+
+    @classmethod
+    def recorded(cls) -> tuple[Mode, ...]:
+        """The modes run.json may name."""
+        return tuple(m for m in cls if m is not cls.EVIDENCE)
+
+    @property
+    def suites(self) -> tuple[str, ...]:
+        """The suites that judge a run of this mode."""
+        return _SUITES[self]
+
+    @property
+    def measures(self) -> bool:
+        """Whether a run of this mode measured the hardware (so holds evidence/ and may cover a node)."""
+        return self in (Mode.MEASURE, Mode.RECERTIFY, Mode.RETEST)
+
+
+_SUITES = {
+    Mode.STATIC: ("static",),
+    Mode.PLAN: ("configure",),
+    Mode.MEASURE: ("configure", "certify"),
+    Mode.RECERTIFY: ("configure", "certify", "recertify"),
+    Mode.RETEST: ("configure", "certify"),
+}
+
+INPUTS = "inputs"
+SPEC = "spec.yaml"
+BASELINE = "baseline.yaml"
+POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
+HANDOVER = "handover.yaml"
+WAIVERS = "waivers.yaml"
+GATE = "gate.json"
+OPERATOR = "operator"
+BASE = "base"
+SUMMARY = "summary.md"
+INVENTORY = "inventory.json"
+STACK = "stack.json"
+EVIDENCE = "evidence"
+MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<node>.json`
+FABRIC = "nccl.json"
+PAIRS = "pairs.json"
+RECERTIFY = "recertify.json"
+PREFLIGHT = "preflight.json"  # whether `gpucert preflight` ran before the measure, or was skipped
+FLEET = "fleet"
+RETEST = "retest"
+RETEST_RECORD = "record.json"
+RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signed for the evidence carried over
+IDENTITY = "identity"
+VERDICT = "verdict.json"
+RUN_INFO = "run.json"
+REPORT = "report.html"
+JUNIT = "junit.xml"
+ALLURE = "allure-results"
+ENVELOPE = "certificate.intoto.json"
