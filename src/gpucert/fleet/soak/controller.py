@@ -1,0 +1,390 @@
+"""The soak's controller: runs the rounds, judges each by the soak's criteria, applies the restart policy and
+reports progress; resumable from its run folder without losing or repeating a round.
+
+The restart policy (issue 26): a node that fails a round leaves the soak with the round's findings (its punch-list
+row); it keeps the clean hours it had. `--rejoin NODE` on a resumed soak, once the node is repaired, restarts its
+clock from zero at the next round. A node passes when its clean hours reach the soak's duration.
+
+Memory holds, per node, the summaries the criteria need (no samples): raw rounds go to disk as they come.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from statistics import median
+from typing import Any, Protocol
+
+from gpucert.errors import ConfigError
+from gpucert.evaluate.rules.soak import Peers, judge_round
+from gpucert.evaluate.soak_history import NodeHistory
+from gpucert.evaluate.soak_round import NodeRound, RoundEvidence, summarize
+from gpucert.fleet.soak.folder import SoakFolder
+from gpucert.plan import run as runner
+from gpucert.plan.checks import Finding
+from gpucert.plan.runfolder import RunFolder
+from gpucert.spec.baseline import GpuBaseline
+from gpucert.spec.cluster import ClusterSpec, SimulatedTargetSpec
+from gpucert.spec.pools import PoolMap
+from gpucert.spec.soak import CRITERIA_SOURCES, SoakSpec, check_rounds
+
+__all__ = ["Progress", "RoundTarget", "SoakController", "SoakResult", "resume_soak", "start_soak"]
+
+PLAN_SCHEMA = "gpucert.io/soak-plan/v1"
+RESULT_SCHEMA = "gpucert.io/soak-result/v1"
+RUNNING, LEFT = "running", "left"
+
+
+class RoundTarget(Protocol):
+    """What runs a round: each node's RoundEvidence as it finishes (then the round's wall time is over)."""
+
+    def run_round(self, nodes: Sequence[str], index: int, start_h: float, end_h: float) -> Iterator[RoundEvidence]:
+        """Run round `index` (hours [start_h, end_h) of the soak) on `nodes`."""
+        ...
+
+
+@dataclass
+class NodeSoak:
+    """The restart policy's state of one node."""
+
+    node: str
+    pool: str | None
+    status: str = RUNNING
+    history: NodeHistory | None = None
+    clean_hours: float = 0.0
+    left_round: int | None = None
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    rejoined: int = 0  # times its clock restarted
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    round: int  # rounds done
+    rounds: int
+    nodes: dict[str, dict[str, Any]]
+    wall_s: float  # wall time of the rounds this controller ran
+    controller_s: float  # of which between rounds: judging, committing, progress (every node waits)
+    ingest_s: float  # of which taking each node's round in as it came (writing it, summarising it)
+
+
+@dataclass(frozen=True, slots=True)
+class SoakResult:
+    run: Path
+    result: str  # pass | fail | incomplete
+    nodes: dict[str, dict[str, Any]]
+    wall_s: float
+    controller_s: float
+    ingest_s: float
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _round_target(spec: ClusterSpec, soak: SoakSpec) -> RoundTarget:
+    if not isinstance(spec.target, SimulatedTargetSpec):
+        raise ConfigError(
+            f"a soak runs on a simulated target in this release; the {spec.target.kind} target's rounds (Jobs on "
+            "cordoned nodes labelled gpucert.io/soak=running) are not built yet",
+            path=spec.path,
+            key="target.kind",
+        )
+    from gpucert.measure.targets.simulated import SimulatedTarget
+    from gpucert.measure.targets.simulated.soak import SimulatedSoak
+
+    return SimulatedSoak(SimulatedTarget.from_spec(spec), soak.probes)
+
+
+class SoakController:
+    """One soak's rounds over its run folder."""
+
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        baselines: dict[str, GpuBaseline],
+        folder: SoakFolder,
+        target: RoundTarget,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.baselines = baselines
+        self.folder = folder
+        self.target = target
+        self.on_progress = on_progress
+        plan = folder.read_plan()
+        self.soak = SoakSpec.model_validate(plan["soak"])
+        self.round_h = self.soak.round_s / 3600
+        self.nodes = {n["node"]: NodeSoak(n["node"], n["pool"]) for n in plan["nodes"]}
+        for n in self.nodes.values():
+            if n.pool is None:
+                n.status, n.left_round = LEFT, -1
+                n.findings = [
+                    {
+                        "check": "pool.membership",
+                        "node": n.node,
+                        "status": "fail",
+                        "message": n.node
+                        + " is in no pool of the spec (or in several): it has no baseline to soak against",
+                    }
+                ]
+            else:
+                n.history = NodeHistory(n.node, clock_round=0, clock_h=0.0)
+        self.wall_s = 0.0
+        self.controller_s = 0.0
+        self.ingest_s = 0.0
+        self._round_wall: list[float] = []
+
+    # ---- replay and restart policy --------------------------------------------------------------------------------
+
+    def _rejoin(self, node: str, index: int) -> None:
+        n = self.nodes.get(node)
+        if n is None or n.pool is None:
+            raise ConfigError(f"{node!r} is not a node of this soak", key="--rejoin")
+        if n.status != LEFT:
+            raise ConfigError(
+                f"{node} has not left the soak: only a node that failed a round can rejoin", key="--rejoin"
+            )
+        n.status, n.left_round, n.findings, n.clean_hours = RUNNING, None, [], 0.0
+        n.history = NodeHistory(node, clock_round=index, clock_h=index * self.round_h)
+        n.rejoined += 1
+
+    def _apply(self, r: NodeRound, findings: list[dict[str, Any]]) -> None:
+        n = self.nodes[r.node]
+        assert n.history is not None
+        if findings:
+            n.status, n.left_round, n.findings = LEFT, r.round, findings
+            n.clean_hours = r.start_h - n.history.clock_h
+            n.history = None  # what it measured before it left is on disk; its clock restarts if it rejoins
+        else:
+            n.clean_hours = n.history.end_h - n.history.clock_h
+
+    def _replay(self) -> int:
+        """The committed rounds' effects (summaries only): the first round still to run."""
+        k = 0
+        while (s := self.folder.read_summary(k)) is not None:
+            for node in s.get("rejoined", []):
+                self._rejoin(node, k)
+            for node, doc in s["nodes"].items():
+                r = NodeRound.from_json(doc)
+                history = self.nodes[node].history
+                assert history is not None
+                history.add(r)
+                self._apply(r, s["left"].get(node, []))
+            self._round_wall.append(float(s.get("wallS", 0.0)))
+            k += 1
+        return k
+
+    # ---- one round ----------------------------------------------------------------------------------------------
+
+    def _measure(self, index: int, running: list[str]) -> tuple[dict[str, NodeRound], float, float]:
+        """Every running node's round summary: from its raw file where an interrupted controller left one, else
+        from the target; the time spent waiting on the target, and taking in each node's round as it came (on a
+        cluster, while the other nodes still run)."""
+        start_h, end_h = index * self.round_h, (index + 1) * self.round_h
+        summaries: dict[str, NodeRound] = {}
+        for node in running:
+            ev = self.folder.read_raw(index, node)
+            if ev is not None:
+                summaries[node] = summarize(ev)
+        todo = [n for n in running if n not in summaries]
+        rounds = iter(self.target.run_round(todo, index, start_h, end_h))
+        waited = ingest = 0.0
+        while True:
+            t = time.monotonic()
+            ev = next(rounds, None)
+            got = time.monotonic()
+            waited += got - t
+            if ev is None:
+                break
+            self.folder.write_raw(ev)
+            summaries[ev.node] = summarize(ev)
+            ingest += time.monotonic() - got
+        missing = [n for n in todo if n not in summaries]
+        for node in missing:  # the target gave nothing for it: not measured, which fails closed
+            summaries[node] = NodeRound(
+                node, index, start_h, end_h, False, ("the target returned no round",), 0, (), {}
+            )
+        return summaries, waited, ingest
+
+    def _pool_temperatures(self, summaries: dict[str, NodeRound]) -> dict[str, float | None]:
+        temps: dict[str, list[float]] = {}
+        for node, r in summaries.items():
+            pool = self.nodes[node].pool
+            assert pool is not None
+            temps.setdefault(pool, []).extend(g.temperature_c for g in r.gpus if g.temperature_c is not None)
+        return {p: (median(t) if t else None) for p, t in temps.items()}
+
+    def _judge(self, r: NodeRound, pool_temps: dict[str, float | None]) -> list[Finding]:
+        n = self.nodes[r.node]
+        assert n.pool is not None
+        assert n.history is not None
+        n.history.add(r)
+        pool = self.spec.pool(n.pool)
+        peers = Peers(n.pool, pool_temps.get(n.pool))
+        return judge_round(n.history, r, peers, self.baselines[n.pool], self.soak.criteria, pool.expect.gpus_per_node)
+
+    def _round(self, index: int, rejoined: list[str]) -> None:
+        began = time.monotonic()
+        running = [n for n, s in self.nodes.items() if s.status == RUNNING]
+        summaries, waited, ingest = self._measure(index, running)
+        pool_temps = self._pool_temperatures(summaries)
+        left: dict[str, list[dict[str, Any]]] = {}
+        for node in running:
+            findings = [f.to_json() for f in self._judge(summaries[node], pool_temps)]
+            if findings:
+                left[node] = findings
+            self._apply(summaries[node], findings)
+        wall = time.monotonic() - began
+        overhead = wall - waited - ingest  # between rounds: the nodes wait on the controller
+        doc = {
+            "round": index,
+            "startH": index * self.round_h,
+            "endH": (index + 1) * self.round_h,
+            "rejoined": rejoined,
+            "nodes": {n: r.to_json() for n, r in summaries.items()},
+            "left": left,
+            "wallS": round(wall, 4),
+            "controllerS": round(overhead, 4),
+            "ingestS": round(ingest, 4),
+        }
+        self.folder.write_summary(index, doc)  # the round's commit
+        self.wall_s += wall
+        self.controller_s += overhead
+        self.ingest_s += ingest
+        self._round_wall.append(wall)
+        self._progress(index + 1)
+
+    # ---- progress and result ------------------------------------------------------------------------------------
+
+    def _progress(self, done: int) -> Progress:
+        total = self.soak.rounds
+        recent = self._round_wall[-10:]
+        per_round = sum(recent) / len(recent) if recent else 0.0
+        eta = datetime.now(UTC) + timedelta(seconds=per_round * (total - done))
+        nodes = {
+            n.node: {
+                "status": n.status,
+                "pool": n.pool,
+                "rounds": n.history.rounds if n.history is not None else 0,
+                "cleanHours": round(n.clean_hours, 3),
+                "leftRound": n.left_round,
+                "rejoined": n.rejoined,
+                "eta": eta.strftime("%Y-%m-%dT%H:%M:%SZ") if n.status == RUNNING and done < total else None,
+            }
+            for n in self.nodes.values()
+        }
+        progress = Progress(done, total, nodes, self.wall_s, self.controller_s, self.ingest_s)
+        self.folder.write_progress(
+            {"round": done, "rounds": total, "roundHours": self.round_h, "nodes": nodes, "updated": _now()}
+        )
+        if self.on_progress is not None:
+            self.on_progress(progress)
+        return progress
+
+    def _finish(self) -> SoakResult:
+        need = self.soak.duration_s / 3600
+        nodes: dict[str, dict[str, Any]] = {}
+        for n in self.nodes.values():
+            result = "fail" if n.status == LEFT else "pass" if n.clean_hours >= need else "incomplete"
+            nodes[n.node] = {
+                "result": result,
+                "pool": n.pool,
+                "cleanHours": round(n.clean_hours, 3),
+                "requiredHours": need,
+                "leftRound": n.left_round,
+                "rejoined": n.rejoined,
+                "findings": n.findings,
+            }
+        results = {v["result"] for v in nodes.values()}
+        overall = "fail" if "fail" in results else "incomplete" if "incomplete" in results else "pass"
+        self.folder.write_result(
+            {"schema": RESULT_SCHEMA, "run": self.folder.run.id, "result": overall, "nodes": nodes, "finished": _now()}
+        )
+        return SoakResult(self.folder.run.path, overall, nodes, self.wall_s, self.controller_s, self.ingest_s)
+
+    def run(self, rejoin: Sequence[str] = ()) -> SoakResult:
+        """Run (or continue) the soak to its end; one controller per run (SoakBusyError otherwise)."""
+        with self.folder.lock():
+            first = self._replay()
+            for node in rejoin:
+                self._rejoin(node, first)
+            for index in range(first, self.soak.rounds):
+                self._round(index, list(rejoin) if index == first else [])
+            if first >= self.soak.rounds and rejoin:
+                raise ConfigError("the soak has ended: a node cannot rejoin it; start a new soak", key="--rejoin")
+            return self._finish()
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _soak_spec(spec: ClusterSpec, duration: str | None, round_: str | None) -> SoakSpec:
+    soak = spec.soak or SoakSpec()
+    update = {k: v for k, v in (("duration", duration), ("round", round_)) if v is not None}
+    try:
+        if update:
+            check_rounds(update.get("duration", soak.duration), update.get("round", soak.round))
+        return soak.model_copy(update=update)
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=spec.path, key="soak.duration / --duration, --round") from None
+
+
+def start_soak(
+    spec_path: Path,
+    reports: Path,
+    *,
+    duration: str | None = None,
+    round_: str | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
+) -> SoakResult:
+    """A new soak of the spec's nodes in a new run folder under `reports`, run to its end."""
+    spec, baselines = runner.load_inputs(spec_path)
+    soak = _soak_spec(spec, duration, round_)
+    target = _round_target(spec, soak)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
+    run = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}-soak")
+    run.copy_inputs(spec.path, spec.baseline_paths())
+    from gpucert.measure.targets import open_target
+
+    inventory = runner.plan(open_target(spec), spec, run)
+    stack = run.read_stack()
+    pools = PoolMap(spec, {n: s.labels for n, s in stack.nodes.items()}, inventory.names)
+    folder = SoakFolder(run)
+    assert spec.path is not None
+    folder.write_plan(
+        {
+            "schema": PLAN_SCHEMA,
+            "spec": {"name": spec.metadata.name, "path": str(spec.path), "sha256": _digest(spec.path)},
+            "target": spec.target.kind,
+            "soak": soak.model_dump(by_alias=True, mode="json"),
+            "sources": CRITERIA_SOURCES,
+            "rounds": soak.rounds,
+            "nodes": [{"node": n, "pool": pools.name_of(n)} for n in inventory.names],
+            "started": _now(),
+        }
+    )
+    return SoakController(spec, baselines, folder, target, on_progress).run()
+
+
+def resume_soak(
+    run_dir: Path, *, rejoin: Sequence[str] = (), on_progress: Callable[[Progress], None] | None = None
+) -> SoakResult:
+    """Continue the soak in `run_dir` from its first round not committed (`rejoin`: repaired nodes, whose clock
+    restarts at that round)."""
+    folder = SoakFolder(RunFolder(run_dir))
+    plan = folder.read_plan()
+    path = Path(plan["spec"]["path"])
+    if not path.is_file() or _digest(path) != plan["spec"]["sha256"]:
+        raise ConfigError(
+            "the spec this soak was started with is gone or changed since: a soak is judged by one spec; restore "
+            "it, or start a new soak",
+            path=path,
+        )
+    spec, baselines = runner.load_inputs(path)
+    soak = SoakSpec.model_validate(plan["soak"])
+    return SoakController(spec, baselines, folder, _round_target(spec, soak), on_progress).run(rejoin)

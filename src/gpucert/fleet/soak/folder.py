@@ -1,0 +1,195 @@
+"""The soak's files in its run folder, and the lock that keeps one controller per run.
+
+```
+soak/plan.json                    what the soak is: spec (path and digest), nodes and pools, rounds, criteria
+soak/rounds/<NNNN>/<node>.json    each node's raw round (RoundEvidence), written as the node finishes
+soak/rounds/<NNNN>/summary.json   the round judged: every node's summary, findings and the restart policy's
+                                  moves; written last, it is the round's commit (a round without it is redone
+                                  for the nodes that have no raw file yet, never repeated for the others)
+soak/progress.json                per node: rounds, clean hours, status, ETA (rewritten after every round)
+soak/result.json                  the soak's outcome per node (at the end)
+soak/controller.lock              the controller that holds the run (pid, host, since)
+```
+Every file is written whole or not at all (a temporary name, then a rename). Touches the file system only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from gpucert.errors import EvidenceError, GpucertError
+from gpucert.evaluate.soak_round import RoundEvidence
+from gpucert.measure.evidence import write_document
+from gpucert.plan.runfolder import RunFolder, write_json_atomic
+from gpucert.spec.names import check_node_name, inside
+
+__all__ = ["SoakBusyError", "SoakFolder"]
+
+SOAK = "soak"
+
+
+class SoakBusyError(GpucertError):
+    """Another controller holds the soak's run: this one refuses to start (nothing was changed)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class SoakFolder:
+    """`<run>/soak/`: paths, documents and the controller's lock."""
+
+    def __init__(self, run: RunFolder) -> None:
+        self.run = run
+        self.path = run.path / SOAK
+
+    @property
+    def plan_path(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def progress_path(self) -> Path:
+        return self.path / "progress.json"
+
+    @property
+    def result_path(self) -> Path:
+        return self.path / "result.json"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path / "controller.lock"
+
+    def round_dir(self, index: int) -> Path:
+        return self.path / "rounds" / f"{index:04d}"
+
+    def raw_path(self, index: int, node: str) -> Path:
+        return inside(self.round_dir(index), f"{check_node_name(node)}.json")
+
+    def summary_path(self, index: int) -> Path:
+        return self.round_dir(index) / "summary.json"
+
+    # ---- documents ----------------------------------------------------------------------------------------------
+
+    def write_plan(self, plan: dict[str, Any]) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.plan_path, plan)
+
+    def read_plan(self) -> dict[str, Any]:
+        return self._read(self.plan_path, "is not a soak's run folder: pass the folder `gpucert soak` created")
+
+    def write_raw(self, ev: RoundEvidence) -> None:
+        write_document(self.raw_path(ev.round, ev.node), ev)
+
+    def read_raw(self, index: int, node: str) -> RoundEvidence | None:
+        path = self.raw_path(index, node)
+        if not path.is_file():
+            return None
+        try:
+            return RoundEvidence.model_validate_json(path.read_bytes())
+        except ValueError as exc:
+            raise EvidenceError(f"is not a soak round gpucert wrote ({exc.__class__.__name__})", path=path) from None
+
+    def write_summary(self, index: int, summary: dict[str, Any]) -> None:
+        # compact: json's C encoder (an indent takes the pure-Python one, ten times slower on a 64-node round)
+        self.round_dir(index).mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.summary_path(index), json.dumps(summary, separators=(",", ":")))
+
+    def read_summary(self, index: int) -> dict[str, Any] | None:
+        path = self.summary_path(index)
+        return self._read(path, "cannot be read") if path.is_file() else None
+
+    def write_progress(self, progress: dict[str, Any]) -> None:
+        write_json_atomic(self.progress_path, progress)
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        write_json_atomic(self.result_path, result)
+
+    @staticmethod
+    def _read(path: Path, why: str) -> dict[str, Any]:
+        try:
+            data = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise EvidenceError(f"missing: {why}", path=path) from None
+        except (OSError, ValueError) as exc:
+            raise EvidenceError(f"cannot be read as JSON ({exc})", path=path) from None
+        if not isinstance(data, dict):
+            raise EvidenceError("expected a JSON object", path=path)
+        return data
+
+    # ---- one controller per run ---------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run for this process; refused while another live controller (on this host: its pid answers;
+        elsewhere: always, it cannot be asked) holds it. A lock whose process is gone is taken over."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        mine = {"pid": os.getpid(), "host": socket.gethostname(), "since": datetime.now(UTC).isoformat()}
+        for _ in range(3):
+            tmp = self.path / f".controller.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+            tmp.write_text(json.dumps(mine), encoding="utf-8")
+            try:
+                os.link(tmp, self.lock_path)  # fails when the lock exists: the lock appears whole or not at all
+            except FileExistsError:
+                self._take_over_stale()
+                continue
+            finally:
+                tmp.unlink(missing_ok=True)
+            break
+        else:
+            raise SoakBusyError("could not take the soak's lock: others keep taking it; try again", path=self.lock_path)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(self.lock_path.read_text(encoding="utf-8")).get("pid") == os.getpid():
+                    self.lock_path.unlink()
+
+    def _take_over_stale(self) -> None:
+        try:
+            other = json.loads(self.lock_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            other = {}
+        if other.get("host") not in (None, socket.gethostname()) or _alive(int(other.get("pid", 0) or 0)):
+            raise SoakBusyError(
+                f"another controller (pid {other.get('pid')} on {other.get('host')}, since {other.get('since')}) "
+                f"runs this soak; nothing was changed. Wait for it, or stop it and `gpucert soak --resume "
+                f"{self.run.path}`",
+                path=self.lock_path,
+            )
+        stale = self.path / f".controller.stale.{uuid.uuid4().hex}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(self.lock_path, stale)  # only one taker wins the rename
+            stale.unlink()

@@ -1,0 +1,206 @@
+"""A simulated fleet's soak: rounds in compressed time (the fleet's `soak.timeScale`), with faults that start at a
+time and grow (`soak.faults`): a board that degrades, an XID, thermal creep, a corrected-ECC storm, a pod that
+restarts. Like the rest of the simulator it produces observations only: each round's raw samples and NVML readings.
+
+A round covers hours [start, end) of the soak; a fault shows in the round whose hours it starts in and in every
+later round (a degraded board stays degraded, creep keeps climbing, a storm keeps counting; an XID and a restart are
+events of their round). Deterministic: each (node, round) draws from a generator of its own.
+
+Temperatures under the soak's load are an assumption (no public per-GPU soak data was found): 62 °C, a node's
+GPUs 0.7 °C apart (sd, shared chassis air), each board 0.5 °C (sd), each round 0.2 °C (sd), so healthy peers stay
+well inside the 5 °C spread the criterion allows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+
+import numpy as np
+
+from gpucert.errors import ConfigError
+from gpucert.evaluate.soak_round import RoundEvidence
+from gpucert.measure.evidence import EccCounts, GpuEvidence, Health, Measurement, XidEvent
+from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.measure.targets.simulated.world import T0, iso
+from gpucert.plan.checks import METRICS
+from gpucert.spec.soak import (
+    DegradeFault,
+    EccStormFault,
+    PodRestartFault,
+    SoakFault,
+    SoakSimulation,
+    ThermalCreepFault,
+    XidAtFault,
+)
+
+__all__ = ["SimulatedSoak"]
+
+SOAK_STREAM, TEMPERATURE_STREAM = 0x50AC, 0x50AD
+LOAD_C, NODE_SD_C, GPU_SD_C, ROUND_SD_C = 62.0, 0.7, 0.5, 0.2
+GPU_SAMPLES, NCCL_SAMPLES = 20, 10
+# the round loads each GPU as one window (its throttle counters read around the whole round)
+
+
+class SimulatedSoak:
+    """Rounds on a simulated fleet: `run_round` yields each node's RoundEvidence, then waits out the round's
+    compressed wall time."""
+
+    def __init__(self, target: SimulatedTarget, probes: Sequence[str]) -> None:
+        self.target = target
+        self.probes = set(probes)
+        self.sim = target.fleet.soak or SoakSimulation()
+        self._faults: dict[str, list[SoakFault]] = {}
+        for i, f in enumerate(self.sim.faults):
+            self._check(i, f)
+            self._faults.setdefault(f.node, []).append(f)
+        self._temperature: dict[str, np.ndarray] = {}
+        self._nominal: dict[tuple[str, int | None, str], float] = {}
+
+    def _check(self, i: int, f: SoakFault) -> None:
+        path = (
+            self.target.spec.resolve(self.target.spec.target.fleet)
+            if hasattr(self.target.spec.target, "fleet")
+            else None
+        )
+        if f.node not in self.target.names:
+            raise ConfigError(f"no node {f.node!r} in the fleet", path=path, key=f"soak.faults[{i}].node")
+        gpus = self.target.group(f.node).nodes.gpus_per_node
+        if not isinstance(f, PodRestartFault) and f.gpu >= gpus:
+            raise ConfigError(f"{f.node} has {gpus} GPUs: name one below", path=path, key=f"soak.faults[{i}].gpu")
+        if isinstance(f, DegradeFault) and f.metric not in self.target.baseline_of(f.node).metrics:
+            known = ", ".join(self.target.baseline_of(f.node).metrics)
+            raise ConfigError(
+                f"{f.metric!r} is not measured; one of {known}", path=path, key=f"soak.faults[{i}].metric"
+            )
+
+    @property
+    def round_wall_s_per_h(self) -> float:
+        """Wall seconds one simulated hour takes (0: rounds run as fast as they are computed)."""
+        return 3600 / self.sim.time_scale if self.sim.time_scale else 0.0
+
+    def run_round(self, nodes: Sequence[str], index: int, start_h: float, end_h: float) -> Iterator[RoundEvidence]:
+        began = time.monotonic()
+        for node in nodes:
+            yield self.node_round(node, index, start_h, end_h)
+        wait = (end_h - start_h) * self.round_wall_s_per_h - (time.monotonic() - began)
+        if wait > 0:
+            time.sleep(wait)
+
+    def _node_temperatures(self, node: str) -> np.ndarray:
+        if node not in self._temperature:
+            rng = self.target._stream(node, TEMPERATURE_STREAM)
+            slots = self.target.group(node).nodes.gpus_per_node
+            self._temperature[node] = LOAD_C + NODE_SD_C * rng.standard_normal() + GPU_SD_C * rng.standard_normal(slots)
+        return self._temperature[node]
+
+    def node_round(self, node: str, index: int, start_h: float, end_h: float) -> RoundEvidence:
+        """One node's round: the certify probes' samples and NVML's readings as they stand at the round's end."""
+        w = self.target
+        if w.faults[node].unreachable:
+            return RoundEvidence(
+                node=node, round=index, start_h=start_h, end_h=end_h, collected=False, errors=["node is not Ready"]
+            )
+        rng = np.random.default_rng([w.fleet.seed, w.names.index(node) + 1, SOAK_STREAM, index])
+        faults = [f for f in self._faults.get(node, []) if f.start_h < end_h]
+        restarts = sum(1 for f in faults if isinstance(f, PodRestartFault) and f.start_h >= start_h)
+        slots = w._present(node)
+        gpus = [self._gpu(rng, node, i, s, faults, start_h, end_h) for i, s in enumerate(slots)]
+        node_measurements = {}
+        b = w.baseline_of(node).metrics.get("nccl.all_reduce")
+        if "nccl" in self.probes and b is not None and len(slots) >= 2:
+            nominal = self._healthy(node, None, "nccl.all_reduce")
+            node_measurements["nccl.all_reduce"] = self._measurement(b.unit, self._samples(rng, nominal, NCCL_SAMPLES))
+        return RoundEvidence(
+            node=node,
+            round=index,
+            start_h=start_h,
+            end_h=end_h,
+            restarts=restarts,
+            gpus=gpus,
+            node_measurements=node_measurements,
+        )
+
+    def _samples(self, rng: np.random.Generator, nominal: float, n: int) -> list[float]:
+        x = nominal * (1 + self.target.fleet.noise.cv * rng.standard_normal(n))
+        return list(np.round(x, 3).tolist())
+
+    def _healthy(self, node: str, slot: int | None, metric: str) -> float:
+        """What the board (or node) measures of `metric` without the soak's faults (its offsets, the fleet's own
+        slow faults), drawn once: the same board in every round."""
+        key = (node, slot, metric)
+        if key not in self._nominal:
+            w = self.target
+            self._nominal[key] = (
+                w.baseline_of(node).metrics[metric].expected
+                * w._factor(node, slot, metric)
+                * (w._offset(node, slot, metric))
+            )
+        return self._nominal[key]
+
+    @staticmethod
+    def _measurement(unit: str, samples: list[float]) -> Measurement:
+        # built from the generator's floats: nothing to validate, and a soak builds tens of thousands of them
+        return Measurement.model_construct(unit=unit, samples=samples, params={"simulated": True})
+
+    def _gpu(
+        self,
+        rng: np.random.Generator,
+        node: str,
+        index: int,
+        slot: int,
+        faults: list[SoakFault],
+        start_h: float,
+        end_h: float,
+    ) -> GpuEvidence:
+        w = self.target
+        mine = [f for f in faults if not isinstance(f, PodRestartFault) and f.gpu == slot]
+        baseline = w.baseline_of(node)
+        metrics = [
+            m
+            for m in baseline.metrics
+            if m in METRICS and m.split(".")[0] in self.probes and m.split(".")[0] not in ("p2p", "nccl")
+        ]
+        nominal = np.array([self._healthy(node, slot, m) for m in metrics])
+        for f in mine:
+            if isinstance(f, DegradeFault) and f.metric in metrics:
+                nominal[metrics.index(f.metric)] *= f.factor
+        # every metric's samples in one draw: a soak draws millions
+        noise = 1 + w.fleet.noise.cv * rng.standard_normal((len(metrics), GPU_SAMPLES))
+        drawn = np.round(nominal[:, None] * noise, 3).tolist()
+        measurements = {m: self._measurement(baseline.metrics[m].unit, drawn[i]) for i, m in enumerate(metrics)}
+        health = w._health(rng, node, slot, ["soak"]) if "health" in self.probes else None
+        if health is not None:
+            health = self._overlay(rng, health, node, slot, mine, start_h, end_h)
+        return GpuEvidence(index=index, serial=f"sim-{node}-{slot}", health=health, measurements=measurements)
+
+    def _overlay(
+        self,
+        rng: np.random.Generator,
+        h: Health,
+        node: str,
+        slot: int,
+        faults: Sequence[SoakFault],
+        start_h: float,
+        end_h: float,
+    ) -> Health:
+        """The static health of the fleet's faults, with the load's temperature and the faults that came in time."""
+        temperature = float(self._node_temperatures(node)[slot]) + ROUND_SD_C * float(rng.standard_normal())
+        corrected = h.ecc.volatile_corrected or 0
+        xids = list(h.xid)
+        for f in faults:
+            match f:
+                case ThermalCreepFault():
+                    temperature += f.per_hour_c * (end_h - f.start_h)
+                case EccStormFault():
+                    corrected += int(f.per_hour * (end_h - f.start_h))
+                case XidAtFault() if f.start_h >= start_h:
+                    xids.append(XidEvent(code=f.code, time=iso(T0 + timedelta(hours=f.start_h)), text=""))
+        ecc = EccCounts(
+            volatile_corrected=corrected,
+            volatile_uncorrected=h.ecc.volatile_uncorrected,
+            aggregate_corrected=(h.ecc.aggregate_corrected or 0) + corrected - (h.ecc.volatile_corrected or 0),
+            aggregate_uncorrected=h.ecc.aggregate_uncorrected,
+        )
+        return h.model_copy(update={"temperature_c": round(temperature, 1), "ecc": ecc, "xid": xids})

@@ -1,0 +1,184 @@
+"""The soak's controller over a simulated fleet (issue 26): every fault found at its round by exactly its
+criterion, rounds appended atomically and resumed after a kill without losing or repeating one, one controller per
+run, the restart policy and progress."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucert.errors import ConfigError
+from gpucert.fleet.soak import SoakBusyError, SoakFolder, resume_soak, start_soak
+from gpucert.fleet.soak.controller import Progress
+from gpucert.plan.runfolder import RunFolder
+
+ROOT = Path(__file__).resolve().parents[2]
+BASELINE = ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
+
+
+def _spec(tmp: Path, nodes: int, soak: dict[str, Any], faults: list[dict[str, Any]], scale: float = 0) -> Path:
+    fleet = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "SimulatedFleet",
+        "metadata": {"name": "soak"},
+        "sku": "H100-SXM5-80GB",
+        "nodes": {"count": nodes, "namePrefix": "gpu-node-", "gpusPerNode": 8},
+        "noise": {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005},
+        "seed": 11,
+        "soak": {"timeScale": scale, "faults": faults},
+    }
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet), encoding="utf-8")
+    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
+    spec["target"]["fleet"] = "fleet.yaml"
+    spec["expect"]["nodes"] = nodes
+    spec["certify"]["baseline"] = str(BASELINE)
+    spec["soak"] = soak
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return tmp / "spec.yaml"
+
+
+def _gpu(node: str, gpu: int, kind: str, **kw: Any) -> dict[str, Any]:
+    return {"kind": kind, "node": node, "gpu": gpu, **kw}
+
+
+FAULTS = [
+    _gpu("gpu-node-3", 2, "degrade", metric="memory.bandwidth", factor=0.95, after="30h"),
+    _gpu("gpu-node-5", 1, "xid", code=79, at="50h"),
+    _gpu("gpu-node-7", 4, "thermal-creep", perHourC=3.0, after="20h"),
+    _gpu("gpu-node-9", 0, "ecc-storm", perHour=2000, after="40h"),
+    {"kind": "pod-restart", "node": "gpu-node-11", "at": "12h"},
+]
+
+
+def test_a_72h_soak_of_64_nodes_finds_each_fault_at_its_round_by_exactly_its_criterion(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, 64, {"duration": "72h", "round": "3h"}, FAULTS)
+    began = time.monotonic()
+    result = start_soak(spec, tmp_path / "reports")
+    took = time.monotonic() - began
+    left = {
+        node: (v["leftRound"], sorted({f["check"] for f in v["findings"]}), v["cleanHours"])
+        for node, v in result.nodes.items()
+        if v["result"] != "pass"
+    }
+    assert left == {
+        "gpu-node-3": (10, ["soak.drift.memory.bandwidth"], 30.0),  # degrades from 30 h: round 10 is 30-33 h
+        "gpu-node-5": (16, ["soak.xid"], 48.0),  # the XID at 50 h: round 16 is 48-51 h
+        "gpu-node-7": (7, ["soak.temperature"], 21.0),  # +3 °C/h from 20 h: 3 °C at 21 h, 12 °C at 24 h
+        "gpu-node-9": (13, ["soak.ecc"], 39.0),  # 2000/h from 40 h: 4000 by 42 h, over the 1000 per 24 h
+        "gpu-node-11": (4, ["soak.restarts"], 12.0),  # restarts at 12 h: round 4 is 12-15 h
+    }
+    assert result.result == "fail"
+    assert {v["cleanHours"] for v in result.nodes.values() if v["result"] == "pass"} == {72.0}
+    drift = result.nodes["gpu-node-3"]["findings"][0]
+    assert drift["gpu"] == 2
+    assert "Mann-Kendall S=" in drift["message"]
+    assert took < 60, f"a 72 h soak of 64 nodes took {took:.1f} s"
+
+
+def _summaries(run: Path) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((run / "soak" / "rounds").glob("*/summary.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        out.append({k: doc[k] for k in ("round", "nodes", "left", "rejoined")})
+    return out
+
+
+def _run_dir(reports: Path) -> Path:
+    (run,) = [p for p in reports.iterdir() if p.is_dir()]
+    return run
+
+
+def test_a_killed_controller_resumes_without_losing_or_repeating_a_round(tmp_path: Path) -> None:
+    faults = [{"kind": "pod-restart", "node": "gpu-node-2", "at": "5h"}]
+    # a round of 1 h takes 0.25 s of wall time, so the kill lands between (or inside) rounds
+    spec = _spec(tmp_path, 4, {"duration": "12h", "round": "1h"}, faults, scale=14400)
+    reports = tmp_path / "killed"
+    code = f"from pathlib import Path; from gpucert.fleet.soak import start_soak; start_soak(Path({str(spec)!r}), Path({str(reports)!r}))"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(reports.glob("*/soak/rounds/0004/summary.json")):
+            assert proc.poll() is None, "the controller ended before it was killed"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    run = _run_dir(reports)
+    done = len(_summaries(run))
+    assert 5 <= done < 12
+    resumed = resume_soak(run)  # the dead controller's lock is taken over
+    whole = start_soak(_spec(tmp_path, 4, {"duration": "12h", "round": "1h"}, faults), tmp_path / "whole")
+    assert _summaries(run) == _summaries(whole.run)  # every round once, the same as a run never killed
+    assert [s["round"] for s in _summaries(run)] == list(range(12))
+    assert resumed.nodes == whole.nodes
+    assert resumed.nodes["gpu-node-2"]["leftRound"] == 5
+
+
+def test_a_second_controller_on_the_same_run_is_refused(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, 2, {"duration": "2h", "round": "1h"}, [])
+    result = start_soak(spec, tmp_path / "reports")
+    folder = SoakFolder(RunFolder(result.run))
+    assert not folder.lock_path.exists()  # released at the end
+    with folder.lock(), pytest.raises(SoakBusyError, match="another controller"):
+        resume_soak(result.run)
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_node_that_failed_leaves_and_rejoins_with_its_clock_from_zero(tmp_path: Path) -> None:
+    faults = [{"kind": "pod-restart", "node": "gpu-node-2", "at": "2h"}]
+    spec = _spec(tmp_path, 3, {"duration": "12h", "round": "1h"}, faults)
+    seen: list[Progress] = []
+
+    def stop_after_five(p: Progress) -> None:
+        seen.append(p)
+        if p.round == 5:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        start_soak(spec, tmp_path / "reports", on_progress=stop_after_five)
+    run = _run_dir(tmp_path / "reports")
+    progress = json.loads((run / "soak" / "progress.json").read_text(encoding="utf-8"))
+    assert progress["round"] == 5
+    assert progress["nodes"]["gpu-node-2"] | {"eta": None} == {
+        "status": "left",
+        "pool": "default",
+        "rounds": 0,
+        "cleanHours": 2.0,
+        "leftRound": 2,
+        "rejoined": 0,
+        "eta": None,
+    }
+    assert progress["nodes"]["gpu-node-1"]["cleanHours"] == 5.0
+    assert progress["nodes"]["gpu-node-1"]["eta"] is not None
+    with pytest.raises(ConfigError, match="has not left"):
+        resume_soak(run, rejoin=["gpu-node-1"])
+    result = resume_soak(run, rejoin=["gpu-node-2"])
+    assert result.nodes["gpu-node-2"]["result"] == "incomplete"  # 7 clean hours of the 12 required
+    assert result.nodes["gpu-node-2"]["cleanHours"] == 7.0
+    assert result.nodes["gpu-node-1"]["result"] == "pass"
+    assert result.result == "incomplete"
+    assert _summaries(run)[5]["rejoined"] == ["gpu-node-2"]
+
+
+def test_a_soak_on_a_kubernetes_target_says_it_is_not_built(tmp_path: Path) -> None:
+    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
+    spec["target"] = {"kind": "replay", "evidence": "x"}
+    spec["certify"]["baseline"] = str(BASELINE)
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    with pytest.raises(ConfigError, match="simulated target"):
+        start_soak(tmp_path / "spec.yaml", tmp_path / "reports")
+    assert not (tmp_path / "reports").exists()
