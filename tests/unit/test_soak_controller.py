@@ -102,7 +102,10 @@ def test_a_killed_controller_resumes_without_losing_or_repeating_a_round(tmp_pat
     # a round of 1 h takes 0.25 s of wall time, so the kill lands between (or inside) rounds
     spec = _spec(tmp_path, 4, {"duration": "12h", "round": "1h"}, faults, scale=14400)
     reports = tmp_path / "killed"
-    code = f"from pathlib import Path; from gpucert.fleet.soak import start_soak; start_soak(Path({str(spec)!r}), Path({str(reports)!r}))"
+    code = (
+        "from pathlib import Path; from gpucert.fleet.soak import start_soak; "
+        f"start_soak(Path({str(spec)!r}), Path({str(reports)!r}))"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     proc = subprocess.Popen([sys.executable, "-c", code], env=env)
     try:
@@ -182,3 +185,27 @@ def test_a_soak_on_a_kubernetes_target_says_it_is_not_built(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="simulated target"):
         start_soak(tmp_path / "spec.yaml", tmp_path / "reports")
     assert not (tmp_path / "reports").exists()
+
+
+def test_the_soak_command_on_the_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from gpucert.cli.main import main
+
+    assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--reports", str(tmp_path), "-q"]) == 1
+    out = capsys.readouterr().out
+    assert "gpu-node-2" in out
+    assert "soak FAIL" in out
+    run = _run_dir(tmp_path)
+    result = json.loads((run / "soak" / "result.json").read_text(encoding="utf-8"))
+    assert {n: v["result"] for n, v in result["nodes"].items()} == {
+        "gpu-node-1": "pass",
+        "gpu-node-2": "fail",
+        "gpu-node-3": "pass",
+        "gpu-node-4": "fail",
+    }
+    assert main(["soak", "--resume", str(run), "-q"]) == 1  # an ended soak resumes to the same result
+    assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--resume", str(run)]) == 2
+    assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--duration", "5h", "--round", "2h"]) == 2
+    err = capsys.readouterr().err
+    assert "give RUN alone" in err
+    assert "not a whole number of 2h rounds" in err
+    assert "Traceback" not in err

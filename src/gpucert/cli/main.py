@@ -25,6 +25,7 @@ from gpucert.cli.acceptance import add_acceptance_commands
 from gpucert.cli.args import PATH_ERRNOS, Parser, count, handover_args, os_error, output_file, seconds, write_output
 from gpucert.cli.fleet import RunHooks, add_fleet_commands
 from gpucert.cli.preflight import add_preflight_command, before_run
+from gpucert.cli.soak import add_soak_command
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.targets import open_target
@@ -447,6 +448,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     runner_args(c)
     c.set_defaults(func=cmd_certify)
     add_preflight_command(sub, console)
+    add_soak_command(sub, console)
     k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
     k.add_argument("spec")
     k.add_argument("--static", action="store_true", help="check the recipe without a cluster")

@@ -23,6 +23,7 @@ from gpucert.errors import ConfigError
 from gpucert.evaluate.soak_round import RoundEvidence
 from gpucert.measure.evidence import EccCounts, GpuEvidence, Health, Measurement, XidEvent
 from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.measure.targets.simulated.nvml import nvml_health
 from gpucert.measure.targets.simulated.world import T0, iso
 from gpucert.plan.checks import METRICS
 from gpucert.spec.soak import (
@@ -170,8 +171,9 @@ class SimulatedSoak:
         noise = 1 + w.fleet.noise.cv * rng.standard_normal((len(metrics), GPU_SAMPLES))
         drawn = np.round(nominal[:, None] * noise, 3).tolist()
         measurements = {m: self._measurement(baseline.metrics[m].unit, drawn[i]) for i, m in enumerate(metrics)}
-        health = w._health(rng, node, slot, ["soak"]) if "health" in self.probes else None
-        if health is not None:
+        health = None
+        if "health" in self.probes:
+            health = nvml_health(rng, baseline, w.faults[node].gpu.get(slot, []), ["soak"])
             health = self._overlay(rng, health, node, slot, mine, start_h, end_h)
         return GpuEvidence(index=index, serial=f"sim-{node}-{slot}", health=health, measurements=measurements)
 
