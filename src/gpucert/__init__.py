@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from gpucert.errors import ClusterAccessError, ConfigError, EvidenceError, GpucertError
     from gpucert.evaluate.evaluation import Evaluation, GpuSlot
     from gpucert.plan.checks import GEMM_DTYPES, GPU_METRICS, CheckKey, CheckStatus, Finding
-    from gpucert.pytest.plugin import CheckFailed, check_key, expect, run_context
+    from gpucert.pytest.collection import check_key
+    from gpucert.pytest.outcomes import CheckFailed, expect
+    from gpucert.pytest.session import run_context
     from gpucert.spec.cluster import ClusterSpec, load_spec
 
 __all__ = [
@@ -52,10 +54,10 @@ _WHERE = {
     "GpucertError": "gpucert.errors",
     "Evaluation": "gpucert.evaluate.evaluation",
     "GpuSlot": "gpucert.evaluate.evaluation",
-    "CheckFailed": "gpucert.pytest.plugin",
-    "check_key": "gpucert.pytest.plugin",
-    "expect": "gpucert.pytest.plugin",
-    "run_context": "gpucert.pytest.plugin",
+    "CheckFailed": "gpucert.pytest.outcomes",
+    "check_key": "gpucert.pytest.collection",
+    "expect": "gpucert.pytest.outcomes",
+    "run_context": "gpucert.pytest.session",
     "ClusterSpec": "gpucert.spec.cluster",
     "load_spec": "gpucert.spec.cluster",
 }

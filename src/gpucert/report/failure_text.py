@@ -1,6 +1,6 @@
 """What a failed check says where pytest shows a failure: the terminal's failure section and FAILED line,
 pytest-html's row, JUnit's <failure>. One line naming the check id and why, not the traceback through gpucert's
-own frames ending in `gpucert.pytest.plugin.CheckFailed: ...`.
+own frames ending in `gpucert.pytest.outcomes.CheckFailed: ...`.
 
 pytest's own representation classes are used (`_pytest._code.code` in pytest 8.3 to 9.1: ReprExceptionInfo,
 ReprTraceback, ReprEntryNative, ReprFileLocation), because pytest-xdist serialises exactly those between workers

@@ -1,0 +1,142 @@
+"""Outcomes: how a check's Finding becomes a test's outcome (`expect`), and how a test report becomes the check's
+Finding again, in the controller's words: pass, fail, error, skip with its failing cause, or waived.
+
+The fail-closed rule lives here: a check that did not run, with no failing check to say why, has not passed; its
+skip is reported as an error. A failure a waiver accepts is pytest's xfail, with the waiver as the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from gpucert.acceptance.waivers import serial_of
+from gpucert.errors import GpucertError
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.report import details
+from gpucert.report.failure_text import check_failure
+
+if TYPE_CHECKING:
+    from _pytest.outcomes import Skipped
+
+    from gpucert.pytest.session import RunContext
+else:
+    Skipped = pytest.skip.Exception
+
+__all__ = ["CheckFailed", "CheckSkipped", "expect", "judge_report"]
+
+
+class CheckFailed(AssertionError):
+    """A check decided fail (or error): carries the Finding, whose message is the assertion message."""
+
+    def __init__(self, finding: Finding) -> None:
+        self.finding = finding
+        super().__init__(f"[{finding.check}] {finding.message}")
+
+
+class CheckSkipped(Skipped):
+    """A check that cannot run because another check failed: carries the Finding and its cause."""
+
+    def __init__(self, finding: Finding) -> None:
+        self.finding = finding
+        super().__init__(finding.message, allow_module_level=False)
+
+
+def expect(finding: Finding) -> None:
+    """Turn a Finding into the test's outcome: pass returns, skip skips with its reason, fail and error raise."""
+    if finding.status is CheckStatus.PASS:
+        return
+    if finding.status is CheckStatus.SKIP:
+        raise CheckSkipped(finding)
+    raise CheckFailed(finding)
+
+
+def _finding(report: pytest.TestReport, call: pytest.CallInfo[None], key: CheckKey) -> Finding:
+    """The Finding a report says, when the test did not raise one of gpucert's own."""
+    exc = call.excinfo.value if call.excinfo is not None else None
+    if isinstance(exc, CheckFailed | CheckSkipped):
+        return exc.finding
+    check, node, gpu = key.check, key.node, key.gpu
+    if report.passed:
+        return Finding(check, CheckStatus.PASS, node, gpu)
+    if report.skipped:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        return Finding(check, CheckStatus.SKIP, node, gpu, reason.removeprefix("Skipped: "))
+    if isinstance(exc, AssertionError) and report.when == "call":
+        return Finding(check, CheckStatus.FAIL, node, gpu, str(exc).splitlines()[0] if str(exc) else "failed")
+    text = f"{type(exc).__name__}: {exc}" if exc is not None else str(report.longrepr).splitlines()[-1]
+    return Finding(check, CheckStatus.ERROR, node, gpu, f"the check could not run: {text}")
+
+
+def _decisive(report: pytest.TestReport) -> bool:
+    """The report that decides the check: the call, a setup that did not pass, a teardown that failed."""
+    return (
+        report.when == "call"
+        or (report.when == "setup" and not report.passed)
+        or (report.when == "teardown" and report.failed)
+    )
+
+
+def _skip_or_fail_closed(report: pytest.TestReport, finding: Finding) -> Finding:
+    """A skip with a failing cause says it plainly; a skip without one is an error (fail closed)."""
+    if finding.status is not CheckStatus.SKIP:
+        return finding
+    if finding.cause is not None:
+        if isinstance(report.longrepr, tuple):
+            path, line, _ = report.longrepr  # pytest's skip reason, said plainly (not the exception's class name)
+            report.longrepr = (path, line, f"Skipped: {finding.message} (follows from {finding.cause})")
+        return finding
+    # a check that did not run, with no failing check to say why, has not passed: fail closed
+    finding = dataclasses.replace(
+        finding,
+        status=CheckStatus.ERROR,
+        message=f"the check could not be decided, and no other check failed to explain why: {finding.message}",
+    )
+    report.outcome = "failed"
+    report.longrepr = f"[{finding.check}] {finding.message}"
+    return finding
+
+
+def _waive(report: pytest.TestReport, finding: Finding, ctx: RunContext) -> Finding:
+    """A failure the run's waivers accept becomes waived, and the report an xfail."""
+    book = ctx.evaluation.waiver_book
+    if finding.status is not CheckStatus.FAIL or book is None:
+        return finding
+    finding = book.waive(finding, serial_of(ctx.evaluation))
+    if finding.status is CheckStatus.WAIVED:
+        # pytest's own word for a failure that was expected and accepted: xfail (JUnit <skipped
+        # type="pytest.xfail">, pytest-html "Expected failures", the terminal's x), with the waiver as reason
+        report.outcome = "skipped"
+        report.wasxfail = f"[{finding.check}] {finding.message}"
+    return finding
+
+
+def _evidence(ctx: RunContext, finding: Finding) -> dict[str, object] | None:
+    """A finding's evidence, for the controller (Allure) and pytest-html's row."""
+    try:
+        return details.evidence_for(ctx.evaluation, finding)
+    except GpucertError as exc:
+        return {"unreadable": str(exc)}
+
+
+def judge_report(
+    item: pytest.Item, call: pytest.CallInfo[None], report: pytest.TestReport, ctx: RunContext, key: CheckKey
+) -> None:
+    """Make the report that decides `key` say the check's outcome, and carry its Finding."""
+    if not _decisive(report):
+        return
+    finding = _skip_or_fail_closed(report, _finding(report, call, key))
+    finding = _waive(report, finding, ctx)
+    if isinstance(call.excinfo.value if call.excinfo else None, CheckFailed) and report.failed:
+        check_failure(report, finding)
+    # a report keeps attributes it was given: xdist serialises `gpucert` to the controller, pytest-html reads `extras`
+    carrier: Any = report
+    carrier.gpucert = {"key": key.to_json(), "finding": finding.to_json(), "start": call.start, "stop": call.stop}
+    if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
+        evidence = _evidence(ctx, finding)
+        carrier.gpucert["evidence"] = evidence
+        if item.config.pluginmanager.hasplugin("html"):
+            from pytest_html import extras
+
+            carrier.extras = [*getattr(report, "extras", []), extras.json(evidence, name="evidence")]

@@ -1,0 +1,310 @@
+"""The session: the run a pytest session evaluates, opened once at configure time, and what the controller does at
+its end (the verdict, run.json, the Allure results, JUnit's and the terminal's word, the exit status).
+
+Plan and measure run once, in the controller, before xdist starts its workers, and only in a session that runs tests
+(`--co`, `--help`, `--markers`, `--fixtures` never create a run folder); workers receive the run folder through
+`workerinput` and only evaluate. The verdict counts every check the spec requires (gpucert.plan.required), so a
+session that deselected, never reached or skipped some without a failing cause cannot say PASS.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpucert.errors import GpucertError
+from gpucert.evaluate.evaluation import Evaluation
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.runfolder import RunFolder
+from gpucert.pytest import junit
+from gpucert.pytest.options import Options
+from gpucert.report import alluredir, details
+from gpucert.report.allure import write_allure
+from gpucert.report.markdown import summary_markdown
+from gpucert.report.terminal import WRITTEN, terminal_summary
+from gpucert.report.verdict import Outcome, build_verdict, kind_of
+from gpucert.report.verdict_model import Verdict
+from gpucert.spec.baseline import GpuBaseline
+from gpucert.spec.cluster import ClusterSpec
+
+__all__ = ["RunContext", "open_run", "run_context", "start"]
+
+
+@dataclass
+class RunContext:
+    spec: ClusterSpec
+    baselines: dict[str, GpuBaseline]  # each pool's SKU baseline
+    folder: RunFolder
+    readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
+    outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
+    selected: set[CheckKey] | None = None  # the keys the session collected, after -k, --lf, --deselect
+    collected: int = 0
+    left_out: int = 0  # items whose check the spec does not require
+    evidence_of: dict[CheckKey, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+    verdict: Verdict | None = None
+    _evaluation: Evaluation | None = None
+
+    @property
+    def evaluation(self) -> Evaluation:
+        if self._evaluation is None:
+            self._evaluation = Evaluation(self.folder, self.spec, self.baselines)
+        return self._evaluation
+
+
+context_key = pytest.StashKey[RunContext]()
+
+
+def run_context(config: pytest.Config) -> RunContext | None:
+    return config.stash.get(context_key, None)
+
+
+# ---- opening the run, at configure time ----------------------------------------------------------------------
+
+
+def _in_place(spec: ClusterSpec, baselines: dict[str, GpuBaseline], options: Options) -> RunContext:
+    """--run-dir: a folder the CLI prepared, judged by the spec and baselines it was prepared with."""
+    assert options.run_dir is not None
+    folder = RunFolder(options.run_dir)
+    if not folder.prepared:
+        raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
+    assert spec.path is not None
+    folder.judged_by(spec.path, spec.baseline_paths())
+    folder.check()
+    return RunContext(spec, baselines, folder, readonly=not options.runs_tests)
+
+
+def _open(config: pytest.Config, options: Options) -> RunContext | None:
+    from gpucert.plan import run as runner
+
+    assert options.spec is not None
+    spec, baselines = runner.load_inputs(options.spec)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return RunContext(spec, baselines, RunFolder(Path(workerinput["gpucert_run_dir"])))
+    if options.run_dir is not None:
+        return _in_place(spec, baselines, options)
+    if not options.runs_tests:
+        # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
+        if options.evidence is None:
+            return None
+        recorded = runner.recorded_run(options.evidence)
+        recorded.check()
+        return RunContext(spec, baselines, recorded, readonly=True)
+    mode = (
+        runner.Mode.STATIC
+        if options.static
+        else runner.Mode.EVIDENCE
+        if options.evidence
+        else runner.Mode.PLAN
+        if options.no_measure
+        else runner.Mode.MEASURE
+    )
+    folder = runner.prepare(spec, options.reports, mode, evidence=options.evidence)
+    return RunContext(spec, baselines, folder)
+
+
+def open_run(config: pytest.Config, options: Options) -> RunContext | None:
+    """The run this session evaluates, planned and measured first when it runs tests and has no evidence; None
+    when the session has no spec, or only lists and has nothing recorded to list. Bad input is pytest's usage
+    error; a run that cannot complete ends the session with gpucert's exit code."""
+    if options.spec is None:
+        return None
+    try:
+        return _open(config, options)
+    except GpucertError as exc:
+        if exc.exit_code == 2:  # the input is wrong: a usage error, as pytest says it
+            raise pytest.UsageError(str(exc)) from None
+        pytest.exit(f"gpucert: the run could not complete: {exc}", returncode=exc.exit_code)
+    except OSError as exc:  # a path the system refuses (a name too long, a path under a file): the input is wrong
+        from gpucert.cli.args import os_error
+
+        raise pytest.UsageError(os_error(exc)) from None
+
+
+def start(config: pytest.Config, ctx: RunContext, options: Options) -> None:
+    """Keep the run in the stash; in the controller of a session that runs tests, register what collects the
+    outcomes and writes the reports, and point pytest-html and JUnit into the run folder."""
+    config.stash[context_key] = ctx
+    if hasattr(config, "workerinput") or ctx.readonly:
+        return
+    config.pluginmanager.register(Controller(ctx), "gpucert-controller")
+    config.pluginmanager.register(VerdictWriter(ctx), "gpucert-verdict")
+    opt = config.option
+    if getattr(opt, "htmlpath", "missing") is None:
+        opt.htmlpath = str(ctx.folder.report_path)
+        opt.self_contained_html = True
+    junit.default_path(config, ctx.folder)
+    if config.pluginmanager.hasplugin("html"):
+        from gpucert.report.html import HtmlSummary
+
+        config.pluginmanager.register(HtmlSummary(ctx, options.signer), "gpucert-html")
+
+
+# ---- the controller, and the end of the session --------------------------------------------------------------
+
+_RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckStatus.FAIL: 3, CheckStatus.ERROR: 4}
+
+
+def _stopped(session: pytest.Session, exitstatus: int) -> str | None:
+    """Why the session ended before every selected item ran, if it did."""
+    if session.shouldstop or session.shouldfail:
+        return str(session.shouldstop or session.shouldfail)
+    return "interrupted" if exitstatus == pytest.ExitCode.INTERRUPTED else None
+
+
+def _summarised(ev: Evaluation, pool: str) -> bool:
+    """Whether the verdict sums up this pool: not in the static gate (no nodes), and on recertification only the
+    node's own pool."""
+    if ev.inventory.target == "static":
+        return False
+    return ev.recertification is None or bool(ev.pools.members(pool))
+
+
+def _beside(ctx: RunContext) -> dict[str, Any]:
+    """What the verdict says beside the checks: the fleet against the SKU figure (informational) and the peer
+    comparisons too few peers ruled out, so that a pass is never silent about what it could not compare; whether
+    the cluster was checked before the measure (optional, additive to v3); the recertification."""
+    ev = ctx.evaluation
+    beside: dict[str, Any] = {"fleetAgainstSku": ev.peers.against_sku(), "undecided": ev.peers.undecided()}
+    beside["preflight"] = ctx.folder.read_preflight()
+    recert = ev.recertification
+    if recert is not None:
+        beside["recertify"] = {
+            "node": recert["node"],
+            "handover": recert["handover"],
+            "fleetPeers": len(recert.get("fleetPeers") or {}),
+            "summary": details.recertify_summary(ev),
+        }
+    return beside
+
+
+def _verdict(ctx: RunContext, stopped: str | None) -> Verdict:
+    """The run's verdict, from the outcomes the controller collected and the plan."""
+    from gpucert.plan.run import recorded_mode
+
+    ev = ctx.evaluation
+    return build_verdict(
+        run=ctx.folder.id,
+        kind=kind_of(recorded_mode(ctx.folder)),
+        spec=ctx.spec.metadata.name,
+        target=ev.inventory.target,
+        nodes=ev.inventory.names,
+        gpus=ev.gpu_total(),
+        plan=ev.plan,
+        outcomes=ctx.outcomes,
+        selected=ctx.selected,
+        stopped=stopped,
+        measured=ev.measured_at(),
+        waivers={wid: w.to_json() for wid, w in ev.waiver_book.by_id.items()} if ev.waiver_book else None,
+        retest=ctx.folder.read_retest(),
+        node_pools={n: ev.pools.name_of(n) for n in ev.inventory.names},
+        pools={
+            p.name: {
+                "nodes": p.expect.nodes,
+                "gpusPerNode": p.expect.gpus_per_node,
+                "product": p.expect.gpu_product,
+                "baseline": ev.baselines[p.name].sku,
+                "nodeSelector": dict(p.node_selector),
+            }
+            for p in ctx.spec.pools
+            if _summarised(ev, p.name)
+        },
+        beside=_beside(ctx),
+    )
+
+
+def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> None:
+    """What the run folder keeps beside the verdict: the gate's summary, run.json, the Allure results."""
+    ev = ctx.evaluation
+    if ev.inventory.target == "static":  # what a CI job posts on the pull request
+        ctx.folder.summary_path.write_text(summary_markdown(verdict, ctx.folder.read_gate()), encoding="utf-8")
+    finished = time.time()
+    ctx.folder.write_run_info(
+        spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished
+    )
+    dirs = [ctx.folder.allure_dir]
+    extra = alluredir.results_dir(config)
+    if extra:
+        dirs.append(extra)
+    for results in dirs:
+        write_allure(
+            results,
+            ctx.outcomes,
+            ctx.evidence_of,
+            verdict=verdict,
+            started_ms=int(ctx.started * 1000),
+            stopped_ms=int(finished * 1000),
+        )
+
+
+class Controller:
+    """Collects every check's outcome in the controller process; at the end writes verdict.json, run.json and
+    the Allure results, tells JUnit and the terminal the same result, and makes the exit status say it too."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "gpucert", None)
+        if data is None:
+            return
+        key = CheckKey.from_json(data["key"])
+        outcome = Outcome(Finding.from_json(data["finding"]), float(data["start"]), float(data["stop"]))
+        before = self.ctx.outcomes.get(key)
+        if before is None or _RANK[outcome.finding.status] >= _RANK[before.finding.status]:
+            self.ctx.outcomes[key] = outcome
+        if "evidence" in data:
+            self.ctx.evidence_of[key] = data["evidence"]
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.ctx.collected = len(ids)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        selected = (getattr(node, "workeroutput", None) or {}).get("gpucert_selected")
+        if selected is not None:
+            self.ctx.selected = (self.ctx.selected or set()) | {CheckKey.from_json(d) for d in selected}
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        ctx = self.ctx
+        verdict = _verdict(ctx, _stopped(session, exitstatus))
+        ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
+        _write_records(ctx, session.config, verdict)
+        junit.tell_junit(session.config, verdict)
+        if session.config.pluginmanager.hasplugin("html"):
+            from gpucert.report.html import count_checks_in_footer, measurement_times
+            from gpucert.report.html_top import measurement_window
+
+            window = measurement_window(measurement_times(ctx.evaluation))
+            count_checks_in_footer(session.config, verdict, window)
+        if not verdict.passed and session.exitstatus in (
+            pytest.ExitCode.OK,
+            pytest.ExitCode.NO_TESTS_COLLECTED,
+        ):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.ctx.verdict is not None:
+            terminal_summary(terminalreporter, self.ctx.verdict, self.ctx.left_out, self.ctx.folder.verdict_path)
+
+
+class VerdictWriter:
+    """Writes verdict.json after every report of the run (report.html, junit.xml, Allure, run.json) is on disk: the
+    verdict is the run's last word, so an interrupt before it leaves no verdict to sign, never a verdict that says
+    more than the reports beside it."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.ctx.verdict is not None:
+            self.ctx.folder.write_verdict(self.ctx.verdict.to_json())
+            session.config.stash[WRITTEN] = self.ctx.verdict
