@@ -21,6 +21,9 @@ from gpucert.measure.probes.fabric_sysfs import (
     read_ports,
     relation,
 )
+from gpucert.measure.probes.framing import parts
+from gpucert.measure.probes.runner import ProbePlan, run_plan
+from gpucert.measure.probes.stream import framer, rebuild
 
 # host bridge -> root port -> switch upstream port -> downstream port -> endpoint
 GPU0 = ("pci0000:15", "0000:15:01.0", "0000:16:00.0", "0000:17:00.0", "0000:18:00.0")
@@ -229,3 +232,27 @@ def test_the_node_fabric_puts_it_together(sysfs: Path) -> None:
     assert fabric.gdr is not None
     assert fabric.gdr.peermem
     assert fabric.counters is None
+
+
+def test_a_fabric_plan_reads_the_node_fabric_into_its_evidence_and_its_stream(
+    sysfs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool, body in {"ib_write_bw": 'echo "--use_cuda=<id>"; echo "Version: 6.29"', "ibv_devinfo": "true"}.items():
+        (bin_dir / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / tool).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin:/bin")
+    monkeypatch.setenv("GPUCERT_SYSFS", str(sysfs))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    plan = ProbePlan.model_validate({"run_id": "r", "node": "n1", "probes": [], "device": "numpy", "fabric": True})
+    out: list[str] = []
+    ev = run_plan(plan, emit=framer(out.append))
+    assert [s.step for s in ev.preflight] == ["home", "rdma"]
+    assert ev.fabric is not None
+    assert [p.key for p in ev.fabric.ports] == ["mlx5_0/1", "mlx5_1/1"]
+    rebuilt = rebuild(parts("".join(out)), "killed")
+    assert rebuilt is not None
+    assert rebuilt.fabric == ev.fabric  # a pod killed after the reading still hands it over
+    plain = run_plan(plan.model_copy(update={"fabric": False}))
+    assert plain.fabric is None

@@ -19,20 +19,23 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import platform
 import sys
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from gpucert._version import __version__
-from gpucert.measure.evidence import DcgmEvidence, GpuEvidence, NodeEvidence, ProbeError, SystemFacts
+from gpucert.measure.evidence import DcgmEvidence, GpuEvidence, NodeEvidence, NodeFabric, ProbeError, SystemFacts
 from gpucert.measure.probes import health as nvml_probe
 from gpucert.measure.probes.between_gpus import between_gpus
 from gpucert.measure.probes.boards import start_in_board_order
 from gpucert.measure.probes.deadline import dcgm_seconds
 from gpucert.measure.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
+from gpucert.measure.probes.fabric_sysfs import read_node_fabric
 from gpucert.measure.probes.node_run import NodeRun
 from gpucert.measure.probes.per_gpu import open_devices, per_gpu
 from gpucert.measure.probes.preflight import run_preflight, summary
@@ -148,7 +151,19 @@ def run_plan(
         p2p_ev, nccl_ev = between_gpus(node, devices, count, on_gpu)
     if nvml is not None and Probe.HEALTH in node.probes:
         _health_after(node, count, watcher.events if watcher is not None else {}, nvlink_before, links)
-    return finish(p2p=p2p_ev, nccl=nccl_ev, dcgm=dcgm_ev)
+    return finish(p2p=p2p_ev, nccl=nccl_ev, dcgm=dcgm_ev, fabric=_fabric(node) if plan.fabric else None)
+
+
+def _fabric(node: NodeRun) -> NodeFabric | None:
+    """The node's RDMA ports, where its GPUs and HCAs sit on PCIe and the peer-memory module, read from sysfs
+    ($GPUCERT_SYSFS, /sys by default): a fabric plan's node-side reading (the counters' window is the fabric
+    stage's, around its traffic)."""
+    root = Path(os.environ.get("GPUCERT_SYSFS", "/sys"))
+    buses = {i: g.pci_bus_id for i, g in node.gpus.items() if g.pci_bus_id}
+    fabric = node.rec.attempt("fabric", lambda: read_node_fabric(root, buses))
+    if fabric is not None:
+        node.emit("fabric", fabric)
+    return fabric
 
 
 def _identify(node: NodeRun, count: int) -> SystemFacts:

@@ -7,6 +7,7 @@ Part keys (`framing.parts` keeps the last complete frame of each):
   gpu/<i>                   GpuEvidence without measurements: identity and health (read again at the end)
   gpu/<i>/<metric>          Measurement (memory.bandwidth, compute.gemm.bf16, pcie.h2d, ...)
   p2p, nccl, dcgm           the node-level probes' evidence
+  fabric                    NodeFabric: the node's RDMA ports, GPU-NIC affinity and GDR facts (a fabric plan)
   error/<n>                 ProbeError, in the order they happened
   done/<probe>              the probe finished on every GPU it was to run on
 """
@@ -26,6 +27,7 @@ from gpucert.measure.evidence import (
     Measurement,
     NcclEvidence,
     NodeEvidence,
+    NodeFabric,
     P2pEvidence,
     ProbeError,
     SystemFacts,
@@ -156,6 +158,7 @@ def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:
     p2p = _load(P2pEvidence, found.get("p2p", ""))
     nccl = _load(NcclEvidence, found.get("nccl", ""))
     dcgm = _load(DcgmEvidence, found.get("dcgm", ""))
+    fabric = _load(NodeFabric, found.get("fabric", ""))
     return NodeEvidence(
         node=header.node,
         target=header.target,
@@ -171,5 +174,6 @@ def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:
         p2p=p2p if isinstance(p2p, P2pEvidence) else None,
         nccl=nccl if isinstance(nccl, NcclEvidence) else None,
         dcgm=dcgm if isinstance(dcgm, DcgmEvidence) else None,
+        fabric=fabric if isinstance(fabric, NodeFabric) else None,
         errors=found_errors + missing,
     )
