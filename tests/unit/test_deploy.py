@@ -22,10 +22,17 @@ def instructions(dockerfile: Path = DOCKERFILE) -> list[tuple[str, str]]:
     return out
 
 
+def final_stage() -> list[tuple[str, str]]:
+    """The instructions of the image's last stage (the probe image itself), from its FROM on."""
+    steps = instructions()
+    last = max(i for i, (word, _) in enumerate(steps) if word == "FROM")
+    return steps[last:]
+
+
 def env_at_user() -> dict[str, str]:
     """The environment every instruction after USER (and the probe) sees."""
     env: dict[str, str] = {}
-    for word, rest in instructions():
+    for word, rest in final_stage():
         if word == "ENV":
             for pair in shlex.split(rest):
                 key, _, value = pair.partition("=")
@@ -36,7 +43,7 @@ def env_at_user() -> dict[str, str]:
 
 
 def test_the_probe_user_has_a_writable_cupy_cache() -> None:
-    steps = instructions()
+    steps = final_stage()
     user = next(rest for word, rest in steps if word == "USER")
     uid = user.split(":")[0]
     assert uid not in ("0", "root")
@@ -57,7 +64,7 @@ def test_cuda_numbers_gpus_as_nvml_does() -> None:
 
 
 def test_the_image_installs_what_the_probes_load() -> None:
-    steps = instructions()
+    steps = final_stage()
     base = next(rest for word, rest in steps if word == "FROM")
     assert re.fullmatch(r"nvcr\.io/nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu(22|24)\.04", base), base  # -runtime: NCCL
     version = next(rest.partition("=")[2] for word, rest in steps if word == "ARG" and rest.startswith("DCGM_"))
@@ -82,7 +89,7 @@ def test_the_image_has_the_cuda_headers_cupy_compiles_with() -> None:
     (cupy/_core/core.pyx lines 2593-2603, CuPy 14.2.0). That looks for cuda_runtime.h in NVIDIA wheels, conda,
     then $CUDA_PATH/include (cuda/pathfinder/_headers/find_nvidia_headers.py, cuda-pathfinder 1.9.1). The -runtime
     base image has NVRTC but no headers: the image installs its own CUDA's dev headers and points CUDA_PATH there."""
-    steps = instructions()
+    steps = final_stage()
     base = next(rest for word, rest in steps if word == "FROM")
     cuda = re.search(r"cuda:(\d+)\.(\d+)\.", base)
     assert cuda is not None, base
@@ -108,7 +115,7 @@ def test_the_image_pins_the_cupy_major_the_probes_were_written_against() -> None
 def test_dcgm_runs_in_a_directory_the_probe_user_can_write() -> None:
     """DCGM's software test checks `euidaccess(".", W_OK)` (nvvs/src/Software.cpp, DCGM 4.5.2) and writes its logs
     under $DCGM_HOME_DIR (common/DcgmUtilities.cpp): both must be the probe user's."""
-    steps = instructions()
+    steps = final_stage()
     uid = next(rest for word, rest in steps if word == "USER").split(":")[0]
     env = env_at_user()
     home, dcgm_home = env["HOME"], env.get("DCGM_HOME_DIR")
@@ -120,3 +127,29 @@ def test_dcgm_runs_in_a_directory_the_probe_user_can_write() -> None:
     assert re.search(rf"chown -R {uid}(:\d+)? {re.escape(home)}", made[0])
     workdir = [rest for word, rest in steps if word == "WORKDIR"][-1]
     assert workdir == home, "the probe's working directory must be one it can write"
+
+
+def test_the_image_has_perftest_built_with_cuda_and_the_rdma_tools() -> None:
+    """The fabric probes run perftest's `ib_write_bw --use_cuda` and rdma-core's `ibv_devinfo` (the preflight's
+    `rdma` step checks both). perftest 6.29 (linux-rdma/perftest tag 26.04.17, configure.ac) defines HAVE_CUDA
+    only when it finds cuda.h (in /usr/local/cuda/include: a -devel image), and needs libibverbs, librdmacm,
+    libibumad and libpci (AC_CHECK_LIB ... AC_MSG_ERROR): built in a stage of the same CUDA and Ubuntu, copied in,
+    and its libraries checked where it runs."""
+    steps = instructions()
+    froms = [rest for word, rest in steps if word == "FROM"]
+    builder, final = froms[0], froms[-1]
+    assert re.fullmatch(r"(\S+):(\S+)-devel-(\S+) AS perftest", builder), builder
+    assert builder.split()[0].replace("-devel-", "-runtime-") == final  # the same CUDA and Ubuntu
+    assert _args()["PERFTEST_TAG"] == "26.04.17"
+    build = " ".join(rest for word, rest in steps[: steps.index(("FROM", final))] if word == "RUN")
+    for dev in ("libibverbs-dev", "librdmacm-dev", "libibumad-dev", "libpci-dev"):
+        assert dev in build, dev
+    assert 'grep -q "define HAVE_CUDA 1" config.h' in build  # a perftest without --use_cuda fails the build
+    last = final_stage()
+    assert ("COPY", "--from=perftest /opt/perftest /opt/perftest") in last
+    assert ("RUN", '! ldd /opt/perftest/bin/ib_write_bw | grep "not found"') in last
+    install = " ".join(rest for word, rest in last if word == "RUN" and "apt-get install" in rest)
+    assert "ibverbs-utils" in install  # ibv_devinfo
+    assert "ibverbs-providers" in install  # the mlx5 user-space driver libibverbs loads
+    path = env_at_user()["PATH"].split(":")
+    assert "/opt/perftest/bin" in path
