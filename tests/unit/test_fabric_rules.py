@@ -135,12 +135,12 @@ def test_a_nic_across_the_cpu_from_its_gpu_fails() -> None:
     assert gpus_of_rail(3, 8, 8) == [3]
     assert gpus_of_rail(1, 4, 8) == [2, 3]
     near = [GpuNic(gpu=3, pci_bus_id="0000:3b:00.0", hca="mlx5_3", relation="PIX")]
-    assert judge_affinity("n1", 3, "mlx5_3", [3], near).status is PASS
+    assert judge_affinity("n1", 3, "mlx5_3/1", [3], near).status is PASS
     far = [GpuNic(gpu=3, pci_bus_id="0000:3b:00.0", hca="mlx5_3", relation="SYS")]
-    found = judge_affinity("n1", 3, "mlx5_3", [3], far)
+    found = judge_affinity("n1", 3, "mlx5_3/1", [3], far)
     assert found.status is FAIL
     assert "GPU 3 SYS" in found.message
-    assert judge_affinity("n1", 3, "mlx5_3", [3], []).status is ERROR
+    assert judge_affinity("n1", 3, "mlx5_3/1", [3], []).status is ERROR
 
 
 def test_gdr_from_peer_memory_or_dma_buf_everywhere_and_off_otherwise() -> None:
@@ -245,3 +245,18 @@ def test_a_pair_that_did_not_run_is_reported_by_its_first_node_naming_the_peer()
     ]
     iso = isolate_rail(0, pairs, 360.0, NODES, RACKS)
     assert {n: [p.peer(n) for p in ps] for n, ps in iso.links.items()} == {"n02": ["n09"]}
+
+
+# ---- what the punch list reads back of a finding ------------------------------------------------------------
+
+
+def test_the_punch_list_names_rail_hca_port_and_peer_of_a_fabric_finding() -> None:
+    from gpucert.acceptance.punchlist import _links, severity_of
+
+    port_found = judge_port("gpu-node-5", 3, port(state="1: DOWN"), SPEC)
+    link = {"check": "fabric.rdma_bw", "message": "gpu-node-5 rail 5 (mlx5_5/1): the link to gpu-node-9 on this rail"}
+    found = [{"check": "fabric.port", "message": port_found.message}, link]
+    assert _links(found) == ["rail 3 mlx5_3 port 1", "rail 5 mlx5_5 port 1 (peer gpu-node-9)"]
+    assert severity_of("fabric.counters") == "hardware"
+    assert severity_of("fabric.gdr") == "configuration"
+    assert severity_of("pool.fabric") == "configuration"

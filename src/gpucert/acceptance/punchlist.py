@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gpucert.errors import EvidenceError
+from gpucert.evaluate.rules.fabric_ports import link_of
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import Family, family_of
 from gpucert.plan.runfolder import RunFolder
@@ -39,6 +40,7 @@ COLUMNS = (
     "uuid",
     "pci_bus_id",
     "vbios",
+    "links",
     "checks",
     "observed",
     "expected",
@@ -74,7 +76,9 @@ def severity_of(check: str) -> str:
         return "performance"
     if family is Family.STRAGGLER:
         return "straggler"
-    if family in (Family.STACK, Family.INVENTORY):
+    if family is Family.FABRIC:  # a port, cable or NIC is hardware; how GDR and NCCL are set up is configuration
+        return "configuration" if check in ("fabric.gdr", "fabric.nccl_transport") else "hardware"
+    if family in (Family.STACK, Family.INVENTORY, Family.POOL):
         return "configuration"
     return "other"
 
@@ -91,6 +95,7 @@ class PunchRow:
     findings: list[dict[str, Any]] = field(default_factory=list)
     dcgm_errors: list[str] = field(default_factory=list)
     evidence: str | None = None
+    links: list[str] = field(default_factory=list)  # the fabric's: "rail 3 mlx5_3 port 1 (peer gpu-node-9)"
 
     def flat(self) -> dict[str, str]:
         """The row for a table: one cell per column, a GPU's several checks joined in severity order."""
@@ -112,6 +117,7 @@ class PunchRow:
             "uuid": self.uuid or "",
             "pci_bus_id": self.pci_bus_id or "",
             "vbios": self.vbios or "",
+            "links": " | ".join(self.links),
             "checks": " | ".join(f["check"] for f in self.findings),
             "observed": join("observed"),
             "expected": join("expected"),
@@ -134,6 +140,27 @@ def _dcgm_errors(ev: NodeEvidence | None, gpu: int | None, checks: list[str]) ->
         result = test.gpus.get(gpu) if test is not None else None
         out += [f"{e.name} ({e.id})" for e in (result.errors if result is not None else [])]
     return list(dict.fromkeys(out))
+
+
+def _links(found: list[dict[str, Any]]) -> list[str]:
+    """The fabric links a node's findings name: rail, HCA, port and the peer at the other end where known."""
+    out = []
+    for f in found:
+        link = link_of(f.get("message", "")) if f["check"].startswith("fabric.") else None
+        if link is not None:
+            rail, hca, port, peers = link
+            peer = f" (peer {', '.join(peers)})" if peers else ""
+            out.append(f"rail {rail} {hca} port {port}{peer}")
+    return list(dict.fromkeys(out))
+
+
+def _fleet_rows(findings: list[dict[str, Any]]) -> list[PunchRow]:
+    """A fabric finding of no one node (a link between two racks, a pool's NCCL transport): a row of its own."""
+    rows = []
+    for f in findings:
+        if f.get("status") in ("fail", "error") and f.get("node") is None and f["check"].startswith("fabric."):
+            rows.append(PunchRow(severity=severity_of(f["check"]), node="(fleet)", gpu=None, findings=[f]))
+    return rows
 
 
 def punch_list(run_dir: RunFolder) -> list[PunchRow]:
@@ -165,8 +192,10 @@ def punch_list(run_dir: RunFolder) -> list[PunchRow]:
                 findings=found,
                 dcgm_errors=_dcgm_errors(ev, gpu, [f["check"] for f in found]),
                 evidence=path.relative_to(run_dir.path.resolve()).as_posix() if path.exists() else None,
+                links=_links(found),
             )
         )
+    rows += _fleet_rows(verdict.get("findings", []))
     rows.sort(key=lambda r: (SEVERITIES.index(r.severity), natural_key(r.node), -1 if r.gpu is None else r.gpu))
     return rows
 

@@ -20,6 +20,7 @@ from gpucert.evaluate.rules.fabric_ports import (
     judge_gdr,
     judge_port,
     rail_port,
+    rail_where,
 )
 from gpucert.evaluate.rules.fabric_transport import TRANSPORT, judge_transport
 from gpucert.evaluate.rules.performance import sample_problem
@@ -130,11 +131,12 @@ def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
         return port_found
     cause = str(CheckKey("fabric.port", node, None, rail_detail(rail)))
     if check == "fabric.affinity":
-        hca = port.hca if port is not None else (spec.rails.hcas[rail] if spec.rails.hcas else f"rail {rail}")
+        hca = port.hca if port is not None else (spec.rails.hcas[rail] if spec.rails.hcas else "?")
         gpus = gpus_of_rail(rail, spec.rails.count, view.ev.pools.gpus_per_node(node))
-        return judge_affinity(node, rail, hca, gpus, nf.affinity)
+        return judge_affinity(node, rail, f"{hca}/{spec.rails.port}", gpus, nf.affinity)
     if port_found.status is FAIL or port is None:
-        return Finding(check, SKIP, node, None, f"{node} rail {rail}: its port fails (see fabric.port)", cause=cause)
+        where = rail_where(node, rail, port.key if port is not None else f"?/{spec.rails.port}")
+        return Finding(check, SKIP, node, None, f"{where}: its port fails (see fabric.port)", cause=cause)
     if check == "fabric.counters":
         return judge_counters(node, rail, port.key, nf.counters, spec)
     return _rdma_node(view, node, rail, port.key)
@@ -142,7 +144,7 @@ def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
 
 def _rdma_node(view: FabricView, node: str, rail: int, port: str) -> Finding:
     iso = view.rail(rail)
-    where = f"{node} rail {rail} ({port})"
+    where = rail_where(node, rail, port)
     limit = f"{iso.limit:.4g} Gb/s"
     if node in iso.nodes:
         slow = iso.nodes[node]

@@ -26,6 +26,7 @@ from gpucert.errors import ConfigError, GpucertError
 from gpucert.evaluate.rules.performance import figure_of, sample_problem, samples_of
 from gpucert.fleet import exporter
 from gpucert.fleet.exporter import parse_listen
+from gpucert.fleet.fabric_metrics import FabricSeries
 from gpucert.fleet.state import NodeStatus, RunIndex, RunRecord, node_statuses
 from gpucert.measure.targets.base import NodeControl
 from gpucert.plan.checks import GPU_METRICS, NODE_METRICS
@@ -92,6 +93,7 @@ class FleetCollector(Collector):
     _ratios: dict[tuple[str, str], list[tuple[str, str, float]]] = field(default_factory=dict, init=False)
     _baselines: dict[tuple[str, str], GpuBaseline | None] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _fabric: FabricSeries = field(default_factory=FabricSeries, init=False)
 
     def __post_init__(self) -> None:
         self.index = RunIndex(self.reports)
@@ -244,7 +246,9 @@ class FleetCollector(Collector):
         # keep only what this scrape used: the cache stays as large as the fleet, however many runs accumulate
         self._ratios = {k: v for k, v in self._ratios.items() if k in used}
         self._baselines = {k: v for k, v in self._baselines.items() if k[0] in {run for run, _ in used}}
-        return [certified, last, failed, ratio, info, unreadable, *self._schedule()]
+        fabric = self._fabric.families([(by_id[run].folder, node) for run, node in sorted(used) if run in by_id])
+        self._fabric.keep(used)
+        return [certified, last, failed, ratio, info, unreadable, *fabric, *self._schedule()]
 
     def _schedule(self) -> list[GaugeMetricFamily]:
         from gpucert.fleet.schedule import last_schedule

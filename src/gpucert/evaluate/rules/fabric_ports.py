@@ -22,13 +22,35 @@ __all__ = [
     "judge_counters",
     "judge_gdr",
     "judge_port",
+    "link_of",
     "rail_port",
+    "rail_where",
 ]
 
 PASS, FAIL, ERROR = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR
 # the PMA's PortCounters are 16- or 32-bit and saturate at their maximum (IBTA; CounterWindow's docstring)
 SATURATED = (0xFFFF, 0xFFFFFFFF)
 NEAR = ("PIX", "PXB")  # nvidia-smi topo: at most PCIe switches between them, never the CPU
+
+
+# how every node-rail finding begins: "gpu-node-5 rail 3 (mlx5_3/1)"; the punch list reads the rail, HCA and port
+# back from it (a finding has no field for them), and the peer from a slow link's "the link to PEER on this rail"
+_WHERE = re.compile(r"^\S+ rail (?P<rail>\d+) \((?P<hca>[^/)]+)/(?P<port>\d+)\)")
+_PEER = re.compile(r"the link to (?P<peers>[^:]+?) on this rail")
+
+
+def rail_where(node: str, rail: int, port: str) -> str:
+    return f"{node} rail {rail} ({port})"
+
+
+def link_of(message: str) -> tuple[int, str, int, list[str]] | None:
+    """(rail, HCA, port, peers) of a node-rail finding's message, None for any other message."""
+    m = _WHERE.match(message)
+    if m is None:
+        return None
+    peer = _PEER.search(message)
+    peers = peer["peers"].split(", ") if peer else []
+    return int(m["rail"]), m["hca"], int(m["port"]), peers
 
 
 def _natural(name: str) -> list[int | str]:
@@ -59,9 +81,12 @@ def judge_port(node: str, rail: int, port: HcaPort | None, spec: FabricSpec) -> 
     """`fabric.port`: the rail's port is up (ACTIVE, LinkUp), of the declared link layer, at the rated speed and MTU."""
     check, where = "fabric.port", f"{node} rail {rail}"
     if port is None:
-        named = spec.rails.hcas[rail] if spec.rails.hcas else f"the {rail + 1}th {spec.link_layer.value} HCA"
-        return Finding(check, FAIL, node, None, f"{where}: no port {spec.rails.port} of {named} on the node")
-    where = f"{where} ({port.key})"
+        if spec.rails.hcas:
+            where = rail_where(node, rail, f"{spec.rails.hcas[rail]}/{spec.rails.port}")
+            return Finding(check, FAIL, node, None, f"{where}: the node has no such HCA port")
+        message = f"{where}: the node has fewer than {rail + 1} {spec.link_layer.value} HCAs"
+        return Finding(check, FAIL, node, None, message)
+    where = rail_where(node, rail, port.key)
     if port.unreadable:
         what = "; ".join(f"{k}: {v}" for k, v in sorted(port.unreadable.items()))
         return Finding(check, ERROR, node, None, f"{where}: sysfs could not be read: {what}")
@@ -98,7 +123,7 @@ def _over(name: str, delta: int, hours: float, limit: CounterLimit) -> str | Non
 def judge_counters(node: str, rail: int, port: str, window: CounterWindow | None, spec: FabricSpec) -> Finding:
     """`fabric.counters`: each limited counter's growth over the loaded window within its limit (a counter that
     was not read, went backwards or sits saturated cannot be judged: an error, never a pass)."""
-    check, where = "fabric.counters", f"{node} rail {rail} ({port})"
+    check, where = "fabric.counters", rail_where(node, rail, port)
     seconds = window.seconds() if window is not None else None
     if window is None or not seconds:
         why = "no loaded window was read" if window is None else "the window's times are not two times in order"
@@ -122,10 +147,10 @@ def judge_counters(node: str, rail: int, port: str, window: CounterWindow | None
     return Finding(check, PASS, node, None, f"{where}: {seconds:.0f} s under {window.load}: {said}")
 
 
-def judge_affinity(node: str, rail: int, hca: str, gpus: list[int], affinity: list[GpuNic]) -> Finding:
-    """`fabric.affinity`: each GPU the rail serves reaches the rail's NIC through PCIe switches only (PIX/PXB),
-    not through the CPU (PHB, NODE, SYS)."""
-    check, where = "fabric.affinity", f"{node} rail {rail} ({hca})"
+def judge_affinity(node: str, rail: int, port: str, gpus: list[int], affinity: list[GpuNic]) -> Finding:
+    """`fabric.affinity`: each GPU the rail serves reaches the rail's NIC (`port`: hca/port) through PCIe switches
+    only (PIX/PXB), not through the CPU (PHB, NODE, SYS)."""
+    check, where, hca = "fabric.affinity", rail_where(node, rail, port), port.partition("/")[0]
     seen = {a.gpu: a.relation for a in affinity if a.hca == hca}
     missing = [g for g in gpus if seen.get(g) is None]
     if missing:

@@ -1,0 +1,107 @@
+"""The fabric's series for `gpucert metrics`: per node and rail, the state of its port and the RDMA bandwidth last
+measured on it, as the node's newest certification recorded them. Read once per run folder and node (cached by
+the caller's scrape, like the figures' ratios); the labels carry no run id, so the series stay as many as the
+fleet's ports.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from prometheus_client.core import GaugeMetricFamily
+
+from gpucert.errors import GpucertError
+from gpucert.measure.evidence import FabricEvidence
+from gpucert.plan.runfolder import RunFolder
+
+__all__ = ["FabricSeries", "PortReading"]
+
+
+@dataclass(frozen=True, slots=True)
+class PortReading:
+    hca: str
+    port: int
+    active: bool  # ACTIVE and LinkUp
+    rate_gbps: float | None
+    rdma_gbps: dict[int, float]  # rail -> median of the node's pairs on it (this port's end)
+
+
+def _active(state: str | None, phys: str | None) -> bool:
+    return (state or "").endswith("ACTIVE") and (phys or "").endswith("LinkUp")
+
+
+@dataclass
+class FabricSeries:
+    """The fabric families of one scrape, with a cache of each (run, node)'s readings."""
+
+    _cache: dict[tuple[str, str], list[PortReading]] = field(default_factory=dict)
+    _multinode: dict[str, FabricEvidence | None] = field(default_factory=dict)
+
+    def _rdma(self, folder: RunFolder) -> FabricEvidence | None:
+        if folder.id not in self._multinode:
+            try:
+                self._multinode[folder.id] = folder.read_fabric()
+            except (GpucertError, OSError):
+                self._multinode[folder.id] = None
+        return self._multinode[folder.id]
+
+    def readings(self, folder: RunFolder, node: str) -> list[PortReading]:
+        key = (folder.id, node)
+        if key not in self._cache:
+            try:
+                ev = folder.read_evidence(node)
+            except (GpucertError, OSError):
+                ev = None
+            nf = ev.fabric if ev is not None and ev.collected else None
+            multinode = self._rdma(folder)
+            figures: dict[str, dict[int, list[float]]] = {}
+            for r in multinode.rdma if multinode is not None else []:
+                if r.error or not r.samples or r.unit != "Gb/s" or node not in (r.client, r.server):
+                    continue
+                port = r.client_hca if node == r.client else r.server_hca
+                figures.setdefault(port, {}).setdefault(r.rail, []).append(statistics.median(r.samples))
+            self._cache[key] = [
+                PortReading(
+                    p.hca,
+                    p.port,
+                    _active(p.state, p.phys_state),
+                    p.rate_gbps,
+                    {rail: statistics.median(v) for rail, v in figures.get(p.key, {}).items()},
+                )
+                for p in (nf.ports if nf is not None else [])
+            ]
+        return self._cache[key]
+
+    def keep(self, used: set[tuple[str, str]]) -> None:
+        """Forget what this scrape did not use (the cache stays as large as the fleet)."""
+        self._cache = {k: v for k, v in self._cache.items() if k in used}
+        self._multinode = {k: v for k, v in self._multinode.items() if k in {run for run, _ in used}}
+
+    def families(self, newest: list[tuple[RunFolder, str]]) -> list[GaugeMetricFamily]:
+        """The series of every node's newest run folder (`newest`: (folder, node) pairs); none where no node has an
+        RDMA port on record."""
+        active = GaugeMetricFamily(
+            "gpucert_fabric_port_active",
+            "Whether the node's RDMA port was ACTIVE and LinkUp (1) or not (0) in its newest certification.",
+            labels=["node", "hca", "port"],
+        )
+        rate = GaugeMetricFamily(
+            "gpucert_fabric_port_rate_gbps",
+            "The rate the node's RDMA port trained to, in Gb/s, in its newest certification.",
+            labels=["node", "hca", "port"],
+        )
+        rdma = GaugeMetricFamily(
+            "gpucert_fabric_rail_rdma_gbps",
+            "The RDMA write bandwidth last measured on the node's rail (median of its pairs), in Gb/s.",
+            labels=["node", "rail", "hca", "port"],
+        )
+        for folder, node in newest:
+            for p in self.readings(folder, node):
+                labels = [node, p.hca, str(p.port)]
+                active.add_metric(labels, 1.0 if p.active else 0.0)
+                if p.rate_gbps is not None:
+                    rate.add_metric(labels, p.rate_gbps)
+                for rail, gbps in sorted(p.rdma_gbps.items()):
+                    rdma.add_metric([node, str(rail), p.hca, str(p.port)], gbps)
+        return [f for f in (active, rate, rdma) if f.samples]  # a fleet without a fabric shows none of them
