@@ -49,3 +49,9 @@ def test_gpudirect_rdma(node: str, decision: Finding) -> None:
 def test_nccl_transport(pool: str, decision: Finding) -> None:
     """NCCL's all-reduce across the pool's nodes ran over NET/IB with GDRDMA on every channel, never NET/Socket."""
     expect(decision)
+
+
+@pytest.mark.check("fabric.firmware")
+def test_hca_firmware(node: str, decision: Finding) -> None:
+    """Every rail HCA runs the firmware the stack pins (`hca-firmware`), or, with no pin, the pool's majority."""
+    expect(decision)

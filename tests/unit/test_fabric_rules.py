@@ -260,3 +260,42 @@ def test_the_punch_list_names_rail_hca_port_and_peer_of_a_fabric_finding() -> No
     assert severity_of("fabric.counters") == "hardware"
     assert severity_of("fabric.gdr") == "configuration"
     assert severity_of("pool.fabric") == "configuration"
+
+
+def test_hca_firmware_against_its_pin_or_else_the_pools_majority() -> None:
+    from gpucert.evaluate.rules.fabric_ports import judge_firmware
+
+    fw = {"mlx5_0": "28.39.1002", "mlx5_1": "28.36.1010"}
+    pinned = judge_firmware("n1", fw, "28.39.1002", "28.36.1010")
+    assert pinned.status is FAIL
+    assert "mlx5_1 28.36.1010, where the pin hca-firmware runs 28.39.1002" in pinned.message
+    skewed = judge_firmware("n1", fw, None, "28.39.1002")
+    assert skewed.status is FAIL
+    assert "most of the pool's rail HCAs run 28.39.1002" in skewed.message
+    assert judge_firmware("n1", dict.fromkeys(fw, "28.39.1002"), None, "28.39.1002").status is PASS
+    assert judge_firmware("n1", {"mlx5_0": None}, None, None).status is ERROR
+
+
+def test_nvidia_peermem_is_read_from_the_driver_daemonsets_own_container() -> None:
+    from gpucert.stack.components import DEFAULT_SOURCES
+    from gpucert.stack.observe import observe_stack
+
+    node = {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    pod = {
+        "metadata": {
+            "name": "nvidia-driver-daemonset-x",
+            "namespace": "gpu-operator",
+            "labels": {"app": "nvidia-driver-daemonset"},
+        },
+        "spec": {
+            "nodeName": "n1",
+            "containers": [
+                {"name": "nvidia-driver-ctr", "image": "nvcr.io/nvidia/driver:570.124.06-ubuntu22.04"},
+                {"name": "nvidia-peermem-ctr", "image": "nvcr.io/nvidia/driver:570.124.06-ubuntu22.04"},
+            ],
+        },
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    seen = observe_stack([node], [pod], DEFAULT_SOURCES).nodes["n1"].components
+    assert seen["nvidia-peermem"].version == "570.124.06"
+    assert seen["driver"].version == "570.124.06"

@@ -153,6 +153,7 @@ def test_a_pool_with_a_fabric_requires_its_checks_per_node_rail_and_rack_pair(tm
         CheckKey("fabric.rdma_bw", None, None, f"{pool} racks r1+r2")
     }
     assert {k.node for k in plan.required if k.check == "fabric.gdr"} == set(labels)
+    assert {k.node for k in plan.required if k.check == "fabric.firmware"} == set(labels)
     assert {k for k in plan.required if k.check == "fabric.nccl_transport"} == {
         CheckKey("fabric.nccl_transport", None, None, pool)
     }

@@ -9,6 +9,7 @@ rail, or the link between the two nodes), see rules/fabric_isolation.py.
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from gpucert.evaluate.rules.fabric_config import POOL_FABRIC, judge_pool_fabric
@@ -17,6 +18,7 @@ from gpucert.evaluate.rules.fabric_ports import (
     gpus_of_rail,
     judge_affinity,
     judge_counters,
+    judge_firmware,
     judge_gdr,
     judge_port,
     rail_port,
@@ -180,6 +182,18 @@ def _rdma_node(view: FabricView, node: str, rail: int, port: str) -> Finding:
     return Finding(RDMA, PASS, node, None, f"{where}: {said} (limit {limit}){beside}", observed=median, unit="Gb/s")
 
 
+def _firmware(view: FabricView, node: str) -> Finding:
+    def firmware(n: str) -> dict[str, str | None]:
+        nf = view.node(n)
+        ports = [rail_port(nf, view.spec, r) for r in range(view.spec.rails.count)] if nf is not None else []
+        return {p.hca: p.fw_ver for p in ports if p is not None}
+
+    pin = view.ev.spec.stack_for(view.pool.name).component("hca-firmware")
+    counts = Counter(v for n in view.members for v in firmware(n).values() if v)
+    majority = counts.most_common(1)[0][0] if counts else None
+    return judge_firmware(node, firmware(node), pin.version if pin is not None else None, majority)
+
+
 def _rdma_racks(ev: Evaluation, detail: str) -> Finding:
     pool_name, _, racks = detail.partition(" racks ")
     a, _, b = racks.partition("+")
@@ -234,6 +248,8 @@ def decide_fabric(ev: Evaluation, key: CheckKey) -> Finding:
         assert nf is not None
         hcas = [p.hca for r in range(pool.fabric.rails.count) if (p := rail_port(nf, pool.fabric, r)) is not None]
         return judge_gdr(node, nf.gdr, hcas, list(range(ev.pools.gpus_per_node(node))))
+    if key.check == "fabric.firmware":
+        return _firmware(view, node)
     rail = rail_of(key.detail)
     if rail is None or rail >= pool.fabric.rails.count:
         return Finding(key.check, ERROR, node, None, f"{key}: no such rail in pool {pool.name}'s fabric")

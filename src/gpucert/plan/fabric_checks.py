@@ -1,7 +1,8 @@
 """The fabric checks a pool with a `fabric` section requires. Pure (the spec and the pools of the inventory).
 
 Per pool: `pool.fabric` (configure). Per node of the pool and rail: `fabric.port`, `fabric.counters`,
-`fabric.affinity`, `fabric.rdma_bw` (the node's rail against every peer it was paired with); per node: `fabric.gdr`;
+`fabric.affinity`, `fabric.rdma_bw` (the node's rail against every peer it was paired with); per node: `fabric.gdr`,
+`fabric.firmware` (the rail HCAs' firmware against the stack's `hca-firmware` pin, or the pool's majority);
 per pool, where an all-reduce across nodes runs: `fabric.nccl_transport` (one collective, one finding). Per pair
 of racks the pool's nodes are in (when the fabric names a rack label): `fabric.rdma_bw` of the link between them.
 A pair of nodes is not a check of its own: a full round-robin of 1,024 nodes has 523,776 pairs per rail, so a
@@ -17,6 +18,7 @@ from gpucert.spec.cluster import ClusterSpec, Pool
 from gpucert.spec.pools import PoolMap
 
 __all__ = [
+    "NODE_CHECKS",
     "NODE_RAIL_CHECKS",
     "fabric_certify_keys",
     "fabric_configure_keys",
@@ -27,6 +29,7 @@ __all__ = [
 ]
 
 NODE_RAIL_CHECKS = ("fabric.port", "fabric.counters", "fabric.affinity", "fabric.rdma_bw")
+NODE_CHECKS = ("fabric.gdr", "fabric.firmware")
 
 
 def rail_detail(rail: int) -> str:
@@ -74,7 +77,7 @@ def fabric_certify_keys(spec: ClusterSpec, pools: PoolMap) -> tuple[list[CheckKe
         if len(members) < 2:
             left_out["fabric.rdma_bw"] = f"pool {pool.name} has {len(members)} node(s): no pair to measure"
         keys += [CheckKey(c, n, None, r) for n in members for r in rails for c in checks]
-        keys += [CheckKey("fabric.gdr", n) for n in members]
+        keys += [CheckKey(c, n) for n in members for c in NODE_CHECKS]
         if spec.certify.multinode is not None and len(members) >= 2:  # one collective, one finding
             keys.append(CheckKey("fabric.nccl_transport", None, None, pool.name))
         else:

@@ -51,6 +51,11 @@ DEFAULT_SOURCES: dict[str, ComponentSource] = {
     "dcgm-exporter": ComponentSource("nvidia-dcgm-exporter", "nvidia-dcgm-exporter"),
     "mig-manager": ComponentSource("nvidia-mig-manager", "nvidia-mig-manager"),
     "operator-validator": ComponentSource("nvidia-operator-validator", "nvidia-operator-validator"),
+    # GPUDirect RDMA's legacy path: with driver.rdma.enabled the operator adds this container to the driver's own
+    # DaemonSet (NVIDIA/gpu-operator, controllers/object_controls.go, transformPeerMemoryContainer); its image is
+    # the driver's, so its version is the driver's. DOCA-OFED runs under the Network Operator, in its own namespace
+    # and a DaemonSet named per OS: pin it with a `source` (app: mofed-<os><version>, container: mofed-container).
+    "nvidia-peermem": ComponentSource("nvidia-driver-daemonset", "nvidia-peermem-ctr"),
 }
 
 # what each component waits for on a GPU Operator install: the operator's validator init containers hold the
@@ -62,6 +67,7 @@ OPERATOR_DEPENDENCIES: dict[str, tuple[str, ...]] = {
     "dcgm": ("container-toolkit",),
     "dcgm-exporter": ("container-toolkit",),
     "mig-manager": ("container-toolkit",),
+    "nvidia-peermem": ("driver",),
 }
 
 # `570.124.06-ubuntu22.04` -> 570.124.06, `v0.17.0` -> 0.17.0, `4.1.1-4.0.4-ubuntu22.04` -> 4.1.1-4.0.4

@@ -117,12 +117,14 @@ def _observe_pod(pod: Mapping[str, Any], source: ComponentSource) -> ComponentOb
     )
 
 
-def _component_of(pod: Mapping[str, Any], sources: Mapping[str, ComponentSource]) -> str | None:
+def _components_of(pod: Mapping[str, Any], sources: Mapping[str, ComponentSource]) -> list[str]:
+    """The components a pod runs: one pod may hold several, each in its own container (the driver's DaemonSet
+    runs nvidia-peermem beside the driver)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     owners = [(o.get("kind", ""), o.get("name", "")) for o in meta.get("ownerReferences") or []]
     namespace = str(meta.get("namespace", ""))
-    return next((name for name, s in sources.items() if s.matches(namespace, labels, owners)), None)
+    return [name for name, s in sources.items() if s.matches(namespace, labels, owners)]
 
 
 def observe_stack(
@@ -138,13 +140,13 @@ def observe_stack(
     keep = set(keep_labels)
     components: dict[str, dict[str, ComponentObservation]] = {}
     for pod in pods:
-        name = _component_of(pod, sources)
         node = pod.get("spec", {}).get("nodeName")
-        if name is None or node is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
+        if node is None or (pod.get("metadata") or {}).get("deletionTimestamp"):
             continue
-        obs = _observe_pod(pod, sources[name])
-        if obs is not None:
-            components.setdefault(node, {})[name] = obs
+        for name in _components_of(pod, sources):
+            obs = _observe_pod(pod, sources[name])
+            if obs is not None:
+                components.setdefault(node, {})[name] = obs
     out: dict[str, NodeStack] = {}
     for node in nodes:
         name = node["metadata"]["name"]

@@ -20,6 +20,7 @@ __all__ = [
     "gpus_of_rail",
     "judge_affinity",
     "judge_counters",
+    "judge_firmware",
     "judge_gdr",
     "judge_port",
     "link_of",
@@ -186,3 +187,21 @@ def judge_gdr(node: str, gdr: GdrFacts | None, hcas: list[str], gpus: list[int])
     why.append("" if kernel else f"kernel {gdr.kernel} (DMA-BUF needs 5.12)")
     message = f"{node}: GPUDirect RDMA is off: nvidia_peermem is not loaded, {'; '.join(w for w in why if w)}"
     return Finding(check, FAIL, node, None, message, observed="off", expected="peermem or DMA-BUF")
+
+
+def judge_firmware(node: str, firmware: dict[str, str | None], pin: str | None, majority: str | None) -> Finding:
+    """`fabric.firmware`: every rail HCA's firmware (`firmware`: HCA -> fw_ver) is the version the stack pins as
+    `hca-firmware`, or, with no pin, the version most of the pool's rail HCAs run (skew, as for kernel and OS)."""
+    check = "fabric.firmware"
+    unread = sorted(h for h, v in firmware.items() if not v)
+    if unread or not firmware:
+        return Finding(
+            check, ERROR, node, None, f"{node}: no firmware version read for {', '.join(unread) or 'any rail HCA'}"
+        )
+    want, what = (pin, "the pin hca-firmware") if pin else (majority, "most of the pool's rail HCAs")
+    odd = {h: v for h, v in firmware.items() if want is not None and v != want}
+    if odd:
+        said = ", ".join(f"{h} {v}" for h, v in sorted(odd.items()))
+        message = f"{node}: HCA firmware {said}, where {what} run{'s' if pin else ''} {want}"
+        return Finding(check, FAIL, node, None, message, observed=next(iter(odd.values())), expected=want)
+    return Finding(check, PASS, node, None, f"{node}: every rail HCA runs firmware {want or '(no majority)'}")
