@@ -230,11 +230,11 @@ def test_three_faults_on_a_16_node_two_rack_fabric_are_three_causes() -> None:
 
 def test_a_port_that_is_down_covers_its_pairs_and_a_clean_rail_has_no_cause() -> None:
     slow = {frozenset(("n05", n)): 0.01 for n in NODES if n != "n05"}
-    iso = isolate_rail(0, figures(0, slow), 360.0, NODES, RACKS, ports_down={"n05"})
+    iso = isolate_rail(0, figures(0, slow), 360.0, NODES, RACKS, down={"n05": "fabric.port@n05[rail0]"})
     assert not iso.nodes
     assert not iso.links
     assert not iso.racks
-    assert {c for c in iso.cause.values()} == {"port n05"}
+    assert set(iso.cause.values()) == {"fabric.port@n05[rail0]"}
     clean = isolate_rail(1, figures(1, {}), 360.0, NODES, RACKS)
     assert not clean.cause
 

@@ -92,8 +92,25 @@ class FabricView:
         assert nf is not None
         return judge_port(node, rail, rail_port(nf, self.spec, rail), self.spec)
 
-    def ports_down(self, rail: int) -> set[str]:
-        return {n for n in self.members if self.node(n) is not None and self.port(n, rail).status is FAIL}
+    def down(self, rail: int) -> dict[str, str]:
+        """The nodes whose own finding explains all their pairs on `rail`, with that finding's key: a failing port
+        (fabric.port), no GPUDirect RDMA (fabric.gdr: ib_write_bw --use_cuda cannot register GPU memory)."""
+        out: dict[str, str] = {}
+        for n in self.members:
+            if self.node(n) is None:
+                continue
+            if self.port(n, rail).status is FAIL:
+                out[n] = str(CheckKey("fabric.port", n, None, rail_detail(rail)))
+            elif self.gdr(n).status is FAIL:
+                out[n] = str(CheckKey("fabric.gdr", n))
+        return out
+
+    def gdr(self, node: str) -> Finding:
+        nf = self.node(node)
+        assert nf is not None
+        rails = range(self.spec.rails.count)
+        hcas = [p.hca for r in rails if (p := rail_port(nf, self.spec, r)) is not None]
+        return judge_gdr(node, nf.gdr, hcas, list(range(self.ev.pools.gpus_per_node(node))))
 
     def rdma(self) -> list[RdmaBandwidth]:
         found = list(self.ev.fabric.rdma) if self.ev.fabric is not None else []
@@ -108,7 +125,7 @@ class FabricView:
             figures = [
                 _pair_figure(r, limit) for r in self.rdma() if r.rail == rail and {r.client, r.server} <= members
             ]
-            self._rails[rail] = isolate_rail(rail, figures, limit, self.members, self.racks(), self.ports_down(rail))
+            self._rails[rail] = isolate_rail(rail, figures, limit, self.members, self.racks(), self.down(rail))
         return self._rails[rail]
 
     def racks(self) -> dict[str, str | None]:
@@ -141,6 +158,9 @@ def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
         return Finding(check, SKIP, node, None, f"{where}: its port fails (see fabric.port)", cause=cause)
     if check == "fabric.counters":
         return judge_counters(node, rail, port.key, nf.counters, spec)
+    if view.gdr(node).status is FAIL:
+        message = f"{rail_where(node, rail, port.key)}: no GPUDirect RDMA to measure from GPU memory (see fabric.gdr)"
+        return Finding(check, SKIP, node, None, message, cause=str(CheckKey("fabric.gdr", node)))
     return _rdma_node(view, node, rail, port.key)
 
 
@@ -244,10 +264,7 @@ def decide_fabric(ev: Evaluation, key: CheckKey) -> Finding:
     if missing is not None:
         return missing
     if key.check == "fabric.gdr":
-        nf = view.node(node)
-        assert nf is not None
-        hcas = [p.hca for r in range(pool.fabric.rails.count) if (p := rail_port(nf, pool.fabric, r)) is not None]
-        return judge_gdr(node, nf.gdr, hcas, list(range(ev.pools.gpus_per_node(node))))
+        return view.gdr(node)
     if key.check == "fabric.firmware":
         return _firmware(view, node)
     rail = rail_of(key.detail)

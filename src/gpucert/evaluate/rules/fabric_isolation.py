@@ -2,7 +2,8 @@
 
 A slow pair says only that something between two nodes is slow. The cause is isolated by topology, per rail, from
 the widest to the narrowest explanation that fits, so one fault is one finding:
-1. a port that is down or trained down (`fabric.port` failed) explains every pair on it;
+1. a port that is down or trained down (`fabric.port` failed), or a node without GPUDirect RDMA (`fabric.gdr`:
+   ib_write_bw --use_cuda cannot register GPU memory there), explains every pair it is in;
 2. a link between two racks: most pairs across the two racks are slow (pairs touching a node of 1. aside);
 3. a node's rail (its NIC, cable or switch port): most of its pairs are slow (those explained by 1. and 2. aside),
    taking the worst node first so that its peers' pairs with it are explained by it;
@@ -13,7 +14,7 @@ the widest to the narrowest explanation that fits, so one fault is one finding:
 from __future__ import annotations
 
 import statistics
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["PairFigure", "RailIsolation", "isolate_rail"]
@@ -103,17 +104,19 @@ def isolate_rail(
     limit: float,
     order: Sequence[str],
     racks: Mapping[str, str | None] | None = None,
-    ports_down: Collection[str] = (),
+    down: Mapping[str, str] | None = None,
 ) -> RailIsolation:
     """Isolate the slow pairs of one rail. `order`: the pool's nodes in inventory order; `racks`: each node's rack
-    (None: not labelled); `ports_down`: the nodes whose port on this rail failed `fabric.port`."""
+    (None: not labelled); `down`: the nodes whose own finding explains every pair they are in on this rail (their
+    port failed `fabric.port`, their GPUDirect RDMA `fabric.gdr`), with that finding's key."""
+    down = down or {}
     iso = RailIsolation(rail, limit, list(pairs))
     for p in iso.pairs:
-        down = next((n for n in (p.a, p.b) if n in ports_down), None)
-        if down is not None:
-            iso.cause[(p.a, p.b)] = f"port {down}"
+        node = next((n for n in (p.a, p.b) if n in down), None)
+        if node is not None:
+            iso.cause[(p.a, p.b)] = down[node]
     _racks(iso, racks or {}, [p for p in iso.pairs if (p.a, p.b) not in iso.cause])
-    _nodes(iso, [n for n in order if n not in ports_down])
+    _nodes(iso, [n for n in order if n not in down])
     rank = {n: i for i, n in enumerate(order)}
     for p in iso.pairs:
         if (p.a, p.b) not in iso.cause and iso.slow(p):
