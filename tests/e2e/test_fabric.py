@@ -29,3 +29,14 @@ def test_a_fabric_on_nodes_without_an_rdma_resource_is_one_configure_finding_nam
     assert run.findings == {("pool.fabric", None, None)}
     [finding] = run.verdict["findings"]
     assert finding["message"].startswith("pool train: no node of the pool offers an RDMA device plugin resource")
+
+
+def test_the_pools_own_multinode_figure_holds_the_all_reduce_across_its_nodes(certify) -> None:
+    """fabric.ncclBusbw is the pool's all-reduce figure across its nodes, in place of the SKU baseline's."""
+    busbw = {"expected": 5000.0, "tolerance": 0.1, "source": "our fabric's acceptance contract, 2026"}
+    spec = fabric_spec(dict(FABRIC, ncclBusbw=busbw), nodes=2, probes=["health"], multinode={})
+    run = certify(fleet_doc(nodes=2), spec=spec, suites=("certify",))
+    [found] = [f for f in run.verdict["findings"] if f["check"] == "nccl.all_reduce.multinode"]
+    assert found["status"] == "fail"
+    assert found["expected"] == 5000.0
+    assert found["limit"] == 4500.0

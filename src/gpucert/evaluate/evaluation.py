@@ -16,7 +16,7 @@ from typing import Any
 
 from gpucert.acceptance.waivers import WaiverBook, book_for, decide_waiver
 from gpucert.errors import EvidenceError
-from gpucert.evaluate.fabric_decisions import decide_fabric
+from gpucert.evaluate.fabric_decisions import decide_fabric, multinode_figure
 from gpucert.evaluate.handover_decisions import against_handover, identity
 from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.performance_decisions import judge_metric, node_straggler
@@ -543,8 +543,10 @@ class Evaluation:
         """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
         if self.spec.certify.multinode is None:
             return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
-        baseline = self.baselines[self.spec.pools[0].name]  # a spec with certify.multinode has one pool
-        if MULTINODE not in baseline.metrics:
+        pool = self.spec.pools[0]  # a spec with certify.multinode has one pool
+        baseline = self.baselines[pool.name]
+        figure = multinode_figure(pool) or baseline.metrics.get(MULTINODE)  # the pool's fabric first
+        if figure is None:
             return Finding(MULTINODE, ERROR, None, None, f"the baseline {baseline.sku} has no figure for it")
         fabric = self.fabric
         if fabric is None:
@@ -559,7 +561,7 @@ class Evaluation:
             if cause is not None and len(fabric.nodes) < 2:
                 return _skip(MULTINODE, None, None, f"{why} (see {CheckKey.parse(cause).check})", cause)
             return Finding(MULTINODE, ERROR, None, None, why)
-        return judge_multinode(fabric, baseline.metrics[MULTINODE])
+        return judge_multinode(fabric, figure)
 
     def fabric_straggler(self, node: str) -> Finding:
         """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""

@@ -29,16 +29,26 @@ from gpucert.evaluate.rules.performance import sample_problem
 from gpucert.measure.evidence_fabric import NodeFabric, RdmaBandwidth
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.fabric_checks import rail_detail, rail_of
+from gpucert.spec.baseline import MetricBaseline
 from gpucert.spec.cluster import Pool
 from gpucert.spec.fabric import FabricSpec
 
 if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
 
-__all__ = ["FabricView", "decide_fabric", "fabric_view"]
+__all__ = ["FabricView", "decide_fabric", "fabric_view", "multinode_figure"]
 
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
 RDMA = "fabric.rdma_bw"
+
+
+def multinode_figure(pool: Pool) -> MetricBaseline | None:
+    """The all-reduce bus bandwidth the pool's fabric expects across its nodes (`fabric.ncclBusbw`), as a baseline
+    figure; None when it names none (the SKU baseline's `nccl.all_reduce.multinode` holds then)."""
+    busbw = pool.fabric.nccl_busbw if pool.fabric is not None else None
+    if busbw is None:
+        return None
+    return MetricBaseline(expected=busbw.expected, unit="GB/s", tolerance=busbw.tolerance, source=busbw.source)
 
 
 def pool_fabric(ev: Evaluation, pool_name: str) -> Finding:
