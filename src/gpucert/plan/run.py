@@ -23,6 +23,7 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.inventory import Inventory
+from gpucert.plan.pairs import rounds as pair_rounds
 from gpucert.plan.runfolder import Mode, RunFolder
 from gpucert.spec.baseline import GpuBaseline, check_baseline_for, load_baseline
 from gpucert.spec.cluster import ClusterSpec, ReplayTargetSpec, load_spec
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Mode",
     "Progress",
+    "fabric_rounds",
     "import_evidence",
     "load_inputs",
     "measure",
@@ -243,6 +245,7 @@ def measure(
         dcgm_level=spec.certify.dcgm.level,
         samples=dict(spec.certify.samples),
         gpus={n: pools.gpus_per_node(n) for n in pools.placed},
+        fabric=any(p.fabric is not None for p in spec.pools),
     )
 
     collected: list[str] = [
@@ -260,15 +263,33 @@ def measure(
     if chosen:
         target.measure(chosen, measure_plan, sink)
     multinode = spec.certify.multinode
+    order = {n: i for i, n in enumerate(inventory.names)}
+    collected = sorted(collected, key=order.__getitem__)
+    ring: list[str] = []
     if multinode is not None:
-        order = {n: i for i, n in enumerate(inventory.names)}
-        nodes = sorted(collected, key=order.__getitem__)[: multinode.max_nodes]
-        folder.write_fabric(measure_fabric(target, nodes, measure_plan))
-        if multinode.pairs and len(nodes) >= 3 and isinstance(target, FabricTarget):
-            done: list[FabricEvidence] = []
-            for rnd in neighbour_pairs(nodes):
-                done += target.measure_fabrics(rnd, measure_plan)
-                folder.write_fabric_pairs(FabricPairs(pairs=done))
+        ring = collected[: multinode.max_nodes]
+        folder.write_fabric(measure_fabric(target, ring, measure_plan))
+    schedule = fabric_rounds(pools, collected) or (
+        neighbour_pairs(ring) if multinode is not None and multinode.pairs and len(ring) >= 3 else []
+    )
+    if schedule and isinstance(target, FabricTarget):
+        done: list[FabricEvidence] = []
+        for rnd in schedule:
+            done += target.measure_fabrics(rnd, measure_plan)
+            folder.write_fabric_pairs(FabricPairs(pairs=done))
+
+
+def fabric_rounds(pools: PoolMap, nodes: list[str]) -> list[list[list[str]]]:
+    """Every pair of the measured nodes of each pool with a fabric section, in the rounds of a round-robin
+    tournament (plan/pairs.py): no node in two pairs at once, the pools' rounds run side by side (their nodes are
+    apart). A pair's document carries its all-reduce, its RDMA bandwidth per rail and NCCL's transport."""
+    per_pool = [
+        pair_rounds([n for n in nodes if pools.name_of(n) == pool.name])
+        for pool in pools.spec.pools
+        if pool.fabric is not None
+    ]
+    longest = max((len(r) for r in per_pool), default=0)
+    return [[list(p) for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]
 
 
 def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:

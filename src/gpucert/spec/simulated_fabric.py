@@ -72,6 +72,8 @@ class FleetFabric(Document):
     # what perftest's ib_write_bw reaches of the port's rate on a healthy link (encoding and headers take the rest)
     efficiency: Annotated[float, Field(gt=0, le=1)] = 0.96
     racks: Racks | None = None
+    # the RDMA device plugin resource every node offers (allocatable); null: none (the pods cannot get the HCAs)
+    resource: str | None = "rdma/rdma_shared_device_a"
 
     def hca(self, rail: int) -> str:
         return self.hcas[rail] if self.hcas is not None else f"mlx5_{rail}"

@@ -27,6 +27,7 @@ class MeasurePlan:
     samples: Mapping[str, int] = field(default_factory=dict)  # per probe, the fewest repetitions to take
     # GPUs each node's pool expects (a probe pod requests them all); nodes not listed: the target's own count
     gpus: Mapping[str, int] = field(default_factory=dict)
+    fabric: bool = False  # a pool has a fabric section: read each node's fabric, measure pairs' RDMA per rail
 
     def to_json(self) -> dict[str, Any]:
         return {

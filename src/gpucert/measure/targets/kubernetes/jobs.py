@@ -107,6 +107,7 @@ class ProbeJobs:
             device="cupy",
             samples={Probe(k): n for k, n in self.plan.samples.items()},
             dcgm=DcgmPlan(level=self.plan.dcgm_level),
+            fabric=self.plan.fabric,
         )
         most = max([self.gpus_per_node, *self.plan.gpus.values()])
         needed = job_seconds(self.probe_plan, most)

@@ -29,6 +29,11 @@ IMAGES = {
 class SimulatedCluster(World):
     """What a live API server would list for the fleet."""
 
+    def _rdma_resource(self) -> dict[str, str]:
+        """The RDMA device plugin's resource a node with a fabric offers (the shared device plugin's 63 slots)."""
+        fabric = self.fleet.fabric
+        return {fabric.resource: "63"} if fabric is not None and fabric.resource else {}
+
     def _node_object(self, node: str) -> dict[str, Any]:
         nf = self.faults[node]
         count = len(self._present(node))
@@ -65,7 +70,12 @@ class SimulatedCluster(World):
             "metadata": {"name": node, "labels": labels, "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, node))},
             "status": {
                 "capacity": {"cpu": "224", "memory": "2113435500Ki", "nvidia.com/gpu": str(count)},
-                "allocatable": {"cpu": "223", "memory": "2102949740Ki", "nvidia.com/gpu": str(healthy)},
+                "allocatable": {
+                    "cpu": "223",
+                    "memory": "2102949740Ki",
+                    "nvidia.com/gpu": str(healthy),
+                    **self._rdma_resource(),
+                },
                 "conditions": [ready],
                 "nodeInfo": {
                     "kubeletVersion": self._version(node, "kubelet"),
