@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpucert.errors import ConfigError
 from gpucert.fleet.soak import SoakBusyError, SoakFolder, resume_soak, start_soak
@@ -167,6 +168,17 @@ def test_a_node_that_failed_leaves_and_rejoins_with_its_clock_from_zero(tmp_path
     }
     assert progress["nodes"]["gpu-node-1"]["cleanHours"] == 5.0
     assert progress["nodes"]["gpu-node-1"]["eta"] is not None
+    gauges = {
+        (sample.name, sample.labels.get("node")): sample.value
+        for family in text_string_to_metric_families((run / "soak" / "metrics.prom").read_text(encoding="utf-8"))
+        for sample in family.samples
+    }
+    assert gauges[("gpucert_soak_rounds_done", None)] == 5
+    assert gauges[("gpucert_soak_rounds_total", None)] == 12
+    assert gauges[("gpucert_soak_node_clean_hours", "gpu-node-1")] == 5.0
+    assert gauges[("gpucert_soak_node_clean_hours", "gpu-node-2")] == 2.0
+    assert gauges[("gpucert_soak_node_running", "gpu-node-2")] == 0
+    assert gauges[("gpucert_soak_node_running", "gpu-node-3")] == 1
     with pytest.raises(ConfigError, match="has not left"):
         resume_soak(run, rejoin=["gpu-node-1"])
     result = resume_soak(run, rejoin=["gpu-node-2"])
@@ -202,6 +214,14 @@ def test_the_soak_command_on_the_example(tmp_path: Path, capsys: pytest.CaptureF
         "gpu-node-3": "pass",
         "gpu-node-4": "fail",
     }
+    report = (run / "soak" / "report.html").read_text(encoding="utf-8")
+    assert "Clean hours per node" in report
+    assert "10 / 24 h" in report  # gpu-node-2's clean hours
+    bandwidth = report[report.index("<title>memory.bandwidth, pool default</title>") :]
+    bandwidth = bandwidth[: bandwidth.index("</svg>")]
+    assert bandwidth.count('stroke-opacity="0.15"') == 30  # the 30 other GPUs, each a faint line
+    assert bandwidth.count('stroke="#c0392b"') == 2  # the flagged: the degraded board, and the XID's GPU
+    assert "<title>gpu-node-2/gpu3</title>" in bandwidth
     assert main(["soak", "--resume", str(run), "-q"]) == 1  # an ended soak resumes to the same result
     assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--resume", str(run)]) == 2
     assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--duration", "5h", "--round", "2h"]) == 2

@@ -235,6 +235,12 @@ def accept(
 
     if not run_dirs:
         raise ConfigError("accept needs the run folders to accept: gpucert accept RUN_DIR... --sign-key KEY")
+    from gpucert.acceptance.soak import open_soak, require_soak, split_soak_runs
+
+    soak_dirs, run_dirs = split_soak_runs(run_dirs)
+    soaks = [open_soak(p, keys) for p in soak_dirs]
+    if not run_dirs:
+        raise ConfigError("accept needs the certification runs beside the soaks: gpucert accept RUN_DIR... SOAK_DIR...")
     seen = sorted((open_run(p, keys) for p in run_dirs), key=lambda r: (r.started, r.id))
     if len({r.id for r in seen}) != len(seen):
         raise ConfigError("the same run is given twice; give each run folder once")
@@ -246,6 +252,7 @@ def accept(
     id_ = run_id(specs[0], now)  # an acceptance record is named as a run is: its time, then its spec
     expected = sum(p.expect.nodes for p in latest_spec.pools)
     record = build_record(seen, expected=expected, spec=specs[0], now=now, id_=id_)
+    require_soak(record, soaks, latest_spec.acceptance.soak_hours)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

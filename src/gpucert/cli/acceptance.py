@@ -18,6 +18,7 @@ from rich.console import Console
 from gpucert.errors import ConfigError
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
+from gpucert.report.soak_verdict import SOAK_PREDICATE_TYPE
 
 __all__ = ["add_acceptance_commands"]
 
@@ -106,6 +107,14 @@ def cmd_verify(a: argparse.Namespace) -> int:
             )
             mode = str((pred.get("scope") or {}).get("mode"))
             console.print(f"scope: {SCOPES.get(mode, f'{mode}: unknown (signed by another gpucert?)')}", markup=False)
+        elif v.statement.get("predicateType") == SOAK_PREDICATE_TYPE:
+            soak = pred.get("soak", {})
+            console.print(
+                f"soak of spec {pred.get('spec', {}).get('name')} ({pred.get('target')}), run "
+                f"{pred.get('run', {}).get('id')}: {soak.get('duration')} in {soak.get('round')} rounds, result "
+                f"{str(pred.get('result', '?')).upper()}, {files} files",
+                markup=False,
+            )
         else:
             console.print(
                 f"acceptance {pred.get('id')} of spec {pred.get('spec')}: result {str(pred.get('result')).upper()}, "

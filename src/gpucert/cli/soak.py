@@ -59,10 +59,17 @@ def cmd_soak(args: argparse.Namespace, console: Console) -> int:
             highlight=False,
         )
 
+    key = Path(args.sign_key) if args.sign_key else None
+    if key is not None:
+        from gpucert.report.keys import load_private_key
+
+        load_private_key(key)  # a bad key is said before hours of soak, not after
     if args.resume is not None:
         if args.spec is not None or args.duration is not None or args.round is not None:
             raise ConfigError("--resume continues a soak as it was started: give RUN alone (and --rejoin)")
-        result = resume_soak(Path(args.resume), rejoin=args.rejoin, on_progress=None if args.quiet else progress)
+        result = resume_soak(
+            Path(args.resume), rejoin=args.rejoin, on_progress=None if args.quiet else progress, sign_key=key
+        )
     else:
         if args.spec is None:
             raise ConfigError("give a SPEC to start a soak, or --resume RUN to continue one")
@@ -74,9 +81,12 @@ def cmd_soak(args: argparse.Namespace, console: Console) -> int:
             duration=args.duration,
             round_=args.round,
             on_progress=None if args.quiet else progress,
+            sign_key=key,
         )
     console.print(_table(result))
     console.print(f"soak {result.result.upper()}: {result.run}", highlight=False)
+    if key is not None:
+        console.print(f"signed: {result.run / 'certificate.intoto.json'}", highlight=False)
     return 0 if result.result == "pass" else 1
 
 
@@ -90,5 +100,6 @@ def add_soak_command(sub: Any, console: Console) -> None:
         "--rejoin", action="append", default=[], metavar="NODE", help="with --resume: a repaired node restarts"
     )
     s.add_argument("--reports", default="reports", help="where the run folder is created (default ./reports)")
+    s.add_argument("--sign-key", default=None, help="sign the soak's verdict and files with this private key")
     s.add_argument("-q", "--quiet", action="store_true", help="no line per round")
     s.set_defaults(func=lambda a: cmd_soak(a, console))

@@ -24,6 +24,8 @@ from gpucert.evaluate.rules.soak import Peers, judge_round
 from gpucert.evaluate.soak_history import NodeHistory
 from gpucert.evaluate.soak_round import NodeRound, RoundEvidence, summarize
 from gpucert.fleet.soak.folder import SoakFolder
+from gpucert.fleet.soak.metrics import METRICS_FILE, write_soak_metrics
+from gpucert.fleet.soak.seal import seal
 from gpucert.plan import run as runner
 from gpucert.plan.checks import Finding
 from gpucert.plan.runfolder import RunFolder
@@ -278,6 +280,13 @@ class SoakController:
             for n in self.nodes.values()
         }
         progress = Progress(done, total, nodes, self.wall_s, self.controller_s, self.ingest_s)
+        write_soak_metrics(
+            self.folder.path / METRICS_FILE,
+            self.folder.run.id,
+            self.spec.metadata.name,
+            progress,
+            per_round * (total - done),
+        )
         self.folder.write_progress(
             {"round": done, "rounds": total, "roundHours": self.round_h, "nodes": nodes, "updated": _now()}
         )
@@ -341,13 +350,14 @@ def start_soak(
     duration: str | None = None,
     round_: str | None = None,
     on_progress: Callable[[Progress], None] | None = None,
+    sign_key: Path | None = None,
 ) -> SoakResult:
-    """A new soak of the spec's nodes in a new run folder under `reports`, run to its end."""
+    """A new soak of the spec's nodes in a new run folder under `reports`, run to its end, its verdict written
+    (and signed with `sign_key`)."""
     spec, baselines = runner.load_inputs(spec_path)
     soak = _soak_spec(spec, duration, round_)
     target = _round_target(spec, soak)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H-%M-%SZ")
-    run = RunFolder.create(reports, f"{stamp}-{spec.metadata.name}-soak")
+    run = RunFolder.create(reports, spec.metadata.name, suffix="soak")
     run.copy_inputs(spec.path, spec.baseline_paths())
     from gpucert.measure.targets import open_target
 
@@ -368,11 +378,17 @@ def start_soak(
             "started": _now(),
         }
     )
-    return SoakController(spec, baselines, folder, target, on_progress).run()
+    result = SoakController(spec, baselines, folder, target, on_progress).run()
+    seal(folder, spec, result, sign_key)
+    return result
 
 
 def resume_soak(
-    run_dir: Path, *, rejoin: Sequence[str] = (), on_progress: Callable[[Progress], None] | None = None
+    run_dir: Path,
+    *,
+    rejoin: Sequence[str] = (),
+    on_progress: Callable[[Progress], None] | None = None,
+    sign_key: Path | None = None,
 ) -> SoakResult:
     """Continue the soak in `run_dir` from its first round not committed (`rejoin`: repaired nodes, whose clock
     restarts at that round)."""
@@ -387,4 +403,6 @@ def resume_soak(
         )
     spec, baselines = runner.load_inputs(path)
     soak = SoakSpec.model_validate(plan["soak"])
-    return SoakController(spec, baselines, folder, _round_target(spec, soak), on_progress).run(rejoin)
+    result = SoakController(spec, baselines, folder, _round_target(spec, soak), on_progress).run(rejoin)
+    seal(folder, spec, result, sign_key)
+    return result

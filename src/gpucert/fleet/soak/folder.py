@@ -8,6 +8,8 @@ soak/rounds/<NNNN>/summary.json   the round judged: every node's summary, findin
                                   for the nodes that have no raw file yet, never repeated for the others)
 soak/progress.json                per node: rounds, clean hours, status, ETA (rewritten after every round)
 soak/result.json                  the soak's outcome per node (at the end)
+soak/report.html                  the rounds over time per metric and pool, clean hours per node (at the end)
+soak/metrics.prom                 the progress as Prometheus gauges (after every round)
 soak/controller.lock              the controller that holds the run (pid, host, since)
 ```
 Every file is written whole or not at all (a temporary name, then a rename). Touches the file system only.
@@ -85,6 +87,10 @@ class SoakFolder:
     @property
     def result_path(self) -> Path:
         return self.path / "result.json"
+
+    @property
+    def report_path(self) -> Path:
+        return self.path / "report.html"
 
     @property
     def lock_path(self) -> Path:

@@ -1,0 +1,126 @@
+"""The soak's report (`soak/report.html`, self-contained): per pool and metric the round medians of every GPU over
+the soak's hours (each a faint line, the GPUs a finding names drawn over them in red), the same for the load's
+temperature and the clock-throttle fraction, and each node's clean hours against the duration.
+
+Pure: the rounds' summaries in (as `soak/rounds/<n>/summary.json` holds them), HTML out. Hand-written SVG, as the
+certification's report (report/plots.py): no plotting library, small at fleet scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+
+__all__ = ["SoakSeries", "render_soak_report"]
+
+W, H, L, R, T, B = 900, 220, 70, 20, 30, 36
+FAINT, FLAGGED = "#2e86de", "#c0392b"
+
+Key = tuple[str, int | None]  # (node, gpu)
+
+
+@dataclass
+class SoakSeries:
+    """Every plotted series, gathered round by round: (pool, what) -> (node, gpu) -> [(hour, value)]."""
+
+    series: dict[tuple[str, str], dict[Key, list[tuple[float, float]]]] = field(default_factory=dict)
+
+    def _add(self, pool: str, what: str, key: Key, hour: float, value: float | None) -> None:
+        if value is not None:
+            self.series.setdefault((pool, what), {}).setdefault(key, []).append((hour, value))
+
+    def add_round(self, summary: dict[str, Any], pools: dict[str, str | None]) -> None:
+        for node, r in summary["nodes"].items():
+            pool = pools.get(node) or "?"
+            hour = float(r["endH"])
+            for g in r["gpus"]:
+                key = (node, int(g["index"]))
+                for metric, value in g["medians"].items():
+                    self._add(pool, metric, key, hour, float(value))
+                self._add(pool, "temperature (°C)", key, hour, g["temperatureC"])
+                loaded = float(g["loadedS"])
+                held = sum(int(ns) for ns in g["throttleNs"].values()) / 1e9
+                self._add(pool, "throttled fraction of the loaded time", key, hour, held / loaded if loaded else None)
+            for metric, value in r["nodeMedians"].items():
+                self._add(pool, metric, (node, None), hour, float(value))
+
+
+def _lines(title: str, lines: dict[Key, list[tuple[float, float]]], flagged: set[Key], hours: float) -> str:
+    values = [v for pts in lines.values() for _, v in pts]
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.01 or 1.0
+    lo, hi = lo - pad, hi + pad
+
+    def x(h: float) -> float:
+        return L + (W - L - R) * h / (hours or 1.0)
+
+    def y(v: float) -> float:
+        return T + (H - T - B) * (1 - (v - lo) / (hi - lo))
+
+    body = [
+        f'<line x1="{L}" x2="{L}" y1="{T}" y2="{H - B}" stroke="#999"/>',
+        f'<line x1="{L}" x2="{W - R}" y1="{H - B}" y2="{H - B}" stroke="#999"/>',
+        f'<text x="{L - 6}" y="{y(hi - pad):.1f}" text-anchor="end">{hi - pad:.4g}</text>',
+        f'<text x="{L - 6}" y="{y(lo + pad):.1f}" text-anchor="end">{lo + pad:.4g}</text>',
+        f'<text x="{W - R}" y="{H - 12}" text-anchor="end">{hours:g} h</text>',
+        f'<text x="{L}" y="{H - 12}">0 h</text>',
+    ]
+    ordered = sorted(lines.items(), key=lambda kv: kv[0] in flagged)  # the flagged ones drawn last, over the rest
+    for key, pts in ordered:
+        path = " ".join(f"{x(h):.1f},{y(v):.1f}" for h, v in pts)
+        if key in flagged:
+            name = key[0] + ("" if key[1] is None else f"/gpu{key[1]}")
+            body.append(
+                f'<polyline points="{path}" fill="none" stroke="{FLAGGED}" stroke-width="2">'
+                f"<title>{escape(name)}</title></polyline>"
+            )
+        else:
+            body.append(f'<polyline points="{path}" fill="none" stroke="{FAINT}" stroke-opacity="0.15"/>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+        f'font-family="sans-serif" font-size="11" role="img"><title>{escape(title)}</title>'
+        f'<text x="{L}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>' + "".join(body) + "</svg>"
+    )
+
+
+def _clean_hours(nodes: dict[str, dict[str, Any]]) -> str:
+    rows = []
+    for node, v in nodes.items():
+        need = float(v["requiredHours"]) or 1.0
+        width = 300 * min(float(v["cleanHours"]) / need, 1.0)
+        colour = {"pass": "#27ae60", "fail": FLAGGED}.get(v["result"], "#d4ac0d")
+        rows.append(
+            f"<tr><td>{escape(node)}</td><td>{escape(str(v['pool']))}</td><td>{escape(v['result'].upper())}</td>"
+            f'<td><svg width="310" height="12"><rect width="{width:.1f}" height="12" fill="{colour}"/></svg> '
+            f"{float(v['cleanHours']):g} / {need:g} h</td>"
+            f"<td>{escape('; '.join(f['message'] for f in v['findings']))}</td></tr>"
+        )
+    return (
+        "<h2>Clean hours per node</h2><table><tr><th>node</th><th>pool</th><th>result</th><th>clean hours</th>"
+        "<th>why it left</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
+def render_soak_report(
+    *, run: str, spec: str, result: str, hours: float, nodes: dict[str, dict[str, Any]], series: SoakSeries
+) -> str:
+    """The report's HTML."""
+    flagged: set[Key] = {(n, f.get("gpu")) for n, v in nodes.items() for f in v["findings"]}
+    plots: Iterable[str] = (
+        _lines(f"{what}, pool {pool}", lines, flagged, hours) for (pool, what), lines in sorted(series.series.items())
+    )
+    return (
+        '<!DOCTYPE html><html><head><meta charset="utf-8">'
+        f"<title>gpucert soak {escape(run)}</title><style>body{{font-family:sans-serif;margin:2em}}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style>"
+        f"</head><body><h1>Soak {escape(run)}: {escape(result.upper())}</h1>"
+        f"<p>spec {escape(spec)}, {hours:g} hours; each GPU a faint line, the GPUs a finding names in red.</p>"
+        + _clean_hours(nodes)
+        + "<h2>Round medians over the soak</h2>"
+        + "".join(p for p in plots if p)
+        + "</body></html>"
+    )
