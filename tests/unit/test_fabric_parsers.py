@@ -78,6 +78,17 @@ def test_nccl_channels_over_infiniband_with_gdr() -> None:
     assert t.lines == 11
 
 
+def test_a_channel_line_belongs_to_the_rank_that_logged_it() -> None:
+    """net.cc prints the peer first on a receive line: "15[7] -> 0[0] [receive]" is rank 0's line, and its
+    /GDRDMA says whether rank 0 receives into GPU memory directly."""
+    t = parse_nccl_transport(_text("nccl-info-2x8-ib.txt").splitlines())
+    net = [c for c in t.channels if c.transport.startswith("NET/")]
+    assert [(c.direction, c.src_rank, c.dst_rank, c.local_rank) for c in net[:2]] == [
+        ("send", 7, 8, 7),
+        ("receive", 15, 0, 0),
+    ]
+
+
 def test_nccl_falling_back_to_sockets_is_seen() -> None:
     t = parse_nccl_transport(_text("nccl-info-2x8-socket.txt").splitlines())
     assert t.network == "Socket"
@@ -88,3 +99,21 @@ def test_nccl_falling_back_to_sockets_is_seen() -> None:
 def test_a_log_without_nccl_info_lines_reads_nothing() -> None:
     t = parse_nccl_transport(["hello", "Channel 00/0 : 0[0] -> 1[0] via NET/IB/0"])  # no NCCL INFO prefix
     assert (t.channels, t.network, t.lines) == ([], None, 2)
+
+
+def test_gdr_off_on_a_receiving_node_is_charged_to_that_node() -> None:
+    """Two nodes of 8 ranks: node b's receive lines carry no GDRDMA (its GDR is off), a's sends do. The finding
+    names b, whose log the lines are from, not a, whose rank is printed first."""
+    from gpucert.evaluate.rules.fabric_transport import judge_transport
+    from gpucert.measure.evidence_fabric import NcclChannel, NcclTransport
+
+    lines = [
+        NcclChannel(channel=0, conn=0, src_rank=7, src_dev=7, dst_rank=8, dst_dev=0, direction="send",
+                    transport="NET/IB", net_dev=0, gdr=True),
+        NcclChannel(channel=0, conn=0, src_rank=7, src_dev=7, dst_rank=8, dst_dev=0, direction="receive",
+                    transport="NET/IB", net_dev=0, gdr=False),
+    ]  # fmt: skip
+    found = judge_transport("p", NcclTransport(network="IB", channels=lines, lines=2), ["a", "b"], 8)
+    assert found.message.endswith("on b")
+    skipped = judge_transport("p", NcclTransport(network="IB", channels=lines, lines=2), ["a", "b"], 8, gdr_off=["b"])
+    assert skipped.cause == "fabric.gdr@b"

@@ -204,6 +204,13 @@ class NcclChannel(Model):
     gdr: bool = False  # NET: "/GDRDMA" (GPUDirect RDMA in use on this channel)
     shared: bool = False  # NET: "/Shared"
 
+    @property
+    def local_rank(self) -> int:
+        """The rank whose process logged the line and whose side `gdr` describes: the sender of a send line, the
+        receiver of a receive line (net.cc prints the peer first in both: "%d[%d] -> %d[%d] [receive]" is
+        peerInfo->rank then myInfo->rank)."""
+        return self.dst_rank if self.direction == "receive" else self.src_rank
+
 
 class NcclNetDevice(Model):
     """One device of NCCL's `NET/IB : Using [0]mlx5_0:1/IB ...` line (src/transport/net_ib/init.cc)."""

@@ -35,12 +35,12 @@ def judge_transport(
     net = [c for c in transport.channels if c.transport.startswith("NET/")]
     if not net:
         return Finding(TRANSPORT, ERROR, None, None, f"{where}: NCCL's output names no channel over the network")
-    socket = sorted({_node_of(c.src_rank, nodes, gpus_per_node) for c in net if c.transport.startswith("NET/Socket")})
+    socket = sorted({_node_of(c.local_rank, nodes, gpus_per_node) for c in net if c.transport.startswith("NET/Socket")})
     if socket or transport.network == "Socket":
         said = ", ".join(socket) or "every node"
         message = f"{where} fell back to TCP sockets (NET/Socket) on {said}: the RDMA fabric carried none of it"
         return Finding(TRANSPORT, FAIL, None, None, message, observed="NET/Socket", expected="NET/IB")
-    no_gdr = sorted({_node_of(c.src_rank, nodes, gpus_per_node) for c in net if not c.gdr})
+    no_gdr = sorted({_node_of(c.local_rank, nodes, gpus_per_node) for c in net if not c.gdr})
     unexplained = [n for n in no_gdr if n not in gdr_off]
     if unexplained:
         message = f"{where} ran without GPUDirect RDMA (no GDRDMA on its NET/IB channels) on {', '.join(unexplained)}"
