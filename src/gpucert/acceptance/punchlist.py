@@ -26,6 +26,7 @@ from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import Family, family_of
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.html import natural_key
+from gpucert.report.verdict_model import read_verdict
 
 __all__ = ["FORMATS", "PunchRow", "figure", "punch_list", "render", "severity_of"]
 
@@ -165,12 +166,11 @@ def _fleet_rows(findings: list[dict[str, Any]]) -> list[PunchRow]:
 
 def punch_list(run_dir: RunFolder) -> list[PunchRow]:
     """The rows of a run's punch list, worst first."""
-    verdict = run_dir.read_verdict()
+    verdict = read_verdict(run_dir)
     groups: dict[tuple[str, int | None], list[dict[str, Any]]] = {}
-    for f in verdict.get("findings", []):
-        if f.get("status") not in ("fail", "error") or f.get("node") is None:
-            continue
-        groups.setdefault((f["node"], f.get("gpu")), []).append(f)
+    for f in verdict.failures():
+        if f.node is not None:
+            groups.setdefault((f.node, f.gpu), []).append(f.to_json())
     rows = []
     for (node, gpu), found in groups.items():
         found.sort(key=lambda f: (SEVERITIES.index(severity_of(f["check"])), f["check"]))

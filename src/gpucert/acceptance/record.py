@@ -29,6 +29,7 @@ from gpucert.plan.runfolder import RunFolder, write_json_atomic
 from gpucert.report import attest
 from gpucert.report.html import natural_key
 from gpucert.report.verdict import node_passed, verdict_problems
+from gpucert.report.verdict_model import Verdict, VerdictFinding, parse_verdict
 from gpucert.spec.cluster import load_spec
 
 __all__ = ["ACCEPTANCE_SCHEMA", "PREDICATE_TYPE", "RECORD", "REPORT", "STATUSES", "SeenRun", "accept", "open_run"]
@@ -46,7 +47,7 @@ class SeenRun:
     """One run given to `accept`, verified."""
 
     folder: RunFolder
-    verdict: dict[str, Any]
+    verdict: Verdict
     certificate: str
     signers: list[str]
     started: str
@@ -54,13 +55,13 @@ class SeenRun:
 
     @property
     def id(self) -> str:
-        return str(self.verdict["run"])
+        return self.verdict.run
 
     @property
     def kind(self) -> str:
-        if "recertify" in self.verdict:
+        if self.verdict.recertify is not None:
             return "recertification"
-        return "retest" if "retest" in self.verdict else "certification"
+        return "retest" if self.verdict.retest is not None else "certification"
 
 
 def open_run(path: Path, keys: list[Ed25519PublicKey]) -> SeenRun:
@@ -92,13 +93,14 @@ def open_run(path: Path, keys: list[Ed25519PublicKey]) -> SeenRun:
         raise EvidenceError(
             f"does not verify ({'; '.join(problems[:4])}): accept only runs that verify (`gpucert verify`)", path=path
         )
-    verdict = folder.read_verdict()
-    inconsistent = verdict_problems(verdict)
+    raw = folder.read_verdict()
+    inconsistent = verdict_problems(raw)
     if inconsistent:
         raise EvidenceError(
             f"its signed verdict.json is not one gpucert writes ({'; '.join(inconsistent[:3])}): it is not accepted",
             path=path,
         )
+    verdict = parse_verdict(raw, folder.verdict_path)
     started = str(folder.read_run_info().get("started") or "")
     terms = signed_waivers(folder)
     return SeenRun(folder, verdict, attest.certificate_digest(folder.path) or "", signers, started, terms)
@@ -116,14 +118,14 @@ def signed_waivers(folder: RunFolder) -> dict[str, dict[str, Any]]:
 def _history(runs: list[SeenRun]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for r in runs:
-        for node, s in r.verdict.get("nodes", {}).items():
+        for node, s in r.verdict.nodes.items():
             out.setdefault(node, []).append(
                 {
                     "run": r.id,
-                    "result": s["result"],
-                    "failing": s.get("failing", []),
-                    "waived": s.get("waivedChecks", []),
-                    "carried": s.get("carriedFrom") is not None,
+                    "result": s.result,
+                    "failing": list(s.failing),
+                    "waived": list(s.waived_checks),
+                    "carried": s.carried_from is not None,
                 }
             )
     return out
@@ -136,69 +138,87 @@ def _expired(waiver: dict[str, Any], now: datetime) -> bool:
         return True  # an expiry that cannot be read is no waiver in force
 
 
-def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime, id_: str) -> dict[str, Any]:  # noqa: C901, PLR0912
+def _waived_on(
+    node: str, last: SeenRun, now: datetime, waivers: dict[tuple[str, str], dict[str, Any]]
+) -> tuple[list[VerdictFinding], str | None]:
+    """The node's waived findings in the run that covers it, each entered in `waivers` with the terms the run's
+    own inputs state (not the verdict's quote); and why one of them no longer covers its finding, if one does not."""
+    waived = [f for f in last.verdict.waived() if f.node == node]
+    why = None
+    for f in waived:
+        wid = str(f.waiver.id if f.waiver else None)
+        signed = last.waivers.get(wid)
+        w = {"id": wid, **(signed or {})}
+        entry = waivers.setdefault((last.id, wid), {**w, "run": last.id, "covers": []})
+        entry["covers"].append(f"{f.check}@{f.where}")
+        entry["inForce"] = signed is not None and not _expired(w, now)
+        if signed is None:
+            why = f"waiver {wid} of run {last.id} is not in that run's signed waivers (inputs/waivers.yaml)"
+        elif not entry["inForce"]:
+            why = f"waiver {wid} of run {last.id} expired on {w.get('expires')}, before this acceptance"
+    return waived, why
+
+
+def _node_entry(
+    node: str, hist: list[dict[str, Any]], last: SeenRun, now: datetime, waivers: dict[tuple[str, str], dict[str, Any]]
+) -> dict[str, Any]:
+    """A node as the latest run that judged it covers it: passed, repaired, waived, or failed (and why)."""
+    s = last.verdict.nodes[node]
+    waived, why = _waived_on(node, last, now, waivers)
+    if not s.passed_result:
+        status, why = "failed", f"{s.result} in {last.id}: {', '.join(s.failing) or 'incomplete'}"
+    elif why is not None:
+        status = "failed"
+    elif waived:
+        status = "waived"
+    elif not all(node_passed(h["result"]) for h in hist[:-1]):
+        status = "repaired"
+    else:
+        status = "passed"
+    return {
+        "status": status,
+        "run": last.id,
+        "certificate": last.certificate,
+        "result": s.result,
+        "measured": s.measured,
+        "carriedFrom": s.carried_from.to_json() if s.carried_from is not None else None,
+        "waived": [{"check": f.check, "gpu": f.gpu, "waiver": f.waiver.id if f.waiver else None} for f in waived],
+        "history": hist,
+        **({"why": why} if why else {}),
+    }
+
+
+def _fleet(runs: list[SeenRun], problems: list[str]) -> dict[str, Any] | None:
+    """The fleet's own checks as the latest run of the whole cluster judged them (a recertification judges one
+    node); a problem where they did not pass, or where no run judged the whole cluster."""
+    whole = [r for r in runs if r.kind != "recertification"]
+    if not whole:
+        problems.append("no run certifies the cluster as a whole (only recertifications of single nodes)")
+        return None
+    latest = whole[-1]
+    group = latest.verdict.fleet
+    result, failing = (group.result, list(group.failing)) if group else ("incomplete", [])
+    if not node_passed(result):
+        problems.append(f"the cluster's own checks of {latest.id} did not pass ({', '.join(failing) or 'incomplete'})")
+    return {"run": latest.id, "result": result, "failing": failing}
+
+
+def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime, id_: str) -> dict[str, Any]:
     """acceptance.json: `runs` in the order they ran; the latest run that judged a node covers it."""
     history = _history(runs)
     by_id = {r.id: r for r in runs}
-    nodes: dict[str, dict[str, Any]] = {}
     waivers: dict[tuple[str, str], dict[str, Any]] = {}
-    for node in sorted(history, key=natural_key):
-        hist = history[node]
-        last = by_id[hist[-1]["run"]]
-        s = last.verdict["nodes"][node]
-        waived = [f for f in last.verdict.get("findings", []) if f["status"] == "waived" and f["node"] == node]
-        why = None
-        for f in waived:
-            wid = str((f.get("waiver") or {}).get("id"))
-            signed = last.waivers.get(wid)  # the terms as the run's own inputs state them, not as the verdict quotes
-            w = {"id": wid, **(signed or {})}
-            entry = waivers.setdefault((last.id, wid), {**w, "run": last.id, "covers": []})
-            entry["covers"].append(f"{f['check']}@{node}" + ("" if f["gpu"] is None else f"/gpu{f['gpu']}"))
-            entry["inForce"] = signed is not None and not _expired(w, now)
-            if signed is None:
-                why = f"waiver {wid} of run {last.id} is not in that run's signed waivers (inputs/waivers.yaml)"
-            elif not entry["inForce"]:
-                why = f"waiver {wid} of run {last.id} expired on {w.get('expires')}, before this acceptance"
-        if not node_passed(s["result"]):
-            status, why = "failed", f"{s['result']} in {last.id}: {', '.join(s.get('failing', [])) or 'incomplete'}"
-        elif why is not None:
-            status = "failed"
-        elif waived:
-            status = "waived"
-        elif not all(node_passed(h["result"]) for h in hist[:-1]):
-            status = "repaired"
-        else:
-            status = "passed"
-        nodes[node] = {
-            "status": status,
-            "run": last.id,
-            "certificate": last.certificate,
-            "result": s["result"],
-            "measured": s.get("measured"),
-            "carriedFrom": s.get("carriedFrom"),
-            "waived": [
-                {"check": f["check"], "gpu": f["gpu"], "waiver": (f.get("waiver") or {}).get("id")} for f in waived
-            ],
-            "history": hist,
-            **({"why": why} if why else {}),
-        }
+    nodes = {
+        node: _node_entry(node, history[node], by_id[history[node][-1]["run"]], now, waivers)
+        for node in sorted(history, key=natural_key)
+    }
     totals = {"expected": expected, "nodes": len(nodes), **{st: 0 for st in STATUSES}}
     for n in nodes.values():
         totals[n["status"]] += 1
     problems = [f"{n}: {v['why']}" for n, v in nodes.items() if v["status"] == "failed"]
     if len(nodes) != expected:
         problems.append(f"the runs cover {len(nodes)} nodes; the spec expects {expected}")
-    whole = [r for r in runs if r.kind != "recertification"]
-    fleet = None
-    if not whole:
-        problems.append("no run certifies the cluster as a whole (only recertifications of single nodes)")
-    else:
-        latest = whole[-1]
-        fleet = {"run": latest.id, **{k: latest.verdict["fleet"][k] for k in ("result", "failing")}}
-        if not node_passed(fleet["result"]):
-            problems.append(
-                f"the cluster's own checks of {latest.id} did not pass ({', '.join(fleet['failing']) or 'incomplete'})"
-            )
+    fleet = _fleet(runs, problems)
     return {
         "schema": ACCEPTANCE_SCHEMA,
         "id": id_,
@@ -213,11 +233,11 @@ def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime
                 "run": r.id,
                 "kind": r.kind,
                 "started": r.started,
-                "result": r.verdict["result"],
+                "result": r.verdict.result,
                 "certificate": r.certificate,
                 "signers": r.signers,
-                "target": r.verdict.get("target"),
-                **({"retest": r.verdict["retest"]} if "retest" in r.verdict else {}),
+                "target": r.verdict.target,
+                **({"retest": r.verdict.retest.to_json()} if r.verdict.retest is not None else {}),
             }
             for r in runs
         ],
@@ -244,7 +264,7 @@ def accept(
     seen = sorted((open_run(p, keys) for p in run_dirs), key=lambda r: (r.started, r.id))
     if len({r.id for r in seen}) != len(seen):
         raise ConfigError("the same run is given twice; give each run folder once")
-    specs = sorted({str(r.verdict.get("spec")) for r in seen})
+    specs = sorted({r.verdict.spec for r in seen})
     if len(specs) != 1:
         raise ConfigError(f"the runs certify different specs ({', '.join(specs)}): accept the runs of one spec")
     latest_spec = load_spec(seen[-1].folder.spec_copy)

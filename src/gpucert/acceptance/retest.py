@@ -28,6 +28,7 @@ from gpucert.plan.inventory import Inventory
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.verdict import node_passed
+from gpucert.report.verdict_model import Verdict, read_verdict
 from gpucert.spec.cluster import ClusterSpec, Probe, load_spec
 from gpucert.stack.observe import StackObservation
 
@@ -65,14 +66,14 @@ class Source:
     """The run re-tested, verified: its folder, verdict, what it signed for each file, and its certificate."""
 
     folder: RunFolder
-    verdict: dict[str, Any]
+    verdict: Verdict
     signed: dict[str, str]  # relative name -> sha256, from its signed statement
     certificate: str  # sha256:<hex> of its envelope
     signer: str | None  # the fingerprint of the given key that verified it (None: no key was given)
 
     @property
     def run(self) -> str:
-        return str(self.verdict["run"])
+        return self.verdict.run
 
 
 def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> Source:
@@ -110,11 +111,9 @@ def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> 
             "run that does not verify",
             path=path,
         )
-    verdict = folder.read_verdict()
-    if verdict.get("spec") != spec.metadata.name:
-        raise ConfigError(
-            f"--retest: that run certified spec {verdict.get('spec')!r}, not {spec.metadata.name!r}", path=path
-        )
+    verdict = read_verdict(folder)
+    if verdict.spec != spec.metadata.name:
+        raise ConfigError(f"--retest: that run certified spec {verdict.spec!r}, not {spec.metadata.name!r}", path=path)
     _same_judgement(folder, spec, path)
     return Source(folder, verdict, signed, "sha256:" + _sha256(folder.envelope_path), signer)
 
@@ -194,7 +193,7 @@ def choose(
     max_age_s: int | None,
 ) -> tuple[dict[str, str], list[str]]:
     """The nodes to measure again (node -> why), and the candidates to carry once their identity is read."""
-    results: dict[str, Any] = source.verdict.get("nodes", {})
+    results = source.verdict.nodes
     stack_then = source.folder.read_stack()
     measure: dict[str, str] = {}
     candidates: list[str] = []
@@ -203,9 +202,9 @@ def choose(
         if r is None:
             measure[node] = f"new: not in {source.run}"
             continue
-        if not node_passed(r.get("result")):
-            failing = ", ".join(r.get("failing") or []) or "checks that did not run"
-            measure[node] = f"did not pass in {source.run} ({r.get('result')}: {failing})"
+        if not r.passed_result:
+            failing = ", ".join(r.failing) or "checks that did not run"
+            measure[node] = f"did not pass in {source.run} ({r.result}: {failing})"
             continue
         try:
             ev = source.folder.read_evidence(node)
@@ -284,14 +283,14 @@ def prepare_retest(
             "source": {
                 "run": source.run,
                 "certificate": source.certificate,
-                "result": source.verdict.get("result"),
+                "result": source.verdict.result,
                 "signer": source.signer,
             },
             "at": _iso(now),
             "maxEvidenceAge": spec.acceptance.max_evidence_age,
             "measured": {n: measure[n] for n in inventory.names if n in measure},
             "carried": carried,
-            "absent": sorted(set(source.verdict.get("nodes", {})) - set(inventory.names)),
+            "absent": sorted(set(source.verdict.nodes) - set(inventory.names)),
         }
     )
     return measure

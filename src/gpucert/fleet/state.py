@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,7 +26,7 @@ from gpucert.fleet.recertify import ANNOTATION_FAILING, ANNOTATION_LAST, ANNOTAT
 from gpucert.measure.targets.base import NodeState
 from gpucert.plan.layout import run_id_time
 from gpucert.plan.runfolder import RunFolder
-from gpucert.report.verdict import READABLE_SCHEMAS, node_passed
+from gpucert.report.verdict_model import read_verdict
 from gpucert.spec.cluster import ClusterSpec
 from gpucert.spec.names import NameError_, check_node_name
 
@@ -111,15 +111,6 @@ class RunRecord:
     recertification: bool = False  # one node's recertification (not the fleet's certification)
 
 
-def _failed(findings: Iterable[Any]) -> list[FailedCheck]:
-    out = []
-    for f in findings:
-        if f["status"] in BAD:
-            gpu = f.get("gpu")
-            out.append(FailedCheck(str(f["check"]), f.get("node"), gpu if isinstance(gpu, int) else None))
-    return out
-
-
 def _when(folder: RunFolder) -> tuple[datetime, str | None]:
     """When the run finished, as its run.json says, and why that cannot be read (None when it can). A run whose
     run.json is corrupt, missing, a folder or a FIFO is unreadable, never a certification: it is ordered by the time
@@ -165,24 +156,19 @@ def read_run(folder: RunFolder) -> RunRecord | None:
     if not folder.verdict_path.is_file():  # a folder or a FIFO where the verdict should be: unreadable, not absent
         return _unreadable(folder, when, f"{folder.verdict_path}: not a regular file (a folder, a FIFO or a device)")
     try:
-        v = folder.read_verdict()
-        if v.get("schema") not in READABLE_SCHEMAS or v.get("result") not in RESULTS:
-            raise ValueError(f"not a gpucert.io/verdict/v2 or v3 verdict (schema {v.get('schema')!r})")
-        failed = _failed(v["findings"])
-        judged = {}
-        for node, n in v["nodes"].items():
-            result = "pass" if node_passed(n["result"]) else n["result"] if n["result"] in RESULTS else UNKNOWN
-            at = parse_time(n.get("measured")) or when
-            failing = tuple(f for f in failed if f.node == node)
-            pool = n.get("pool") if isinstance(n.get("pool"), str) else None
-            judged[str(node)] = Judgement(result, at, folder.id, failing, folder, pool)
-        fleet = tuple(f for f in failed if f.node is None)
-        recert = folder.recertify_path.exists()
-        return RunRecord(folder.id, folder, str(v["spec"]), str(v["result"]), when, judged, fleet, None, recert)
+        v = read_verdict(folder)
     except EvidenceError as exc:
         return _unreadable(folder, when, str(exc))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return _unreadable(folder, when, f"{folder.verdict_path}: {type(exc).__name__}: {exc}")
+    failed = [FailedCheck(f.check, f.node, f.gpu) for f in v.failures()]
+    judged = {}
+    for node, n in v.nodes.items():
+        result = "pass" if n.passed_result else n.result
+        at = parse_time(n.measured) or when
+        failing = tuple(f for f in failed if f.node == node)
+        judged[node] = Judgement(result, at, folder.id, failing, folder, n.pool)
+    fleet = tuple(f for f in failed if f.node is None)
+    recert = folder.recertify_path.exists()
+    return RunRecord(folder.id, folder, v.spec, v.result, when, judged, fleet, None, recert)
 
 
 def _stat_key(path: Path) -> tuple[int, int]:

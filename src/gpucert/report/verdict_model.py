@@ -3,23 +3,20 @@ report, acceptance and fleet reader takes, and the one place verdict.json is par
 
 Frozen pydantic models, not dataclasses: verdict.json is read back from disk (a buyer's copy, a signed run, a
 hostile edit), and pydantic gives each bad value its key path for the one-line error, while its aliases keep the
-JSON's camelCase names and its field order keeps the file byte-for-byte what the dict writer wrote before. Only
-scalars are strict (a count written as "3" or `true` is refused); containers convert (JSON arrays become tuples).
-Keys a later additive version writes are ignored on reading; keys an older one did not write take their default.
-Pure: no I/O but the file named in an error.
+JSON's camelCase names and its field order keeps the file byte-for-byte what the dict writer wrote before (the base,
+`Part`, and the error's wording are plan/records.py's, shared with run.json and the re-test and recertify records).
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_serializer
-from pydantic.alias_generators import to_camel
-from pydantic_core.core_schema import SerializerFunctionWrapHandler
+from pydantic import Field, Strict
 
-from gpucert.errors import EvidenceError
+from gpucert.plan.records import Bool, Carried, Int, Part, Str, parse_record
 
 if TYPE_CHECKING:
     from gpucert.plan.runfolder import RunFolder
@@ -44,36 +41,10 @@ __all__ = [
     "read_verdict",
 ]
 
-Int = Annotated[int, Strict()]
-Str = Annotated[str, Strict()]
-Bool = Annotated[bool, Strict()]
 Number = Annotated[int, Strict()] | Annotated[float, Strict()]  # as written: 3350 stays 3350, 3350.0 stays 3350.0
 Figure = Bool | Int | Annotated[float, Strict()] | Str | None  # a finding's observed, expected, limit
 Result = Literal["pass", "fail", "incomplete"]
 NodeResult = Literal["pass", "waived", "fail", "incomplete"]
-
-
-class Part(BaseModel):
-    """A part of the verdict: frozen, camelCase on disk; the fields in `OMITTED_WHEN_NONE` are absent, not null,
-    when they are None (the dict writer added those keys only when it had them)."""
-
-    model_config = ConfigDict(
-        frozen=True, extra="ignore", populate_by_name=True, alias_generator=to_camel, allow_inf_nan=False
-    )
-    OMITTED_WHEN_NONE: ClassVar[frozenset[str]] = frozenset()
-
-    @model_serializer(mode="wrap")
-    def _omit(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        out: dict[str, Any] = handler(self)
-        for name in self.OMITTED_WHEN_NONE:
-            if getattr(self, name) is None:
-                out.pop(to_camel(name), None)
-                out.pop(name, None)
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        """As verdict.json holds it (key order included)."""
-        return self.model_dump(mode="json", by_alias=True)
 
 
 class SkipCause(Part):
@@ -172,18 +143,6 @@ class Group(Part):
     def v3_result(self) -> NodeResult:
         """The result in v3's words: a v2 verdict said `pass` for a node that passed by its waiver."""
         return "waived" if self.result == "pass" and self.waived_checks else self.result
-
-
-class Carried(Part):
-    """Where a re-test's carried node's evidence comes from: the run it was carried from (and first measured in),
-    the file and its digest there, and when it was measured."""
-
-    run: Str
-    measured_in: Str
-    file: Str
-    sha256: Str
-    measured: Str | None = None
-    age_seconds: Int | None = None
 
 
 class NodeSummary(Group):
@@ -295,32 +254,9 @@ class Verdict(Part):
         return [f for f in self.findings if f.status == "waived"]
 
 
-def _key(loc: tuple[int | str, ...]) -> str:
-    """A pydantic location as a key path of the document: `nodes.gpu-node-1.passed`, `findings[3].gpu`."""
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not part[:1].isupper() and "[" not in part:  # a union member's type name is no key of the file
-            out += f".{part}" if out else part
-    return out
-
-
 def parse_verdict(data: Mapping[str, Any] | Any, path: Path | str) -> Verdict:
     """The verdict a document holds, or an EvidenceError naming the file, the first bad key and what is wrong."""
-    if not isinstance(data, Mapping):
-        raise EvidenceError(f"not a verdict: expected a JSON object, got {type(data).__name__}", path=path)
-    try:
-        return Verdict.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = _key(err["loc"]) or "(top level)"
-        said = "is missing" if err["type"] == "missing" else f"{err['msg'].lower()} (got {repr(err.get('input'))[:60]})"
-        raise EvidenceError(
-            f"{key} {said}: not a verdict gpucert writes; re-run `gpucert evaluate` on the run's evidence", path=path
-        ) from None
-    except RecursionError:
-        raise EvidenceError("nested too deeply to be a verdict gpucert writes", path=path) from None
+    return parse_record(Verdict, data, path, "a verdict")
 
 
 def read_verdict(folder: RunFolder) -> Verdict:
