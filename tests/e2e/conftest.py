@@ -68,14 +68,19 @@ def fleet_doc(
     }
 
 
-def assert_round_trip(written: str) -> None:
-    """Every verdict the e2e runs write parses into the typed Verdict and serialises back to the same bytes: the
-    model holds every key gpucert writes, in its order, with its values' types (3350 stays 3350, 3350.0 stays
-    3350.0)."""
-    from gpucert.report.verdict_model import parse_verdict
+def assert_round_trip(run_dir: Path) -> None:
+    """Every verdict the e2e runs write (and their run.json, and a re-test's record) parses into its typed model and
+    serialises back to the same bytes: the model holds every key gpucert writes, in its order, with its values'
+    types (3350 stays 3350, 3350.0 stays 3350.0)."""
+    from gpucert.plan.records import RetestRecord, RunInfo, parse_record
+    from gpucert.report.verdict_model import Verdict
 
-    typed = parse_verdict(json.loads(written), "verdict.json")
-    assert json.dumps(typed.to_json(), indent=1) + "\n" == written
+    for name, model in (("verdict.json", Verdict), ("run.json", RunInfo), ("retest/record.json", RetestRecord)):
+        path = run_dir / name
+        if path.is_file():
+            written = path.read_text()
+            typed = parse_record(model, json.loads(written), path, name)
+            assert json.dumps(typed.to_json(), indent=1) + "\n" == written, name
 
 
 @dataclass
@@ -112,9 +117,8 @@ def certify(pytester: pytest.Pytester):
         )
         runs = sorted(reports.iterdir())
         assert len(runs) == 1, f"expected exactly one run folder, got {runs}"
-        written = (runs[0] / "verdict.json").read_text()
-        verdict = json.loads(written)
-        assert_round_trip(written)
+        verdict = json.loads((runs[0] / "verdict.json").read_text())
+        assert_round_trip(runs[0])
         return Certification(result, runs[0], verdict)
 
     return run

@@ -26,7 +26,7 @@ import yaml
 
 from gpucert.report import attest
 
-from .conftest import ROOT, gpucert
+from .conftest import ROOT, assert_round_trip, gpucert
 
 FAULTY = {
     ("health.ecc", "gpu-node-3", 2),
@@ -113,6 +113,14 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> Flow:
     keys = ("--key", "keys/vendor/gpucert.pub", "--key", "keys/buyer/gpucert.pub")
     verified = ok(gpucert("verify", str(acceptance), *keys, cwd=work))
     return Flow(work, run1, run2, acceptance, punch_csv, punch_json, retest.stdout, verified.stdout)
+
+
+def test_the_runs_records_parse_and_round_trip(flow: Flow) -> None:
+    """The certification's and the re-test's verdict, run.json and re-test record (carried nodes with their
+    provenance, a retest summary) parse into their typed models and serialise back byte for byte."""
+    assert (flow.run2 / "retest" / "record.json").is_file()
+    for run in (flow.run1, flow.run2):
+        assert_round_trip(run)
 
 
 def test_the_first_certification_fails_on_the_four_faults(flow: Flow) -> None:

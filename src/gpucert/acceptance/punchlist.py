@@ -26,7 +26,7 @@ from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import Family, family_of
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.html import natural_key
-from gpucert.report.verdict_model import read_verdict
+from gpucert.report.verdict_model import VerdictFinding, read_verdict
 
 __all__ = ["FORMATS", "PunchRow", "figure", "punch_list", "render", "severity_of"]
 
@@ -155,13 +155,13 @@ def _links(found: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _fleet_rows(findings: list[dict[str, Any]]) -> list[PunchRow]:
+def _fleet_rows(findings: list[VerdictFinding]) -> list[PunchRow]:
     """A fabric finding of no one node (a link between two racks, a pool's NCCL transport): a row of its own."""
-    rows = []
-    for f in findings:
-        if f.get("status") in ("fail", "error") and f.get("node") is None and f["check"].startswith("fabric."):
-            rows.append(PunchRow(severity=severity_of(f["check"]), node="(fleet)", gpu=None, findings=[f]))
-    return rows
+    return [
+        PunchRow(severity=severity_of(f.check), node="(fleet)", gpu=None, findings=[f.to_json()])
+        for f in findings
+        if f.node is None and f.check.startswith("fabric.")
+    ]
 
 
 def punch_list(run_dir: RunFolder) -> list[PunchRow]:
@@ -195,7 +195,7 @@ def punch_list(run_dir: RunFolder) -> list[PunchRow]:
                 links=_links(found),
             )
         )
-    rows += _fleet_rows(verdict.get("findings", []))
+    rows += _fleet_rows(verdict.failures())
     rows.sort(key=lambda r: (SEVERITIES.index(r.severity), natural_key(r.node), -1 if r.gpu is None else r.gpu))
     return rows
 

@@ -17,7 +17,6 @@ import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -25,6 +24,7 @@ from gpucert.errors import ConfigError, EvidenceError
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.targets.base import MeasurePlan, Target
 from gpucert.plan.inventory import Inventory
+from gpucert.plan.records import RETEST_SCHEMA, Carried, RetestRecord, RetestSource, parse_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.verdict import node_passed
@@ -39,10 +39,10 @@ __all__ = [
     "identity_change",
     "open_source",
     "prepare_retest",
+    "read_retest_record",
     "verify_carried",
 ]
 
-RETEST_SCHEMA = "gpucert.io/retest/v1"
 MAX_CHANGES_NAMED = 4
 
 
@@ -232,20 +232,28 @@ def choose(
     return measure, candidates
 
 
-def _provenance(source: Source, node: str, now: datetime) -> dict[str, Any]:
+def read_retest_record(folder: RunFolder) -> RetestRecord | None:
+    """The folder's re-test record (retest/record.json), typed; None for a run that is no re-test. EvidenceError
+    naming the file and the key when it is not one gpucert writes."""
+    raw = folder.read_retest()
+    return None if raw is None else parse_record(RetestRecord, raw, folder.retest_record_path, "a re-test record")
+
+
+def _provenance(source: Source, node: str, now: datetime) -> Carried:
     path = source.folder.evidence_path(node)
     ev = source.folder.read_evidence(node)
     assert ev is not None
-    earlier = (source.folder.read_retest() or {}).get("carried", {}).get(node)
+    before = read_retest_record(source.folder)  # carried again: it was first measured where the source had it from
+    earlier = before.carried.get(node) if before is not None else None
     measured = _when(ev.finished)
-    return {
-        "run": source.run,
-        "measuredIn": earlier["measuredIn"] if isinstance(earlier, dict) and "measuredIn" in earlier else source.run,
-        "file": path.relative_to(source.folder.path).as_posix(),
-        "sha256": _sha256(path),
-        "measured": ev.finished,
-        "ageSeconds": int((now - measured).total_seconds()) if measured is not None else None,
-    }
+    return Carried(
+        run=source.run,
+        measured_in=earlier.measured_in if earlier is not None else source.run,
+        file=path.relative_to(source.folder.path).as_posix(),
+        sha256=_sha256(path),
+        measured=ev.finished,
+        age_seconds=int((now - measured).total_seconds()) if measured is not None else None,
+    )
 
 
 def prepare_retest(
@@ -264,7 +272,7 @@ def prepare_retest(
     if candidates:  # NVML only: serials, UUIDs, VBIOS, bus ids and the driver, no load on the GPUs
         plan = MeasurePlan(run_id=folder.id, probes=(Probe.HEALTH,), dcgm_level=spec.certify.dcgm.level)
         target.measure(candidates, plan, sink)
-    carried: dict[str, dict[str, Any]] = {}
+    carried: dict[str, Carried] = {}
     for node in candidates:
         then = source.folder.read_evidence(node)
         assert then is not None
@@ -277,32 +285,27 @@ def prepare_retest(
     shutil.copyfile(source.folder.envelope_path, folder.retest_source_path)
     for node in carried:
         folder.carry_evidence(node, source.folder.evidence_path(node))
-    folder.write_retest(
-        {
-            "schema": RETEST_SCHEMA,
-            "source": {
-                "run": source.run,
-                "certificate": source.certificate,
-                "result": source.verdict.result,
-                "signer": source.signer,
-            },
-            "at": _iso(now),
-            "maxEvidenceAge": spec.acceptance.max_evidence_age,
-            "measured": {n: measure[n] for n in inventory.names if n in measure},
-            "carried": carried,
-            "absent": sorted(set(source.verdict.nodes) - set(inventory.names)),
-        }
+    record = RetestRecord(
+        source=RetestSource(
+            run=source.run, certificate=source.certificate, result=source.verdict.result, signer=source.signer
+        ),
+        at=_iso(now),
+        max_evidence_age=spec.acceptance.max_evidence_age,
+        measured={n: measure[n] for n in inventory.names if n in measure},
+        carried=carried,
+        absent=tuple(sorted(set(source.verdict.nodes) - set(inventory.names))),
     )
+    folder.write_retest(record.to_json())
     return measure
 
 
-def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:  # noqa: C901
+def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
     """Problems with a re-test's carried evidence: each carried file must be, byte for byte, what its source run
     signed for that node (its envelope travels in retest/), signed by one of `keys`, and a node that passed there.
     [] for a run that carried nothing."""
     folder = RunFolder(run_dir)
     try:
-        record = folder.read_retest()
+        record = read_retest_record(folder)
     except EvidenceError as exc:
         return [f"carried: the re-test record cannot be read: {exc}"]
     if record is None:
@@ -313,33 +316,37 @@ def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:  #
         statement = env.statement()
     except EvidenceError as exc:
         return [f"carried: the source run's certificate cannot be read: {exc}"]
-    source, carried = record.get("source"), record.get("carried")
-    if not isinstance(source, dict) or not isinstance(carried, dict):
-        return ["carried: retest/record.json is not a re-test record (no source or carried nodes)"]
+    source = record.source
     problems = []
     if not any(c.verified_by for c in env.check(keys)):
         problems.append(
-            f"carried: the certificate of the source run {source.get('run')} (retest/source.intoto.json) is signed "
+            f"carried: the certificate of the source run {source.run} (retest/source.intoto.json) is signed "
             "by none of the given keys: its evidence cannot be trusted"
         )
-    if "sha256:" + _sha256(folder.retest_source_path) != source.get("certificate"):
+    if "sha256:" + _sha256(folder.retest_source_path) != source.certificate:
         problems.append("carried: retest/source.intoto.json is not the certificate the re-test record names")
     passed = statement.get("predicate", {}).get("nodes", {})
-    for node, entry in sorted(carried.items()):
-        try:
-            path = folder.evidence_path(node)
-        except EvidenceError as exc:
-            problems.append(f"carried: {exc}")
-            continue
-        name = path.relative_to(folder.path.resolve()).as_posix()  # as the statement names it
-        actual = _sha256(path) if path.is_file() and not path.is_symlink() else None
-        if actual is None or actual != signed.get(name) or not isinstance(entry, dict) or actual != entry.get("sha256"):
-            problems.append(
-                f"carried: {name} is not the evidence run {source.get('run')} signed for {node} (sha256 "
-                f"{(actual or 'missing')[:16]}..., signed {str(signed.get(name))[:16]}...): swapped or altered"
-            )
-        if not node_passed(passed.get(node)):
-            problems.append(
-                f"carried: {node} did not pass in {source.get('run')} ({passed.get(node)}), yet was carried"
-            )
+    for node, entry in sorted(record.carried.items()):
+        problems += _carried_problems(folder, source.run, node, entry, signed, passed.get(node))
+    return problems
+
+
+def _carried_problems(
+    folder: RunFolder, source: str, node: str, entry: Carried, signed: dict[str, str], result: object
+) -> list[str]:
+    """One carried node: its file is what the source run signed and what the record names, and it passed there."""
+    try:
+        path = folder.evidence_path(node)
+    except EvidenceError as exc:
+        return [f"carried: {exc}"]
+    problems = []
+    name = path.relative_to(folder.path.resolve()).as_posix()  # as the statement names it
+    actual = _sha256(path) if path.is_file() and not path.is_symlink() else None
+    if actual is None or actual != signed.get(name) or actual != entry.sha256:
+        problems.append(
+            f"carried: {name} is not the evidence run {source} signed for {node} (sha256 "
+            f"{(actual or 'missing')[:16]}..., signed {str(signed.get(name))[:16]}...): swapped or altered"
+        )
+    if not node_passed(result):
+        problems.append(f"carried: {node} did not pass in {source} ({result}), yet was carried")
     return problems

@@ -86,8 +86,8 @@ def summary_lines(
         names = ", ".join(sorted(retest.measured, key=natural_key)) or "none"
         lines.append(
             Line(
-                f"re-test of {retest.source}: {len(retest.measured)} nodes measured now ({names}), "
-                f"{len(retest.carried)} carried over",
+                f"re-test of {retest.source}: {len(retest.measured)} nodes measured now, "
+                f"{len(retest.carried)} carried over (measured now: {names})",
                 indent=1,
             )
         )

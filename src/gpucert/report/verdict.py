@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.records import Carried, RetestRecord
 from gpucert.plan.required import Plan
 from gpucert.report.verdict_checks import READABLE_SCHEMAS, RESULTS, count_problems, node_passed, verdict_problems
 from gpucert.report.verdict_model import (
@@ -219,7 +220,7 @@ def _nodes(
     names: list[str],
     still_open: set[str | None],
     measured: Mapping[str, str | None],
-    carried: Mapping[str, Any],
+    carried: Mapping[str, Carried],
     pool_of: Mapping[str, str | None],
 ) -> tuple[Group, dict[str, NodeSummary]]:
     """The fleet's own checks as one group, and each node's (every node of the inventory, and any other a check
@@ -240,15 +241,15 @@ def _nodes(
     return Group(**_group(by_node.get(None, []), None not in still_open)), per_node
 
 
-def _retest_summary(retest: Mapping[str, Any] | None) -> RetestSummary | None:
+def _retest_summary(retest: RetestRecord | None) -> RetestSummary | None:
     if retest is None:
         return None
     return RetestSummary(
-        source=retest["source"]["run"],
-        source_certificate=retest["source"].get("certificate"),
-        measured=tuple(retest.get("measured", {})),
-        carried=tuple(retest.get("carried", {})),
-        why=dict(retest.get("measured", {})),
+        source=retest.source.run,
+        source_certificate=retest.source.certificate,
+        measured=tuple(retest.measured),
+        carried=tuple(retest.carried),
+        why=dict(retest.measured),
     )
 
 
@@ -266,7 +267,7 @@ def build_verdict(
     stopped: str | None = None,
     measured: Mapping[str, str | None] | None = None,
     waivers: Mapping[str, Mapping[str, Any]] | None = None,
-    retest: Mapping[str, Any] | None = None,
+    retest: RetestRecord | None = None,
     node_pools: Mapping[str, str | None] | None = None,
     pools: Mapping[str, Mapping[str, Any]] | None = None,
     beside: Mapping[str, Any] | None = None,
@@ -285,7 +286,7 @@ def build_verdict(
     coverage = _coverage(plan, judged, unsettled, selected, stopped)
     counts = _summary(list(judged.values()))
     still_open = {k.node for k in (plan.required - judged.keys()) | unsettled}
-    carried: Mapping[str, Any] = (retest or {}).get("carried", {})
+    carried = retest.carried if retest is not None else {}
     fleet, per_node = _nodes(judged, nodes, still_open, measured or {}, carried, node_pools or {})
     findings = sorted((f for f in judged.values() if f.status in (*BAD, CheckStatus.WAIVED)), key=_sort_key)
     return Verdict.model_validate(
