@@ -74,7 +74,10 @@ LINTED = ("src", "fixtures", "suites", "tests", "benchmarks")
 def test_no_new_function_over_80_lines() -> None:
     """Issue 24: no function over 80 lines. ruff counts statements, not lines, so this counts the lines (def to end,
     decorators excluded); today's long functions are the ones docs/architecture-debt.md lists."""
-    listed = set(re.findall(r"`([\w/.]+\.py:\w+)`", (ROOT / "docs" / "architecture-debt.md").read_text()))
+    text = (ROOT / "docs" / "architecture-debt.md").read_text()
+    listed = set(re.findall(r"`([\w/.]+\.py:\w+)`", text))
+    # the tables are read (a count would fail as the debt is paid off, row by row)
+    rows = set(re.findall(r"^\| `([\w/.]+\.py:\w+)`", text, re.MULTILINE))
     long_ = {}
     for path in (p for d in LINTED for p in (ROOT / d).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -82,7 +85,8 @@ def test_no_new_function_over_80_lines() -> None:
                 lines = node.end_lineno - node.lineno + 1
                 if lines > 80:
                     long_[f"{path.relative_to(ROOT)}:{node.name}"] = lines
-    assert len(listed) > 30
+    assert rows
+    assert rows <= listed
     assert {k: n for k, n in long_.items() if k not in listed} == {}, "split it (or, if it moved, update the doc)"
 
 
