@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from .conftest import fleet_doc, spec_doc
 
 FABRIC: dict[str, Any] = {
@@ -40,3 +42,41 @@ def test_the_pools_own_multinode_figure_holds_the_all_reduce_across_its_nodes(ce
     assert found["status"] == "fail"
     assert found["expected"] == 5000.0
     assert found["limit"] == 4500.0
+
+
+SIX = [f"gpu-node-{i}" for i in range(1, 7)]  # two racks of three: gpu-node-1..3, gpu-node-4..6
+FAULTS = [
+    ({"kind": "port-down", "node": "gpu-node-2", "rail": 1}, ("fabric.port", "gpu-node-2")),
+    ({"kind": "port-rate", "node": "gpu-node-2", "rail": 1, "gbps": 200}, ("fabric.port", "gpu-node-2")),
+    ({"kind": "symbol-errors", "node": "gpu-node-2", "rail": 0, "perHour": 1000}, ("fabric.counters", "gpu-node-2")),
+    ({"kind": "link-downed", "node": "gpu-node-5", "rail": 1}, ("fabric.counters", "gpu-node-5")),
+    ({"kind": "gdr-off", "node": "gpu-node-2"}, ("fabric.gdr", "gpu-node-2")),
+    ({"kind": "nccl-socket", "node": "gpu-node-3"}, ("fabric.nccl_transport", None)),
+    ({"kind": "nic-placement", "node": "gpu-node-4", "rail": 0}, ("fabric.affinity", "gpu-node-4")),
+    (
+        {"kind": "slow-rail", "node": "gpu-node-5", "rail": 1, "peer": "gpu-node-2", "factor": 0.7},
+        ("fabric.rdma_bw", "gpu-node-2"),
+    ),
+    ({"kind": "rack-link", "node": "gpu-node-1", "peer": "gpu-node-4", "factor": 0.6}, ("fabric.rdma_bw", None)),
+]
+
+
+@pytest.mark.parametrize(("fault", "finding"), FAULTS, ids=[f["kind"] for f, _ in FAULTS])
+def test_each_fabric_fault_is_found_by_its_check_alone(
+    certify, fault: dict[str, Any], finding: tuple[str, str | None]
+) -> None:
+    """Issue 25: each simulated fabric fault is one finding of exactly its check, and nothing else fails. A slow
+    link between two nodes is reported by the first of them in inventory order (gpu-node-2), naming the other."""
+    fabric = {"rails": 2, "racks": {"label": "example.com/rack", "size": 3}}
+    spec = fabric_spec(
+        dict(FABRIC, rails={"count": 2, "resource": "rdma/rdma_shared_device_a"}, rackLabel="example.com/rack"),
+        nodes=6,
+        probes=["health"],
+        multinode={},
+    )
+    run = certify(fleet_doc([fault], nodes=6, fabric=fabric), spec=spec, suites=("configure", "certify"))
+    assert {(c, n) for c, n, _ in run.findings} == {finding}, run.verdict["findings"]
+    [found] = run.verdict["findings"]
+    assert found["status"] == "fail"
+    if fault["kind"] == "slow-rail":
+        assert found["message"].startswith("gpu-node-2 rail 1 (mlx5_1/1): the link to gpu-node-5 on this rail is slow")

@@ -141,6 +141,9 @@ def test_a_nic_across_the_cpu_from_its_gpu_fails() -> None:
     assert found.status is FAIL
     assert "GPU 3 SYS" in found.message
     assert judge_affinity("n1", 3, "mlx5_3/1", [3], []).status is ERROR
+    shared = [GpuNic(gpu=g, pci_bus_id="x", hca="mlx5_1", relation="PIX" if g == 4 else "NODE") for g in (4, 5, 6, 7)]
+    assert judge_affinity("n1", 1, "mlx5_1/1", [4, 5, 6, 7], shared).status is PASS  # 2 rails, 8 GPUs
+    assert judge_affinity("n1", 1, "mlx5_1/1", [4, 5, 6, 7], shared[1:]).status is ERROR
 
 
 def test_gdr_from_peer_memory_or_dma_buf_everywhere_and_off_otherwise() -> None:
@@ -161,7 +164,16 @@ def test_gdr_from_peer_memory_or_dma_buf_everywhere_and_off_otherwise() -> None:
 
 def channels(transport: str, gdr: bool, ranks: int = 4) -> list[NcclChannel]:
     return [
-        NcclChannel(channel=0, src_rank=r, src_dev=0, dst_rank=(r + 2) % ranks, dst_dev=0, transport=transport, gdr=gdr)
+        NcclChannel(
+            channel=0,
+            src_rank=r,
+            src_dev=0,
+            dst_rank=(r + 2) % ranks,
+            dst_dev=0,
+            direction="send",
+            transport=transport,
+            gdr=gdr,
+        )
         for r in range(ranks)
     ]
 
@@ -183,6 +195,12 @@ def test_nccl_without_gdrdma_fails_unless_the_nodes_gdr_check_explains_it() -> N
     found = judge_transport("train", transport, nodes, 2)
     assert found.status is FAIL
     assert found.message.endswith("on n2")
+    # a [receive] line is the receiver's: n1 receiving from n2 with GDR does not make n2's side GDR
+    received = NcclChannel(
+        channel=1, src_rank=2, src_dev=0, dst_rank=0, dst_dev=0, direction="receive", transport="NET/IB", gdr=True
+    )
+    both = transport.model_copy(update={"channels": [*mixed, received]})
+    assert judge_transport("train", both, nodes, 2).message.endswith("on n2")
     covered = judge_transport("train", transport, nodes, 2, gdr_off=["n2"])
     assert covered.status is SKIP
     assert covered.cause == "fabric.gdr@n2"
