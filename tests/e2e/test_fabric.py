@@ -80,3 +80,40 @@ def test_each_fabric_fault_is_found_by_its_check_alone(
     assert found["status"] == "fail"
     if fault["kind"] == "slow-rail":
         assert found["message"].startswith("gpu-node-2 rail 1 (mlx5_1/1): the link to gpu-node-5 on this rail is slow")
+
+
+def test_reports_punch_list_and_metrics_name_the_rail_hca_port_and_peer(certify) -> None:
+    """A port trained down on gpu-node-2's rail 1 and a slow link from it to gpu-node-5 on rail 0: the punch list
+    names each link (the peer where there is one), report.html draws the rail x node matrix and a heatmap per
+    rail, and the exporter gives the port's rate and the rail's last RDMA bandwidth."""
+    from gpucert.acceptance.punchlist import punch_list
+    from gpucert.fleet.metrics import FleetCollector
+    from gpucert.plan.runfolder import RunFolder
+
+    faults = [
+        {"kind": "port-rate", "node": "gpu-node-2", "rail": 1, "gbps": 200},
+        {"kind": "slow-rail", "node": "gpu-node-2", "rail": 0, "peer": "gpu-node-5", "factor": 0.7},
+    ]
+    fabric = {"rails": 2, "racks": {"label": "example.com/rack", "size": 3}}
+    rails = {"count": 2, "resource": "rdma/rdma_shared_device_a"}
+    spec = fabric_spec(dict(FABRIC, rails=rails, rackLabel="example.com/rack"), nodes=6, probes=["health"])
+    run = certify(fleet_doc(faults, nodes=6, fabric=fabric), spec=spec)
+    assert run.findings == {("fabric.port", "gpu-node-2", None), ("fabric.rdma_bw", "gpu-node-2", None)}
+    [row] = punch_list(RunFolder(run.run_dir))
+    assert row.node == "gpu-node-2"
+    assert row.links == ["rail 1 mlx5_1 port 1", "rail 0 mlx5_0 port 1 (peer gpu-node-5)"]
+    html = (run.run_dir / "report.html").read_text()
+    assert "Fabric of pool train: rails x nodes" in html
+    assert html.count('class="gpucert-pairs"') == 2  # a heatmap per rail
+    series = {
+        (m.name, tuple(sorted(s.labels.items()))): s.value
+        for m in FleetCollector(run.run_dir.parent).collect()
+        for s in m.samples
+        if m.name.startswith("gpucert_fabric_")
+    }
+    assert series[("gpucert_fabric_port_rate_gbps", (("hca", "mlx5_1"), ("node", "gpu-node-2"), ("port", "1")))] == 200
+    assert series[("gpucert_fabric_port_active", (("hca", "mlx5_1"), ("node", "gpu-node-2"), ("port", "1")))] == 1
+    rdma = series[
+        ("gpucert_fabric_rail_rdma_gbps", (("hca", "mlx5_0"), ("node", "gpu-node-3"), ("port", "1"), ("rail", "0")))
+    ]
+    assert 370 < rdma < 400  # 96% of 400 Gb/s

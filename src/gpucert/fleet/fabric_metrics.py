@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import GaugeMetricFamily
 
 from gpucert.errors import GpucertError
-from gpucert.measure.evidence import FabricEvidence
+from gpucert.measure.evidence import RdmaBandwidth
 from gpucert.plan.runfolder import RunFolder
 
 __all__ = ["FabricSeries", "PortReading"]
@@ -36,14 +36,19 @@ class FabricSeries:
     """The fabric families of one scrape, with a cache of each (run, node)'s readings."""
 
     _cache: dict[tuple[str, str], list[PortReading]] = field(default_factory=dict)
-    _multinode: dict[str, FabricEvidence | None] = field(default_factory=dict)
+    _multinode: dict[str, list[RdmaBandwidth]] = field(default_factory=dict)
 
-    def _rdma(self, folder: RunFolder) -> FabricEvidence | None:
+    def _rdma(self, folder: RunFolder) -> list[RdmaBandwidth]:
+        """Every RDMA figure of the run: the fabric stage's pairs (pairs.json) and the collective's own."""
         if folder.id not in self._multinode:
+            found: list[RdmaBandwidth] = []
             try:
-                self._multinode[folder.id] = folder.read_fabric()
+                ring, pairs = folder.read_fabric(), folder.read_fabric_pairs()
+                found = list(ring.rdma) if ring is not None else []
+                found += [r for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
             except (GpucertError, OSError):
-                self._multinode[folder.id] = None
+                found = []
+            self._multinode[folder.id] = found
         return self._multinode[folder.id]
 
     def readings(self, folder: RunFolder, node: str) -> list[PortReading]:
@@ -54,9 +59,8 @@ class FabricSeries:
             except (GpucertError, OSError):
                 ev = None
             nf = ev.fabric if ev is not None and ev.collected else None
-            multinode = self._rdma(folder)
             figures: dict[str, dict[int, list[float]]] = {}
-            for r in multinode.rdma if multinode is not None else []:
+            for r in self._rdma(folder):
                 if r.error or not r.samples or r.unit != "Gb/s" or node not in (r.client, r.server):
                     continue
                 port = r.client_hca if node == r.client else r.server_hca
