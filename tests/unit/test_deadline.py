@@ -86,3 +86,11 @@ def test_a_slow_but_working_fabric_is_timed_not_called_hung() -> None:
     assert sweep_limit_s(plan) > b.watchdog_s + at_100g
     assert FABRIC_FLOOR_BPS <= 6.25e9  # a single 50 Gb/s port is still timed
     assert fabric_seconds(plan, 660) > 660 + sweep_limit_s(plan)  # the Job outlives the probe's own limit
+
+
+def test_a_fabric_pairs_job_has_time_for_its_rdma_too() -> None:
+    from gpucert.measure.probes.fabric_pair import PairPlan
+
+    plan = ProbePlan(run_id="r", node="n")
+    more = fabric_seconds(plan.model_copy(update={"fabric": True}), 660) - fabric_seconds(plan, 660)
+    assert more >= PairPlan().reps * PairPlan().timeout_s

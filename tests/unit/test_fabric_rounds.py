@@ -9,8 +9,11 @@ from pathlib import Path
 
 import yaml
 
+from gpucert.measure.evidence import CounterWindow, FabricEvidence, NodeEvidence, NodeFabric
+from gpucert.measure.evidence_fabric import merge_windows
 from gpucert.plan.layout import Mode
-from gpucert.plan.run import fabric_rounds, prepare
+from gpucert.plan.run import attach_windows, fabric_rounds, prepare
+from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.cluster import load_spec
 from gpucert.spec.pools import PoolMap
 
@@ -73,3 +76,48 @@ def test_measure_runs_every_pair_of_the_fabric_with_its_rdma_and_transport(tmp_p
     assert whole is not None
     assert whole.transport is not None
     assert len(whole.nodes) == 16
+
+
+def _window(started: str, finished: str, before: int, after: int) -> CounterWindow:
+    return CounterWindow(
+        load="fabric",
+        started=started,
+        finished=finished,
+        before={"mlx5_0/1": {"symbol_error": before}},
+        after={"mlx5_0/1": {"symbol_error": after}},
+    )
+
+
+def test_a_nodes_windows_over_its_pairs_merge_into_one_from_first_to_last_reading() -> None:
+    late = _window("2026-01-01T00:10:00+00:00", "2026-01-01T00:20:00+00:00", 15, 40)
+    early = _window("2026-01-01T00:00:00+00:00", "2026-01-01T00:05:00+00:00", 5, 15)
+    merged = merge_windows([late, early, _window("soon", "later", 0, 99)])  # unreadable times are left out
+    assert merged is not None
+    assert merged.deltas("mlx5_0/1") == {"symbol_error": 35}  # every increment between, once
+    assert merged.seconds() == 1200.0
+    assert merge_windows([]) is None
+
+
+def test_the_fabric_stages_windows_land_in_the_nodes_evidence(tmp_path: Path) -> None:
+    folder = RunFolder(tmp_path / "run")
+    t0, t1 = "2026-01-01T00:00:00+00:00", "2026-01-01T00:10:00+00:00"
+    for node, fabric in (("a", NodeFabric()), ("b", None), ("c", NodeFabric(counters=_window(t0, t1, 0, 0)))):
+        folder.write_evidence(NodeEvidence(node=node, target="kubernetes", probe_version="1", started=t0, finished=t1,
+                                           fabric=fabric))  # fmt: skip
+    pair = FabricEvidence(
+        run_id="r",
+        target="kubernetes",
+        probe_version="1",
+        started=t0,
+        finished=t1,
+        nodes=["a", "b"],
+        gpus_per_node=8,
+        counters={n: _window(t0, t1, 1, 3) for n in ("a", "b", "c")},
+    )
+    attach_windows(folder, [pair])
+    a, b, c = (folder.read_evidence(n) for n in "abc")
+    assert a is not None and a.fabric is not None and a.fabric.counters is not None  # noqa: PT018
+    assert a.fabric.counters.deltas("mlx5_0/1") == {"symbol_error": 2}
+    assert b is not None and b.fabric is None  # noqa: PT018  # no fabric reading of its own: nothing to add to
+    assert c is not None and c.fabric is not None and c.fabric.counters is not None  # noqa: PT018
+    assert c.fabric.counters.deltas("mlx5_0/1") == {"symbol_error": 0}  # a window of its own is kept

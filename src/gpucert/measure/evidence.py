@@ -349,6 +349,8 @@ class FabricEvidence(_Model):
     errors: list[ProbeError] = Field(default_factory=list)
     transport: NcclTransport | None = None  # NCCL's channel transports in its debug output (None: not read)
     rdma: list[RdmaBandwidth] = Field(default_factory=list)  # a pair's ib_write_bw per rail
+    # each node's port counters around this collective's traffic (the pair's RDMA and all-reduce), by node
+    counters: dict[str, CounterWindow] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -40,6 +40,7 @@ __all__ = [
     "PciDevice",
     "RdmaBandwidth",
     "Relation",
+    "merge_windows",
     "port_key",
 ]
 
@@ -229,3 +230,29 @@ class NcclTransport(Model):
     devices: list[NcclNetDevice] = Field(default_factory=list)
     channels: list[NcclChannel] = Field(default_factory=list)
     lines: int = 0  # how many lines of the log were read (0: no NCCL_DEBUG output reached the probe)
+
+
+def merge_windows(windows: list[CounterWindow]) -> CounterWindow | None:
+    """One window over several readings of a node's counters (the pairs it was in, one after another): the
+    earliest `before` and the latest `after` of each port, so every increment in between is counted once.
+    Times compare as ISO 8601 instants; a window whose times do not read is left out."""
+    timed = [
+        (w, datetime.fromisoformat(w.started), datetime.fromisoformat(w.finished))
+        for w in windows
+        if w.seconds() is not None
+    ]
+    if not timed:
+        return None
+    first = min(timed, key=lambda t: t[1])[0]
+    last = max(timed, key=lambda t: t[2])[0]
+    unreadable = {k: v for w, _, _ in timed for k, v in w.unreadable.items()}
+    return CounterWindow(
+        load=", ".join(dict.fromkeys(w.load for w, _, _ in timed)),
+        started=first.started,
+        finished=last.finished,
+        before=first.before,
+        after=last.after,
+        hw_before=first.hw_before,
+        hw_after=last.hw_after,
+        unreadable=unreadable,
+    )

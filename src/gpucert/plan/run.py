@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
-from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, ProbeError
+from gpucert.measure.evidence import CounterWindow, FabricEvidence, FabricPairs, NodeEvidence, ProbeError
+from gpucert.measure.evidence_fabric import merge_windows
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.pairs import rounds as pair_rounds
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Mode",
     "Progress",
+    "attach_windows",
     "fabric_rounds",
     "import_evidence",
     "load_inputs",
@@ -266,9 +268,11 @@ def measure(
     order = {n: i for i, n in enumerate(inventory.names)}
     collected = sorted(collected, key=order.__getitem__)
     ring: list[str] = []
+    across: list[FabricEvidence] = []
     if multinode is not None:
         ring = collected[: multinode.max_nodes]
-        folder.write_fabric(measure_fabric(target, ring, measure_plan))
+        across.append(measure_fabric(target, ring, measure_plan))
+        folder.write_fabric(across[0])
     schedule = fabric_rounds(pools, collected) or (
         neighbour_pairs(ring) if multinode is not None and multinode.pairs and len(ring) >= 3 else []
     )
@@ -277,6 +281,24 @@ def measure(
         for rnd in schedule:
             done += target.measure_fabrics(rnd, measure_plan)
             folder.write_fabric_pairs(FabricPairs(pairs=done))
+        across += done
+    attach_windows(folder, across)
+
+
+def attach_windows(folder: RunFolder, docs: list[FabricEvidence]) -> None:
+    """Each node's port counters over the fabric stage (from the first reading of its first pair or all-reduce to
+    the last of its last) into its evidence, where its own fabric reading has no window yet (the fabric pods read
+    the counters around their traffic; the node's probe pod ran before it)."""
+    found: dict[str, list[CounterWindow]] = {}
+    for doc in docs:
+        for node, window in doc.counters.items():
+            found.setdefault(node, []).append(window)
+    for node, windows in found.items():
+        ev = folder.read_evidence(node)
+        merged = merge_windows(windows)
+        if ev is None or ev.fabric is None or ev.fabric.counters is not None or merged is None:
+            continue
+        folder.write_evidence(ev.model_copy(update={"fabric": ev.fabric.model_copy(update={"counters": merged})}))
 
 
 def fabric_rounds(pools: PoolMap, nodes: list[str]) -> list[list[list[str]]]:

@@ -58,10 +58,14 @@ def job_seconds(plan: ProbePlan, gpus: int) -> int:
 
 
 def fabric_seconds(plan: ProbePlan, rendezvous_s: float) -> int:
-    """The all-reduce across nodes: every process's rendezvous, its sweep under the watchdog, a margin."""
+    """The all-reduce across nodes: every process's rendezvous, its sweep under the watchdog, a pair's RDMA per
+    rail (a fabric plan), a margin."""
+    from gpucert.measure.probes.fabric_pair import PairPlan
     from gpucert.measure.probes.multinode import (
         sweep_limit_s,  # multinode imports the runner, which imports this module
     )
 
     sweep = sweep_limit_s(plan)
-    return math.ceil(len(steps_for({Probe.NCCL}, on_gpu=True)) * STEP_S + rendezvous_s + sweep + MARGIN_S)
+    pair = PairPlan()
+    rdma = pair.reps * (pair.timeout_s + 1.0) if plan.fabric else 0.0  # every repetition of every rail, at worst
+    return math.ceil(len(steps_for({Probe.NCCL}, on_gpu=True)) * STEP_S + rendezvous_s + sweep + rdma + MARGIN_S)
