@@ -15,7 +15,7 @@ from gpucert.evaluate.rules.fabric_ports import (
     judge_port,
     rail_port,
 )
-from gpucert.evaluate.rules.fabric_transport import judge_transport
+from gpucert.evaluate.rules.fabric_transport import Collective, judge_transport
 from gpucert.measure.evidence_fabric import (
     CounterWindow,
     GdrFacts,
@@ -178,21 +178,35 @@ def channels(transport: str, gdr: bool, ranks: int = 4) -> list[NcclChannel]:
     ]
 
 
+def ring(transport: NcclTransport, nodes: list[str] | None = None) -> list[Collective]:
+    return [Collective(nodes or ["n1", "n2"], 2, transport)]
+
+
 def test_nccl_over_ib_with_gdr_passes_and_a_socket_fallback_fails() -> None:
     nodes = ["n1", "n2"]
     good = NcclTransport(network="IB", channels=channels("NET/IB", True), lines=200)
-    assert judge_transport("train", good, nodes, 2).status is PASS
+    assert judge_transport("train", ring(good), nodes).status is PASS
     socket = NcclTransport(network="Socket", channels=channels("NET/Socket", False), lines=200)
-    found = judge_transport("train", socket, nodes, 2)
+    found = judge_transport("train", ring(socket), nodes)
     assert found.status is FAIL
     assert "fell back to TCP sockets (NET/Socket) on n1, n2" in found.message
+
+
+def test_the_node_that_fell_back_to_sockets_is_the_one_with_no_rdma_collective_at_all() -> None:
+    """n3 fell back: both pairs it is in ran over sockets; n1 and n2 ran over IB in their own pair."""
+    ib = NcclTransport(network="IB", channels=channels("NET/IB", True), lines=200)
+    socket = NcclTransport(network="Socket", channels=channels("NET/Socket", False), lines=200)
+    pairs = [Collective(["n1", "n2"], 2, ib), Collective(["n1", "n3"], 2, socket), Collective(["n2", "n3"], 2, socket)]
+    found = judge_transport("train", pairs, ["n1", "n2", "n3"])
+    assert found.status is FAIL
+    assert found.message.endswith("on n3: no RDMA on their channels")
 
 
 def test_nccl_without_gdrdma_fails_unless_the_nodes_gdr_check_explains_it() -> None:
     nodes = ["n1", "n2"]
     mixed = channels("NET/IB", True)[:2] + channels("NET/IB", False)[2:]  # ranks 2, 3: node n2
     transport = NcclTransport(network="IB", channels=mixed, lines=200)
-    found = judge_transport("train", transport, nodes, 2)
+    found = judge_transport("train", ring(transport), nodes)
     assert found.status is FAIL
     assert found.message.endswith("on n2")
     # a [receive] line is the receiver's: n1 receiving from n2 with GDR does not make n2's side GDR
@@ -200,11 +214,18 @@ def test_nccl_without_gdrdma_fails_unless_the_nodes_gdr_check_explains_it() -> N
         channel=1, src_rank=2, src_dev=0, dst_rank=0, dst_dev=0, direction="receive", transport="NET/IB", gdr=True
     )
     both = transport.model_copy(update={"channels": [*mixed, received]})
-    assert judge_transport("train", both, nodes, 2).message.endswith("on n2")
-    covered = judge_transport("train", transport, nodes, 2, gdr_off=["n2"])
+    assert judge_transport("train", ring(both), nodes).message.endswith("on n2")
+    covered = judge_transport("train", ring(transport), nodes, gdr_off=["n2"])
     assert covered.status is SKIP
     assert covered.cause == "fabric.gdr@n2"
-    assert judge_transport("train", NcclTransport(lines=0), nodes, 2).status is ERROR
+
+
+def test_nodes_no_collective_left_nccl_output_for_cannot_be_judged() -> None:
+    assert judge_transport("train", ring(NcclTransport(lines=0)), ["n1", "n2"]).status is ERROR
+    good = NcclTransport(network="IB", channels=channels("NET/IB", True), lines=200)
+    found = judge_transport("train", ring(good), ["n1", "n2", "n3"])
+    assert found.status is ERROR
+    assert "1 nodes (n3)" in found.message
 
 
 # ---- fabric.rdma_bw: isolation by topology -------------------------------------------------------------------

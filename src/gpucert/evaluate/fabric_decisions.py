@@ -24,7 +24,7 @@ from gpucert.evaluate.rules.fabric_ports import (
     rail_port,
     rail_where,
 )
-from gpucert.evaluate.rules.fabric_transport import TRANSPORT, judge_transport
+from gpucert.evaluate.rules.fabric_transport import TRANSPORT, Collective, judge_transport
 from gpucert.evaluate.rules.performance import sample_problem
 from gpucert.measure.evidence_fabric import NodeFabric, RdmaBandwidth
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
@@ -248,14 +248,19 @@ def _rdma_racks(ev: Evaluation, detail: str) -> Finding:
 
 
 def _transport(ev: Evaluation, pool_name: str) -> Finding:
+    """Every collective across the pool's nodes: the all-reduce across them all and each pair's."""
     pool = ev.spec.pool(pool_name)
-    fabric = ev.fabric
-    if fabric is None:
-        return Finding(TRANSPORT, ERROR, None, None, "no all-reduce across nodes was recorded (evidence/multinode/)")
-    gdr_off = [n for n in fabric.nodes if ev.decide(CheckKey("fabric.gdr", n)).status is FAIL]
-    return judge_transport(
-        pool_name, fabric.transport, fabric.nodes, fabric.gpus_per_node or pool.expect.gpus_per_node, gdr_off
-    )
+    members = ev.pools.members(pool_name)
+    pairs = ev.fabric_pairs
+    ran = [ev.fabric] if ev.fabric is not None else []
+    ran += pairs.pairs if pairs is not None else []
+    collectives = [
+        Collective(f.nodes, f.gpus_per_node or pool.expect.gpus_per_node, f.transport)
+        for f in ran
+        if set(f.nodes) <= set(members)
+    ]
+    gdr_off = [n for n in members if ev.decide(CheckKey("fabric.gdr", n)).status is FAIL]
+    return judge_transport(pool_name, collectives, members, gdr_off)
 
 
 def decide_fabric(ev: Evaluation, key: CheckKey) -> Finding:

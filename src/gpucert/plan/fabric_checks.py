@@ -3,7 +3,7 @@
 Per pool: `pool.fabric` (configure). Per node of the pool and rail: `fabric.port`, `fabric.counters`,
 `fabric.affinity`, `fabric.rdma_bw` (the node's rail against every peer it was paired with); per node: `fabric.gdr`,
 `fabric.firmware` (the rail HCAs' firmware against the stack's `hca-firmware` pin, or the pool's majority);
-per pool, where an all-reduce across nodes runs: `fabric.nccl_transport` (one collective, one finding). Per pair
+per pool of two nodes or more: `fabric.nccl_transport` (NCCL's channels in every collective across its nodes). Per pair
 of racks the pool's nodes are in (when the fabric names a rack label): `fabric.rdma_bw` of the link between them.
 A pair of nodes is not a check of its own: a full round-robin of 1,024 nodes has 523,776 pairs per rail, so a
 pair's bandwidth is judged inside its nodes' rail checks (and a rack pair's), and shown in the per-rail heatmap.
@@ -78,10 +78,10 @@ def fabric_certify_keys(spec: ClusterSpec, pools: PoolMap) -> tuple[list[CheckKe
             left_out["fabric.rdma_bw"] = f"pool {pool.name} has {len(members)} node(s): no pair to measure"
         keys += [CheckKey(c, n, None, r) for n in members for r in rails for c in checks]
         keys += [CheckKey(c, n) for n in members for c in NODE_CHECKS]
-        if spec.certify.multinode is not None and len(members) >= 2:  # one collective, one finding
+        if len(members) >= 2:  # NCCL's transport, read off every collective across the pool's nodes: one finding
             keys.append(CheckKey("fabric.nccl_transport", None, None, pool.name))
         else:
-            left_out["fabric.nccl_transport"] = "certify.multinode is not set: no all-reduce across nodes shows NCCL's"
+            left_out["fabric.nccl_transport"] = f"pool {pool.name} has {len(members)} node(s): no NCCL across nodes"
         pairs = rack_pairs(pool, pools)
         keys += [CheckKey("fabric.rdma_bw", None, None, rack_detail(pool.name, a, b)) for a, b in pairs]
         if pool.fabric.rack_label is None:

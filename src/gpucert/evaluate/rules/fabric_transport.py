@@ -1,22 +1,35 @@
-"""`fabric.nccl_transport`: the all-reduce across a pool's nodes went over the RDMA fabric with GPUDirect RDMA, as
-NCCL's own debug output says. Pure. A channel over NET/Socket, or over NET/IB without GDRDMA, fails the check even
-when the bus bandwidth clears its bar: the next larger job, or the next busier hour, will not.
+"""`fabric.nccl_transport`: NCCL's collectives across a pool's nodes went over the RDMA fabric with GPUDirect RDMA,
+as NCCL's own debug output says. Pure. A channel over NET/Socket, or over NET/IB without GDRDMA, fails the check
+even when the bus bandwidth clears its bar: the next larger job, or the next busier hour, will not.
 
-Ranks are numbered node by node, in the collective's node order (`FabricEvidence.nodes`): rank r runs on node
-r // gpus_per_node, as the multi-node launch places them.
+Every collective that ran across the pool's nodes is read: the all-reduce across all of them (certify.multinode)
+and each pair's of the fabric stage. Ranks are numbered node by node, in the collective's node order: rank r runs
+on node r // gpus_per_node. A line is the logging rank's (NcclChannel.local_rank: NCCL 2.30 net.cc prints a
+receive line from the receiver). A node that fell back to sockets takes its peers' collectives with it, so the
+node named is the one with no collective over the RDMA fabric at all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from gpucert.measure.evidence_fabric import NcclTransport
 from gpucert.plan.checks import CheckStatus, Finding
 
-__all__ = ["TRANSPORT", "judge_transport"]
+__all__ = ["TRANSPORT", "Collective", "judge_transport"]
 
 TRANSPORT = "fabric.nccl_transport"
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """One collective across nodes and what NCCL said about its transport (None: nothing was read)."""
+
+    nodes: list[str]
+    gpus_per_node: int
+    transport: NcclTransport | None
 
 
 def _node_of(rank: int, nodes: list[str], gpus_per_node: int) -> str:
@@ -24,32 +37,58 @@ def _node_of(rank: int, nodes: list[str], gpus_per_node: int) -> str:
     return nodes[i] if 0 <= i < len(nodes) else f"rank {rank}"
 
 
+@dataclass
+class _Seen:
+    socket: set[str]
+    fabric: set[str]  # a NET/IB (or RoCE) channel of its own
+    no_gdr: set[str]
+    channels: int = 0
+
+
+def _read(collectives: Sequence[Collective]) -> _Seen:
+    seen = _Seen(set(), set(), set())
+    for c in collectives:
+        assert c.transport is not None
+        for ch in (ch for ch in c.transport.channels if ch.transport.startswith("NET/")):
+            seen.channels += 1
+            node = _node_of(ch.local_rank, c.nodes, c.gpus_per_node)
+            if ch.transport.startswith("NET/Socket") or c.transport.network == "Socket":
+                seen.socket.add(node)
+                continue
+            seen.fabric.add(node)
+            if not ch.gdr:
+                seen.no_gdr.add(node)
+    return seen
+
+
 def judge_transport(
-    pool: str, transport: NcclTransport | None, nodes: list[str], gpus_per_node: int, gdr_off: Collection[str] = ()
+    pool: str, collectives: Sequence[Collective], members: Sequence[str], gdr_off: Collection[str] = ()
 ) -> Finding:
-    """The channels of one collective across `nodes`. `gdr_off`: the nodes whose `fabric.gdr` failed: their
-    channels without GDRDMA follow from that finding (the first of them is named as the cause)."""
-    where = f"pool {pool}: the all-reduce across {len(nodes)} nodes"
-    if transport is None or transport.lines == 0:
-        return Finding(TRANSPORT, ERROR, None, None, f"{where} left no NCCL_DEBUG=INFO output to read")
-    net = [c for c in transport.channels if c.transport.startswith("NET/")]
-    if not net:
-        return Finding(TRANSPORT, ERROR, None, None, f"{where}: NCCL's output names no channel over the network")
-    socket = sorted({_node_of(c.local_rank, nodes, gpus_per_node) for c in net if c.transport.startswith("NET/Socket")})
-    if socket or transport.network == "Socket":
-        said = ", ".join(socket) or "every node"
-        message = f"{where} fell back to TCP sockets (NET/Socket) on {said}: the RDMA fabric carried none of it"
+    """The channels of every collective across the pool's nodes (`members`). `gdr_off`: the nodes whose
+    `fabric.gdr` failed: their channels without GDRDMA follow from that finding (the first is named as the cause)."""
+    read = [c for c in collectives if c.transport is not None and c.transport.lines > 0]
+    unread = sorted(set(members) - {n for c in read for n in c.nodes}, key=list(members).index)
+    if not read or unread:
+        who = f"{len(unread)} nodes ({', '.join(unread[:5])})" if read else "its nodes"
+        message = f"pool {pool}: no NCCL_DEBUG=INFO output of a collective across nodes was read for {who}"
+        return Finding(TRANSPORT, ERROR, None, None, message)
+    seen = _read(read)
+    where = f"pool {pool}: NCCL across nodes ({len(read)} collectives)"
+    if not seen.channels:
+        return Finding(TRANSPORT, ERROR, None, None, f"{where}: its output names no channel over the network")
+    if seen.socket:
+        culprits = sorted(seen.socket - seen.fabric) or sorted(seen.socket)
+        message = f"{where} fell back to TCP sockets (NET/Socket) on {', '.join(culprits)}: no RDMA on their channels"
         return Finding(TRANSPORT, FAIL, None, None, message, observed="NET/Socket", expected="NET/IB")
-    no_gdr = sorted({_node_of(c.local_rank, nodes, gpus_per_node) for c in net if not c.gdr})
-    unexplained = [n for n in no_gdr if n not in gdr_off]
+    unexplained = sorted(seen.no_gdr - set(gdr_off))
     if unexplained:
-        message = f"{where} ran without GPUDirect RDMA (no GDRDMA on its NET/IB channels) on {', '.join(unexplained)}"
+        message = f"{where} ran without GPUDirect RDMA (no GDRDMA on NET/IB channels) on {', '.join(unexplained)}"
         return Finding(TRANSPORT, FAIL, None, None, message, observed="NET/IB", expected="NET/IB/GDRDMA")
-    if no_gdr:
+    if seen.no_gdr:
+        no_gdr = sorted(seen.no_gdr)
         message = f"{where} ran without GPUDirect RDMA on {', '.join(no_gdr)}, whose GDR is off (see fabric.gdr)"
         return Finding(TRANSPORT, SKIP, None, None, message, cause=f"fabric.gdr@{no_gdr[0]}")
-    devices = sorted({f"{d.hca}:{d.port}" for d in transport.devices})
-    message = (
-        f"{where}: {len(net)} network channels over NET/IB with GDRDMA ({', '.join(devices) or 'devices unnamed'})"
-    )
+    devices = sorted({f"{d.hca}:{d.port}" for c in read if c.transport for d in c.transport.devices})
+    said = ", ".join(devices) or "devices unnamed"
+    message = f"{where}: {seen.channels} network channels over NET/IB with GDRDMA ({said})"
     return Finding(TRANSPORT, PASS, None, None, message)
