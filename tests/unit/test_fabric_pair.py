@@ -18,7 +18,7 @@ from gpucert.measure.probes.fabric_pair import PairPlan, Rail, command, measure_
 from gpucert.measure.probes.multinode import recv_msg, run_multinode, send_msg
 from gpucert.measure.probes.runner import ProbePlan
 
-from .test_fabric_sysfs import GPU0, NIC0, NIC1, _hca, _pci
+from .test_fabric_sysfs import GPU0, NIC0, NIC1, make_hca, make_pci
 from .test_multinode_watchdog import free_port
 
 FAKE = """#!/bin/sh
@@ -34,9 +34,9 @@ echo " 1048576    20000          390.12             389.87\t\t     0.046477"
 @pytest.fixture
 def sysfs(tmp_path: Path) -> Path:
     root = tmp_path / "sys"
-    _hca(root, "mlx5_0", NIC0)
-    _hca(root, "mlx5_1", NIC1)
-    _pci(root, GPU0)
+    make_hca(root, "mlx5_0", NIC0)
+    make_hca(root, "mlx5_1", NIC1)
+    make_pci(root, GPU0)
     return root
 
 

@@ -38,7 +38,7 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text + "\n")
 
 
-def _pci(root: Path, chain: tuple[str, ...]) -> Path:
+def make_pci(root: Path, chain: tuple[str, ...]) -> Path:
     device = root.joinpath("devices", *chain)
     _write(device / "numa_node", str(NUMA[chain[0]]))
     link = root / "bus" / "pci" / "devices" / chain[-1]
@@ -47,8 +47,8 @@ def _pci(root: Path, chain: tuple[str, ...]) -> Path:
     return device
 
 
-def _hca(root: Path, name: str, chain: tuple[str, ...], *, roce: bool = False, **files: str) -> Path:
-    device = _pci(root, chain)
+def make_hca(root: Path, name: str, chain: tuple[str, ...], *, roce: bool = False, **files: str) -> Path:
+    device = make_pci(root, chain)
     hca = root / "class" / "infiniband" / name
     hca.mkdir(parents=True)
     (hca / "device").symlink_to(device)
@@ -81,10 +81,10 @@ def _hca(root: Path, name: str, chain: tuple[str, ...], *, roce: bool = False, *
 
 @pytest.fixture
 def sysfs(tmp_path: Path) -> Path:
-    _hca(tmp_path, "mlx5_0", NIC0)
-    _hca(tmp_path, "mlx5_1", NIC1, roce=True, rate="200 Gb/sec (4X HDR)", state="1: DOWN", phys_state="3: Disabled")
-    _pci(tmp_path, GPU0)
-    _pci(tmp_path, GPU1)
+    make_hca(tmp_path, "mlx5_0", NIC0)
+    make_hca(tmp_path, "mlx5_1", NIC1, roce=True, rate="200 Gb/sec (4X HDR)", state="1: DOWN", phys_state="3: Disabled")
+    make_pci(tmp_path, GPU0)
+    make_pci(tmp_path, GPU1)
     _write(tmp_path / "module" / "nvidia_peermem" / "version", "570.124.06")
     return tmp_path
 

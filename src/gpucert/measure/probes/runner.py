@@ -35,6 +35,7 @@ from gpucert.measure.probes.between_gpus import between_gpus
 from gpucert.measure.probes.boards import start_in_board_order
 from gpucert.measure.probes.deadline import dcgm_seconds
 from gpucert.measure.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
+from gpucert.measure.probes.fabric_gdr import gpu_dmabuf, nic_dmabuf
 from gpucert.measure.probes.fabric_sysfs import read_node_fabric
 from gpucert.measure.probes.node_run import NodeRun
 from gpucert.measure.probes.per_gpu import open_devices, per_gpu
@@ -161,6 +162,13 @@ def _fabric(node: NodeRun) -> NodeFabric | None:
     root = Path(os.environ.get("GPUCERT_SYSFS", "/sys"))
     buses = {i: g.pci_bus_id for i, g in node.gpus.items() if g.pci_bus_id}
     fabric = node.rec.attempt("fabric", lambda: read_node_fabric(root, buses))
+    if fabric is not None and fabric.gdr is not None:
+        dmabuf = {
+            "dmabuf_gpu": gpu_dmabuf(sorted(node.gpus)) if node.plan.device == "cupy" else {},
+            "dmabuf_nic": nic_dmabuf(),
+            "kernel": platform.release(),
+        }
+        fabric = fabric.model_copy(update={"gdr": fabric.gdr.model_copy(update=dmabuf)})
     if fabric is not None:
         node.emit("fabric", fabric)
     return fabric
