@@ -25,6 +25,7 @@ from gpucert.acceptance.retest import verify_carried
 from gpucert.acceptance.waivers import load_waivers, waiver_id
 from gpucert.errors import ConfigError, EvidenceError, GpucertError
 from gpucert.plan.layout import Mode, run_id
+from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import RunFolder, write_json_atomic
 from gpucert.report import attest
 from gpucert.report.html import natural_key
@@ -101,7 +102,7 @@ def open_run(path: Path, keys: list[Ed25519PublicKey]) -> SeenRun:
             path=path,
         )
     verdict = parse_verdict(raw, folder.verdict_path)
-    started = str(folder.read_run_info().get("started") or "")
+    started = read_run_info(folder).started or ""
     terms = signed_waivers(folder)
     return SeenRun(folder, verdict, attest.certificate_digest(folder.path) or "", signers, started, terms)
 

@@ -25,6 +25,7 @@ from gpucert.errors import EvidenceError
 from gpucert.fleet.recertify import ANNOTATION_FAILING, ANNOTATION_LAST, ANNOTATION_LAST_RUN, LABEL_CERTIFIED
 from gpucert.measure.targets.base import NodeState
 from gpucert.plan.layout import run_id_time
+from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict_model import read_verdict
 from gpucert.spec.cluster import ClusterSpec
@@ -117,7 +118,7 @@ def _when(folder: RunFolder) -> tuple[datetime, str | None]:
     in its id (or its verdict's mtime) only so that it stands where it ran."""
     problem = None
     try:
-        finished = parse_time(folder.read_run_info().get("finished"))
+        finished = parse_time(read_run_info(folder).finished)
         if not folder.run_info_path.exists():
             problem = f"{folder.run_info_path}: missing, so when the run ran is unknown"
         elif finished is None:

@@ -7,20 +7,23 @@ Frozen pydantic models: the records are read back from disk (a signed run, a cop
 pydantic gives each bad value its key path; aliases keep the JSON's names and field order keeps the file as the dict
 writers wrote it. Only scalars are strict (a count written as "3" or `true` is refused); JSON arrays become tuples.
 Keys a later additive version writes are ignored on reading; keys an older one did not write take their default.
-Pure: no I/O (RunFolder reads and writes the files).
+No I/O of their own (RunFolder reads and writes the files).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_serializer
 from pydantic.alias_generators import to_camel
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from gpucert.errors import EvidenceError
+
+if TYPE_CHECKING:
+    from gpucert.plan.runfolder import RunFolder
 
 __all__ = [
     "RECERTIFY_SCHEMA",
@@ -35,6 +38,7 @@ __all__ = [
     "RunInfo",
     "Str",
     "parse_record",
+    "read_run_info",
 ]
 
 RETEST_SCHEMA = "gpucert.io/retest/v1"
@@ -111,6 +115,12 @@ class RunInfo(Part):
     git_commit: Str | None = Field(None, alias="git_commit")
     target: Str | None = None
     finished: Str | None = None
+
+
+def read_run_info(folder: RunFolder) -> RunInfo:
+    """The folder's run.json, typed (every field unset where there is none yet); EvidenceError naming the file and
+    the key when it is not one gpucert writes."""
+    return parse_record(RunInfo, folder.read_run_info(), folder.run_info_path, "a run.json")
 
 
 class Carried(Part):

@@ -24,10 +24,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import ENVELOPE, RunFolder
 from gpucert.report.keys import PRIVATE_KEY, PUBLIC_KEY, fingerprint, generate_key, load_private_key, load_public_key
 from gpucert.report.verdict import headline as verdict_headline
 from gpucert.report.verdict import verdict_problems
+from gpucert.report.verdict_model import Verdict, parse_verdict
 
 __all__ = [
     "ENVELOPE",
@@ -115,19 +117,20 @@ def subjects(run_dir: Path) -> dict[str, str]:
     return {name: _sha256(p) for name, p in files.items()}
 
 
-def _ready_to_sign(folder: RunFolder) -> dict[str, Any]:
+def _ready_to_sign(folder: RunFolder) -> Verdict:
     """The run's verdict, when the folder is a completed run whose reports say what its verdict says (EvidenceError
     naming what is wrong otherwise): a hand-edited verdict.json, or a run cut short before its reports were all
     written, is not signed."""
     if not folder.verdict_path.exists():
         raise EvidenceError("no verdict.json: only a completed run can be signed", path=folder.path)
-    verdict = folder.read_verdict()
-    problems = verdict_problems(verdict)
+    raw = folder.read_verdict()
+    problems = verdict_problems(raw)
     if problems:
         raise EvidenceError(f"not a verdict gpucert wrote: {'; '.join(problems)}", path=folder.verdict_path)
+    verdict = parse_verdict(raw, folder.verdict_path)
     folder.check()
     missing = [p.name for p in (folder.report_path, folder.junit_path, folder.allure_dir) if not p.exists()]
-    if missing or not folder.read_run_info().get("finished"):
+    if missing or not read_run_info(folder).finished:
         raise EvidenceError(
             f"the run did not finish writing its reports ({', '.join(missing) or 'run.json'} missing): a run cut "
             "short is not signed; evaluate it again",
@@ -135,41 +138,40 @@ def _ready_to_sign(folder: RunFolder) -> dict[str, Any]:
         )
     said = re.search(r'name="gpucert_result" value="([a-z]+)"', folder.junit_path.read_text(encoding="utf-8"))
     html = folder.report_path.read_text(encoding="utf-8")
-    if said is None or said.group(1) != verdict["result"] or escape(verdict_headline(verdict)) not in html:
+    if said is None or said.group(1) != verdict.result or escape(verdict_headline(verdict)) not in html:
         raise EvidenceError(
-            f"verdict.json says {verdict['result']}, but junit.xml ({said.group(1) if said else 'no result'}) or "
+            f"verdict.json says {verdict.result}, but junit.xml ({said.group(1) if said else 'no result'}) or "
             "report.html say otherwise: the folder was edited after its run",
             path=folder.verdict_path,
         )
     return verdict
 
 
-def _predicate(folder: RunFolder, verdict: dict[str, Any]) -> dict[str, Any]:
-    run_info = folder.read_run_info()
+def _predicate(folder: RunFolder, verdict: Verdict) -> dict[str, Any]:
+    run_info = read_run_info(folder)
     # names relative to inputs/: `baseline.yaml`, `baselines/<pool>.yaml` (several pools), `handover.yaml`
     copies = [*folder.baseline_copies(), folder.handover_copy]
     baselines = {p.relative_to(folder.inputs).as_posix(): _sha256(p) for p in copies if p.is_file()}
     spec_file = folder.spec_copy
-    retest = verdict.get("retest")
     extra: dict[str, Any] = {}
     if folder.waivers_copy.is_file():
-        extra["waivers"] = {"sha256": _sha256(folder.waivers_copy), "waived": verdict["summary"].get("waived", 0)}
-    if retest:
+        extra["waivers"] = {"sha256": _sha256(folder.waivers_copy), "waived": verdict.summary.waived}
+    if verdict.retest is not None:
+        retest = verdict.retest.to_json()
         extra["retest"] = {k: retest[k] for k in ("source", "sourceCertificate", "measured", "carried")}
+    coverage = verdict.coverage.to_json()
     return {
-        "spec": {"name": verdict["spec"], "sha256": _sha256(spec_file) if spec_file.exists() else None},
+        "spec": {"name": verdict.spec, "sha256": _sha256(spec_file) if spec_file.exists() else None},
         "baselines": baselines,
-        "target": verdict["target"],
+        "target": verdict.target,
         # what kind of run this is: only `measure` (and `recertify`) measured the hardware
-        "scope": {"mode": folder.mode, "suites": list(folder.suites), "reevaluates": run_info.get("reevaluates")},
-        "gpucert": {"version": run_info.get("gpucert_version", __version__), "commit": run_info.get("git_commit")},
-        "run": {"id": verdict["run"], "started": run_info.get("started"), "finished": run_info.get("finished")},
-        "result": verdict["result"],
-        "coverage": {
-            k: verdict.get("coverage", {}).get(k) for k in ("required", "ran", "deselected", "notReached", "complete")
-        },
-        "summary": verdict["summary"],
-        "nodes": {n: s["result"] for n, s in verdict.get("nodes", {}).items() if not n.startswith("(")},
+        "scope": {"mode": folder.mode, "suites": list(folder.suites), "reevaluates": run_info.reevaluates},
+        "gpucert": {"version": run_info.gpucert_version or __version__, "commit": run_info.git_commit},
+        "run": {"id": verdict.run, "started": run_info.started, "finished": run_info.finished},
+        "result": verdict.result,
+        "coverage": {k: coverage[k] for k in ("required", "ran", "deselected", "notReached", "complete")},
+        "summary": verdict.summary.to_json(),
+        "nodes": {n: s.result for n, s in verdict.nodes.items() if not n.startswith("(")},
         **extra,
     }
 
