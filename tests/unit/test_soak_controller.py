@@ -223,9 +223,32 @@ def test_the_soak_command_on_the_example(tmp_path: Path, capsys: pytest.CaptureF
     assert bandwidth.count('stroke="#c0392b"') == 2  # the flagged: the degraded board, and the XID's GPU
     assert "<title>gpu-node-2/gpu3</title>" in bandwidth
     assert main(["soak", "--resume", str(run), "-q"]) == 1  # an ended soak resumes to the same result
+    capsys.readouterr()
+    assert main(["punchlist", str(run), "--format", "csv"]) == 1  # a node that left is a punch-list row
+    rows = capsys.readouterr().out
+    assert "gpu-node-2,3," in rows
+    assert "soak.drift.memory.bandwidth" in rows
+    assert "soak.xid" in rows
     assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--resume", str(run)]) == 2
     assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--duration", "5h", "--round", "2h"]) == 2
     err = capsys.readouterr().err
     assert "give RUN alone" in err
     assert "not a whole number of 2h rounds" in err
     assert "Traceback" not in err
+
+
+def test_the_benchmark_runs_and_reports_the_controllers_share(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp_path)}
+    args = ["--nodes", "2", "--duration", "4h", "--round", "1h", "--time-scale", "0"]
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "soak.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "2 nodes, 4 rounds of 1h, time scale 0: pass" in r.stdout
+    assert "controller between rounds" in r.stdout
+    assert "KiB a round" in r.stdout

@@ -216,6 +216,11 @@ def test_a_round_not_measured_or_missing_a_gpu_is_not_clean() -> None:
     assert _soak([_round(0, [_gpu(i) for i in range(7)])]) == [["soak.round"]]
 
 
+def test_a_round_without_a_metric_the_first_rounds_measured_is_not_clean() -> None:
+    rounds = [_round(0), _with(1, 4, medians={"compute.gemm.bf16": 700.0})]
+    assert _soak(rounds) == [[], ["soak.round"]]
+
+
 def test_soak_spec_is_whole_rounds_and_needs_health() -> None:
     assert SoakSpec.model_validate({"duration": "72h", "round": "2h"}).rounds == 36
     with pytest.raises(ValueError, match="whole number of 5h rounds"):

@@ -6,28 +6,69 @@ soak's memory does not grow with its samples. Pure: no I/O.
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpucert.evaluate.soak_round import GpuRound, NodeRound
 
-__all__ = ["ECC_WINDOW_H", "GpuHistory", "NodeHistory", "Series"]
+__all__ = ["ECC_WINDOW_H", "GpuHistory", "Medians", "NodeHistory"]
 
 ECC_WINDOW_H = 24.0  # the criterion counts corrected ECC errors per 24 hours
 
 
-@dataclass(slots=True)
-class Series:
-    """One metric's round medians in time order, and the Mann-Kendall S over them, kept as each round comes."""
+class Medians:
+    """Several metrics' round medians side by side (one GPU's, or the node's), a row a round, with each metric's
+    Mann-Kendall S kept as the rounds come: one array operation a round for all of them (8 bytes a value: the
+    trend test needs every one). The metrics are the first round's; a later round without one holds NaN there."""
 
-    hours: list[float] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-    s: int = 0
+    __slots__ = ("_rows", "hours", "n", "names", "reference", "s")
 
-    def add(self, hour: float, value: float) -> None:
-        self.s += sum((value > x) - (value < x) for x in self.values)
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.hours: array[float] = array("d")
+        self._rows = np.empty((16, len(names)))
+        self.n = 0
+        self.s = np.zeros(len(names), dtype=np.int64)
+        self.reference: np.ndarray | None = None  # the median of the first rounds, once there are that many
+
+    def add(self, hour: float, medians: dict[str, float]) -> None:
+        row = np.array([medians.get(m, np.nan) for m in self.names], dtype=float)
+        if self.n:
+            signs = np.sign(row - self._rows[: self.n])
+            self.s += np.where(np.isnan(signs), 0, signs).sum(axis=0).astype(np.int64)
+        if self.n == len(self._rows):
+            self._rows = np.concatenate([self._rows, np.empty_like(self._rows)])
+        self._rows[self.n] = row
+        self.n += 1
         self.hours.append(hour)
-        self.values.append(value)
+
+    @property
+    def last(self) -> np.ndarray:
+        row: np.ndarray = self._rows[self.n - 1]
+        return row
+
+    def column(self, metric: str) -> list[float]:
+        return [float(v) for v in self._rows[: self.n, self.names.index(metric)]]
+
+    def least_squares_drop(self, metric: str, reference: float) -> float:
+        """How much the least-squares line of `metric` loses over the rounds, as a fraction of `reference`."""
+        hours = np.frombuffer(self.hours)
+        values = self._rows[: self.n, self.names.index(metric)]
+        spread = hours - hours.mean()
+        denominator = float((spread**2).sum())
+        if denominator == 0 or reference <= 0:
+            return 0.0
+        slope = float((spread * (values - values.mean())).sum()) / denominator
+        return -slope * float(hours[-1] - hours[0]) / reference
+
+    def reference_of(self, rounds: int) -> np.ndarray | None:
+        """Each metric's median over the first `rounds` rounds (None until there are more rounds than that)."""
+        if self.reference is None and self.n > rounds:
+            self.reference = np.median(self._rows[:rounds], axis=0)
+        return self.reference
 
 
 @dataclass(slots=True)
@@ -39,7 +80,7 @@ class GpuHistory:
     throttle_ns: dict[str, int] = field(default_factory=dict)
     loaded_s: float = 0.0
     xids: set[tuple[int, str]] = field(default_factory=set)
-    series: dict[str, Series] = field(default_factory=dict)
+    medians: Medians | None = None
 
     def add(self, g: GpuRound, end_h: float) -> None:
         if self.first_uncorrected is None:
@@ -54,8 +95,9 @@ class GpuHistory:
         for reason, ns in g.throttle_ns.items():
             self.throttle_ns[reason] = self.throttle_ns.get(reason, 0) + ns
         self.loaded_s += g.loaded_s
-        for metric, value in g.medians.items():
-            self.series.setdefault(metric, Series()).add(end_h, value)
+        if self.medians is None:
+            self.medians = Medians(tuple(sorted(g.medians)))
+        self.medians.add(end_h, g.medians)
 
 
 @dataclass(slots=True)
@@ -68,7 +110,7 @@ class NodeHistory:
     rounds: int = 0  # rounds added since the clock started
     end_h: float = 0.0  # the end of the last round added
     gpus: dict[int, GpuHistory] = field(default_factory=dict)
-    node_series: dict[str, Series] = field(default_factory=dict)
+    node_medians: Medians | None = None
     prior_xids: dict[int, set[tuple[int, str]]] = field(default_factory=dict)  # seen before this round
 
     def add(self, r: NodeRound) -> None:
@@ -78,7 +120,8 @@ class NodeHistory:
             h = self.gpus.setdefault(g.index, GpuHistory())
             h.add(g, r.end_h)
             h.xids.update(g.xids)
-        for metric, value in r.node_medians.items():
-            self.node_series.setdefault(metric, Series()).add(r.end_h, value)
+        if self.node_medians is None:
+            self.node_medians = Medians(tuple(sorted(r.node_medians)))
+        self.node_medians.add(r.end_h, r.node_medians)
         self.rounds += 1
         self.end_h = r.end_h

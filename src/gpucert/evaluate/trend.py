@@ -19,6 +19,9 @@ from statistics import median
 __all__ = ["EXACT_MAX_N", "MannKendall", "mann_kendall", "p_decrease", "theil_sen"]
 
 EXACT_MAX_N = 100  # the inversion counts of 100 values are 4951 integers: exact is cheap up to here
+# the screen (`p_decrease`) keeps its exact tables up to here and takes the normal approximation above: a table per
+# length kept for a soak's every round would grow with the rounds (tens of MB by 100 rounds)
+SCREEN_EXACT_N = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +37,7 @@ def _sign(d: float) -> int:
     return (d > 0) - (d < 0)
 
 
-@lru_cache(maxsize=EXACT_MAX_N)
+@lru_cache(maxsize=SCREEN_EXACT_N)
 def _inversion_counts(n: int) -> tuple[int, ...]:
     """How many permutations of n values have k inversions, for k = 0 .. n(n-1)/2 (the Mahonian numbers)."""
     counts = [1]
@@ -51,15 +54,26 @@ def _inversion_counts(n: int) -> tuple[int, ...]:
 
 def p_decrease(n: int, s: int) -> float:
     """P(S <= s) for n values without ties and no trend: a quick screen before the full test (exact to
-    EXACT_MAX_N values, the normal approximation above)."""
+    SCREEN_EXACT_N values, the normal approximation above)."""
     if n < 3:
         return 1.0
-    if n > EXACT_MAX_N:
+    if n > SCREEN_EXACT_N:
         var = n * (n - 1) * (2 * n + 5) / 18
         return _normal_tail(-(s - _sign(s)) / math.sqrt(var))
-    counts = _inversion_counts(n)
     pairs = n * (n - 1) // 2
-    return sum(counts[(pairs - s) // 2 :]) / math.factorial(n)
+    return _at_least_inversions(n)[(pairs - s) // 2]
+
+
+@lru_cache(maxsize=SCREEN_EXACT_N)
+def _at_least_inversions(n: int) -> tuple[float, ...]:
+    """P(I >= k) for k = 0 .. n(n-1)/2: the screen looks one up each round, for every metric of every GPU."""
+    counts = _inversion_counts(n)
+    total = math.factorial(n)
+    tail, out = 0, []
+    for c in reversed(counts):
+        tail += c
+        out.append(tail / total)
+    return tuple(reversed(out))
 
 
 def _normal_tail(z: float) -> float:

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from statistics import median
 
-from gpucert.evaluate.soak_history import ECC_WINDOW_H, GpuHistory, NodeHistory, Series
+from gpucert.evaluate.soak_history import ECC_WINDOW_H, GpuHistory, Medians, NodeHistory
 from gpucert.evaluate.soak_round import GpuRound, NodeRound
 from gpucert.evaluate.trend import mann_kendall, p_decrease, theil_sen
 from gpucert.evaluate.xids import HARDWARE_XIDS
@@ -94,7 +94,7 @@ def _xid(r: NodeRound, g: GpuRound, before: set[tuple[int, str]], b: GpuBaseline
     return [_finding("soak.xid", r, g.index, f"new XID: {named}", observed=len(bad), expected=0, unit="events")]
 
 
-def _throttle(r: NodeRound, g: GpuRound, h: GpuHistory, b: GpuBaseline) -> list[Finding]:
+def _throttle(r: NodeRound, g: GpuRound, h: GpuHistory, allowances: dict[str, float]) -> list[Finding]:
     if g.active is None and h.loaded_s <= 0:
         return [_finding("soak.throttle", r, g.index, "clock-event reasons were not reported", error=True)]
     if any(ns < 0 for ns in h.throttle_ns.values()):
@@ -102,7 +102,7 @@ def _throttle(r: NodeRound, g: GpuRound, h: GpuHistory, b: GpuBaseline) -> list[
     share = {k: ns / 1e9 / h.loaded_s for k, ns in h.throttle_ns.items()} if h.loaded_s > 0 else {}
     bad = []
     worst, limit = 0.0, 0.0
-    for reason, allowed in b.health.allowances().items():
+    for reason, allowed in allowances.items():
         if share.get(reason, 0.0) > allowed:
             bad.append(f"{reason} {share[reason]:.3%} of the loaded time over the soak (allowance {allowed:.3%})")
             worst, limit = max(worst, share[reason]), allowed
@@ -174,32 +174,63 @@ def _temperature(r: NodeRound, g: GpuRound, peers: Peers, spread: float) -> list
     return [_finding("soak.temperature", r, g.index, message, observed=round(worst[0], 2), limit=spread, unit="°C")]
 
 
-def _drift(r: NodeRound, gpu: int | None, metric: str, s: Series, c: SoakCriteria) -> list[Finding]:
+def _drift(r: NodeRound, gpu: int | None, block: Medians, measured: dict[str, float], c: SoakCriteria) -> list[Finding]:
     """Against the node's own first rounds: a round median below their median by more than maxDrift (a step), or
     a falling trend (Mann-Kendall, one-sided) whose Theil-Sen line loses more than maxDrift over the soak."""
-    n, value = len(s.values), s.values[-1]
-    if not math.isfinite(value) or value <= 0:
-        return [_finding(f"soak.drift.{metric}", r, gpu, f"round median {value} is not a measurement", error=True)]
-    if n <= c.reference_rounds:
-        return []
-    reference = median(s.values[: c.reference_rounds])
-    drop = 1 - value / reference
-    step = drop > c.max_drift
-    trend = n >= c.reference_rounds + 3 and p_decrease(n, s.s) < c.trend_alpha
-    if not (step or trend):
-        return []
-    mk = mann_kendall(s.values)
-    slope = theil_sen(s.hours, s.values)
-    span = s.hours[-1] - s.hours[0]
+    if set(measured) != set(block.names):
+        missing = sorted(set(block.names) ^ set(measured))
+        message = f"the round measured {', '.join(sorted(measured)) or 'nothing'}; the first rounds also {missing}"
+        return [_finding("soak.round", r, gpu, f"not the same metrics as the node's first rounds: {message}")]
+    out = []
+    row = block.last
+    for metric, value in zip(block.names, row, strict=True):
+        if not math.isfinite(value) or value <= 0:
+            out.append(
+                _finding(f"soak.drift.{metric}", r, gpu, f"round median {value} is not a measurement", error=True)
+            )
+    reference = block.reference_of(c.reference_rounds)
+    if out or reference is None:
+        return out
+    drops = 1 - row / reference
+    for i, metric in enumerate(block.names):
+        step = bool(drops[i] > c.max_drift)
+        trend = (
+            block.n >= c.reference_rounds + 3
+            and p_decrease(block.n, int(block.s[i])) < c.trend_alpha
+            # the least-squares line, O(n), before Theil-Sen's O(n^2): by chance 1% of a clean fleet's series pass
+            # the p screen each round, and a line that loses less than half the limit is no drift to test further
+            and block.least_squares_drop(metric, float(reference[i])) > c.max_drift / 2
+        )
+        if step or trend:
+            out += _drifted(r, gpu, metric, block, float(reference[i]), float(drops[i]), step, c)
+    return out
+
+
+def _drifted(
+    r: NodeRound,
+    gpu: int | None,
+    metric: str,
+    block: Medians,
+    reference: float,
+    drop: float,
+    step: bool,
+    c: SoakCriteria,
+) -> list[Finding]:
+    """The finding of a drift the screen flagged, with the full trend test's statistic (ties included)."""
+    values, hours = block.column(metric), list(block.hours)
+    mk = mann_kendall(values)
+    slope = theil_sen(hours, values)
+    span = hours[-1] - hours[0]
     fitted = -slope * span / reference
     statistic = (
-        f"Mann-Kendall S={mk.s} over {n} rounds, one-sided p={mk.p_decrease:.3g}{'' if mk.exact else ' (normal)'}; "
-        f"Theil-Sen slope {slope:.4g}/h ({fitted:.2%} over {span:g} h)"
+        f"Mann-Kendall S={mk.s} over {len(values)} rounds, one-sided p={mk.p_decrease:.3g}"
+        f"{'' if mk.exact else ' (normal)'}; Theil-Sen slope {slope:.4g}/h ({fitted:.2%} over {span:g} h)"
     )
     if not step and not (mk.p_decrease < c.trend_alpha and fitted > c.max_drift):
         return []
     what = (
-        f"round median {value:.5g} is {drop:.2%} below the node's first {c.reference_rounds} rounds ({reference:.5g})"
+        f"round median {values[-1]:.5g} is {drop:.2%} below the node's first {c.reference_rounds} rounds "
+        f"({reference:.5g})"
         if step
         else f"falling: {fitted:.2%} over the soak by its trend"
     )
@@ -238,17 +269,18 @@ def judge_round(
     limit = criteria.correctable_ecc_per_24h
     ecc_limit = limit if limit is not None else baseline.health.max_volatile_corrected_ecc
     out = _restarts(r)
+    allowances = baseline.health.allowances()
     for g in r.gpus:
         h = history.gpus[g.index]
         out += _xid(r, g, history.prior_xids.get(g.index, set()), baseline)
-        out += _throttle(r, g, h, baseline)
+        out += _throttle(r, g, h, allowances)
         out += _ecc(r, g, h, ecc_limit)
         out += _remapped(r, g, h)
         out += _temperature(r, g, peers, criteria.temperature_spread_c)
-        for metric in g.medians:
-            out += _drift(r, g.index, metric, h.series[metric], criteria)
+        if h.medians is not None:
+            out += _drift(r, g.index, h.medians, g.medians, criteria)
         out += _baseline(r, g.index, g.medians, baseline)
-    for metric in r.node_medians:
-        out += _drift(r, None, metric, history.node_series[metric], criteria)
+    if history.node_medians is not None:
+        out += _drift(r, None, history.node_medians, r.node_medians, criteria)
     out += _baseline(r, None, r.node_medians, baseline)
     return out

@@ -71,6 +71,7 @@ class Progress:
     wall_s: float  # wall time of the rounds this controller ran
     controller_s: float  # of which between rounds: judging, committing, progress (every node waits)
     ingest_s: float  # of which taking each node's round in as it came (writing it, summarising it)
+    controller_cpu_s: float  # the CPU time of the controller between rounds
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +82,7 @@ class SoakResult:
     wall_s: float
     controller_s: float
     ingest_s: float
+    controller_cpu_s: float
 
 
 def _digest(path: Path) -> str:
@@ -138,6 +140,7 @@ class SoakController:
         self.wall_s = 0.0
         self.controller_s = 0.0
         self.ingest_s = 0.0
+        self.controller_cpu_s = 0.0  # of the time between rounds, the CPU's (what a busy machine cannot inflate)
         self._round_wall: list[float] = []
 
     # ---- replay and restart policy --------------------------------------------------------------------------------
@@ -233,6 +236,7 @@ class SoakController:
         began = time.monotonic()
         running = [n for n, s in self.nodes.items() if s.status == RUNNING]
         summaries, waited, ingest = self._measure(index, running)
+        cpu = time.process_time()  # between rounds only the controller runs in this process
         pool_temps = self._pool_temperatures(summaries)
         left: dict[str, list[dict[str, Any]]] = {}
         for node in running:
@@ -242,6 +246,7 @@ class SoakController:
             self._apply(summaries[node], findings)
         wall = time.monotonic() - began
         overhead = wall - waited - ingest  # between rounds: the nodes wait on the controller
+        self.controller_cpu_s += time.process_time() - cpu
         doc = {
             "round": index,
             "startH": index * self.round_h,
@@ -279,7 +284,7 @@ class SoakController:
             }
             for n in self.nodes.values()
         }
-        progress = Progress(done, total, nodes, self.wall_s, self.controller_s, self.ingest_s)
+        progress = Progress(done, total, nodes, self.wall_s, self.controller_s, self.ingest_s, self.controller_cpu_s)
         write_soak_metrics(
             self.folder.path / METRICS_FILE,
             self.folder.run.id,
@@ -313,7 +318,9 @@ class SoakController:
         self.folder.write_result(
             {"schema": RESULT_SCHEMA, "run": self.folder.run.id, "result": overall, "nodes": nodes, "finished": _now()}
         )
-        return SoakResult(self.folder.run.path, overall, nodes, self.wall_s, self.controller_s, self.ingest_s)
+        return SoakResult(
+            self.folder.run.path, overall, nodes, self.wall_s, self.controller_s, self.ingest_s, self.controller_cpu_s
+        )
 
     def run(self, rejoin: Sequence[str] = ()) -> SoakResult:
         """Run (or continue) the soak to its end; one controller per run (SoakBusyError otherwise)."""
