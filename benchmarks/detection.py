@@ -319,7 +319,7 @@ def study(cells: list[Cell], jobs: int) -> dict[tuple[int, str, str], list[tuple
     return totals
 
 
-def main() -> int:  # noqa: C901
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=50)
     ap.add_argument("--jobs", type=int, default=1, help="processes (the evaluations of one fleet stay together)")
@@ -334,22 +334,7 @@ def main() -> int:  # noqa: C901
     )
     swept = "straggler 8%" if args.smoke else SWEPT  # the smoke's straggler is one no setting misses
     t0 = time.perf_counter()
-    cells: list[Cell] = []
-    for n in sizes:
-        for seed in seeds:
-            # the trade-off: every setting on the goal's noise, for the 4% straggler and clean fleets
-            for scenario in ("clean", swept):
-                cells.append(Cell(n, "goal", scenario, seed, sweep, every_metric=scenario == "clean"))
-            if args.smoke:
-                continue
-            for noise in NOISE:
-                for scenario in SCENARIOS:
-                    if noise == "goal" and scenario in ("clean", swept):
-                        continue
-                    settings: tuple[Setting, ...] = (default,)
-                    if scenario.endswith("pcie.h2d"):
-                        settings = (default, Setting(default.max_deviation, default.min_z, pcie_samples=20))
-                    cells.append(Cell(n, noise, scenario, seed, settings, every_metric=scenario == "clean"))
+    cells = _cells(sizes, seeds, sweep, default, swept, smoke=args.smoke)
     totals = study(cells, args.jobs)
     small = small_fleets(seeds, args.jobs)
     elapsed = time.perf_counter() - t0
@@ -364,6 +349,29 @@ def main() -> int:  # noqa: C901
             new = old.rstrip() + f"\n\n{BEGIN}\n{text}\n{END}\n"
         args.results.write_text(new)
     return 0
+
+
+def _cells(
+    sizes: tuple[int, ...], seeds: range, sweep: tuple[Setting, ...], default: Setting, swept: str, *, smoke: bool
+) -> list[Cell]:
+    """The study's cells: per fleet size and seed, every setting on the goal's noise for the swept straggler and
+    clean fleets (the trade-off); then, unless a smoke run, every other noise and scenario at the default."""
+    cells: list[Cell] = []
+    for n in sizes:
+        for seed in seeds:
+            for scenario in ("clean", swept):
+                cells.append(Cell(n, "goal", scenario, seed, sweep, every_metric=scenario == "clean"))
+            if smoke:
+                continue
+            for noise in NOISE:
+                for scenario in SCENARIOS:
+                    if noise == "goal" and scenario in ("clean", swept):
+                        continue
+                    settings: tuple[Setting, ...] = (default,)
+                    if scenario.endswith("pcie.h2d"):
+                        settings = (default, Setting(default.max_deviation, default.min_z, pcie_samples=20))
+                    cells.append(Cell(n, noise, scenario, seed, settings, every_metric=scenario == "clean"))
+    return cells
 
 
 def report(

@@ -199,7 +199,7 @@ class FakeCluster:
 
     # ---- HTTP ----------------------------------------------------------------------------------------------------
 
-    def handle(self, request: Request) -> Response:  # noqa: C901, PLR0912, PLR0915
+    def handle(self, request: Request) -> Response:
         self.requests.append((request.method, request.full_path))
         if self.on_request is not None:
             self.on_request(request.method, request.path)
@@ -215,22 +215,34 @@ class FakeCluster:
         refused = self._rbac_refusal(request, name)
         if refused:
             return _status(403, refused, details={"name": name or "", "kind": refused.split()[0].split(".")[0]})
-        pending = self.failures.get((request.method, kind))
+        injected = self._injected(request.method, kind)
+        if injected is not None:
+            return injected
+        if request.method == "GET":
+            return self._get(request, kind, ns, name, groups)
+        if request.method == "POST":
+            return self._post(request, kind, ns, name, groups)
+        if request.method in ("PATCH", "PUT") and name:
+            return self._update(request, kind, ns, name)
+        if request.method == "DELETE":
+            return self._delete(request, kind, ns, name)
+        return _status(405, f"{request.method} not supported by the fake")
+
+    def _injected(self, method: str, kind: str) -> Response | None:
+        """The failure the test queued for this request (`fail`), after the delay it queued (`hang`)."""
+        pending = self.failures.get((method, kind))
         if pending:
             code, message, headers = pending.pop(0)
             return _status(code, message or f"injected {code}", headers)
-        stall = self.hangs.get((request.method, kind))
+        stall = self.hangs.get((method, kind))
         if stall:
             time.sleep(stall.pop(0))
+        return None
+
+    def _get(self, request: Request, kind: str, ns: str | None, name: str | None, groups: dict[str, Any]) -> Response:
+        """A pod's log, one object, a watch, or a list (paged by limit and continue)."""
         args = request.args
-        if request.method == "POST" and groups.get("eviction"):  # no PodDisruptionBudgets here: evicted at once
-            gone = self.delete("pods", ns, name or "")
-            return (
-                Response(json.dumps({"kind": "Status", "status": "Success"}), status=201)
-                if gone
-                else _status(404, f'pods "{name}" not found')
-            )
-        if request.method == "GET" and groups.get("log"):
+        if groups.get("log"):
             if (ns or "", name or "") in self.log_errors:
                 return _status(*self.log_errors[(ns or "", name or "")])
             log = self.logs.get((ns or "", name or ""))
@@ -239,14 +251,14 @@ class FakeCluster:
                 if log is not None
                 else _status(404, f'pods "{name}" has no log')
             )
-        if request.method == "GET" and name:
+        if name:
             obj = self.get(kind, ns, name)
             return (
                 Response(json.dumps(obj), content_type="application/json")
                 if obj
                 else _status(404, f'{kind} "{name}" not found')
             )
-        if request.method == "GET" and args.get("watch") in ("true", "True", "1"):
+        if args.get("watch") in ("true", "True", "1"):
             return Response(
                 self._watch(
                     kind,
@@ -259,64 +271,72 @@ class FakeCluster:
                 content_type="application/json",
                 direct_passthrough=True,
             )
-        if request.method == "GET":
-            items = self.list(kind, ns, args.get("labelSelector", ""), args.get("fieldSelector", ""))
-            start, limit = int(args.get("continue") or 0), int(args.get("limit") or 0) or len(items) or 1
-            meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
-            if start + limit < len(items):
-                meta["continue"] = str(start + limit)
-            return Response(
-                json.dumps(
-                    {"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items[start : start + limit]}
-                ),
-                content_type="application/json",
+        items = self.list(kind, ns, args.get("labelSelector", ""), args.get("fieldSelector", ""))
+        start, limit = int(args.get("continue") or 0), int(args.get("limit") or 0) or len(items) or 1
+        meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
+        if start + limit < len(items):
+            meta["continue"] = str(start + limit)
+        return Response(
+            json.dumps({"kind": "List", "apiVersion": "v1", "metadata": meta, "items": items[start : start + limit]}),
+            content_type="application/json",
+        )
+
+    def _post(self, request: Request, kind: str, ns: str | None, name: str | None, groups: dict[str, Any]) -> Response:
+        """An eviction, an access review, or a create (admitted first; with dryRun=All, not stored)."""
+        if groups.get("eviction"):  # no PodDisruptionBudgets here: evicted at once
+            gone = self.delete("pods", ns, name or "")
+            return (
+                Response(json.dumps({"kind": "Status", "status": "Success"}), status=201)
+                if gone
+                else _status(404, f'pods "{name}" not found')
             )
-        if request.method == "POST" and kind == "selfsubjectaccessreviews":
+        if kind == "selfsubjectaccessreviews":
             return self._review(json.loads(request.data))
-        if request.method == "POST":
-            body = json.loads(request.data)
-            body["metadata"]["namespace"] = ns
-            if kind == "pods":
-                _default_host_ports(body.get("spec") or {})
-            refusal = self.admit(ns or "", body) if kind == "pods" else ""
-            if refusal:
-                return _status(403, refusal, details={"name": body["metadata"]["name"], "kind": "pods"})
-            if args.get("dryRun") == "All":  # admitted, and not stored
-                return Response(json.dumps(body), status=201, content_type="application/json")
-            if self.get(kind, ns, body["metadata"]["name"]):
-                return _status(409, f'{kind} "{body["metadata"]["name"]}" already exists')
-            return Response(json.dumps(self.put(kind, body)), status=201, content_type="application/json")
-        if request.method in ("PATCH", "PUT") and name:
-            current = self.get(kind, ns, name)
-            if current is None:
-                return _status(404, f'{kind} "{name}" not found')
-            body = json.loads(request.data)
-            if request.method == "PUT":
-                want = (body.get("metadata") or {}).get("resourceVersion")
-                if want and want != current["metadata"]["resourceVersion"]:
-                    return _status(
-                        409,
-                        f'Operation cannot be fulfilled on {kind} "{name}": the object has '
-                        "been modified; please apply your changes to the latest version and try again",
-                    )
-                body["metadata"]["uid"] = current["metadata"]["uid"]
-                current = body
-            else:
-                _merge(current, body)
-            return Response(json.dumps(self.put(kind, current, "MODIFIED")), content_type="application/json")
-        if request.method == "DELETE":
-            if name:
-                obj = self.delete(kind, ns, name)
-                return (
-                    Response(json.dumps(obj), content_type="application/json")
-                    if obj
-                    else _status(404, f'{kind} "{name}" not found')
+        body = json.loads(request.data)
+        body["metadata"]["namespace"] = ns
+        if kind == "pods":
+            _default_host_ports(body.get("spec") or {})
+        refusal = self.admit(ns or "", body) if kind == "pods" else ""
+        if refusal:
+            return _status(403, refusal, details={"name": body["metadata"]["name"], "kind": "pods"})
+        if request.args.get("dryRun") == "All":  # admitted, and not stored
+            return Response(json.dumps(body), status=201, content_type="application/json")
+        if self.get(kind, ns, body["metadata"]["name"]):
+            return _status(409, f'{kind} "{body["metadata"]["name"]}" already exists')
+        return Response(json.dumps(self.put(kind, body)), status=201, content_type="application/json")
+
+    def _update(self, request: Request, kind: str, ns: str | None, name: str) -> Response:
+        """A merge patch, or a replace that must name the object's current resourceVersion (when it names one)."""
+        current = self.get(kind, ns, name)
+        if current is None:
+            return _status(404, f'{kind} "{name}" not found')
+        body = json.loads(request.data)
+        if request.method == "PUT":
+            want = (body.get("metadata") or {}).get("resourceVersion")
+            if want and want != current["metadata"]["resourceVersion"]:
+                return _status(
+                    409,
+                    f'Operation cannot be fulfilled on {kind} "{name}": the object has '
+                    "been modified; please apply your changes to the latest version and try again",
                 )
-            gone = [
-                self.delete(kind, ns, o["metadata"]["name"]) for o in self.list(kind, ns, args.get("labelSelector", ""))
-            ]
-            return Response(json.dumps({"kind": "List", "items": gone}), content_type="application/json")
-        return _status(405, f"{request.method} not supported by the fake")
+            body["metadata"]["uid"] = current["metadata"]["uid"]
+            current = body
+        else:
+            _merge(current, body)
+        return Response(json.dumps(self.put(kind, current, "MODIFIED")), content_type="application/json")
+
+    def _delete(self, request: Request, kind: str, ns: str | None, name: str | None) -> Response:
+        """One object, or every object a label selector picks (a collection delete)."""
+        if name:
+            obj = self.delete(kind, ns, name)
+            return (
+                Response(json.dumps(obj), content_type="application/json")
+                if obj
+                else _status(404, f'{kind} "{name}" not found')
+            )
+        selected = self.list(kind, ns, request.args.get("labelSelector", ""))
+        gone = [self.delete(kind, ns, o["metadata"]["name"]) for o in selected]
+        return Response(json.dumps({"kind": "List", "items": gone}), content_type="application/json")
 
     def admit(self, ns: str, pod: dict[str, Any]) -> str:
         """ "" when the API server admits `pod`, else its Forbidden message: the RuntimeClass plugin first (it
@@ -351,22 +371,30 @@ class FakeCluster:
         answer = {**body, "status": status}
         return Response(json.dumps(answer), status=201, content_type="application/json")
 
-    def _watch(  # noqa: C901
-        self, kind: str, ns: str | None, selector: str, rv: str | None, timeout: float, fields: str = ""
-    ) -> Iterator[bytes]:
-        deadline = time.monotonic() + timeout
+    def _watch_fault(self, rv: str | None) -> Iterator[bytes] | None:
+        """A watch the test made hang (not a byte, past the watch's own timeout: only a client-side read timeout
+        ends it) or expire (410 Gone, for one that resumes from a resourceVersion); None for a working watch."""
         with self.cond:
             hung = self.hung_watches > 0
             self.hung_watches -= hung
             expired = bool(rv) and self.expired_watches > 0
             self.expired_watches -= expired
-        if hung:  # not a byte, past the watch's own timeout: only a client-side read timeout ends this
+        if hung:
             time.sleep(self.hang_s)
-            return
+            return iter(())
         if expired:
             gone = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Expired", "code": 410}
             gone["message"] = f"too old resource version: {rv} ({self.rv})"
-            yield (json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()
+            return iter([(json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()])
+        return None
+
+    def _watch(
+        self, kind: str, ns: str | None, selector: str, rv: str | None, timeout: float, fields: str = ""
+    ) -> Iterator[bytes]:
+        deadline = time.monotonic() + timeout
+        fault = self._watch_fault(rv)
+        if fault is not None:
+            yield from fault
             return
         with self.cond:
             if rv:

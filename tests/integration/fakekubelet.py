@@ -28,6 +28,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.probes.framing import frame
 from gpucert.measure.probes.multinode import run_multinode
 from gpucert.measure.probes.runner import BudgetSpec, ProbePlan, Sizes, run_plan
@@ -232,7 +233,7 @@ class FakeKubelet:
             pod["status"] = {**pod["status"], **status}
             self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
 
-    def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, what: str) -> None:  # noqa: C901, PLR0912, PLR0915
+    def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, what: str) -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         image = pod["spec"]["containers"][0]["image"]
         running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
@@ -246,76 +247,18 @@ class FakeKubelet:
         if self.cluster.get("pods", ns, name) is None:
             return  # deleted while it ran
         frames: list[str] = ["probe: starting\n"]
-        if self.simulator is not None:
-            from gpucert.measure.targets.base import MeasurePlan
-
-            probes = tuple(self.simulator.spec.certify.probes)
-            evidence = self.simulator.measure_node(node, MeasurePlan(plan["run_id"], probes, plan["dcgm"]["level"]))
-            evidence = evidence.model_copy(update={"target": "kubernetes"})
-        else:
-            env = {"HOME": "/dev/null/home"} if what == "preflight" else None  # not creatable, not even by root
-            if what == "no-nvml":  # the GPU path on this machine, which has no NVIDIA driver: the real pynvml
-                plan["device"] = "cupy"  # raises NVMLError_LibraryNotFound (no libnvidia-ml.so.1 to load)
-            evidence = run_plan(ProbePlan.model_validate(plan), emit=framer(frames.append), env=env)
+        evidence = self._evidence(plan, node, what, frames)
         frames.append(frame(evidence.model_dump_json(by_alias=True)))
         log = "".join(frames)
         half = "".join(frames[: next((i for i, f in enumerate(frames) if "key=gpu/1/memory" in f), len(frames))])
-
-        def terminated(code: int, reason: str) -> list[dict[str, Any]]:
-            return [container_status(image, {"terminated": {"exitCode": code, "reason": reason}})]
-
-        if what == "oom":
-            self.cluster.logs[(ns, name)] = "probe: starting\nprobe: memory 1 GiB x 2 buffers\n"
-            self._set(pod, phase="Failed", containerStatuses=terminated(137, "OOMKilled"))
-        elif what == "oom-halfway":  # GPU 0's probes framed in the log, then the kernel kills the container
-            self.cluster.logs[(ns, name)] = half + "probe: memory 1 GiB x 2 buffers\n"
-            self._set(pod, phase="Failed", containerStatuses=terminated(137, "OOMKilled"))
-        elif what == "crash":
-            self.cluster.logs[(ns, name)] = half + "Fatal Python error: Segmentation fault\n"
-            self._set(pod, phase="Failed", containerStatuses=terminated(139, "Error"))
+        if what in ("oom", "oom-halfway", "crash"):
+            self._killed(pod, what, half)
         elif what in ("deadline", "evict"):
             self.cluster.logs[(ns, name)] = half
-            if what == "deadline":  # the Job controller: the Job fails, its active pods are deleted
-                j = self.cluster.get("jobs", ns, job["metadata"]["name"])
-                if j is not None:
-                    j["status"] = {
-                        "conditions": [
-                            {
-                                "type": "Failed",
-                                "status": "True",
-                                "reason": "DeadlineExceeded",
-                                "message": "Job was active longer than specified deadline",
-                            }
-                        ]
-                    }
-                    self.cluster.put("jobs", j, "MODIFIED")
-            else:
-                cond = {
-                    "type": "DisruptionTarget",
-                    "status": "True",
-                    "reason": "EvictionByEvictionAPI",
-                    "message": "Eviction API: evicting",
-                }
-                pod["status"]["conditions"] = [*(pod["status"].get("conditions") or []), cond]
-            pod["metadata"]["deletionTimestamp"] = "2026-12-02T00:05:00Z"
-            self._set(pod)
-            time.sleep(0.3)  # the grace period: SIGTERM, the container exits
-            self._set(pod, phase="Failed", containerStatuses=terminated(143, "Error"))
-            time.sleep(0.3)
-            self.cluster.delete("pods", ns, name)
+            self._ended(job, pod, what)
         elif what == "podgc":
             self.cluster.logs[(ns, name)] = half
-            self.cluster.delete("nodes", None, node)
-            time.sleep(0.2)  # Pod GC notices the node is gone
-            cond = {
-                "type": "DisruptionTarget",
-                "status": "True",
-                "reason": "DeletionByPodGC",
-                "message": "PodGC: node no longer exists",
-            }
-            self.cluster.log_errors[(ns, name)] = (404, f'nodes "{node}" not found')
-            self._set(pod, phase="Failed", conditions=[cond])
-            self.cluster.delete("pods", ns, name)
+            self._node_deleted(pod, node)
         else:
             self.cluster.logs[(ns, name)] = log[: len(log) // 2] if what == "truncate" else log
             if what == "log500":
@@ -323,7 +266,84 @@ class FakeKubelet:
                 self.cluster.log_errors[(ns, name)] = (500, f'Get "{kubelet}": dial tcp: connect: connection refused')
             elif what == "log404":
                 self.cluster.log_errors[(ns, name)] = (404, f'nodes "{node}" not found')
-            self._set(pod, phase="Succeeded", containerStatuses=terminated(0, "Completed"))
+            self._set(pod, phase="Succeeded", containerStatuses=_terminated(image, 0, "Completed"))
+
+    def _evidence(self, plan: dict[str, Any], node: str, what: str, frames: list[str]) -> NodeEvidence:
+        """The node's evidence: the simulator's, or the real probe runner's on this machine's CPU (each part framed
+        into `frames` as it is measured)."""
+        if self.simulator is not None:
+            from gpucert.measure.targets.base import MeasurePlan
+
+            probes = tuple(self.simulator.spec.certify.probes)
+            evidence = self.simulator.measure_node(node, MeasurePlan(plan["run_id"], probes, plan["dcgm"]["level"]))
+            return evidence.model_copy(update={"target": "kubernetes"})
+        env = {"HOME": "/dev/null/home"} if what == "preflight" else None  # not creatable, not even by root
+        if what == "no-nvml":  # the GPU path on this machine, which has no NVIDIA driver: the real pynvml
+            plan["device"] = "cupy"  # raises NVMLError_LibraryNotFound (no libnvidia-ml.so.1 to load)
+        return run_plan(ProbePlan.model_validate(plan), emit=framer(frames.append), env=env)
+
+    def _killed(self, pod: dict[str, Any], what: str, half: str) -> None:
+        """The container killed: by the OOM killer (before or after GPU 0's probes were framed), or a crash."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        image = pod["spec"]["containers"][0]["image"]
+        if what == "oom":
+            self.cluster.logs[(ns, name)] = "probe: starting\nprobe: memory 1 GiB x 2 buffers\n"
+            self._set(pod, phase="Failed", containerStatuses=_terminated(image, 137, "OOMKilled"))
+        elif what == "oom-halfway":  # GPU 0's probes framed in the log, then the kernel kills the container
+            self.cluster.logs[(ns, name)] = half + "probe: memory 1 GiB x 2 buffers\n"
+            self._set(pod, phase="Failed", containerStatuses=_terminated(image, 137, "OOMKilled"))
+        else:
+            self.cluster.logs[(ns, name)] = half + "Fatal Python error: Segmentation fault\n"
+            self._set(pod, phase="Failed", containerStatuses=_terminated(image, 139, "Error"))
+
+    def _ended(self, job: dict[str, Any], pod: dict[str, Any], what: str) -> None:
+        """The pod ended from outside: the Job's deadline ran out (the Job controller fails the Job and deletes its
+        active pods), or it was evicted; SIGTERM, the grace period, then the pod is gone."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if what == "deadline":
+            j = self.cluster.get("jobs", ns, job["metadata"]["name"])
+            if j is not None:
+                j["status"] = {
+                    "conditions": [
+                        {
+                            "type": "Failed",
+                            "status": "True",
+                            "reason": "DeadlineExceeded",
+                            "message": "Job was active longer than specified deadline",
+                        }
+                    ]
+                }
+                self.cluster.put("jobs", j, "MODIFIED")
+        else:
+            cond = {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "EvictionByEvictionAPI",
+                "message": "Eviction API: evicting",
+            }
+            pod["status"]["conditions"] = [*(pod["status"].get("conditions") or []), cond]
+        pod["metadata"]["deletionTimestamp"] = "2026-12-02T00:05:00Z"
+        self._set(pod)
+        time.sleep(0.3)  # the grace period: SIGTERM, the container exits
+        image = pod["spec"]["containers"][0]["image"]
+        self._set(pod, phase="Failed", containerStatuses=_terminated(image, 143, "Error"))
+        time.sleep(0.3)
+        self.cluster.delete("pods", ns, name)
+
+    def _node_deleted(self, pod: dict[str, Any], node: str) -> None:
+        """The node deleted under the pod: Pod GC fails and deletes it, and its log can no longer be read."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        self.cluster.delete("nodes", None, node)
+        time.sleep(0.2)  # Pod GC notices the node is gone
+        cond = {
+            "type": "DisruptionTarget",
+            "status": "True",
+            "reason": "DeletionByPodGC",
+            "message": "PodGC: node no longer exists",
+        }
+        self.cluster.log_errors[(ns, name)] = (404, f'nodes "{node}" not found')
+        self._set(pod, phase="Failed", conditions=[cond])
+        self.cluster.delete("pods", ns, name)
 
     # ---- the Indexed Job of the all-reduce across nodes -----------------------------------------------------------
 
@@ -406,3 +426,7 @@ class FakeKubelet:
         pod["status"] = {"phase": phase, "containerStatuses": [container_status(image, state)]}
         if self.cluster.get("pods", ns, name) is not None:
             self.cluster.put("pods", pod, "MODIFIED")
+
+
+def _terminated(image: str, code: int, reason: str) -> list[dict[str, Any]]:
+    return [container_status(image, {"terminated": {"exitCode": code, "reason": reason}})]

@@ -71,6 +71,26 @@ def node(
     product: str = "NVIDIA-H100-80GB-HBM3",
     extra_labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    labels = _node_labels(name, gpu=gpu, gpus=gpus, driver=driver, product=product) | (extra_labels or {})
+    return {
+        "metadata": {
+            "name": name,
+            "uid": _uid("node", name),
+            "resourceVersion": "81234",
+            "creationTimestamp": iso(T0 - timedelta(days=3)),
+            "labels": labels,
+            "annotations": {
+                "node.alpha.kubernetes.io/ttl": "0",
+                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+            },
+        },
+        "spec": {"providerID": f"aws:///us-east-1a/i-{_uid(name)[:17].replace('-', '')}"},
+        "status": _node_status(name, gpu=gpu, gpus=gpus, allocatable=allocatable, ready=ready),
+    }
+
+
+def _node_labels(name: str, *, gpu: bool, gpus: int, driver: str, product: str) -> dict[str, str]:
+    """What NFD labels every node with, and GPU feature discovery a GPU node."""
     labels = {
         "beta.kubernetes.io/arch": "amd64",
         "kubernetes.io/hostname": name,
@@ -105,7 +125,11 @@ def node(
             "nvidia.com/gpu.replicas": "1",
             "nvidia.com/gpu-driver-upgrade-state": "upgrade-done",
         }
-    labels |= extra_labels or {}
+    return labels
+
+
+def _node_status(name: str, *, gpu: bool, gpus: int, allocatable: int | None, ready: bool) -> dict[str, Any]:
+    """Capacity and allocatable (the device plugin's nvidia.com/gpu), the kubelet's conditions, the node's info."""
     alloc = gpus if allocatable is None else allocatable
     resources = {"cpu": "192", "ephemeral-storage": "1937916400Ki", "memory": "2097152000Ki", "pods": "110"}
     ready_cond = {
@@ -117,51 +141,37 @@ def node(
         "lastTransitionTime": iso(T0),
     }
     return {
-        "metadata": {
-            "name": name,
-            "uid": _uid("node", name),
-            "resourceVersion": "81234",
-            "creationTimestamp": iso(T0 - timedelta(days=3)),
-            "labels": labels,
-            "annotations": {
-                "node.alpha.kubernetes.io/ttl": "0",
-                "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "capacity": {**resources, **({"nvidia.com/gpu": str(gpus)} if gpu else {})},
+        "allocatable": {**resources, **({"nvidia.com/gpu": str(alloc)} if gpu else {})},
+        "conditions": [
+            {
+                "type": "MemoryPressure",
+                "status": "False",
+                "reason": "KubeletHasSufficientMemory",
+                "message": "kubelet has sufficient memory available",
+                "lastTransitionTime": iso(T0),
             },
-        },
-        "spec": {"providerID": f"aws:///us-east-1a/i-{_uid(name)[:17].replace('-', '')}"},
-        "status": {
-            "capacity": {**resources, **({"nvidia.com/gpu": str(gpus)} if gpu else {})},
-            "allocatable": {**resources, **({"nvidia.com/gpu": str(alloc)} if gpu else {})},
-            "conditions": [
-                {
-                    "type": "MemoryPressure",
-                    "status": "False",
-                    "reason": "KubeletHasSufficientMemory",
-                    "message": "kubelet has sufficient memory available",
-                    "lastTransitionTime": iso(T0),
-                },
-                {
-                    "type": "DiskPressure",
-                    "status": "False",
-                    "reason": "KubeletHasNoDiskPressure",
-                    "message": "kubelet has no disk pressure",
-                    "lastTransitionTime": iso(T0),
-                },
-                ready_cond,
-            ],
-            "addresses": [{"type": "InternalIP", "address": "10.0.12.34"}, {"type": "Hostname", "address": name}],
-            "nodeInfo": {
-                "machineID": _uid("m", name).replace("-", ""),
-                "systemUUID": _uid("s", name),
-                "bootID": _uid("b", name),
-                "kernelVersion": "5.15.0-131-generic",
-                "osImage": "Ubuntu 22.04.5 LTS",
-                "containerRuntimeVersion": "containerd://1.7.24",
-                "kubeletVersion": "v1.31.4",
-                "kubeProxyVersion": "v1.31.4",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
+            {
+                "type": "DiskPressure",
+                "status": "False",
+                "reason": "KubeletHasNoDiskPressure",
+                "message": "kubelet has no disk pressure",
+                "lastTransitionTime": iso(T0),
             },
+            ready_cond,
+        ],
+        "addresses": [{"type": "InternalIP", "address": "10.0.12.34"}, {"type": "Hostname", "address": name}],
+        "nodeInfo": {
+            "machineID": _uid("m", name).replace("-", ""),
+            "systemUUID": _uid("s", name),
+            "bootID": _uid("b", name),
+            "kernelVersion": "5.15.0-131-generic",
+            "osImage": "Ubuntu 22.04.5 LTS",
+            "containerRuntimeVersion": "containerd://1.7.24",
+            "kubeletVersion": "v1.31.4",
+            "kubeProxyVersion": "v1.31.4",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
         },
     }
 

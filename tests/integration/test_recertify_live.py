@@ -98,7 +98,7 @@ def cordoned(cluster: FakeCluster, name: str) -> bool:
     return bool(node_obj(cluster, name).get("spec", {}).get("unschedulable"))
 
 
-def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) -> None:  # noqa: PLR0915
+def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) -> None:
     cluster = live.cluster
     assert gpucert(tmp_path, "keygen", "keys").returncode == 0
     r = gpucert(tmp_path, "certify", "spec.yaml", "-q", "--sign-key", "keys/gpucert.key")
@@ -107,7 +107,20 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
     r = gpucert(tmp_path, "baseline", "record", str(handover_run))
     assert r.returncode == 0, r.stdout + r.stderr
 
-    # a node as good as at handover: cordoned while measured, then labelled, annotated and uncordoned
+    _as_good_as_at_handover(cluster, tmp_path)
+    _slower_than_at_handover(live, tmp_path)
+    _a_board_swapped(live, tmp_path)
+    _held_by_another_run(cluster, tmp_path)
+    _busy_then_drained(live, tmp_path)
+
+    # what all of that asked of the API is exactly what deploy/rbac.yaml grants for recertification
+    used = {verb(m, p) for m, p in cluster.requests}
+    assert not_granted(used) == set(), "a request the RBAC manifest does not grant"
+    assert unused(used, {"gpucert-recertify", "gpucert-recertify-nodes"}) == set(), "a grant no request needs"
+
+
+def _as_good_as_at_handover(cluster: FakeCluster, tmp_path: Path) -> None:
+    """A node as good as at handover: cordoned while measured, then labelled, annotated and uncordoned."""
     r, verdict = recertify(tmp_path, "gpu-node-2")
     assert r.returncode == 0, r.stdout + r.stderr
     assert verdict["result"] == "pass"
@@ -122,7 +135,10 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
     assert cluster.list("leases", NS) == [], "the lease is released"
     assert [e[3] for e in cluster.events if e[1] == "leases"][:1] == ["ADDED"]
 
-    # one GPU 6% slower than at handover, inside the SKU's 8 %: not certified, left cordoned
+
+def _slower_than_at_handover(live: FakeKubelet, tmp_path: Path) -> None:
+    """One GPU 6% slower than at handover, inside the SKU's 8 %: not certified, left cordoned."""
+    cluster = live.cluster
     live.simulator = simulator(
         tmp_path, {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.94}
     )
@@ -136,7 +152,10 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
     assert node["metadata"]["labels"]["gpucert.io/certified"] == "false"
     assert "handover.memory.bandwidth" in node["metadata"]["annotations"]["gpucert.io/failing-checks"]
 
-    # a GPU whose serial changed since handover
+
+def _a_board_swapped(live: FakeKubelet, tmp_path: Path) -> None:
+    """A GPU whose serial changed since handover."""
+    cluster = live.cluster
     live.simulator = simulator(tmp_path, {"kind": "swapped-gpu", "node": "gpu-node-3", "gpu": 5})
     r, verdict = recertify(tmp_path, "gpu-node-3")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -144,7 +163,10 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
     assert "swapped since handover" in verdict["findings"][0]["message"]
     assert cordoned(cluster, "gpu-node-3")
 
-    # a second recertification of a node whose lease another run holds is refused, and changes nothing
+
+def _held_by_another_run(cluster: FakeCluster, tmp_path: Path) -> None:
+    """A second recertification of a node whose lease another run holds is refused, and changes nothing; once that
+    holder stopped renewing, its lease lapses (and the next run takes it over)."""
     now = datetime.now(UTC)
     from gpucert.measure.targets.kubernetes.nodes import KubernetesNodeControl
 
@@ -166,14 +188,17 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
     assert not cordoned(cluster, "gpu-node-1")
     assert not list((tmp_path / "reports").glob("*recertify-gpu-node-1"))
 
-    # once that holder stopped renewing, its lease lapses and is taken over
     stale = (now - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     lease = cluster.get("leases", NS, held["metadata"]["name"])
     assert lease is not None
     lease["spec"]["renewTime"] = stale
     cluster.put("leases", lease, "MODIFIED")
 
-    # a training job holds the node's GPUs: without --drain the run waits, gives up, and leaves it cordoned
+
+def _busy_then_drained(live: FakeKubelet, tmp_path: Path) -> None:
+    """A training job holds the node's GPUs: without --drain the run waits, gives up, and leaves it cordoned; with
+    --drain it is evicted, the node measured, certified and back in service."""
+    cluster = live.cluster
     live.simulator = simulator(tmp_path)
     cluster.put("pods", gpu_pod("trainer-0", "gpu-node-1"))
     r, _ = recertify(tmp_path, "gpu-node-1", "--wait-timeout", "1")
@@ -182,8 +207,7 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
     assert cordoned(cluster, "gpu-node-1")
     assert cluster.list("leases", NS) == []
 
-    # with --drain it is evicted, the node measured, certified and back in service
-    r, verdict = recertify(tmp_path, "gpu-node-1", "--drain")
+    r, _ = recertify(tmp_path, "gpu-node-1", "--drain")
     assert r.returncode == 0, r.stdout + r.stderr
     assert cluster.get("pods", "ml-team", "trainer-0") is None
     assert not cordoned(cluster, "gpu-node-1")
@@ -192,8 +216,3 @@ def test_recertification_on_a_live_cluster(live: FakeKubelet, tmp_path: Path) ->
     )
     assert record["waitedFor"] == ["ml-team/trainer-0"]
     assert record["drained"] is True
-
-    # what all of that asked of the API is exactly what deploy/rbac.yaml grants for recertification
-    used = {verb(m, p) for m, p in cluster.requests}
-    assert not_granted(used) == set(), "a request the RBAC manifest does not grant"
-    assert unused(used, {"gpucert-recertify", "gpucert-recertify-nodes"}) == set(), "a grant no request needs"

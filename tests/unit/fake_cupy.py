@@ -25,6 +25,41 @@ class CublasError(RuntimeError):
     pass
 
 
+class _Handle:  # device.pyx: destroys its handle when the thread-local dict holding it goes
+    def __init__(self, fake: FakeCupy, handle: int) -> None:
+        self.fake, self.handle = fake, handle
+
+    def __del__(self) -> None:
+        self.fake.destroy(self.handle)
+
+
+class _Device:
+    fake: FakeCupy  # set on the class each FakeCupy makes of it
+
+    def __init__(self, index: int) -> None:
+        self.id = index
+
+    def use(self) -> None:
+        return None
+
+    def __enter__(self) -> _Device:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+    @property
+    def pci_bus_id(self) -> str:
+        return self.fake.buses[self.id]
+
+    @property
+    def cublas_handle(self) -> int:
+        return self.fake.cublas_handle(self.id)
+
+
 class FakeCupy:
     def __init__(self, buses: list[str]) -> None:
         self.buses = buses
@@ -57,66 +92,37 @@ class FakeCupy:
             raise CublasError("CUBLAS_STATUS_NOT_INITIALIZED")
         self.gemms.append((handle, threading.current_thread().name))
 
-    def _module(self) -> types.ModuleType:  # noqa: C901
-        fake = self
-
-        class Handle:  # device.pyx: destroys its handle when the thread-local dict holding it goes
-            def __init__(self, handle: int) -> None:
-                self.handle = handle
-
-            def __del__(self) -> None:
-                fake.destroy(self.handle)
-
-        class Device:
-            def __init__(self, index: int) -> None:
-                self.id = index
-
-            def use(self) -> None:
-                return None
-
-            def __enter__(self) -> Device:
-                return self
-
-            def __exit__(self, *exc: object) -> None:
-                return None
-
-            def synchronize(self) -> None:
-                return None
-
-            @property
-            def pci_bus_id(self) -> str:
-                return fake.buses[self.id]
-
-            @property
-            def cublas_handle(self) -> int:  # Device._get_handle
-                handles = getattr(fake._local, "cublas_handles", None)
-                if handles is None:
-                    handles = fake._local.cublas_handles = {}
-                entry = handles.get(self.id)
-                if entry is None:
-                    entry = handles[self.id] = Handle(fake.create())
-                return int(entry.handle)
-
-        def alloc_pinned_memory(size: int) -> bytearray:  # the default pool: a freed block of the size comes back
-            for block in fake.pool_blocks:
-                if len(block) == size:
-                    return block
-            fake.pool_blocks.append(bytearray(size))
-            return fake.pool_blocks[-1]
-
-        def host_register(ptr: int, size: int, flags: int) -> None:
-            fake.registered[ptr] = (size, os.sched_getaffinity(0))
-
+    def _module(self) -> types.ModuleType:
         runtime = types.SimpleNamespace(
             getDeviceProperties=lambda i: {"name": b"NVIDIA H100 80GB HBM3", "l2CacheSize": 50 << 20},
-            deviceGetPCIBusId=lambda i: fake.buses[i],
-            hostRegister=host_register,
-            hostUnregister=fake.unregistered.append,
+            deviceGetPCIBusId=lambda i: self.buses[i],
+            hostRegister=self.host_register,
+            hostUnregister=self.unregistered.append,
         )
-        cuda = types.SimpleNamespace(Device=Device, runtime=runtime, alloc_pinned_memory=alloc_pinned_memory)
+        device = type("Device", (_Device,), {"fake": self})
+        cuda = types.SimpleNamespace(Device=device, runtime=runtime, alloc_pinned_memory=self.alloc_pinned_memory)
         cupy = types.ModuleType("cupy")
         cupy.cuda = cuda  # type: ignore[attr-defined]
         return cupy
+
+    def alloc_pinned_memory(self, size: int) -> bytearray:  # the default pool: a freed block of the size comes back
+        for block in self.pool_blocks:
+            if len(block) == size:
+                return block
+        self.pool_blocks.append(bytearray(size))
+        return self.pool_blocks[-1]
+
+    def host_register(self, ptr: int, size: int, flags: int) -> None:
+        self.registered[ptr] = (size, os.sched_getaffinity(0))
+
+    def cublas_handle(self, device: int) -> int:  # Device._get_handle
+        handles = getattr(self._local, "cublas_handles", None)
+        if handles is None:
+            handles = self._local.cublas_handles = {}
+        entry = handles.get(device)
+        if entry is None:
+            entry = handles[device] = _Handle(self, self.create())
+        return int(entry.handle)
 
     def cublas_module(self) -> types.SimpleNamespace:
         return types.SimpleNamespace(

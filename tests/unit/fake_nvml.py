@@ -90,14 +90,94 @@ class _FieldValue:
         self.fieldId, self.nvmlReturn, self.value = field_id, ret, _Value(value)
 
 
-def fake_nvml(*gpus: FakeGpu) -> Any:  # noqa: C901
+def _call(name: str, h: FakeGpu, value: Any) -> Any:
+    if name in h.fail:
+        raise h.fail[name]()
+    return value() if callable(value) else value
+
+
+def _link_state(h: FakeGpu, link: int) -> int:
+    if "nvmlDeviceGetNvLinkState" in h.fail:
+        raise h.fail["nvmlDeviceGetNvLinkState"]()
+    if link >= h.nvlinks:  # what the driver answers past this GPU's own links
+        raise NVMLError_InvalidArgument()
+    return 0 if link in h.down_links else 1
+
+
+def _link_errors(h: FakeGpu, link: int, counter: int) -> int:
+    _call("nvmlDeviceGetNvLinkErrorCounter", h, None)
+    if link >= h.nvlinks or not 0 <= counter < 5:  # nvmlNvLinkErrorCounter_t has 5 counters
+        raise NVMLError_InvalidArgument()
+    return h.nvlink_errors.get((link, counter), 0)
+
+
+def _field_values(h: FakeGpu, ids: list[int]) -> list[_FieldValue]:
+    _call("nvmlDeviceGetFieldValues", h, None)
+    return [_FieldValue(i, SUCCESS if i in h.throttle_ns else NOT_SUPPORTED, h.throttle_ns.get(i, 0)) for i in ids]
+
+
+def _affinity(h: FakeGpu, words: int, scope: int = 0) -> list[int]:
+    _call("nvmlDeviceGetCpuAffinityWithinScope", h, None)
+    mask = [0] * words
+    for c in h.cpus:
+        mask[c // 64] |= 1 << (c % 64)
+    return mask
+
+
+# pynvml's names the probes read: its exceptions and enum values, then each device query of a handle
+_CONSTANTS: dict[str, Any] = {
+    "NVMLError": NVMLError,
+    "NVMLError_InvalidArgument": NVMLError_InvalidArgument,
+    "NVMLError_NotSupported": NVMLError_NotSupported,
+    "NVMLError_NoPermission": NVMLError_NoPermission,
+    "NVMLError_Timeout": NVMLError_Timeout,
+    "NVMLError_GpuIsLost": NVMLError_GpuIsLost,
+    "NVMLError_Unknown": NVMLError_Unknown,
+    "NVML_VOLATILE_ECC": 0,
+    "NVML_AGGREGATE_ECC": 1,
+    "NVML_MEMORY_ERROR_TYPE_CORRECTED": 0,
+    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED": 1,
+    "NVML_NVLINK_MAX_LINKS": 36,
+    "NVML_NVLINK_ERROR_DL_REPLAY": 0,
+    "NVML_NVLINK_ERROR_DL_RECOVERY": 1,
+    "NVML_NVLINK_ERROR_DL_CRC_FLIT": 2,
+    "NVML_NVLINK_ERROR_DL_CRC_DATA": 3,
+    "NVML_TEMPERATURE_GPU": 0,
+    "NVML_TEMPERATURE_THRESHOLD_SLOWDOWN": 1,
+    "NVML_AFFINITY_SCOPE_NODE": 0,
+}
+_DEVICE_QUERIES: dict[str, Any] = {
+    "nvmlDeviceGetTotalEccErrors": lambda h, error, counter: _call(
+        "nvmlDeviceGetTotalEccErrors", h, h.ecc.get((counter, error), 0)
+    ),
+    "nvmlDeviceGetRemappedRows": lambda h: _call("nvmlDeviceGetRemappedRows", h, h.remap),
+    "nvmlDeviceGetCurrentClocksEventReasons": lambda h: _call("nvmlDeviceGetCurrentClocksEventReasons", h, h.reasons),
+    "nvmlDeviceGetPowerUsage": lambda h: _call("nvmlDeviceGetPowerUsage", h, 71234),
+    "nvmlDeviceGetEnforcedPowerLimit": lambda h: _call("nvmlDeviceGetEnforcedPowerLimit", h, 700000),
+    "nvmlDeviceGetNvLinkState": _link_state,
+    "nvmlDeviceGetNvLinkErrorCounter": _link_errors,
+    "nvmlDeviceGetMemoryInfo": lambda h: _call(
+        "nvmlDeviceGetMemoryInfo", h, types.SimpleNamespace(total=h.memory_total)
+    ),
+    "nvmlDeviceGetCurrPcieLinkGeneration": lambda h: _call("nvmlDeviceGetCurrPcieLinkGeneration", h, 1),
+    "nvmlDeviceGetCurrPcieLinkWidth": lambda h: _call("nvmlDeviceGetCurrPcieLinkWidth", h, 16),
+    "nvmlDeviceGetMaxPcieLinkGeneration": lambda h: _call("nvmlDeviceGetMaxPcieLinkGeneration", h, 5),
+    "nvmlDeviceGetMaxPcieLinkWidth": lambda h: _call("nvmlDeviceGetMaxPcieLinkWidth", h, 16),
+    "nvmlDeviceGetTemperature": lambda h, s: _call("nvmlDeviceGetTemperature", h, 33),
+    "nvmlDeviceGetTemperatureThreshold": lambda h, t: _call("nvmlDeviceGetTemperatureThreshold", h, 87),
+    "nvmlDeviceGetUUID": lambda h: _call("nvmlDeviceGetUUID", h, h.uuid.encode()),
+    "nvmlDeviceGetSerial": lambda h: _call("nvmlDeviceGetSerial", h, h.serial),
+    "nvmlDeviceGetPciInfo": lambda h: _call("nvmlDeviceGetPciInfo", h, types.SimpleNamespace(busId=h.bus_id.encode())),
+    "nvmlDeviceGetName": lambda h: _call("nvmlDeviceGetName", h, h.name),
+    "nvmlDeviceGetVbiosVersion": lambda h: _call("nvmlDeviceGetVbiosVersion", h, "96.00.99.00.01"),
+    "nvmlDeviceGetFieldValues": _field_values,
+    "nvmlDeviceGetCpuAffinityWithinScope": _affinity,
+}
+
+
+def fake_nvml(*gpus: FakeGpu) -> Any:
     """A module object answering like pynvml for `gpus` (handles are the GPU objects themselves)."""
     devs = list(gpus) or [FakeGpu()]
-
-    def call(name: str, h: FakeGpu, value: Any) -> Any:
-        if name in h.fail:
-            raise h.fail[name]()
-        return value() if callable(value) else value
 
     def handle(i: int) -> FakeGpu:
         if not 0 <= i < len(devs):
@@ -106,82 +186,16 @@ def fake_nvml(*gpus: FakeGpu) -> Any:  # noqa: C901
             raise devs[i].fail["nvmlDeviceGetHandleByIndex"]()
         return devs[i]
 
-    def link_state(h: FakeGpu, link: int) -> int:
-        if "nvmlDeviceGetNvLinkState" in h.fail:
-            raise h.fail["nvmlDeviceGetNvLinkState"]()
-        if link >= h.nvlinks:  # what the driver answers past this GPU's own links
-            raise NVMLError_InvalidArgument()
-        return 0 if link in h.down_links else 1
-
-    def link_errors(h: FakeGpu, link: int, counter: int) -> int:
-        call("nvmlDeviceGetNvLinkErrorCounter", h, None)
-        if link >= h.nvlinks or not 0 <= counter < 5:  # nvmlNvLinkErrorCounter_t has 5 counters
-            raise NVMLError_InvalidArgument()
-        return h.nvlink_errors.get((link, counter), 0)
-
-    def field_values(h: FakeGpu, ids: list[int]) -> list[_FieldValue]:
-        call("nvmlDeviceGetFieldValues", h, None)
-        return [_FieldValue(i, SUCCESS if i in h.throttle_ns else NOT_SUPPORTED, h.throttle_ns.get(i, 0)) for i in ids]
-
-    def affinity(h: FakeGpu, words: int, scope: int = 0) -> list[int]:
-        call("nvmlDeviceGetCpuAffinityWithinScope", h, None)
-        mask = [0] * words
-        for c in h.cpus:
-            mask[c // 64] |= 1 << (c % 64)
-        return mask
-
     m = types.ModuleType("pynvml")
     m.__dict__.update(
-        NVMLError=NVMLError,
-        NVMLError_InvalidArgument=NVMLError_InvalidArgument,
-        NVMLError_NotSupported=NVMLError_NotSupported,
-        NVMLError_NoPermission=NVMLError_NoPermission,
-        NVMLError_Timeout=NVMLError_Timeout,
-        NVMLError_GpuIsLost=NVMLError_GpuIsLost,
-        NVMLError_Unknown=NVMLError_Unknown,
-        NVML_VOLATILE_ECC=0,
-        NVML_AGGREGATE_ECC=1,
-        NVML_MEMORY_ERROR_TYPE_CORRECTED=0,
-        NVML_MEMORY_ERROR_TYPE_UNCORRECTED=1,
-        NVML_NVLINK_MAX_LINKS=36,
-        NVML_NVLINK_ERROR_DL_REPLAY=0,
-        NVML_NVLINK_ERROR_DL_RECOVERY=1,
-        NVML_NVLINK_ERROR_DL_CRC_FLIT=2,
-        NVML_NVLINK_ERROR_DL_CRC_DATA=3,
-        NVML_TEMPERATURE_GPU=0,
-        NVML_TEMPERATURE_THRESHOLD_SLOWDOWN=1,
-        NVML_AFFINITY_SCOPE_NODE=0,
+        _CONSTANTS,
         nvmlInit=lambda: None,
         nvmlDeviceGetCount=lambda: len(devs),
         nvmlSystemGetDriverVersion=lambda: "570.124.06",
         nvmlSystemGetCudaDriverVersion_v2=lambda: 12080,
         nvmlDeviceGetHandleByIndex=handle,
-        nvmlDeviceGetTotalEccErrors=lambda h, error, counter: call(
-            "nvmlDeviceGetTotalEccErrors", h, h.ecc.get((counter, error), 0)
-        ),
-        nvmlDeviceGetRemappedRows=lambda h: call("nvmlDeviceGetRemappedRows", h, h.remap),
-        nvmlDeviceGetCurrentClocksEventReasons=lambda h: call("nvmlDeviceGetCurrentClocksEventReasons", h, h.reasons),
-        nvmlDeviceGetPowerUsage=lambda h: call("nvmlDeviceGetPowerUsage", h, 71234),
-        nvmlDeviceGetEnforcedPowerLimit=lambda h: call("nvmlDeviceGetEnforcedPowerLimit", h, 700000),
-        nvmlDeviceGetNvLinkState=link_state,
-        nvmlDeviceGetNvLinkErrorCounter=link_errors,
-        nvmlDeviceGetMemoryInfo=lambda h: call(
-            "nvmlDeviceGetMemoryInfo", h, types.SimpleNamespace(total=h.memory_total)
-        ),
-        nvmlDeviceGetCurrPcieLinkGeneration=lambda h: call("nvmlDeviceGetCurrPcieLinkGeneration", h, 1),
-        nvmlDeviceGetCurrPcieLinkWidth=lambda h: call("nvmlDeviceGetCurrPcieLinkWidth", h, 16),
-        nvmlDeviceGetMaxPcieLinkGeneration=lambda h: call("nvmlDeviceGetMaxPcieLinkGeneration", h, 5),
-        nvmlDeviceGetMaxPcieLinkWidth=lambda h: call("nvmlDeviceGetMaxPcieLinkWidth", h, 16),
-        nvmlDeviceGetTemperature=lambda h, s: call("nvmlDeviceGetTemperature", h, 33),
-        nvmlDeviceGetTemperatureThreshold=lambda h, t: call("nvmlDeviceGetTemperatureThreshold", h, 87),
-        nvmlDeviceGetUUID=lambda h: call("nvmlDeviceGetUUID", h, h.uuid.encode()),
-        nvmlDeviceGetSerial=lambda h: call("nvmlDeviceGetSerial", h, h.serial),
-        nvmlDeviceGetPciInfo=lambda h: call("nvmlDeviceGetPciInfo", h, types.SimpleNamespace(busId=h.bus_id.encode())),
-        nvmlDeviceGetName=lambda h: call("nvmlDeviceGetName", h, h.name),
-        nvmlDeviceGetVbiosVersion=lambda h: call("nvmlDeviceGetVbiosVersion", h, "96.00.99.00.01"),
-        nvmlDeviceGetFieldValues=field_values,
-        nvmlDeviceGetCpuAffinityWithinScope=affinity,
         nvmlEventSetCreate=lambda: (_ for _ in ()).throw(NVMLError_NotSupported()),
+        **_DEVICE_QUERIES,
     )
     return m
 

@@ -5,7 +5,6 @@ tree, so per-file-ignores apply as they would to a real file there and nothing i
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 import sys
 import tomllib
@@ -69,25 +68,64 @@ def test_complex_or_long_new_functions_fail_lint() -> None:
 
 
 LINTED = ("src", "fixtures", "suites", "tests", "benchmarks")
+MAX_FUNCTION_LINES = 80
+MAX_MODULE_LINES = 450  # a module of src/ is under this
+# Modules other branches of issue 24 still own (and split) when this test landed; the lead empties this list once
+# they have landed. Nothing else may be long: split it (a helper per step, a module per concern).
+NOT_YET_SPLIT = {
+    "src/gpucert/cli/main.py": "one-way",  # the module; _parser
+    "src/gpucert/evaluate/evaluation.py": "registry",  # the module
+    "src/gpucert/plan/run.py": "pytest-layer",  # prepare
+    "src/gpucert/plan/runfolder.py": "one-way",  # the module
+}
 
 
-def test_no_new_function_over_80_lines() -> None:
-    """Issue 24: no function over 80 lines. ruff counts statements, not lines, so this counts the lines (def to end,
-    decorators excluded); today's long functions are the ones docs/architecture-debt.md lists."""
-    text = (ROOT / "docs" / "architecture-debt.md").read_text()
-    listed = set(re.findall(r"`([\w/.]+\.py:\w+)`", text))
-    # the tables are read (a count would fail as the debt is paid off, row by row)
-    rows = set(re.findall(r"^\| `([\w/.]+\.py:\w+)`", text, re.MULTILINE))
-    long_ = {}
-    for path in (p for d in LINTED for p in (ROOT / d).rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno:
-                lines = node.end_lineno - node.lineno + 1
-                if lines > 80:
-                    long_[f"{path.relative_to(ROOT)}:{node.name}"] = lines
-    assert rows
-    assert rows <= listed
-    assert {k: n for k, n in long_.items() if k not in listed} == {}, "split it (or, if it moved, update the doc)"
+def _python_files() -> list[Path]:
+    return [p for d in LINTED for p in (ROOT / d).rglob("*.py")]
+
+
+def _long_functions(source: str) -> dict[str, int]:
+    """Each function of `source` over MAX_FUNCTION_LINES lines (def to end, decorators excluded): name -> lines."""
+    return {
+        node.name: node.end_lineno - node.lineno + 1
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.end_lineno
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    }
+
+
+def test_the_length_finder_counts_from_def_to_end() -> None:
+    body = "".join(f"    x{i} = {i}\n" for i in range(79))
+    assert _long_functions(f"@property\ndef f():\n{body}") == {}  # 80 lines with its def: the limit
+    assert _long_functions(f"def f():\n{body}    return 1\n") == {"f": 81}
+    nested = "".join(f"    {line}\n" for line in f"async def g(self):\n{body}    return 1".splitlines())
+    assert _long_functions(f"class C:\n{nested}") == {"g": 81}
+
+
+def test_no_function_over_80_lines() -> None:
+    """Issue 24: no function over 80 lines. ruff counts statements (PLR0915), not lines, so this counts the lines."""
+    files = _python_files()
+    assert len(files) > 200
+    long_ = {
+        f"{rel}:{name}": n
+        for path in files
+        if (rel := str(path.relative_to(ROOT))) not in NOT_YET_SPLIT
+        for name, n in _long_functions(path.read_text()).items()
+    }
+    assert long_ == {}, "split it: a helper per step of what it does"
+
+
+def test_no_module_of_src_at_or_over_450_lines() -> None:
+    modules = {str(p.relative_to(ROOT)): p.read_text().count("\n") for p in (ROOT / "src").rglob("*.py")}
+    assert len(modules) > 100
+    big = {m: n for m, n in modules.items() if n >= MAX_MODULE_LINES and m not in NOT_YET_SPLIT}
+    assert big == {}, "split it: a module per concern"
+
+
+def test_the_modules_not_yet_split_still_exist() -> None:
+    """A module of the list that moved or went is taken off it (the list only ever shrinks)."""
+    assert [m for m in NOT_YET_SPLIT if not (ROOT / m).is_file()] == []
 
 
 SUBPROCESS_CALLS = {

@@ -60,54 +60,67 @@ def test_per_call_overhead_is_spread_over_the_iterations() -> None:
         assert bus == pytest.approx(alg * nccl.busbw_factor(2))
 
 
+class _Stream:
+    fake: FakeCupyNccl  # set on the class each FakeCupyNccl makes of these
+    count = 0
+
+    def __init__(self, non_blocking: bool = False) -> None:
+        cls = type(self)
+        self.ptr = cls.count
+        cls.count += 1
+
+    def synchronize(self) -> None:
+        self.fake.log.append(f"sync stream {self.ptr}")
+
+
+class _Event:
+    fake: FakeCupyNccl
+
+    def record(self, stream: Any = None) -> None:
+        self.fake.log.append(f"event on stream {stream.ptr}")
+
+    def synchronize(self) -> None:
+        self.fake.log.append("event sync")
+
+
+class _Device:
+    fake: FakeCupyNccl
+
+    def __init__(self, i: int) -> None:
+        self.i = i
+
+    def __enter__(self) -> _Device:
+        return self
+
+    def __exit__(self, *a: object) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        self.fake.log.append(f"device {self.i} sync")
+
+
+class _Comm:
+    fake: FakeCupyNccl
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+
+    def allReduce(self, send: Any, recv: Any, count: int, dtype: int, op: int, stream: int) -> None:  # noqa: N802
+        self.fake.log.append(f"allReduce rank {self.rank} on stream {stream}")
+
+
 class FakeCupyNccl:
     """cupy for CupyNccl, logging the order of stream work: Event.record(stream), cupy.cuda.get_elapsed_time and
     Stream.synchronize are as cupy/cuda/stream.pyx (CuPy 14.2) has them; allReduce is enqueued on the stream passed
     (cupy/cuda/nccl.py -> cupy_backends/cuda/libs/nccl.pyx, NcclCommunicator.allReduce(..., stream))."""
 
-    def __init__(self, log: list[str]) -> None:  # noqa: C901
+    def __init__(self, log: list[str]) -> None:
         self.log = log
-        fake = self
-
-        class Stream:
-            count = 0
-
-            def __init__(self, non_blocking: bool = False) -> None:
-                self.ptr = Stream.count
-                Stream.count += 1
-
-            def synchronize(self) -> None:
-                fake.log.append(f"sync stream {self.ptr}")
-
-        class Event:
-            def record(self, stream: Any = None) -> None:
-                fake.log.append(f"event on stream {stream.ptr}")
-
-            def synchronize(self) -> None:
-                fake.log.append("event sync")
-
-        class Device:
-            def __init__(self, i: int) -> None:
-                self.i = i
-
-            def __enter__(self) -> Device:
-                return self
-
-            def __exit__(self, *a: object) -> None:
-                return None
-
-            def synchronize(self) -> None:
-                fake.log.append(f"device {self.i} sync")
-
-        class Comm:
-            def __init__(self, rank: int) -> None:
-                self.rank = rank
-
-            def allReduce(self, send: Any, recv: Any, count: int, dtype: int, op: int, stream: int) -> None:  # noqa: N802
-                fake.log.append(f"allReduce rank {self.rank} on stream {stream}")
-
+        bound = {"fake": self}
+        stream, event = type("Stream", (_Stream,), {**bound, "count": 0}), type("Event", (_Event,), bound)
+        device, comm = type("Device", (_Device,), bound), type("Comm", (_Comm,), bound)
         self.nccl = types.SimpleNamespace(
-            NcclCommunicator=types.SimpleNamespace(initAll=lambda ids: [Comm(r) for r in range(len(ids))]),
+            NcclCommunicator=types.SimpleNamespace(initAll=lambda ids: [comm(r) for r in range(len(ids))]),
             groupStart=lambda: None,
             groupEnd=lambda: None,
             NCCL_FLOAT32=7,
@@ -116,7 +129,7 @@ class FakeCupyNccl:
         arr = types.SimpleNamespace(data=types.SimpleNamespace(ptr=1))
         self.cupy = types.SimpleNamespace(
             cuda=types.SimpleNamespace(
-                Device=Device, Stream=Stream, Event=Event, nccl=self.nccl, get_elapsed_time=lambda a, b: 2.0
+                Device=device, Stream=stream, Event=event, nccl=self.nccl, get_elapsed_time=lambda a, b: 2.0
             ),
             full=lambda *a, **k: arr,
             empty=lambda *a, **k: arr,

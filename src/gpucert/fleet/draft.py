@@ -236,7 +236,7 @@ def _oldest(values: Iterable[str | None]) -> str | None:
     return min(parsed)[1] if parsed else None
 
 
-def draft_spec(  # noqa: C901, PLR0912, PLR0915
+def draft_spec(
     stack: StackObservation,
     *,
     name: str,
@@ -278,25 +278,46 @@ def draft_spec(  # noqa: C901, PLR0912, PLR0915
         out.append(f"  # TODO: {node} has no {PRODUCT} label (GPU feature discovery has not labelled it): in no pool")
         todos.append(f"{node} is in no pool (no {PRODUCT} label): `gpucert configure` will say so (pool.membership)")
     for p in pools:
-        baseline = baselines.get(p.product)
-        out += [
-            f"  - name: {p.name}",
-            f"    nodeSelector: {_flow(p.selector)}",
-            f"    # {len(p.nodes)} nodes ({_names(p.nodes)}), {COUNT}={p.gpus} on each",
-            f"    expect: {_flow({'nodes': len(p.nodes), 'gpusPerNode': p.gpus, 'gpuProduct': p.product})}",
-        ]
-        if baseline is not None:
-            rel = os.path.relpath(baseline, spec_dir)
-            out += [f"    # the committed baseline for {p.product}", f"    baseline: {_q(rel)}"]
-        else:
-            out.append(f"    baseline: {_q(f'{BASELINE_TODO}: no committed baseline for {p.product}')}")
-            out.append("    # TODO: write baselines/gpus/<SKU>.yaml (each figure with its source) and name it here")
-            todos.append(f"pool {p.name}: no committed baseline for {p.product}; write one and name it")
-        if own[p.name]:
-            out += ["    stack:", "      components:  # this pool's nodes run other versions than the cluster's"]
-            for x in own[p.name]:
-                out += [f"        # {x.comment}", f"        - {_flow({'name': x.component, 'version': x.version})}"]
-    out += ["stack:", "  components:"]
+        out += _pool_lines(p, baselines.get(p.product), own[p.name], spec_dir, todos)
+    out += _stack_lines(cluster, notes, nodes, placed)
+    if stack.cluster_policy:
+        policy = stack.cluster_policy
+        out.append(f"# the GPU Operator's ClusterPolicy {policy.get('name')}: state {policy.get('state')}")
+    out += [
+        "certify:  # gpucert's defaults, not observed: choose what to measure",
+        "  dcgm: {level: 2}",
+        f"  probes: [{', '.join(p.value for p in Probe)}]",
+        f"  stragglers: {_flow({'maxDeviation': StragglerSpec().max_deviation})}",
+    ]
+    return Draft("\n".join(out) + "\n", todos)
+
+
+def _pool_lines(p: _Pool, baseline: Path | None, own: list[_Pin], spec_dir: Path, todos: list[str]) -> list[str]:
+    """One pool: its selector, what its nodes are, its baseline (a TODO where none is committed), its own pins."""
+    out = [
+        f"  - name: {p.name}",
+        f"    nodeSelector: {_flow(p.selector)}",
+        f"    # {len(p.nodes)} nodes ({_names(p.nodes)}), {COUNT}={p.gpus} on each",
+        f"    expect: {_flow({'nodes': len(p.nodes), 'gpusPerNode': p.gpus, 'gpuProduct': p.product})}",
+    ]
+    if baseline is not None:
+        rel = os.path.relpath(baseline, spec_dir)
+        out += [f"    # the committed baseline for {p.product}", f"    baseline: {_q(rel)}"]
+    else:
+        out.append(f"    baseline: {_q(f'{BASELINE_TODO}: no committed baseline for {p.product}')}")
+        out.append("    # TODO: write baselines/gpus/<SKU>.yaml (each figure with its source) and name it here")
+        todos.append(f"pool {p.name}: no committed baseline for {p.product}; write one and name it")
+    if own:
+        out += ["    stack:", "      components:  # this pool's nodes run other versions than the cluster's"]
+        for x in own:
+            out += [f"        # {x.comment}", f"        - {_flow({'name': x.component, 'version': x.version})}"]
+    return out
+
+
+def _stack_lines(cluster: list[_Pin], notes: list[str], nodes: Mapping[str, NodeStack], placed: list[str]) -> list[str]:
+    """The cluster's stack: each component's version and order, the CUDA to declare, the oldest kubelet and
+    container runtime of the GPU nodes."""
+    out = ["stack:", "  components:"]
     out.append(
         "    # versions from the image tags of the GPU Operator's pods; `after`: each started after the other was"
     )
@@ -327,13 +348,4 @@ def draft_spec(  # noqa: C901, PLR0912, PLR0915
                 f"  containerRuntime: {_flow({'name': top[0], 'minVersion': oldest})}  # the oldest {top[0]} of "
                 f"{top[1]} of {len(placed)} nodes"
             )
-    if stack.cluster_policy:
-        policy = stack.cluster_policy
-        out.append(f"# the GPU Operator's ClusterPolicy {policy.get('name')}: state {policy.get('state')}")
-    out += [
-        "certify:  # gpucert's defaults, not observed: choose what to measure",
-        "  dcgm: {level: 2}",
-        f"  probes: [{', '.join(p.value for p in Probe)}]",
-        f"  stragglers: {_flow({'maxDeviation': StragglerSpec().max_deviation})}",
-    ]
-    return Draft("\n".join(out) + "\n", todos)
+    return out

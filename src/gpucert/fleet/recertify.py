@@ -161,7 +161,7 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def recertify(  # noqa: C901, PLR0912, PLR0915
+def recertify(
     spec: ClusterSpec,
     opts: RecertifyOptions,
     *,
@@ -180,105 +180,16 @@ def recertify(  # noqa: C901, PLR0912, PLR0915
     target = open_target(spec)
     control = node_control(target, spec, opts.reports)
     holder = f"{getpass.getuser()}@{socket.gethostname()}/{os.getpid()}"
-    try:
-        check_node_name(node)
-        handover_path = inside(opts.handover_dir, f"{node}.yaml")
-    except NameError_ as exc:
-        raise ConfigError(str(exc), key="NODE") from None
-    digests = {pool: sha256_of(path) for pool, path in spec.baseline_paths().items()}
-    handover = load_node_baseline(handover_path) if handover_path.exists() else None
-    if handover is not None:
-        _check_handover(handover, handover_path, node, spec, set(digests.values()))
-        verify_handover(handover, handover_path, opts.reports, list(opts.keys))
+    handover = _handover_of(spec, opts)
     with control.lock(node, holder):
         progress(f"holding {node} for recertification ({holder})")
-        with runner.new_run(opts.reports, spec, runner.Mode.RECERTIFY, suffix=f"recertify-{node}") as folder:
-            inventory = runner.plan(target, spec, folder)
-            if node not in inventory.names:  # a mistyped node name leaves no run behind
-                shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
-                raise ConfigError(
-                    f"{node} is not one of the cluster's GPU nodes selected by the spec ({shown or 'none'})",
-                    path=spec.path,
-                    key="target",
-                )
-            if handover is None and not opts.without_handover:
-                raise ConfigError(
-                    f"no handover baseline for {node}: pass --handover ROOT, the folder "
-                    "`gpucert baseline record --out` wrote (it holds <spec>/<node>.yaml), or --without-handover to "
-                    "recertify a node that has none against the SKU baseline and its peers only",
-                    path=handover_path.resolve(),
-                    key="--handover",
-                )
-            stack = folder.read_stack()
-            pool = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names).name_of(node)
-            if handover is not None and pool is not None:
-                _check_handover(handover, handover_path, node, spec, {digests[pool]})
-        one = Inventory(target=inventory.target, nodes=tuple(n for n in inventory.nodes if n.name == node))
-        folder.write_inventory(one)
-        if handover is not None:
-            folder.copy_handover(handover_path)
-        # the node's pool's peers; a node in no pool (or several) has none: pool.membership is its finding
-        peers = (
-            latest_fleet_evidence(
-                opts.reports, set(inventory.names) - {node}, spec=spec.metadata.name, baseline=digests[pool], pool=pool
-            )
-            if pool is not None
-            else {}
-        )
-        for peer, path in sorted(peers.items()):
-            folder.add_fleet_peer(peer, path)
-        record: dict[str, Any] = {
-            "schema": RECERTIFY_SCHEMA,
-            "node": node,
-            "holder": holder,
-            "started": _now(),
-            "handover": (
-                {"file": str(handover_path), **handover.recorded.model_dump(mode="json")}
-                if handover is not None
-                else None
-            ),
-            "fleetPeers": {p: str(path.parent.parent.name) for p, path in sorted(peers.items())},
-        }
-        folder.write_recertify(record)
-        was_cordoned = True
-        if opts.cordon:
-            was_cordoned = control.cordon(node)
-            record["cordon"] = {"wasCordoned": was_cordoned}
-            folder.write_recertify(record)
-            progress(f"cordoned {node}")
-        try:
-            record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
-        except IncompleteRunError as exc:
-            if not (opts.release_when_busy and not was_cordoned):
-                raise IncompleteRunError(
-                    f"{exc}; the node stays cordoned. Rerun with --drain to evict them, or when they are done"
-                ) from None
-            control.mark(node, labels={}, annotations={}, uncordon=True)
-            record["cordon"]["released"] = True
-            folder.write_recertify(record)
-            raise IncompleteRunError(f"{exc}; it was uncordoned again, as it was before, for a later run") from None
-        record["drained"] = opts.drain
-        folder.write_recertify(record)
+        folder, one, record = _plan_node(target, spec, opts, handover, holder)
+        was_cordoned = _out_of_service(control, opts, record, folder, progress)
         runner.measure(target, one, spec, folder)
         code = evaluate(folder)
         verdict = folder.read_verdict()
-        passed = verdict["result"] == "pass"
-        failing = sorted({f["check"] for f in verdict["findings"]})
         withheld = withhold(node, verdict["result"]) if withhold is not None else None
-        record.update(
-            result=verdict["result"],
-            failing=failing,
-            finished=_now(),
-            marks=(
-                {"withheld": withheld, "uncordon": not was_cordoned}
-                if withheld
-                else {
-                    "labels": {LABEL_CERTIFIED: "true" if passed else "false"},
-                    "uncordon": passed,
-                    "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
-                }
-            ),
-        )
+        record.update(_outcome(verdict, withheld, was_cordoned))
         folder.write_recertify(record)
         digest = sign(folder)  # the certificate's digest, None when not signed
         now_held_by = control.holder(node)
@@ -293,18 +204,159 @@ def recertify(  # noqa: C901, PLR0912, PLR0915
             restored = ", uncordoned" if not was_cordoned else ""
             progress(f"{node}: {verdict['result'].upper()}, left unmarked{restored}: {withheld}")
             return code, folder.path
-        stamp = {"time": record["finished"], "run": folder.id, "certificate": digest}
-        annotations = {
-            ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),
-            ANNOTATION_FAILING: ",".join(failing),
-        }
-        if passed:
-            annotations[ANNOTATION_LAST] = json.dumps(stamp, sort_keys=True)
-        control.mark(
-            node, labels={LABEL_CERTIFIED: "true" if passed else "false"}, annotations=annotations, uncordon=passed
-        )
+        _mark(control, node, {"time": record["finished"], "run": folder.id, "certificate": digest}, verdict)
+        passed = verdict["result"] == "pass"
         progress(
             f"{node}: {'certified, uncordoned' if passed else 'NOT certified, left cordoned'} "
             f"({LABEL_CERTIFIED}={'true' if passed else 'false'})"
         )
     return code, folder.path
+
+
+@dataclass(frozen=True, slots=True)
+class _Handover:
+    """The node's handover baseline (None when it has none), where it was looked for, and each pool's SKU baseline
+    digest it must have been recorded against."""
+
+    path: Path
+    baseline: NodeBaseline | None
+    digests: dict[str, str]
+
+
+def _handover_of(spec: ClusterSpec, opts: RecertifyOptions) -> _Handover:
+    """The node's handover baseline, checked to be this node's, of this spec and one of its SKU baselines, and
+    bound to a signed run (before anything is held or measured)."""
+    try:
+        check_node_name(opts.node)
+        path = inside(opts.handover_dir, f"{opts.node}.yaml")
+    except NameError_ as exc:
+        raise ConfigError(str(exc), key="NODE") from None
+    digests = {pool: sha256_of(p) for pool, p in spec.baseline_paths().items()}
+    handover = load_node_baseline(path) if path.exists() else None
+    if handover is not None:
+        _check_handover(handover, path, opts.node, spec, set(digests.values()))
+        verify_handover(handover, path, opts.reports, list(opts.keys))
+    return _Handover(path, handover, digests)
+
+
+def _plan_node(
+    target: Target, spec: ClusterSpec, opts: RecertifyOptions, handover: _Handover, holder: str
+) -> tuple[RunFolder, Inventory, dict[str, Any]]:
+    """The run folder with the node's inventory, its handover baseline and its pool's peers' latest evidence, and
+    recertify.json started; a node the cluster does not have, or one without a handover baseline, leaves no run."""
+    node = opts.node
+    with runner.new_run(opts.reports, spec, runner.Mode.RECERTIFY, suffix=f"recertify-{node}") as folder:
+        inventory = runner.plan(target, spec, folder)
+        if node not in inventory.names:  # a mistyped node name leaves no run behind
+            shown = ", ".join(inventory.names[:5]) + (" ..." if len(inventory.names) > 5 else "")
+            raise ConfigError(
+                f"{node} is not one of the cluster's GPU nodes selected by the spec ({shown or 'none'})",
+                path=spec.path,
+                key="target",
+            )
+        if handover.baseline is None and not opts.without_handover:
+            raise ConfigError(
+                f"no handover baseline for {node}: pass --handover ROOT, the folder "
+                "`gpucert baseline record --out` wrote (it holds <spec>/<node>.yaml), or --without-handover to "
+                "recertify a node that has none against the SKU baseline and its peers only",
+                path=handover.path.resolve(),
+                key="--handover",
+            )
+        stack = folder.read_stack()
+        pool = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names).name_of(node)
+        if handover.baseline is not None and pool is not None:
+            _check_handover(handover.baseline, handover.path, node, spec, {handover.digests[pool]})
+    one = Inventory(target=inventory.target, nodes=tuple(n for n in inventory.nodes if n.name == node))
+    folder.write_inventory(one)
+    if handover.baseline is not None:
+        folder.copy_handover(handover.path)
+    # the node's pool's peers; a node in no pool (or several) has none: pool.membership is its finding
+    peers = (
+        latest_fleet_evidence(
+            opts.reports,
+            set(inventory.names) - {node},
+            spec=spec.metadata.name,
+            baseline=handover.digests[pool],
+            pool=pool,
+        )
+        if pool is not None
+        else {}
+    )
+    for peer, path in sorted(peers.items()):
+        folder.add_fleet_peer(peer, path)
+    recorded = handover.baseline.recorded.model_dump(mode="json") if handover.baseline is not None else None
+    record: dict[str, Any] = {
+        "schema": RECERTIFY_SCHEMA,
+        "node": node,
+        "holder": holder,
+        "started": _now(),
+        "handover": {"file": str(handover.path), **recorded} if recorded is not None else None,
+        "fleetPeers": {p: str(path.parent.parent.name) for p, path in sorted(peers.items())},
+    }
+    folder.write_recertify(record)
+    return folder, one, record
+
+
+def _out_of_service(
+    control: NodeControl,
+    opts: RecertifyOptions,
+    record: dict[str, Any],
+    folder: RunFolder,
+    progress: Callable[[str], None],
+) -> bool:
+    """Cordon the node and wait until no GPU pod runs there (evicting them with --drain); returns whether it was
+    cordoned before. A scheduled run that finds it busy puts it back as it was and gives up."""
+    node = opts.node
+    was_cordoned = True
+    if opts.cordon:
+        was_cordoned = control.cordon(node)
+        record["cordon"] = {"wasCordoned": was_cordoned}
+        folder.write_recertify(record)
+        progress(f"cordoned {node}")
+    try:
+        record["waitedFor"] = control.wait_idle(node, drain=opts.drain, timeout_s=opts.wait_timeout_s)
+    except IncompleteRunError as exc:
+        if not (opts.release_when_busy and not was_cordoned):
+            raise IncompleteRunError(
+                f"{exc}; the node stays cordoned. Rerun with --drain to evict them, or when they are done"
+            ) from None
+        control.mark(node, labels={}, annotations={}, uncordon=True)
+        record["cordon"]["released"] = True
+        folder.write_recertify(record)
+        raise IncompleteRunError(f"{exc}; it was uncordoned again, as it was before, for a later run") from None
+    record["drained"] = opts.drain
+    folder.write_recertify(record)
+    return was_cordoned
+
+
+def _outcome(verdict: dict[str, Any], withheld: str | None, was_cordoned: bool) -> dict[str, Any]:
+    """What recertify.json records of the verdict, and the marks the node gets (or why it gets none)."""
+    passed = verdict["result"] == "pass"
+    return {
+        "result": verdict["result"],
+        "failing": sorted({f["check"] for f in verdict["findings"]}),
+        "finished": _now(),
+        "marks": (
+            {"withheld": withheld, "uncordon": not was_cordoned}
+            if withheld
+            else {
+                "labels": {LABEL_CERTIFIED: "true" if passed else "false"},
+                "uncordon": passed,
+                "annotations": [ANNOTATION_LAST_RUN, ANNOTATION_FAILING] + ([ANNOTATION_LAST] if passed else []),
+            }
+        ),
+    }
+
+
+def _mark(control: NodeControl, node: str, stamp: dict[str, Any], verdict: dict[str, Any]) -> None:
+    """Label and annotate the node with the verdict; uncordon it when it passed (a failed node stays cordoned)."""
+    passed = verdict["result"] == "pass"
+    annotations = {
+        ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),
+        ANNOTATION_FAILING: ",".join(sorted({f["check"] for f in verdict["findings"]})),
+    }
+    if passed:
+        annotations[ANNOTATION_LAST] = json.dumps(stamp, sort_keys=True)
+    control.mark(
+        node, labels={LABEL_CERTIFIED: "true" if passed else "false"}, annotations=annotations, uncordon=passed
+    )

@@ -21,13 +21,11 @@ held takes no node (exit 3). Talks to the nodes through the target's NodeControl
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import socket
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -36,10 +34,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert.errors import ClusterAccessError, ConfigError, GpucertError, NodeBusyError
 from gpucert.fleet.recertify import LABEL_CERTIFIED, RecertifyOptions, node_control, recertify
-from gpucert.fleet.state import NodeStatus, RunIndex, node_statuses, parse_time
+from gpucert.fleet.schedule_record import SCHEDULE_DIR, SCHEDULE_SCHEMA, ScheduleRecord, claim_record, last_schedule
+from gpucert.fleet.state import NodeStatus, RunIndex, node_statuses
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import NodeControl, NodeState
-from gpucert.plan.layout import run_stamp
 from gpucert.plan.runfolder import RunFolder, write_json_atomic
 from gpucert.spec.cluster import ClusterSpec
 
@@ -57,8 +55,6 @@ __all__ = [
     "run_schedule",
 ]
 
-SCHEDULE_SCHEMA = "gpucert.io/schedule/v1"
-SCHEDULE_DIR = ".schedule"  # beside the run folders: no run folder, so no run reader takes it for one
 # one hold for every round on the cluster (a Lease in the run namespace, as recertify holds a node): rounds take
 # turns, so the cordons of two rounds started together count against one max-cordoned-share budget
 ROUND_LOCK = "gpucert-schedule-round"
@@ -142,81 +138,6 @@ def eligibility(
     return None
 
 
-@dataclass
-class ScheduleRecord:
-    """What one round did: written to `.schedule/<time>.json` as it goes, read back by the exporter."""
-
-    spec: str
-    options: dict[str, Any]
-    started: datetime
-    finished: datetime
-    chosen: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)  # node -> why it was not taken
-    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> {outcome, run, message}
-    pools: dict[str, dict[str, int]] = field(default_factory=dict)
-    allowance: int = 0
-    failures: int = 0
-    breaker_open: bool = False
-    breaker: str | None = None
-
-    @property
-    def counts(self) -> Counter[str]:
-        return Counter(o["outcome"] for o in self.outcomes.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "schema": SCHEDULE_SCHEMA,
-            "spec": self.spec,
-            "started": self.started.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "finished": self.finished.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "options": self.options,
-            "pools": self.pools,
-            "chosen": self.chosen,
-            "skipped": self.skipped,
-            "outcomes": self.outcomes,
-            "breaker": {
-                "open": self.breaker_open,
-                "failures": self.failures,
-                "allowance": self.allowance,
-                "reason": self.breaker,
-            },
-        }
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> ScheduleRecord:
-        started, finished = parse_time(d["started"]), parse_time(d["finished"])
-        if d.get("schema") != SCHEDULE_SCHEMA or started is None or finished is None:
-            raise ValueError("not a gpucert.io/schedule/v1 record")
-        b = d["breaker"]
-        return cls(
-            spec=str(d["spec"]),
-            options=dict(d["options"]),
-            started=started,
-            finished=finished,
-            chosen=list(d["chosen"]),
-            skipped=dict(d["skipped"]),
-            outcomes={k: dict(v) for k, v in d["outcomes"].items()},
-            pools=dict(d["pools"]),
-            allowance=int(b["allowance"]),
-            failures=int(b["failures"]),
-            breaker_open=bool(b["open"]),
-            breaker=b.get("reason"),
-        )
-
-
-def last_schedule(reports: Path, spec: str | None) -> ScheduleRecord | None:
-    """The newest round's record (of `spec`, when given); None when there is none that can be read."""
-    folder = reports / SCHEDULE_DIR
-    for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
-        try:
-            record = ScheduleRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            continue
-        if spec is None or record.spec == spec:
-            return record
-    return None
-
-
 def _now() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -282,94 +203,114 @@ def run_schedule(
                 "rounds take turns, so their cordons count against one budget; this round took no node. Run it "
                 "again when that round is done (a killed round's lease lapses by itself)"
             ) from None
-        return _round(spec, opts, control, evaluate=evaluate, sign=sign, progress=progress)
+        return _Round(spec, opts, control, evaluate=evaluate, sign=sign, progress=progress).run()
 
 
-def claim_record(folder: Path, started: datetime) -> Path:
-    """A record file of its own for a round: `<time>.json`, `<time>-2.json`, ... created exclusively, so two rounds
-    started in the same second never write one file."""
-    folder.mkdir(parents=True, exist_ok=True)
-    stamp = run_stamp(started)
-    for n in range(1, 1000):
-        path = folder / (f"{stamp}.json" if n == 1 else f"{stamp}-{n}.json")
-        try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            continue
-        return path
-    raise GpucertError(f"{folder}: 999 schedule records of {stamp} already; clear the folder")
+class _Round:
+    """One round under way: its record (saved after each step, so a killed round leaves what it did), and each
+    chosen node looked at again, recertified and counted against the circuit breaker."""
 
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        opts: ScheduleOptions,
+        control: NodeControl,
+        *,
+        evaluate: Callable[[RunFolder], int],
+        sign: Callable[[RunFolder], str | None],
+        progress: Callable[[str], None],
+    ) -> None:
+        self.spec, self.opts, self.control = spec, opts, control
+        self.evaluate, self.sign, self.progress = evaluate, sign, progress
+        self.index = RunIndex(opts.reports)
+        started = _now()
+        self.record = ScheduleRecord(
+            spec=spec.metadata.name,
+            options={
+                "maxNodes": opts.max_nodes,
+                "maxCordonedShare": opts.max_cordoned_share,
+                "maxFailureShare": opts.max_failure_share,
+                "drain": opts.drain,
+                "minAgeSeconds": opts.min_age_s,
+                "waitTimeoutSeconds": opts.wait_timeout_s,
+            },
+            started=started,
+            finished=started,
+        )
+        self.path = claim_record(opts.reports / SCHEDULE_DIR, started)
 
-def _round(  # noqa: C901, PLR0912, PLR0915
-    spec: ClusterSpec,
-    opts: ScheduleOptions,
-    control: NodeControl,
-    *,
-    evaluate: Callable[[RunFolder], int],
-    sign: Callable[[RunFolder], str | None],
-    progress: Callable[[str], None],
-) -> tuple[int, ScheduleRecord]:
-    index = RunIndex(opts.reports)
-    started = _now()
-    record = ScheduleRecord(
-        spec=spec.metadata.name,
-        options={
-            "maxNodes": opts.max_nodes,
-            "maxCordonedShare": opts.max_cordoned_share,
-            "maxFailureShare": opts.max_failure_share,
-            "drain": opts.drain,
-            "minAgeSeconds": opts.min_age_s,
-            "waitTimeoutSeconds": opts.wait_timeout_s,
-        },
-        started=started,
-        finished=started,
-    )
-    path = claim_record(opts.reports / SCHEDULE_DIR, started)
+    def run(self) -> tuple[int, ScheduleRecord]:
+        self.choose()
+        for node in self.record.chosen:
+            self.take(node)
+        self.save()
+        return self.finish()
 
-    def save() -> None:
-        record.finished = _now()
-        write_json_atomic(path, record.to_json())
+    def save(self) -> None:
+        self.record.finished = _now()
+        write_json_atomic(self.path, self.record.to_json())
 
-    def statuses() -> list[NodeStatus]:
-        return node_statuses(index.runs(spec.metadata.name), control.nodes(), spec)
+    def statuses(self) -> list[NodeStatus]:
+        return node_statuses(self.index.runs(self.spec.metadata.name), self.control.nodes(), self.spec)
 
-    record.chosen = _choose(statuses(), control, opts, record, started)
-    record.allowance = failure_allowance(len(record.chosen), opts.max_failure_share)
-    save()
-    for skipped, reason in record.skipped.items():
-        progress(f"skipped {skipped}: {reason}")
-    progress(
-        f"chose {len(record.chosen)} of at most {opts.max_nodes} nodes, oldest certification first: "
-        f"{', '.join(record.chosen) or 'none'}"
-    )
-    for node in record.chosen:
+    def choose(self) -> None:
+        record, opts = self.record, self.opts
+        record.chosen = _choose(self.statuses(), self.control, opts, record, record.started)
+        record.allowance = failure_allowance(len(record.chosen), opts.max_failure_share)
+        self.save()
+        for skipped, reason in record.skipped.items():
+            self.progress(f"skipped {skipped}: {reason}")
+        self.progress(
+            f"chose {len(record.chosen)} of at most {opts.max_nodes} nodes, oldest certification first: "
+            f"{', '.join(record.chosen) or 'none'}"
+        )
+
+    def take(self, node: str) -> None:
+        record = self.record
         if record.breaker_open:
             record.outcomes[node] = {"outcome": "skipped", "run": None, "message": "the circuit breaker is open"}
-            continue
-        # the round is long: look again whether the node may still be taken (a pod may have arrived, a failed node
-        # may have filled its pool's cordon share)
-        current = statuses()
-        status = next((s for s in current if s.node == node), None)
-        why = (
-            eligibility(status, _pools(current), opts, None) or _busy(control, node, opts)
-            if status is not None
-            else "no longer among the target's nodes"
-        )
+            return
+        why = self.why_not(node)
         if why is not None:
             record.outcomes[node] = {"outcome": "skipped", "run": None, "message": why}
-            progress(f"skipped {node}: {why}")
-            save()
-            continue
-
-        def withhold(n: str, result: str) -> str | None:
-            if result == "pass" or record.failures + 1 <= record.allowance:
-                return None
-            return (
-                f"circuit breaker: {record.failures + 1} of the round's {len(record.chosen)} nodes failed, more than "
-                f"max failure share {opts.max_failure_share:g} allows ({record.allowance}); a fleet-wide failure is "
-                "more likely gpucert's or the stack's fault than the hardware's: the node is left as it was"
+            self.progress(f"skipped {node}: {why}")
+            self.save()
+            return
+        if not self.recertify(node):
+            return
+        if record.failures > record.allowance and not record.breaker_open:
+            record.breaker_open = True
+            record.breaker = (
+                f"circuit breaker: {record.failures} of the round's {len(record.chosen)} nodes could not be "
+                f"certified, more than max failure share {self.opts.max_failure_share:g} allows ({record.allowance})"
             )
+        if record.breaker_open:
+            self.progress(f"{record.breaker}; no more nodes this round")
+        self.save()
 
+    def why_not(self, node: str) -> str | None:
+        """The round is long: look again whether the node may still be taken (a pod may have arrived, a failed node
+        may have filled its pool's cordon share)."""
+        current = self.statuses()
+        status = next((s for s in current if s.node == node), None)
+        if status is None:
+            return "no longer among the target's nodes"
+        return eligibility(status, _pools(current), self.opts, None) or _busy(self.control, node, self.opts)
+
+    def withhold(self, node: str, result: str) -> str | None:
+        """The circuit breaker, asked once a node's verdict is known: a failure past the allowance is left as it was."""
+        record = self.record
+        if result == "pass" or record.failures + 1 <= record.allowance:
+            return None
+        return (
+            f"circuit breaker: {record.failures + 1} of the round's {len(record.chosen)} nodes failed, more than "
+            f"max failure share {self.opts.max_failure_share:g} allows ({record.allowance}); a fleet-wide failure is "
+            "more likely gpucert's or the stack's fault than the hardware's: the node is left as it was"
+        )
+
+    def recertify(self, node: str) -> bool:
+        """Recertify one node and record its outcome; False when another recertification holds it (skipped)."""
+        opts, record = self.opts, self.record
         ropts = RecertifyOptions(
             node=node,
             reports=opts.reports,
@@ -380,50 +321,49 @@ def _round(  # noqa: C901, PLR0912, PLR0915
             keys=opts.keys,
             without_handover=opts.without_handover,
         )
-        progress(f"recertifying {node}")
+        self.progress(f"recertifying {node}")
         try:
-            code, run_dir = recertify(spec, ropts, evaluate=evaluate, sign=sign, progress=progress, withhold=withhold)
+            code, run_dir = recertify(
+                self.spec, ropts, evaluate=self.evaluate, sign=self.sign, progress=self.progress, withhold=self.withhold
+            )
         except NodeBusyError as exc:  # another recertification holds it: not this round's to judge
             record.outcomes[node] = {"outcome": "skipped", "run": None, "message": str(exc)}
-            save()
-            continue
+            self.save()
+            return False
         except ClusterAccessError:  # credentials or RBAC: no node of the round would fare better
-            save()
+            self.save()
             raise
         except (GpucertError, OSError) as exc:  # this node's (its handover baseline, a run that could not finish)
             record.failures += 1
             record.outcomes[node] = {"outcome": "error", "run": None, "message": str(exc)}
-            progress(f"{node}: could not complete: {exc}")
+            self.progress(f"{node}: could not complete: {exc}")
+            return True
+        record.outcomes[node] = self.outcome(RunFolder(run_dir), code)
+        return True
+
+    def outcome(self, folder: RunFolder, code: int) -> dict[str, Any]:
+        record = self.record
+        result = folder.read_verdict()["result"]
+        marks = (folder.read_recertify() or {}).get("marks") or {}
+        if marks.get("withheld"):
+            record.failures += 1
+            outcome, record.breaker_open, record.breaker = "withheld", True, str(marks["withheld"])
+        elif result == "pass" and code == 0:
+            outcome = "passed"
         else:
-            folder = RunFolder(run_dir)
-            result = folder.read_verdict()["result"]
-            marks = (folder.read_recertify() or {}).get("marks") or {}
-            if marks.get("withheld"):
-                record.failures += 1
-                outcome, record.breaker_open, record.breaker = "withheld", True, str(marks["withheld"])
-            elif result == "pass" and code == 0:
-                outcome = "passed"
-            else:
-                record.failures += 1
-                outcome = "failed"
-            record.outcomes[node] = {"outcome": outcome, "run": folder.id, "message": result}
-        if record.failures > record.allowance and not record.breaker_open:
-            record.breaker_open = True
-            record.breaker = (
-                f"circuit breaker: {record.failures} of the round's {len(record.chosen)} nodes could not be "
-                f"certified, more than max failure share {opts.max_failure_share:g} allows ({record.allowance})"
-            )
-        if record.breaker_open:
-            progress(f"{record.breaker}; no more nodes this round")
-        save()
-    save()
-    counts = record.counts
-    progress(
-        "round done: "
-        + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "withheld", "error", "skipped") if counts[k])
-        if counts
-        else "round done: no node was due"
-    )
-    if record.breaker_open or counts["error"]:
-        return 3, record
-    return (1 if counts["failed"] else 0), record
+            record.failures += 1
+            outcome = "failed"
+        return {"outcome": outcome, "run": folder.id, "message": result}
+
+    def finish(self) -> tuple[int, ScheduleRecord]:
+        record = self.record
+        counts = record.counts
+        self.progress(
+            "round done: "
+            + ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "withheld", "error", "skipped") if counts[k])
+            if counts
+            else "round done: no node was due"
+        )
+        if record.breaker_open or counts["error"]:
+            return 3, record
+        return (1 if counts["failed"] else 0), record

@@ -183,22 +183,12 @@ def _one_gpu(spec: ClusterSpec, pool: str) -> str:
     return "expect.gpusPerNode is 1" if len(spec.pools) == 1 else f"pool {pool} expects 1 GPU per node"
 
 
-def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -> None:  # noqa: C901
+def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -> None:
     probes = set(spec.certify.probes)
     gpus_per_node = spec.pool(pool).expect.gpus_per_node
     gpus = [(n, i) for n in nodes for i in range(gpus_per_node)]
     b.add(CheckKey("probe.preflight", n) for n in nodes)  # the probe pod could run the probes (one cause, once)
-    per_gpu: list[str] = []
-    if Probe.HEALTH in probes:
-        per_gpu += [f"health.{c}" for c in HEALTH_CHECKS]
-    if Probe.DCGM in probes:
-        per_gpu += [f"dcgm.{t}" for t in dcgm_tests(spec.certify.dcgm.level)]
-    if Probe.MEMORY in probes:
-        per_gpu.append("memory.bandwidth")
-    if Probe.COMPUTE in probes:
-        per_gpu += [f"compute.gemm.{d}" for d in GEMM_DTYPES]
-    if Probe.PCIE in probes:
-        per_gpu += [f"pcie.{d}" for d in PCIE_DIRECTIONS]
+    per_gpu = _per_gpu_checks(probes, spec.certify.dcgm.level)
     several = gpus_per_node >= 2
     if Probe.P2P in probes and several:
         per_gpu.append("p2p.bandwidth")
@@ -212,6 +202,22 @@ def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -
     for probe in Probe:
         if probe not in probes:
             b.skip(f"{probe.value}.*", f"probe {probe.value!r} is not in certify.probes")
+
+
+def _per_gpu_checks(probes: set[Probe], dcgm_level: int) -> list[str]:
+    """The checks each GPU gets from the probes that measure one GPU at a time (in the order they are listed)."""
+    per_gpu: list[str] = []
+    if Probe.HEALTH in probes:
+        per_gpu += [f"health.{c}" for c in HEALTH_CHECKS]
+    if Probe.DCGM in probes:
+        per_gpu += [f"dcgm.{t}" for t in dcgm_tests(dcgm_level)]
+    if Probe.MEMORY in probes:
+        per_gpu.append("memory.bandwidth")
+    if Probe.COMPUTE in probes:
+        per_gpu += [f"compute.gemm.{d}" for d in GEMM_DTYPES]
+    if Probe.PCIE in probes:
+        per_gpu += [f"pcie.{d}" for d in PCIE_DIRECTIONS]
+    return per_gpu
 
 
 def _peers(spec: ClusterSpec, pool: str, nodes: list[str], comparable: int, b: _Builder) -> None:

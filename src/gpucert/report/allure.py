@@ -124,7 +124,10 @@ def report_name(verdict: Verdict) -> str:
     return f"{headline(verdict)} ({verdict.spec}, run {verdict.run})"
 
 
-def write_allure(  # noqa: C901
+_Group = list[tuple[CheckKey, Outcome]]  # the outcomes of one check on one node (one per GPU, or the node's one)
+
+
+def write_allure(
     results_dir: Path,
     outcomes: Mapping[CheckKey, Outcome],
     evidence: Mapping[CheckKey, Any],
@@ -137,67 +140,15 @@ def write_allure(  # noqa: C901
     results_dir.mkdir(parents=True, exist_ok=True)
     logger = AllureFileLogger(str(results_dir))
     logger.report_result(_certification(verdict, started_ms, stopped_ms))
-    groups: dict[tuple[str, str], list[tuple[CheckKey, Outcome]]] = defaultdict(list)
+    groups: dict[tuple[str, str], _Group] = defaultdict(list)
     for key, o in outcomes.items():
         groups[(o.finding.check, o.finding.node or "fleet")].append((key, o))
-    passed: dict[str, list[tuple[str, list[tuple[CheckKey, Outcome]]]]] = defaultdict(list)
+    passed: dict[str, list[tuple[str, _Group]]] = defaultdict(list)
     for (check, node), items in sorted(groups.items()):
-        findings = [o.finding for _, o in items]
-        worst = max(findings, key=lambda f: _RANK[f.status]).status
-        if worst is CheckStatus.PASS:
+        if max((o.finding for _, o in items), key=lambda f: _RANK[f.status]).status is CheckStatus.PASS:
             passed[node].append((check, items))
             continue
-        noted = (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED)
-        bad = [(k, o.finding) for k, o in items if o.finding.status in noted]
-        # the group took from its first test's start to its last test's end (0 when the times were not recorded)
-        begin = min((int(o.start * 1000) for _, o in items if o.start), default=started_ms)
-        end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
-        result = TestResult(
-            uuid=str(uuid.uuid4()),
-            name=f"{check} on {node}" + (" (waived)" if worst is CheckStatus.WAIVED else ""),
-            fullName=f"{suite_of(check)}.{check}[{node}]",
-            historyId=f"{check}[{node}]",
-            status=_STATUS[worst],
-            start=begin,
-            stop=end,
-            labels=[
-                Label("epic", suite_of(check)),
-                Label("feature", check),
-                Label("story", node),
-                Label("suite", suite_of(check)),
-                Label("tag", check_category(check)),
-            ],
-            parameters=[Parameter("node", node)],
-        )
-        if bad:
-            result.statusDetails = StatusDetails(
-                message=f"[{check}] " + "\n".join(f.message for _, f in bad), known=worst is CheckStatus.WAIVED
-            )
-            for k, f in bad:
-                if k in evidence:
-                    name = f"{uuid.uuid4()}-attachment.json"
-                    logger.report_attached_data(json.dumps(evidence[k], indent=1).encode(), name)
-                    result.attachments.append(
-                        Attachment(name=f"evidence {f.where}", source=name, type="application/json")
-                    )
-        elif worst is CheckStatus.SKIP:
-            result.statusDetails = StatusDetails(message=findings[0].message)
-        ordered = sorted(items, key=lambda item: -1 if item[1].finding.gpu is None else item[1].finding.gpu)
-        for _, o in ordered:
-            f = o.finding
-            if f.gpu is None and len(items) == 1:
-                break
-            result.steps.append(
-                TestStepResult(
-                    name=f"gpu{f.gpu}" if f.gpu is not None else node,
-                    status=_STATUS[f.status],
-                    statusDetails=StatusDetails(message=f.message) if f.message else None,
-                    parameters=[Parameter("gpu", str(f.gpu))] if f.gpu is not None else [],
-                    start=int(o.start * 1000) or begin,
-                    stop=int(o.stop * 1000) or end,
-                )
-            )
-        logger.report_result(result)
+        logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
     per_node = []
     for node, checks in passed.items():
         said = verdict.fleet if node == "fleet" else verdict.nodes.get(node)
@@ -209,6 +160,77 @@ def write_allure(  # noqa: C901
     passed_results = per_node if verdict.passed or len(per_node) < 2 else [_folded(per_node)]
     for r in passed_results:
         logger.report_result(r)
+    _environment(results_dir, verdict)
+    return len(groups) - sum(len(c) for c in passed.values()) + len(passed_results) + 1
+
+
+def _not_passed(
+    logger: AllureFileLogger, check: str, node: str, items: _Group, evidence: Mapping[CheckKey, Any], started_ms: int
+) -> TestResult:
+    """One check on one node that did not pass: its worst status, the failing findings' messages and evidence
+    (attached), and each GPU a step."""
+    findings = [o.finding for _, o in items]
+    worst = max(findings, key=lambda f: _RANK[f.status]).status
+    noted = (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED)
+    bad = [(k, o.finding) for k, o in items if o.finding.status in noted]
+    # the group took from its first test's start to its last test's end (0 when the times were not recorded)
+    begin = min((int(o.start * 1000) for _, o in items if o.start), default=started_ms)
+    end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
+    result = TestResult(
+        uuid=str(uuid.uuid4()),
+        name=f"{check} on {node}" + (" (waived)" if worst is CheckStatus.WAIVED else ""),
+        fullName=f"{suite_of(check)}.{check}[{node}]",
+        historyId=f"{check}[{node}]",
+        status=_STATUS[worst],
+        start=begin,
+        stop=end,
+        labels=[
+            Label("epic", suite_of(check)),
+            Label("feature", check),
+            Label("story", node),
+            Label("suite", suite_of(check)),
+            Label("tag", check_category(check)),
+        ],
+        parameters=[Parameter("node", node)],
+    )
+    if bad:
+        result.statusDetails = StatusDetails(
+            message=f"[{check}] " + "\n".join(f.message for _, f in bad), known=worst is CheckStatus.WAIVED
+        )
+        for k, f in bad:
+            if k in evidence:
+                name = f"{uuid.uuid4()}-attachment.json"
+                logger.report_attached_data(json.dumps(evidence[k], indent=1).encode(), name)
+                result.attachments.append(Attachment(name=f"evidence {f.where}", source=name, type="application/json"))
+    elif worst is CheckStatus.SKIP:
+        result.statusDetails = StatusDetails(message=findings[0].message)
+    result.steps += _gpu_steps(node, items, begin, end)
+    return result
+
+
+def _gpu_steps(node: str, items: _Group, begin: int, end: int) -> list[TestStepResult]:
+    """Each GPU's finding a step, the node's own first; none when the node's one finding is the whole result."""
+    steps = []
+    ordered = sorted(items, key=lambda item: -1 if item[1].finding.gpu is None else item[1].finding.gpu)
+    for _, o in ordered:
+        f = o.finding
+        if f.gpu is None and len(items) == 1:
+            break
+        steps.append(
+            TestStepResult(
+                name=f"gpu{f.gpu}" if f.gpu is not None else node,
+                status=_STATUS[f.status],
+                statusDetails=StatusDetails(message=f.message) if f.message else None,
+                parameters=[Parameter("gpu", str(f.gpu))] if f.gpu is not None else [],
+                start=int(o.start * 1000) or begin,
+                stop=int(o.stop * 1000) or end,
+            )
+        )
+    return steps
+
+
+def _environment(results_dir: Path, verdict: Verdict) -> None:
+    """Allure's environment, categories and executor files: what ran, on what, and the run's name."""
     run_id, spec, target = verdict.run, verdict.spec, verdict.target
     (results_dir / "environment.properties").write_text(
         f"gpucert={__version__}\nrun={run_id}\nspec={spec}\ntarget={target}\nkind={verdict.what}\n"
@@ -224,7 +246,6 @@ def write_allure(  # noqa: C901
         ),
         encoding="utf-8",
     )
-    return len(groups) - sum(len(c) for c in passed.values()) + len(passed_results) + 1
 
 
 def _folded(per_node: list[TestResult]) -> TestResult:
@@ -251,9 +272,7 @@ def _folded(per_node: list[TestResult]) -> TestResult:
     )
 
 
-def _passed_on(
-    node: str, checks: list[tuple[str, list[tuple[CheckKey, Outcome]]]], default_ms: int, *, incomplete: bool
-) -> TestResult:
+def _passed_on(node: str, checks: list[tuple[str, _Group]], default_ms: int, *, incomplete: bool) -> TestResult:
     """One passed result for every check that passed on a node, each check a step (with how many GPUs); broken
     where the node is incomplete (not every required check ran on it), so Allure's donut does not count it a pass."""
     steps = []

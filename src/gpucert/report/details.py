@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING
 
 from gpucert.evaluate.stats import median
+from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import FABRIC_METRICS, GPU_METRICS, Family, Finding, family_of
 
 if TYPE_CHECKING:
@@ -38,18 +39,11 @@ def nccl_curve(ev: Evaluation, node: str) -> list[tuple[int, float]]:
     return [(size, median(busbw)) for size, busbw in curve if busbw and size > 0]
 
 
-def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:  # noqa: C901
+def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     """The evidence behind a finding, as JSON-ready data, for the reports' failure details."""
     node = finding.node
-    if finding.check in FABRIC_METRICS:
-        return ev.fabric.model_dump(mode="json") if ev.fabric else None
-    if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
-        mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if node in p.nodes]
-        return {"pairs": [p.model_dump(mode="json") for p in mine]}
-    if node is None and ev.inventory.target == "static":
-        return {"gate": ev.folder.read_gate(), "spec": ev.spec.metadata.name}  # what the gate was given
-    if node is None:
-        return {"nodes": ev.inventory.names}
+    if finding.check.removeprefix("straggler.") in FABRIC_METRICS or node is None:
+        return _beyond_a_node(ev, finding)
     family = family_of(finding.check)
     if family in (Family.STACK, Family.INVENTORY, Family.NODE):
         ns = ev.stack.nodes.get(node)
@@ -57,6 +51,24 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None: 
     e = ev.usable(node)
     if e is None:
         return {"unreadable": ev.evidence_problem(node)}
+    return _measured(e, finding, family)
+
+
+def _beyond_a_node(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
+    """A fabric finding's readings (a node pair's, for a straggler), a gate's inputs, or the fleet's nodes."""
+    if finding.check in FABRIC_METRICS:
+        return ev.fabric.model_dump(mode="json") if ev.fabric else None
+    if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
+        mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if finding.node in p.nodes]
+        return {"pairs": [p.model_dump(mode="json") for p in mine]}
+    if ev.inventory.target == "static":
+        return {"gate": ev.folder.read_gate(), "spec": ev.spec.metadata.name}  # what the gate was given
+    return {"nodes": ev.inventory.names}
+
+
+def _measured(e: NodeEvidence, finding: Finding, family: Family) -> dict[str, object] | None:
+    """What the node's evidence says for the finding: the sweep, the pairs, the GPUs' samples, a GPU's health,
+    DCGM's result, or the GPU's measurement."""
     metric = finding.check.removeprefix("straggler.").removeprefix("stability.").removeprefix("handover.")
     if metric.startswith("nccl."):
         return e.nccl.model_dump(mode="json") if e.nccl else None

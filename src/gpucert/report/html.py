@@ -16,7 +16,7 @@ from gpucert.report.fabric_html import fabric_section
 from gpucert.report.html_top import LAYOUT, failures_table, signature_hint
 from gpucert.report.verdict import headline
 from gpucert.report.verdict_model import Group, NodeSummary, PoolSummary, Verdict
-from gpucert.spec.baseline import GpuBaseline
+from gpucert.spec.baseline import GpuBaseline, MetricBaseline
 
 if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
@@ -184,54 +184,73 @@ class HtmlSummary:
             out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 
-    def _pool_plots(  # noqa: C901
+    def _pool_plots(
         self, baseline: GpuBaseline, nodes: list[str], flagged: dict[tuple[str, str, int | None], str], suffix: str
     ) -> list[str]:
-        ev = self.ctx.evaluation
-        out = []
-        for metric, b in baseline.metrics.items():
-            if metric in NODE_METRICS or metric in FABRIC_METRICS:
-                continue
-            points, groups = [], []
-            for node in nodes:
-                e = ev.usable(node)
-                count = 0
-                for g in e.gpus if e is not None and e.collected else []:
-                    s = ev.sampled(metric, node, g.index)
-                    if s is not None:
-                        points.append(
-                            plots.Point(
-                                f"{node}/gpu{g.index}",
-                                s.value,
-                                # a node behind as a whole (gpu null) marks each of its GPUs
-                                flagged.get((metric, node, g.index), flagged.get((metric, node, None), "pass")),
-                            )
-                        )
-                        count += 1
-                groups.append((node, count))
-            out.append(plots.strip(f"{metric} per GPU{suffix}", b.unit, points, b.expected, b.threshold(), groups))
+        """A strip per GPU metric, the P2P heatmaps of the nodes flagged (or the first), the all-reduce curves."""
+        out = [
+            self._strip(metric, b, nodes, flagged, suffix)
+            for metric, b in baseline.metrics.items()
+            if metric not in NODE_METRICS and metric not in FABRIC_METRICS
+        ]
         p2p = baseline.metrics.get("p2p.bandwidth")
         if p2p is not None:
             bad = [n for n in nodes if any(k[0] == "p2p.bandwidth" and k[1] == n for k in flagged)]
             for node in (bad or nodes[:1])[:MAX_HEATMAPS]:
-                m = details.p2p_matrix(ev, node)
+                m = details.p2p_matrix(self.ctx.evaluation, node)
                 if m:
                     out.append(plots.heatmap(f"P2P copy bandwidth, {node}", p2p.unit, m, p2p.expected))
         nccl = baseline.metrics.get("nccl.all_reduce")
         if nccl is not None:
-            curves = {n: details.nccl_curve(ev, n) for n in nodes}
-            curves = {n: c for n, c in curves.items() if c}
-            if curves:
-                by_size: dict[int, list[float]] = defaultdict(list)
-                for c in curves.values():
-                    for size, v in c:
-                        by_size[size].append(v)
-                median_curve = [(s, sorted(v)[len(v) // 2]) for s, v in sorted(by_size.items())]
-                bad = [n for n in curves if ("nccl.all_reduce", n, None) in flagged]
-                shown = [(f"median of {len(curves)} nodes", median_curve)]
-                shown += [(n, curves[n]) for n in (bad or list(curves)[: MAX_NCCL_LINES - 1])[: MAX_NCCL_LINES - 1]]
-                out.append(plots.lines(f"NCCL all-reduce bus bandwidth{suffix}", "GB/s", shown, nccl.expected))
+            out += self._nccl_curves(nccl.expected, nodes, flagged, suffix)
         return out
+
+    def _strip(
+        self,
+        metric: str,
+        b: MetricBaseline,
+        nodes: list[str],
+        flagged: dict[tuple[str, str, int | None], str],
+        suffix: str,
+    ) -> str:
+        """Every GPU's figure of `metric`, grouped by node, marked by its finding."""
+        ev = self.ctx.evaluation
+        points, groups = [], []
+        for node in nodes:
+            e = ev.usable(node)
+            count = 0
+            for g in e.gpus if e is not None and e.collected else []:
+                s = ev.sampled(metric, node, g.index)
+                if s is not None:
+                    points.append(
+                        plots.Point(
+                            f"{node}/gpu{g.index}",
+                            s.value,
+                            # a node behind as a whole (gpu null) marks each of its GPUs
+                            flagged.get((metric, node, g.index), flagged.get((metric, node, None), "pass")),
+                        )
+                    )
+                    count += 1
+            groups.append((node, count))
+        return plots.strip(f"{metric} per GPU{suffix}", b.unit, points, b.expected, b.threshold(), groups)
+
+    def _nccl_curves(
+        self, expected: float, nodes: list[str], flagged: dict[tuple[str, str, int | None], str], suffix: str
+    ) -> list[str]:
+        """The nodes' median all-reduce curve, with the flagged nodes' own (or the first few) beside it."""
+        curves = {n: details.nccl_curve(self.ctx.evaluation, n) for n in nodes}
+        curves = {n: c for n, c in curves.items() if c}
+        if not curves:
+            return []
+        by_size: dict[int, list[float]] = defaultdict(list)
+        for c in curves.values():
+            for size, v in c:
+                by_size[size].append(v)
+        median_curve = [(s, sorted(v)[len(v) // 2]) for s, v in sorted(by_size.items())]
+        bad = [n for n in curves if ("nccl.all_reduce", n, None) in flagged]
+        shown = [(f"median of {len(curves)} nodes", median_curve)]
+        shown += [(n, curves[n]) for n in (bad or list(curves)[: MAX_NCCL_LINES - 1])[: MAX_NCCL_LINES - 1]]
+        return [plots.lines(f"NCCL all-reduce bus bandwidth{suffix}", "GB/s", shown, expected)]
 
     def _fleet(self) -> str:
         """The fleet's (each pool's) median against its SKU figure per metric (informational: peers cannot see a

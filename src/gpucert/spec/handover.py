@@ -9,9 +9,10 @@ a node with its own file: a GPU may be well inside the SKU's tolerance and still
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import Field
@@ -137,7 +138,7 @@ def sha256_of(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def record_baselines(  # noqa: C901, PLR0912, PLR0915
+def record_baselines(
     run_dir: Path,
     out: Path,
     *,
@@ -164,63 +165,92 @@ def record_baselines(  # noqa: C901, PLR0912, PLR0915
     if not folder.baseline_copies():
         raise EvidenceError("no inputs/baseline.yaml: not a run folder gpucert certify wrote", path=run_dir)
     date = folder.read_run_info().get("finished") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    written, refused = [], []
+    recording = _Recording(folder, verdict, out, date, certificate, force_reason)
+    written: list[Path] = []
+    refused: list[str] = []
     out.mkdir(parents=True, exist_ok=True)
     for node, summary in sorted(verdict.get("nodes", {}).items()):
         if node == "(fleet)":
             continue
-        try:
-            check_node_name(node)
-            target = inside(out, f"{node}.yaml")
-        except NameError_ as exc:
-            refused.append(f"{node!r}: {exc}")
-            continue
-        passed = node_passed(summary["result"]) and verdict.get("result") != "incomplete"
-        if verdict.get("result") == "incomplete" and force_reason is None:
-            refused.append(f"{node}: the run is incomplete (not every required check ran); record from a complete run")
-            continue
-        if not passed and force_reason is None:
-            what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
-            refused.append(f"{node}: {what}; pass --force --reason TEXT to record it")
-            continue
-        pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
-        if pool is None:
-            refused.append(f"{node}: in no pool of the spec (or several): it has no SKU baseline to record against")
-            continue
-        baseline_path = folder.baseline_copy_for(pool)
-        if not baseline_path.is_file():
-            refused.append(f"{node}: no baseline of pool {pool} in the run's inputs/")
-            continue
-        sku = load_baseline(baseline_path)
-        units = {m: b.unit for m, b in sku.metrics.items()}
-        ev = folder.read_evidence(node)
-        if ev is None:
-            refused.append(f"{node}: no evidence in this run")
-            continue
-        if not ev.collected:
-            refused.append(f"{node}: was not measured in this run")
-            continue
-        recorded = Recorded(
-            run=verdict["run"],
-            date=date,
-            result=node_result(summary),
-            certificate=certificate,
-            forced=None if passed else force_reason,
-            spec=verdict["spec"],
-            baseline=sha256_of(baseline_path),
-            allow_unsigned=certificate is None,
-        )
-        nb = _node_baseline(ev, sku.sku, units, recorded)
-        header = f"# handover baseline of {node}, recorded by `gpucert baseline record` from run {verdict['run']}\n" + (
-            f"# FORCED although the node did not pass: {force_reason}\n" if not passed else ""
-        )
-        if certificate is None:
-            header += "# recorded from an UNSIGNED run (--allow-unsigned)\n"
-        target.write_text(
-            header + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
-            encoding="utf-8",
-        )
-        written.append(target)
+        got = recording.record(node, summary)
+        if isinstance(got, Path):
+            written.append(got)
+        else:
+            refused.append(got)
     if not written and not refused:
         raise ConfigError("the run's verdict lists no nodes", path=folder.verdict_path, key="nodes")
     return written, refused
+
+
+@dataclass(frozen=True, slots=True)
+class _Recording:
+    """One `gpucert baseline record`: the run's verdict, where the files go, and what each file says of the run."""
+
+    folder: RunFolder
+    verdict: dict[str, Any]
+    out: Path
+    date: str
+    certificate: str | None
+    force_reason: str | None
+
+    def record(self, node: str, summary: dict[str, Any]) -> Path | str:
+        """The node's file, written; or why it was refused."""
+        try:
+            check_node_name(node)
+            target = inside(self.out, f"{node}.yaml")
+        except NameError_ as exc:
+            return f"{node!r}: {exc}"
+        passed = node_passed(summary["result"]) and self.verdict.get("result") != "incomplete"
+        why = self._not_recordable(node, summary, passed)
+        if why is not None:
+            return why
+        pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
+        if pool is None:
+            return f"{node}: in no pool of the spec (or several): it has no SKU baseline to record against"
+        baseline_path = self.folder.baseline_copy_for(pool)
+        if not baseline_path.is_file():
+            return f"{node}: no baseline of pool {pool} in the run's inputs/"
+        sku = load_baseline(baseline_path)
+        ev = self.folder.read_evidence(node)
+        if ev is None:
+            return f"{node}: no evidence in this run"
+        if not ev.collected:
+            return f"{node}: was not measured in this run"
+        recorded = Recorded(
+            run=self.verdict["run"],
+            date=self.date,
+            result=node_result(summary),
+            certificate=self.certificate,
+            forced=None if passed else self.force_reason,
+            spec=self.verdict["spec"],
+            baseline=sha256_of(baseline_path),
+            allow_unsigned=self.certificate is None,
+        )
+        nb = _node_baseline(ev, sku.sku, {m: b.unit for m, b in sku.metrics.items()}, recorded)
+        target.write_text(
+            self._header(node, passed)
+            + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
+            encoding="utf-8",
+        )
+        return target
+
+    def _not_recordable(self, node: str, summary: dict[str, Any], passed: bool) -> str | None:
+        """An incomplete run, or a node that did not pass, is recorded only when forced (with a reason)."""
+        if self.force_reason is not None:
+            return None
+        if self.verdict.get("result") == "incomplete":
+            return f"{node}: the run is incomplete (not every required check ran); record from a complete run"
+        if not passed:
+            what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
+            return f"{node}: {what}; pass --force --reason TEXT to record it"
+        return None
+
+    def _header(self, node: str, passed: bool) -> str:
+        header = (
+            f"# handover baseline of {node}, recorded by `gpucert baseline record` from run {self.verdict['run']}\n"
+        )
+        if not passed:
+            header += f"# FORCED although the node did not pass: {self.force_reason}\n"
+        if self.certificate is None:
+            header += "# recorded from an UNSIGNED run (--allow-unsigned)\n"
+        return header

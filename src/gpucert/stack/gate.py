@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.spec.baseline import DEFAULT_THROTTLE_ALLOWANCE
-from gpucert.spec.cluster import ClusterSpec
+from gpucert.spec.cluster import ClusterSpec, Pool
 from gpucert.spec.versions import at_least, normalize, parse_version
 from gpucert.stack.compat import COMPAT_SOURCE, min_driver_for_cuda
-from gpucert.stack.gate_data import Tables, canonical, in_range
+from gpucert.stack.gate_data import KnownBadEntry, Tables, canonical, in_range
 from gpucert.stack.operator_values import OPERATOR_KEYS, Deployment
 
 __all__ = ["BaselineReview", "Gate", "gate_keys"]
@@ -158,7 +158,7 @@ class Gate:
         message = f"deploys {component} {have} ({where}), the pin"
         return _finding("stack.version", detail, OK, message, observed=have, expected=expected)
 
-    def compat(self, d: Deployment) -> Finding:  # noqa: C901
+    def compat(self, d: Deployment) -> Finding:
         detail = f"{d.name}:driver"
         version, where, problem = self.deployed(d, "driver")
         if version is None:
@@ -170,31 +170,16 @@ class Gate:
         problems: dict[str, list[str]] = {}  # the problem, and the pools that have it
         unknown, fine = [], []
         for pool in self.spec.pools:
-            product = pool.expect.gpu_product
-            support = self.tables.drivers.minimum(product)
-            if support is None:
-                table = self.tables.file("driver-support.yaml")
-                unknown.append(f"pool {pool.name}: no minimum driver known for {product} (add it to {table})")
-            elif not at_least(have, support.minimum_driver):
-                branch = parse_version(support.minimum_driver)[0]
-                why = (
-                    f"driver {have} does not support {product}; the minimum is {support.minimum_driver} "
-                    f"(branch R{branch}; {support.source})"
-                )
-                problems.setdefault(why, []).append(pool.name)
+            kind, what = self._supports(pool, have)
+            if kind == "unknown":
+                unknown.append(what)
+            elif kind == "fine":
+                fine.append(what)
             else:
-                fine.append(f"{product} (minimum {support.minimum_driver})")
-            cuda = self.spec.stack_for(pool.name).component("cuda")
-            if cuda is None:
-                continue
-            minimum = min_driver_for_cuda(cuda.version)
-            if minimum is None:
-                why = f"CUDA {cuda.version} is not in the table ({COMPAT_SOURCE})"
-            elif not at_least(have, minimum):
-                why = f"driver {have} is older than {minimum}, the minimum for CUDA {cuda.version} ({COMPAT_SOURCE})"
-            else:
-                continue
-            problems.setdefault(why, []).append(pool.name)
+                problems.setdefault(what, []).append(pool.name)
+            cuda = self._cuda_problem(pool, have)
+            if cuda is not None:
+                problems.setdefault(cuda, []).append(pool.name)
         if problems:
             said = [f"pool{'s' if len(ps) > 1 else ''} {', '.join(ps)}: {why}" for why, ps in problems.items()]
             message = f"deploys driver {have} ({where}): " + "; ".join(said)
@@ -206,7 +191,35 @@ class Gate:
         message = f"driver {have} supports {', '.join(dict.fromkeys(fine))} and the declared CUDA"
         return _finding("stack.compat", detail, OK, message, observed=have)
 
-    def in_release(self, d: Deployment) -> Finding:  # noqa: C901
+    def _supports(self, pool: Pool, have: str) -> tuple[Literal["fine", "unknown", "problem"], str]:
+        """Whether driver `have` supports the pool's GPU (and what it supports), is not known to (and why), or
+        does not (the problem)."""
+        product = pool.expect.gpu_product
+        support = self.tables.drivers.minimum(product)
+        if support is None:
+            table = self.tables.file("driver-support.yaml")
+            return "unknown", f"pool {pool.name}: no minimum driver known for {product} (add it to {table})"
+        if not at_least(have, support.minimum_driver):
+            branch = parse_version(support.minimum_driver)[0]
+            return "problem", (
+                f"driver {have} does not support {product}; the minimum is {support.minimum_driver} "
+                f"(branch R{branch}; {support.source})"
+            )
+        return "fine", f"{product} (minimum {support.minimum_driver})"
+
+    def _cuda_problem(self, pool: Pool, have: str) -> str | None:
+        """Why driver `have` cannot run the CUDA the pool declares (None when it can, or none is declared)."""
+        cuda = self.spec.stack_for(pool.name).component("cuda")
+        if cuda is None:
+            return None
+        minimum = min_driver_for_cuda(cuda.version)
+        if minimum is None:
+            return f"CUDA {cuda.version} is not in the table ({COMPAT_SOURCE})"
+        if not at_least(have, minimum):
+            return f"driver {have} is older than {minimum}, the minimum for CUDA {cuda.version} ({COMPAT_SOURCE})"
+        return None
+
+    def in_release(self, d: Deployment) -> Finding:
         release = self.release_of(d)
         table = self.tables.file("operator-releases.yaml")
         if release is None:
@@ -236,21 +249,7 @@ class Gate:
                 f"), its other drivers from NVIDIA's component matrix ({COMPONENT_MATRIX}); no code changes"
             )
             return _finding("stack.release", d.name, ERROR, message)
-        problems, unknown = [], []
-        for component, c in d.components.items():
-            if not c.enabled or (c.version is None and c.problem is None):
-                continue  # off, or the release's own default
-            if c.version is None:
-                unknown.append(f"{component}: {c.problem} ({c.where})")
-                continue
-            ships = r.components.get(component)
-            if ships is None:
-                unknown.append(f"{component}: the table lists no {component} versions for {release}; add them")
-            elif canonical(c.version) not in ships:
-                problems.append(
-                    f"{component} {canonical(c.version)} ({c.where}) is not a version of GPU Operator {release}, "
-                    f"which ships {', '.join(ships)}"
-                )
+        problems, unknown = _against_release(d, r.components, release)
         if problems:
             return _finding("stack.release", d.name, FAIL, "; ".join(problems) + f" ({r.source})")
         if unknown:
@@ -268,7 +267,7 @@ class Gate:
             if all(c in r.components and r.components[c][0] == v for c, v in set_.items())
         ]
 
-    def known_bad(self, d: Deployment) -> Finding:  # noqa: C901
+    def known_bad(self, d: Deployment) -> Finding:
         versions: dict[str, str] = {}
         unknown = []
         for component, c in d.components.items():
@@ -279,16 +278,7 @@ class Gate:
                 unknown.append((component, problem))
             else:
                 versions[component] = canonical(version)
-        hits = []
-        for e in self.tables.known_bad.entries:
-            if e.components and all(c in versions and in_range(versions[c], r) for c, r in e.components.items()):
-                said = ", ".join(f"{c} {versions[c]}" for c in e.components)
-                hits.append(f"{said}: {e.id}: {e.reason} ({e.source})")
-            elif e.same_version and all(c in versions for c in e.same_version):
-                found = {versions[c] for c in e.same_version}
-                if len(found) > 1 and (e.since is None or any(at_least(v, e.since) for v in found)):
-                    said = ", ".join(f"{c} {versions[c]}" for c in e.same_version)
-                    hits.append(f"{said}: {e.id}: {e.reason} ({e.source})")
+        hits = [hit for e in self.tables.known_bad.entries if (hit := _known_bad_hit(e, versions)) is not None]
         if hits:
             return _finding("stack.known_bad", d.name, FAIL, "would deploy " + "; ".join(hits))
         if unknown:
@@ -394,3 +384,37 @@ def _loosened_throttle_and_nvlink(base: dict[str, Any], new: dict[str, Any]) -> 
         if v1 > v0:
             out.append((f"nvlink.{key} {n0.get(key, default)} -> {n1.get(key, default)}", said))
     return out
+
+
+def _against_release(d: Deployment, ships: Mapping[str, list[str]], release: str) -> tuple[list[str], list[str]]:
+    """The versions the files set that the release does not ship, and the components that cannot be checked."""
+    problems, unknown = [], []
+    for component, c in d.components.items():
+        if not c.enabled or (c.version is None and c.problem is None):
+            continue  # off, or the release's own default
+        if c.version is None:
+            unknown.append(f"{component}: {c.problem} ({c.where})")
+            continue
+        versions = ships.get(component)
+        if versions is None:
+            unknown.append(f"{component}: the table lists no {component} versions for {release}; add them")
+        elif canonical(c.version) not in versions:
+            problems.append(
+                f"{component} {canonical(c.version)} ({c.where}) is not a version of GPU Operator {release}, "
+                f"which ships {', '.join(versions)}"
+            )
+    return problems, unknown
+
+
+def _known_bad_hit(e: KnownBadEntry, versions: Mapping[str, str]) -> str | None:
+    """What the known-bad entry `e` says of these versions, when they are the ones it names (or mismatch as it
+    warns); None otherwise."""
+    if e.components and all(c in versions and in_range(versions[c], r) for c, r in e.components.items()):
+        said = ", ".join(f"{c} {versions[c]}" for c in e.components)
+        return f"{said}: {e.id}: {e.reason} ({e.source})"
+    if e.same_version and all(c in versions for c in e.same_version):
+        found = {versions[c] for c in e.same_version}
+        if len(found) > 1 and (e.since is None or any(at_least(v, e.since) for v in found)):
+            said = ", ".join(f"{c} {versions[c]}" for c in e.same_version)
+            return f"{said}: {e.id}: {e.reason} ({e.source})"
+    return None

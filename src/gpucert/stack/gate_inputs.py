@@ -151,7 +151,7 @@ def _unique(names: list[str]) -> list[str]:
     return out
 
 
-def record_gate(  # noqa: C901
+def record_gate(
     spec: ClusterSpec, gate: GateInputs, baselines: dict[str, Path]
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Validate the gate's inputs (ConfigError naming the file and key, before any run folder exists) and return
@@ -182,26 +182,33 @@ def record_gate(  # noqa: C901
         "baselines": {},
     }
     if gate.base_ref is not None:
-        spec_dir = spec.path.parent if spec.path is not None else Path.cwd()
-        checkout = _Checkout(spec_dir, gate.base_ref)
-        before = _predecessors(checkout, spec, baselines)
-        record["baseRef"] = {"ref": gate.base_ref, "commit": checkout.commit}
-        by_path: dict[Path, list[str]] = {}
-        for pool, path in baselines.items():
-            by_path.setdefault(path.resolve(), []).append(pool)
-        names = _unique([p.name for p in by_path])  # two folders' baselines of one name stay apart
-        for name, (_path, pools) in zip(names, by_path.items(), strict=True):
-            rel = before[pools[0]]
-            content = checkout.show(rel) if rel is not None else None
-            copy = f"base/{_stem(name)}"
-            if content is not None:
-                files[copy] = content
-            record["baselines"][name] = {
-                "pools": pools,
-                "base": copy if content is not None else None,
-                "baseFile": rel if content is not None else None,
-            }
+        _record_base(spec, gate.base_ref, baselines, record, files)
     return record, files
+
+
+def _record_base(
+    spec: ClusterSpec, base_ref: str, baselines: dict[str, Path], record: dict[str, Any], files: dict[str, bytes]
+) -> None:
+    """Each baseline as it was at `base_ref` (the predecessor the review compares with), copied under base/."""
+    spec_dir = spec.path.parent if spec.path is not None else Path.cwd()
+    checkout = _Checkout(spec_dir, base_ref)
+    before = _predecessors(checkout, spec, baselines)
+    record["baseRef"] = {"ref": base_ref, "commit": checkout.commit}
+    by_path: dict[Path, list[str]] = {}
+    for pool, path in baselines.items():
+        by_path.setdefault(path.resolve(), []).append(pool)
+    names = _unique([p.name for p in by_path])  # two folders' baselines of one name stay apart
+    for name, (_path, pools) in zip(names, by_path.items(), strict=True):
+        rel = before[pools[0]]
+        content = checkout.show(rel) if rel is not None else None
+        copy = f"base/{_stem(name)}"
+        if content is not None:
+            files[copy] = content
+        record["baselines"][name] = {
+            "pools": pools,
+            "base": copy if content is not None else None,
+            "baseFile": rel if content is not None else None,
+        }
 
 
 def _raw(path: Path) -> dict[str, Any]:

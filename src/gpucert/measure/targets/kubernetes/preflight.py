@@ -20,7 +20,7 @@ from gpucert.measure.targets.kubernetes.api import RBAC_HINT, KubeApi, status_of
 from gpucert.measure.targets.kubernetes.nodes import gpu_pods
 from gpucert.measure.targets.kubernetes.podspec import CORDON_TOLERATION, fabric_level, pod_spec, spec_tolerations
 from gpucert.measure.targets.kubernetes.sharing import refusal
-from gpucert.spec.cluster import ClusterSpec, KubernetesTargetSpec
+from gpucert.spec.cluster import ClusterSpec, KubernetesTargetSpec, Pool
 
 __all__ = ["GROUPS", "Check", "Preflight", "needed_access"]
 
@@ -242,45 +242,21 @@ class Preflight:
         elif ready:
             self.add(2, f"{ready} of {seen} nodes", OK, "GPUs free and whole, schedulable, every taint tolerated")
 
-    def node_problems(self, node: dict[str, Any]) -> list[tuple[str, str, str]]:  # noqa: C901
+    def node_problems(self, node: dict[str, Any]) -> list[tuple[str, str, str]]:
         name = node["metadata"]["name"]
         labels = node["metadata"].get("labels") or {}
         pools = [(i, p) for i, p in enumerate(self.spec.pools) if p.selects(labels)]
         if not pools:
             return []  # in no pool: the run leaves it alone (inventory says so)
         i, pool = pools[0]
-        need = pool.expect.gpus_per_node
         alloc = (node.get("status") or {}).get("allocatable") or {}
-        out = []
-        why = refusal(name, labels, pool.expect.gpu_sharing)
-        if why:
-            found, _, fix = why.partition("gpucert certifies whole GPUs only; ")
-            out.append(("shared GPUs", found.rstrip(": "), fix))
-        elif _count(alloc.get("nvidia.com/gpu")) < need:
-            out.append(
-                (
-                    "short of GPUs",
-                    f"allocatable nvidia.com/gpu {_count(alloc.get('nvidia.com/gpu'))} of the {need} pool "
-                    f"{pool.name} expects",
-                    "a GPU is missing or the device plugin marked it unhealthy: kubectl describe node "
-                    f"{name}, and nvidia-smi on the node",
-                )
-            )
+        out = _gpus_problems(name, labels, pool, alloc)
         spec = node.get("spec") or {}
         if spec.get("unschedulable") and not self.recertify:
             fix = f"uncordon it when its maintenance is over (kubectl uncordon {name}), or certify without it"
             out.append(("cordoned", "someone took it out of service (spec.unschedulable)", fix))
         out += _not_ready(node)
-        tolerations = [*spec_tolerations(self.spec), CORDON_TOLERATION]
-        for taint in spec.get("taints") or []:
-            if taint.get("effect") in ("NoSchedule", "NoExecute") and not any(
-                _tolerates(t, taint) for t in tolerations
-            ):
-                said = f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
-                fix = f"declare it in pools[{i}].taints (its pods then tolerate it), or remove it from the node"
-                if taint["key"].startswith(CONDITION_TAINTS):  # the node's state, not a taint to tolerate
-                    fix = f"the node controller set it: kubectl describe node {name}, repair it, or certify without it"
-                out.append(("taint", f"{said}: no toleration of gpucert's pods covers it", fix))
+        out += self._untolerated(name, i, spec.get("taints") or [])
         if not self.recertify and not out:
             holders = self.holders(name)
             if holders and self.t.busy_timeout_seconds == 0:
@@ -291,6 +267,20 @@ class Preflight:
                 if _count(alloc.get(res)) < _count(amount):
                     fix = f"install the RDMA device plugin for {res} on the node, or correct target.fabricResources"
                     out.append(("RDMA", f"allocatable {res} {_count(alloc.get(res))} of the {amount} needed", fix))
+        return out
+
+    def _untolerated(self, name: str, pool_index: int, taints: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+        """The node's NoSchedule and NoExecute taints that no toleration of gpucert's pods covers."""
+        out = []
+        tolerations = [*spec_tolerations(self.spec), CORDON_TOLERATION]
+        for taint in taints:
+            if taint.get("effect") not in ("NoSchedule", "NoExecute") or any(_tolerates(t, taint) for t in tolerations):
+                continue
+            said = f"{taint['key']}={taint.get('value', '')}:{taint['effect']}"
+            fix = f"declare it in pools[{pool_index}].taints (its pods then tolerate it), or remove it from the node"
+            if taint["key"].startswith(CONDITION_TAINTS):  # the node's state, not a taint to tolerate
+                fix = f"the node controller set it: kubectl describe node {name}, repair it, or certify without it"
+            out.append(("taint", f"{said}: no toleration of gpucert's pods covers it", fix))
         return out
 
     def holders(self, node: str) -> list[str]:
@@ -339,6 +329,26 @@ class Preflight:
                 self.add(3, item, FAIL, f"does not exist in namespace {ns}", fix)
                 continue
             self.add(3, item, OK, "exists")
+
+
+def _gpus_problems(name: str, labels: dict[str, str], pool: Pool, alloc: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """Shared GPUs (gpucert certifies whole GPUs), or fewer allocatable than the pool expects."""
+    need = pool.expect.gpus_per_node
+    why = refusal(name, labels, pool.expect.gpu_sharing)
+    if why:
+        found, _, fix = why.partition("gpucert certifies whole GPUs only; ")
+        return [("shared GPUs", found.rstrip(": "), fix)]
+    if _count(alloc.get("nvidia.com/gpu")) < need:
+        return [
+            (
+                "short of GPUs",
+                f"allocatable nvidia.com/gpu {_count(alloc.get('nvidia.com/gpu'))} of the {need} pool "
+                f"{pool.name} expects",
+                "a GPU is missing or the device plugin marked it unhealthy: kubectl describe node "
+                f"{name}, and nvidia-smi on the node",
+            )
+        ]
+    return []
 
 
 def _not_ready(node: dict[str, Any]) -> list[tuple[str, str, str]]:

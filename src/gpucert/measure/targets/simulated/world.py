@@ -16,20 +16,29 @@ from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
 from gpucert.spec.simulated_fabric import FABRIC_FAULTS
 from gpucert.spec.simulated_fleet import (
+    DcgmFault,
     DriftFault,
+    EccFault,
     Fault,
     FleetPool,
     IntermittentFault,
     MissingComponentFault,
     MissingGpuFault,
+    NvlinkDownFault,
+    NvlinkErrorsFault,
     OrderingFault,
+    PcieLinkFault,
     PreflightFault,
+    RemappedRowsFault,
     SimulatedFleet,
     SlowFault,
     SwappedGpuFault,
+    TemperatureFault,
+    ThrottleFault,
     UnhealthyGpuFault,
     UnreachableFault,
     VersionFault,
+    XidFault,
 )
 
 __all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "iso", "sig"]
@@ -72,11 +81,52 @@ class NodeFaults:
     unreachable: bool = False
     preflight: PreflightFault | None = None
 
+    def add(self, f: Fault) -> None:
+        """Index one fault: by GPU and metric for the figures, by GPU for the readings, by kind for the node's."""
+        match f:
+            case SlowFault():
+                self.slow[(f.gpu, f.metric)] = self.slow.get((f.gpu, f.metric), 1.0) * f.factor
+            case IntermittentFault() | DriftFault():
+                self.varying.setdefault((f.gpu, f.metric), []).append(f)
+            case MissingGpuFault():
+                self.missing.add(f.gpu)
+            case SwappedGpuFault():
+                self.swapped.add(f.gpu)
+            case UnhealthyGpuFault():
+                self.unhealthy.add(f.gpu)
+            case _:
+                self._add_to_node(f)
+
+    def _add_to_node(self, f: Fault) -> None:
+        match f:
+            case VersionFault():
+                self.versions[f.component] = f.version
+            case OrderingFault():
+                self.ordering.append(f)
+            case MissingComponentFault():
+                self.missing_components.add(f.component)
+            case UnreachableFault():
+                self.unreachable = True
+            case PreflightFault():
+                self.preflight = f
+            case (
+                EccFault()
+                | RemappedRowsFault()
+                | PcieLinkFault()
+                | ThrottleFault()
+                | NvlinkDownFault()
+                | NvlinkErrorsFault()
+                | DcgmFault()
+                | XidFault()
+                | TemperatureFault()
+            ):  # the GPU's readings: NVML's and DCGM's (nvml.py, dcgm.py)
+                self.gpu.setdefault(f.gpu, []).append(f)
+
 
 class World:
     """The spec, the fleet and its faults: what the cluster objects and the probe evidence are drawn from."""
 
-    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baselines: dict[str, GpuBaseline]) -> None:  # noqa: C901
+    def __init__(self, spec: ClusterSpec, fleet: SimulatedFleet, baselines: dict[str, GpuBaseline]) -> None:
         """`baselines` by SKU name: every SKU the fleet's groups name (the nominal figures of their GPUs)."""
         self.spec = spec
         self.fleet = fleet
@@ -88,31 +138,9 @@ class World:
         # of the spec's pool the node is in (else the spec's recipe), over a default node
         self.installed = {n: self._installed(n) for n in self.names}
         # the fabric's faults are its own (targets/simulated/fabric.py reads them)
-        for f in [f for f in fleet.faults if not isinstance(f, FABRIC_FAULTS)]:
-            nf = self.faults[f.node]
-            match f:
-                case SlowFault():
-                    nf.slow[(f.gpu, f.metric)] = nf.slow.get((f.gpu, f.metric), 1.0) * f.factor
-                case IntermittentFault() | DriftFault():
-                    nf.varying.setdefault((f.gpu, f.metric), []).append(f)
-                case VersionFault():
-                    nf.versions[f.component] = f.version
-                case OrderingFault():
-                    nf.ordering.append(f)
-                case MissingGpuFault():
-                    nf.missing.add(f.gpu)
-                case SwappedGpuFault():
-                    nf.swapped.add(f.gpu)
-                case UnhealthyGpuFault():
-                    nf.unhealthy.add(f.gpu)
-                case MissingComponentFault():
-                    nf.missing_components.add(f.component)
-                case UnreachableFault():
-                    nf.unreachable = True
-                case PreflightFault():
-                    nf.preflight = f
-                case _:
-                    nf.gpu.setdefault(f.gpu, []).append(f)
+        for f in fleet.faults:
+            if not isinstance(f, FABRIC_FAULTS):
+                self.faults[f.node].add(f)
 
     def group(self, node: str) -> FleetPool:
         return self._group[node]
