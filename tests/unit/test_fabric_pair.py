@@ -13,9 +13,10 @@ import pytest
 
 from gpucert.measure.evidence import FabricEvidence
 from gpucert.measure.evidence_fabric import GidEntry, GpuNic, HcaPort, NodeFabric
-from gpucert.measure.probes import multinode
+from gpucert.measure.probes import fabric_collective
+from gpucert.measure.probes.fabric_collective import CollectiveFabric
 from gpucert.measure.probes.fabric_pair import PairPlan, Rail, command, measure_pair, rails_of
-from gpucert.measure.probes.multinode import recv_msg, run_multinode, send_msg
+from gpucert.measure.probes.multinode import Rendezvous, recv_msg, run_multinode, send_msg
 from gpucert.measure.probes.runner import ProbePlan
 
 from .test_fabric_sysfs import GPU0, NIC0, NIC1, make_hca, make_pci
@@ -122,7 +123,7 @@ def test_a_pair_of_processes_with_a_fabric_plan_brings_its_rdma_and_both_nodes_c
     (bin_dir / "ib_write_bw").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}/usr/bin:/bin")
     monkeypatch.setenv("GPUCERT_SYSFS", str(sysfs))
-    monkeypatch.setattr(multinode, "PairPlan", lambda: PairPlan(reps=2, duration_s=1, timeout_s=20))
+    monkeypatch.setattr(fabric_collective, "PairPlan", lambda: PairPlan(reps=2, duration_s=1, timeout_s=20))
     plan = ProbePlan(
         run_id="r",
         node="x",
@@ -157,3 +158,56 @@ def test_a_pair_of_processes_with_a_fabric_plan_brings_its_rdma_and_both_nodes_c
     ]
     assert set(doc.counters) == {"node-0", "node-1"}
     assert doc.counters["node-1"].deltas("mlx5_0/1")["symbol_error"] == 0
+
+
+def _log(rank: int, via: str) -> str:
+    return "\n".join(
+        [
+            f"host{rank}:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.{rank}<0>",
+            f"host{rank}:1:1 [0] NCCL INFO Using network {'Socket' if 'Socket' in via else 'IB'}",
+            f"host{rank}:1:2 [0] NCCL INFO Channel 00/0 : {rank}[0] -> {(rank + 1) % 3}[0] [send] via {via}",
+        ]
+    )
+
+
+def test_each_process_reads_its_own_nccl_log_and_process_0_gathers_every_node(sysfs: Path) -> None:
+    """NCCL writes each process's INFO lines to the file NCCL_DEBUG_FILE names (%h host, %p pid: NCCL 2.30
+    src/debug.cc); each process parses its own and process 0 holds the collective's whole account, with every
+    node's counters window. Three processes: no pair, so no RDMA."""
+    port = free_port()
+    vias = {0: "NET/IB/0/GDRDMA", 1: "NET/Socket/0", 2: "NET/IB/0/GDRDMA"}
+    results: dict[int, object] = {}
+
+    def process(rank: int) -> None:
+        env = {"GPUCERT_SYSFS": str(sysfs)}
+        fabric = CollectiveFabric(f"node-{rank}", on_gpu=True, env=env)
+        assert env["NCCL_DEBUG"] == "INFO"
+        assert fabric.logs is not None
+        assert env["NCCL_DEBUG_FILE"] == str(fabric.logs / "nccl.%h.%p.log")
+        (fabric.logs / f"nccl.host{rank}.4242.log").write_text(_log(rank, vias[rank]))  # as NCCL would name it
+        rdzv = Rendezvous(rank, 3, "127.0.0.1", port, 20).join(f"node-{rank}", 1, lambda: None)
+        try:
+            fabric.start(rdzv, [])
+            results[rank] = fabric.finish(rdzv)
+        finally:
+            rdzv.close()
+
+    threads = [threading.Thread(target=process, args=(r,), daemon=True) for r in (0, 1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results[1] == {}
+    assert results[2] == {}
+    found = results[0]
+    assert isinstance(found, dict)
+    assert set(found["counters"]) == {"node-0", "node-1", "node-2"}
+    transport = found["transport"]
+    assert transport.network == "Socket"  # one process fell back: the collective did
+    assert sorted((c.src_rank, c.transport, c.gdr) for c in transport.channels) == [
+        (0, "NET/IB", True),
+        (1, "NET/Socket", False),
+        (2, "NET/IB", True),
+    ]
+    assert sorted(d.node for d in transport.devices) == ["node-0", "node-1", "node-2"]
+    assert found["rdma"] == []

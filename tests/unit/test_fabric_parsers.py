@@ -104,7 +104,7 @@ def test_a_log_without_nccl_info_lines_reads_nothing() -> None:
 def test_gdr_off_on_a_receiving_node_is_charged_to_that_node() -> None:
     """Two nodes of 8 ranks: node b's receive lines carry no GDRDMA (its GDR is off), a's sends do. The finding
     names b, whose log the lines are from, not a, whose rank is printed first."""
-    from gpucert.evaluate.rules.fabric_transport import judge_transport
+    from gpucert.evaluate.rules.fabric_transport import Collective, judge_transport
     from gpucert.measure.evidence_fabric import NcclChannel, NcclTransport
 
     lines = [
@@ -113,7 +113,8 @@ def test_gdr_off_on_a_receiving_node_is_charged_to_that_node() -> None:
         NcclChannel(channel=0, conn=0, src_rank=7, src_dev=7, dst_rank=8, dst_dev=0, direction="receive",
                     transport="NET/IB", net_dev=0, gdr=False),
     ]  # fmt: skip
-    found = judge_transport("p", NcclTransport(network="IB", channels=lines, lines=2), ["a", "b"], 8)
+    ring = [Collective(["a", "b"], 8, NcclTransport(network="IB", channels=lines, lines=2))]
+    found = judge_transport("p", ring, ["a", "b"])
     assert found.message.endswith("on b")
-    skipped = judge_transport("p", NcclTransport(network="IB", channels=lines, lines=2), ["a", "b"], 8, gdr_off=["b"])
+    skipped = judge_transport("p", ring, ["a", "b"], gdr_off=["b"])
     assert skipped.cause == "fabric.gdr@b"

@@ -18,11 +18,12 @@ Pure: lines in, NcclTransport out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from gpucert.measure.evidence_fabric import NcclChannel, NcclNetDevice, NcclTransport
 
-__all__ = ["parse_nccl_transport"]
+__all__ = ["merge_transports", "parse_nccl_transport", "read_nccl_logs"]
 
 _PREFIX = re.compile(r"^(?:.*?\s)?NCCL INFO\s+")
 _CHANNEL = re.compile(r"^Channel (\d+)(?:/(\d+))? : (\d+)\[(\d+)\] -> (\d+)\[(\d+)\](?: \[(send|receive)\])? via (\S+)")
@@ -75,3 +76,23 @@ def parse_nccl_transport(lines: Iterable[str], node: str | None = None) -> NcclT
         elif m := _NETWORK.match(body):
             network = m.group(1)
     return NcclTransport(network=network, devices=devices, channels=channels, lines=read)
+
+
+def read_nccl_logs(folder: Path, node: str) -> NcclTransport:
+    """Every NCCL debug file a process of this node wrote into `folder` (NCCL_DEBUG_FILE), parsed as one log."""
+    lines: list[str] = []
+    for path in sorted(folder.glob("nccl.*.log")):
+        lines += path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return parse_nccl_transport(lines, node=node)
+
+
+def merge_transports(parts: Sequence[NcclTransport]) -> NcclTransport:
+    """The logs of every process of one collective as one account: their channels and devices together, the
+    network the socket transport's if any process used it (it carried that process's share)."""
+    networks = [p.network for p in parts if p.network is not None]
+    return NcclTransport(
+        network="Socket" if "Socket" in networks else networks[0] if networks else None,
+        devices=[d for p in parts for d in p.devices],
+        channels=[c for p in parts for c in p.channels],
+        lines=sum(p.lines for p in parts),
+    )

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 import struct
 import sys
@@ -27,17 +26,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from gpucert._version import __version__
-from gpucert.measure.evidence import CounterWindow, FabricEvidence, ProbeError, RdmaBandwidth
+from gpucert.measure.evidence import FabricEvidence, ProbeError
 from gpucert.measure.probes import nccl
 from gpucert.measure.probes.device import Device
-from gpucert.measure.probes.fabric_pair import PairPlan, measure_pair, window_of
-from gpucert.measure.probes.fabric_sysfs import read_counters
+from gpucert.measure.probes.fabric_collective import CollectiveFabric, NoFabric
 from gpucert.measure.probes.runner import ProbePlan, devices_for
 from gpucert.measure.probes.timing import Budget, Clock
 from gpucert.measure.probes.watchdog import ProbeTimeout, within
@@ -317,44 +314,6 @@ def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective
         raise ProbeTimeout(f"{exc}: {_who_hung(rdzv, progress, 2 * grace + 5)} {slow}") from None
 
 
-class _NoFabric:
-    """A plan without the fabric: nothing read around the collective."""
-
-    def __init__(self) -> None:
-        self.rdma: list[RdmaBandwidth] = []
-        self.errors: list[ProbeError] = []
-
-    def windows(self) -> dict[str, CounterWindow]:
-        return {}
-
-
-class _PairFabric(_NoFabric):
-    """A fabric plan's part of a collective across nodes: each node's counters from before the traffic to after
-    it, and, in a pair, the RDMA per rail first (probes/fabric_pair.py)."""
-
-    def __init__(self, rdzv: Rendezvous, devices: list[Device]) -> None:
-        super().__init__()
-        self.rdzv = rdzv
-        self.root = Path(os.environ.get("GPUCERT_SYSFS", "/sys"))
-        self.before = read_counters(self.root)
-        if rdzv.processes == 2:
-            nodes = (rdzv.peers[0].node, rdzv.peers[1].node)
-            gpus = {d.index: d.pci_bus_id for d in devices if d.pci_bus_id}
-            link = rdzv.link(1 - rdzv.rank)
-            try:
-                found = measure_pair(rdzv.rank, nodes, link, self.root, gpus, PairPlan(), rdzv.host)
-                self.rdma = found or []
-            except (OSError, ValueError) as exc:  # the sysfs or the exchange: the pair's RDMA error, not the ring's
-                self.errors.append(ProbeError(probe="rdma", message=f"{type(exc).__name__}: {exc}"))
-
-    def windows(self) -> dict[str, CounterWindow]:
-        mine = window_of(self.root, "fabric", self.before).model_dump_json().encode()
-        got = self.rdzv.gather(mine)
-        if self.rdzv.rank != 0:  # process 0 writes the document
-            return {}
-        return {p.node: CounterWindow.model_validate_json(w) for p, w in zip(self.rdzv.peers, got, strict=True)}
-
-
 def run_multinode(
     plan: ProbePlan,
     *,
@@ -371,6 +330,8 @@ def run_multinode(
     `collective(rendezvous, devices)` makes the collective (NCCL on GPUs, the sockets' sum on the NumPy device).
     """
     started = _now()
+    # before NCCL starts (process 0's unique id at the rendezvous): it reads NCCL_DEBUG_FILE then
+    fabric = CollectiveFabric(plan.node, on_gpu=plan.device == "cupy") if plan.fabric else NoFabric()
     rdzv = Rendezvous(rank, processes, host, port, timeout_s)
     try:
         devices = devices_for(plan)
@@ -392,17 +353,16 @@ def run_multinode(
                 return nccl.CupyNccl(devices, rdzv.world, rdzv.first_rank, rdzv.uid)
             return SocketCollective(rdzv, len(devices))
 
-        fabric = _PairFabric(rdzv, devices) if plan.fabric else _NoFabric()
+        fabric.start(rdzv, devices)
         sweep, reps = _sweep(plan, rdzv, make)
         correct = rdzv.gather_flags(sweep.correct)
-        windows = fabric.windows()
+        found = fabric.finish(rdzv)
         if rank != 0:
             return None
         sweep = sweep.model_copy(
             update={"correct": correct, "params": {**sweep.params, "processes": processes, "repetitions": reps}}
         )
-        outcome: dict[str, Any] = {"gpus_per_node": len(devices), "nccl": sweep, "counters": windows}
-        outcome |= {"rdma": fabric.rdma, "errors": fabric.errors}
+        outcome: dict[str, Any] = {"gpus_per_node": len(devices), "nccl": sweep, **found}
     except Exception as exc:
         if isinstance(exc, _Reported):  # process 0 tells the story: a failed pod here would race its document
             print(f"gpucert.measure.probes: {exc}; process 0 names who did not arrive", file=sys.stderr)
