@@ -119,3 +119,18 @@ def test_reports_punch_list_and_metrics_name_the_rail_hca_port_and_peer(certify)
         ("gpucert_fabric_rail_rdma_gbps", (("hca", "mlx5_0"), ("node", "gpu-node-3"), ("port", "1"), ("rail", "0")))
     ]
     assert 370 < rdma < 400  # 96% of 400 Gb/s
+
+
+def test_the_hca_firmware_pin_holds_every_rail_hca(certify) -> None:
+    """`hca-firmware` in the stack is read by the fabric probe, not from a pod: each node on other firmware is a
+    finding of its own (like stack.version), and the pin adds no configure check that nothing could decide."""
+    fabric = {"rails": 2, "racks": {"label": "example.com/rack", "size": 1}}
+    spec = fabric_spec(
+        dict(FABRIC, rails={"count": 2, "resource": "rdma/rdma_shared_device_a"}), nodes=2, probes=["health"]
+    )
+    spec["stack"]["components"].append({"name": "hca-firmware", "version": "28.40.1000"})
+    run = certify(fleet_doc(nodes=2, fabric=fabric), spec=spec)
+    assert run.findings == {("fabric.firmware", "gpu-node-1", None), ("fabric.firmware", "gpu-node-2", None)}
+    assert run.verdict["findings"][0]["message"].endswith(
+        "mlx5_0 28.39.1002, mlx5_1 28.39.1002: not the pinned hca-firmware 28.40.1000"
+    )

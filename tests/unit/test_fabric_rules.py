@@ -307,10 +307,10 @@ def test_hca_firmware_against_its_pin_or_else_the_pools_majority() -> None:
     fw = {"mlx5_0": "28.39.1002", "mlx5_1": "28.36.1010"}
     pinned = judge_firmware("n1", fw, "28.39.1002", "28.36.1010")
     assert pinned.status is FAIL
-    assert "mlx5_1 28.36.1010, where the pin hca-firmware runs 28.39.1002" in pinned.message
+    assert pinned.message == "n1: HCA firmware mlx5_1 28.36.1010: not the pinned hca-firmware 28.39.1002"
     skewed = judge_firmware("n1", fw, None, "28.39.1002")
     assert skewed.status is FAIL
-    assert "most of the pool's rail HCAs run 28.39.1002" in skewed.message
+    assert skewed.message.endswith("mlx5_1 28.36.1010: where most of the pool's rail HCAs run 28.39.1002")
     assert judge_firmware("n1", dict.fromkeys(fw, "28.39.1002"), None, "28.39.1002").status is PASS
     assert judge_firmware("n1", {"mlx5_0": None}, None, None).status is ERROR
 

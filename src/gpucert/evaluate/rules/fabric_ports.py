@@ -199,10 +199,11 @@ def judge_firmware(node: str, firmware: dict[str, str | None], pin: str | None, 
         return Finding(
             check, ERROR, node, None, f"{node}: no firmware version read for {', '.join(unread) or 'any rail HCA'}"
         )
-    want, what = (pin, "the pin hca-firmware") if pin else (majority, "most of the pool's rail HCAs")
+    want = pin or majority
     odd = {h: v for h, v in firmware.items() if want is not None and v != want}
     if odd:
         said = ", ".join(f"{h} {v}" for h, v in sorted(odd.items()))
-        message = f"{node}: HCA firmware {said}, where {what} run{'s' if pin else ''} {want}"
+        why = f"not the pinned hca-firmware {pin}" if pin else f"where most of the pool's rail HCAs run {majority}"
+        message = f"{node}: HCA firmware {said}: {why}"
         return Finding(check, FAIL, node, None, message, observed=next(iter(odd.values())), expected=want)
     return Finding(check, PASS, node, None, f"{node}: every rail HCA runs firmware {want or '(no majority)'}")
