@@ -32,8 +32,8 @@ def main() -> int:
     ap.add_argument("--per-round", type=float, default=20.0, help="seconds one round takes on the cluster")
     args = ap.parse_args()
     head = f"stage at {args.per_round:g} s a round"
-    print(f"| nodes | rounds | pairs per rail | {head} | schedule | isolation, one rail |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(f"| nodes | rounds | pairs per rail | {head} | schedule | isolation, one clean rail | one faulty rail |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.nodes:
         nodes = [f"node-{i:04d}" for i in range(n)]
         racks = {node: f"rack-{i // 32}" for i, node in enumerate(nodes)}
@@ -47,9 +47,21 @@ def main() -> int:
         t0 = time.perf_counter()
         isolate_rail(0, pairs, 360.0, nodes, racks)
         t_isolate = time.perf_counter() - t0
+        # the worst case: a slow link between two racks and a bad cable, so every node has slow pairs to weigh
+        bad = {racks[nodes[0]], racks[nodes[-1]]}
+        faulty = [
+            PairFigure(0, p.a, p.b, (p.gbps or 0) * (0.6 if {racks[p.a], racks[p.b]} == bad else 1.0)) for p in pairs
+        ]
+        faulty = [PairFigure(0, p.a, p.b, (p.gbps or 0) * (0.5 if nodes[1] in (p.a, p.b) else 1.0)) for p in faulty]
+        t0 = time.perf_counter()
+        iso = isolate_rail(0, faulty, 360.0, nodes, racks)
+        t_faulty = time.perf_counter() - t0
+        assert list(iso.racks) == [tuple(sorted(bad))], iso.racks
+        assert list(iso.nodes) == [nodes[1]], iso.nodes
         stage = round_count(n) * args.per_round
         print(
-            f"| {n} | {round_count(n)} | {pair_count(n):,} | {_hms(stage)} | {t_schedule:.2f} s | {t_isolate:.2f} s |"
+            f"| {n} | {round_count(n)} | {pair_count(n):,} | {_hms(stage)} | {t_schedule:.2f} s | "
+            f"{t_isolate:.2f} s | {t_faulty:.2f} s |"
         )
     print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
     return 0

@@ -54,14 +54,22 @@ class RailIsolation:
     links: dict[str, list[PairFigure]] = field(default_factory=dict)
     cause: dict[tuple[str, str], str] = field(default_factory=dict)  # (a, b) -> "port"/"racks"/"node"/"link"
     _by_node: dict[str, list[PairFigure]] = field(default_factory=dict)
+    _slow: set[tuple[str, str]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         for p in self.pairs:  # indexed once: a full round-robin of 1,024 nodes is 523,776 pairs per rail
             self._by_node.setdefault(p.a, []).append(p)
             self._by_node.setdefault(p.b, []).append(p)
+            if p.gbps is None or p.gbps < self.limit:
+                self._slow.add((p.a, p.b))
 
     def slow(self, p: PairFigure) -> bool:
-        return p.gbps is None or p.gbps < self.limit
+        return (p.a, p.b) in self._slow
+
+    @property
+    def touched(self) -> set[str]:
+        """The nodes of at least one slow pair: the only ones a cause can be found for."""
+        return {n for pair in self._slow for n in pair}
 
     def of(self, node: str) -> list[PairFigure]:
         return self._by_node.get(node, [])
@@ -72,6 +80,8 @@ def _slow_share(pairs: Sequence[PairFigure], iso: RailIsolation) -> float:
 
 
 def _racks(iso: RailIsolation, racks: Mapping[str, str | None], open_: list[PairFigure]) -> None:
+    if not iso.touched:
+        return  # a clean rail (the common case) has no rack link to look for
     across: dict[tuple[str, str], list[PairFigure]] = {}
     for p in open_:
         ra, rb = racks.get(p.a), racks.get(p.b)
@@ -89,7 +99,9 @@ def _nodes(iso: RailIsolation, order: Sequence[str]) -> None:
         return [p for p in iso.of(node) if (p.a, p.b) not in iso.cause]
 
     position = {n: i for i, n in enumerate(order)}
-    ranked = sorted(order, key=lambda n: (-_slow_share(unexplained(n), iso), position[n]))
+    touched = iso.touched  # a node in no slow pair is no node's fault
+    candidates = [n for n in order if n in touched]
+    ranked = sorted(candidates, key=lambda n: (-_slow_share(unexplained(n), iso), position[n]))
     for node in ranked:
         mine = unexplained(node)
         if len(mine) >= 2 and _slow_share(mine, iso) > 0.5:
