@@ -252,3 +252,31 @@ def test_the_benchmark_runs_and_reports_the_controllers_share(tmp_path: Path) ->
     assert "2 nodes, 4 rounds of 1h, time scale 0: pass" in r.stdout
     assert "controller between rounds" in r.stdout
     assert "KiB a round" in r.stdout
+
+
+def test_dcgm_runs_in_the_rounds_it_is_due_and_a_failing_test_is_found_at_the_next(tmp_path: Path) -> None:
+    faults = [_gpu("gpu-node-2", 1, "dcgm-fail", test="memory", at="5h")]
+    soak = {"duration": "12h", "round": "1h", "dcgm": {"level": 2, "everyHours": 4}}
+    result = start_soak(_spec(tmp_path, 3, soak, faults), tmp_path / "reports")
+    v = result.nodes["gpu-node-2"]
+    assert (v["leftRound"], sorted({f["check"] for f in v["findings"]})) == (7, ["soak.dcgm.memory"])
+    assert {f["gpu"] for f in v["findings"]} == {1}
+    assert [result.nodes[n]["result"] for n in ("gpu-node-1", "gpu-node-3")] == ["pass", "pass"]
+    rounds = result.run / "soak" / "rounds"
+    ran = [k for k in range(12) if json.loads((rounds / f"{k:04d}" / "gpu-node-1.json").read_text())["dcgm"]]
+    assert ran == [3, 7, 11]  # the rounds that reach 4 h, 8 h and 12 h
+
+
+def test_a_due_dcgm_that_did_not_run_is_an_error() -> None:
+    from gpucert.evaluate.rules.soak import Peers, judge_round
+    from gpucert.evaluate.soak_history import NodeHistory
+    from gpucert.evaluate.soak_round import RoundEvidence, summarize
+    from gpucert.spec.baseline import load_baseline
+    from gpucert.spec.soak import SoakCriteria
+
+    r = summarize(RoundEvidence(node="n1", round=3, start_h=3.0, end_h=4.0, gpus=[]), dcgm_level=2)
+    history = NodeHistory("n1", clock_round=0, clock_h=0.0)
+    history.add(r)
+    baseline = load_baseline(BASELINE)
+    findings = judge_round(history, r, Peers("default", None), baseline, SoakCriteria(), 0)
+    assert [(f.check, f.status.value) for f in findings] == [("soak.dcgm", "error")]

@@ -11,8 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpucert.evaluate.rules.dcgm import judge_dcgm
 from gpucert.evaluate.rules.health import CLOCK_EVENT_BITS, CLOCK_EVENT_REASONS
-from gpucert.measure.evidence import GpuEvidence, Measurement
+from gpucert.measure.evidence import DcgmEvidence, GpuEvidence, Measurement
+from gpucert.plan.checks import CheckStatus
+from gpucert.plan.required import dcgm_tests
 
 __all__ = ["ROUND_SCHEMA", "GpuRound", "NodeRound", "RoundEvidence", "summarize"]
 
@@ -35,6 +38,7 @@ class RoundEvidence(BaseModel):
     restarts: int = 0  # the round pod's container restarts
     gpus: list[GpuEvidence] = Field(default_factory=list)
     node_measurements: dict[str, Measurement] = Field(default_factory=dict)  # nccl.all_reduce (busbw, largest size)
+    dcgm: DcgmEvidence | None = None  # the diagnostic, in the rounds it was due
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,8 @@ class NodeRound:
     restarts: int
     gpus: tuple[GpuRound, ...]
     node_medians: dict[str, float]
+    # the diagnostic's tests per GPU that did not pass (check, gpu, status, message), when it ran in the round
+    dcgm: tuple[tuple[str, int, str, str], ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -113,6 +119,7 @@ class NodeRound:
             "restarts": self.restarts,
             "gpus": [g.to_json() for g in self.gpus],
             "nodeMedians": self.node_medians,
+            "dcgm": [list(d) for d in self.dcgm] if self.dcgm is not None else None,
         }
 
     @classmethod
@@ -127,6 +134,9 @@ class NodeRound:
             restarts=int(d["restarts"]),
             gpus=tuple(GpuRound.from_json(g) for g in d["gpus"]),
             node_medians={str(k): float(v) for k, v in d["nodeMedians"].items()},
+            dcgm=tuple((str(c), int(g), str(st), str(m)) for c, g, st, m in d["dcgm"])
+            if d.get("dcgm") is not None
+            else None,
         )
 
 
@@ -161,8 +171,21 @@ def _gpu(g: GpuEvidence) -> GpuRound:
     )
 
 
-def summarize(ev: RoundEvidence) -> NodeRound:
-    """The round in the numbers the criteria read."""
+def _dcgm(ev: RoundEvidence, level: int) -> tuple[tuple[str, int, str, str], ...]:
+    """Every test of `level` for every GPU, judged as the certification judges it: the ones that did not pass."""
+    if ev.dcgm is None:
+        return (("dcgm", -1, "error", f"DCGM level {level} was due in this round and did not run"),)
+    out = []
+    for test in dcgm_tests(level):
+        for g in ev.gpus:
+            f = judge_dcgm(test, ev.node, g.index, ev.dcgm, level, g.serial)
+            if f.status is not CheckStatus.PASS:
+                out.append((f.check, g.index, f.status.value, f.message))
+    return tuple(out)
+
+
+def summarize(ev: RoundEvidence, dcgm_level: int | None = None) -> NodeRound:
+    """The round in the numbers the criteria read; `dcgm_level`: the diagnostic was due in it, at that level."""
     return NodeRound(
         node=ev.node,
         round=ev.round,
@@ -173,4 +196,5 @@ def summarize(ev: RoundEvidence) -> NodeRound:
         restarts=ev.restarts,
         gpus=tuple(_gpu(g) for g in ev.gpus),
         node_medians={m: float(median(x.samples)) for m, x in ev.node_measurements.items() if x.samples},
+        dcgm=_dcgm(ev, dcgm_level) if dcgm_level is not None and ev.collected else None,
     )

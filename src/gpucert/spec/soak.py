@@ -5,6 +5,7 @@ where each default comes from. Pure: models only.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -15,10 +16,12 @@ from gpucert.spec.durations import duration_seconds
 __all__ = [
     "CRITERIA_SOURCES",
     "SOAK_PROBES",
+    "DcgmAtFault",
     "DegradeFault",
     "EccStormFault",
     "PodRestartFault",
     "SoakCriteria",
+    "SoakDcgm",
     "SoakFault",
     "SoakSimulation",
     "SoakSpec",
@@ -69,13 +72,29 @@ class SoakCriteria(Document):
     trend_alpha: Annotated[float, Field(gt=0, lt=0.5)] = Field(0.01, alias="trendAlpha")
 
 
+class SoakDcgm(Document):
+    """DCGM's diagnostic at a level, in the round that ends each `everyHours` of the soak."""
+
+    level: Annotated[int, Field(ge=1, le=4)] = 2
+    every_hours: Annotated[int, Field(ge=1)] = Field(24, alias="everyHours")
+
+
 class SoakSpec(Document):
     """`soak:` of a ClusterSpec: the burn-in `gpucert soak` runs."""
 
     duration: str = "72h"
     round: str = "1h"
     probes: list[SoakProbe] = Field(default_factory=lambda: list(SOAK_PROBES))
+    dcgm: SoakDcgm | None = None  # no diagnostic in the rounds when absent
     criteria: SoakCriteria = Field(default_factory=SoakCriteria)
+
+    def dcgm_level(self, start_h: float, end_h: float) -> int | None:
+        """The DCGM level the round of hours [start_h, end_h) runs: the round that reaches each everyHours; None
+        for the others (and for a soak without `dcgm`)."""
+        if self.dcgm is None:
+            return None
+        every = self.dcgm.every_hours
+        return self.dcgm.level if math.floor(end_h / every) > math.floor(start_h / every) else None
 
     _d = field_validator("duration", "round")(_duration)
 
@@ -172,6 +191,17 @@ class EccStormFault(_TimedFault):
     _d = field_validator("after")(_duration)
 
 
+class DcgmAtFault(_TimedFault):
+    """A DCGM diagnostic test that fails on the GPU from a time on (a memory test, a stress test)."""
+
+    kind: Literal["dcgm-fail"]
+    gpu: Annotated[int, Field(ge=0, le=63)]
+    test: Annotated[str, Field(pattern=r"^[a-z_]+$")]
+    at: str
+
+    _d = field_validator("at")(_duration)
+
+
 class PodRestartFault(_TimedFault):
     """The round's pod on the node restarts once at a time (an OOM kill, a container runtime hiccup)."""
 
@@ -182,7 +212,8 @@ class PodRestartFault(_TimedFault):
 
 
 SoakFault = Annotated[
-    DegradeFault | XidAtFault | ThermalCreepFault | EccStormFault | PodRestartFault, Field(discriminator="kind")
+    DegradeFault | XidAtFault | ThermalCreepFault | EccStormFault | DcgmAtFault | PodRestartFault,
+    Field(discriminator="kind"),
 ]
 
 

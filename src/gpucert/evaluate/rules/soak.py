@@ -4,7 +4,7 @@ round cannot be judged: fail closed); a node with any leaves the soak. Pure: no 
 
 Check ids: `soak.round` (the round was not measured, or a GPU is missing), `soak.restarts`, `soak.xid`,
 `soak.throttle`, `soak.ecc`, `soak.remapped_rows`, `soak.temperature`, `soak.drift.<metric>`,
-`soak.baseline.<metric>`.
+`soak.baseline.<metric>`, `soak.dcgm.<test>` (the diagnostic in the rounds it is due; `soak.dcgm`: it did not run).
 """
 
 from __future__ import annotations
@@ -239,6 +239,22 @@ def _drifted(
     return [_finding(f"soak.drift.{metric}", r, gpu, message, observed=observed, limit=c.max_drift, unit="drop")]
 
 
+def _dcgm(r: NodeRound) -> list[Finding]:
+    """The diagnostic's tests that did not pass, as soak.dcgm.<test> (soak.dcgm: it was due and did not run)."""
+    out = []
+    for check, gpu, status, message in r.dcgm or ():
+        out.append(
+            Finding(
+                check=f"soak.{check}",
+                status=CheckStatus(status),
+                node=r.node,
+                gpu=gpu if gpu >= 0 else None,
+                message=f"{r.node}: {_at(r)}: {message}",
+            )
+        )
+    return out
+
+
 def _baseline(r: NodeRound, gpu: int | None, medians: dict[str, float], b: GpuBaseline) -> list[Finding]:
     out = []
     for metric, value in medians.items():
@@ -268,7 +284,7 @@ def judge_round(
         return missing
     limit = criteria.correctable_ecc_per_24h
     ecc_limit = limit if limit is not None else baseline.health.max_volatile_corrected_ecc
-    out = _restarts(r)
+    out = _restarts(r) + _dcgm(r)
     allowances = baseline.health.allowances()
     for g in r.gpus:
         h = history.gpus[g.index]

@@ -44,8 +44,11 @@ RUNNING, LEFT = "running", "left"
 class RoundTarget(Protocol):
     """What runs a round: each node's RoundEvidence as it finishes (then the round's wall time is over)."""
 
-    def run_round(self, nodes: Sequence[str], index: int, start_h: float, end_h: float) -> Iterator[RoundEvidence]:
-        """Run round `index` (hours [start_h, end_h) of the soak) on `nodes`."""
+    def run_round(
+        self, nodes: Sequence[str], index: int, start_h: float, end_h: float, dcgm_level: int | None = None
+    ) -> Iterator[RoundEvidence]:
+        """Run round `index` (hours [start_h, end_h) of the soak) on `nodes`; with `dcgm_level`, DCGM's
+        diagnostic at that level too."""
         ...
 
 
@@ -190,13 +193,14 @@ class SoakController:
         from the target; the time spent waiting on the target, and taking in each node's round as it came (on a
         cluster, while the other nodes still run)."""
         start_h, end_h = index * self.round_h, (index + 1) * self.round_h
+        level = self.soak.dcgm_level(start_h, end_h)
         summaries: dict[str, NodeRound] = {}
         for node in running:
             ev = self.folder.read_raw(index, node)
             if ev is not None:
-                summaries[node] = summarize(ev)
+                summaries[node] = summarize(ev, level)
         todo = [n for n in running if n not in summaries]
-        rounds = iter(self.target.run_round(todo, index, start_h, end_h))
+        rounds = iter(self.target.run_round(todo, index, start_h, end_h, level))
         waited = ingest = 0.0
         while True:
             t = time.monotonic()
@@ -206,7 +210,7 @@ class SoakController:
             if ev is None:
                 break
             self.folder.write_raw(ev)
-            summaries[ev.node] = summarize(ev)
+            summaries[ev.node] = summarize(ev, level)
             ingest += time.monotonic() - got
         missing = [n for n in todo if n not in summaries]
         for node in missing:  # the target gave nothing for it: not measured, which fails closed

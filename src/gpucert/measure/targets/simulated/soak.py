@@ -21,12 +21,17 @@ import numpy as np
 
 from gpucert.errors import ConfigError
 from gpucert.evaluate.soak_round import RoundEvidence
-from gpucert.measure.evidence import EccCounts, GpuEvidence, Health, Measurement, XidEvent
+from gpucert.measure.evidence import DcgmEvidence, EccCounts, GpuEvidence, Health, Measurement, XidEvent
+from gpucert.measure.probes.dcgm import parse_diag
+from gpucert.measure.probes.dcgm_boards import tie_to_boards
 from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.measure.targets.simulated.dcgm import dcgm_document
 from gpucert.measure.targets.simulated.nvml import nvml_health
 from gpucert.measure.targets.simulated.world import T0, iso
 from gpucert.plan.checks import METRICS
+from gpucert.spec.simulated_fleet import DcgmFault
 from gpucert.spec.soak import (
+    DcgmAtFault,
     DegradeFault,
     EccStormFault,
     PodRestartFault,
@@ -81,10 +86,12 @@ class SimulatedSoak:
         """Wall seconds one simulated hour takes (0: rounds run as fast as they are computed)."""
         return 3600 / self.sim.time_scale if self.sim.time_scale else 0.0
 
-    def run_round(self, nodes: Sequence[str], index: int, start_h: float, end_h: float) -> Iterator[RoundEvidence]:
+    def run_round(
+        self, nodes: Sequence[str], index: int, start_h: float, end_h: float, dcgm_level: int | None = None
+    ) -> Iterator[RoundEvidence]:
         began = time.monotonic()
         for node in nodes:
-            yield self.node_round(node, index, start_h, end_h)
+            yield self.node_round(node, index, start_h, end_h, dcgm_level)
         wait = (end_h - start_h) * self.round_wall_s_per_h - (time.monotonic() - began)
         if wait > 0:
             time.sleep(wait)
@@ -96,7 +103,9 @@ class SimulatedSoak:
             self._temperature[node] = LOAD_C + NODE_SD_C * rng.standard_normal() + GPU_SD_C * rng.standard_normal(slots)
         return self._temperature[node]
 
-    def node_round(self, node: str, index: int, start_h: float, end_h: float) -> RoundEvidence:
+    def node_round(
+        self, node: str, index: int, start_h: float, end_h: float, dcgm_level: int | None = None
+    ) -> RoundEvidence:
         """One node's round: the certify probes' samples and NVML's readings as they stand at the round's end."""
         w = self.target
         if w.faults[node].unreachable:
@@ -121,7 +130,38 @@ class SimulatedSoak:
             restarts=restarts,
             gpus=gpus,
             node_measurements=node_measurements,
+            dcgm=self._dcgm(node, slots, gpus, faults, dcgm_level) if dcgm_level is not None else None,
         )
+
+    def _dcgm(
+        self, node: str, slots: list[int], gpus: list[GpuEvidence], faults: list[SoakFault], level: int
+    ) -> DcgmEvidence:
+        """The diagnostic as the certification's simulated probe runs it, with the fleet's own DCGM faults and the
+        soak's that have started by the round's end."""
+        w = self.target
+        failing = {
+            i: [
+                *w.faults[node].gpu.get(slot, []),
+                *(
+                    DcgmFault(kind="dcgm", node=node, gpu=slot, test=f.test)
+                    for f in faults
+                    if isinstance(f, DcgmAtFault) and f.gpu == slot
+                ),
+            ]
+            for i, slot in enumerate(slots)
+        }
+        serials = [g.serial or "" for g in gpus]
+        doc = dcgm_document(
+            failing, level, serials, version=w.installed[node]["dcgm"], driver=w._version(node, "driver")
+        )
+        failed = any(
+            r.get("status") == "Fail"
+            for c in doc["DCGM Diagnostic"]["test_categories"]
+            for t in c["tests"]
+            for r in t["results"]
+        )
+        parsed = parse_diag(doc, level=level, exit_code=226 if failed else 0)
+        return tie_to_boards(parsed, {g.index: g.serial for g in gpus}, local=True)
 
     def _samples(self, rng: np.random.Generator, nominal: float, n: int) -> list[float]:
         x = nominal * (1 + self.target.fleet.noise.cv * rng.standard_normal(n))
