@@ -201,3 +201,45 @@ def test_noise_keys_are_checked(tmp_path: Path) -> None:
         target(tmp_path, noise={"tails": {"df": 2}})
     with pytest.raises(ConfigError, match=r"noise\.gpuSpred"):
         target(tmp_path, noise={"gpuSpred": 0.01})
+
+
+def run_medians(t: SimulatedTarget, run_id: str, metric: str = "memory.bandwidth") -> np.ndarray:
+    plan = MeasurePlan(run_id, FAST, 2)
+    return np.array([median(g.measurements[metric].samples) for n in t.names for g in t.measure_node(n, plan).gpus])
+
+
+def test_without_run_to_run_noise_every_run_of_a_board_measures_alike(tmp_path: Path) -> None:
+    t = target(tmp_path, nodes=2, noise={"cv": 0.01, "gpuSpread": 0.01})
+    a, b = run_medians(t, "2026-12-01T00-00-00Z-a"), run_medians(t, "2026-12-09T00-00-00Z-b")
+    assert np.array_equal(a, b)
+
+
+def test_run_to_run_noise_differs_between_runs_and_keeps_the_board_offset(tmp_path: Path) -> None:
+    # sample noise small, so a median is the board's offset times its run's draw
+    t = target(tmp_path, nodes=16, noise={"cv": 0.0005, "gpuSpread": 0.02, "runToRun": {"cv": 0.005}})
+    runs = np.array([run_medians(t, f"2026-12-0{d}T00-00-00Z-x") for d in range(1, 9)])  # 8 runs x 128 GPUs
+    again = run_medians(t, "2026-12-01T00-00-00Z-x")
+    assert np.array_equal(again, runs[0])  # the same run id measures the same
+    within = np.std(runs / runs.mean(axis=0), axis=0, ddof=1).mean()  # run-to-run, relative
+    between = np.std(runs.mean(axis=0)) / runs.mean()  # the boards' fixed offsets
+    assert 0.004 < within < 0.006
+    assert 0.015 < between < 0.025
+
+
+def test_run_to_run_noise_states_its_source(tmp_path: Path) -> None:
+    t = target(tmp_path, noise={"runToRun": {}})
+    assert t.fleet.noise.run_to_run is not None
+    assert t.fleet.noise.run_to_run.cv == 0.005
+    assert t.fleet.noise.run_to_run.source.startswith("assumption")
+    with pytest.raises(ConfigError, match="runToRun"):
+        target(tmp_path, noise={"runToRun": {"cv": 0.005, "source": ""}})
+
+
+def test_degrade_slows_a_board_across_runs_by_its_rate_per_day(tmp_path: Path) -> None:
+    fault = {"kind": "degrade", "node": "gpu-node-1", "gpu": 2, "metric": "memory.bandwidth", "perDay": 0.001}
+    t = target(tmp_path, nodes=1, noise={"cv": 0.0005}, faults=[fault])
+    day10 = run_medians(t, "2026-12-10T08-00-00Z-x")
+    day40 = run_medians(t, "2027-01-09T08-00-00Z-x")
+    ratio = day40 / day10
+    assert ratio[2] == pytest.approx(0.999**30, abs=0.001)
+    assert np.delete(ratio, 2) == pytest.approx(1.0, abs=0.002)  # the other boards do not wear

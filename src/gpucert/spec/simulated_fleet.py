@@ -17,6 +17,7 @@ from gpucert.spec.cluster import ClusterSpec, Metadata
 from gpucert.spec.documents import Document, Problem, load_document
 from gpucert.spec.names import NameError_, check_file_stem, check_node_name
 from gpucert.spec.simulated_fabric import FabricFault, FleetFabric, fabric_problems
+from gpucert.spec.simulated_noise import Noise
 from gpucert.spec.soak import SoakSimulation
 from gpucert.spec.versions import VersionError, parse_version
 
@@ -56,31 +57,6 @@ class Nodes(Document):
                 f"{prefix!r} + a number is not a Kubernetes node name: use lower-case letters, digits, '-' and '.'"
             ) from None
         return prefix
-
-
-Fraction = Annotated[float, Field(ge=0, le=0.5)]
-
-
-class Tails(Document):
-    """Samples heavier-tailed than a Gaussian: Student-t noise, and rare one-sided slow samples (a preempted
-    repetition, a clock that had not ramped up) that healthy GPUs show too."""
-
-    # Student-t degrees of freedom for the per-sample noise (scaled so its standard deviation stays `cv`)
-    df: Annotated[float, Field(gt=2, le=1000)] | None = None
-    outliers: Fraction = 0.0  # the fraction of samples that come out slow, whatever the GPU
-    depth: Annotated[float, Field(gt=0, lt=1)] = 0.05  # how slow such a sample is: uniform in (0, depth)
-
-
-class Noise(Document):
-    """What varies in a healthy fleet. Every key but `cv` defaults to none, so a fleet that sets none of them
-    measures exactly as before they existed."""
-
-    cv: Fraction = 0.01  # relative standard deviation of every measured sample
-    # a fixed offset per GPU and metric (sd, relative): boards of one SKU differ (manufacturing, power management)
-    gpu_spread: Fraction = Field(0.0, alias="gpuSpread")
-    # a fixed offset per node and metric (sd, relative), shared by the node's GPUs (chassis cooling, power, host)
-    node_spread: Fraction = Field(0.0, alias="nodeSpread")
-    tails: Tails | None = None
 
 
 class SlowFault(Document):
@@ -126,6 +102,17 @@ class DriftFault(Document):
     gpu: GpuIndex | None = None  # every GPU of the node when absent
     metric: RepeatedMetric
     factor: Annotated[float, Field(gt=0, le=2)]
+
+
+class DegradeFault(Document):
+    """Slow degradation across runs: the board (every GPU of the node when `gpu` is absent) loses `perDay` of its
+    figure per day between the simulator's epoch (2026-11-30T08:00Z) and the time in the run's id, compounded."""
+
+    kind: Literal["degrade"]
+    node: str
+    gpu: GpuIndex | None = None
+    metric: Metric
+    per_day: Annotated[float, Field(gt=0, lt=0.1)] = Field(alias="perDay")
 
 
 class EccFault(Document):
@@ -281,6 +268,7 @@ Fault = Annotated[
     SlowFault
     | IntermittentFault
     | DriftFault
+    | DegradeFault
     | EccFault
     | RemappedRowsFault
     | PcieLinkFault
@@ -400,7 +388,7 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
         gpus = fleet.group_of(fault.node).nodes.gpus_per_node
         gpu = getattr(fault, "gpu", None)
         if (
-            isinstance(fault, SlowFault | IntermittentFault | DriftFault)
+            isinstance(fault, SlowFault | IntermittentFault | DriftFault | DegradeFault)
             and gpu is not None
             and fault.metric in NODE_LEVEL_METRICS
         ):

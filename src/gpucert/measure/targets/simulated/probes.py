@@ -113,6 +113,7 @@ class SimulatedProbes(World):
                 continue
             n = max(SAMPLES[family], plan.samples.get(family, 0))
             nominal = b.expected * self._factor(node, slot, metric) * self._offset(node, slot, metric)
+            nominal *= self._run_factor(node, slot, metric, plan.run_id)
             samples = self._samples(rng, nominal, n, factors=self._varying(node, slot, metric, n), outliers=aux)
             measurements[metric] = Measurement(unit=b.unit, samples=samples, params={"simulated": True})
         between = [m for p, m in (("p2p", "p2p.bandwidth"), ("nccl", "nccl.all_reduce")) if Probe(p) in probes]
@@ -137,7 +138,7 @@ class SimulatedProbes(World):
         if b is None:
             return None
         n = max(SAMPLES["p2p"], plan.samples.get("p2p", 0))
-        offset = self._offset(node, None, "p2p.bandwidth")
+        offset = self._offset(node, None, "p2p.bandwidth") * self._run_factor(node, None, "p2p.bandwidth", plan.run_id)
         pairs = []
         for i, si in enumerate(slots):
             for j, sj in enumerate(slots):
@@ -251,7 +252,8 @@ class SimulatedProbes(World):
                 self._nccl(
                     rng,
                     len(slots),
-                    self._factor(node, None, "nccl.all_reduce"),
+                    self._factor(node, None, "nccl.all_reduce")
+                    * self._run_factor(node, None, "nccl.all_reduce", plan.run_id),
                     node,
                     own=True,
                     n=max(SAMPLES["nccl"], plan.samples.get("nccl", 0)),

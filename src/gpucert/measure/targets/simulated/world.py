@@ -6,17 +6,20 @@ slow-down factor, a node's random generator). Deterministic: every node draws fr
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import numpy as np
 
 from gpucert.plan.checks import GPU_METRICS, METRICS
+from gpucert.plan.layout import run_id_time
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
 from gpucert.spec.simulated_fabric import FABRIC_FAULTS
 from gpucert.spec.simulated_fleet import (
     DcgmFault,
+    DegradeFault,
     DriftFault,
     EccFault,
     Fault,
@@ -46,6 +49,7 @@ __all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "iso", "sig"]
 # the streams of the noise keys added after the first fleets: each draws from a generator of its own, so a fleet
 # that does not set them measures exactly as it did before they existed
 GPU_SPREAD_STREAM, NODE_SPREAD_STREAM, VARYING_STREAM, OUTLIER_STREAM = 0x5B, 0x5C, 0x5D, 0x5E
+RUN_STREAM = 0x5F
 
 T0 = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
 DEFAULT_NODE_STACK = {
@@ -70,6 +74,7 @@ class NodeFaults:
     """The faults of one node, indexed for the generator."""
 
     slow: dict[tuple[int | None, str], float] = field(default_factory=dict)
+    degrading: dict[tuple[int | None, str], float] = field(default_factory=dict)  # the figure kept per day
     varying: dict[tuple[int | None, str], list[IntermittentFault | DriftFault]] = field(default_factory=dict)
     gpu: dict[int, list[Fault]] = field(default_factory=dict)
     versions: dict[str, str] = field(default_factory=dict)
@@ -86,6 +91,8 @@ class NodeFaults:
         match f:
             case SlowFault():
                 self.slow[(f.gpu, f.metric)] = self.slow.get((f.gpu, f.metric), 1.0) * f.factor
+            case DegradeFault():
+                self.degrading[(f.gpu, f.metric)] = self.degrading.get((f.gpu, f.metric), 1.0) * (1 - f.per_day)
             case IntermittentFault() | DriftFault():
                 self.varying.setdefault((f.gpu, f.metric), []).append(f)
             case MissingGpuFault():
@@ -204,6 +211,26 @@ class World:
             z = self._stream(node, GPU_SPREAD_STREAM, slot, board).standard_normal(len(METRICS))[m]
             offset *= 1 + noise.gpu_spread * float(z)
         return max(offset, 0.05)
+
+    def _run_factor(self, node: str, slot: int | None, metric: str, run_id: str) -> float:
+        """What this run of the board (or node) measures beside its fixed offset: the fleet's `noise.runToRun`,
+        drawn per run id, and the `degrade` faults compounded over the days from T0 to the run's time. 1.0 for a
+        fleet with neither, so its figures stay as they were."""
+        factor = 1.0
+        run_to_run = self.fleet.noise.run_to_run
+        if run_to_run is not None and run_to_run.cv:
+            board = int(slot is not None and slot in self.faults[node].swapped)
+            run = int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big")
+            where = 999 if slot is None else slot
+            z = self._stream(node, RUN_STREAM, where, board, run).standard_normal(len(METRICS))[METRICS.index(metric)]
+            factor *= 1 + run_to_run.cv * float(z)
+        degrading = self.faults[node].degrading
+        kept = degrading.get((None, metric), 1.0) * (degrading.get((slot, metric), 1.0) if slot is not None else 1.0)
+        if kept != 1.0:
+            at = run_id_time(run_id)
+            days = max((at - T0).total_seconds() / 86400, 0.0) if at is not None else 0.0
+            factor *= kept**days
+        return max(factor, 0.05)
 
     def _varying(self, node: str, slot: int | None, metric: str, n: int, salt: int = 0) -> np.ndarray | None:
         """Per-sample factors of the faults that come and go or drift on this GPU (or node), None when none do."""
