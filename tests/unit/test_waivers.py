@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpucert.acceptance.waivers import EXPIRED, UNMATCHED, WaiverBook, Waivers, load_waivers
 from gpucert.errors import ConfigError
+from gpucert.evaluate.rules.waivers import EXPIRED, UNMATCHED, WaiverBook
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.required import Plan
 from gpucert.report.verdict import Outcome, build_verdict
 from gpucert.spec.cluster import duration_seconds, load_spec
+from gpucert.spec.waivers import Waivers, load_waivers
 
 ROOT = Path(__file__).resolve().parents[2]
 FAIL, PASS, SKIP, ERROR, WAIVED = (

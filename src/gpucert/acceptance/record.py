@@ -22,7 +22,6 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert.acceptance.retest import verify_carried
-from gpucert.acceptance.waivers import load_waivers, waiver_id
 from gpucert.errors import ConfigError, EvidenceError, GpucertError
 from gpucert.plan.layout import Mode, run_id
 from gpucert.plan.records import read_run_info
@@ -32,6 +31,7 @@ from gpucert.report.html import natural_key
 from gpucert.report.verdict import node_passed, verdict_problems
 from gpucert.report.verdict_model import Verdict, VerdictFinding, parse_verdict
 from gpucert.spec.cluster import load_spec
+from gpucert.spec.waivers import load_waivers, waiver_id
 
 __all__ = ["ACCEPTANCE_SCHEMA", "PREDICATE_TYPE", "RECORD", "REPORT", "STATUSES", "SeenRun", "accept", "open_run"]
 

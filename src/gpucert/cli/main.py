@@ -399,10 +399,10 @@ def cmd_schema(a: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the folder for the schemas: {exc.strerror}", path=out, key="--out") from None
-    from gpucert.acceptance.waivers import Waivers
     from gpucert.measure.evidence import FabricEvidence
     from gpucert.measure.evidence import NodeEvidence as Evidence
     from gpucert.spec.handover import NodeBaseline
+    from gpucert.spec.waivers import Waivers
 
     for name, model in (
         ("clusterspec", ClusterSpec),

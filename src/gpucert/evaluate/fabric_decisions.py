@@ -1,5 +1,5 @@
 """The fabric checks' decisions: find a pool's fabric declaration and its evidence, or say why there is none, and
-hand them to the pure rules (evaluate/rules/fabric_*.py). Reads through the Evaluation's public surface.
+hand them to the pure rules (evaluate/rules/fabric_*.py). Reads the run's view (RunView); registered in catalog.py.
 
 One root cause, one finding: a rail whose port fails `fabric.port` skips its counters and its RDMA bandwidth with
 that cause; a pair's low bandwidth is judged once, by the finding that explains it (a port, a rack link, a node's
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from gpucert.evaluate.rules.fabric_config import POOL_FABRIC, judge_pool_fabric
 from gpucert.evaluate.rules.fabric_isolation import PairFigure, RailIsolation, describe, isolate_rail
@@ -26,6 +25,7 @@ from gpucert.evaluate.rules.fabric_ports import (
 )
 from gpucert.evaluate.rules.fabric_transport import TRANSPORT, Collective, judge_transport
 from gpucert.evaluate.rules.performance import sample_problem
+from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence_fabric import NodeFabric, RdmaBandwidth
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.fabric_checks import rail_detail, rail_of
@@ -33,8 +33,6 @@ from gpucert.spec.baseline import MetricBaseline
 from gpucert.spec.cluster import Pool
 from gpucert.spec.fabric import FabricSpec
 
-if TYPE_CHECKING:
-    from gpucert.evaluate.evaluation import Evaluation
 
 __all__ = ["FabricView", "decide_fabric", "fabric_view", "multinode_figure"]
 
@@ -51,7 +49,7 @@ def multinode_figure(pool: Pool) -> MetricBaseline | None:
     return MetricBaseline(expected=busbw.expected, unit="GB/s", tolerance=busbw.tolerance, source=busbw.source)
 
 
-def pool_fabric(ev: Evaluation, pool_name: str) -> Finding:
+def pool_fabric(ev: RunView, pool_name: str) -> Finding:
     """`pool.fabric` of one pool: its declaration against the link layer and the nodes the cluster lists."""
     pool = ev.spec.pool(pool_name)
     members = ev.pools.members(pool_name)
@@ -78,7 +76,7 @@ def _pair_figure(r: RdmaBandwidth, expected: float) -> PairFigure:
 class FabricView:
     """One pool's fabric evidence, judged once for every check that reads it."""
 
-    def __init__(self, ev: Evaluation, pool: Pool) -> None:
+    def __init__(self, ev: RunView, pool: Pool) -> None:
         assert pool.fabric is not None
         self.ev, self.pool, self.spec = ev, pool, pool.fabric
         self.members = ev.pools.members(pool.name)
@@ -143,8 +141,8 @@ class FabricView:
         return {n: self.ev.pools.label(n, label) if label else None for n in self.members}
 
 
-def fabric_view(ev: Evaluation, pool: Pool) -> FabricView:
-    views: dict[str, FabricView] = ev.__dict__.setdefault("_fabric_views", {})
+def fabric_view(ev: RunView, pool: Pool) -> FabricView:
+    views: dict[str, FabricView] = ev.once("fabric.views", dict)
     if pool.name not in views:
         views[pool.name] = FabricView(ev, pool)
     return views[pool.name]
@@ -224,7 +222,7 @@ def _firmware(view: FabricView, node: str) -> Finding:
     return judge_firmware(node, firmware(node), pin.version if pin is not None else None, majority)
 
 
-def _rdma_racks(ev: Evaluation, detail: str) -> Finding:
+def _rdma_racks(ev: RunView, detail: str) -> Finding:
     pool_name, _, racks = detail.partition(" racks ")
     a, _, b = racks.partition("+")
     view = fabric_view(ev, ev.spec.pool(pool_name))
@@ -247,7 +245,7 @@ def _rdma_racks(ev: Evaluation, detail: str) -> Finding:
     return Finding(RDMA, PASS, None, None, f"pool {pool_name}: racks {a} and {b}: {across} pairs across, not slow")
 
 
-def _transport(ev: Evaluation, pool_name: str) -> Finding:
+def _transport(ev: RunView, pool_name: str) -> Finding:
     """Every collective across the pool's nodes: the all-reduce across them all and each pair's."""
     pool = ev.spec.pool(pool_name)
     members = ev.pools.members(pool_name)
@@ -263,7 +261,7 @@ def _transport(ev: Evaluation, pool_name: str) -> Finding:
     return judge_transport(pool_name, collectives, members, gdr_off)
 
 
-def decide_fabric(ev: Evaluation, key: CheckKey) -> Finding:
+def decide_fabric(ev: RunView, key: CheckKey) -> Finding:
     if key.check == POOL_FABRIC and key.detail is not None:
         return pool_fabric(ev, key.detail)
     if key.check == TRANSPORT and key.detail is not None:

@@ -3,7 +3,7 @@ the evidence of the pool's measured nodes (and, on recertification, the fleet's 
 what the verdict says beside the checks: each pool's median against its SKU figure, and the comparisons that could
 not be made for too few peers. A node's peers are its pool's nodes, never another pool's (another SKU).
 
-Reads nothing itself: the Evaluation hands it the evidence. Figures that cannot be believed are no peers (they
+Reads nothing itself: the run's view hands it the evidence. Figures that cannot be believed are no peers (they
 would move the median the others are held to).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gpucert.evaluate.rules.performance import Sampled, figure_of, sample_problem, samples_of
+from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.evaluate.rules.stragglers import FLEET, PeerIndex, Rules
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import NODE_METRICS, REPEATED_METRICS
@@ -70,11 +70,10 @@ class PeerComparisons:
                     continue
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
-                    got = samples_of(ev, metric, idx)
-                    s = figure_of(ev, metric, idx)
-                    if s is not None and sample_problem(got, expected, least) is None:
+                    s = believable(ev, metric, idx, expected, least)
+                    if isinstance(s, Sampled):
                         values[(ev.node, idx)] = s
-                        samples[(ev.node, idx)] = got
+                        samples[(ev.node, idx)] = samples_of(ev, metric, idx)
             label = self.label(pool)
             self._index[(metric, pool)] = PeerIndex(
                 metric,

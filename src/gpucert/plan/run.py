@@ -67,7 +67,7 @@ def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
         baselines[pool] = loaded[path]
     waivers = waivers_path(spec)
     if waivers is not None:
-        from gpucert.acceptance.waivers import load_waivers
+        from gpucert.spec.waivers import load_waivers
 
         load_waivers(waivers, spec.acceptance.approvers)
     return spec, baselines

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from gpucert.acceptance.waivers import serial_of
 from gpucert.errors import GpucertError
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.report import details
@@ -100,10 +99,9 @@ def _skip_or_fail_closed(report: pytest.TestReport, finding: Finding) -> Finding
 
 def _waive(report: pytest.TestReport, finding: Finding, ctx: RunContext) -> Finding:
     """A failure the run's waivers accept becomes waived, and the report an xfail."""
-    book = ctx.evaluation.waiver_book
-    if finding.status is not CheckStatus.FAIL or book is None:
+    if finding.status is not CheckStatus.FAIL:
         return finding
-    finding = book.waive(finding, serial_of(ctx.evaluation))
+    finding = ctx.evaluation.waive(finding)
     if finding.status is CheckStatus.WAIVED:
         # pytest's own word for a failure that was expected and accepted: xfail (JUnit <skipped
         # type="pytest.xfail">, pytest-html "Expected failures", the terminal's x), with the waiver as reason

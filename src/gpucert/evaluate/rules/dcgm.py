@@ -7,10 +7,13 @@ A test DCGM skipped was not run on the GPU, which is an error, never a pass; so 
 
 from __future__ import annotations
 
+from gpucert.evaluate.locate import gpu_evidence
+from gpucert.evaluate.registry import no_rule
+from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.measure.evidence import DcgmEvidence, DcgmGpuResult, DcgmTestResult
-from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
-__all__ = ["judge_dcgm"]
+__all__ = ["decide_dcgm", "judge_dcgm"]
 
 
 def _untied(test: str, result: DcgmTestResult) -> str:
@@ -92,3 +95,18 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
     return Finding(
         check, CheckStatus.PASS, node, gpu, f"{where}: DCGM {test} {status}", observed=status, expected="Pass"
     )
+
+
+def decide_dcgm(view: RunView, key: CheckKey) -> Finding:
+    """`dcgm.<test>` of one GPU, from the node's DCGM diagnostic."""
+    node, gpu = key.node, key.gpu
+    if node is None or gpu is None:
+        raise no_rule(key)
+    g = gpu_evidence(view, key.check, GpuSlot(node, gpu))
+    if isinstance(g, Finding):
+        return g
+    ev = view.evidence(node)
+    if ev is None or ev.dcgm is None:
+        return Finding(key.check, CheckStatus.ERROR, node, gpu, f"{node}: no DCGM diagnostic was recorded")
+    test = key.check.removeprefix("dcgm.")
+    return judge_dcgm(test, node, gpu, ev.dcgm, view.spec.certify.dcgm.level, serial=g.serial)

@@ -1,5 +1,6 @@
-"""Fabric rules: the all-reduce across nodes against its baseline figure, and the node that slows the ring.
-Pure: they take the multi-node evidence and return Findings.
+"""Fabric rules: the all-reduce across nodes against its baseline figure, and the node that slows the ring. The
+judging functions take the multi-node evidence and return Findings; `decide_multinode` and `decide_pairs` find that
+evidence in the run's view (registered for `nccl.all_reduce.multinode` and `straggler.nccl.all_reduce.multinode`).
 
 One number for the whole ring does not say which node slows it: every pair of neighbours runs the same
 all-reduce, and a node whose every pair is behind the pairs' median (by more than the straggler limit and outside
@@ -10,19 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from gpucert.evaluate.fabric_decisions import multinode_figure
+from gpucert.evaluate.locate import because, skip, unmeasured, unmeasured_skip
+from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.performance import Sampled, against_baseline, sample_problem, top_busbw
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.evaluate.stats import Summary, median, summarize
+from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import FabricEvidence, FabricPairs
-from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.spec.baseline import MetricBaseline
 
 __all__ = [
     "MULTINODE",
     "PAIRS_CHECK",
+    "decide_multinode",
+    "decide_pairs",
+    "fabric_straggler",
     "judge_multinode",
     "judge_pairs",
     "members_problem",
+    "multinode",
     "pair_figures",
     "pairs_problem",
 ]
@@ -121,3 +130,91 @@ def pairs_problem(pairs: FabricPairs, inventory: list[str]) -> str | None:
             return why
     names = [tuple(sorted(p.nodes)) for p in pairs.pairs]
     return "a pair is measured twice" if len(set(names)) != len(names) else None
+
+
+ERROR, SKIP = CheckStatus.ERROR, CheckStatus.SKIP
+
+
+def multinode(view: RunView) -> Finding:
+    """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
+    if view.spec.certify.multinode is None:
+        return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
+    pool = view.spec.pools[0]  # a spec with certify.multinode has one pool
+    baseline = view.baselines[pool.name]
+    figure = multinode_figure(pool) or baseline.metrics.get(MULTINODE)  # the pool's fabric first
+    if figure is None:
+        return Finding(MULTINODE, ERROR, None, None, f"the baseline {baseline.sku} has no figure for it")
+    fabric = view.fabric
+    if fabric is None:
+        return Finding(MULTINODE, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
+    odd = members_problem(fabric.nodes, view.inventory.names)
+    if odd:
+        return Finding(MULTINODE, ERROR, None, None, f"the multi-node evidence cannot be believed: {odd}")
+    err = next(iter(fabric.errors), None)
+    if err is not None:
+        why = f"the all-reduce across nodes did not run: {err.message}"
+        cause = unmeasured(view)
+        if cause is not None and len(fabric.nodes) < 2:
+            return skip(MULTINODE, None, None, f"{why} (see {CheckKey.parse(cause).check})", cause)
+        return Finding(MULTINODE, ERROR, None, None, why)
+    return judge_multinode(fabric, figure)
+
+
+def decide_multinode(view: RunView, key: CheckKey) -> Finding:
+    if key.check != MULTINODE:
+        raise no_rule(key)
+    return multinode(view)
+
+
+Pairs = tuple[str | None, dict[str, float], dict[str, list[str]], Summary | None]
+
+
+def _pairs(view: RunView) -> Pairs:
+    """The pairs' evidence, judged once for every node: why it cannot be believed, each pair's figure, the pairs
+    that did not run by node, and the figures' summary (every node is held to the same pairs)."""
+
+    def judged() -> Pairs:
+        assert view.fabric_pairs is not None
+        odd = pairs_problem(view.fabric_pairs, view.inventory.names)
+        values, failed = pair_figures(view.fabric_pairs)
+        return odd, values, failed, summarize(list(values.values())) if values else None
+
+    return view.once(PAIRS_CHECK, judged)
+
+
+def fabric_straggler(view: RunView, node: str) -> Finding:
+    """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
+    check = PAIRS_CHECK
+    spec = view.spec.certify.multinode
+    if spec is None or not spec.pairs:
+        return Finding(check, SKIP, node, None, "certify.multinode.pairs is not set: no pairs were measured")
+    ev = view.usable(node)
+    if ev is None or not ev.collected:
+        return unmeasured_skip(view, check, node)
+    if not ev.gpus:
+        return skip(check, node, None, f"{node} shows no GPU (see inventory.gpus)", because("inventory.gpus", node))
+    cause = unmeasured(view)
+    if view.fabric_pairs is None:
+        if cause is not None:
+            return skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
+        return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")
+    odd, values, failures, peers = _pairs(view)
+    if odd:
+        return Finding(check, ERROR, node, None, f"the pairs' evidence cannot be believed: {odd}")
+    failed = failures.get(node, [])
+    if failed:
+        return Finding(check, ERROR, node, None, f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}")
+    mine = [name for name in values if node in name.split(" + ")]
+    if not mine or not enough_pairs(values):
+        why = f"{node} was in no pair" if not mine else f"{len(values)} pairs are too few to tell a slow node"
+        if cause is not None:
+            return skip(check, node, None, f"{why}: not every node was measured", cause)
+        return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
+    s = view.spec.stragglers_for(view.spec.pools[0].name)
+    return judge_pairs(node, values, s.max_deviation, s.min_z, peers)
+
+
+def decide_pairs(view: RunView, key: CheckKey) -> Finding:
+    if key.node is None or key.check != PAIRS_CHECK:
+        raise no_rule(key)
+    return fabric_straggler(view, key.node)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 
+from gpucert.evaluate.locate import gpu_evidence
+from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.nvlink import nvlink
+from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.measure.evidence import Health
-from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.spec.baseline import GpuBaseline
 
-__all__ = ["CLOCK_EVENT_REASONS", "judge_health"]
+__all__ = ["CLOCK_EVENT_REASONS", "decide_health", "judge_health"]
 
 # NVML nvmlClocksEventReason* bits (nvml.h)
 CLOCK_EVENT_REASONS = {
@@ -311,3 +314,16 @@ def judge_health(check: str, h: Health, b: GpuBaseline, node: str, gpu: int) -> 
         case "health.nvlink":
             return nvlink(h, b, node, gpu)
     raise ValueError(f"unknown health check {check!r}")
+
+
+def decide_health(view: RunView, key: CheckKey) -> Finding:
+    """A health check of one GPU, from its health probe's readings."""
+    if key.node is None or key.gpu is None:
+        raise no_rule(key)
+    slot = GpuSlot(key.node, key.gpu)
+    g = gpu_evidence(view, key.check, slot)
+    if isinstance(g, Finding):
+        return g
+    if g.health is None:
+        return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, f"{slot!r}: the health probe recorded nothing")
+    return judge_health(key.check, g.health, view.baseline_of(key.node), key.node, key.gpu)

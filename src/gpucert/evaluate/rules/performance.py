@@ -18,6 +18,7 @@ __all__ = [
     "MIN_SAMPLES",
     "Sampled",
     "against_baseline",
+    "believable",
     "evidence_problem",
     "figure_of",
     "p2p_problem",
@@ -162,6 +163,18 @@ def sample_problem(samples: list[float], expected: float | None, min_samples: in
             "no GPU measures that"
         )
     return None
+
+
+def believable(
+    ev: NodeEvidence, metric: str, gpu: int | None, expected: float | None, min_samples: int = MIN_SAMPLES
+) -> Sampled | str:
+    """The figure of one measurement when its samples can be believed, else why not: the one answer to "is this
+    figure believable" that the checks, the peers, the handover record and the exporter all ask."""
+    problem = sample_problem(samples_of(ev, metric, gpu), expected, min_samples)
+    if problem is not None:
+        return problem
+    figure = figure_of(ev, metric, gpu)
+    return figure if figure is not None else f"{metric} was not measured"
 
 
 def _where(key: Key) -> str:

@@ -1,17 +1,17 @@
 """`probe.preflight`: the probe pod could run the probes at all. Pure: judges a node's evidence, no I/O.
 
 A failed preflight is the node's one finding, naming each failed step, its cause and the fix; the node's measured
-checks skip with it as their cause (evaluation.Evaluation.unmeasured_cause), never one error per metric.
+checks skip with it as their cause (view.RunView.unmeasured_cause), never one error per metric.
 """
 
 from __future__ import annotations
 
+from gpucert.evaluate.registry import no_rule
+from gpucert.evaluate.view import PREFLIGHT, RunView
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
-__all__ = ["PREFLIGHT", "judge_preflight"]
-
-PREFLIGHT = "probe.preflight"
+__all__ = ["PREFLIGHT", "decide_preflight", "judge_preflight"]
 
 
 def judge_preflight(node: str, ev: NodeEvidence | None, problem: str | None) -> Finding:
@@ -41,3 +41,9 @@ def judge_preflight(node: str, ev: NodeEvidence | None, problem: str | None) -> 
         return Finding(PREFLIGHT, CheckStatus.PASS, node, None, f"{node}: no preflight recorded; the probes ran")
     found = ", ".join(f"{s.step} ({s.detail})" for s in ev.preflight)
     return Finding(PREFLIGHT, CheckStatus.PASS, node, None, f"{node}: preflight passed: {found}")
+
+
+def decide_preflight(view: RunView, key: CheckKey) -> Finding:
+    if key.node is None or key.check != PREFLIGHT:
+        raise no_rule(key)
+    return judge_preflight(key.node, view.usable(key.node), view.evidence_problem(key.node))

@@ -1,24 +1,24 @@
-"""The certify suite's performance decisions: a measured figure against its pool's SKU baseline, then against its
-peers (the node as a whole against the pool's other nodes, the GPU against its node's and its pool's GPUs, its
-samples' stability against theirs). Reads through the Evaluation; the rules are analysis/performance.py's and
-analysis/stragglers.py's, the peers peers.py's.
+"""The measured families (`memory`, `compute.gemm`, `pcie`, `p2p`, `nccl`) and `straggler` as a run decides them:
+a measured figure against its pool's SKU baseline, then against its peers (the node as a whole against the pool's
+other nodes, the GPU against its node's and its pool's GPUs, its samples' stability against theirs). A GPU's
+straggler and stability findings are its metric's check's (one test per figure); `straggler.<metric>` of a node is
+the node as a whole. The rules are rules/performance.py's and rules/stragglers.py's, the peers peers.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
 
+from gpucert.evaluate.locate import figure, node_evidence
 from gpucert.evaluate.peers import unstable_is_judged
+from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.performance import against_baseline
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
+from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import NodeEvidence
-from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.checks import GPU_METRICS, CheckKey, CheckStatus, Finding
 
-if TYPE_CHECKING:
-    from gpucert.evaluate.evaluation import Evaluation
-
-__all__ = ["judge_metric", "node_straggler"]
+__all__ = ["decide_metric", "decide_node_straggler", "judge_metric", "node_straggler"]
 
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
 
@@ -27,23 +27,23 @@ def _skip(check: str, node: str, gpu: int | None, message: str, cause: CheckKey)
     return Finding(check, SKIP, node, gpu, message, cause=str(cause))
 
 
-def _pool(ev: Evaluation, node: str) -> str:
-    pool = ev.pools.name_of(node)
-    assert pool is not None  # decide() answered for a node outside exactly one pool
+def _pool(view: RunView, node: str) -> str:
+    pool = view.pools.name_of(node)
+    assert pool is not None  # the registry answered for a node outside exactly one pool
     return pool
 
 
-def judge_metric(ev: Evaluation, metric: str, node: str, gpu: int | None) -> Finding:
+def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Finding:
     """Against the baseline first; inside it, the node as a whole against the other nodes of its pool (one
     finding: its GPUs' checks skip), then the GPU against its peers, then its samples' stability against theirs."""
-    baseline = ev.baseline_of(node)
+    baseline = view.baseline_of(node)
     if metric not in baseline.metrics:
         return Finding(metric, ERROR, node, gpu, f"the baseline {baseline.sku} has no figure for {metric}")
-    sampled = ev._figure(metric, node, gpu)
+    sampled = figure(view, metric, node, gpu)
     if isinstance(sampled, Finding):
         return sampled
     base = against_baseline(metric, (node, gpu), sampled, baseline.metrics[metric])
-    index = ev.peers.index(metric, _pool(ev, node))
+    index = view.peers.index(metric, _pool(view, node))
     whole = index.node_level(node) if gpu is not None and base.status is PASS else None
     if whole is not None and whole.status is FAIL:
         message = f"{node} as a whole is behind the other nodes on {metric} (see straggler.{metric}@{node})"
@@ -56,28 +56,44 @@ def judge_metric(ev: Evaluation, metric: str, node: str, gpu: int | None) -> Fin
     return dataclasses.replace(base, message="; ".join([base.message, *notes])) if notes else base
 
 
-def node_straggler(ev: Evaluation, metric: str, node: str) -> Finding:
+def decide_metric(view: RunView, key: CheckKey) -> Finding:
+    if key.node is None:
+        raise no_rule(key)
+    return judge_metric(view, key.check, key.node, key.gpu)
+
+
+def node_straggler(view: RunView, metric: str, node: str) -> Finding:
     """`straggler.<metric>` of the node as a whole: the median of its GPUs against the other nodes' of its pool."""
     check = f"straggler.{metric}"
-    if metric not in ev.baseline_of(node).metrics:
-        return Finding(check, ERROR, node, None, f"the baseline {ev.baseline_of(node).sku} has no figure for {metric}")
-    node_ev = ev._node_evidence(metric, node)
+    if metric not in view.baseline_of(node).metrics:
+        return Finding(
+            check, ERROR, node, None, f"the baseline {view.baseline_of(node).sku} has no figure for {metric}"
+        )
+    node_ev = node_evidence(view, metric, node)
     if not isinstance(node_ev, NodeEvidence):
         return dataclasses.replace(node_ev, check=check)
-    pool = _pool(ev, node)
-    index = ev.peers.index(metric, pool)
+    pool = _pool(view, node)
+    index = view.peers.index(metric, pool)
     found = index.node_level(node)
     if found is not None:
         return found
     if not any(k[0] == node for k in index.values):  # none of its GPUs has a figure to believe: theirs is
-        bad = [f for g in node_ev.gpus if (f := judge_metric(ev, metric, node, g.index)).status in (FAIL, ERROR)]
+        bad = [f for g in node_ev.gpus if (f := judge_metric(view, metric, node, g.index)).status in (FAIL, ERROR)]
         because = CheckKey(metric, node, bad[0].gpu) if bad else CheckKey("inventory.gpus", node)
         return _skip(check, node, None, f"{node} has no {metric} figure to compare (see {because})", because)
     why = f"{len({k[0] for k in index.values}) - 1} other node(s) have a figure: the rule needs {MIN_PEERS}"
-    for other in ev.pools.members(pool):  # the first of the pool's nodes that was not measured, or had no GPU
-        other_ev = ev.usable(other)
+    for other in view.pools.members(pool):  # the first of the pool's nodes that was not measured, or had no GPU
+        other_ev = view.usable(other)
         if other_ev is None or not other_ev.collected or not other_ev.gpus:
             unmeasured = other_ev is None or not other_ev.collected
-            cause = ev.unmeasured_cause(other) if unmeasured else CheckKey("inventory.gpus", other)
+            cause = view.unmeasured_cause(other) if unmeasured else CheckKey("inventory.gpus", other)
             return _skip(check, node, None, f"{why}; not every node of the pool was measured", cause)
     return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
+
+
+def decide_node_straggler(view: RunView, key: CheckKey) -> Finding:
+    """`straggler.<metric>@node` of a per-GPU metric (a GPU's straggler finding is its metric's check's)."""
+    metric = key.check.removeprefix("straggler.")
+    if key.node is None or key.gpu is not None or metric not in GPU_METRICS:
+        raise no_rule(key)
+    return node_straggler(view, metric, key.node)

@@ -1,0 +1,49 @@
+"""Every check family gpucert decides, and the rule that decides it: the one place a family is registered.
+
+Adding a family (see docs/architecture.md, "Adding a check family"): write its module under evaluate/rules/ with a
+rule `decide_<family>(view: RunView, key: CheckKey) -> Finding`, and register it here, one line.
+"""
+
+from __future__ import annotations
+
+from gpucert.evaluate import fabric_decisions
+from gpucert.evaluate.registry import Registry
+from gpucert.evaluate.rules import (
+    dcgm,
+    fabric,
+    handover_checks,
+    health,
+    inventory,
+    performance_checks,
+    preflight,
+    stack,
+    waivers,
+)
+
+__all__ = ["REGISTRY"]
+
+REGISTRY = Registry()
+# configure: the stack and the inventory of each node, against its pool
+REGISTRY.register("stack", stack.decide_stack)
+REGISTRY.register("baseline", stack.decide_gate)
+REGISTRY.register("inventory", inventory.decide_inventory)
+REGISTRY.register("inventory.nodes", inventory.decide_node_count)
+REGISTRY.register("node", inventory.decide_reachable)
+REGISTRY.register("pool", inventory.decide_pool, pooled=False)  # the pool itself: a node outside one is its finding
+REGISTRY.register("pool.fabric", fabric_decisions.decide_fabric, pooled=False)
+# certify: each node's probes
+REGISTRY.register("probe", preflight.decide_preflight)
+REGISTRY.register("health", health.decide_health)
+REGISTRY.register("dcgm", dcgm.decide_dcgm)
+for measured in ("memory", "compute.gemm", "pcie", "p2p", "nccl"):
+    REGISTRY.register(measured, performance_checks.decide_metric)
+REGISTRY.register("straggler", performance_checks.decide_node_straggler)
+# across nodes
+REGISTRY.register(fabric.MULTINODE, fabric.decide_multinode)
+REGISTRY.register(fabric.PAIRS_CHECK, fabric.decide_pairs)
+REGISTRY.register("fabric", fabric_decisions.decide_fabric, pooled=False)
+# recertify: a node against its own handover
+REGISTRY.register("handover", handover_checks.decide_against_handover)
+REGISTRY.register("handover.identity", handover_checks.decide_identity)
+# the run's waivers
+REGISTRY.register("waiver", waivers.decide_waiver)

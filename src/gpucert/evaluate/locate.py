@@ -1,0 +1,125 @@
+"""Find the evidence a check needs in a RunView, or the Finding that says why there is none to judge: a probe not
+asked for, a node not measured (skipped, naming node.reachable or probe.preflight as the cause), a probe that failed
+there (an error), a GPU the node does not show (skipped, naming inventory.gpus), a figure that cannot be believed
+(an error). Every rule that judges evidence asks here, so a missing dependency is said the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpucert.evaluate.rules.performance import Sampled, believable, evidence_problem, samples_of
+from gpucert.evaluate.view import GpuSlot, RunView
+from gpucert.measure.evidence import GpuEvidence, NodeEvidence
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding, family_of
+from gpucert.spec.cluster import Probe
+
+__all__ = [
+    "because",
+    "figure",
+    "gpu_evidence",
+    "node_evidence",
+    "outside_pools",
+    "skip",
+    "unmeasured",
+    "unmeasured_skip",
+]
+
+SKIP, ERROR = CheckStatus.SKIP, CheckStatus.ERROR
+
+
+def because(check: str, node: str | None, gpu: int | None = None, detail: str | None = None) -> str:
+    """The key a skip names as its cause."""
+    return str(CheckKey(check, node, gpu, detail))
+
+
+def skip(check: str, node: str | None, gpu: int | None, message: str, cause: str) -> Finding:
+    return Finding(check, SKIP, node, gpu, message, cause=cause)
+
+
+def _probe_of(check: str) -> Probe | None:
+    """The probe whose evidence a check judges (None for handover.identity: the GPUs the node showed at all)."""
+    return None if check == "handover.identity" else Probe(family_of(check).probe or check.split(".")[0])
+
+
+def outside_pools(view: RunView, check: str, node: str, gpu: int | None = None) -> Finding | None:
+    """A node in no pool or several has no expectations: its checks follow from pool.membership."""
+    if view.pools.name_of(node) is not None:
+        return None
+    message = f"{node} is not in exactly one pool, so nothing is expected of it (see pool.membership)"
+    return skip(check, node, gpu, message, because("pool.membership", node))
+
+
+def unmeasured_skip(view: RunView, check: str, node: str, gpu: int | None = None) -> Finding:
+    cause = view.unmeasured_cause(node)
+    why = "no probe ran there: its preflight failed" if cause.check == "probe.preflight" else "was not measured"
+    return skip(check, node, gpu, f"{node} {why} (see {cause.check})", str(cause))
+
+
+def unmeasured(view: RunView) -> str | None:
+    """The first inventory node that was not measured or showed no GPU, as a cause (a collective across nodes needs
+    every node, and each with its GPUs)."""
+    for node in view.inventory.names:
+        ev = view.usable(node)
+        if ev is None or not ev.collected:
+            return str(view.unmeasured_cause(node))
+        if not ev.gpus:
+            return because("inventory.gpus", node)
+    return None
+
+
+def node_evidence(view: RunView, check: str, node: str) -> NodeEvidence | Finding:
+    """The node's evidence for `check`: that of its probe, or (handover.identity) the GPUs the node showed."""
+    probe = _probe_of(check)
+    if probe is not None and probe not in view.spec.certify.probes:
+        return Finding(check, SKIP, node, None, f"probe {probe.value!r} is not in certify.probes")
+    ev = view.usable(node)
+    if ev is None or not ev.collected:
+        return unmeasured_skip(view, check, node)
+    if probe is None:
+        return ev
+    err = ev.error_for(probe.value)
+    if err is not None and err.unavailable:
+        if probe in (Probe.P2P, Probe.NCCL) and len(ev.gpus) < 2 <= view.pools.gpus_per_node(node):
+            message = f"{node} shows {len(ev.gpus)} GPU: nothing to measure between GPUs (see inventory.gpus)"
+            return skip(check, node, None, message, because("inventory.gpus", node))
+        message = f"{node}: the {probe.value} probe could not run there: {err.message}"
+        return Finding(check, ERROR, node, None, message)
+    if err is not None:
+        return Finding(check, ERROR, node, None, f"{node}: the {probe.value} probe failed: {err.message}")
+    return ev
+
+
+def gpu_evidence(view: RunView, check: str, gpu: GpuSlot) -> GpuEvidence | Finding:
+    """One GPU's evidence for `check`, or why there is none (its node's reason, or the GPU is not there)."""
+    ev = node_evidence(view, check, gpu.node)
+    if isinstance(ev, Finding):
+        return dataclasses.replace(ev, node=gpu.node, gpu=gpu.index)
+    g = ev.gpu(gpu.index)
+    if g is None:
+        message = f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)"
+        return skip(check, gpu.node, gpu.index, message, because("inventory.gpus", gpu.node))
+    probe = _probe_of(check)
+    err = ev.error_for(probe.value, gpu.index, check) if probe is not None else None
+    if err is not None:  # this GPU's alone: the other GPUs of the node stand
+        return Finding(check, ERROR, gpu.node, gpu.index, f"{gpu!r}: the {err.probe} probe failed: {err.message}")
+    return g
+
+
+def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | Finding:
+    """The GPU's (or node's) figure for `metric`, or the Finding that says why there is none to judge."""
+    ev = node_evidence(view, metric, node) if gpu is None else gpu_evidence(view, metric, GpuSlot(node, gpu))
+    if isinstance(ev, Finding):
+        return ev
+    node_ev = view.evidence(node)
+    assert node_ev is not None
+    where = node if gpu is None else f"{node}/gpu{gpu}"
+    wrong = evidence_problem(node_ev, metric, view.baseline_of(node).metrics[metric].unit, gpu)
+    if wrong is not None:
+        return Finding(metric, wrong[0], node, gpu, f"{where}: {wrong[1]}")
+    if not samples_of(node_ev, metric, gpu):
+        return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
+    found = believable(node_ev, metric, gpu, view.expected(node, metric), view.min_samples(metric))
+    if not isinstance(found, Sampled):
+        return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {found}")
+    return found

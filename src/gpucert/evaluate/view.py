@@ -1,0 +1,300 @@
+"""RunView: the typed, read-only view of one run that every rule reads: the spec and each pool's SKU baseline, the
+run folder's inventory, stack observation, evidence (each node's, the fleet's peers', the fabric's), handover
+baseline, recertification record and waivers, the pools, the plan, and the peers a figure is compared with.
+
+It reads the run folder through RunFolder only, each document once, on first use. It decides nothing: the rules
+(evaluate/rules/, registered by family in evaluate/catalog.py) do; `decide` is the Evaluation's, which a rule asks
+for another check's finding (what a waiver matches). Figures that cannot be believed are no figures (`sampled`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Self, TypeVar, cast
+
+from gpucert.errors import EvidenceError
+from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
+from gpucert.evaluate.rules.performance import Sampled, believable
+from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, read_evidence
+from gpucert.plan.checks import CheckKey, Finding
+from gpucert.plan.inventory import Inventory
+from gpucert.plan.layout import run_id_time
+from gpucert.plan.required import Plan, dcgm_tests, plan_checks
+from gpucert.plan.runfolder import RunFolder
+from gpucert.spec.baseline import GpuBaseline, load_baseline
+from gpucert.spec.cluster import ClusterSpec, Pool, load_spec
+from gpucert.spec.handover import NodeBaseline, load_node_baseline
+from gpucert.spec.pools import PoolMap
+from gpucert.spec.waivers import Waivers, load_waivers, waiver_id
+from gpucert.stack import rules as stack_rules
+from gpucert.stack.gate import Gate, gate_keys
+from gpucert.stack.gate_inputs import gate_from
+from gpucert.stack.observe import StackObservation
+
+__all__ = ["PREFLIGHT", "GpuSlot", "RunView"]
+
+T = TypeVar("T")
+PREFLIGHT = "probe.preflight"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlot:
+    """One expected GPU of one node: what per-GPU tests are parametrized over."""
+
+    node: str
+    index: int
+
+    def __repr__(self) -> str:
+        return f"{self.node}/gpu{self.index}"
+
+
+class RunView:
+    """One run folder with the spec and baselines it is judged against, read once, never written."""
+
+    def __init__(
+        self, run_dir: Path | RunFolder, spec: ClusterSpec, baselines: GpuBaseline | Mapping[str, GpuBaseline]
+    ) -> None:
+        self.folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
+        self.spec = spec
+        # each pool's SKU baseline (one baseline given: every pool's)
+        self.baselines = (
+            {p.name: baselines for p in spec.pools} if isinstance(baselines, GpuBaseline) else dict(baselines)
+        )
+        self._evidence: dict[str, NodeEvidence | None] = {}
+        self._problems: dict[str, str] = {}
+        self._once: dict[str, Any] = {}
+        self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines)
+
+    @classmethod
+    def from_run(cls, run_dir: Path | RunFolder) -> Self:
+        """The run as it was judged: by the spec and each pool's SKU baseline its folder keeps in inputs/.
+        ConfigError when they cannot be read."""
+        folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
+        spec = load_spec(folder.spec_copy)
+        return cls(folder, spec, {p: load_baseline(folder.baseline_copy_for(p)) for p in spec.pool_names})
+
+    def decide(self, key: CheckKey) -> Finding:
+        """Another check's finding (the Evaluation's decision): what a rule asks of a check it follows from."""
+        raise NotImplementedError("a RunView reads; the Evaluation decides")
+
+    def once(self, name: str, compute: Callable[[], T]) -> T:
+        """`compute()`, computed once per run under `name`: what a rule derives from the whole run (the fabric's
+        pairs, the waiver book) and every key of its family reads."""
+        if name not in self._once:
+            self._once[name] = compute()
+        return cast("T", self._once[name])
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.path
+
+    # ---- the run's documents, read once ----------------------------------------------------------------------
+
+    @cached_property
+    def inventory(self) -> Inventory:
+        return self.folder.read_inventory()
+
+    @cached_property
+    def stack(self) -> StackObservation:
+        return self.folder.read_stack()
+
+    @property
+    def measured(self) -> bool:
+        return self.folder.measured
+
+    @cached_property
+    def recertification(self) -> dict[str, Any] | None:
+        return self.folder.read_recertify()
+
+    @cached_property
+    def handover(self) -> NodeBaseline | None:
+        """The node's handover baseline as the run used it (copied into inputs/, so it is signed with the run)."""
+        path = self.folder.handover_copy
+        return load_node_baseline(path) if path.exists() else None
+
+    @cached_property
+    def fleet_peers(self) -> list[NodeEvidence]:
+        return self.folder.read_fleet_peers()
+
+    @cached_property
+    def waivers(self) -> Waivers | None:
+        """The run's waivers (inputs/waivers.yaml, approved by the spec's approvers); None for a run prepared
+        without waivers."""
+        path = self.folder.waivers_copy
+        return load_waivers(path, self.spec.acceptance.approvers) if path.exists() else None
+
+    @cached_property
+    def run_time(self) -> datetime:
+        """The time a run's waivers are judged at: its newest measurement (evidence, and the identities a re-test
+        read from carried nodes), so the same evidence re-evaluated is judged the same; a run that measured nothing:
+        the time its folder was made (its id)."""
+        stamps = [e.finished for n in self.inventory.names if (e := self.usable(n)) is not None]
+        stamps += [read_evidence(p).finished for p in self.folder.identity_files()]
+        times = []
+        for stamp in stamps:
+            try:
+                times.append(datetime.fromisoformat(stamp).astimezone(UTC))
+            except ValueError:
+                continue
+        if times:
+            return max(times)
+        return run_id_time(self.folder.id) or datetime.now(UTC)
+
+    @cached_property
+    def fabric(self) -> FabricEvidence | None:
+        return self.folder.read_fabric()
+
+    @cached_property
+    def fabric_pairs(self) -> FabricPairs | None:
+        return self.folder.read_fabric_pairs()
+
+    # ---- each node's evidence --------------------------------------------------------------------------------
+
+    def evidence(self, node: str) -> NodeEvidence | None:
+        """The node's evidence, None when none was written; EvidenceError when it cannot be believed."""
+        if node in self._problems:
+            raise EvidenceError(self._problems[node])
+        if node not in self._evidence:
+            try:
+                self._evidence[node] = self.folder.read_evidence(node)
+            except EvidenceError as exc:
+                self._problems[node] = str(exc)
+                raise
+        return self._evidence[node]
+
+    def release(self, node: str) -> None:
+        """Forget the node's evidence (read again if asked again): for a reader that visits each node once and
+        keeps only what it derived, so a fleet's evidence is never in memory at once (the exporter)."""
+        self._evidence.pop(node, None)
+
+    def evidence_problem(self, node: str) -> str | None:
+        """Why the node's evidence cannot be used (unreadable, not gpucert's, another node's), or None."""
+        try:
+            self.evidence(node)
+        except EvidenceError as exc:
+            return str(exc)
+        return None
+
+    def usable(self, node: str) -> NodeEvidence | None:
+        """The node's evidence when it can be used, else None (node.reachable says why)."""
+        if self.evidence_problem(node):
+            return None
+        ev = self.evidence(node)
+        return None if ev is not None and ev.timing_problem() else ev
+
+    def measured_node(self, node: str) -> NodeEvidence | None:
+        """The node's evidence when the run measured it and its probes ran, else None."""
+        ev = self.usable(node) if self.measured else None
+        return ev if ev is not None and ev.collected else None
+
+    def preflight_failed(self, node: str) -> bool:
+        """The node's probe pod ran and its preflight failed, and this run judges probe.preflight."""
+        ev = self.usable(node) if self.measured else None
+        return ev is not None and bool(ev.preflight_failed) and CheckKey(PREFLIGHT, node) in self.plan
+
+    def unmeasured_cause(self, node: str) -> CheckKey:
+        """What a check of an unmeasured node follows from: its failed preflight, or node.reachable."""
+        return CheckKey(PREFLIGHT if self.preflight_failed(node) else "node.reachable", node)
+
+    def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
+        """The median of one measurement and its sample count; None when not measured (or not to be believed: too
+        few samples for the spec's count of the probe, not numbers, absurd; see rules.performance.believable)."""
+        ev = self.usable(node)
+        if ev is None or not ev.collected:
+            return None
+        found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric))
+        return found if isinstance(found, Sampled) else None
+
+    def min_samples(self, metric: str) -> int:
+        """The samples a figure of `metric` needs: the spec's count for its probe (certify.samples)."""
+        return self.spec.certify.min_samples(probe_of_metric(metric))
+
+    def expected(self, node: str, metric: str) -> float | None:
+        """The SKU figure of `metric` for the node's pool; None when its baseline has none."""
+        b = self.baseline_of(node).metrics.get(metric)
+        return b.expected if b is not None else None
+
+    # ---- pools, baselines, peers ----------------------------------------------------------------------------
+
+    @cached_property
+    def pools(self) -> PoolMap:
+        """Which pool each node is in, from the labels the cluster reported (stack.json)."""
+        labels = {n: ns.labels for n, ns in self.stack.nodes.items()}
+        return PoolMap(self.spec, labels, self.inventory.names)
+
+    def pool_of(self, node: str) -> Pool | None:
+        return self.pools.pool_of(node)
+
+    def rails_of(self, node: str) -> int:
+        """How many rails the fabric of the node's pool has (0: its pool declares no fabric)."""
+        pool = self.pool_of(node)
+        return pool.fabric.rails.count if pool is not None and pool.fabric is not None else 0
+
+    def baseline_of(self, node: str) -> GpuBaseline:
+        """The SKU baseline of the node's pool (the plan asks nothing else of a node outside exactly one pool)."""
+        pool = self.pools.name_of(node)
+        if pool is None:
+            raise ValueError(f"{node} is not in exactly one pool: it has no baseline (see pool.membership)")
+        return self.baselines[pool]
+
+    def peer_evidence(self, pool: str) -> list[NodeEvidence]:
+        """The evidence a node is compared with: its pool's measured nodes (and, on recertification, the fleet's
+        latest evidence of that pool), never another pool's. The one place that says who the peers are."""
+        members = self.pools.members(pool)
+        measured = [ev for node in members if (ev := self.measured_node(node)) is not None]
+        return [*measured, *(self.fleet_peers if members else [])]
+
+    # ---- what the run must decide ----------------------------------------------------------------------------
+
+    @cached_property
+    def gate(self) -> Gate | None:
+        """The static gate's inputs beside the spec (operator values, base-ref baselines), when it was given any."""
+        return gate_from(self.folder, self.spec)
+
+    @cached_property
+    def plan(self) -> Plan:
+        """Every check this run must decide: the suites follow from the run folder (static, configure only,
+        measured, recertification), the keys from the spec, the inventory and the pools of its nodes (and the
+        fleet's nodes a recertified node is compared with)."""
+        return plan_checks(
+            self.spec,
+            self.inventory.names,
+            self.folder.suites,
+            components=self.components(),
+            pools=self.pools,
+            static=gate_keys(self.spec, self.gate.deployments, self.gate.reviews) if self.gate else (),
+            handover=self.handover is not None,
+            recertification=self.recertification is not None,
+            waivers=[waiver_id(i) for i in range(len(self.waivers.waivers))] if self.waivers is not None else (),
+            fleet_peers=len(self.fleet_peers),
+        )
+
+    def components(self) -> list[str]:
+        return stack_rules.pinned_components(self.spec, set(self.spec.stack.sources()))
+
+    def dcgm_tests(self) -> list[str]:
+        return dcgm_tests(self.spec.certify.dcgm.level)
+
+    # ---- what the reports say beside the checks ---------------------------------------------------------------
+
+    def gpu_total(self) -> int:
+        """GPUs seen: by the probes where a node was measured, else as the cluster labels them."""
+        total = 0
+        for n in self.inventory.nodes:
+            ev = self.measured_node(n.name)
+            total += len(ev.gpus) if ev is not None else (n.gpu_count or 0)
+        return total
+
+    def measured_at(self) -> dict[str, str | None]:
+        """When each node's evidence was finished (None for a node not measured)."""
+        return {n: (ev.finished if (ev := self.measured_node(n)) else None) for n in self.inventory.names}
+
+    @cached_property
+    def unknown_evidence(self) -> list[str]:
+        """Evidence files for nodes the inventory does not list: not this cluster's, so never judged."""
+        known = set(self.inventory.names)
+        return [p.name for p in self.folder.evidence_files() if p.stem not in known]
