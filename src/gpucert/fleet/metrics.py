@@ -23,7 +23,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpucert.errors import ConfigError, GpucertError
-from gpucert.evaluate.rules.performance import figure_of, sample_problem, samples_of
+from gpucert.evaluate.view import RunView
 from gpucert.fleet import exporter
 from gpucert.fleet.exporter import parse_listen
 from gpucert.fleet.fabric_metrics import FabricSeries
@@ -31,7 +31,6 @@ from gpucert.fleet.state import NodeStatus, RunIndex, RunRecord, node_statuses
 from gpucert.measure.targets.base import NodeControl
 from gpucert.plan.checks import GPU_METRICS, NODE_METRICS
 from gpucert.plan.runfolder import RunFolder
-from gpucert.spec.baseline import GpuBaseline, load_baseline
 from gpucert.spec.cluster import ClusterSpec
 
 __all__ = [
@@ -91,7 +90,7 @@ class FleetCollector(Collector):
     watch: SpecWatch | None = None
     index: RunIndex = field(init=False)
     _ratios: dict[tuple[str, str], list[tuple[str, str, float]]] = field(default_factory=dict, init=False)
-    _baselines: dict[tuple[str, str], GpuBaseline | None] = field(default_factory=dict, init=False)
+    _views: dict[str, RunView | None] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _fabric: FabricSeries = field(default_factory=FabricSeries, init=False)
 
@@ -134,38 +133,24 @@ class FleetCollector(Collector):
         )
         return node_statuses(runs, cluster, self.spec)
 
-    def _baseline(self, folder: RunFolder, pool: str | None) -> GpuBaseline | None:
-        """The SKU baseline the run judged the pool's nodes against (its inputs/ copy), or None when it cannot be
-        read."""
-        key = (folder.id, pool or "")
-        if key not in self._baselines:
+    def _view(self, folder: RunFolder) -> RunView | None:
+        """The run as the evaluation judged it (its inputs' spec and baselines), or None when they cannot be read."""
+        if folder.id not in self._views:
             try:
-                path = folder.baseline_copy_for(pool) if pool else folder.baseline_copy
-                self._baselines[key] = load_baseline(path)
+                self._views[folder.id] = RunView.from_run(folder)
             except (GpucertError, OSError, ValueError):
-                self._baselines[key] = None
-        return self._baselines[key]
+                self._views[folder.id] = None
+        return self._views[folder.id]
 
-    def ratios(self, folder: RunFolder, node: str, pool: str | None = None) -> list[tuple[str, str, float]]:
+    def ratios(self, folder: RunFolder, node: str) -> list[tuple[str, str, float]]:
         """(metric, gpu, measured median / SKU figure) of the node's evidence in the run; gpu "" for the node's
-        all-reduce. A figure whose samples cannot be believed (too few, not positive, absurd) has no ratio."""
+        all-reduce. The figure is the evaluation's (RunView.sampled): one whose samples cannot be believed (fewer
+        than the spec asks of the probe, not positive, absurd) has no ratio, as it has no pass."""
         key = (folder.id, node)
         if key in self._ratios:
             return self._ratios[key]
-        out: list[tuple[str, str, float]] = []
-        baseline = self._baseline(folder, pool)
-        try:
-            ev = folder.read_evidence(node)
-        except (GpucertError, OSError):
-            ev = None
-        if baseline is not None and ev is not None and ev.collected:
-            slots = [(m, g.index) for g in ev.gpus for m in GPU_METRICS] + [(m, None) for m in NODE_METRICS]
-            for metric, gpu in slots:
-                figure = baseline.metrics.get(metric)
-                sampled = figure_of(ev, metric, gpu)
-                if figure is None or sampled is None or sample_problem(samples_of(ev, metric, gpu), figure.expected):
-                    continue
-                out.append((metric, "" if gpu is None else str(gpu), sampled.value / figure.expected))
+        view = self._view(folder)
+        out = _ratios(view, node) if view is not None else []
         self._ratios[key] = out
         return out
 
@@ -232,7 +217,7 @@ class FleetCollector(Collector):
                 failed.add_metric([f[0], s.node, "" if f[1] is None else str(f[1])], 1.0)
             if j.folder is not None:
                 used.add((j.folder.id, s.node))
-                for metric, gpu, value in self.ratios(j.folder, s.node, j.pool):
+                for metric, gpu, value in self.ratios(j.folder, s.node):
                     ratio.add_metric([metric, s.node, gpu], value)
             if j.run in by_id:
                 newest_runs[j.run] = by_id[j.run]
@@ -245,7 +230,7 @@ class FleetCollector(Collector):
         unreadable.add_metric([], float(sum(1 for r in runs if r.problem is not None)))
         # keep only what this scrape used: the cache stays as large as the fleet, however many runs accumulate
         self._ratios = {k: v for k, v in self._ratios.items() if k in used}
-        self._baselines = {k: v for k, v in self._baselines.items() if k[0] in {run for run, _ in used}}
+        self._views = {k: v for k, v in self._views.items() if k in {run for run, _ in used}}
         fabric = self._fabric.families([(by_id[run].folder, node) for run, node in sorted(used) if run in by_id])
         self._fabric.keep(used)
         return [certified, last, failed, ratio, info, unreadable, *fabric, *self._schedule()]
@@ -278,6 +263,22 @@ class FleetCollector(Collector):
         for outcome in SCHEDULE_OUTCOMES:
             nodes.add_metric([outcome], float(record.counts.get(outcome, 0)))
         return [when, breaker, nodes]
+
+
+def _ratios(view: RunView, node: str) -> list[tuple[str, str, float]]:
+    try:
+        ev = view.measured_node(node)
+        slots = [(m, g.index) for g in ev.gpus for m in GPU_METRICS] + [(m, None) for m in NODE_METRICS] if ev else []
+        out = []
+        for metric, gpu in slots:
+            expected, sampled = view.expected(node, metric), view.sampled(metric, node, gpu)
+            if expected is not None and sampled is not None:
+                out.append((metric, "" if gpu is None else str(gpu), sampled.value / expected))
+        return out
+    except (GpucertError, OSError, ValueError):  # unreadable evidence, a node in no pool: no figure to show
+        return []
+    finally:
+        view.release(node)  # the ratios are kept; the evidence is not
 
 
 def registry_for(collector: FleetCollector) -> CollectorRegistry:

@@ -18,15 +18,16 @@ import yaml
 from pydantic import Field
 
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.evaluate.peers import probe_of_metric
 from gpucert.evaluate.rules.handover import MIN_TOLERANCE, SPREAD_FACTOR, handover_tolerance
-from gpucert.evaluate.rules.performance import figure_of, samples_of
+from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.evaluate.stats import summarize
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import NODE_METRICS
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict import node_passed, node_result
-from gpucert.spec.baseline import load_baseline
-from gpucert.spec.cluster import DEFAULT_POOL
+from gpucert.spec.baseline import GpuBaseline, load_baseline
+from gpucert.spec.cluster import DEFAULT_POOL, load_spec
 from gpucert.spec.documents import Document, load_document
 from gpucert.spec.names import NameError_, check_node_name, inside
 
@@ -88,22 +89,33 @@ def load_node_baseline(path: Path) -> NodeBaseline:
     return load_document(path, NodeBaseline)
 
 
-def _record(ev: NodeEvidence, metric: str, index: int | None, unit: str) -> MetricRecord | None:
-    """The figure as evaluation computes it, with the spread of the samples behind it."""
-    figure = figure_of(ev, metric, index)
-    if figure is None:
+Figures = dict[str, tuple[str, float, int]]  # per metric: the unit, the SKU figure, the samples a figure needs
+
+
+def _figures(folder: RunFolder, sku: GpuBaseline) -> Figures:
+    """What a figure of each metric of the SKU baseline is held to, by the run's own spec (its inputs/ copy)."""
+    certify = load_spec(folder.spec_copy).certify
+    return {m: (b.unit, b.expected, certify.min_samples(probe_of_metric(m))) for m, b in sku.metrics.items()}
+
+
+def _record(ev: NodeEvidence, metric: str, index: int | None, figures: Figures) -> MetricRecord | None:
+    """The figure as the evaluation believes it (rules.performance.believable: the samples the spec asks of the
+    probe, numbers, not absurd), with the spread of the samples behind it; None when there is none to believe."""
+    unit, expected, least = figures[metric]
+    figure = believable(ev, metric, index, expected, least)
+    if not isinstance(figure, Sampled):
         return None
     spread = summarize(samples_of(ev, metric, index)).spread
     return MetricRecord(median=round(figure.value, 6), spread=round(spread, 6), n=figure.n, unit=unit)
 
 
-def _node_baseline(ev: NodeEvidence, sku: str, units: dict[str, str], recorded: Recorded) -> NodeBaseline:
+def _node_baseline(ev: NodeEvidence, sku: str, figures: Figures, recorded: Recorded) -> NodeBaseline:
     gpus = []
     for g in ev.gpus:
-        records = {m: _record(ev, m, g.index, unit) for m, unit in units.items() if m not in NODE_METRICS}
+        records = {m: _record(ev, m, g.index, figures) for m in figures if m not in NODE_METRICS}
         metrics = {m: r for m, r in records.items() if r is not None}
         gpus.append(HandoverGpu(index=g.index, serial=g.serial, uuid=g.uuid, metrics=metrics))
-    node_records = {m: _record(ev, m, None, units[m]) for m in NODE_METRICS if m in units}
+    node_records = {m: _record(ev, m, None, figures) for m in NODE_METRICS if m in figures}
     node_metrics = {m: r for m, r in node_records.items() if r is not None}
     return NodeBaseline.model_validate(
         {
@@ -130,8 +142,7 @@ def node_baseline_of(folder: RunFolder, node: str, recorded: Recorded) -> tuple[
     ev = folder.read_evidence(node)
     if ev is None or not ev.collected:
         raise ValueError(f"{node} was not measured in this run")
-    units = {m: b.unit for m, b in sku.metrics.items()}
-    return _node_baseline(ev, sku.sku, units, recorded), [folder.evidence_path(node), baseline_path]
+    return _node_baseline(ev, sku.sku, _figures(folder, sku), recorded), [folder.evidence_path(node), baseline_path]
 
 
 def sha256_of(path: Path) -> str:
@@ -226,7 +237,7 @@ class _Recording:
             baseline=sha256_of(baseline_path),
             allow_unsigned=self.certificate is None,
         )
-        nb = _node_baseline(ev, sku.sku, {m: b.unit for m, b in sku.metrics.items()}, recorded)
+        nb = _node_baseline(ev, sku.sku, _figures(self.folder, sku), recorded)
         target.write_text(
             self._header(node, passed)
             + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
