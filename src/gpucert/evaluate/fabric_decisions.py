@@ -33,7 +33,6 @@ from gpucert.spec.baseline import MetricBaseline
 from gpucert.spec.cluster import Pool
 from gpucert.spec.fabric import FabricSpec
 
-
 __all__ = ["FabricView", "decide_fabric", "fabric_view", "multinode_figure"]
 
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP

@@ -6,12 +6,12 @@ skip is reported as an error. A failure a waiver accepts is pytest's xfail, with
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpucert.errors import GpucertError
+from gpucert.evaluate.skips import skip_stands
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.report import details
 from gpucert.report.failure_text import check_failure
@@ -86,12 +86,7 @@ def _skip_or_fail_closed(report: pytest.TestReport, finding: Finding) -> Finding
             path, line, _ = report.longrepr  # pytest's skip reason, said plainly (not the exception's class name)
             report.longrepr = (path, line, f"Skipped: {finding.message} (follows from {finding.cause})")
         return finding
-    # a check that did not run, with no failing check to say why, has not passed: fail closed
-    finding = dataclasses.replace(
-        finding,
-        status=CheckStatus.ERROR,
-        message=f"the check could not be decided, and no other check failed to explain why: {finding.message}",
-    )
+    finding = skip_stands(finding, None)  # a check that did not run, with no failing cause, has not passed
     report.outcome = "failed"
     report.longrepr = f"[{finding.check}] {finding.message}"
     return finding

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpucert.evaluate.skips import skip_stands
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.records import Carried, RetestRecord
 from gpucert.plan.required import Plan
@@ -131,14 +132,8 @@ def _judge_skips(
             cause = by_name.get(f.cause or "")
             if cause is None:
                 cause_not_run.add(key)
-            elif cause.status not in BAD:
-                f = Finding(
-                    f.check,
-                    CheckStatus.ERROR,
-                    f.node,
-                    f.gpu,
-                    f"skipped because of {f.cause}, which did not fail ({cause.status.value}): {f.message}",
-                )
+            elif (stands := skip_stands(f, cause)) is not f:  # its cause did not fail: an error
+                f = stands
                 made.append(f)
         judged[key] = f
     return judged, cause_not_run, made
