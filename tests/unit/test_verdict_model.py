@@ -161,3 +161,13 @@ def test_run_json_and_the_retest_record_are_typed_too(tmp_path: Path) -> None:
     record = {"schema": "gpucert.io/retest/v1", "source": {"run": "r1"}, "carried": {"n1": {"run": "r1"}}}
     with pytest.raises(EvidenceError, match=r"record.json: carried.n1.measuredIn is missing"):
         parse_record(RetestRecord, record, tmp_path / "record.json", "a re-test record")
+
+
+def test_a_recertify_record_is_read_typed_and_refused_naming_its_key(tmp_path: Path) -> None:
+    from gpucert.plan.records import RecertifyRecord
+
+    record = {"schema": "gpucert.io/recertify/v1", "node": "gpu-node-3", "holder": "h", "handover": None}
+    typed = parse_record(RecertifyRecord, {**record, "fleetPeers": {"gpu-node-1": "run-1"}, "cordon": {}}, "r", "r")
+    assert (typed.node, typed.fleet_peers, typed.handover) == ("gpu-node-3", {"gpu-node-1": "run-1"}, None)
+    with pytest.raises(EvidenceError, match=r"recertify.json: fleetPeers input should be a valid dictionary"):
+        parse_record(RecertifyRecord, {**record, "fleetPeers": 3}, tmp_path / "recertify.json", "a recertify record")

@@ -79,7 +79,7 @@ SCOPES = {
 
 
 def cmd_verify(a: argparse.Namespace) -> int:
-    from gpucert.acceptance.retest import verify_carried
+    from gpucert.acceptance.retest import read_retest_record, verify_carried
 
     keys = [Path(k) for k in a.key]
     v = attest.verify(Path(a.run_dir), keys)
@@ -88,9 +88,10 @@ def cmd_verify(a: argparse.Namespace) -> int:
         console.print(f"signature {sig.index + 1} (keyid {sig.keyid or '-'}): {by}", soft_wrap=True)
     if v.signature_ok:  # nothing of a payload is shown before its signature is known to be good
         v.other = verify_carried(Path(a.run_dir), [attest.load_public_key(k) for k in keys])
-        carried = (RunFolder(Path(a.run_dir)).read_retest() or {}).get("carried", {})
-        if carried and not v.other:
-            console.print(f"carried evidence: {len(carried)} nodes, each file as its source run signed it")
+        # verify_carried read the record already: one it could not read is among v.other
+        record = read_retest_record(RunFolder(Path(a.run_dir))) if not v.other else None
+        if record is not None and record.carried:
+            console.print(f"carried evidence: {len(record.carried)} nodes, each file as its source run signed it")
         pred = v.statement.get("predicate", {})
         files = len(v.statement.get("subject", []))
         if v.statement.get("predicateType") == attest.PREDICATE_TYPE:

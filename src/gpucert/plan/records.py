@@ -38,6 +38,7 @@ __all__ = [
     "RunInfo",
     "Str",
     "parse_record",
+    "read_recertify_record",
     "read_run_info",
 ]
 
@@ -121,6 +122,13 @@ def read_run_info(folder: RunFolder) -> RunInfo:
     """The folder's run.json, typed (every field unset where there is none yet); EvidenceError naming the file and
     the key when it is not one gpucert writes."""
     return parse_record(RunInfo, folder.read_run_info(), folder.run_info_path, "a run.json")
+
+
+def read_recertify_record(folder: RunFolder) -> RecertifyRecord | None:
+    """The folder's recertify.json, typed; None for a run that is no recertification. EvidenceError naming the file
+    and the key when it is not one gpucert writes."""
+    raw = folder.read_recertify()
+    return None if raw is None else parse_record(RecertifyRecord, raw, folder.recertify_path, "a recertify record")
 
 
 class Carried(Part):

@@ -20,6 +20,7 @@ from gpucert.acceptance.retest import read_retest_record
 from gpucert.errors import GpucertError
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.records import read_recertify_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest import junit
 from gpucert.pytest.options import Options
@@ -173,12 +174,12 @@ def _beside(ctx: RunContext) -> dict[str, Any]:
     ev = ctx.evaluation
     beside: dict[str, Any] = {"fleetAgainstSku": ev.peers.against_sku(), "undecided": ev.peers.undecided()}
     beside["preflight"] = ctx.folder.read_preflight()
-    recert = ev.recertification
+    recert = read_recertify_record(ctx.folder)
     if recert is not None:
         beside["recertify"] = {
-            "node": recert["node"],
-            "handover": recert["handover"],
-            "fleetPeers": len(recert.get("fleetPeers") or {}),
+            "node": recert.node,
+            "handover": recert.handover,
+            "fleetPeers": len(recert.fleet_peers),
             "summary": details.recertify_summary(ev),
         }
     return beside
