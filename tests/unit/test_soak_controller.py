@@ -189,7 +189,7 @@ def test_a_node_that_failed_leaves_and_rejoins_with_its_clock_from_zero(tmp_path
     assert _summaries(run)[5]["rejoined"] == ["gpu-node-2"]
 
 
-def test_a_soak_on_a_kubernetes_target_says_it_is_not_built(tmp_path: Path) -> None:
+def test_a_soak_of_recorded_evidence_is_refused_before_a_run_folder_is_made(tmp_path: Path) -> None:
     spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
     spec["target"] = {"kind": "replay", "evidence": "x"}
     spec["certify"]["baseline"] = str(BASELINE)

@@ -30,7 +30,7 @@ from gpucert.plan import run as runner
 from gpucert.plan.checks import Finding
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
-from gpucert.spec.cluster import ClusterSpec, SimulatedTargetSpec
+from gpucert.spec.cluster import ClusterSpec, KubernetesTargetSpec, SimulatedTargetSpec
 from gpucert.spec.pools import PoolMap
 from gpucert.spec.soak import CRITERIA_SOURCES, SoakSpec, check_rounds
 
@@ -92,11 +92,16 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _round_target(spec: ClusterSpec, soak: SoakSpec) -> RoundTarget:
+def _round_target(spec: ClusterSpec, soak: SoakSpec, run_id: str) -> RoundTarget:
+    if isinstance(spec.target, KubernetesTargetSpec):
+        from gpucert.measure.targets.kubernetes.soak import KubernetesSoak
+        from gpucert.measure.targets.kubernetes.target import KubernetesTarget
+
+        return KubernetesSoak(KubernetesTarget.from_spec(spec), soak.probes, run_id, soak.round_s)
     if not isinstance(spec.target, SimulatedTargetSpec):
         raise ConfigError(
-            f"a soak runs on a simulated target in this release; the {spec.target.kind} target's rounds (Jobs on "
-            "cordoned nodes labelled gpucert.io/soak=running) are not built yet",
+            f"a soak runs rounds on a cluster: a {spec.target.kind} target has none; use a kubernetes or simulated "
+            "target",
             path=spec.path,
             key="target.kind",
         )
@@ -367,7 +372,8 @@ def start_soak(
     (and signed with `sign_key`)."""
     spec, baselines = runner.load_inputs(spec_path)
     soak = _soak_spec(spec, duration, round_)
-    target = _round_target(spec, soak)
+    if not isinstance(spec.target, SimulatedTargetSpec | KubernetesTargetSpec):
+        _round_target(spec, soak, "")  # says why, before a run folder is made
     run = RunFolder.create(reports, spec.metadata.name, suffix="soak")
     run.copy_inputs(spec.path, spec.baseline_paths())
     from gpucert.measure.targets import open_target
@@ -389,7 +395,7 @@ def start_soak(
             "started": _now(),
         }
     )
-    result = SoakController(spec, baselines, folder, target, on_progress).run()
+    result = SoakController(spec, baselines, folder, _round_target(spec, soak, run.id), on_progress).run()
     seal(folder, spec, result, sign_key)
     return result
 
@@ -414,6 +420,7 @@ def resume_soak(
         )
     spec, baselines = runner.load_inputs(path)
     soak = SoakSpec.model_validate(plan["soak"])
-    result = SoakController(spec, baselines, folder, _round_target(spec, soak), on_progress).run(rejoin)
+    target = _round_target(spec, soak, folder.run.id)
+    result = SoakController(spec, baselines, folder, target, on_progress).run(rejoin)
     seal(folder, spec, result, sign_key)
     return result

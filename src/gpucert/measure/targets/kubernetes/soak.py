@@ -1,0 +1,82 @@
+"""A soak's rounds on a Kubernetes cluster: each round is the certification's probe Jobs (one per node, at most
+`maxParallel` at once, cleaned up after the round) on nodes cordoned and labelled `gpucert.io/soak=running` before
+the first round, and the round lasts its length in real time.
+
+A probe pod never restarts (restartPolicy Never, backoffLimit 0, podspec.py and jobs.py): a container that dies
+fails the pod, and the node's round is not measured (`soak.round`), so `restarts` is always 0 here. A probe error
+of any kind makes the round not measured too (fail closed): the soak cannot judge a round that did not run whole.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from gpucert.evaluate.soak_round import RoundEvidence
+from gpucert.measure.evidence import Measurement, NodeEvidence
+from gpucert.measure.targets.base import MeasurePlan
+from gpucert.measure.targets.kubernetes.target import KubernetesTarget
+from gpucert.spec.cluster import Probe
+
+__all__ = ["LABEL_SOAK", "KubernetesSoak"]
+
+LABEL_SOAK = "gpucert.io/soak"
+
+
+class KubernetesSoak:
+    """`run_round` on a cluster: the nodes marked once, then a round of probe Jobs each time."""
+
+    def __init__(self, target: KubernetesTarget, probes: Sequence[str], run_id: str, round_s: float) -> None:
+        self.target = target
+        self.probes = tuple(Probe(p) for p in probes)
+        self.run_id = run_id
+        self.round_s = round_s
+        self._marked: set[str] = set()
+
+    def _mark(self, nodes: Sequence[str]) -> None:
+        control = self.target.node_control(Path())  # a cluster keeps the marks on its Nodes, not in a folder
+        for node in nodes:
+            if node in self._marked:
+                continue
+            control.cordon(node)
+            control.mark(
+                node, labels={LABEL_SOAK: "running"}, annotations={"gpucert.io/soak-run": self.run_id}, uncordon=False
+            )
+            self._marked.add(node)
+
+    def run_round(
+        self, nodes: Sequence[str], index: int, start_h: float, end_h: float, dcgm_level: int | None = None
+    ) -> Iterator[RoundEvidence]:
+        began = time.monotonic()
+        self._mark(nodes)
+        probes = (*self.probes, *((Probe.DCGM,) if dcgm_level is not None else ()))
+        plan = MeasurePlan(run_id=self.run_id, probes=probes, dcgm_level=dcgm_level or 1)
+        measured: list[NodeEvidence] = []
+        if nodes:
+            self.target.measure(list(nodes), plan, measured.append)
+        for ev in measured:
+            yield as_round(ev, index, start_h, end_h)
+        wait = self.round_s - (time.monotonic() - began)
+        if wait > 0:
+            time.sleep(wait)
+
+
+def as_round(ev: NodeEvidence, index: int, start_h: float, end_h: float) -> RoundEvidence:
+    """A probe pod's evidence as a soak round: not measured unless it was collected whole."""
+    errors = [f"{e.probe}: {e.message}" for e in ev.errors]
+    node_measurements = {}
+    if ev.nccl is not None and ev.nccl.points:
+        largest = max(ev.nccl.points, key=lambda p: p.size_bytes)
+        node_measurements["nccl.all_reduce"] = Measurement(unit="GB/s", samples=list(largest.busbw))
+    return RoundEvidence(
+        node=ev.node,
+        round=index,
+        start_h=start_h,
+        end_h=end_h,
+        collected=ev.collected and not errors,
+        errors=errors if errors or ev.collected else ["the probe pod collected nothing"],
+        gpus=list(ev.gpus),
+        node_measurements=node_measurements,
+        dcgm=ev.dcgm,
+    )

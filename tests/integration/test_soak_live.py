@@ -1,0 +1,69 @@
+"""A soak on a Kubernetes cluster: the real `kubernetes` client against the fake API server, each round the probe
+Jobs the fake kubelet runs on the NumPy device, on nodes cordoned and labelled `gpucert.io/soak=running`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from gpucert.fleet.soak import start_soak
+
+from .fakecluster import FakeCluster
+from .fakekubelet import FakeKubelet
+from .gpu_operator import node
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "gpucert"
+
+
+def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    for name in ("gpu-01", "gpu-02"):
+        served_cluster.put("nodes", node(name, extra_labels={"soak": "yes"}))
+    served_cluster.put("nodes", node("gpu-03"))  # not selected: never touched
+    doc = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "ClusterSpec",
+        "metadata": {"name": "soak-live"},
+        "target": {
+            "kind": "kubernetes",
+            "context": "fake",
+            "namespace": NS,
+            "maxParallel": 2,
+            "image": "registry.local/gpucert-probe@sha256:" + "b" * 64,
+            "pendingTimeoutSeconds": 3,
+            "nodeSelector": {"soak": "yes"},
+        },
+        "expect": {"nodes": 2, "gpusPerNode": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3"},
+        "certify": {"baseline": str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"), "probes": ["memory"]},
+        "soak": {"duration": "2s", "round": "1s", "probes": ["health", "memory"]},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    kubelet = FakeKubelet(served_cluster).start()
+    try:
+        result = start_soak(tmp_path / "spec.yaml", tmp_path / "reports")
+    finally:
+        kubelet.close()
+    assert sorted(result.nodes) == ["gpu-01", "gpu-02"]
+    for name in ("gpu-01", "gpu-02"):
+        n = served_cluster.get("nodes", None, name)
+        assert n is not None
+        assert n["spec"].get("unschedulable") is True
+        assert n["metadata"]["labels"]["gpucert.io/soak"] == "running"
+    untouched = served_cluster.get("nodes", None, "gpu-03")
+    assert untouched is not None
+    assert "gpucert.io/soak" not in untouched["metadata"]["labels"]
+    first = json.loads((result.run / "soak" / "rounds" / "0000" / "gpu-01.json").read_text(encoding="utf-8"))
+    assert first["collected"], first["errors"]
+    assert first["gpus"][0]["uuid"].startswith("CPU-")  # the fake kubelet's NumPy device, two of them
+    assert "memory.bandwidth" in first["gpus"][0]["measurements"]
+    assert {k: len(served_cluster.list(k, NS)) for k in ("jobs", "pods")} == {"jobs": 0, "pods": 0}
+    # the NumPy device is no 8-GPU node: each node leaves at its first round, measured, judged and found short
+    assert {n: (v["result"], v["leftRound"]) for n, v in result.nodes.items()} == {
+        "gpu-01": ("fail", 0),
+        "gpu-02": ("fail", 0),
+    }
+    (finding,) = result.nodes["gpu-01"]["findings"]
+    assert finding["check"] == "soak.round"
+    assert "2 GPUs answered, the pool expects 8" in finding["message"]
