@@ -6,11 +6,11 @@ rule `decide_<family>(view: RunView, key: CheckKey) -> Finding`, and register it
 
 from __future__ import annotations
 
-from gpucert.evaluate import fabric_decisions
 from gpucert.evaluate.registry import Registry
 from gpucert.evaluate.rules import (
     dcgm,
     fabric,
+    fabric_checks,
     handover_checks,
     health,
     inventory,
@@ -30,7 +30,7 @@ REGISTRY.register("inventory", inventory.decide_inventory)
 REGISTRY.register("inventory.nodes", inventory.decide_node_count)
 REGISTRY.register("node", inventory.decide_reachable)
 REGISTRY.register("pool", inventory.decide_pool, pooled=False)  # the pool itself: a node outside one is its finding
-REGISTRY.register("pool.fabric", fabric_decisions.decide_fabric, pooled=False)
+REGISTRY.register("pool.fabric", fabric_checks.decide_fabric, pooled=False)  # a pool's declaration
 # certify: each node's probes
 REGISTRY.register("probe", preflight.decide_preflight)
 REGISTRY.register("health", health.decide_health)
@@ -41,7 +41,7 @@ REGISTRY.register("straggler", performance_checks.decide_node_straggler)
 # across nodes
 REGISTRY.register(fabric.MULTINODE, fabric.decide_multinode)
 REGISTRY.register(fabric.PAIRS_CHECK, fabric.decide_pairs)
-REGISTRY.register("fabric", fabric_decisions.decide_fabric, pooled=False)
+REGISTRY.register("fabric", fabric_checks.decide_fabric)
 # recertify: a node against its own handover
 REGISTRY.register("handover", handover_checks.decide_against_handover)
 REGISTRY.register("handover.identity", handover_checks.decide_identity)

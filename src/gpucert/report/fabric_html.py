@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import TYPE_CHECKING
 
-from gpucert.evaluate.fabric_decisions import FabricView, fabric_view
+from gpucert.evaluate.rules.fabric_checks import FabricView, fabric_view
 from gpucert.evaluate.rules.fabric_ports import rail_port
 from gpucert.plan.checks import CheckKey, CheckStatus
 from gpucert.plan.fabric_checks import NODE_RAIL_CHECKS, rail_detail

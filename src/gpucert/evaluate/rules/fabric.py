@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from gpucert.evaluate.fabric_decisions import multinode_figure
 from gpucert.evaluate.locate import because, skip, unmeasured, unmeasured_skip
 from gpucert.evaluate.registry import no_rule
+from gpucert.evaluate.rules.fabric_checks import multinode_figure
 from gpucert.evaluate.rules.performance import Sampled, against_baseline, sample_problem, top_busbw
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.evaluate.stats import Summary, median, summarize

@@ -1,5 +1,6 @@
-"""The fabric checks' decisions: find a pool's fabric declaration and its evidence, or say why there is none, and
-hand them to the pure rules (evaluate/rules/fabric_*.py). Reads the run's view (RunView); registered in catalog.py.
+"""The `fabric` family (and `pool.fabric`) as a run decides it: find a pool's fabric declaration and its evidence,
+or say why there is none, and hand them to the pure rules (rules/fabric_config, fabric_ports, fabric_isolation,
+fabric_transport). Reads the run's view (RunView); registered in catalog.py.
 
 One root cause, one finding: a rail whose port fails `fabric.port` skips its counters and its RDMA bandwidth with
 that cause; a pair's low bandwidth is judged once, by the finding that explains it (a port, a rack link, a node's
