@@ -24,9 +24,11 @@ from gpucert._version import __version__
 from gpucert.cli.acceptance import add_acceptance_commands
 from gpucert.cli.args import PATH_ERRNOS, Parser, count, handover_args, os_error, output_file, seconds, write_output
 from gpucert.cli.fleet import RunHooks, add_fleet_commands
+from gpucert.cli.history import add_history_command
 from gpucert.cli.preflight import add_preflight_command, before_run
 from gpucert.cli.soak import add_soak_command
 from gpucert.errors import ConfigError, GpucertError, IncompleteRunError
+from gpucert.fleet.history import record_run
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.targets import open_target
 from gpucert.plan import run as runner
@@ -209,6 +211,8 @@ def _run(
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+        if mode is runner.Mode.MEASURE:
+            record_run(folder, Path(reports))  # each node's history gains this run's figures
     return result, folder
 
 
@@ -250,6 +254,7 @@ def _sign_with(sign_key: str | None) -> Callable[[RunFolder], str | None]:
             return None
         path, fp = attest.sign_run(folder.path, Path(sign_key))
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+        record_run(folder, folder.path.parent)  # the node's history gains this run's figures
         return attest.certificate_digest(folder.path)
 
     return sign
@@ -505,6 +510,7 @@ def _parser() -> argparse.ArgumentParser:  # noqa: PLR0915
     sg.set_defaults(func=cmd_sign)
     add_acceptance_commands(sub)
     add_fleet_commands(sub, runner_args, RunHooks(_load, _evaluate, _signer, _sign_with))
+    add_history_command(sub, console)
     cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
     cu.add_argument("spec")
     cu.set_defaults(func=cmd_cleanup)

@@ -1,0 +1,257 @@
+"""Each node's performance history: per GPU (by serial) and metric, the median, spread and sample count of every
+signed certification and recertification, with the run, its time, its certificate and the driver and firmware.
+
+The store is `<reports>/.history/<spec>/<node>.jsonl`, one line per run of the node, appended after the run is
+signed. An entry is evidence only as far as its run stands behind it: `verify_entry` finds the run, checks its
+certificate is the one the entry names and is signed by a key given, that the node's evidence is the file that
+certificate signed, and recomputes the figures; an entry that fails any of these is refused, and the reason is
+said. History of another spec or SKU baseline is never compared; a board whose serial changed starts a new history
+(`board_history` says it was replaced).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpucert.errors import ConfigError, EvidenceError
+from gpucert.evaluate.rules.drift import Earlier
+from gpucert.evaluate.stats import mad, median
+from gpucert.plan.layout import run_id_time
+from gpucert.plan.runfolder import RunFolder
+from gpucert.report import attest
+from gpucert.spec.cluster import DEFAULT_POOL
+from gpucert.spec.handover import sha256_of
+from gpucert.spec.names import NameError_, check_node_name, inside
+
+__all__ = [
+    "HISTORY_DIR",
+    "HISTORY_SCHEMA",
+    "BoardHistory",
+    "Figure",
+    "GpuEntry",
+    "HistoryEntry",
+    "board_history",
+    "entry_of",
+    "history_path",
+    "load_history",
+    "record_run",
+    "verify_entry",
+]
+
+HISTORY_DIR = ".history"
+HISTORY_SCHEMA = "gpucert.io/history/v1"
+MAD_TO_SD = 1.4826
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Figure(_Model):
+    median: float
+    spread: float  # robust relative sd of the run's samples (1.4826 MAD / median)
+    n: int
+
+
+class GpuEntry(_Model):
+    index: int
+    serial: str | None
+    firmware: str | None  # the VBIOS version
+    metrics: dict[str, Figure]
+
+
+class HistoryEntry(_Model):
+    schema_: str = Field(HISTORY_SCHEMA, alias="schema")
+    spec: str
+    baseline: str | None  # sha256 of the SKU baseline the node's pool was judged against
+    node: str
+    pool: str
+    run: str
+    time: str
+    certificate: str  # the digest of the run's signed certificate
+    evidence: str  # sha256 of the node's evidence file as signed
+    driver: str | None
+    gpus: list[GpuEntry]
+
+
+def _figures(samples: Sequence[float]) -> Figure:
+    m = median(samples)
+    return Figure(median=m, spread=MAD_TO_SD * mad(samples, m) / m if m else 0.0, n=len(samples))
+
+
+def _pool_of(folder: RunFolder, node: str) -> str:
+    try:
+        nodes = folder.read_verdict().get("nodes") or {}
+    except EvidenceError:
+        return DEFAULT_POOL
+    pool = (nodes.get(node) or {}).get("pool") if isinstance(nodes.get(node), dict) else None
+    return pool if isinstance(pool, str) else DEFAULT_POOL
+
+
+def entry_of(folder: RunFolder, node: str, certificate: str) -> HistoryEntry | None:
+    """The node's history entry from a run folder (None when the run measured nothing of it)."""
+    ev = folder.read_evidence(node)
+    if ev is None or not ev.collected:
+        return None
+    pool = _pool_of(folder, node)
+    try:
+        copy = folder.baseline_copy_for(pool)
+        baseline = sha256_of(copy) if copy.is_file() else None
+    except NameError_:
+        baseline = None
+    at = run_id_time(folder.id)
+    gpus = [
+        GpuEntry(
+            index=g.index,
+            serial=g.serial,
+            firmware=g.vbios,
+            metrics={m: _figures(meas.samples) for m, meas in sorted(g.measurements.items()) if meas.samples},
+        )
+        for g in ev.gpus
+    ]
+    return HistoryEntry(
+        spec=folder.spec_name() or "",
+        baseline=baseline,
+        node=node,
+        pool=pool,
+        run=folder.id,
+        time=at.strftime("%Y-%m-%dT%H:%M:%SZ") if at is not None else ev.finished,
+        certificate=certificate,
+        evidence=attest.sha256_file(folder.evidence_path(node)),
+        driver=ev.system.driver_version if ev.system is not None else None,
+        gpus=gpus,
+    )
+
+
+def history_path(reports: Path, spec: str, node: str) -> Path:
+    try:
+        check_node_name(node)
+        return inside(inside(reports / HISTORY_DIR, spec), f"{node}.jsonl")
+    except NameError_ as exc:
+        raise ConfigError(f"no history file can be named for it: {exc}", key="NODE") from None
+
+
+def record_run(folder: RunFolder, reports: Path) -> list[Path]:
+    """Append each measured node's entry of a signed run to its history; an unsigned run adds nothing (its figures
+    could not be checked later). Returns the history files written."""
+    certificate = attest.certificate_digest(folder.path)
+    spec = folder.spec_name()
+    if certificate is None or spec is None:
+        return []
+    written = []
+    for path in sorted(folder.evidence_dir.glob("*.json")) if folder.evidence_dir.is_dir() else []:
+        entry = entry_of(folder, path.stem, certificate)
+        if entry is None:
+            continue
+        out = history_path(reports, spec, entry.node)
+        if any(e.run == entry.run for e in load_history(out)):
+            continue  # recorded already (a run signed again)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(entry.model_dump(mode="json", by_alias=True), sort_keys=True) + "\n")
+        written.append(out)
+    return written
+
+
+def load_history(path: Path) -> list[HistoryEntry]:
+    """The entries of one node's history file, oldest first; none when it does not exist. A line that is not an
+    entry is a ConfigError naming the file and line."""
+    if not path.is_file():
+        return []
+    out = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(HistoryEntry.model_validate_json(line))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            key = ".".join(str(p) for p in first["loc"]) or None
+            raise ConfigError(
+                f"not a history entry ({first['msg']}); remove the line, history is rebuilt by certifying again",
+                path=path,
+                line=i,
+                key=key,
+            ) from None
+    return sorted(out, key=lambda e: e.time)
+
+
+def verify_entry(entry: HistoryEntry, reports: Path, keys: Sequence[Ed25519PublicKey]) -> str | None:
+    """Why the entry cannot be used (None when its signed run stands behind every figure in it)."""
+    try:
+        run_dir = inside(reports, entry.run)
+    except NameError_ as exc:
+        return f"it names no run folder ({exc})"
+    if not (run_dir / attest.ENVELOPE).is_file():
+        return f"its run {entry.run} is not under {reports}, or is not signed"
+    if attest.certificate_digest(run_dir) != entry.certificate:
+        return f"it names certificate {entry.certificate}, but run {entry.run}'s is another"
+    if not keys:
+        return f"no key was given to check run {entry.run}'s signature (--sign-key or --key PUB)"
+    env = attest.read_envelope(run_dir / attest.ENVELOPE)
+    if not any(c.verified_by for c in env.check(list(keys))):
+        return f"run {entry.run}'s certificate is signed by none of the keys given"
+    folder = RunFolder(run_dir)
+    evidence = folder.evidence_path(entry.node)
+    name = evidence.relative_to(folder.path).as_posix()
+    digest = attest.sha256_file(evidence) if evidence.is_file() else None
+    if digest is None or env.signed_digests().get(name) != digest or digest != entry.evidence:
+        return f"run {entry.run}'s {name} is not the file its certificate signed and the entry names"
+    again = entry_of(folder, entry.node, entry.certificate)
+    if again is None or again.gpus != entry.gpus or again.driver != entry.driver:
+        return f"its figures are not those run {entry.run} measured (edited)"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BoardHistory:
+    """The earlier runs one board is compared with, and what was set aside: `replaced` when the GPU in this slot
+    has another serial than before (a new board starts a new history), `refused` per run whose entry failed."""
+
+    earlier: list[Earlier]
+    replaced: str | None = None
+    refused: tuple[str, ...] = ()
+
+
+def board_history(
+    entries: Sequence[HistoryEntry],
+    *,
+    spec: str,
+    baseline: str | None,
+    gpu: int,
+    serial: str | None,
+    metric: str,
+    refused: dict[str, str] | None = None,
+) -> BoardHistory:
+    """The earlier medians of the board `serial` in slot `gpu` of `metric`, from entries of the same spec and SKU
+    baseline only; entries in `refused` (run -> reason) are set aside and named."""
+    refused = refused or {}
+    earlier: list[Earlier] = []
+    others: set[str] = set()
+    for e in entries:
+        if e.spec != spec or e.baseline != baseline:
+            continue
+        if e.run in refused:
+            continue
+        g = next((g for g in e.gpus if g.index == gpu), None)
+        if g is None:
+            continue
+        if serial is None or g.serial != serial:
+            others.add(g.serial or "unknown")
+            continue
+        if metric in g.metrics:
+            earlier.append(Earlier(e.run, e.time, g.metrics[metric].median, e.driver, g.firmware))
+    replaced = None
+    if others:
+        replaced = (
+            f"slot {gpu} held board(s) {', '.join(sorted(others))} before; board {serial} was put in since and its "
+            "history starts here (the earlier board's figures are not compared)"
+        )
+    reasons = tuple(f"run {run} refused: {why}" for run, why in sorted(refused.items()))
+    return BoardHistory(earlier, replaced, reasons)
