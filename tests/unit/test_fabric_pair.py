@@ -17,6 +17,7 @@ from gpucert.measure.probes import fabric_collective
 from gpucert.measure.probes.fabric_collective import CollectiveFabric
 from gpucert.measure.probes.fabric_pair import PairPlan, Rail, command, measure_pair, rails_of
 from gpucert.measure.probes.multinode import Rendezvous, recv_msg, run_multinode, send_msg
+from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.probes.runner import ProbePlan
 
 from .test_fabric_sysfs import GPU0, NIC0, NIC1, make_hca, make_pci
@@ -211,3 +212,18 @@ def test_each_process_reads_its_own_nccl_log_and_process_0_gathers_every_node(sy
     ]
     assert sorted(d.node for d in transport.devices) == ["node-0", "node-1", "node-2"]
     assert found["rdma"] == []
+
+
+def test_the_rails_are_the_pools_as_the_evaluator_reads_them() -> None:
+    """The spec's named HCAs in rail order (a missing one leaves its index empty), else the link layer's ports in
+    natural order: mlx5_2 before mlx5_10, a frontend Ethernet port out of an InfiniBand fabric's rails."""
+    fabric = NodeFabric(
+        ports=[
+            HcaPort(hca=name, port=1, link_layer="Ethernet" if name == "mlx5_bond_0" else "InfiniBand")
+            for name in ("mlx5_10", "mlx5_2", "mlx5_bond_0", "mlx5_3")
+        ]
+    )
+    found = rails_of(fabric, FabricRails(link_layer="InfiniBand"))
+    assert [(r.index, r.hca) for r in found] == [(0, "mlx5_2"), (1, "mlx5_3"), (2, "mlx5_10")]
+    named = rails_of(fabric, FabricRails(hcas=["mlx5_3", "mlx5_7", "mlx5_10"], link_layer="InfiniBand"))
+    assert [(r.index, r.hca) for r in named] == [(0, "mlx5_3"), (2, "mlx5_10")]

@@ -22,6 +22,7 @@ from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.measure.evidence import CounterWindow, FabricEvidence, FabricPairs, NodeEvidence, ProbeError
 from gpucert.measure.evidence_fabric import merge_windows
+from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.pairs import rounds as pair_rounds
@@ -248,6 +249,7 @@ def measure(
         samples=dict(spec.certify.samples),
         gpus={n: pools.gpus_per_node(n) for n in pools.placed},
         fabric=any(p.fabric is not None for p in spec.pools),
+        fabric_rails=rails_plan(spec),
     )
 
     collected: list[str] = [
@@ -299,6 +301,14 @@ def attach_windows(folder: RunFolder, docs: list[FabricEvidence]) -> None:
         if ev is None or ev.fabric is None or ev.fabric.counters is not None or merged is None:
             continue
         folder.write_evidence(ev.model_copy(update={"fabric": ev.fabric.model_copy(update={"counters": merged})}))
+
+
+def rails_plan(spec: ClusterSpec) -> FabricRails | None:
+    """Which ports the fabric pods measure as rails: the first fabric pool's (a spec's pools share one fabric)."""
+    fabric = next((p.fabric for p in spec.pools if p.fabric is not None), None)
+    if fabric is None:
+        return None
+    return FabricRails(hcas=fabric.rails.hcas, link_layer=fabric.link_layer.value, port=fabric.rails.port)
 
 
 def fabric_rounds(pools: PoolMap, nodes: list[str]) -> list[list[list[str]]]:

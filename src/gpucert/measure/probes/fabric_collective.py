@@ -18,6 +18,7 @@ from gpucert.measure.evidence import CounterWindow, NcclTransport, ProbeError, R
 from gpucert.measure.probes.fabric_nccl import merge_transports, read_nccl_logs
 from gpucert.measure.probes.fabric_pair import PairPlan, measure_pair, window_of
 from gpucert.measure.probes.fabric_sysfs import read_counters
+from gpucert.measure.probes.probe_plan import FabricRails
 
 if TYPE_CHECKING:
     from gpucert.measure.probes.device import Device
@@ -54,8 +55,16 @@ class NoFabric:
 class CollectiveFabric(NoFabric):
     """Set up before the rendezvous (NCCL reads its debug settings when it starts), started after it."""
 
-    def __init__(self, node: str, *, on_gpu: bool, env: MutableMapping[str, str] = os.environ) -> None:
+    def __init__(
+        self,
+        node: str,
+        *,
+        on_gpu: bool,
+        env: MutableMapping[str, str] = os.environ,
+        select: FabricRails | None = None,
+    ) -> None:
         self.node = node
+        self.select = select
         self.root = Path(env.get("GPUCERT_SYSFS", "/sys"))
         self.logs: Path | None = None
         if on_gpu:  # the NumPy device runs no NCCL
@@ -71,7 +80,8 @@ class CollectiveFabric(NoFabric):
         nodes = (rdzv.peers[0].node, rdzv.peers[1].node)
         gpus: Mapping[int, str] = {d.index: d.pci_bus_id for d in devices if d.pci_bus_id}
         try:
-            found = measure_pair(rdzv.rank, nodes, rdzv.link(1 - rdzv.rank), self.root, gpus, PairPlan(), rdzv.host)
+            link = rdzv.link(1 - rdzv.rank)
+            found = measure_pair(rdzv.rank, nodes, link, self.root, gpus, PairPlan(), rdzv.host, select=self.select)
             self.rdma = found or []
         except (OSError, ValueError) as exc:  # the sysfs or the exchange: the pair's RDMA error, not the ring's
             self.errors.append(ProbeError(probe="rdma", message=f"{type(exc).__name__}: {exc}"))

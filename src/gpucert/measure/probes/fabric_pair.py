@@ -12,6 +12,7 @@ each node in HCA order, the same rail on both nodes. Imports nothing of the harn
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from pathlib import Path
 from gpucert.measure.evidence_fabric import RELATIONS, CounterWindow, NodeFabric, RdmaBandwidth, port_key
 from gpucert.measure.probes.fabric_perftest import parse_ib_write_bw
 from gpucert.measure.probes.fabric_sysfs import CounterSnapshot, counter_window, read_counters, read_node_fabric
+from gpucert.measure.probes.probe_plan import FabricRails
 
 __all__ = [
     "PERFTEST_PORT",
@@ -54,10 +56,26 @@ class PairPlan:
     timeout_s: float = 120.0  # one repetition of every rail, connection and teardown included
 
 
-def rails_of(fabric: NodeFabric) -> list[Rail]:
-    """The node's rails: its ports in HCA order, each with the GPU nearest its NIC and (RoCE) its RoCE v2 GID."""
+def _natural(name: str) -> list[int | str]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def rails_of(fabric: NodeFabric, select: FabricRails | None = None) -> list[Rail]:
+    """The node's rails as the pool's fabric section names them (`select`; the evaluator reads them the same way):
+    its HCAs in rail order, else every port of its link layer in natural order (every port without `select`).
+    Each with the GPU nearest its NIC and (RoCE) its RoCE v2 GID; a named HCA the node lacks has no rail here."""
+    if select is not None and select.hcas is not None:
+        named = [fabric.port(h, select.port) for h in select.hcas]
+        ports = [(i, p) for i, p in enumerate(named) if p is not None]
+    else:
+        chosen = [
+            p
+            for p in fabric.ports
+            if select is None or (p.port == select.port and select.link_layer in (None, p.link_layer))
+        ]
+        ports = list(enumerate(sorted(chosen, key=lambda q: (_natural(q.hca), q.port))))
     rails = []
-    for i, p in enumerate(sorted(fabric.ports, key=lambda q: (q.hca, q.port))):
+    for i, p in ports:
         near = sorted(
             (RELATIONS.index(a.relation), a.gpu) for a in fabric.affinity if a.hca == p.hca and a.relation is not None
         )
@@ -166,26 +184,33 @@ def measure_pair(
     plan: PairPlan,
     server_host: str,
     launch: Launch = _popen,
+    select: FabricRails | None = None,
 ) -> list[RdmaBandwidth] | None:
     """This process's part of the pair's RDMA per rail (rank 0 the servers, rank 1 the clients); `link` sends to
     and receives from the other process; `gpus`: CUDA ordinal -> PCI address (with CUDA_DEVICE_ORDER=PCI_BUS_ID,
     the ordinal `--use_cuda` takes). Rank 0 returns the pair's evidence, rank 1 None."""
     send, recv = link
-    mine = rails_of(read_node_fabric(root, gpus))
+    own = rails_of(read_node_fabric(root, gpus), select)
     if rank != 0:
-        send(rails_json(mine))
-        theirs = rails_from(recv())
-        count = min(len(mine), len(theirs))
+        send(rails_json(own))
+        mine, _ = _common(own, rails_from(recv()))
         for _ in range(plan.reps):
             recv()  # the servers were launched
             time.sleep(1.0)  # and listen
-            send(json.dumps(run_rails(mine[:count], plan, server_host, launch)).encode())
+            send(json.dumps(run_rails(mine, plan, server_host, launch)).encode())
         return None
-    theirs = rails_from(recv())
-    send(rails_json(mine))
-    count = min(len(mine), len(theirs))
+    peer = rails_from(recv())
+    send(rails_json(own))
+    mine, theirs = _common(own, peer)
     runs = []
     for _ in range(plan.reps):
-        run_rails(mine[:count], plan, None, launch, started=lambda: send(b"go"))
+        run_rails(mine, plan, None, launch, started=lambda: send(b"go"))
         runs.append(json.loads(recv()))
-    return rdma_of(nodes[1], nodes[0], list(zip(theirs[:count], mine[:count], strict=True)), runs, plan)
+    return rdma_of(nodes[1], nodes[0], list(zip(theirs, mine, strict=True)), runs, plan)
+
+
+def _common(mine: Sequence[Rail], theirs: Sequence[Rail]) -> tuple[list[Rail], list[Rail]]:
+    """The rails both nodes have, by rail index, in rail order (a rail one node lacks is its fabric.port's)."""
+    a, b = {r.index: r for r in mine}, {r.index: r for r in theirs}
+    both = sorted(a.keys() & b.keys())
+    return [a[i] for i in both], [b[i] for i in both]

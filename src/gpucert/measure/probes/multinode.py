@@ -331,11 +331,11 @@ def run_multinode(
     """
     started = _now()
     # before NCCL starts (process 0's unique id at the rendezvous): it reads NCCL_DEBUG_FILE then
-    fabric = CollectiveFabric(plan.node, on_gpu=plan.device == "cupy") if plan.fabric else NoFabric()
+    on_gpu = plan.device == "cupy"
+    fabric = CollectiveFabric(plan.node, on_gpu=on_gpu, select=plan.fabric_rails) if plan.fabric else NoFabric()
     rdzv = Rendezvous(rank, processes, host, port, timeout_s)
     try:
         devices = devices_for(plan)
-        on_gpu = plan.device == "cupy"
 
         def make_uid() -> Any:
             if not on_gpu:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpucert.measure.probes import compute, memory, nccl, p2p, pcie
 from gpucert.spec.cluster import Probe
 
-__all__ = ["PLAN_SCHEMA", "BudgetSpec", "DcgmPlan", "ProbePlan", "Sizes"]
+__all__ = ["PLAN_SCHEMA", "BudgetSpec", "DcgmPlan", "FabricRails", "ProbePlan", "Sizes"]
 
 PLAN_SCHEMA = "gpucert.io/probe-plan/v1"
 
@@ -42,6 +42,15 @@ class DcgmPlan(_M):
     timeout_s: float | None = None  # None: the level's time (deadline.dcgm_seconds), inside the Job's deadline
 
 
+class FabricRails(_M):
+    """Which ports are a pool's rails, as its fabric section says (the evaluator reads them the same way): the named
+    HCAs in rail order, else every HCA whose `port` is of `link_layer`, in natural order (mlx5_2 before mlx5_10)."""
+
+    hcas: list[str] | None = None
+    link_layer: str | None = None  # InfiniBand | Ethernet, as sysfs spells it
+    port: int = 1
+
+
 class ProbePlan(_M):
     schema_: Literal["gpucert.io/probe-plan/v1"] = Field("gpucert.io/probe-plan/v1", alias="schema")
     run_id: str
@@ -57,5 +66,6 @@ class ProbePlan(_M):
     dcgm: DcgmPlan = Field(default_factory=DcgmPlan)
     # read the node's fabric (a pool with a fabric section): the preflight then needs the RDMA tools
     fabric: bool = False
+    fabric_rails: FabricRails | None = None  # which ports are the rails (None: every port, natural order)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from gpucert.measure.evidence import FabricEvidence, NodeEvidence
+from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.spec.cluster import Probe
 
 __all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeState", "NodeTarget", "Target"]
@@ -28,6 +29,7 @@ class MeasurePlan:
     # GPUs each node's pool expects (a probe pod requests them all); nodes not listed: the target's own count
     gpus: Mapping[str, int] = field(default_factory=dict)
     fabric: bool = False  # a pool has a fabric section: read each node's fabric, measure pairs' RDMA per rail
+    fabric_rails: FabricRails | None = None  # which ports are the rails (the first fabric pool's section)
 
     def to_json(self) -> dict[str, Any]:
         return {

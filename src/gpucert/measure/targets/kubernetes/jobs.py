@@ -108,6 +108,7 @@ class ProbeJobs:
             samples={Probe(k): n for k, n in self.plan.samples.items()},
             dcgm=DcgmPlan(level=self.plan.dcgm_level),
             fabric=self.plan.fabric,
+            fabric_rails=self.plan.fabric_rails,
         )
         most = max([self.gpus_per_node, *self.plan.gpus.values()])
         needed = job_seconds(self.probe_plan, most)
