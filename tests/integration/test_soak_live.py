@@ -50,7 +50,7 @@ def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: Fak
         n = served_cluster.get("nodes", None, name)
         assert n is not None
         assert n["spec"].get("unschedulable") is True
-        assert n["metadata"]["labels"]["gpucert.io/soak"] == "running"
+        assert n["metadata"]["labels"]["gpucert.io/soak"] == "failed"  # it left the soak (running before)
     untouched = served_cluster.get("nodes", None, "gpu-03")
     assert untouched is not None
     assert "gpucert.io/soak" not in untouched["metadata"]["labels"]
@@ -64,6 +64,12 @@ def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: Fak
         "gpu-01": ("fail", 0),
         "gpu-02": ("fail", 0),
     }
+    labelled = [
+        e[4]["metadata"]["labels"].get("gpucert.io/soak")
+        for e in served_cluster.events
+        if e[1] == "nodes" and e[4]["metadata"]["name"] == "gpu-01"
+    ]
+    assert [v for i, v in enumerate(labelled) if v and v != labelled[i - 1]] == ["running", "failed"]
     (finding,) = result.nodes["gpu-01"]["findings"]
     assert finding["check"] == "soak.round"
     assert "2 GPUs answered, the pool expects 8" in finding["message"]

@@ -280,3 +280,15 @@ def test_a_due_dcgm_that_did_not_run_is_an_error() -> None:
     baseline = load_baseline(BASELINE)
     findings = judge_round(history, r, Peers("default", None), baseline, SoakCriteria(), 0)
     assert [(f.check, f.status.value) for f in findings] == [("soak.dcgm", "error")]
+
+
+def test_a_soaked_board_has_the_serial_the_certification_gave_it() -> None:
+    from gpucert.measure.targets.base import MeasurePlan
+    from gpucert.measure.targets.simulated import SimulatedTarget
+    from gpucert.measure.targets.simulated.soak import SimulatedSoak
+    from gpucert.spec.cluster import Probe, load_spec
+
+    target = SimulatedTarget.from_spec(load_spec(ROOT / "examples" / "soak.yaml"))
+    certified = target.measure_node("gpu-node-2", MeasurePlan("r", (Probe.HEALTH,), 1))
+    soaked = SimulatedSoak(target, ["health"]).node_round("gpu-node-2", 0, 0.0, 1.0)
+    assert [(g.serial, g.uuid) for g in soaked.gpus] == [(g.serial, g.uuid) for g in certified.gpus]

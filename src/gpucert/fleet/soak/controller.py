@@ -148,6 +148,7 @@ class SoakController:
         self.wall_s = 0.0
         self.controller_s = 0.0
         self.ingest_s = 0.0
+        self._replaying = False
         self.controller_cpu_s = 0.0  # of the time between rounds, the CPU's (what a busy machine cannot inflate)
         self._round_wall: list[float] = []
 
@@ -172,12 +173,20 @@ class SoakController:
             n.status, n.left_round, n.findings = LEFT, r.round, findings
             n.clean_hours = r.start_h - n.history.clock_h
             n.history = None  # what it measured before it left is on disk; its clock restarts if it rejoins
+            self._mark(r.node, "failed")
         else:
             n.clean_hours = n.history.end_h - n.history.clock_h
+
+    def _mark(self, node: str, status: str) -> None:
+        """Tell the target where the node stands (a cluster labels it); a replayed round marks nothing again."""
+        mark = getattr(self.target, "mark", None)
+        if mark is not None and not self._replaying:
+            mark(node, status)
 
     def _replay(self) -> int:
         """The committed rounds' effects (summaries only): the first round still to run."""
         k = 0
+        self._replaying = True
         while (s := self.folder.read_summary(k)) is not None:
             for node in s.get("rejoined", []):
                 self._rejoin(node, k)
@@ -189,6 +198,7 @@ class SoakController:
                 self._apply(r, s["left"].get(node, []))
             self._round_wall.append(float(s.get("wallS", 0.0)))
             k += 1
+        self._replaying = False
         return k
 
     # ---- one round ----------------------------------------------------------------------------------------------
@@ -322,6 +332,9 @@ class SoakController:
                 "rejoined": n.rejoined,
                 "findings": n.findings,
             }
+        for node, v in nodes.items():
+            if v["result"] != "fail" and self.nodes[node].pool is not None:
+                self._mark(node, v["result"])
         results = {v["result"] for v in nodes.values()}
         overall = "fail" if "fail" in results else "incomplete" if "incomplete" in results else "pass"
         self.folder.write_result(

@@ -2,9 +2,11 @@
 `maxParallel` at once, cleaned up after the round) on nodes cordoned and labelled `gpucert.io/soak=running` before
 the first round, and the round lasts its length in real time.
 
-A probe pod never restarts (restartPolicy Never, backoffLimit 0, podspec.py and jobs.py): a container that dies
-fails the pod, and the node's round is not measured (`soak.round`), so `restarts` is always 0 here. A probe error
-of any kind makes the round not measured too (fail closed): the soak cannot judge a round that did not run whole.
+The label says `failed` once the node leaves the soak, and its result (`pass`, `incomplete`) at the end; the
+nodes stay cordoned for their owner to release. A probe pod never restarts (restartPolicy Never, backoffLimit 0:
+podspec.py and jobs.py): a container that dies fails the pod, and the node's round is not measured (`soak.round`),
+so `restarts` is always 0 here. A probe error of any kind makes the round not measured too (fail closed): the soak
+cannot judge a round that did not run whole.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ class KubernetesSoak:
                 node, labels={LABEL_SOAK: "running"}, annotations={"gpucert.io/soak-run": self.run_id}, uncordon=False
             )
             self._marked.add(node)
+
+    def mark(self, node: str, status: str) -> None:
+        """`gpucert.io/soak=<status>` on the node: failed when it leaves the soak; pass or incomplete at the end."""
+        self.target.node_control(Path()).mark(node, labels={LABEL_SOAK: status}, annotations={}, uncordon=False)
 
     def run_round(
         self, nodes: Sequence[str], index: int, start_h: float, end_h: float, dcgm_level: int | None = None

@@ -13,7 +13,9 @@ well inside the 5 °C spread the criterion allows.
 
 from __future__ import annotations
 
+import hashlib
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
@@ -215,7 +217,16 @@ class SimulatedSoak:
         if "health" in self.probes:
             health = nvml_health(rng, baseline, w.faults[node].gpu.get(slot, []), ["soak"])
             health = self._overlay(rng, health, node, slot, mine, start_h, end_h)
-        return GpuEvidence(index=index, serial=f"sim-{node}-{slot}", health=health, measurements=measurements)
+        # the board's identity as the certification's simulated probe names it (probes.py): one board, one serial
+        board = "/replacement" if slot in w.faults[node].swapped else ""
+        digest = hashlib.sha256(f"{w.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
+        return GpuEvidence(
+            index=index,
+            uuid=f"GPU-{uuid.UUID(digest[:32])}",
+            serial=str(int(digest[:12], 16) % 10**13).zfill(13),
+            health=health,
+            measurements=measurements,
+        )
 
     def _overlay(
         self,
