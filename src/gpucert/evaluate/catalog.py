@@ -9,11 +9,11 @@ from __future__ import annotations
 from gpucert.evaluate.registry import Registry
 from gpucert.evaluate.rules import (
     dcgm,
-    fabric,
     fabric_checks,
     handover_checks,
     health,
     inventory,
+    multinode,
     performance_checks,
     preflight,
     stack,
@@ -39,8 +39,8 @@ for measured in ("memory", "compute.gemm", "pcie", "p2p", "nccl"):
     REGISTRY.register(measured, performance_checks.decide_metric)
 REGISTRY.register("straggler", performance_checks.decide_node_straggler)
 # across nodes
-REGISTRY.register(fabric.MULTINODE, fabric.decide_multinode)
-REGISTRY.register(fabric.PAIRS_CHECK, fabric.decide_pairs)
+REGISTRY.register(multinode.MULTINODE, multinode.decide_multinode)
+REGISTRY.register(multinode.PAIRS_CHECK, multinode.decide_pairs)
 REGISTRY.register("fabric", fabric_checks.decide_fabric)
 # recertify: a node against its own handover
 REGISTRY.register("handover", handover_checks.decide_against_handover)

@@ -12,8 +12,8 @@ from functools import cached_property
 
 from gpucert.evaluate.catalog import REGISTRY
 from gpucert.evaluate.locate import outside_pools
-from gpucert.evaluate.rules.fabric import fabric_straggler, multinode
 from gpucert.evaluate.rules.inventory import decide_node_count, decide_reachable
+from gpucert.evaluate.rules.multinode import fabric_straggler, multinode
 from gpucert.evaluate.rules.waivers import WaiverBook, book_of, serial_of
 from gpucert.evaluate.skips import skip_stands
 from gpucert.evaluate.view import GpuSlot, RunView

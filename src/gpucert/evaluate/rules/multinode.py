@@ -1,6 +1,7 @@
-"""Fabric rules: the all-reduce across nodes against its baseline figure, and the node that slows the ring. The
-judging functions take the multi-node evidence and return Findings; `decide_multinode` and `decide_pairs` find that
-evidence in the run's view (registered for `nccl.all_reduce.multinode` and `straggler.nccl.all_reduce.multinode`).
+"""The all-reduce across nodes: against its figure (the pool's fabric.ncclBusbw, else the baseline's), and the node
+that slows the ring. The judging functions take the multi-node evidence and return Findings; `decide_multinode`
+and `decide_pairs` find that evidence in the run's view (registered for `nccl.all_reduce.multinode` and
+`straggler.nccl.all_reduce.multinode`). The fabric's own checks (ports, counters, RDMA) are fabric_checks.py's.
 
 One number for the whole ring does not say which node slows it: every pair of neighbours runs the same
 all-reduce, and a node whose every pair is behind the pairs' median (by more than the straggler limit and outside
