@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
+from gpucert.errors import NodeBusyError
 from gpucert.fleet.soak import start_soak
+from gpucert.measure.targets.kubernetes.target import KubernetesTarget
+from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
@@ -18,10 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NS = "gpucert"
 
 
-def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: FakeCluster, tmp_path: Path) -> None:
-    for name in ("gpu-01", "gpu-02"):
-        served_cluster.put("nodes", node(name, extra_labels={"soak": "yes"}))
-    served_cluster.put("nodes", node("gpu-03"))  # not selected: never touched
+def _spec(tmp_path: Path) -> Path:
     doc = {
         "apiVersion": "gpucert.io/v1alpha1",
         "kind": "ClusterSpec",
@@ -40,9 +41,21 @@ def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: Fak
         "soak": {"duration": "2s", "round": "1s", "probes": ["health", "memory"]},
     }
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return tmp_path / "spec.yaml"
+
+
+def _nodes(cluster: FakeCluster) -> None:
+    for name in ("gpu-01", "gpu-02"):
+        cluster.put("nodes", node(name, extra_labels={"soak": "yes"}))
+    cluster.put("nodes", node("gpu-03"))  # not selected: never touched
+
+
+def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    _nodes(served_cluster)
+    spec = _spec(tmp_path)
     kubelet = FakeKubelet(served_cluster).start()
     try:
-        result = start_soak(tmp_path / "spec.yaml", tmp_path / "reports")
+        result = start_soak(spec, tmp_path / "reports")
     finally:
         kubelet.close()
     assert sorted(result.nodes) == ["gpu-01", "gpu-02"]
@@ -58,7 +71,13 @@ def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: Fak
     assert first["collected"], first["errors"]
     assert first["gpus"][0]["uuid"].startswith("CPU-")  # the fake kubelet's NumPy device, two of them
     assert "memory.bandwidth" in first["gpus"][0]["measurements"]
-    assert {k: len(served_cluster.list(k, NS)) for k in ("jobs", "pods")} == {"jobs": 0, "pods": 0}
+    assert {k: len(served_cluster.list(k, NS)) for k in ("jobs", "pods", "leases")} == {
+        "jobs": 0,
+        "pods": 0,
+        "leases": 0,  # the soak's leases on its nodes went with it
+    }
+    holders = {e[4]["spec"]["holderIdentity"] for e in served_cluster.events if e[1] == "leases" and e[3] == "ADDED"}
+    assert holders == {f"soak {result.run.name}"}
     # the NumPy device is no 8-GPU node: each node leaves at its first round, measured, judged and found short
     assert {n: (v["result"], v["leftRound"]) for n, v in result.nodes.items()} == {
         "gpu-01": ("fail", 0),
@@ -73,3 +92,15 @@ def test_rounds_run_as_probe_jobs_on_cordoned_labelled_nodes(served_cluster: Fak
     (finding,) = result.nodes["gpu-01"]["findings"]
     assert finding["check"] == "soak.round"
     assert "2 GPUs answered, the pool expects 8" in finding["message"]
+
+
+def test_a_node_another_run_holds_is_not_soaked(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    _nodes(served_cluster)
+    spec = _spec(tmp_path)
+    target = KubernetesTarget.from_spec(load_spec(spec))
+    held = target.node_control(tmp_path).lock("gpu-02", "recertify gpu-02 by someone")
+    with held, pytest.raises(NodeBusyError, match="recertify gpu-02 by someone"):
+        start_soak(spec, tmp_path / "reports")
+    assert served_cluster.list("jobs", NS) == []
+    labels = served_cluster.get("nodes", None, "gpu-01")["metadata"]["labels"]  # type: ignore[index]
+    assert "gpucert.io/soak" not in labels  # nothing was marked before every lease was held

@@ -10,6 +10,7 @@ Memory holds, per node, the summaries the criteria need (no samples): raw rounds
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -346,7 +347,9 @@ class SoakController:
 
     def run(self, rejoin: Sequence[str] = ()) -> SoakResult:
         """Run (or continue) the soak to its end; one controller per run (SoakBusyError otherwise)."""
-        with self.folder.lock():
+        hold = getattr(self.target, "hold", None)  # a cluster's Leases on its nodes, beside the folder's lock
+        in_pool = [n.node for n in self.nodes.values() if n.pool is not None]
+        with self.folder.lock(), hold(in_pool) if hold is not None else contextlib.nullcontext():
             first = self._replay()
             for node in rejoin:
                 self._rejoin(node, first)

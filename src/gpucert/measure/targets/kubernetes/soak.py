@@ -11,6 +11,7 @@ cannot judge a round that did not run whole.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -46,6 +47,17 @@ class KubernetesSoak:
                 node, labels={LABEL_SOAK: "running"}, annotations={"gpucert.io/soak-run": self.run_id}, uncordon=False
             )
             self._marked.add(node)
+
+    @contextlib.contextmanager
+    def hold(self, nodes: Sequence[str]) -> Iterator[None]:
+        """Each node's Lease (the one recertification takes) for as long as the controller runs: a second soak or
+        a recertification of a soaking node is refused while this one lives, and a lease of a controller that died
+        lapses on its own (nodes.py)."""
+        control = self.target.node_control(Path())
+        with contextlib.ExitStack() as stack:
+            for node in nodes:
+                stack.enter_context(control.lock(node, f"soak {self.run_id}"))
+            yield
 
     def mark(self, node: str, status: str) -> None:
         """`gpucert.io/soak=<status>` on the node: failed when it leaves the soak; pass or incomplete at the end."""
