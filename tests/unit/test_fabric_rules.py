@@ -19,6 +19,7 @@ from gpucert.evaluate.rules.fabric_transport import Collective, judge_transport
 from gpucert.measure.evidence_fabric import (
     CounterWindow,
     GdrFacts,
+    GidEntry,
     GpuNic,
     HcaPort,
     NcclChannel,
@@ -26,7 +27,7 @@ from gpucert.measure.evidence_fabric import (
     NodeFabric,
 )
 from gpucert.plan.checks import CheckStatus
-from gpucert.spec.fabric import FabricSpec
+from gpucert.spec.fabric import FabricSpec, LinkLayer
 
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
 SPEC = FabricSpec.model_validate(
@@ -79,6 +80,18 @@ def test_a_port_that_is_not_there_fails_and_one_not_read_is_an_error() -> None:
     assert judge_port("n1", 7, None, SPEC).status is FAIL
     assert judge_port("n1", 3, port(unreadable={"rate": "EIO"}), SPEC).status is ERROR
     assert judge_port("n1", 3, port(active_mtu=None), SPEC).status is ERROR
+
+
+def test_a_roce_port_needs_a_roce_v2_gid_where_its_traffic_goes() -> None:
+    roce = SPEC.model_copy(update={"link_layer": LinkLayer.ETHERNET})
+    v2 = GidEntry(index=3, gid="0000:0000:0000:0000:0000:ffff:0a00:0001", type="RoCE v2", netdev="eth2")
+    v1 = GidEntry(index=2, gid="fe80:0000:0000:0000:0000:0000:0000:0001", type="IB/RoCE v1", netdev="eth2")
+    base = {"link_layer": "Ethernet", "netdev_mtu": 9000, "gids": [v1, v2]}
+    assert judge_port("n1", 3, port(**base, gid_index=3), roce).status is PASS
+    wrong = judge_port("n1", 3, port(**base, gid_index=2), roce)
+    assert wrong.status is FAIL
+    assert "GID index 2 in use is IB/RoCE v1, not RoCE v2" in wrong.message
+    assert "no RoCE v2 GID" in judge_port("n1", 3, port(**(base | {"gids": [v1]})), roce).message
 
 
 # ---- fabric.counters -----------------------------------------------------------------------------------------

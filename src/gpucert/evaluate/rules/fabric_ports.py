@@ -78,38 +78,81 @@ def _state(text: str | None) -> str:
     return (text or "").partition(":")[2].strip() or (text or "").strip()
 
 
-def judge_port(node: str, rail: int, port: HcaPort | None, spec: FabricSpec) -> Finding:
-    """`fabric.port`: the rail's port is up (ACTIVE, LinkUp), of the declared link layer, at the rated speed and MTU."""
-    check, where = "fabric.port", f"{node} rail {rail}"
-    if port is None:
-        if spec.rails.hcas:
-            where = rail_where(node, rail, f"{spec.rails.hcas[rail]}/{spec.rails.port}")
-            return Finding(check, FAIL, node, None, f"{where}: the node has no such HCA port")
-        message = f"{where}: the node has fewer than {rail + 1} {spec.link_layer.value} HCAs"
-        return Finding(check, FAIL, node, None, message)
-    where = rail_where(node, rail, port.key)
+def _missing(node: str, rail: int, spec: FabricSpec) -> Finding:
+    if spec.rails.hcas:
+        where = rail_where(node, rail, f"{spec.rails.hcas[rail]}/{spec.rails.port}")
+        return Finding("fabric.port", FAIL, node, None, f"{where}: the node has no such HCA port")
+    message = f"{node} rail {rail}: the node has fewer than {rail + 1} {spec.link_layer.value} HCAs"
+    return Finding("fabric.port", FAIL, node, None, message)
+
+
+def _unread(port: HcaPort, spec: FabricSpec) -> str | None:
+    """What of the port could not be read, so that it cannot be judged (None: everything needed was read)."""
     if port.unreadable:
-        what = "; ".join(f"{k}: {v}" for k, v in sorted(port.unreadable.items()))
-        return Finding(check, ERROR, node, None, f"{where}: sysfs could not be read: {what}")
+        return "sysfs could not be read: " + "; ".join(f"{k}: {v}" for k, v in sorted(port.unreadable.items()))
+    if port.rate_gbps is None:
+        return f"the port's rate was not read ({port.rate!r})"
+    if _mtu(port, spec) is None:
+        return "the port's MTU was not read"
+    return None
+
+
+def _mtu(port: HcaPort, spec: FabricSpec) -> int | None:
+    return port.active_mtu if spec.link_layer.value == "InfiniBand" else port.netdev_mtu
+
+
+def _port_problems(port: HcaPort, spec: FabricSpec) -> list[str]:
     problems = []
     if _state(port.state) != "ACTIVE" or _state(port.phys_state) != "LinkUp":
-        problems.append(
-            f"the port is {_state(port.state) or '?'} / {_state(port.phys_state) or '?'}, not ACTIVE / LinkUp"
-        )
+        state, phys = _state(port.state) or "?", _state(port.phys_state) or "?"
+        problems.append(f"the port is {state} / {phys}, not ACTIVE / LinkUp")
     if port.link_layer != spec.link_layer.value:
         problems.append(f"link layer {port.link_layer}, not {spec.link_layer.value}")
-    if port.rate_gbps is None:
-        return Finding(check, ERROR, node, None, f"{where}: the port's rate was not read ({port.rate!r})")
-    if port.rate_gbps < spec.rated_gbps:
+    if port.rate_gbps is not None and port.rate_gbps < spec.rated_gbps:
         problems.append(f"trained down to {port.rate} where {spec.rated_gbps:g} Gb/s is rated")
-    mtu = port.active_mtu if spec.link_layer.value == "InfiniBand" else port.netdev_mtu
-    if mtu is None:
-        return Finding(check, ERROR, node, None, f"{where}: the port's MTU was not read")
-    if mtu < spec.mtu:
+    mtu = _mtu(port, spec)
+    if mtu is not None and mtu < spec.mtu:
         problems.append(f"MTU {mtu}, below the {spec.mtu} declared")
+    gid = _roce_gid_problem(port) if spec.link_layer.value == "Ethernet" else None
+    return [*problems, gid] if gid else problems
+
+
+def judge_port(node: str, rail: int, port: HcaPort | None, spec: FabricSpec) -> Finding:
+    """`fabric.port`: the rail's port is up (ACTIVE, LinkUp), of the declared link layer, at the rated speed and
+    MTU, and (RoCE) with a RoCE v2 GID where its traffic goes."""
+    if port is None:
+        return _missing(node, rail, spec)
+    where = rail_where(node, rail, port.key)
+    unread = _unread(port, spec)
+    if unread:
+        return Finding("fabric.port", ERROR, node, None, f"{where}: {unread}")
+    problems = _port_problems(port, spec)
     status = FAIL if problems else PASS
-    message = f"{where}: {'; '.join(problems)}" if problems else f"{where}: ACTIVE at {port.rate}, MTU {mtu}"
-    return Finding(check, status, node, None, message, observed=port.rate_gbps, expected=spec.rated_gbps, unit="Gb/s")
+    said = "; ".join(problems) or f"ACTIVE at {port.rate}, MTU {_mtu(port, spec)}"
+    return Finding(
+        "fabric.port",
+        status,
+        node,
+        None,
+        f"{where}: {said}",
+        observed=port.rate_gbps,
+        expected=spec.rated_gbps,
+        unit="Gb/s",
+    )
+
+
+def _roce_gid_problem(port: HcaPort) -> str | None:
+    """RoCE needs a RoCE v2 GID to route: the one the traffic was told to use (NCCL_IB_GID_INDEX), else any.
+    The GID type is the kernel's gid_attrs/types string ("RoCE v2"; drivers/infiniband/core/sysfs.c)."""
+    v2 = [g for g in port.gids if (g.type or "").lower() == "roce v2"]
+    if port.gid_index is not None:
+        used = next((g for g in port.gids if g.index == port.gid_index), None)
+        if used is None:
+            return f"GID index {port.gid_index} (the one in use) is empty"
+        if used not in v2:
+            return f"GID index {port.gid_index} in use is {used.type or 'of no type'}, not RoCE v2"
+        return None
+    return None if v2 else "no RoCE v2 GID on the port"
 
 
 def _over(name: str, delta: int, hours: float, limit: CounterLimit) -> str | None:
