@@ -134,3 +134,18 @@ def test_the_hca_firmware_pin_holds_every_rail_hca(certify) -> None:
     assert run.verdict["findings"][0]["message"].endswith(
         "mlx5_0 28.39.1002, mlx5_1 28.39.1002: not the pinned hca-firmware 28.40.1000"
     )
+
+
+@pytest.mark.parametrize("layer", ["InfiniBand", "Ethernet"])
+def test_a_clean_fabric_passes_every_fabric_check(certify, layer: str) -> None:
+    """No fault, no finding: 8 nodes in two racks, 8 rails of InfiniBand or RoCE, every fabric check required ran."""
+    fabric = {"rails": 8, "linkLayer": layer, "racks": {"label": "example.com/rack", "size": 4}}
+    spec = fabric_spec(
+        dict(FABRIC, linkLayer=layer, rackLabel="example.com/rack"), nodes=8, probes=["health"], multinode={}
+    )
+    run = certify(fleet_doc(nodes=8, fabric=fabric), spec=spec)
+    assert run.findings == set(), run.verdict["findings"]
+    assert run.verdict["result"] == "pass"
+    assert run.verdict["coverage"]["complete"]
+    fabric_keys = 8 * (4 * 8 + 2) + 2  # 4 per rail and 2 per node on 8 nodes; pool.fabric, the transport
+    assert run.verdict["summary"]["checks"] >= fabric_keys
