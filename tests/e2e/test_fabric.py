@@ -91,6 +91,7 @@ def test_reports_punch_list_and_metrics_name_the_rail_hca_port_and_peer(certify)
     from gpucert.acceptance.punchlist import punch_list
     from gpucert.fleet.metrics import FleetCollector
     from gpucert.plan.runfolder import RunFolder
+    from gpucert.spec.cluster import load_spec
 
     faults = [
         {"kind": "port-rate", "node": "gpu-node-2", "rail": 1, "gbps": 200},
@@ -109,12 +110,13 @@ def test_reports_punch_list_and_metrics_name_the_rail_hca_port_and_peer(certify)
     assert html.count('class="gpucert-pairs"') == 2  # a heatmap per rail
     series = {
         (m.name, tuple(sorted(s.labels.items()))): s.value
-        for m in FleetCollector(run.run_dir.parent).collect()
+        for m in FleetCollector(run.run_dir.parent, spec=load_spec(run.run_dir.parent.parent / "spec.yaml")).collect()
         for s in m.samples
         if m.name.startswith("gpucert_fabric_")
     }
-    assert series[("gpucert_fabric_port_rate_gbps", (("hca", "mlx5_1"), ("node", "gpu-node-2"), ("port", "1")))] == 200
-    assert series[("gpucert_fabric_port_active", (("hca", "mlx5_1"), ("node", "gpu-node-2"), ("port", "1")))] == 1
+    port = (("hca", "mlx5_1"), ("node", "gpu-node-2"), ("port", "1"), ("rail", "1"))
+    assert series[("gpucert_fabric_port_rate_gbps", port)] == 200
+    assert series[("gpucert_fabric_port_active", port)] == 1
     rdma = series[
         ("gpucert_fabric_rail_rdma_gbps", (("hca", "mlx5_0"), ("node", "gpu-node-3"), ("port", "1"), ("rail", "0")))
     ]

@@ -1,19 +1,23 @@
-"""The fabric's series for `gpucert metrics`: per node and rail, the state of its port and the RDMA bandwidth last
-measured on it, as the node's newest certification recorded them. Read once per run folder and node (cached by
-the caller's scrape, like the figures' ratios); the labels carry no run id, so the series stay as many as the
-fleet's ports.
+"""The fabric's series for `gpucert metrics`: per node and rail (the pool's fabric says which port is which rail,
+where the spec is known), the state of its port and the RDMA bandwidth last measured on it, as the node's newest
+certification recorded them. Read once per run folder and node (cached by the caller's scrape, like the figures'
+ratios); the labels carry no run id, so the series stay as many as the fleet's ports.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client.core import GaugeMetricFamily
 
 from gpucert.errors import GpucertError
+from gpucert.evaluate.rules.fabric_ports import rail_port
 from gpucert.measure.evidence import RdmaBandwidth
+from gpucert.measure.evidence_fabric import HcaPort, NodeFabric
 from gpucert.plan.runfolder import RunFolder
+from gpucert.spec.fabric import FabricSpec
 
 __all__ = ["FabricSeries", "PortReading"]
 
@@ -24,11 +28,21 @@ class PortReading:
     port: int
     active: bool  # ACTIVE and LinkUp
     rate_gbps: float | None
+    link_layer: str | None
     rdma_gbps: dict[int, float]  # rail -> median of the node's pairs on it (this port's end)
 
 
 def _active(state: str | None, phys: str | None) -> bool:
     return (state or "").endswith("ACTIVE") and (phys or "").endswith("LinkUp")
+
+
+def _rails(readings: list[PortReading], fabric: FabricSpec | None) -> dict[tuple[str, int], str]:
+    """Which rail each port is, as the pool's fabric says (empty: no spec, or the node's pool declares none)."""
+    if fabric is None:
+        return {}
+    ports = NodeFabric(ports=[HcaPort(hca=p.hca, port=p.port, link_layer=p.link_layer) for p in readings])
+    found = {r: rail_port(ports, fabric, r) for r in range(fabric.rails.count)}
+    return {(p.hca, p.port): str(r) for r, p in found.items() if p is not None}
 
 
 @dataclass
@@ -71,6 +85,7 @@ class FabricSeries:
                     p.port,
                     _active(p.state, p.phys_state),
                     p.rate_gbps,
+                    p.link_layer,
                     {rail: statistics.median(v) for rail, v in figures.get(p.key, {}).items()},
                 )
                 for p in (nf.ports if nf is not None else [])
@@ -82,18 +97,20 @@ class FabricSeries:
         self._cache = {k: v for k, v in self._cache.items() if k in used}
         self._multinode = {k: v for k, v in self._multinode.items() if k in {run for run, _ in used}}
 
-    def families(self, newest: list[tuple[RunFolder, str]]) -> list[GaugeMetricFamily]:
+    def families(
+        self, newest: list[tuple[RunFolder, str]], fabrics: Mapping[str, FabricSpec] | None = None
+    ) -> list[GaugeMetricFamily]:
         """The series of every node's newest run folder (`newest`: (folder, node) pairs); none where no node has an
         RDMA port on record."""
         active = GaugeMetricFamily(
             "gpucert_fabric_port_active",
             "Whether the node's RDMA port was ACTIVE and LinkUp (1) or not (0) in its newest certification.",
-            labels=["node", "hca", "port"],
+            labels=["node", "rail", "hca", "port"],
         )
         rate = GaugeMetricFamily(
             "gpucert_fabric_port_rate_gbps",
             "The rate the node's RDMA port trained to, in Gb/s, in its newest certification.",
-            labels=["node", "hca", "port"],
+            labels=["node", "rail", "hca", "port"],
         )
         rdma = GaugeMetricFamily(
             "gpucert_fabric_rail_rdma_gbps",
@@ -101,8 +118,10 @@ class FabricSeries:
             labels=["node", "rail", "hca", "port"],
         )
         for folder, node in newest:
-            for p in self.readings(folder, node):
-                labels = [node, p.hca, str(p.port)]
+            readings = self.readings(folder, node)
+            rails = _rails(readings, (fabrics or {}).get(node))
+            for p in readings:
+                labels = [node, rails.get((p.hca, p.port), ""), p.hca, str(p.port)]
                 active.add_metric(labels, 1.0 if p.active else 0.0)
                 if p.rate_gbps is not None:
                     rate.add_metric(labels, p.rate_gbps)

@@ -32,6 +32,7 @@ from gpucert.measure.targets.base import NodeControl
 from gpucert.plan.checks import GPU_METRICS, NODE_METRICS
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.cluster import ClusterSpec
+from gpucert.spec.fabric import FabricSpec
 
 __all__ = [
     "CLUSTER_TIMEOUT_S",
@@ -231,9 +232,16 @@ class FleetCollector(Collector):
         # keep only what this scrape used: the cache stays as large as the fleet, however many runs accumulate
         self._ratios = {k: v for k, v in self._ratios.items() if k in used}
         self._views = {k: v for k, v in self._views.items() if k in {run for run, _ in used}}
-        fabric = self._fabric.families([(by_id[run].folder, node) for run, node in sorted(used) if run in by_id])
+        fabric = self._fabric.families(
+            [(by_id[run].folder, node) for run, node in sorted(used) if run in by_id], self._rails(statuses)
+        )
         self._fabric.keep(used)
         return [certified, last, failed, ratio, info, unreadable, *fabric, *self._schedule()]
+
+    def _rails(self, statuses: list[NodeStatus]) -> dict[str, FabricSpec]:
+        """Each node's pool fabric, where the spec is known and declares one: it says which port is which rail."""
+        pools = {p.name: p.fabric for p in self.spec.pools if p.fabric is not None} if self.spec else {}
+        return {s.node: pools[s.pool] for s in statuses if s.pool in pools}
 
     def _schedule(self) -> list[GaugeMetricFamily]:
         from gpucert.fleet.schedule import last_schedule
