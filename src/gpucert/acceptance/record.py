@@ -23,9 +23,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert.acceptance.retest import verify_carried
 from gpucert.errors import ConfigError, EvidenceError, GpucertError
+from gpucert.files import write_json
 from gpucert.plan.layout import Mode, run_id
 from gpucert.plan.records import read_run_info
-from gpucert.plan.runfolder import RunFolder, write_json_atomic
+from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.html import natural_key
 from gpucert.report.verdict import node_passed, verdict_problems
@@ -286,7 +287,7 @@ def accept(
         except FileExistsError:
             folder = out / f"{id_}-{n}"
     try:
-        write_json_atomic(folder / RECORD, record)
+        write_json(folder / RECORD, record)
         (folder / REPORT).write_text(render_acceptance(record), encoding="utf-8")
         predicate = {k: record[k] for k in ("id", "spec", "created", "result", "totals")}
         predicate["runs"] = {r["run"]: r["certificate"] for r in record["runs"]}

@@ -33,12 +33,13 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert.errors import ClusterAccessError, ConfigError, GpucertError, NodeBusyError
+from gpucert.files import write_json
 from gpucert.fleet.recertify import LABEL_CERTIFIED, RecertifyOptions, node_control, recertify
 from gpucert.fleet.schedule_record import SCHEDULE_DIR, SCHEDULE_SCHEMA, ScheduleRecord, claim_record, last_schedule
 from gpucert.fleet.state import NodeStatus, RunIndex, node_statuses
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import NodeControl, NodeState
-from gpucert.plan.runfolder import RunFolder, write_json_atomic
+from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.cluster import ClusterSpec
 
 __all__ = [
@@ -248,7 +249,7 @@ class _Round:
 
     def save(self) -> None:
         self.record.finished = _now()
-        write_json_atomic(self.path, self.record.to_json())
+        write_json(self.path, self.record.to_json())
 
     def statuses(self) -> list[NodeStatus]:
         return node_statuses(self.index.runs(self.spec.metadata.name), self.control.nodes(), self.spec)

@@ -3,7 +3,6 @@ round goes and read back by `gpucert metrics`; each round claims a file of its o
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from dataclasses import dataclass, field
@@ -11,7 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gpucert.errors import GpucertError
+from gpucert.errors import EvidenceError, GpucertError
+from gpucert.files import read_json
 from gpucert.fleet.state import parse_time
 from gpucert.plan.layout import run_stamp
 
@@ -88,8 +88,8 @@ def last_schedule(reports: Path, spec: str | None) -> ScheduleRecord | None:
     folder = reports / SCHEDULE_DIR
     for path in sorted(folder.glob("*.json"), reverse=True) if folder.is_dir() else []:
         try:
-            record = ScheduleRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            record = ScheduleRecord.from_json(read_json(path))
+        except (EvidenceError, ValueError, KeyError, TypeError, AttributeError):
             continue
         if spec is None or record.spec == spec:
             return record

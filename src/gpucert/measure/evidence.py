@@ -6,15 +6,14 @@ not support are None and named in `not_supported`, never zero.
 
 from __future__ import annotations
 
-import json
-import os
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert.errors import EvidenceError
+from gpucert.files import read_json, validate, write_atomic
 from gpucert.measure.evidence_base import GpuKey, Sample
 from gpucert.measure.evidence_base import Model as _Model
 from gpucert.measure.evidence_fabric import (
@@ -355,21 +354,9 @@ class FabricEvidence(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-def _atomic_write(path: Path, text: str) -> Path:
-    """Write so that a reader never sees half a document, and no temporary file outlives an interrupt."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
 def write_document(path: Path, document: BaseModel) -> Path:
     """Write an evidence document (node, fabric or pairs) atomically, so a reader never sees half of it."""
-    return _atomic_write(path, document.model_dump_json(by_alias=True))
+    return write_atomic(path, document.model_dump_json(by_alias=True))
 
 
 class FabricPairs(_Model):
@@ -382,15 +369,7 @@ class FabricPairs(_Model):
 
 
 def _load_json(path: Path) -> Any:
-    """The JSON document at `path`; EvidenceError for anything that is not one (a link loop, binary, cut off)."""
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise EvidenceError("no evidence for this node; measure it or pass the evidence folder", path=path) from None
-    except OSError as exc:
-        raise EvidenceError(f"cannot read: {exc}", path=path) from None
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise EvidenceError(f"not JSON ({exc}); the probe output was truncated or corrupted", path=path) from None
+    return read_json(path, missing="no evidence for this node; measure it or pass the evidence folder")
 
 
 def _validate(path: Path, data: Any, model: type[M]) -> M:
@@ -398,14 +377,7 @@ def _validate(path: Path, data: Any, model: type[M]) -> M:
         raise EvidenceError(f"expected a JSON object, got {type(data).__name__}", path=path)
     if data.get("schema") != EVIDENCE_SCHEMA:
         raise EvidenceError(f"schema is {data.get('schema')!r}, expected {EVIDENCE_SCHEMA!r}", path=path)
-    try:
-        return model.model_validate(data, strict=True)  # JSON: a bool or a string is never a number
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
-    except RecursionError:
-        raise EvidenceError("nested too deeply to be evidence", path=path) from None
+    return validate(path, data, model)  # strict: in JSON a bool or a string is never a number
 
 
 def _read_model(path: Path, model: type[M]) -> M | None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from gpucert.errors import EvidenceError
+from gpucert.files import read_json, validate, write_json
 from gpucert.spec.names import NameError_, check_node_name
 
 __all__ = ["INVENTORY_SCHEMA", "Inventory", "Node", "read_inventory", "write_inventory"]
@@ -46,7 +46,7 @@ class Inventory:
 
 
 def write_inventory(path: Path, inventory: Inventory) -> None:
-    path.write_text(json.dumps(inventory.to_json(), indent=1) + "\n", encoding="utf-8")
+    write_json(path, inventory.to_json())
 
 
 class _NodeDoc(BaseModel):
@@ -69,24 +69,12 @@ class _InventoryDoc(BaseModel):
 def read_inventory(path: Path) -> Inventory:
     """The inventory of a run folder; EvidenceError when it is not one gpucert wrote (bad JSON, unknown keys,
     a node name that is not a Kubernetes node name, a node listed twice)."""
-    try:
-        doc = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise EvidenceError("no inventory.json; pass a run folder written by `gpucert certify`", path=path) from None
-    except OSError as exc:
-        raise EvidenceError(f"cannot read: {exc}", path=path) from None
-    except (ValueError, RecursionError) as exc:
-        raise EvidenceError(f"not JSON: {exc}", path=path) from None
+    doc = read_json(path, missing="no inventory.json; pass a run folder written by `gpucert certify`")
     if not isinstance(doc, dict) or doc.get("schema") != INVENTORY_SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise EvidenceError(f"schema is {got!r}, expected {INVENTORY_SCHEMA!r}", path=path)
-    try:
-        fields = {("schema_" if k == "schema" else k): v for k, v in doc.items()}
-        parsed = _InventoryDoc.model_validate(fields)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
+    fields = {("schema_" if k == "schema" else k): v for k, v in doc.items()}
+    parsed = validate(path, fields, _InventoryDoc)
     seen: set[str] = set()
     for n in parsed.nodes:
         try:

@@ -22,16 +22,14 @@ Touches the file system only; what the documents mean is for their own modules.
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
-import stat
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.files import read_json_object, write_atomic, write_json
 from gpucert.measure.evidence import (
     FabricEvidence,
     FabricPairs,
@@ -47,37 +45,11 @@ from gpucert.plan.layout import ENVELOPE, Mode, run_id
 from gpucert.spec.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
-__all__ = ["ENVELOPE", "Mode", "RunFolder", "write_json_atomic"]
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader (or an interrupt) never finds half a file; no temporary file is left behind."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+__all__ = ["ENVELOPE", "Mode", "RunFolder"]
 
 
 def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever; a folder is no document
-            raise EvidenceError(
-                "is not a regular file (a folder, a FIFO or a device): not what gpucert wrote", path=path
-            )
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise EvidenceError("missing: pass a run folder written by gpucert", path=path) from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise EvidenceError(f"cannot be read as JSON ({exc})", path=path) from None
-    if not isinstance(data, dict):
-        raise EvidenceError(f"expected a JSON object, got {type(data).__name__}", path=path)
-    return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -388,17 +360,17 @@ class RunFolder:
 
     def read_recertify(self) -> dict[str, Any] | None:
         """What `gpucert recertify` wrote about the run, or None for a certification."""
-        return _read_json(self.recertify_path) if self.recertify_path.exists() else None
+        return read_json_object(self.recertify_path) if self.recertify_path.exists() else None
 
     def write_recertify(self, record: dict[str, Any]) -> None:
-        write_json_atomic(self.recertify_path, record)
+        write_json(self.recertify_path, record)
 
     def read_preflight(self) -> dict[str, Any] | None:
         """What the command recorded of its preflight on a kubernetes target (run, or skipped), or None."""
-        return _read_json(self.preflight_path) if self.preflight_path.exists() else None
+        return read_json_object(self.preflight_path) if self.preflight_path.exists() else None
 
     def write_preflight(self, record: dict[str, Any]) -> None:
-        write_json_atomic(self.preflight_path, record)
+        write_json(self.preflight_path, record)
 
     def fleet_peer_files(self) -> list[Path]:
         return sorted(self.fleet_dir.glob("*.json")) if self.fleet_dir.is_dir() else []
@@ -413,11 +385,11 @@ class RunFolder:
 
     def read_retest(self) -> dict[str, Any] | None:
         """What `gpucert certify --retest` recorded: the source run, each node measured and why, each carried."""
-        return _read_json(self.retest_record_path) if self.retest_record_path.exists() else None
+        return read_json_object(self.retest_record_path) if self.retest_record_path.exists() else None
 
     def write_retest(self, record: dict[str, Any]) -> None:
         self.retest_dir.mkdir(exist_ok=True)
-        write_json_atomic(self.retest_record_path, record)
+        write_json(self.retest_record_path, record)
 
     def write_identity(self, ev: NodeEvidence) -> Path:
         path = self.identity_path(ev.node)
@@ -440,13 +412,13 @@ class RunFolder:
         return path
 
     def read_verdict(self) -> dict[str, Any]:
-        return _read_json(self.verdict_path)
+        return read_json_object(self.verdict_path)
 
     def write_verdict(self, verdict: dict[str, Any]) -> None:
-        write_json_atomic(self.verdict_path, verdict)
+        write_json(self.verdict_path, verdict)
 
     def read_run_info(self) -> dict[str, Any]:
-        return _read_json(self.run_info_path) if self.run_info_path.exists() else {}
+        return read_json_object(self.run_info_path) if self.run_info_path.exists() else {}
 
     def write_intent(self, *, spec: str, mode: Mode, reevaluates: str | None = None, waivers: bool = False) -> None:
         """run.json as the run is prepared: what it is (its mode decides the suites that judge it) and of which
@@ -467,7 +439,7 @@ class RunFolder:
             "gpucert_version": __version__,
             "git_commit": source_commit(),
         }
-        write_json_atomic(self.run_info_path, info)
+        write_json(self.run_info_path, info)
 
     def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
         """run.json at the end of the evaluation: when the run ran and with which gpucert (its mode is kept)."""
@@ -484,7 +456,7 @@ class RunFolder:
             "gpucert_version": __version__,
             "git_commit": source_commit(),
         }
-        write_json_atomic(self.run_info_path, info)
+        write_json(self.run_info_path, info)
 
     def judged_by(self, spec: Path, baselines: dict[str, Path]) -> None:
         """The spec and each pool's baseline given to evaluate this folder are the ones it was prepared with
@@ -521,17 +493,15 @@ class RunFolder:
 
     def read_gate(self) -> dict[str, Any] | None:
         """What the static gate was given (inputs/gate.json), or None for a gate of the recipe alone."""
-        return _read_json(self.gate_path) if self.gate_path.exists() else None
+        return read_json_object(self.gate_path) if self.gate_path.exists() else None
 
     def write_gate(self, record: dict[str, Any]) -> None:
-        write_json_atomic(self.gate_path, record)
+        write_json(self.gate_path, record)
 
     def add_gate_input(self, folder: Path, name: str, content: bytes) -> Path:
         """A gate input (an operator file, a baseline at the base ref) copied under inputs/, signed with the run."""
         folder.mkdir(exist_ok=True)
-        target = inside(folder, check_file_stem(name, "file name"))
-        target.write_bytes(content)
-        return target
+        return write_atomic(inside(folder, check_file_stem(name, "file name")), content)
 
     def copy_handover(self, source: Path) -> None:
         shutil.copy2(source, self.handover_copy)
@@ -540,7 +510,7 @@ class RunFolder:
         """The spec (metadata.name) the run was certified under, from run.json or verdict.json."""
         for path in (self.run_info_path, self.verdict_path):
             try:
-                name = _read_json(path).get("spec") if path.exists() else None
+                name = read_json_object(path).get("spec") if path.exists() else None
             except EvidenceError:
                 continue
             if isinstance(name, str):

@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
+from gpucert.files import write_json
 from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import ENVELOPE, RunFolder
 from gpucert.report.keys import PRIVATE_KEY, PUBLIC_KEY, fingerprint, generate_key, load_private_key, load_public_key
@@ -213,9 +214,7 @@ def sign_folder(folder: Path, key_path: Path, predicate_type: str, predicate: di
         "payload": base64.b64encode(payload).decode(),
         "signatures": [{"keyid": fp, "sig": base64.b64encode(key.sign(pae(PAYLOAD_TYPE, payload))).decode()}],
     }
-    path = folder / ENVELOPE
-    path.write_text(json.dumps(envelope, indent=1) + "\n", encoding="utf-8")
-    return path, fp
+    return write_json(folder / ENVELOPE, envelope), fp
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,10 +411,4 @@ def countersign(folder: Path, key_path: Path) -> tuple[Path, str]:
     data["signatures"].append(
         {"keyid": fp, "sig": base64.b64encode(key.sign(pae(env.payload_type, env.payload))).decode()}
     )
-    tmp = env.path.with_name(f".{env.path.name}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, env.path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return env.path, fp
+    return write_json(env.path, data), fp

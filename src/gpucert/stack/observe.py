@@ -6,14 +6,13 @@ dicts (`ApiClient.sanitize_for_serialization` of the client's models), so a faul
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpucert.errors import EvidenceError
+from gpucert.files import read_json, validate, write_atomic
 from gpucert.plan.inventory import Inventory, Node
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource, version_from_image
 
@@ -195,15 +194,9 @@ def inventory_from_nodes(target: str, stack: StackObservation) -> Inventory:
 
 
 def write_stack(path: Path, stack: StackObservation) -> None:
-    path.write_text(stack.model_dump_json(by_alias=True, indent=1) + "\n", encoding="utf-8")
+    write_atomic(path, stack.model_dump_json(by_alias=True, indent=1) + "\n")
 
 
 def read_stack(path: Path) -> StackObservation:
-    try:
-        return StackObservation.model_validate(json.loads(path.read_bytes()))
-    except FileNotFoundError:
-        raise EvidenceError("no stack.json; pass a run folder written by `gpucert certify`", path=path) from None
-    except (ValueError, RecursionError) as exc:
-        raise EvidenceError(f"not a stack observation: {exc}", path=path) from None
-    except OSError as exc:
-        raise EvidenceError(f"cannot read: {exc}", path=path) from None
+    data = read_json(path, missing="no stack.json; pass a run folder written by `gpucert certify`")
+    return validate(path, data, StackObservation, strict=False)

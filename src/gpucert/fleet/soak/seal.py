@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucert._version import __version__
+from gpucert.files import write_atomic, write_json
 from gpucert.fleet.soak.folder import SoakFolder
-from gpucert.plan.runfolder import write_json_atomic
 from gpucert.report import attest
 from gpucert.report.soak_html import SoakSeries, render_soak_report
 from gpucert.report.soak_verdict import SOAK_PREDICATE_TYPE, soak_predicate, soak_verdict
@@ -36,7 +36,7 @@ def write_report(folder: SoakFolder, plan: dict[str, Any], spec: str, result: So
     html = render_soak_report(
         run=folder.run.id, spec=spec, result=result.result, hours=hours, nodes=result.nodes, series=series
     )
-    folder.report_path.write_text(html, encoding="utf-8")
+    write_atomic(folder.report_path, html)
 
 
 def seal(folder: SoakFolder, spec: ClusterSpec, result: SoakResult, sign_key: Path | None) -> str | None:
@@ -63,7 +63,7 @@ def seal(folder: SoakFolder, spec: ClusterSpec, result: SoakResult, sign_key: Pa
         "finished": finished,
         "gpucert_version": __version__,
     }
-    write_json_atomic(run.run_info_path, info)
+    write_json(run.run_info_path, info)
     if sign_key is None:
         return None
     predicate = soak_predicate(

@@ -1,0 +1,122 @@
+"""The one writer and the one JSON reader of the files gpucert writes (run folders, records, schedule rounds).
+
+Writing is atomic: the content goes to a temporary file in the same folder, is flushed to the disk (fsync), and only
+then takes the file's name (os.replace, atomic on POSIX within one file system), so a reader, an interrupt or a crash
+finds the old file or the new one, never half of one. Reading translates every way a file can be unusable (missing,
+a FIFO, unreadable, not JSON, not an object, not the model) into one EvidenceError line naming the file, the key or
+line, and the fix. Imports nothing of gpucert but its errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from gpucert.errors import EvidenceError
+
+__all__ = ["read_json", "read_json_object", "validate", "write_atomic", "write_json"]
+
+M = TypeVar("M", bound=BaseModel)
+_WRITTEN_AGAIN = "write it again with gpucert, or pass a folder gpucert wrote"
+
+
+def _temporary(path: Path) -> tuple[Path, int]:
+    """A new file beside `path`, hidden, of a name no other writer holds (`.<name>.<random>.tmp`, within the 255
+    bytes a file name may have), opened for writing with the mode a plain open would give it (the umask's)."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name[:200]}.{secrets.token_hex(4)}.tmp")
+        try:
+            return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")  # pragma: no cover - 2^32 names, 100 tries
+
+
+def write_atomic(path: Path, content: str | bytes) -> Path:
+    """Write `content` to `path` so that no reader, interrupt or crash ever finds half of it: the old file or the
+    new one. The temporary file is removed if the write fails (a crash may leave it: it is hidden, named `.*.tmp`)."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp, fd = _temporary(path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _sync_folder(path.parent)
+    return path
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the new name itself durable (the rename lives in the folder); best effort where a folder cannot be
+    opened (not POSIX)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def write_json(path: Path, data: Any) -> Path:
+    """`data` as indented JSON, written atomically."""
+    return write_atomic(path, json.dumps(data, indent=1) + "\n")
+
+
+def read_json(path: Path, *, missing: str = "pass a run folder written by gpucert") -> Any:
+    """The JSON document at `path`; EvidenceError naming the file, the line where it is not JSON, and the fix
+    (`missing` is the fix when there is no file)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever; a folder is no document
+            raise EvidenceError(
+                "is not a regular file (a folder, a FIFO or a device): not what gpucert wrote", path=path
+            )
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise EvidenceError(f"missing: {missing}", path=path) from None
+    except json.JSONDecodeError as exc:
+        raise EvidenceError(
+            f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): cut off or corrupted; {_WRITTEN_AGAIN}",
+            path=path,
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise EvidenceError(
+            f"not JSON (no text at byte {exc.start}): cut off or corrupted; {_WRITTEN_AGAIN}", path=path
+        ) from None
+    except RecursionError:
+        raise EvidenceError(f"not JSON gpucert wrote (nested too deeply); {_WRITTEN_AGAIN}", path=path) from None
+    except OSError as exc:
+        fix = "check its permissions" if exc.errno in (errno.EACCES, errno.EPERM) else _WRITTEN_AGAIN
+        raise EvidenceError(f"cannot read ({exc.strerror or exc}): {fix}", path=path) from None
+
+
+def read_json_object(path: Path, *, missing: str = "pass a run folder written by gpucert") -> dict[str, Any]:
+    """`read_json`, for a document that must be a JSON object."""
+    data = read_json(path, missing=missing)
+    if not isinstance(data, dict):
+        raise EvidenceError(f"expected a JSON object, got {type(data).__name__}: {_WRITTEN_AGAIN}", path=path)
+    return data
+
+
+def validate(path: Path, data: Any, model: type[M], *, strict: bool = True) -> M:
+    """`data` read from `path` as `model` (strict: JSON's `true` or "3" is never a number); EvidenceError naming the
+    file and the key of the first problem."""
+    try:
+        return model.model_validate(data, strict=strict)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = ".".join(str(p) for p in err["loc"]) or "(the document)"
+        raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
+    except RecursionError:
+        raise EvidenceError("nested too deeply to be a document gpucert wrote", path=path) from None
