@@ -322,10 +322,11 @@ def test_a_summary_that_fails_after_the_run_leaves_no_verdict(
 ) -> None:
     """The check before the run passed, and the write failed anyway (the folder appeared in between): the run's
     folder goes, so no verdict reading PASS stays behind the error."""
+    from gpucert.cli import certify
     from gpucert.cli import main as cli
 
     monkeypatch.chdir(project)
-    monkeypatch.setattr(cli, "output_file", lambda path, key: path)  # as if the early check had passed
+    monkeypatch.setattr(certify, "output_file", lambda path, key: path)  # as if the early check had passed
     (project / "summary.md").mkdir()
     argv = ["configure", GATE, "--static", "--summary", "summary.md", "--reports", "reports"]
     handler = signal.getsignal(signal.SIGTERM)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpucert.cli import main as cli
+from gpucert.cli import certify as cli
 from gpucert.errors import IncompleteRunError
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.terminal import WRITTEN

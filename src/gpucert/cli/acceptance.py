@@ -1,5 +1,6 @@
-"""The handover and signature commands of `gpucert`: `punchlist`, `accept`, `countersign` and `verify` (every
-signature of an envelope with its key; a re-test's carried evidence against its source). cli.py registers them.
+"""The handover and signature commands of `gpucert`: `baseline record` (each passing node's handover baseline),
+`keygen` and `sign`, `punchlist`, `accept`, `countersign` and `verify` (every signature of an envelope with its key;
+a re-test's carried evidence against its source).
 
 Exit codes as everywhere: 0 (the punch list is empty, the cluster is accepted, the signature added, the folder
 verifies), 1 (failing nodes on the punch list, the acceptance failed, the folder does not verify), 2 (usage, or a
@@ -131,9 +132,68 @@ def cmd_verify(a: argparse.Namespace) -> int:
     return 1
 
 
+def cmd_baseline_record(a: argparse.Namespace) -> int:
+    from gpucert.fleet.handover_binding import spec_nodes_dir
+    from gpucert.spec.handover import record_baselines
+
+    if a.force and not a.reason:
+        raise ConfigError(
+            "--force needs --reason TEXT: why a failed node's figures may serve as its baseline", key="--reason"
+        )
+    run_dir = Path(a.run_dir)
+    written, refused = record_baselines(
+        run_dir,
+        spec_nodes_dir(Path(a.out), RunFolder(run_dir).spec_name(), run_dir),
+        certificate=attest.certificate_digest(run_dir),
+        force_reason=a.reason if a.force else None,
+        allow_unsigned=a.allow_unsigned,
+    )
+    for path in written:
+        console.print(f"wrote {path}")
+    for why in refused:
+        console.print(f"[red]refused[/] {why}", markup=True)
+    return 0 if not refused else 1
+
+
+def cmd_keygen(a: argparse.Namespace) -> int:
+    priv, pub, fp = attest.generate_key(Path(a.dir))
+    console.print(f"private key {priv} (mode 0600: keep it out of run folders and repositories)")
+    console.print(f"public key  {pub} (give this to whoever verifies)")
+    console.print(f"fingerprint {fp}")
+    return 0
+
+
+def cmd_sign(a: argparse.Namespace) -> int:
+    path, fp = attest.sign_run(Path(a.run_dir), Path(a.key))
+    console.print(f"signed {a.run_dir} with {fp}: {path}")
+    return 0
+
+
 def add_acceptance_commands(sub: Any) -> None:
-    """Add the handover commands to the `gpucert` parser's subcommands."""
+    """Register the handover and signature commands: `baseline record`, `keygen`, `sign`, `verify`, `punchlist`,
+    `accept` and `countersign`."""
     from gpucert.acceptance.punchlist import FORMATS
+
+    bl = sub.add_parser("baseline", help="handover baselines per node")
+    bsub = bl.add_subparsers(dest="baseline", required=True)
+    br = bsub.add_parser(
+        "record", help="write baselines/nodes/<spec>/<node>.yaml for every node that passed in RUN_DIR"
+    )
+    br.add_argument("run_dir")
+    br.add_argument("--out", default="baselines/nodes", help="under which <spec>/ is written (default baselines/nodes)")
+    br.add_argument("--force", action="store_true", help="record failed nodes too (needs --reason)")
+    br.add_argument("--reason", default=None, help="why: written into each forced file")
+    br.add_argument(
+        "--allow-unsigned", action="store_true", help="record from a run that was not signed (said in each file)"
+    )
+    br.set_defaults(func=cmd_baseline_record)
+    g = sub.add_parser("keygen", help="create an Ed25519 signing key pair in DIR")
+    g.add_argument("dir")
+    g.set_defaults(func=cmd_keygen)
+    sg = sub.add_parser("sign", help="sign a completed run folder (certificate.intoto.json)")
+    sg.add_argument("run_dir")
+    sg.add_argument("--key", required=True, help="the private key from `gpucert keygen`")
+    sg.set_defaults(func=cmd_sign)
 
     v = sub.add_parser("verify", help="check a signed folder's signatures (each with its key) and every file's digest")
     v.add_argument("run_dir", metavar="DIR")

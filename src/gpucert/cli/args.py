@@ -156,3 +156,14 @@ def handover_args(p: argparse.ArgumentParser) -> None:
         "without this, a missing handover baseline is an error",
     )
     p.add_argument("--key", action="append", help="a public key the handover run may be signed with (repeatable)")
+
+
+SKIP_HELP = "kubernetes: go ahead without `gpucert preflight`'s checks first (the verdict records it)"
+
+
+def run_args(sp: argparse.ArgumentParser, workers: bool = True) -> None:
+    """The options of every command that creates a run folder: where, how quietly, and how many pytest workers."""
+    sp.add_argument("--reports", default="reports", help="where the run folder is created (default ./reports)")
+    sp.add_argument("-q", "--quiet", action="store_true", help="print less of pytest's progress")
+    if workers:
+        sp.add_argument("-n", dest="workers", type=count(0), default=None, help="pytest-xdist workers for evaluation")

@@ -1,6 +1,7 @@
-"""The fleet commands of `gpucert`: `init` (a spec drafted from what a cluster runs), `schedule` (one round of
-recertification in the cluster) and `metrics` (the fleet's certification state for Prometheus). cli.py registers
-them; the work itself is in draft/survey, schedule and report/metrics.
+"""The fleet commands of `gpucert`, for the cluster after handover: `recertify` (one node, on demand), `schedule`
+(one round of recertification in the cluster), `metrics` (the fleet's certification state for Prometheus), `init`
+(a spec drafted from what a cluster runs) and `cleanup` (what earlier runs left in the cluster). The work itself is in
+fleet/ (recertify, schedule, metrics, draft, survey) and the targets.
 """
 
 from __future__ import annotations
@@ -9,44 +10,71 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from gpucert.cli.args import handover_args, seconds, share
+from gpucert.cli.args import SKIP_HELP, handover_args, run_args, seconds, share
+from gpucert.cli.certify import evaluate_run, load_inputs, sign_with, signer_of
+from gpucert.cli.preflight import before_run
 from gpucert.errors import ConfigError, GpucertError
+from gpucert.measure.targets import open_target
 from gpucert.plan.runfolder import RunFolder
 from gpucert.resources import project_root
 from gpucert.spec.cluster import ClusterSpec, load_spec
+from gpucert.spec.names import NameError_, check_node_name
 
-__all__ = ["RunHooks", "add_fleet_commands"]
+__all__ = ["add_fleet_commands"]
 
 EXIT_PASS = 0
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
-@dataclass(frozen=True)
-class RunHooks:
-    """What `schedule` borrows from cli.py, handed over when cli.py registers it: read a spec with its baselines,
-    evaluate a run folder (pytest, reports, the verdict table), read a signing key and sign a finished run."""
+def cmd_recertify(a: argparse.Namespace) -> int:
+    from gpucert.fleet.handover_binding import handover_dir, trusted_keys
+    from gpucert.fleet.recertify import RecertifyOptions, recertify
 
-    load: Callable[[str], tuple[ClusterSpec, Any]]
-    evaluate: Callable[..., int]
-    signer: Callable[[str | None], str | None]
-    sign_with: Callable[[str | None], Callable[[RunFolder], str | None]]
+    signer = signer_of(a.sign_key)
+    try:
+        check_node_name(a.node)
+    except NameError_ as exc:
+        raise ConfigError(str(exc), key="NODE") from None
+    spec, _ = load_inputs(a.spec)
+    checked = before_run(spec, console, skip=a.skip_preflight, node=a.node, drain=a.drain)
+
+    def evaluate(folder: RunFolder) -> int:
+        if checked is not None:
+            folder.write_preflight(checked)
+        return evaluate_run(a.spec, folder, workers=None, quiet=a.quiet, signer=signer)
+
+    opts = RecertifyOptions(
+        node=a.node,
+        reports=Path(a.reports),
+        handover_dir=handover_dir(a.handover, spec.metadata.name),
+        keys=trusted_keys(a.sign_key, a.key),
+        without_handover=a.without_handover,
+        cordon=not a.no_cordon,
+        drain=a.drain,
+        wait_timeout_s=a.wait_timeout,
+    )
+    code, _ = recertify(
+        spec,
+        opts,
+        evaluate=evaluate,
+        sign=sign_with(a.sign_key),
+        progress=console.print,
+    )
+    return code
 
 
 def cmd_schedule(a: argparse.Namespace) -> int:
     from gpucert.fleet.handover_binding import handover_dir, trusted_keys
     from gpucert.fleet.schedule import ScheduleOptions, run_schedule
 
-    hooks: RunHooks = a.hooks
-    signer = hooks.signer(a.sign_key)
-    spec, _ = hooks.load(a.spec)
+    signer = signer_of(a.sign_key)
+    spec, _ = load_inputs(a.spec)
     opts = ScheduleOptions(
         reports=Path(a.reports),
         handover_dir=handover_dir(a.handover, spec.metadata.name),
@@ -62,11 +90,21 @@ def cmd_schedule(a: argparse.Namespace) -> int:
     code, _ = run_schedule(
         spec,
         opts,
-        evaluate=lambda folder: hooks.evaluate(a.spec, folder, workers=None, quiet=True, signer=signer),
-        sign=hooks.sign_with(a.sign_key),
+        evaluate=lambda folder: evaluate_run(a.spec, folder, workers=None, quiet=True, signer=signer),
+        sign=sign_with(a.sign_key),
         progress=console.print,
     )
     return code
+
+
+def cmd_cleanup(a: argparse.Namespace) -> int:
+    spec = load_spec(a.spec)
+    target = open_target(spec)
+    cleanup = getattr(target, "cleanup", None)
+    if cleanup is None:
+        raise ConfigError(f"a {target.kind} target creates nothing to clean up", path=spec.path, key="target.kind")
+    console.print(f"deleted {cleanup()} objects left by earlier gpucert runs")
+    return EXIT_PASS
 
 
 def cmd_metrics(a: argparse.Namespace) -> int:
@@ -172,12 +210,19 @@ def _flag(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r}: say true or false")
 
 
-def add_fleet_commands(
-    sub: argparse._SubParsersAction[Any],
-    runner_args: Callable[[argparse.ArgumentParser, bool], None],
-    hooks: RunHooks,
-) -> None:
-    """Register `schedule`, `metrics` and `init`; `runner_args` adds the options every running command has."""
+def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
+    """Register `recertify`, `schedule`, `metrics`, `init` and `cleanup`."""
+    rc = sub.add_parser("recertify", help="one node, on demand, against its handover baseline, the SKU and the fleet")
+    rc.add_argument("node")
+    rc.add_argument("--spec", required=True)
+    handover_args(rc)
+    rc.add_argument("--no-cordon", action="store_true", help="measure without cordoning the node first")
+    rc.add_argument("--drain", action="store_true", help="evict the GPU pods on the node instead of waiting for them")
+    rc.add_argument("--wait-timeout", type=seconds, default=3600, help="seconds to wait for GPU pods (default 3600)")
+    rc.add_argument("--sign-key", default=None)
+    rc.add_argument("--skip-preflight", action="store_true", help=SKIP_HELP)
+    run_args(rc, workers=False)
+    rc.set_defaults(func=cmd_recertify)
     sc = sub.add_parser(
         "schedule", help="one round of recertification: the nodes certified longest ago, idle, with a circuit breaker"
     )
@@ -209,8 +254,8 @@ def add_fleet_commands(
     )
     handover_args(sc)
     sc.add_argument("--sign-key", default=None)
-    runner_args(sc, False)
-    sc.set_defaults(func=cmd_schedule, hooks=hooks)
+    run_args(sc, workers=False)
+    sc.set_defaults(func=cmd_schedule)
     me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")
     out = me.add_mutually_exclusive_group()
     out.add_argument("--textfile", default=None, help="write once to PATH.prom (node-exporter's textfile collector)")
@@ -235,3 +280,6 @@ def add_fleet_commands(
     )
     i.add_argument("--force", action="store_true", help="replace --out if it exists")
     i.set_defaults(func=cmd_init)
+    cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
+    cu.add_argument("spec")
+    cu.set_defaults(func=cmd_cleanup)
