@@ -1,5 +1,21 @@
 """The run folder's names: its run id, what a run is (its mode), and every file name in it.
 
+```
+inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
+inputs/waivers.yaml                              the deviations accepted (the spec's acceptance.waivers)
+inputs/baselines/<pool>.yaml                     each pool's SKU baseline, when the spec has several pools
+inputs/gate.json, operator/, base/               the static gate's inputs: operator values and ClusterPolicies, and
+                                                 each SKU baseline as it was at the base ref
+summary.md                                       the static gate's result in Markdown, for a pull request
+inventory.json, stack.json                       what the cluster reported (plan)
+evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
+recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
+retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
+retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
+verdict.json, run.json                           the result and when the run ran (evaluate)
+report.html, junit.xml, allure-results/          the reports
+certificate.intoto.json                          the signature over all of it (sign)
+```
 The one place these are spelled; `RunFolder` turns them into paths. Imports nothing of gpucert, so any room (fleet
 state, waivers, the acceptance record) may read a run id's time without importing the run folder.
 """

@@ -1,22 +1,7 @@
-"""The run folder, `reports/<run-id>/`: the one owner of its layout, every file name in it, and their readers and
-writers. Everything else asks a RunFolder for a path or a document; no other module spells a file name of it.
+"""The run folder, `reports/<run-id>/`: the one owner of its layout (spelled in layout.py, with the tree of it),
+every file name in it, and their readers and writers (through files.py: atomic writes, one JSON reader). Everything
+else asks a RunFolder for a path or a document; no other module spells a file name of it.
 
-```
-inputs/spec.yaml, baseline.yaml, handover.yaml   what the run was judged against (signed with the run)
-inputs/waivers.yaml                              the deviations accepted (the spec's acceptance.waivers)
-inputs/baselines/<pool>.yaml                     each pool's SKU baseline, when the spec has several pools
-inputs/gate.json, operator/, base/               the static gate's inputs: operator values and ClusterPolicies, and
-                                                 each SKU baseline as it was at the base ref
-summary.md                                       the static gate's result in Markdown, for a pull request
-inventory.json, stack.json                       what the cluster reported (plan)
-evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
-recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
-retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
-retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
-verdict.json, run.json                           the result and when the run ran (evaluate)
-report.html, junit.xml, allure-results/          the reports
-certificate.intoto.json                          the signature over all of it (sign)
-```
 Touches the file system only; what the documents mean is for their own modules.
 """
 
@@ -50,6 +35,17 @@ __all__ = ["ENVELOPE", "Mode", "RunFolder"]
 
 def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _In:
+    """A path in the run folder as a read-only attribute of it: `verdict_path = _In(VERDICT)` is
+    `<run folder>/verdict.json`."""
+
+    def __init__(self, *parts: str) -> None:
+        self.parts = parts
+
+    def __get__(self, folder: RunFolder, owner: type | None = None) -> Path:
+        return folder.path.joinpath(*self.parts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,17 +83,32 @@ class RunFolder:
 
     # ---- paths ------------------------------------------------------------------------------------------------
 
-    @property
-    def inputs(self) -> Path:
-        return self.path / layout.INPUTS
-
-    @property
-    def spec_copy(self) -> Path:
-        return self.inputs / layout.SPEC
-
-    @property
-    def baseline_copy(self) -> Path:
-        return self.inputs / layout.BASELINE
+    inputs = _In(layout.INPUTS)
+    spec_copy = _In(layout.INPUTS, layout.SPEC)
+    baseline_copy = _In(layout.INPUTS, layout.BASELINE)
+    handover_copy = _In(layout.INPUTS, layout.HANDOVER)
+    waivers_copy = _In(layout.INPUTS, layout.WAIVERS)
+    gate_path = _In(layout.INPUTS, layout.GATE)
+    operator_dir = _In(layout.INPUTS, layout.OPERATOR)
+    base_dir = _In(layout.INPUTS, layout.BASE)
+    summary_path = _In(layout.SUMMARY)
+    inventory_path = _In(layout.INVENTORY)
+    stack_path = _In(layout.STACK)
+    evidence_dir = _In(layout.EVIDENCE)
+    fleet_dir = _In(layout.FLEET)
+    recertify_path = _In(layout.RECERTIFY)
+    preflight_path = _In(layout.PREFLIGHT)
+    retest_dir = _In(layout.RETEST)
+    retest_record_path = _In(layout.RETEST, layout.RETEST_RECORD)
+    retest_source_path = _In(layout.RETEST, layout.RETEST_SOURCE)
+    verdict_path = _In(layout.VERDICT)
+    run_info_path = _In(layout.RUN_INFO)
+    report_path = _In(layout.REPORT)
+    junit_path = _In(layout.JUNIT)
+    allure_dir = _In(layout.ALLURE)
+    envelope_path = _In(ENVELOPE)
+    fabric_path = _In(layout.EVIDENCE, layout.MULTINODE, layout.FABRIC)
+    pairs_path = _In(layout.EVIDENCE, layout.MULTINODE, layout.PAIRS)
 
     def baseline_copy_for(self, pool: str) -> Path:
         """The SKU baseline the pool's nodes were judged against: `inputs/baselines/<pool>.yaml` when the spec had
@@ -111,95 +122,11 @@ class RunFolder:
         pools = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
         return [p for p in [self.baseline_copy, *pools] if p.is_file()]
 
-    @property
-    def handover_copy(self) -> Path:
-        return self.inputs / layout.HANDOVER
-
-    @property
-    def waivers_copy(self) -> Path:
-        return self.inputs / layout.WAIVERS
-
-    @property
-    def gate_path(self) -> Path:
-        return self.inputs / layout.GATE
-
-    @property
-    def operator_dir(self) -> Path:
-        return self.inputs / layout.OPERATOR
-
-    @property
-    def base_dir(self) -> Path:
-        return self.inputs / layout.BASE
-
-    @property
-    def summary_path(self) -> Path:
-        return self.path / layout.SUMMARY
-
-    @property
-    def inventory_path(self) -> Path:
-        return self.path / layout.INVENTORY
-
-    @property
-    def stack_path(self) -> Path:
-        return self.path / layout.STACK
-
-    @property
-    def evidence_dir(self) -> Path:
-        return self.path / layout.EVIDENCE
-
-    @property
-    def fleet_dir(self) -> Path:
-        return self.path / layout.FLEET
-
-    @property
-    def recertify_path(self) -> Path:
-        return self.path / layout.RECERTIFY
-
-    @property
-    def preflight_path(self) -> Path:
-        return self.path / layout.PREFLIGHT
-
-    @property
-    def retest_dir(self) -> Path:
-        return self.path / layout.RETEST
-
-    @property
-    def retest_record_path(self) -> Path:
-        return self.retest_dir / layout.RETEST_RECORD
-
-    @property
-    def retest_source_path(self) -> Path:
-        return self.retest_dir / layout.RETEST_SOURCE
-
     def identity_path(self, node: str) -> Path:
         try:
             return inside(self.retest_dir / layout.IDENTITY, f"{check_node_name(node)}.json")
         except NameError_ as exc:
             raise EvidenceError(str(exc), path=self.retest_dir) from None
-
-    @property
-    def verdict_path(self) -> Path:
-        return self.path / layout.VERDICT
-
-    @property
-    def run_info_path(self) -> Path:
-        return self.path / layout.RUN_INFO
-
-    @property
-    def report_path(self) -> Path:
-        return self.path / layout.REPORT
-
-    @property
-    def junit_path(self) -> Path:
-        return self.path / layout.JUNIT
-
-    @property
-    def allure_dir(self) -> Path:
-        return self.path / layout.ALLURE
-
-    @property
-    def envelope_path(self) -> Path:
-        return self.path / ENVELOPE
 
     def evidence_path(self, node: str) -> Path:
         """`evidence/<node>.json`, for a node name only (EvidenceError otherwise): it never leaves evidence/."""
@@ -207,14 +134,6 @@ class RunFolder:
             return inside(self.evidence_dir, f"{check_node_name(node)}.json")
         except NameError_ as exc:
             raise EvidenceError(str(exc), path=self.evidence_dir) from None
-
-    @property
-    def fabric_path(self) -> Path:
-        return self.evidence_dir / layout.MULTINODE / layout.FABRIC
-
-    @property
-    def pairs_path(self) -> Path:
-        return self.evidence_dir / layout.MULTINODE / layout.PAIRS
 
     # ---- what the folder holds --------------------------------------------------------------------------------
 
