@@ -29,8 +29,9 @@ from typing import Any
 
 from gpucert.errors import EvidenceError, GpucertError
 from gpucert.evaluate.soak_round import RoundEvidence
+from gpucert.files import read_json_object, write_atomic, write_json
 from gpucert.measure.evidence import write_document
-from gpucert.plan.runfolder import RunFolder, write_json_atomic
+from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.names import check_node_name, inside
 
 __all__ = ["SoakBusyError", "SoakFolder"]
@@ -46,15 +47,6 @@ class SoakBusyError(GpucertError):
     def __init__(self, message: str, *, path: Path) -> None:
         super().__init__(message)
         self.path = path
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _alive(pid: int) -> bool:
@@ -109,10 +101,12 @@ class SoakFolder:
 
     def write_plan(self, plan: dict[str, Any]) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(self.plan_path, plan)
+        write_json(self.plan_path, plan)
 
     def read_plan(self) -> dict[str, Any]:
-        return self._read(self.plan_path, "is not a soak's run folder: pass the folder `gpucert soak` created")
+        return read_json_object(
+            self.plan_path, missing="not a soak's run folder: pass the folder `gpucert soak` created"
+        )
 
     def write_raw(self, ev: RoundEvidence) -> None:
         write_document(self.raw_path(ev.round, ev.node), ev)
@@ -129,29 +123,17 @@ class SoakFolder:
     def write_summary(self, index: int, summary: dict[str, Any]) -> None:
         # compact: json's C encoder (an indent takes the pure-Python one, ten times slower on a 64-node round)
         self.round_dir(index).mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.summary_path(index), json.dumps(summary, separators=(",", ":")))
+        write_atomic(self.summary_path(index), json.dumps(summary, separators=(",", ":")))
 
     def read_summary(self, index: int) -> dict[str, Any] | None:
         path = self.summary_path(index)
-        return self._read(path, "cannot be read") if path.is_file() else None
+        return read_json_object(path) if path.is_file() else None
 
     def write_progress(self, progress: dict[str, Any]) -> None:
-        write_json_atomic(self.progress_path, progress)
+        write_json(self.progress_path, progress)
 
     def write_result(self, result: dict[str, Any]) -> None:
-        write_json_atomic(self.result_path, result)
-
-    @staticmethod
-    def _read(path: Path, why: str) -> dict[str, Any]:
-        try:
-            data = json.loads(path.read_bytes())
-        except FileNotFoundError:
-            raise EvidenceError(f"missing: {why}", path=path) from None
-        except (OSError, ValueError) as exc:
-            raise EvidenceError(f"cannot be read as JSON ({exc})", path=path) from None
-        if not isinstance(data, dict):
-            raise EvidenceError("expected a JSON object", path=path)
-        return data
+        write_json(self.result_path, result)
 
     # ---- one controller per run ---------------------------------------------------------------------------------
 
