@@ -330,6 +330,9 @@ class RunFolder:
         shutil.copyfile(source, path)
         return path
 
+    def write_summary(self, markdown: str) -> None:
+        write_atomic(self.summary_path, markdown)
+
     def read_verdict(self) -> dict[str, Any]:
         return read_json_object(self.verdict_path)
 

@@ -224,7 +224,7 @@ def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> 
     """What the run folder keeps beside the verdict: the gate's summary, run.json, the Allure results."""
     ev = ctx.evaluation
     if ev.inventory.target == "static":  # what a CI job posts on the pull request
-        ctx.folder.summary_path.write_text(summary_markdown(verdict, ctx.folder.read_gate()), encoding="utf-8")
+        ctx.folder.write_summary(summary_markdown(verdict, ctx.folder.read_gate()))
     finished = time.time()
     ctx.folder.write_run_info(
         spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished

@@ -22,6 +22,7 @@ from gpucert.evaluate.peers import probe_of_metric
 from gpucert.evaluate.rules.handover import MIN_TOLERANCE, SPREAD_FACTOR, handover_tolerance
 from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.evaluate.stats import summarize
+from gpucert.files import write_atomic
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import NODE_METRICS
 from gpucert.plan.runfolder import RunFolder
@@ -238,12 +239,11 @@ class _Recording:
             allow_unsigned=self.certificate is None,
         )
         nb = _node_baseline(ev, sku.sku, _figures(self.folder, sku), recorded)
-        target.write_text(
+        return write_atomic(
+            target,
             self._header(node, passed)
             + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
-            encoding="utf-8",
         )
-        return target
 
     def _not_recordable(self, node: str, summary: dict[str, Any], passed: bool) -> str | None:
         """An incomplete run, or a node that did not pass, is recorded only when forced (with a reason)."""
