@@ -22,7 +22,7 @@ def ok(r: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.Complet
 
 
 def _only(folder: Path) -> Path:
-    (run,) = [p for p in folder.iterdir() if p.is_dir()]
+    (run,) = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")]  # not .history
     return run
 
 

@@ -94,7 +94,7 @@ def _summaries(run: Path) -> list[dict[str, Any]]:
 
 
 def _run_dir(reports: Path) -> Path:
-    (run,) = [p for p in reports.iterdir() if p.is_dir()]
+    (run,) = [p for p in reports.iterdir() if p.is_dir() and not p.name.startswith(".")]
     return run
 
 
