@@ -14,7 +14,7 @@ from gpucert.evaluate.view import RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.spec.cluster import StackSpec
 from gpucert.spec.versions import normalize
-from gpucert.stack import recipe
+from gpucert.stack import gate_recipe
 from gpucert.stack import rules as stack_rules
 from gpucert.stack.observe import NodeStack
 
@@ -83,7 +83,7 @@ def decide_stack(view: RunView, key: CheckKey) -> Finding:
     """The gate's check (fleet-level with a detail), the recipe's (fleet-level), or the node's stack against its
     pool's pins."""
     if key.node is None:
-        return decide_gate(view, key) if key.detail is not None else recipe.decide(key.check, view.spec)
+        return decide_gate(view, key) if key.detail is not None else gate_recipe.decide(key.check, view.spec)
     judge = _BY_CHECK.get(key.check)
     if judge is None:
         raise no_rule(key)

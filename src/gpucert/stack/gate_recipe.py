@@ -1,4 +1,6 @@
-"""The static gate: the spec's recipe checked with no cluster, so a pull request that changes a pin can be gated.
+"""The static gate of the recipe: the spec's pins and order checked with no cluster, so a pull request that changes a
+pin can be gated (gate.py judges the operator values and baselines that change beside it). Not the recipe itself:
+that is the spec's model (spec/recipe.py).
 
 Pure: reads only the spec. Each rule returns one fleet-level Finding (node and GPU None).
 """
