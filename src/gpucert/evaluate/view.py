@@ -21,12 +21,13 @@ from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.rules.performance import Sampled, believable
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, read_evidence
 from gpucert.plan.checks import CheckKey, Finding
+from gpucert.plan.inputs import run_inputs
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.layout import run_id_time
 from gpucert.plan.required import Plan, dcgm_tests, plan_checks
 from gpucert.plan.runfolder import RunFolder
-from gpucert.spec.baseline import GpuBaseline, load_baseline
-from gpucert.spec.cluster import ClusterSpec, Pool, load_spec
+from gpucert.spec.baseline import GpuBaseline
+from gpucert.spec.cluster import ClusterSpec, Pool
 from gpucert.spec.handover import NodeBaseline, load_node_baseline
 from gpucert.spec.pools import PoolMap
 from gpucert.spec.waivers import Waivers, load_waivers, waiver_id
@@ -71,11 +72,12 @@ class RunView:
 
     @classmethod
     def from_run(cls, run_dir: Path | RunFolder) -> Self:
-        """The run as it was judged: by the spec and each pool's SKU baseline its folder keeps in inputs/.
-        ConfigError when they cannot be read."""
+        """The run as it was judged: by the spec and each pool's SKU baseline its folder keeps in inputs/ (signed
+        with it), read once and validated as when they were given (plan.inputs.run_inputs). How the pytest plugin
+        opens every run; ConfigError or EvidenceError when they cannot be read."""
         folder = run_dir if isinstance(run_dir, RunFolder) else RunFolder(run_dir)
-        spec = load_spec(folder.spec_copy)
-        return cls(folder, spec, {p: load_baseline(folder.baseline_copy_for(p)) for p in spec.pool_names})
+        spec, baselines = run_inputs(folder)
+        return cls(folder, spec, baselines)
 
     def decide(self, key: CheckKey) -> Finding:
         """Another check's finding (the Evaluation's decision): what a rule asks of a check it follows from."""

@@ -1,9 +1,9 @@
 """Plan and measure: the two phases that fill a run folder before evaluation, and the one entry point for them.
 
 `prepare` is what both the `gpucert` command and the pytest plugin call: it loads nothing itself (the inputs are
-validated first, `load_inputs`), creates the run folder, and fills it for the chosen mode: the static gate (no
-cluster), recorded evidence (re-evaluation), plan only (configure), plan and measure, or a re-test (plan, then
-measure only what did not pass in an earlier run and carry the rest over). Every document lands on
+validated first, plan/inputs.py's `load_inputs`), creates the run folder, and fills it for the chosen mode: the
+static gate (no cluster), recorded evidence (re-evaluation), plan only (configure), plan and measure, or a re-test
+(plan, then measure only what did not pass in an earlier run and carry the rest over). Every document lands on
 disk the moment it is known, so an interrupted run keeps what it measured; a run that fails before it measured
 anything leaves no folder behind.
 """
@@ -24,11 +24,11 @@ from gpucert.measure.evidence import CounterWindow, FabricEvidence, FabricPairs,
 from gpucert.measure.evidence_fabric import merge_windows
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
+from gpucert.plan.inputs import load_inputs, waivers_path
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.pairs import rounds as pair_rounds
 from gpucert.plan.runfolder import Mode, RunFolder
-from gpucert.spec.baseline import GpuBaseline, check_baseline_for, load_baseline
-from gpucert.spec.cluster import ClusterSpec, ReplayTargetSpec, load_spec
+from gpucert.spec.cluster import ClusterSpec, ReplayTargetSpec
 from gpucert.spec.names import NameError_, check_node_name
 from gpucert.spec.pools import PoolMap
 from gpucert.stack.gate_inputs import GateInputs, record_gate
@@ -53,31 +53,6 @@ __all__ = [
 ]
 
 Progress = Callable[[NodeEvidence], None]
-
-
-def load_inputs(spec_path: Path) -> tuple[ClusterSpec, dict[str, GpuBaseline]]:
-    """The spec, each pool's SKU baseline and the waivers, each validated alone and against the other
-    (ConfigError, exit 2)."""
-    spec = load_spec(spec_path)
-    baselines: dict[str, GpuBaseline] = {}
-    loaded: dict[Path, GpuBaseline] = {}
-    for pool, path in spec.baseline_paths().items():
-        if path not in loaded:
-            loaded[path] = load_baseline(path)
-        check_baseline_for(spec, spec.pool(pool), loaded[path], path)
-        baselines[pool] = loaded[path]
-    waivers = waivers_path(spec)
-    if waivers is not None:
-        from gpucert.spec.waivers import load_waivers
-
-        load_waivers(waivers, spec.acceptance.approvers)
-    return spec, baselines
-
-
-def waivers_path(spec: ClusterSpec) -> Path | None:
-    """The spec's waivers file (`acceptance.waivers`), resolved; None when the spec names none."""
-    name = spec.acceptance.waivers
-    return spec.resolve(name, "acceptance.waivers") if name is not None else None
 
 
 def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: bool) -> RunFolder:

@@ -57,7 +57,11 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
         help="where the run folder is created (default: ./reports)",
     )
     group.addoption(
-        "--run-dir", metavar="DIR", type=non_empty, help="evaluate this prepared run folder in place (used by the CLI)"
+        "--run-dir",
+        metavar="DIR",
+        type=non_empty,
+        help="evaluate this prepared run folder in place, by the spec and baselines it was prepared with (used by "
+        "the CLI; a --spec given beside it must be that spec)",
     )
     group.addoption("--no-measure", action="store_true", help="plan only: configure checks need no evidence")
     group.addoption("--static", action="store_true", help="no cluster at all: the static recipe gate")
@@ -74,7 +78,7 @@ def add_options(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager
 class Options:
     """What the session was asked to do, parsed and checked once."""
 
-    spec: Path | None  # None: no gpucert run in this session (the suites skip, or a suite run is a usage error)
+    spec: Path | None  # None and no --run-dir: no gpucert run in this session (a suite run is a usage error)
     reports: Path
     evidence: Path | None = None
     run_dir: Path | None = None
@@ -96,11 +100,9 @@ def parse_options(config: pytest.Config) -> Options:
     cannot run."""
     get = config.getoption
     chosen = [f"--{name.replace('_', '-')}" for name in CHOICES if get(name)]
-    if get("spec") is None:
-        for opt in ("--evidence", "--run-dir"):
-            if opt in chosen:
-                raise pytest.UsageError(f"{opt} needs --spec SPEC: the spec says what to check the evidence against")
-    elif len(chosen) > 1:
+    if get("spec") is None and get("evidence"):
+        raise pytest.UsageError("--evidence needs --spec SPEC: the spec says what to check the evidence against")
+    if (get("spec") is not None or get("run_dir")) and len(chosen) > 1:
         raise pytest.UsageError(f"{' and '.join(chosen)} choose different runs: give one of them")
     options = Options(
         spec=_path(get("spec")),

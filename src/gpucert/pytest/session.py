@@ -20,6 +20,8 @@ from gpucert.acceptance.retest import read_retest_record
 from gpucert.errors import GpucertError
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.inputs import load_inputs
+from gpucert.plan.layout import Mode
 from gpucert.plan.records import read_recertify_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest import junit
@@ -30,7 +32,6 @@ from gpucert.report.markdown import summary_markdown
 from gpucert.report.terminal import WRITTEN, terminal_summary
 from gpucert.report.verdict import Outcome, build_verdict, kind_of
 from gpucert.report.verdict_model import Verdict
-from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
 
 __all__ = ["RunContext", "open_run", "run_context", "start"]
@@ -38,9 +39,7 @@ __all__ = ["RunContext", "open_run", "run_context", "start"]
 
 @dataclass
 class RunContext:
-    spec: ClusterSpec
-    baselines: dict[str, GpuBaseline]  # each pool's SKU baseline
-    folder: RunFolder
+    evaluation: Evaluation  # the run, and the spec and baselines it is judged by
     readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
     outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
     selected: set[CheckKey] | None = None  # the keys the session collected, after -k, --lf, --deselect
@@ -49,13 +48,11 @@ class RunContext:
     evidence_of: dict[CheckKey, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
     verdict: Verdict | None = None
-    _evaluation: Evaluation | None = None
+    spec: ClusterSpec = field(init=False)
+    folder: RunFolder = field(init=False)
 
-    @property
-    def evaluation(self) -> Evaluation:
-        if self._evaluation is None:
-            self._evaluation = Evaluation(self.folder, self.spec, self.baselines)
-        return self._evaluation
+    def __post_init__(self) -> None:
+        self.spec, self.folder = self.evaluation.spec, self.evaluation.folder
 
 
 context_key = pytest.StashKey[RunContext]()
@@ -68,54 +65,61 @@ def run_context(config: pytest.Config) -> RunContext | None:
 # ---- opening the run, at configure time ----------------------------------------------------------------------
 
 
-def _in_place(spec: ClusterSpec, baselines: dict[str, GpuBaseline], options: Options) -> RunContext:
-    """--run-dir: a folder the CLI prepared, judged by the spec and baselines it was prepared with."""
+def _in_place(options: Options) -> RunContext:
+    """--run-dir: a folder gpucert prepared, judged by the spec and baselines it was prepared with (its inputs/,
+    read once). A spec given beside it must be that spec, byte for byte, and the baselines it names (by the same
+    text, so from the given spec's folder) those baselines: a run judged by another spec than the one it records
+    would sign a lie."""
     assert options.run_dir is not None
     folder = RunFolder(options.run_dir)
     if not folder.prepared:
         raise pytest.UsageError(f"--run-dir needs a prepared run folder with inventory.json; got {folder.path}")
-    assert spec.path is not None
-    folder.judged_by(spec.path, spec.baseline_paths())
+    evaluation = Evaluation.from_run(folder)
+    if options.spec is not None:
+        given = options.spec.resolve()
+        folder.judged_by(given, {p.name: (given.parent / p.baseline).resolve() for p in evaluation.spec.pools})
     folder.check()
-    return RunContext(spec, baselines, folder, readonly=not options.runs_tests)
+    return RunContext(evaluation, readonly=not options.runs_tests)
+
+
+def _mode(options: Options) -> Mode:
+    """What a session that runs tests prepares: the static gate, a re-evaluation, a plan, or plan and measure."""
+    if options.static:
+        return Mode.STATIC
+    if options.evidence is not None:
+        return Mode.EVIDENCE
+    return Mode.PLAN if options.no_measure else Mode.MEASURE
 
 
 def _open(config: pytest.Config, options: Options) -> RunContext | None:
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # an xdist worker: the controller prepared the run, if there is one
+        run_dir = workerinput.get("gpucert_run_dir")
+        return RunContext(Evaluation.from_run(Path(run_dir))) if run_dir is not None else None
+    if options.run_dir is not None:
+        return _in_place(options)
+    if options.spec is None:
+        return None
     from gpucert.plan import run as runner
 
-    assert options.spec is not None
-    spec, baselines = runner.load_inputs(options.spec)
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        return RunContext(spec, baselines, RunFolder(Path(workerinput["gpucert_run_dir"])))
-    if options.run_dir is not None:
-        return _in_place(spec, baselines, options)
+    spec, baselines = load_inputs(options.spec)  # the user's files: what to plan and measure
     if not options.runs_tests:
-        # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure
+        # listing or showing: read recorded evidence in place, or parametrize nothing; never plan or measure. What
+        # is listed is what re-evaluating it under this spec would run: no run folder holds that spec yet
         if options.evidence is None:
             return None
         recorded = runner.recorded_run(options.evidence)
         recorded.check()
-        return RunContext(spec, baselines, recorded, readonly=True)
-    mode = (
-        runner.Mode.STATIC
-        if options.static
-        else runner.Mode.EVIDENCE
-        if options.evidence
-        else runner.Mode.PLAN
-        if options.no_measure
-        else runner.Mode.MEASURE
+        return RunContext(Evaluation(recorded, spec, baselines), readonly=True)
+    return RunContext(
+        Evaluation.from_run(runner.prepare(spec, options.reports, _mode(options), evidence=options.evidence))
     )
-    folder = runner.prepare(spec, options.reports, mode, evidence=options.evidence)
-    return RunContext(spec, baselines, folder)
 
 
 def open_run(config: pytest.Config, options: Options) -> RunContext | None:
     """The run this session evaluates, planned and measured first when it runs tests and has no evidence; None
     when the session has no spec, or only lists and has nothing recorded to list. Bad input is pytest's usage
     error; a run that cannot complete ends the session with gpucert's exit code."""
-    if options.spec is None:
-        return None
     try:
         return _open(config, options)
     except GpucertError as exc:
@@ -187,12 +191,10 @@ def _beside(ctx: RunContext) -> dict[str, Any]:
 
 def _verdict(ctx: RunContext, stopped: str | None) -> Verdict:
     """The run's verdict, from the outcomes the controller collected and the plan."""
-    from gpucert.plan.run import recorded_mode
-
     ev = ctx.evaluation
     return build_verdict(
         run=ctx.folder.id,
-        kind=kind_of(recorded_mode(ctx.folder)),
+        kind=kind_of(ctx.folder.mode),  # every folder a session writes a verdict for was prepared with its mode
         spec=ctx.spec.metadata.name,
         target=ev.inventory.target,
         nodes=ev.inventory.names,
