@@ -14,9 +14,10 @@ import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 Progress = Callable[[NodeEvidence], None]
+GateRecord = tuple[dict[str, Any], dict[str, bytes]]  # what the static gate was given: its record and the files
 
 
 def _new_folder(reports: Path, spec: ClusterSpec, suffix: str | None, waivers: bool) -> RunFolder:
@@ -91,7 +93,99 @@ def new_run(
         raise
 
 
-def prepare(  # noqa: C901, PLR0912
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What a run needs before its folder exists, every input checked: a bad one fails here and leaves no folder
+    behind. Exactly one way to fill the folder follows: recorded evidence, the static gate, or a target."""
+
+    mode: Mode
+    recorded: RunFolder | None = None  # Mode.EVIDENCE: the run whose evidence is re-evaluated
+    gate: GateRecord | None = None  # Mode.STATIC: what the gate was given beside the spec, to copy into inputs/
+    target: Target | None = None  # PLAN, MEASURE, RETEST: the cluster (or simulator) to ask
+
+
+def _check(
+    spec: ClusterSpec, mode: Mode, evidence: Path | None, source: Source | None, gate: GateInputs | None
+) -> _Checked:
+    """Phase 1: resolve the mode (a replay spec names its recorded evidence itself) and check every input."""
+    gate_record = None
+    if gate is not None and gate.given:
+        if mode is not Mode.STATIC:
+            raise ConfigError(
+                "operator values, ClusterPolicies and --base-ref are inputs of the static gate: add --static"
+            )
+        gate_record = record_gate(spec, gate, spec.baseline_paths())
+    if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
+        mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
+    if mode is Mode.RETEST and (source is None or isinstance(spec.target, ReplayTargetSpec)):
+        raise ConfigError(
+            "a re-test measures a cluster again: it needs the earlier run (--retest RUN_DIR) and a target to measure, "
+            "not recorded evidence",
+            path=spec.path,
+            key="target.kind",
+        )
+    if mode is Mode.EVIDENCE:
+        if evidence is None:
+            raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")
+        return _Checked(mode, recorded=recorded_run(evidence))
+    if mode is Mode.STATIC:
+        return _Checked(mode, gate=gate_record)
+    if mode is Mode.RECERTIFY:  # one node, cordoned and compared with its handover: fleet/recertify.py's own walk
+        raise ValueError("prepare() prepares no recertification: fleet.recertify.recertify does")
+    from gpucert.measure.targets import open_target
+
+    return _Checked(mode, target=open_target(spec))  # a bad fleet or kubeconfig fails before any folder exists
+
+
+def _fill_recorded(folder: RunFolder, recorded: RunFolder) -> None:
+    """Phase 3 of a re-evaluation: the recorded evidence, copied in and checked."""
+    if folder.path.resolve().is_relative_to(recorded.path.resolve()):
+        raise ConfigError(
+            "the new run folder would be inside the run it re-evaluates: choose --reports outside it",
+            path=recorded.path,
+        )
+    import_evidence(recorded.path, folder)
+
+
+def _fill_static(folder: RunFolder, gate: GateRecord | None) -> None:
+    """Phase 3 of the static gate: no cluster, no node; what the gate was given beside the spec, under inputs/."""
+    folder.write_stack(StackObservation(nodes={}))
+    folder.write_inventory(Inventory(target="static", nodes=()))
+    if gate is not None:
+        record, files = gate
+        for name, content in files.items():
+            where, _, stem = name.partition("/")
+            folder.add_gate_input(folder.inputs / where, stem, content)
+        folder.write_gate(record)
+
+
+def _plan_and_measure(
+    target: Target,
+    spec: ClusterSpec,
+    folder: RunFolder,
+    mode: Mode,
+    progress: Progress | None,
+    planned: Callable[[Inventory, str], None] | None,
+    source: Source | None,
+) -> None:
+    """Phase 3 with a target: plan; then measure every node, or (a re-test) the nodes that did not pass in the
+    source run, the others carried over and joining the all-reduce across nodes as peers."""
+    inventory = plan(target, spec, folder)
+    measured, nodes, peers = inventory, None, []
+    if mode is Mode.RETEST:
+        from gpucert.acceptance.retest import prepare_retest
+
+        assert source is not None
+        again = prepare_retest(target, inventory, spec, folder, source)
+        measured = Inventory(inventory.target, tuple(n for n in inventory.nodes if n.name in again))
+        nodes, peers = list(again), [n for n in inventory.names if n not in again]
+    if planned is not None:  # what this run measures: on a re-test, the nodes measured again
+        planned(measured, target.kind)
+    if mode is not Mode.PLAN:
+        measure(target, inventory, spec, folder, progress, nodes=nodes, peers=peers)
+
+
+def prepare(
     spec: ClusterSpec,
     reports: Path,
     mode: Mode,
@@ -102,80 +196,28 @@ def prepare(  # noqa: C901, PLR0912
     source: Source | None = None,
     gate: GateInputs | None = None,
 ) -> RunFolder:
-    """A new run folder, filled for `mode` and ready to evaluate (the one path from a spec to a run).
+    """A new run folder, filled for `mode` and ready to evaluate (the one path from a spec to a run), in three
+    phases: check every input (no folder yet), create the folder (inputs/ and run.json), fill it.
 
     A spec whose target is `replay` names its recorded evidence itself: planning or measuring it re-evaluates that.
     A re-test takes its `source`: the earlier run, opened and verified (`acceptance.retest.open_source`).
     `gate` are the static gate's inputs beside the spec (operator values, ClusterPolicies, a base ref).
     """
-    gate_record = None
-    if gate is not None and gate.given:
-        if mode is not Mode.STATIC:
-            raise ConfigError(
-                "operator values, ClusterPolicies and --base-ref are inputs of the static gate: add --static"
-            )
-        gate_record = record_gate(spec, gate, spec.baseline_paths())  # bad inputs fail before any folder exists
-    if isinstance(spec.target, ReplayTargetSpec) and mode in (Mode.PLAN, Mode.MEASURE):
-        mode, evidence = Mode.EVIDENCE, spec.resolve(spec.target.evidence, "target.evidence")
-    if mode is Mode.RETEST and (source is None or isinstance(spec.target, ReplayTargetSpec)):
-        raise ConfigError(
-            "a re-test measures a cluster again: it needs the earlier run (--retest RUN_DIR) and a target to measure, "
-            "not recorded evidence",
-            path=spec.path,
-            key="target.kind",
-        )
-    target = None
-    if mode in (Mode.PLAN, Mode.MEASURE, Mode.RETEST):
-        from gpucert.measure.targets import open_target
-
-        target = open_target(spec)  # a bad fleet or kubeconfig fails before any folder exists
-    recorded = None
-    if mode is Mode.EVIDENCE:
-        if evidence is None:
-            raise EvidenceError("re-evaluating needs the recorded run folder (--evidence DIR)")
-        recorded = recorded_run(evidence)
+    checked = _check(spec, mode, evidence, source, gate)
+    recorded = checked.recorded
     with new_run(
         reports,
         spec,
-        recorded_mode(recorded) if mode is Mode.EVIDENCE else mode,
-        reevaluates=recorded.id if recorded else None,
-        waivers=mode is not Mode.STATIC,
+        recorded_mode(recorded) if recorded is not None else checked.mode,
+        reevaluates=recorded.id if recorded is not None else None,
+        waivers=checked.mode is not Mode.STATIC,
     ) as folder:
         if recorded is not None:
-            if folder.path.resolve().is_relative_to(recorded.path.resolve()):
-                raise ConfigError(
-                    "the new run folder would be inside the run it re-evaluates: choose --reports outside it",
-                    path=recorded.path,
-                )
-            import_evidence(recorded.path, folder)
-        elif mode is Mode.STATIC:
-            folder.write_stack(StackObservation(nodes={}))
-            folder.write_inventory(Inventory(target="static", nodes=()))
-            if gate_record is not None:
-                record, files = gate_record
-                for name, content in files.items():
-                    where, _, stem = name.partition("/")
-                    folder.add_gate_input(folder.inputs / where, stem, content)
-                folder.write_gate(record)
+            _fill_recorded(folder, recorded)
+        elif checked.target is None:
+            _fill_static(folder, checked.gate)
         else:
-            assert target is not None
-            inventory = plan(target, spec, folder)
-            if mode is Mode.RETEST:
-                from gpucert.acceptance.retest import prepare_retest
-
-                assert source is not None
-                again = prepare_retest(target, inventory, spec, folder, source)
-                if planned is not None:  # what this run measures: the nodes measured again
-                    planned(
-                        Inventory(inventory.target, tuple(n for n in inventory.nodes if n.name in again)), target.kind
-                    )
-                carried = [n for n in inventory.names if n not in again]
-                measure(target, inventory, spec, folder, progress, nodes=list(again), peers=carried)
-                return folder
-            if planned is not None:
-                planned(inventory, target.kind)
-            if mode is Mode.MEASURE:
-                measure(target, inventory, spec, folder, progress)
+            _plan_and_measure(checked.target, spec, folder, checked.mode, progress, planned, source)
     return folder
 
 
