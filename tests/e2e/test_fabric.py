@@ -151,3 +151,16 @@ def test_a_clean_fabric_passes_every_fabric_check(certify, layer: str) -> None:
     assert run.verdict["coverage"]["complete"]
     fabric_keys = 8 * (4 * 8 + 2) + 2  # 4 per rail and 2 per node on 8 nodes; pool.fabric, the transport
     assert run.verdict["summary"]["checks"] >= fabric_keys
+
+
+def test_a_rated_speed_no_port_of_the_pool_reaches_is_one_pool_finding_not_one_per_port(certify) -> None:
+    """Every rail port of every node at 200 Gb/s where the spec rates 400: the HCAs cannot run at the rated speed
+    (pool.fabric, naming the pool), and the ports and RDMA figures follow from it rather than failing 4 x 2 times."""
+    fabric = {"rails": 2, "rateGbps": 200, "racks": {"label": "example.com/rack", "size": 2}}
+    rails = {"count": 2, "resource": "rdma/rdma_shared_device_a"}
+    spec = fabric_spec(dict(FABRIC, rails=rails, rackLabel="example.com/rack"), nodes=4, probes=["health"])
+    run = certify(fleet_doc(nodes=4, fabric=fabric), spec=spec)
+    assert run.findings == {("pool.fabric", None, None)}, run.verdict["findings"]
+    [found] = run.verdict["findings"]
+    assert "pool train: every rail port of its nodes runs at 200 Gb/s: ratedGbps 400" in found["message"]
+    assert run.verdict["summary"]["skipped"] == 4 * 2 * 2 + 1  # each port and its RDMA figure, the rack link

@@ -54,7 +54,8 @@ def pool_fabric(ev: RunView, pool_name: str) -> Finding:
     pool = ev.spec.pool(pool_name)
     members = ev.pools.members(pool_name)
     stacks = {n: ns for n in members if (ns := ev.stack.nodes.get(n)) is not None}
-    found = judge_pool_fabric(pool, stacks)
+    measured = ev.measured and members and pool.fabric is not None
+    found = judge_pool_fabric(pool, stacks, fabric_view(ev, pool).uniform_rate() if measured else None)
     if found.status is ERROR and not members:
         why = f"pool {pool_name} has no nodes, so its fabric cannot be judged (see inventory.nodes)"
         return Finding(POOL_FABRIC, SKIP, None, None, why, cause=str(CheckKey("inventory.nodes")))
@@ -96,9 +97,37 @@ class FabricView:
         return None
 
     def port(self, node: str, rail: int) -> Finding:
+        """`fabric.port`; a port whose one fault is the pool-wide rate (see uniform_rate) follows from pool.fabric."""
         nf = self.node(node)
         assert nf is not None
-        return judge_port(node, rail, rail_port(nf, self.spec, rail), self.spec)
+        port = rail_port(nf, self.spec, rail)
+        found = judge_port(node, rail, port, self.spec)
+        rate = self.uniform_rate() if found.status is FAIL else None
+        if rate is None or port is None:
+            return found
+        if judge_port(node, rail, port, self.spec.model_copy(update={"rated_gbps": rate})).status is not PASS:
+            return found
+        message = f"{rail_where(node, rail, port.key)}: {port.rate}, as every rail port of the pool (see pool.fabric)"
+        return Finding("fabric.port", SKIP, node, None, message, cause=self.pool_key)
+
+    @property
+    def pool_key(self) -> str:
+        return str(CheckKey(POOL_FABRIC, None, None, self.pool.name))
+
+    def uniform_rate(self) -> float | None:
+        """The one rate every rail port of the pool's measured nodes (two or more) runs at, ACTIVE, when it is
+        below ratedGbps: no cable trains every port down alike, so the rated speed is one these HCAs cannot run at
+        (a pool.fabric finding), not a fault of each port."""
+        return self.ev.once(f"fabric.uniform_rate.{self.pool.name}", self._uniform_rate)
+
+    def _uniform_rate(self) -> float | None:
+        fabrics = [nf for n in self.members if (nf := self.node(n)) is not None]
+        ports = [rail_port(nf, self.spec, r) for nf in fabrics for r in range(self.spec.rails.count)]
+        rates = {p.rate_gbps if p is not None and p.state and p.state.endswith("ACTIVE") else None for p in ports}
+        if len(fabrics) < 2 or len(rates) != 1:
+            return None
+        rate = rates.pop()
+        return rate if rate is not None and rate < self.spec.rated_gbps else None
 
     def down(self, rail: int) -> dict[str, str]:
         """The nodes whose own finding explains all their pairs on `rail`, with that finding's key: a failing port
@@ -107,8 +136,11 @@ class FabricView:
         for n in self.members:
             if self.node(n) is None:
                 continue
-            if self.port(n, rail).status is FAIL:
+            port = self.port(n, rail)
+            if port.status is FAIL:
                 out[n] = str(CheckKey("fabric.port", n, None, rail_detail(rail)))
+            elif port.cause is not None:
+                out[n] = port.cause
             elif self.gdr(n).status is FAIL:
                 out[n] = str(CheckKey("fabric.gdr", n))
         return out
@@ -166,6 +198,9 @@ def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
         return Finding(check, SKIP, node, None, f"{where}: its port fails (see fabric.port)", cause=cause)
     if check == "fabric.counters":
         return judge_counters(node, rail, port.key, nf.counters, spec)
+    if port_found.cause is not None:  # every port at one rate below ratedGbps: the RDMA figure's bar is wrong too
+        message = f"{rail_where(node, rail, port.key)}: its bar follows from ratedGbps (see pool.fabric)"
+        return Finding(check, SKIP, node, None, message, cause=port_found.cause)
     if view.gdr(node).status is FAIL:
         message = f"{rail_where(node, rail, port.key)}: no GPUDirect RDMA to measure from GPU memory (see fabric.gdr)"
         return Finding(check, SKIP, node, None, message, cause=str(CheckKey("fabric.gdr", node)))
@@ -234,15 +269,19 @@ def _rdma_racks(ev: RunView, detail: str) -> Finding:
         worst = min((p.gbps for p in pairs if p.gbps is not None), default=None)
         return Finding(RDMA, FAIL, None, None, message, observed=worst, unit="Gb/s")
     racks_of = view.racks()
-    across = sum(
-        1
+    across = [
+        (p, view.rail(r).cause.get((p.a, p.b)))
         for r in range(view.spec.rails.count)
         for p in view.rail(r).pairs
         if {racks_of.get(p.a), racks_of.get(p.b)} == {a, b}
-    )
+    ]
     if not across:
         return Finding(RDMA, ERROR, None, None, f"pool {pool_name}: no pair across racks {a} and {b} was measured")
-    return Finding(RDMA, PASS, None, None, f"pool {pool_name}: racks {a} and {b}: {across} pairs across, not slow")
+    if all(cause == view.pool_key for _, cause in across):  # the bar itself is the pool's finding
+        message = f"pool {pool_name}: racks {a} and {b}: the RDMA bar follows from ratedGbps (see pool.fabric)"
+        return Finding(RDMA, SKIP, None, None, message, cause=view.pool_key)
+    message = f"pool {pool_name}: racks {a} and {b}: {len(across)} pairs across, not slow"
+    return Finding(RDMA, PASS, None, None, message)
 
 
 def _transport(ev: RunView, pool_name: str) -> Finding:

@@ -4,7 +4,8 @@ Checked at configure time, before anything is measured, once per pool (one root 
 speed is one a port of the declared link layer can run at; the pool's nodes offer an RDMA device plugin resource
 (the one `rails.resource` names, or any `*rdma*` resource when the rails name their HCAs), without which no fabric
 pod can open the HCAs; and, when the fabric names a rack label, every node carries it (the isolation of a slow link
-to a rack needs it).
+to a rack needs it). Once the pool is measured, every rail port at one rate below the rated one says the same of
+the HCAs: one finding here, not one per port.
 """
 
 from __future__ import annotations
@@ -33,15 +34,22 @@ def _short(nodes: list[str]) -> str:
     return ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
 
 
-def judge_pool_fabric(pool: Pool, stacks: Mapping[str, NodeStack]) -> Finding:
+def judge_pool_fabric(pool: Pool, stacks: Mapping[str, NodeStack], uniform_rate: float | None = None) -> Finding:
     """The pool's fabric section against the link layer's speeds and its nodes (`stacks`: the pool's members that
-    the cluster lists). The finding names the pool in its message and in nothing else (node None)."""
+    the cluster lists). `uniform_rate`: where the pool was measured, the one rate below ratedGbps every rail port
+    of its nodes runs at (the HCAs cannot run at the rated speed). The finding names the pool in its message and
+    in nothing else (node None)."""
     fabric = pool.fabric
     assert fabric is not None
     problems: list[str] = []
     rated = fabric.rated_problem()
     if rated:
         problems.append(f"{rated}: correct pools[{pool.name}].fabric.ratedGbps")
+    elif uniform_rate is not None:
+        problems.append(
+            f"every rail port of its nodes runs at {uniform_rate:g} Gb/s: ratedGbps {fabric.rated_gbps:g} is not a "
+            "speed these HCAs run at; correct ratedGbps (or the HCAs)"
+        )
     what = f"resource {fabric.rails.resource}" if fabric.rails.resource else "RDMA resource (`*rdma*`)"
     without = sorted(n for n, ns in stacks.items() if not rdma_resources(pool, ns))
     if stacks and len(without) == len(stacks):
