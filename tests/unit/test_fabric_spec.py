@@ -164,3 +164,13 @@ def test_without_a_fabric_no_fabric_check_is_required_and_the_plan_says_why(tmp_
     plan = plan_checks(spec, ["n1", "n2"], ["configure", "certify"], components=[])
     assert not [k for k in plan.required if k.check.startswith("fabric.") or k.check == "pool.fabric"]
     assert ("fabric.*", "no pool declares a fabric section") in plan.not_required
+
+
+def test_a_pool_of_one_node_in_the_run_requires_no_loaded_fabric_check(tmp_path: Path) -> None:
+    """A node recertified alone has no pair to load the fabric: its counters and RDMA figures are not required."""
+    spec = load_spec(spec_file(tmp_path))
+    plan = plan_checks(spec, ["n1"], ["certify"], components=[])
+    assert CheckKey("fabric.port", "n1", None, "rail0") in plan
+    assert CheckKey("fabric.counters", "n1", None, "rail0") not in plan
+    assert CheckKey("fabric.rdma_bw", "n1", None, "rail0") not in plan
+    assert dict(plan.not_required)["fabric.counters"].endswith("no pair loads the fabric")

@@ -73,9 +73,13 @@ def fabric_certify_keys(spec: ClusterSpec, pools: PoolMap) -> tuple[list[CheckKe
         assert pool.fabric is not None
         members = pools.members(pool.name)
         rails = [rail_detail(r) for r in range(pool.fabric.rails.count)]
-        checks = [c for c in NODE_RAIL_CHECKS if c != "fabric.rdma_bw" or len(members) >= 2]
+        # the counters are read around the pairs' traffic: a pool of one node here (a recertified node alone) has
+        # neither pairs nor a loaded window
+        loaded = ("fabric.counters", "fabric.rdma_bw")
+        checks = [c for c in NODE_RAIL_CHECKS if c not in loaded or len(members) >= 2]
         if len(members) < 2:
-            left_out["fabric.rdma_bw"] = f"pool {pool.name} has {len(members)} node(s): no pair to measure"
+            for check in loaded:
+                left_out[check] = f"pool {pool.name} has {len(members)} node(s) in this run: no pair loads the fabric"
         keys += [CheckKey(c, n, None, r) for n in members for r in rails for c in checks]
         keys += [CheckKey(c, n) for n in members for c in NODE_CHECKS]
         if len(members) >= 2:  # NCCL's transport, read off every collective across the pool's nodes: one finding
