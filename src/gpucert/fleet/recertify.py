@@ -28,6 +28,7 @@ from gpucert.measure.targets.base import NodeControl, NodeTarget, Target
 from gpucert.plan import run as runner
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.runfolder import RunFolder
+from gpucert.report.verdict_model import Verdict, read_verdict
 from gpucert.spec.cluster import DEFAULT_POOL, ClusterSpec
 from gpucert.spec.handover import NodeBaseline, load_node_baseline, sha256_of
 from gpucert.spec.names import NameError_, check_node_name, inside
@@ -96,10 +97,10 @@ def _run_of(folder: RunFolder, pool: str) -> tuple[str | None, str | None]:
 def _pools_in(folder: RunFolder) -> dict[str, str | None]:
     """Each node's pool as the run's verdict says (empty for a run before pools: it had one)."""
     try:
-        nodes = folder.read_verdict().get("nodes") or {}
+        nodes = read_verdict(folder).nodes
     except EvidenceError:
         return {}
-    return {n: s.get("pool") for n, s in nodes.items() if isinstance(s, dict) and "pool" in s}
+    return {n: s.pool for n, s in nodes.items() if "pool" in s.model_fields_set}
 
 
 def latest_fleet_evidence(
@@ -187,8 +188,8 @@ def recertify(
         was_cordoned = _out_of_service(control, opts, record, folder, progress)
         runner.measure(target, one, spec, folder)
         code = evaluate(folder)
-        verdict = folder.read_verdict()
-        withheld = withhold(node, verdict["result"]) if withhold is not None else None
+        verdict = read_verdict(folder)
+        withheld = withhold(node, verdict.result) if withhold is not None else None
         record.update(_outcome(verdict, withheld, was_cordoned))
         folder.write_recertify(record)
         digest = sign(folder)  # the certificate's digest, None when not signed
@@ -196,16 +197,16 @@ def recertify(
         if now_held_by != holder:
             raise IncompleteRunError(
                 f"lost the hold on {node} during the run (now held by {now_held_by or 'nobody'}): the node was not "
-                f"marked; its verdict ({verdict['result']}) is in {folder.path}"
+                f"marked; its verdict ({verdict.result}) is in {folder.path}"
             )
         if withheld:
             if not was_cordoned:
                 control.mark(node, labels={}, annotations={}, uncordon=True)
             restored = ", uncordoned" if not was_cordoned else ""
-            progress(f"{node}: {verdict['result'].upper()}, left unmarked{restored}: {withheld}")
+            progress(f"{node}: {verdict.result.upper()}, left unmarked{restored}: {withheld}")
             return code, folder.path
         _mark(control, node, {"time": record["finished"], "run": folder.id, "certificate": digest}, verdict)
-        passed = verdict["result"] == "pass"
+        passed = verdict.passed
         progress(
             f"{node}: {'certified, uncordoned' if passed else 'NOT certified, left cordoned'} "
             f"({LABEL_CERTIFIED}={'true' if passed else 'false'})"
@@ -329,12 +330,12 @@ def _out_of_service(
     return was_cordoned
 
 
-def _outcome(verdict: dict[str, Any], withheld: str | None, was_cordoned: bool) -> dict[str, Any]:
+def _outcome(verdict: Verdict, withheld: str | None, was_cordoned: bool) -> dict[str, Any]:
     """What recertify.json records of the verdict, and the marks the node gets (or why it gets none)."""
-    passed = verdict["result"] == "pass"
+    passed = verdict.passed
     return {
-        "result": verdict["result"],
-        "failing": sorted({f["check"] for f in verdict["findings"]}),
+        "result": verdict.result,
+        "failing": sorted({f.check for f in verdict.findings}),
         "finished": _now(),
         "marks": (
             {"withheld": withheld, "uncordon": not was_cordoned}
@@ -348,12 +349,12 @@ def _outcome(verdict: dict[str, Any], withheld: str | None, was_cordoned: bool) 
     }
 
 
-def _mark(control: NodeControl, node: str, stamp: dict[str, Any], verdict: dict[str, Any]) -> None:
+def _mark(control: NodeControl, node: str, stamp: dict[str, Any], verdict: Verdict) -> None:
     """Label and annotate the node with the verdict; uncordon it when it passed (a failed node stays cordoned)."""
-    passed = verdict["result"] == "pass"
+    passed = verdict.passed
     annotations = {
-        ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict["result"]}, sort_keys=True),
-        ANNOTATION_FAILING: ",".join(sorted({f["check"] for f in verdict["findings"]})),
+        ANNOTATION_LAST_RUN: json.dumps({**stamp, "result": verdict.result}, sort_keys=True),
+        ANNOTATION_FAILING: ",".join(sorted({f.check for f in verdict.findings})),
     }
     if passed:
         annotations[ANNOTATION_LAST] = json.dumps(stamp, sort_keys=True)

@@ -39,7 +39,9 @@ from gpucert.fleet.schedule_record import SCHEDULE_DIR, SCHEDULE_SCHEMA, Schedul
 from gpucert.fleet.state import NodeStatus, RunIndex, node_statuses
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import NodeControl, NodeState
+from gpucert.plan.records import read_recertify_record
 from gpucert.plan.runfolder import RunFolder
+from gpucert.report.verdict_model import read_verdict
 from gpucert.spec.cluster import ClusterSpec
 
 __all__ = [
@@ -344,8 +346,9 @@ class _Round:
 
     def outcome(self, folder: RunFolder, code: int) -> dict[str, Any]:
         record = self.record
-        result = folder.read_verdict()["result"]
-        marks = (folder.read_recertify() or {}).get("marks") or {}
+        result = read_verdict(folder).result
+        recertified = read_recertify_record(folder)
+        marks = (recertified.marks if recertified is not None else None) or {}
         if marks.get("withheld"):
             record.failures += 1
             outcome, record.breaker_open, record.breaker = "withheld", True, str(marks["withheld"])

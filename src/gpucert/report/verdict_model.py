@@ -152,6 +152,10 @@ class NodeSummary(Group):
     carried_from: Carried | None = None
     pool: Str | None = None
 
+    def pool_or(self, default: str) -> str | None:
+        """The node's pool; `default` for a verdict from before pools (it had one), None for a node in no pool."""
+        return self.pool if "pool" in self.model_fields_set else default
+
     @property
     def origin(self) -> str:
         """Where the node's evidence comes from: measured in this run, or carried over by a re-test."""

@@ -12,7 +12,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field
@@ -25,8 +25,10 @@ from gpucert.evaluate.stats import summarize
 from gpucert.files import write_atomic
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import NODE_METRICS
+from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import RunFolder
-from gpucert.report.verdict import node_passed, node_result
+from gpucert.report.verdict import node_result
+from gpucert.report.verdict_model import NodeSummary, Verdict, read_verdict
 from gpucert.spec.baseline import GpuBaseline, load_baseline
 from gpucert.spec.cluster import DEFAULT_POOL, load_spec
 from gpucert.spec.documents import Document, load_document
@@ -134,8 +136,10 @@ def _node_baseline(ev: NodeEvidence, sku: str, figures: Figures, recorded: Recor
 def node_baseline_of(folder: RunFolder, node: str, recorded: Recorded) -> tuple[NodeBaseline, list[Path]]:
     """The node's handover baseline as its run's evidence gives it, with the files it comes from (the evidence and
     the SKU baseline of the node's pool). KeyError, ValueError or EvidenceError when the run cannot give it."""
-    summary = folder.read_verdict()["nodes"][node]
-    pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
+    summary = read_verdict(folder).nodes.get(node)
+    if summary is None:
+        raise KeyError(node)
+    pool = summary.pool_or(DEFAULT_POOL)  # a run before pools had one
     if pool is None:
         raise ValueError(f"{node} is in no pool of the spec (or several): it has no SKU baseline")
     baseline_path = folder.baseline_copy_for(pool)
@@ -173,15 +177,15 @@ def record_baselines(
             "(the files will say so)",
             path=run_dir,
         )
-    verdict = folder.read_verdict()
+    verdict = read_verdict(folder)
     if not folder.baseline_copies():
         raise EvidenceError("no inputs/baseline.yaml: not a run folder gpucert certify wrote", path=run_dir)
-    date = folder.read_run_info().get("finished") or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    date = read_run_info(folder).finished or datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     recording = _Recording(folder, verdict, out, date, certificate, force_reason)
     written: list[Path] = []
     refused: list[str] = []
     out.mkdir(parents=True, exist_ok=True)
-    for node, summary in sorted(verdict.get("nodes", {}).items()):
+    for node, summary in sorted(verdict.nodes.items()):
         if node == "(fleet)":
             continue
         got = recording.record(node, summary)
@@ -199,24 +203,24 @@ class _Recording:
     """One `gpucert baseline record`: the run's verdict, where the files go, and what each file says of the run."""
 
     folder: RunFolder
-    verdict: dict[str, Any]
+    verdict: Verdict
     out: Path
     date: str
     certificate: str | None
     force_reason: str | None
 
-    def record(self, node: str, summary: dict[str, Any]) -> Path | str:
+    def record(self, node: str, summary: NodeSummary) -> Path | str:
         """The node's file, written; or why it was refused."""
         try:
             check_node_name(node)
             target = inside(self.out, f"{node}.yaml")
         except NameError_ as exc:
             return f"{node!r}: {exc}"
-        passed = node_passed(summary["result"]) and self.verdict.get("result") != "incomplete"
+        passed = summary.passed_result and self.verdict.result != "incomplete"
         why = self._not_recordable(node, summary, passed)
         if why is not None:
             return why
-        pool = summary.get("pool", DEFAULT_POOL)  # a run before pools had one
+        pool = summary.pool_or(DEFAULT_POOL)  # a run before pools had one
         if pool is None:
             return f"{node}: in no pool of the spec (or several): it has no SKU baseline to record against"
         baseline_path = self.folder.baseline_copy_for(pool)
@@ -229,12 +233,12 @@ class _Recording:
         if not ev.collected:
             return f"{node}: was not measured in this run"
         recorded = Recorded(
-            run=self.verdict["run"],
+            run=self.verdict.run,
             date=self.date,
             result=node_result(summary),
             certificate=self.certificate,
             forced=None if passed else self.force_reason,
-            spec=self.verdict["spec"],
+            spec=self.verdict.spec,
             baseline=sha256_of(baseline_path),
             allow_unsigned=self.certificate is None,
         )
@@ -245,21 +249,19 @@ class _Recording:
             + yaml.safe_dump(nb.model_dump(by_alias=True, exclude_none=False), sort_keys=False),
         )
 
-    def _not_recordable(self, node: str, summary: dict[str, Any], passed: bool) -> str | None:
+    def _not_recordable(self, node: str, summary: NodeSummary, passed: bool) -> str | None:
         """An incomplete run, or a node that did not pass, is recorded only when forced (with a reason)."""
         if self.force_reason is not None:
             return None
-        if self.verdict.get("result") == "incomplete":
+        if self.verdict.result == "incomplete":
             return f"{node}: the run is incomplete (not every required check ran); record from a complete run"
         if not passed:
-            what = f"failed {', '.join(summary['failing'])}" if summary["failing"] else summary["result"]
+            what = f"failed {', '.join(summary.failing)}" if summary.failing else summary.result
             return f"{node}: {what}; pass --force --reason TEXT to record it"
         return None
 
     def _header(self, node: str, passed: bool) -> str:
-        header = (
-            f"# handover baseline of {node}, recorded by `gpucert baseline record` from run {self.verdict['run']}\n"
-        )
+        header = f"# handover baseline of {node}, recorded by `gpucert baseline record` from run {self.verdict.run}\n"
         if not passed:
             header += f"# FORCED although the node did not pass: {self.force_reason}\n"
         if self.certificate is None:
