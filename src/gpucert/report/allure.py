@@ -30,6 +30,7 @@ from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDe
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.plan.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
+from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
@@ -332,8 +333,8 @@ def previous_allure_report(run_dir: Path, spec: str) -> Path | None:
         try:
             if not index.is_file():
                 continue
-            same = json.loads((sibling / "verdict.json").read_text(encoding="utf-8")).get("spec") == spec
-        except (OSError, ValueError, AttributeError):  # not a run folder, or one it cannot read: not this spec's
+            same = RunFolder(sibling).read_verdict().get("spec") == spec
+        except (OSError, EvidenceError):  # not a run folder, or one it cannot read: not this spec's
             continue
         if same:
             earlier.append((sibling.name, index))

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
-from gpucert.files import write_json
+from gpucert.files import read_json_object, write_json
 from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import ENVELOPE, RunFolder
 from gpucert.report.keys import PRIVATE_KEY, PUBLIC_KEY, fingerprint, generate_key, load_private_key, load_public_key
@@ -273,8 +273,10 @@ def read_envelope(path: Path) -> Envelope:
     """The envelope at `path` (EvidenceError when it is missing, a link, or not a DSSE envelope)."""
     if path.is_symlink():
         raise EvidenceError("the envelope is a link: a certificate is a plain file in its folder", path=path)
+    if not path.exists():
+        raise EvidenceError(f"no {path.name}: this folder was not signed (`gpucert sign`)", path=path.parent)
+    data = read_json_object(path, missing="this folder was not signed (`gpucert sign`)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
         payload = base64.b64decode(data["payload"], validate=True)
         sigs = tuple(
             (s.get("keyid") if isinstance(s.get("keyid"), str) else None, base64.b64decode(s["sig"], validate=True))
@@ -283,8 +285,6 @@ def read_envelope(path: Path) -> Envelope:
         payload_type = data["payloadType"]
         if not isinstance(payload_type, str):
             raise TypeError("payloadType is not a string")
-    except FileNotFoundError:
-        raise EvidenceError(f"no {path.name}: this folder was not signed (`gpucert sign`)", path=path.parent) from None
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise EvidenceError(f"not a DSSE envelope ({exc})", path=path) from None
     return Envelope(path, payload_type, payload, sigs)
@@ -407,7 +407,7 @@ def countersign(folder: Path, key_path: Path) -> tuple[Path, str]:
             "signed files as they are; run `gpucert verify` and countersign only a folder that verifies",
             path=folder,
         )
-    data = json.loads(env.path.read_text(encoding="utf-8"))
+    data = read_json_object(env.path)
     data["signatures"].append(
         {"keyid": fp, "sig": base64.b64encode(key.sign(pae(env.payload_type, env.payload))).decode()}
     )
