@@ -351,3 +351,11 @@ def test_nvidia_peermem_is_read_from_the_driver_daemonsets_own_container() -> No
     seen = observe_stack([node], [pod], DEFAULT_SOURCES).nodes["n1"].components
     assert seen["nvidia-peermem"].version == "570.124.06"
     assert seen["driver"].version == "570.124.06"
+
+
+def test_a_description_of_pairs_on_several_rails_names_each_pairs_rail() -> None:
+    from gpucert.evaluate.rules.fabric_isolation import describe
+
+    pairs = [PairFigure(0, "n1", "n9", 230.0), PairFigure(1, "n1", "n9", 232.0)]
+    assert describe(pairs) == "n1 + n9 (rail 0) 230 Gb/s, n1 + n9 (rail 1) 232 Gb/s; median 231 Gb/s"
+    assert describe(pairs[:1]) == "n1 + n9 230 Gb/s; median 230 Gb/s"

@@ -140,7 +140,12 @@ def isolate_rail(
 
 def describe(pairs: Sequence[PairFigure]) -> str:
     """`a + b 182 Gb/s, c + d (did not run: ...)`, at most five, and the median of those with a figure."""
-    said = [f"{p.name} {p.gbps:.4g} Gb/s" if p.gbps is not None else f"{p.name} ({p.error})" for p in pairs[:5]]
+    rails = len({p.rail for p in pairs}) > 1  # name the rail where the pairs are of several
+
+    def name(p: PairFigure) -> str:
+        return f"{p.name} (rail {p.rail})" if rails else p.name
+
+    said = [f"{name(p)} {p.gbps:.4g} Gb/s" if p.gbps is not None else f"{name(p)} ({p.error})" for p in pairs[:5]]
     more = f" and {len(pairs) - 5} more" if len(pairs) > 5 else ""
     figures = [p.gbps for p in pairs if p.gbps is not None]
     median = f"; median {statistics.median(figures):.4g} Gb/s" if figures else ""
