@@ -140,17 +140,21 @@ def test_the_hca_firmware_pin_holds_every_rail_hca(certify) -> None:
 
 @pytest.mark.parametrize("layer", ["InfiniBand", "Ethernet"])
 def test_a_clean_fabric_passes_every_fabric_check(certify, layer: str) -> None:
-    """No fault, no finding: 8 nodes in two racks, 8 rails of InfiniBand or RoCE, every fabric check required ran."""
-    fabric = {"rails": 8, "linkLayer": layer, "racks": {"label": "example.com/rack", "size": 4}}
+    """No fault, no finding: 10 nodes in two racks, 8 rails of InfiniBand or RoCE, every fabric check required ran;
+    report.html lists the nodes in natural order (gpu-node-2 before gpu-node-10)."""
+    fabric = {"rails": 8, "linkLayer": layer, "racks": {"label": "example.com/rack", "size": 5}}
     spec = fabric_spec(
-        dict(FABRIC, linkLayer=layer, rackLabel="example.com/rack"), nodes=8, probes=["health"], multinode={}
+        dict(FABRIC, linkLayer=layer, rackLabel="example.com/rack"), nodes=10, probes=["health"], multinode={}
     )
-    run = certify(fleet_doc(nodes=8, fabric=fabric), spec=spec)
+    run = certify(fleet_doc(nodes=10, fabric=fabric), spec=spec)
     assert run.findings == set(), run.verdict["findings"]
     assert run.verdict["result"] == "pass"
     assert run.verdict["coverage"]["complete"]
-    fabric_keys = 8 * (4 * 8 + 2) + 2  # 4 per rail and 2 per node on 8 nodes; pool.fabric, the transport
+    fabric_keys = 10 * (4 * 8 + 2) + 2  # 4 per rail and 2 per node on 10 nodes; pool.fabric, the transport
     assert run.verdict["summary"]["checks"] >= fabric_keys
+    html = (run.run_dir / "report.html").read_text()
+    section = html[html.index("gpucert-fabric") :]
+    assert section.index(">gpu-node-2<") < section.index(">gpu-node-10<")
 
 
 def test_a_rated_speed_no_port_of_the_pool_reaches_is_one_pool_finding_not_one_per_port(certify) -> None:

@@ -9,6 +9,7 @@ pairs are in the findings.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from html import escape
 from typing import TYPE_CHECKING
@@ -28,6 +29,10 @@ MAX_HEATMAP_NODES = 64
 STATUS_COLOURS = {"pass": "#27ae60", "fail": "#c0392b", "error": "#b9770e", "skip": "#95a5a6", "waived": "#8e44ad"}
 WORST = ("fail", "error", "waived", "skip", "pass")
 CELL = 12
+
+
+def _natural(name: str) -> list[int | str]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _worst(statuses: list[str]) -> str | None:
@@ -127,7 +132,7 @@ def fabric_section(ev: Evaluation, outcomes: Mapping[CheckKey, Outcome]) -> str:
         if pool.fabric is None:
             continue
         view = fabric_view(ev, pool)
-        nodes = list(view.members)
+        nodes = sorted(view.members, key=_natural)  # gpu-node-2 before gpu-node-10
         if not nodes:
             continue
         out.append(f"<h3>Fabric of pool {escape(pool.name)}: rails x nodes</h3>{_matrix(view, outcomes, nodes)}")
