@@ -55,6 +55,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1024)
     ap.add_argument("--workers", type=int, default=0, help="pytest-xdist workers for the harness (0: none)")
+    ap.add_argument("--profile", metavar="FILE", help="also run the harness once under cProfile, stats into FILE")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="gpucert-fleet-"))
     spec = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
@@ -79,9 +80,13 @@ def main() -> int:
     (work / "spec.yaml").write_text(yaml.safe_dump(spec))
     (work / "fleet.yaml").write_text(yaml.safe_dump(fleet))
 
-    cmd = [sys.executable, "-m", "gpucert.cli.main", "certify", "spec.yaml", "-q", "--reports", "reports"]
+    certify = ["-m", "gpucert.cli.main", "certify", "spec.yaml", "-q"]
+    cmd = [sys.executable, *certify, "--reports", "reports"]
     if args.workers:
         cmd += ["-n", str(args.workers)]
+    if args.profile:  # a separate run: cProfile's overhead would distort the ratio
+        profiled = [sys.executable, "-m", "cProfile", "-o", str(Path(args.profile).absolute()), *certify]
+        subprocess.run([*profiled, "--reports", "profiled"], cwd=work, capture_output=True, check=False)
     harness_wall, harness_rss, proc = run_child(cmd, work)
     if proc.returncode not in (0, 1):
         print(proc.stdout[-3000:], proc.stderr[-3000:])

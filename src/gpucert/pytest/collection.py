@@ -60,8 +60,21 @@ def parametrize(metafunc: pytest.Metafunc, ctx: RunContext) -> None:
         metafunc.parametrize("dcgm_test", ev.dcgm_tests())
 
 
+_KEY = pytest.StashKey[CheckKey | None]()
+
+
 def check_key(item: pytest.Item) -> CheckKey | None:
-    """The check a test item decides, from its `check` marker and its parameters."""
+    """The check a test item decides, from its `check` marker and its parameters: built once per item (collection,
+    the `decision` fixture and each phase's report ask for it; at fleet scale rebuilding it was a cost per item)."""
+    stash: pytest.Stash | None = getattr(item, "stash", None)
+    if stash is None:
+        return _check_key(item)
+    if _KEY not in stash:
+        stash[_KEY] = _check_key(item)
+    return stash[_KEY]
+
+
+def _check_key(item: pytest.Item) -> CheckKey | None:
     marker = item.get_closest_marker("check")
     if marker is None:
         return None

@@ -1,16 +1,28 @@
 """JUnit: junit.xml goes into the run folder unless the user names another file, and it says the run's verdict as
 testsuite properties and as one more testcase named by the run's kind (`gpucert::certification` for a
-certification), so a CI system that reads only junit.xml sees a failed or incomplete certification fail."""
+certification), so a CI system that reads only junit.xml sees a failed or incomplete certification fail.
+
+At fleet scale one testcase per passed check made junit.xml ~105 bytes a check (72.6 MiB at 4,096 x 8), so the
+checks that passed are summarised: one testcase per node and check family (`classname="gpucert.passed.<family>"`,
+`name="<node>"`, property `checks` = how many passed checks it stands for); every check that did not pass keeps its
+own testcase with its message. CI systems count testcases, so the testsuite's `tests` counts the summaries plus the
+checks that did not pass; the number of checks is the property `gpucert_checks` (with `gpucert_passed`), and the
+verdict's coverage properties say the rest."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Generator
+from typing import Any
+
 import pytest
 
+from gpucert.plan.checks import CheckKey, CheckStatus, family_of
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict import headline, headline_parts
 from gpucert.report.verdict_model import Verdict
 
-__all__ = ["default_path", "tell_junit"]
+__all__ = ["PassedSummary", "default_path", "tell_junit"]
 
 
 def default_path(config: pytest.Config, folder: RunFolder) -> None:
@@ -39,6 +51,8 @@ def tell_junit(config: pytest.Config, verdict: Verdict) -> None:
         ("gpucert_skipped", s.skipped),
         ("gpucert_waived", s.waived),
         ("gpucert_complete", str(c.complete).lower()),
+        ("gpucert_checks", s.checks),
+        ("gpucert_passed", s.passed),
     ):
         xml.add_global_property(name, value)
     ok = verdict.passed
@@ -54,3 +68,72 @@ def tell_junit(config: pytest.Config, verdict: Verdict) -> None:
         when="call",
     )
     xml.pytest_runtest_logreport(report)
+
+
+def _xml(config: pytest.Config) -> Any:
+    try:
+        from _pytest.junitxml import xml_key
+    except ImportError:  # pragma: no cover - pytest moved it
+        return None
+    return config.stash.get(xml_key, None)
+
+
+class PassedSummary:
+    """Takes each passed check's testcase out of pytest's LogXML as its item ends (so neither junit.xml nor the
+    controller's memory keeps one per check), and at the session's end adds one testcase per node and check family
+    that stands for them. _pytest/junitxml.py (pytest 9.1.1): LogXML keeps a _NodeReporter per item in
+    `node_reporters_ordered`, appends it on the item's first report, counts `stats["passed"]` in `append_pass`, and
+    writes `tests` from `stats` in its pytest_sessionfinish."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.passing: dict[str, CheckKey] = {}  # nodeid of an item whose check passed, until its teardown
+        self.counts: Counter[tuple[str, str]] = Counter()  # (node or "fleet", family) -> passed checks
+        self.seconds: dict[tuple[str, str], float] = {}
+
+    def passed(self, report: pytest.TestReport, key: CheckKey, status: CheckStatus) -> None:
+        """The controller's word on a decisive report: a check that passed (its call passed too)."""
+        if status is CheckStatus.PASS and report.passed and report.when == "call":
+            self.passing[report.nodeid] = key
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None]:
+        """Around LogXML's: the passed item's reporter taken before its teardown (LogXML's finalize() empties it),
+        and after, the passed check's testcase taken out of junit.xml and counted in its summary."""
+        key = self.passing.pop(report.nodeid, None) if report.when == "teardown" else None
+        xml = _xml(self.config) if key is not None else None
+        reporter = None if xml is None else xml.node_reporters.get((report.nodeid, getattr(report, "node", None)))
+        yield
+        if reporter is not None and key is not None and report.passed:
+            self._drop(xml, reporter, key)
+
+    def _drop(self, xml: Any, reporter: Any, key: CheckKey) -> None:
+        ordered = xml.node_reporters_ordered
+        # the item's reporter is the last one appended, except under xdist, whose reports interleave
+        last = max(len(ordered) - 256, 0)
+        at = next((i for i in range(len(ordered) - 1, last - 1, -1) if ordered[i] is reporter), None)
+        testcase = reporter.to_xml()
+        if at is None or len(testcase):  # not found, or it says more than the pass (properties, captured output)
+            return
+        del ordered[at]
+        xml.stats["passed"] -= 1
+        group = (key.node or "fleet", family_of(key.check).value)
+        self.counts[group] += 1
+        self.seconds[group] = self.seconds.get(group, 0.0) + float(testcase.get("time", 0))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self) -> None:
+        """Before LogXML writes: one passed testcase per node and family, in node order."""
+        xml = _xml(self.config)
+        if xml is None:
+            return
+        from _pytest.junitxml import _NodeReporter
+
+        for (node, family), n in sorted(self.counts.items()):
+            reporter = _NodeReporter(f"gpucert.passed.{family}::{node}", xml)
+            reporter.attrs = {"classname": f"gpucert.passed.{family}", "name": node}
+            reporter.duration = self.seconds.get((node, family), 0.0)
+            reporter.add_property("checks", n)
+            xml.node_reporters_ordered.append(reporter)
+            xml.stats["passed"] += 1
+        self.counts.clear()

@@ -138,7 +138,9 @@ def start(config: pytest.Config, ctx: RunContext, options: Options) -> None:
     config.stash[context_key] = ctx
     if hasattr(config, "workerinput") or ctx.readonly:
         return
-    config.pluginmanager.register(Controller(ctx), "gpucert-controller")
+    passed = junit.PassedSummary(config)
+    config.pluginmanager.register(passed, "gpucert-junit-passed")
+    config.pluginmanager.register(Controller(ctx, passed), "gpucert-controller")
     config.pluginmanager.register(VerdictWriter(ctx), "gpucert-verdict")
     opt = config.option
     if getattr(opt, "htmlpath", "missing") is None:
@@ -250,8 +252,9 @@ class Controller:
     """Collects every check's outcome in the controller process; at the end writes verdict.json, run.json and
     the Allure results, tells JUnit and the terminal the same result, and makes the exit status say it too."""
 
-    def __init__(self, ctx: RunContext) -> None:
+    def __init__(self, ctx: RunContext, passed: junit.PassedSummary | None = None) -> None:
         self.ctx = ctx
+        self.passed = passed
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "gpucert", None)
@@ -264,6 +267,8 @@ class Controller:
             self.ctx.outcomes[key] = outcome
         if "evidence" in data:
             self.ctx.evidence_of[key] = data["evidence"]
+        if self.passed is not None:
+            self.passed.passed(report, key, outcome.finding.status)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

@@ -1,0 +1,63 @@
+"""junit.xml at fleet scale: the checks that passed are one testcase per node and check family (property `checks`
+says how many each stands for), every check that did not pass keeps its own testcase with its message, and the
+testsuite's properties count every check."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[ET.Element, dict]:
+    reports = tmp_path_factory.mktemp("junit")
+    r = subprocess.run(
+        [sys.executable, "-m", "gpucert.cli.main", "certify", "examples/demo.yaml", "-q", "--reports", str(reports)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
+    (run,) = reports.iterdir()
+    return ET.parse(run / "junit.xml").getroot(), json.loads((run / "verdict.json").read_text())
+
+
+def test_passed_checks_are_one_testcase_per_node_and_family(demo: tuple[ET.Element, dict]) -> None:
+    root, verdict = demo
+    suite = root.find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    summaries = [c for c in cases if c.get("classname", "").startswith("gpucert.passed.")]
+    own = [c for c in cases if c.get("classname", "").startswith("suites.")]
+    # no testcase of a single check that passed: each says a failure, an error or a skip
+    assert own
+    assert all(len(c) for c in own), [c.get("name") for c in own if not len(c)]
+    groups = {(c.get("classname"), c.get("name")) for c in summaries}
+    assert len(groups) == len(summaries)  # one per node and family
+    assert ("gpucert.passed.health", "gpu-node-1") in groups
+    counted = sum(int(c.find("properties/property[@name='checks']").get("value")) for c in summaries)
+    s = verdict["summary"]
+    assert counted == s["passed"]
+    assert counted + len(own) == s["checks"]
+    # CI counts testcases: the summaries, the checks that did not pass, and the certification's own
+    assert int(suite.get("tests")) == len(cases) == len(summaries) + len(own) + 1
+    props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
+    assert props["gpucert_checks"] == str(s["checks"])
+    assert props["gpucert_passed"] == str(s["passed"])
+
+
+def test_every_failure_keeps_its_testcase_and_message(demo: tuple[ET.Element, dict]) -> None:
+    root, verdict = demo
+    messages = [f.get("message", "") for f in root.iter("failure")]
+    for finding in verdict["findings"]:
+        assert any(finding["message"] in m for m in messages), finding
+    assert len(list(root.iter("skipped"))) == verdict["summary"]["skipped"]
