@@ -84,8 +84,13 @@ class Flow:
         return dst
 
 
+def runs(reports: Path) -> set[Path]:
+    """The run folders under reports/ (gpucert keeps its own hidden folders beside them: .history, .schedule)."""
+    return {p for p in reports.iterdir() if not p.name.startswith(".")}
+
+
 def new_run(reports: Path, before: set[Path]) -> Path:
-    (run,) = set(reports.iterdir()) - before
+    (run,) = runs(reports) - before
     return run
 
 
@@ -97,13 +102,13 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> Flow:
     ok(gpucert("keygen", "keys/vendor", cwd=work))
     ok(gpucert("keygen", "keys/buyer", cwd=work))
     ok(gpucert("certify", SPEC, "-q", "--sign-key", "keys/vendor/gpucert.key", cwd=work), 1)
-    (run1,) = reports.iterdir()
+    (run1,) = runs(reports)
     punch_csv = ok(gpucert("punchlist", str(run1), "--format", "csv", cwd=work), 1).stdout
     punch_json = json.loads(ok(gpucert("punchlist", str(run1), "--format", "json", cwd=work), 1).stdout)
     # the example waiver names the board the punch list names
     waiver = yaml.safe_load((work / "examples" / "handover" / "waivers.yaml").read_text())["waivers"][0]
     assert waiver["select"]["serial"] == next(r["serial"] for r in punch_json["rows"] if r["node"] == "gpu-node-14")
-    before = set(reports.iterdir())
+    before = runs(reports)
     args = ("certify", AFTER, "-q", "--sign-key", "keys/vendor/gpucert.key", "--retest", str(run1))
     retest = ok(gpucert(*args, cwd=work))
     run2 = new_run(reports, before)
@@ -274,7 +279,7 @@ def test_an_edited_waiver_is_caught(flow: Flow, tmp_path: Path) -> None:
 def test_an_expired_waiver_is_a_finding_and_the_failure_stands(flow: Flow, tmp_path: Path) -> None:
     set_expiry(project_copy(tmp_path), date.today() - timedelta(days=1))  # before the run's newest measurement
     ok(gpucert("evaluate", AFTER, "--evidence", str(flow.run2), "-q", cwd=tmp_path), 1)
-    (run,) = (tmp_path / "reports").iterdir()
+    (run,) = runs(tmp_path / "reports")
     v = json.loads((run / "verdict.json").read_text())
     found = {(f["check"], f["node"], f["gpu"], f["status"]) for f in v["findings"]}
     assert found == {("waiver.expired", None, None, "fail"), (STRAGGLER, "gpu-node-14", 6, "fail")}
@@ -332,7 +337,7 @@ def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from
     fleet.write_text(yaml.safe_dump(doc))
     args = ("certify", AFTER, "-q", "--sign-key", flow.key("vendor", True), "--retest", str(flow.run2))
     ok(gpucert(*args, cwd=project))
-    (run3,) = (project / "reports").iterdir()
+    (run3,) = runs(project / "reports")
     v = flow.verdict(run3)
     assert v["retest"]["measured"] == ["gpu-node-5"]
     assert v["retest"]["why"]["gpu-node-5"].startswith("changed: gpu3 serial ")
@@ -348,7 +353,7 @@ def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from
 
 def test_a_run_that_measured_nothing_cannot_cover_a_node(flow: Flow, tmp_path: Path) -> None:
     ok(gpucert("configure", str(flow.work / SPEC), "-q", "--reports", "reports", cwd=tmp_path))
-    (plan_only,) = (tmp_path / "reports").iterdir()
+    (plan_only,) = runs(tmp_path / "reports")
     ok(gpucert("sign", str(plan_only), "--key", flow.key("vendor", True), cwd=tmp_path))
     r = ok(gpucert("accept", str(plan_only), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
     assert "a plan run measured no GPU" in r.stderr
