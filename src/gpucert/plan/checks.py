@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -130,10 +129,19 @@ class Finding:
         return self.node if self.gpu is None else f"{self.node}/gpu{self.gpu}"
 
     def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["status"] = self.status.value
-        keys = ("check", "node", "gpu", "status", "observed", "expected", "limit", "unit", "message", "cause")
-        out = {k: d[k] for k in keys}
+        # every field is a scalar: read them (dataclasses.asdict deep-copies, a cost per check at fleet scale)
+        out: dict[str, Any] = {
+            "check": self.check,
+            "node": self.node,
+            "gpu": self.gpu,
+            "status": self.status.value,
+            "observed": self.observed,
+            "expected": self.expected,
+            "limit": self.limit,
+            "unit": self.unit,
+            "message": self.message,
+            "cause": self.cause,
+        }
         if self.waiver is not None:
             out["waiver"] = self.waiver
         return out
