@@ -9,6 +9,7 @@ The evidence of a fleet is read once and shared by the settings' evaluations.
 
     .venv/bin/python benchmarks/detection.py [--seeds 50] [--jobs 2] [--results benchmarks/RESULTS.md]
     .venv/bin/python benchmarks/detection.py --smoke          # a tiny study: the code path, in seconds
+    .venv/bin/python benchmarks/detection.py --drift [--smoke]  # drift.<metric> against history (drift.py)
 """
 
 from __future__ import annotations
@@ -325,7 +326,14 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=1, help="processes (the evaluations of one fleet stay together)")
     ap.add_argument("--results", type=Path, help="also write the tables into this file, between its markers")
     ap.add_argument("--smoke", action="store_true", help="2 seeds of 4 x 8, one setting: the code path only")
+    ap.add_argument("--drift", action="store_true", help="the drift study instead (benchmarks/drift.py)")
+    ap.add_argument("--history", type=int, default=3, help="--drift: earlier runs per board")
     args = ap.parse_args()
+    if args.drift:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import drift
+
+        return drift.run(args)
     default = Setting(StragglerSpec().max_deviation, StragglerSpec().min_z)
     sizes = (4,) if args.smoke else (4, 32)
     seeds = range(2 if args.smoke else args.seeds)

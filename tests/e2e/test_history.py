@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
+
+import yaml
 
 from gpucert.fleet.history import history_path, load_history
 
@@ -39,3 +43,30 @@ def test_certifications_and_recertifications_add_to_each_nodes_history(project: 
     r = gpucert("history", "gpu-node-9", "--spec-name", NAME, cwd=project)
     assert r.returncode == 2
     assert "no history of gpu-node-9 under spec clean-h100-pod-a" in r.stderr
+
+
+def test_a_gpu_fallen_against_its_own_history_is_found_where_its_peers_hide_it(project: Path) -> None:
+    """A 4% loss is inside the SKU baseline and the peers' 5% gate; against the board's own signed runs it is
+    drift.memory.bandwidth, with the history quoted; no other GPU is flagged."""
+    fleet = project / "examples" / "fleets" / "h100-4x8.yaml"
+    doc = yaml.safe_load(fleet.read_text())
+    doc["noise"] = {**doc.get("noise", {}), "runToRun": {"cv": 0.003}}
+    doc["faults"] = []
+    fleet.write_text(yaml.safe_dump(doc))
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    for _ in range(2):
+        r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+        assert r.returncode == 0, r.stdout + r.stderr
+        time.sleep(1.1)  # run ids are to the second: each run its own noise
+    slow = {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.96}
+    doc["faults"] = [slow]
+    fleet.write_text(yaml.safe_dump(doc))
+    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    run = sorted((project / "reports").glob(f"*{NAME}"))[-1]
+    verdict = json.loads((run / "verdict.json").read_text())
+    failed = {(f["check"], f["node"], f["gpu"]) for f in verdict["findings"] if f["status"] != "pass"}
+    assert failed == {("drift.memory.bandwidth", "gpu-node-2", 3)}, r.stdout + r.stderr
+    (finding,) = verdict["findings"]
+    assert "below its own history (2 earlier run(s)" in finding["message"]
+    assert "pooled over pool" in finding["message"]
+    assert r.returncode == 1

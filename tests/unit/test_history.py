@@ -15,13 +15,14 @@ from gpucert.errors import ConfigError
 from gpucert.evaluate.rules.drift import (
     OWN_RUNS,
     Earlier,
+    board_history,
     drift_bar,
     judge_drift,
     own_repeatability,
     pooled_repeatability,
 )
 from gpucert.evaluate.rules.performance import Sampled
-from gpucert.fleet.history import board_history, history_path, load_history, record_run, verify_entry
+from gpucert.fleet.history import history_path, load_history, record_run, verify_entry
 from gpucert.measure.targets.base import MeasurePlan
 from gpucert.measure.targets.simulated import SimulatedTarget
 from gpucert.plan.checks import CheckStatus
@@ -67,10 +68,12 @@ def test_a_fall_beyond_the_limit_within_the_noise_passes() -> None:
     assert f.status is CheckStatus.PASS  # 3% down, but 4 x 1% x sqrt(1.5) = 4.9% is the bar
 
 
-def test_unknown_repeatability_fails_closed() -> None:
-    f = judge_drift(METRIC, "n1", 3, now(2000.0), earlier(3000), repeatability=None, bar=4.0)
-    assert f.status is CheckStatus.ERROR
-    assert "repeatability is unknown" in f.message
+def test_unknown_repeatability_holds_the_gpu_to_the_limit_and_says_so() -> None:
+    runs = [Earlier("r0", "t", 3000.0, spread=0.01, n=20)]
+    f = judge_drift(METRIC, "n1", 3, now(2925.0), runs, repeatability=None, bar=4.0)
+    assert f.status is CheckStatus.FAIL  # 2.5% down; with a 1% run-to-run noise known, the bar would be 5.7%
+    assert "0.28% (unknown: fewer than 4 earlier runs of its own" in f.message
+    assert judge_drift(METRIC, "n1", 3, now(2955.0), runs, repeatability=None, bar=4.0).status is CheckStatus.PASS
 
 
 def test_a_driver_change_is_named_and_the_comparison_holds() -> None:
@@ -190,3 +193,32 @@ def test_a_line_that_is_no_entry_is_one_error_naming_file_and_line(tmp_path: Pat
     path.write_text('{"spec": "x"}\n')
     with pytest.raises(ConfigError, match=r"gpu-node-1.jsonl:1.*not a history entry"):
         load_history(path)
+
+
+def test_repeatability_is_never_below_what_the_samples_alone_explain() -> None:
+    # five identical runs (as a simulator without run-to-run noise measures them): the spread of the medians is 0,
+    # but a median of 20 samples at 1% sd is only good to 0.28%
+    runs = [Earlier(f"r{i}", "t", 3000.0, spread=0.01, n=20) for i in range(5)]
+    assert own_repeatability(runs) == 0.0
+    f = judge_drift(METRIC, "n1", 3, now(2937.0), runs, repeatability=0.0, bar=10.0)
+    assert f.status is CheckStatus.PASS  # 2.1% down: past the limit, within 10 x 0.28% x sqrt(1.2) = 3.1%
+    assert "repeatability 0.28%" in f.message
+
+
+def test_the_plan_leaves_out_a_replaced_board_and_says_so(tmp_path: Path, keys) -> None:  # type: ignore[no-untyped-def]
+    from gpucert.evaluate.rules.drift import drift_plan
+    from gpucert.plan.history_records import NodeHistory, Snapshot
+
+    key, _ = keys
+    reports = tmp_path / "reports"
+    signed_run(reports, _target(tmp_path), f"2026-12-01T00-00-00Z-{SPEC}", key)
+    (entry,) = load_history(history_path(reports, SPEC, "gpu-node-1"))
+    snap = Snapshot(spec=SPEC, nodes={"gpu-node-1": NodeHistory(entries=[entry], refused={})})
+    serials = [(g.index, g.serial) for g in entry.gpus]
+    serials[3] = (3, "0000000000042")
+    keys_, left = drift_plan(snap, {"gpu-node-1": serials, "gpu-node-2": [(0, "1")]}, {"gpu-node-1": entry.baseline},
+                             {"gpu-node-1": [METRIC], "gpu-node-2": [METRIC]})  # fmt: skip
+    assert {(k.node, k.gpu) for k in keys_} == {("gpu-node-1", i) for i in (0, 1, 2, 4, 5, 6, 7)}
+    assert left[1][0] == "drift.*"  # gpu-node-2 has no history
+    assert left[0][0] == "drift.* on gpu-node-1/gpu3"
+    assert "board 0000000000042 was put in since" in left[0][1]

@@ -22,7 +22,7 @@ from rich.table import Table
 from gpucert.cli.args import SKIP_HELP, os_error, output_file, run_args, write_output
 from gpucert.cli.preflight import before_run
 from gpucert.errors import ConfigError, IncompleteRunError
-from gpucert.fleet.history import record_run
+from gpucert.fleet.history import record_run, use_history
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan import run as runner
 from gpucert.plan.inventory import Inventory
@@ -207,6 +207,9 @@ def _run(
     folder = _prepare(spec, reports, mode, evidence, source, gate)
     if checked is not None:
         folder.write_preflight(checked)
+    if mode is runner.Mode.MEASURE:
+        keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
+        use_history(folder, Path(reports), spec.metadata.name, keys, console.print)
     result = evaluate_run(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)

@@ -20,6 +20,7 @@ from gpucert.cli.args import SKIP_HELP, handover_args, run_args, seconds, share
 from gpucert.cli.certify import evaluate_run, load_inputs, sign_with, signer_of
 from gpucert.cli.preflight import before_run
 from gpucert.errors import ConfigError, GpucertError
+from gpucert.fleet.history import use_history
 from gpucert.measure.targets import open_target
 from gpucert.plan.runfolder import RunFolder
 from gpucert.resources import project_root
@@ -47,6 +48,7 @@ def cmd_recertify(a: argparse.Namespace) -> int:
     def evaluate(folder: RunFolder) -> int:
         if checked is not None:
             folder.write_preflight(checked)
+        use_history(folder, Path(a.reports), spec.metadata.name, list(opts.keys), console.print)
         return evaluate_run(a.spec, folder, workers=None, quiet=a.quiet, signer=signer)
 
     opts = RecertifyOptions(

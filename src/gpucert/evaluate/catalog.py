@@ -9,6 +9,7 @@ from __future__ import annotations
 from gpucert.evaluate.registry import Registry
 from gpucert.evaluate.rules import (
     dcgm,
+    drift_checks,
     fabric_checks,
     handover_checks,
     health,
@@ -45,5 +46,7 @@ REGISTRY.register("fabric", fabric_checks.decide_fabric)
 # recertify: a node against its own handover
 REGISTRY.register("handover", handover_checks.decide_against_handover)
 REGISTRY.register("handover.identity", handover_checks.decide_identity)
+# certify and recertify: each GPU against its own history
+REGISTRY.register("drift", drift_checks.decide_drift)
 # the run's waivers
 REGISTRY.register("waiver", waivers.decide_waiver)

@@ -18,17 +18,19 @@ from typing import Any, Self, TypeVar, cast
 
 from gpucert.errors import EvidenceError
 from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
+from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
 from gpucert.evaluate.rules.performance import Sampled, believable
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, read_evidence
 from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.inputs import run_inputs
+from gpucert.plan.history_records import Snapshot
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.layout import run_id_time
 from gpucert.plan.required import Plan, dcgm_tests, plan_checks
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec, Pool
-from gpucert.spec.handover import NodeBaseline, load_node_baseline
+from gpucert.spec.handover import NodeBaseline, load_node_baseline, sha256_of
 from gpucert.spec.pools import PoolMap
 from gpucert.spec.waivers import Waivers, load_waivers, waiver_id
 from gpucert.stack import rules as stack_rules
@@ -117,6 +119,18 @@ class RunView:
         """The node's handover baseline as the run used it (copied into inputs/, so it is signed with the run)."""
         path = self.folder.handover_copy
         return load_node_baseline(path) if path.exists() else None
+
+    @cached_property
+    def history(self) -> Snapshot | None:
+        """Each node's history as verified when the run was prepared (inputs/history.json, signed with the run);
+        None for a run prepared without one."""
+        path = self.folder.history_copy
+        if not path.exists():
+            return None
+        try:
+            return Snapshot.model_validate_json(path.read_bytes())
+        except ValueError as exc:
+            raise EvidenceError(f"not a history snapshot gpucert wrote ({exc})", path=path) from None
 
     @cached_property
     def fleet_peers(self) -> list[NodeEvidence]:
@@ -273,7 +287,29 @@ class RunView:
             recertification=self.recertification is not None,
             waivers=[waiver_id(i) for i in range(len(self.waivers.waivers))] if self.waivers is not None else (),
             fleet_peers=len(self.fleet_peers),
+            drift=self._drift_plan(),
         )
+
+    def baseline_digest(self, node: str) -> str | None:
+        """sha256 of the SKU baseline the node's pool is judged against (as copied into the run)."""
+        pool = self.pools.name_of(node)
+        path = self.folder.baseline_copy_for(pool) if pool is not None else None
+        return sha256_of(path) if path is not None and path.is_file() else None
+
+    def _drift_plan(self) -> tuple[list[CheckKey], list[tuple[str, str]]]:
+        if not self.measured:
+            return [], []
+        probes = {p.value for p in self.spec.certify.probes}
+        boards: dict[str, list[tuple[int, str | None]]] = {}
+        digests: dict[str, str | None] = {}
+        metrics: dict[str, list[str]] = {}
+        for node in self.pools.placed:
+            ev = self.measured_node(node)
+            serials = {g.index: g.serial for g in ev.gpus} if ev is not None else {}
+            boards[node] = [(i, serials.get(i)) for i in range(self.pools.gpus_per_node(node))]
+            digests[node] = self.baseline_digest(node)
+            metrics[node] = drift_metrics(probes, set(self.baseline_of(node).metrics))
+        return drift_plan(self.history, boards, digests, metrics)
 
     def components(self) -> list[str]:
         return stack_rules.pinned_components(self.spec, set(self.spec.stack.sources()))

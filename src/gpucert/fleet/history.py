@@ -12,18 +12,17 @@ said. History of another spec or SKU baseline is never compared; a board whose s
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from gpucert.errors import ConfigError, EvidenceError
-from gpucert.evaluate.rules.drift import Earlier
 from gpucert.evaluate.stats import mad, median
+from gpucert.plan.history_records import HISTORY_SCHEMA, SNAPSHOT_SCHEMA, Figure, GpuEntry, HistoryEntry
 from gpucert.plan.layout import run_id_time
-from gpucert.plan.runfolder import RunFolder
+from gpucert.plan.runfolder import RunFolder, write_json_atomic
 from gpucert.report import attest
 from gpucert.spec.cluster import DEFAULT_POOL
 from gpucert.spec.handover import sha256_of
@@ -32,52 +31,18 @@ from gpucert.spec.names import NameError_, check_node_name, inside
 __all__ = [
     "HISTORY_DIR",
     "HISTORY_SCHEMA",
-    "BoardHistory",
-    "Figure",
-    "GpuEntry",
     "HistoryEntry",
-    "board_history",
     "entry_of",
     "history_path",
     "load_history",
     "record_run",
+    "snapshot",
+    "use_history",
     "verify_entry",
 ]
 
 HISTORY_DIR = ".history"
-HISTORY_SCHEMA = "gpucert.io/history/v1"
 MAD_TO_SD = 1.4826
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
-
-
-class Figure(_Model):
-    median: float
-    spread: float  # robust relative sd of the run's samples (1.4826 MAD / median)
-    n: int
-
-
-class GpuEntry(_Model):
-    index: int
-    serial: str | None
-    firmware: str | None  # the VBIOS version
-    metrics: dict[str, Figure]
-
-
-class HistoryEntry(_Model):
-    schema_: str = Field(HISTORY_SCHEMA, alias="schema")
-    spec: str
-    baseline: str | None  # sha256 of the SKU baseline the node's pool was judged against
-    node: str
-    pool: str
-    run: str
-    time: str
-    certificate: str  # the digest of the run's signed certificate
-    evidence: str  # sha256 of the node's evidence file as signed
-    driver: str | None
-    gpus: list[GpuEntry]
 
 
 def _figures(samples: Sequence[float]) -> Figure:
@@ -209,49 +174,33 @@ def verify_entry(entry: HistoryEntry, reports: Path, keys: Sequence[Ed25519Publi
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class BoardHistory:
-    """The earlier runs one board is compared with, and what was set aside: `replaced` when the GPU in this slot
-    has another serial than before (a new board starts a new history), `refused` per run whose entry failed."""
+def snapshot(reports: Path, spec: str, nodes: Sequence[str], keys: Sequence[Ed25519PublicKey]) -> dict[str, object]:
+    """What a run is judged against: each node's history entries (of `spec`) verified against their signed runs
+    now, and those refused with the reason; nodes without history are left out. Written into the run folder
+    (inputs/history.json) and signed with it, so the run's verdict can be re-derived from the folder alone."""
+    out: dict[str, object] = {}
+    for node in nodes:
+        entries = [e for e in load_history(history_path(reports, spec, node)) if e.spec == spec]
+        if not entries:
+            continue
+        reasons = {e.run: verify_entry(e, reports, keys) for e in entries}
+        out[node] = {
+            "entries": [e.model_dump(mode="json", by_alias=True) for e in entries if reasons[e.run] is None],
+            "refused": {run: why for run, why in reasons.items() if why is not None},
+        }
+    return {"schema": SNAPSHOT_SCHEMA, "spec": spec, "nodes": out}
 
-    earlier: list[Earlier]
-    replaced: str | None = None
-    refused: tuple[str, ...] = ()
 
-
-def board_history(
-    entries: Sequence[HistoryEntry],
-    *,
-    spec: str,
-    baseline: str | None,
-    gpu: int,
-    serial: str | None,
-    metric: str,
-    refused: dict[str, str] | None = None,
-) -> BoardHistory:
-    """The earlier medians of the board `serial` in slot `gpu` of `metric`, from entries of the same spec and SKU
-    baseline only; entries in `refused` (run -> reason) are set aside and named."""
-    refused = refused or {}
-    earlier: list[Earlier] = []
-    others: set[str] = set()
-    for e in entries:
-        if e.spec != spec or e.baseline != baseline:
-            continue
-        if e.run in refused:
-            continue
-        g = next((g for g in e.gpus if g.index == gpu), None)
-        if g is None:
-            continue
-        if serial is None or g.serial != serial:
-            others.add(g.serial or "unknown")
-            continue
-        if metric in g.metrics:
-            earlier.append(Earlier(e.run, e.time, g.metrics[metric].median, e.driver, g.firmware))
-    replaced = None
-    if others:
-        replaced = (
-            f"slot {gpu} held board(s) {', '.join(sorted(others))} before; board {serial} was put in since and its "
-            "history starts here (the earlier board's figures are not compared)"
-        )
-    reasons = tuple(f"run {run} refused: {why}" for run, why in sorted(refused.items()))
-    return BoardHistory(earlier, replaced, reasons)
+def use_history(
+    folder: RunFolder, reports: Path, spec: str, keys: Sequence[Ed25519PublicKey], say: Callable[[str], None]
+) -> None:
+    """Put the history of the run's nodes, verified with `keys`, into the run (inputs/history.json) for the
+    `drift` checks. Without a key nothing can be verified: no history is used, and that is said."""
+    nodes = folder.read_inventory().names
+    if not keys:
+        if any(history_path(reports, spec, n).is_file() for n in nodes):
+            say("  history        not used: its entries are checked against their signed runs (pass --sign-key)")
+        return
+    doc = snapshot(reports, spec, nodes, keys)
+    if doc["nodes"]:
+        write_json_atomic(folder.history_copy, doc)

@@ -175,6 +175,7 @@ class Family(StrEnum):
     STRAGGLER = "straggler"
     STABILITY = "stability"  # a GPU whose samples are unstable where its peers' are not
     HANDOVER = "handover"
+    DRIFT = "drift"  # a GPU against its own history (every signed run of the node before this one)
     WAIVER = "waiver"
     POOL = "pool"  # pool.membership: every node in exactly one of the spec's pools
     BASELINE = "baseline"  # baseline.change: the static gate's review of an edited SKU baseline
@@ -201,6 +202,7 @@ class Family(StrEnum):
             Family.STRAGGLER: "Stragglers",
             Family.STABILITY: "Stragglers",
             Family.HANDOVER: "Handover",
+            Family.DRIFT: "Handover",
             Family.WAIVER: "Waivers",
             Family.POOL: "Stack",
             Family.BASELINE: "Baselines",

@@ -94,6 +94,7 @@ SPEC = "spec.yaml"
 BASELINE = "baseline.yaml"
 POOL_BASELINES = "baselines"  # a folder: one <pool>.yaml per pool when the spec has several
 HANDOVER = "handover.yaml"
+HISTORY = "history.json"  # the nodes' history as verified when the run was prepared (fleet/history.py)
 WAIVERS = "waivers.yaml"
 GATE = "gate.json"
 OPERATOR = "operator"

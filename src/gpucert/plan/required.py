@@ -79,6 +79,7 @@ def plan_checks(
     waivers: Sequence[str] = (),
     static: Iterable[CheckKey] = (),
     fleet_peers: int = 0,
+    drift: tuple[Iterable[CheckKey], Iterable[tuple[str, str]]] = ((), ()),
 ) -> Plan:
     """Every check of `suites` the spec requires on `nodes` (the inventory, in its order).
 
@@ -88,7 +89,8 @@ def plan_checks(
     recertification has the node's handover baseline to compare with; `waivers` are the ids of the run's waivers
     (`waivers[i]`), each in force and matching a failure or a finding of its own; `static` are the static gate's
     checks of the inputs it was given (operator values, baseline changes); `fleet_peers` how many of the fleet's
-    nodes (of the recertified node's pool) a node of this run is compared with beside the run's own.
+    nodes (of the recertified node's pool) a node of this run is compared with beside the run's own; `drift` the
+    GPUs' checks against their own history (rules/drift_checks.drift_plan) and those left out, with why.
     """
     chosen = tuple(s for s in SUITES if s in set(suites))
     pm = pools if pools is not None else PoolMap(spec, {}, nodes)
@@ -100,6 +102,9 @@ def plan_checks(
         _configure(spec, pm, components, b)
     if "certify" in chosen:
         _certify(spec, pm, b, fleet_peers)
+        b.add(drift[0])
+        for check, why in drift[1]:
+            b.skip(check, why)
     if "recertify" in chosen:
         _recertify(spec, pm, handover, b)
     if "waivers" in chosen:

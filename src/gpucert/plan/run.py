@@ -449,6 +449,9 @@ def import_evidence(source: Path, folder: RunFolder) -> None:
         _check_recorded(folder)
         if recorded.retest_dir.is_dir():  # a re-test's run: where its carried evidence came from comes along
             _copy_regular(recorded.retest_dir, folder.retest_dir)
+        if recorded.history_copy.exists():  # the history its GPUs were held to (drift.<metric>) comes along
+            folder.history_copy.parent.mkdir(parents=True, exist_ok=True)
+            _copy_regular(recorded.history_copy, folder.history_copy)
         # a recertification's run: what the node was compared with comes along, so it re-evaluates the same
         if recorded.recertify_path.exists():
             _copy_regular(recorded.recertify_path, folder.recertify_path)

@@ -87,6 +87,7 @@ class RunFolder:
     spec_copy = _In(layout.INPUTS, layout.SPEC)
     baseline_copy = _In(layout.INPUTS, layout.BASELINE)
     handover_copy = _In(layout.INPUTS, layout.HANDOVER)
+    history_copy = _In(layout.INPUTS, layout.HISTORY)
     waivers_copy = _In(layout.INPUTS, layout.WAIVERS)
     gate_path = _In(layout.INPUTS, layout.GATE)
     operator_dir = _In(layout.INPUTS, layout.OPERATOR)

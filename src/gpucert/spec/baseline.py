@@ -126,6 +126,12 @@ class NvlinkExpect(Document):
     source: Annotated[str, Field(min_length=10)]
 
 
+class DriftLimit(Document):
+    """How far a GPU may fall against its own history before it is a finding (`drift.<metric>`)."""
+
+    limit: Annotated[float, Field(gt=0, lt=0.5)] = 0.02
+
+
 class GpuBaseline(Document):
     api_version: Literal["gpucert.io/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["GpuBaseline"]
@@ -136,6 +142,7 @@ class GpuBaseline(Document):
     health: HealthPolicy
     nvlink: NvlinkExpect | None = None  # None: health.nvlink cannot be judged (an error naming this key)
     metrics: dict[str, MetricBaseline]
+    drift: DriftLimit = Field(default_factory=DriftLimit)
 
 
 def _known_metrics(b: GpuBaseline) -> list[Problem]:

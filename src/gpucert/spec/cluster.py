@@ -105,6 +105,13 @@ class DcgmSpec(Document):
     level: Annotated[int, Field(ge=1, le=4)] = 2
 
 
+class DriftSpec(Document):
+    """`drift.<metric>`: each GPU against its own history. A fall is a finding when it passes the baseline's
+    `drift.limit` and the run-to-run noise at this `confidence`, shared by every board and metric the run judges."""
+
+    confidence: Annotated[float, Field(ge=0.9, lt=1)] = 0.999
+
+
 class StragglerSpec(Document):
     """The peer comparisons' knobs (docs/verdict.md, "How a straggler and an unstable GPU are decided", weighs them).
 
@@ -148,6 +155,7 @@ class CertifySpec(Document):
     dcgm: DcgmSpec = Field(default_factory=DcgmSpec)
     probes: Annotated[list[Probe], Field(min_length=1)] = Field(default_factory=lambda: list(Probe))
     stragglers: StragglerSpec = Field(default_factory=StragglerSpec)
+    drift: DriftSpec = Field(default_factory=DriftSpec)
     # at least this many samples per probe (repetitions; probes take more where their time budget allows): more
     # samples make each GPU's figure steadier, so smaller stragglers stand out, for more time on every node
     samples: Annotated[dict[str, int], AfterValidator(_sample_counts)] = Field(default_factory=dict)

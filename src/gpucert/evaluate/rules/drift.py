@@ -18,17 +18,23 @@ from dataclasses import dataclass
 
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.stats import mad, median, tail_z
-from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.plan.checks import GPU_METRICS, CheckKey, CheckStatus, Finding
+from gpucert.plan.history_records import HistoryEntry, Snapshot
 
 __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_LIMIT",
     "OWN_RUNS",
+    "BoardHistory",
     "Earlier",
+    "board_history",
     "drift_bar",
+    "drift_metrics",
+    "drift_plan",
     "judge_drift",
     "own_repeatability",
     "pooled_repeatability",
+    "sampling_error",
 ]
 
 DEFAULT_LIMIT = 0.02  # a board 2% behind its own history is worth a finding (the baseline may say otherwise)
@@ -46,6 +52,15 @@ class Earlier:
     median: float
     driver: str | None = None
     firmware: str | None = None
+    spread: float = 0.0  # the robust relative sd of that run's samples
+    n: int = 0  # ... and how many there were
+
+
+def sampling_error(earlier: Sequence[Earlier]) -> float:
+    """The relative standard error of one run's median from its samples alone (1.2533 sd / sqrt(n), averaged
+    over the earlier runs): the run-to-run repeatability can be no smaller, whatever a few runs happened to show."""
+    errors = [1.2533 * e.spread / math.sqrt(e.n) for e in earlier if e.n > 0]
+    return sum(errors) / len(errors) if errors else 0.0
 
 
 def own_repeatability(earlier: Sequence[Earlier]) -> float | None:
@@ -103,25 +118,22 @@ def judge_drift(
     firmware: str | None = None,
 ) -> Finding:
     """`drift.<metric>` of one GPU: its figure now against the mean of its `earlier` medians. `repeatability` is
-    the relative run-to-run sd (own_repeatability, else pooled_repeatability); None fails closed (an error)."""
+    the relative run-to-run sd (own_repeatability, else pooled_repeatability); None where neither is known: the
+    fall is then held to the limit and the samples' own error, which can only fail more GPUs, and says so."""
     check, where = f"drift.{metric}", f"{node}/gpu{gpu}"
     if not earlier:
         return Finding(check, CheckStatus.ERROR, node, gpu, f"{where}: no history to compare {metric} with")
     ref = sum(e.median for e in earlier) / len(earlier)
     quoted = ", ".join(f"{e.median:.4g} ({e.run})" for e in earlier[-5:])
     history = f"{len(earlier)} earlier run(s), mean {ref:.4g} {now.unit}; latest {quoted}"
-    if repeatability is None or repeatability <= 0:
-        return Finding(
-            check,
-            CheckStatus.ERROR,
-            node,
-            gpu,
-            f"{where} {metric}: its run-to-run repeatability is unknown (fewer than {OWN_RUNS} earlier runs of its "
-            f"own and too few boards in its pool with history), so a fall cannot be judged; history: {history}",
-            observed=now.value,
-            expected=ref,
-            unit=now.unit,
+    unknown = ""
+    if repeatability is None:  # a smaller noise only makes the check stricter: never a pass it could not judge
+        unknown = (
+            f" (unknown: fewer than {OWN_RUNS} earlier runs of its own and too few boards of its pool with history; "
+            "held to the limit and its samples' own error)"
         )
+        repeatability = 0.0
+    repeatability = max(repeatability, sampling_error(earlier))
     fall = (1 - now.value / ref) if higher_is_better else (now.value / ref - 1)
     se = repeatability * math.sqrt(1 + 1 / len(earlier))
     z = fall / se
@@ -130,7 +142,8 @@ def judge_drift(
     word = "below" if (now.value < ref) == higher_is_better else "above"
     message = (
         f"{where} {metric} {now.value:.4g} {now.unit} is {abs(fall):.2%} {word} its own history ({history}); "
-        f"run-to-run repeatability {repeatability:.2%}, z {z:.1f} against a bar of {bar:.2f}, limit {limit:.1%}: "
+        f"run-to-run repeatability {repeatability:.2%}{unknown}, z {z:.1f} against a bar of {bar:.2f}, "
+        f"limit {limit:.1%}: "
         f"{'fell by more than both' if failed else 'within'}"
         f"{_changes(earlier, driver, firmware)}"
     )
@@ -145,3 +158,90 @@ def judge_drift(
         unit=now.unit,
         limit=ref * (1 - threshold) if higher_is_better else ref * (1 + threshold),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class BoardHistory:
+    """The earlier runs one board is compared with, and what was set aside: `replaced` when the GPU in this slot
+    has another serial than before (a new board starts a new history), `refused` per run whose entry failed."""
+
+    earlier: list[Earlier]
+    replaced: str | None = None
+    refused: tuple[str, ...] = ()
+
+
+def board_history(
+    entries: Sequence[HistoryEntry],
+    *,
+    spec: str,
+    baseline: str | None,
+    gpu: int,
+    serial: str | None,
+    metric: str,
+    refused: dict[str, str] | None = None,
+) -> BoardHistory:
+    """The earlier medians of the board `serial` in slot `gpu` of `metric`, from entries of the same spec and SKU
+    baseline only; entries in `refused` (run -> reason) are set aside and named."""
+    refused = refused or {}
+    earlier: list[Earlier] = []
+    others: set[str] = set()
+    for e in entries:
+        if e.spec != spec or e.baseline != baseline:
+            continue
+        if e.run in refused:
+            continue
+        g = next((g for g in e.gpus if g.index == gpu), None)
+        if g is None:
+            continue
+        if serial is None or g.serial != serial:
+            others.add(g.serial or "unknown")
+            continue
+        if metric in g.metrics:
+            fig = g.metrics[metric]
+            earlier.append(Earlier(e.run, e.time, fig.median, e.driver, g.firmware, fig.spread, fig.n))
+    replaced = None
+    if others:
+        replaced = (
+            f"slot {gpu} held board(s) {', '.join(sorted(others))} before; board {serial} was put in since and its "
+            "history starts here (the earlier board's figures are not compared)"
+        )
+    reasons = tuple(f"run {run} refused: {why}" for run, why in sorted(refused.items()))
+    return BoardHistory(earlier, replaced, reasons)
+
+
+DRIFT_PREFIXES = ("memory", "compute", "pcie")  # a GPU's own measurements (p2p is a pair's, nccl a node's)
+
+
+def drift_metrics(probes: set[str], baseline_metrics: set[str]) -> list[str]:
+    """The metrics each GPU is held to its own history on: its own measurements the spec's probes take."""
+    return [m for m in GPU_METRICS if m.split(".")[0] in DRIFT_PREFIXES and m.split(".")[0] in probes and m in
+            baseline_metrics]  # fmt: skip
+
+
+def drift_plan(
+    snapshot: Snapshot | None,
+    boards: dict[str, list[tuple[int, str | None]]],
+    digests: dict[str, str | None],
+    metrics: dict[str, list[str]],
+) -> tuple[list[CheckKey], list[tuple[str, str]]]:
+    """The `drift.<metric>` keys of a run and the boards left out with why. `boards`: each placed node's GPU slots
+    and the serial measured in each (None where not measured); `digests`: the SKU baseline of the node's pool;
+    `metrics`: the node's drift metrics. A board with earlier runs of its own (or with refused ones: refusing is a
+    finding) is judged; a board put in since, or a node with no history, is left out and said."""
+    keys: list[CheckKey] = []
+    left: list[tuple[str, str]] = []
+    nodes = snapshot.nodes if snapshot is not None else {}
+    for node, slots in boards.items():
+        history = nodes.get(node)
+        if history is None or not metrics.get(node):
+            left.append(("drift.*", "no history of the node before this run (it starts with its first signed run)"))
+            continue
+        for index, serial in slots:
+            bh = board_history(history.entries, spec=snapshot.spec if snapshot else "", baseline=digests.get(node),
+                               gpu=index, serial=serial, metric=metrics[node][0])  # fmt: skip
+            if serial is None or bh.earlier or history.refused:
+                keys += [CheckKey(f"drift.{m}", node, index) for m in metrics[node]]
+            else:
+                why = bh.replaced or "no earlier run of this board under this spec and SKU baseline"
+                left.append((f"drift.* on {node}/gpu{index}", why))
+    return keys, left

@@ -1,0 +1,17 @@
+"""Each GPU against its own history: the figure now against the board's earlier signed runs (same spec, SKU
+baseline and serial), judged with its run-to-run repeatability. Runs wherever a node has history, in certification
+and in recertification alike."""
+
+import pytest
+
+from gpucert import GPU_METRICS, Finding, GpuSlot, expect
+
+DRIFT_METRICS = [m for m in GPU_METRICS if m.split(".")[0] in ("memory", "compute", "pcie")]
+
+
+@pytest.mark.parametrize("metric", DRIFT_METRICS)
+@pytest.mark.check("drift.{metric}")
+def test_gpu_as_fast_as_its_own_history(gpu: GpuSlot, metric: str, decision: Finding) -> None:
+    """The figure has not fallen against the board's own history by more than the baseline's drift.limit and
+    the run-to-run noise (certify.drift.confidence)."""
+    expect(decision)
