@@ -22,8 +22,8 @@ from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
 from gpucert.evaluate.rules.performance import Sampled, believable
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, read_evidence
 from gpucert.plan.checks import CheckKey, Finding
-from gpucert.plan.inputs import run_inputs
 from gpucert.plan.history_records import Snapshot
+from gpucert.plan.inputs import run_inputs
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.layout import run_id_time
 from gpucert.plan.required import Plan, dcgm_tests, plan_checks

@@ -20,9 +20,10 @@ from pydantic import ValidationError
 
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evaluate.stats import mad, median
+from gpucert.files import write_atomic
 from gpucert.plan.history_records import HISTORY_SCHEMA, SNAPSHOT_SCHEMA, Figure, GpuEntry, HistoryEntry
 from gpucert.plan.layout import run_id_time
-from gpucert.plan.runfolder import RunFolder, write_json_atomic
+from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.spec.cluster import DEFAULT_POOL
 from gpucert.spec.handover import sha256_of
@@ -203,4 +204,5 @@ def use_history(
         return
     doc = snapshot(reports, spec, nodes, keys)
     if doc["nodes"]:
-        write_json_atomic(folder.history_copy, doc)
+        folder.history_copy.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder.history_copy, json.dumps(doc, indent=1, sort_keys=True) + "\n")
