@@ -31,6 +31,7 @@ from pathlib import Path
 from gpucert.plan.inventory import Inventory, Node, write_inventory
 from gpucert.stack.observe import NodeStack, StackObservation, write_stack
 from gpucert.files import write_json
+from gpucert.plan.runfolder import RunFolder
 
 path, which = Path(sys.argv[1]), sys.argv[2]
 nodes = [f"gpu-node-{i}" for i in range(400)]
@@ -38,6 +39,8 @@ signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
 resource.setrlimit(resource.RLIMIT_FSIZE, (512, 512))
 if which == "inventory":
     write_inventory(path, Inventory("simulated", tuple(Node(n, 8, "NVIDIA-H100", 8, True) for n in nodes)))
+elif which == "carry":  # a node's evidence carried over from an earlier run, over the one there
+    RunFolder(path.parent.parent).carry_evidence("gpu-node-1", Path(sys.argv[3]))
 elif which == "stack":
     write_stack(path, StackObservation(nodes={n: NodeStack(node=n, ready=True, labels={"a": "b" * 64}) for n in nodes}))
 else:
@@ -59,16 +62,19 @@ def _old_stack(path: Path) -> None:
         ("inventory", _old_inventory, read_inventory),
         ("stack", _old_stack, read_stack),
         ("json", lambda p: files.write_json(p, {"old": True}), files.read_json),
+        ("carry", lambda p: files.write_json(p, {"old": True}), files.read_json),
     ],
 )
 def test_a_crash_mid_write_leaves_the_old_file_never_a_torn_one(
     tmp_path: Path, which: str, write_old: object, read: object
 ) -> None:
-    path = tmp_path / f"{which}.json"
+    path = tmp_path / "evidence" / "gpu-node-1.json" if which == "carry" else tmp_path / f"{which}.json"
     write_old(path)  # type: ignore[operator]
     old = path.read_bytes()
+    carried = tmp_path / "source.json"  # what a carry copies: larger than the child may write
+    carried.write_text(json.dumps({"samples": list(range(1000))}))
     child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_CRASH), str(path), which],
+        [sys.executable, "-c", textwrap.dedent(_CRASH), str(path), which, str(carried)],
         env={**os.environ, "PYTHONPATH": SRC},
         capture_output=True,
         check=False,

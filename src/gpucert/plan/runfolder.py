@@ -7,7 +7,6 @@ Touches the file system only; what the documents mean is for their own modules.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +30,12 @@ from gpucert.spec.names import NameError_, check_file_stem, check_node_name, ins
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
 __all__ = ["ENVELOPE", "Mode", "RunFolder"]
+
+
+def _copy(source: Path, target: Path) -> None:
+    """A file copied into the run folder byte for byte (a carried document's digest stays the one signed where it
+    was measured), through the one atomic writer: a crash mid-copy leaves no torn copy."""
+    write_atomic(target, source.read_bytes())
 
 
 def _iso(t: datetime) -> str:
@@ -301,7 +306,7 @@ class RunFolder:
 
     def add_fleet_peer(self, node: str, source: Path) -> None:
         self.fleet_dir.mkdir(exist_ok=True)
-        shutil.copy2(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
+        _copy(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
 
     def read_retest(self) -> dict[str, Any] | None:
         """What `gpucert certify --retest` recorded: the source run, each node measured and why, each carried."""
@@ -328,7 +333,7 @@ class RunFolder:
         """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there)."""
         path = self.evidence_path(node)
         path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, path)
+        _copy(source, path)
         return path
 
     def write_summary(self, markdown: str) -> None:
@@ -400,19 +405,19 @@ class RunFolder:
         """The spec, SKU baselines and waivers as the run used them: signed with it, so the judgement can be re-done.
         One pool's baseline is `inputs/baseline.yaml`; several pools' are `inputs/baselines/<pool>.yaml`."""
         if spec is not None:
-            shutil.copy2(spec, self.spec_copy)
+            _copy(spec, self.spec_copy)
         if waivers is not None:
-            shutil.copy2(waivers, self.waivers_copy)
+            _copy(waivers, self.waivers_copy)
         if len(baselines) == 1:
             (baseline,) = baselines.values()
             if baseline.exists():
-                shutil.copy2(baseline, self.baseline_copy)
+                _copy(baseline, self.baseline_copy)
             return
         folder = self.inputs / layout.POOL_BASELINES
         folder.mkdir(exist_ok=True)
         for pool, baseline in baselines.items():
             if baseline.exists():
-                shutil.copy2(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
+                _copy(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
 
     def read_gate(self) -> dict[str, Any] | None:
         """What the static gate was given (inputs/gate.json), or None for a gate of the recipe alone."""
@@ -427,7 +432,7 @@ class RunFolder:
         return write_atomic(inside(folder, check_file_stem(name, "file name")), content)
 
     def copy_handover(self, source: Path) -> None:
-        shutil.copy2(source, self.handover_copy)
+        _copy(source, self.handover_copy)
 
     def spec_name(self) -> str | None:
         """The spec (metadata.name) the run was certified under, from run.json or verdict.json."""
