@@ -35,7 +35,8 @@ def signed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     assert r.returncode == 0, r.stderr
     r = gpucert("certify", str(ROOT / "examples" / "demo.yaml"), "-q", "--sign-key", "keys/gpucert.key", cwd=work)
     assert r.returncode == 1, r.stdout + r.stderr  # the demo fleet fails certification, and is signed all the same
-    (run,) = (work / "reports").iterdir()
+    # the run folder; gpucert keeps its own hidden folders (.history) beside it
+    (run,) = (p for p in (work / "reports").iterdir() if not p.name.startswith("."))
     return run, work / "keys" / "gpucert.key", work / "keys" / "gpucert.pub"
 
 
