@@ -171,3 +171,9 @@ def test_a_recertify_record_is_read_typed_and_refused_naming_its_key(tmp_path: P
     assert (typed.node, typed.fleet_peers, typed.handover) == ("gpu-node-3", {"gpu-node-1": "run-1"}, None)
     with pytest.raises(EvidenceError, match=r"recertify.json: fleetPeers input should be a valid dictionary"):
         parse_record(RecertifyRecord, {**record, "fleetPeers": 3}, tmp_path / "recertify.json", "a recertify record")
+
+
+def test_a_soaks_verdict_is_headed_as_a_soak() -> None:
+    soak = _built().model_copy(update={"kind": "soak"})
+    assert headline(soak) == "Soak FAIL"
+    assert summary_lines(soak, shout=True)[0].text.startswith("SOAK FAIL: ")

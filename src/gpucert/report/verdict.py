@@ -68,6 +68,7 @@ KINDS = {
     "static": "Static gate",
     "retest": "Re-test",
     "recertify": "Recertification",
+    "soak": "Soak",
 }
 _KIND_OF_MODE = {"measure": "certify", "plan": "configure", "static": "static", "retest": "retest"}
 _UNMEASURED = {"configure": "nothing measured", "static": "no cluster read, nothing measured"}
