@@ -11,6 +11,8 @@ import yaml
 
 import gpucert.plan.inputs
 from gpucert import ConfigError, EvidenceError
+from gpucert.cli import certify
+from gpucert.errors import IncompleteRunError
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.runfolder import RunFolder
 
@@ -108,3 +110,23 @@ def test_a_spec_beside_run_dir_must_name_the_same_baselines(pytester: pytest.Pyt
         "no:cacheprovider",
     )
     assert same.ret == 0, same.stdout.str()[-2000:]
+
+
+def test_the_command_hands_the_suites_the_run_folder_alone(
+    pytester: pytest.Pytester, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpucert certify` (configure, evaluate, recertify) copied the spec and baselines into the run folder it
+    prepared: the suites it runs get the folder, not the spec again (which the session would read a second time)."""
+    run = _configure(pytester, project / "examples" / "clean.yaml")
+    seen: list[list[str]] = []
+
+    def main(args: list[str], plugins: object = None) -> int:
+        seen.append(list(args))
+        return int(pytest.ExitCode.OK)
+
+    monkeypatch.setattr(certify.pytest, "main", main)
+    with pytest.raises(IncompleteRunError, match=r"wrote no verdict\.json"):  # the stand-in ran nothing
+        certify.evaluate_run(RunFolder(run), workers=None, quiet=True, signer=None)
+    (args,) = seen
+    assert "--spec" not in args
+    assert args[args.index("--run-dir") + 1] == str(run)

@@ -95,7 +95,6 @@ def _prepare(
 
 
 def _pytest(
-    spec_path: str,
     folder: RunFolder,
     workers: int | None,
     quiet: bool,
@@ -105,8 +104,8 @@ def _pytest(
     root = project_root()
     args = [
         *(str(root / "suites" / s) for s in folder.suites),
-        "--spec",
-        str(Path(spec_path).resolve()),
+        # the run folder alone: the session judges it by the spec and baselines in its inputs/, which this command
+        # just copied there, and reads them once (Evaluation.from_run), not the user's files a second time
         "--run-dir",
         str(folder.path),
         "--rootdir",
@@ -167,10 +166,10 @@ def _print_verdict(verdict: Verdict | None, folder: RunFolder) -> int:
     return EXIT_PASS if verdict.passed else EXIT_FAIL
 
 
-def evaluate_run(spec_path: str, folder: RunFolder, *, workers: int | None, quiet: bool, signer: str | None) -> int:
+def evaluate_run(folder: RunFolder, *, workers: int | None, quiet: bool, signer: str | None) -> int:
     """Run the suites the folder calls for over it, and print its verdict (0 pass, 1 fail or incomplete)."""
     kept = _KeepVerdict()
-    code = _pytest(spec_path, folder, workers, quiet, signer, kept)
+    code = _pytest(folder, workers, quiet, signer, kept)
     if code == pytest.ExitCode.INTERRUPTED and kept.verdict is not None:
         _print_verdict(kept.verdict, folder)
         raise IncompleteRunError(f"interrupted during evaluation: the verdict in {folder.path} says INCOMPLETE")
@@ -210,7 +209,7 @@ def _run(
     if mode is runner.Mode.MEASURE:
         keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
         use_history(folder, Path(reports), spec.metadata.name, keys, console.print)
-    result = evaluate_run(spec_path, folder, workers=workers, quiet=quiet, signer=signer)
+    result = evaluate_run(folder, workers=workers, quiet=quiet, signer=signer)
     if sign_key is not None:
         path, fp = attest.sign_run(folder.path, sign_key)
         console.print(f"  {'certificate':<15} {path} (signed by {fp})")

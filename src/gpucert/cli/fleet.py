@@ -49,7 +49,7 @@ def cmd_recertify(a: argparse.Namespace) -> int:
         if checked is not None:
             folder.write_preflight(checked)
         use_history(folder, Path(a.reports), spec.metadata.name, list(opts.keys), console.print)
-        return evaluate_run(a.spec, folder, workers=None, quiet=a.quiet, signer=signer)
+        return evaluate_run(folder, workers=None, quiet=a.quiet, signer=signer)
 
     opts = RecertifyOptions(
         node=a.node,
@@ -92,7 +92,7 @@ def cmd_schedule(a: argparse.Namespace) -> int:
     code, _ = run_schedule(
         spec,
         opts,
-        evaluate=lambda folder: evaluate_run(a.spec, folder, workers=None, quiet=True, signer=signer),
+        evaluate=lambda folder: evaluate_run(folder, workers=None, quiet=True, signer=signer),
         sign=sign_with(a.sign_key),
         progress=console.print,
     )
