@@ -23,23 +23,31 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 PEAK = "peak-rss-kib="
+CPU = "cpu-seconds="
+# by the id of the completed process: on a loaded machine, CPU time is the fair figure
+CPU_SECONDS: dict[int, float] = {}
 
 
 def run_child(cmd: list[str], cwd: Path) -> tuple[float, float, subprocess.CompletedProcess[str]]:
-    """Wall seconds and peak RSS (MiB, the largest process of the command's tree) of one command."""
+    """Wall seconds and peak RSS (MiB, the largest process of the command's tree) of one command; its CPU seconds
+    (user + system, of its whole tree) go into CPU_SECONDS."""
     t0 = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, __file__, "--measure", *cmd], cwd=cwd, capture_output=True, text=True, check=False
     )
     wall = time.perf_counter() - t0
     line = [ln for ln in proc.stderr.splitlines() if ln.startswith(PEAK)][-1]
+    cpu = [ln for ln in proc.stderr.splitlines() if ln.startswith(CPU)][-1]
+    CPU_SECONDS[id(proc)] = float(cpu.removeprefix(CPU))
     return wall, int(line.removeprefix(PEAK)) / 1024, proc
 
 
 def measure_and_exit(cmd: list[str]) -> int:
     """Run `cmd` alone in this process's children, so RUSAGE_CHILDREN is its own peak."""
     code = subprocess.run(cmd, check=False).returncode
-    print(f"{PEAK}{resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}", file=sys.stderr)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"{PEAK}{usage.ru_maxrss}", file=sys.stderr)
+    print(f"{CPU}{usage.ru_utime + usage.ru_stime}", file=sys.stderr)
     return code
 
 
@@ -119,6 +127,11 @@ def main() -> int:
         ("harness peak RSS", f"{max(harness_rss, 0):.0f} MiB (largest process)"),
         ("plain pytest, as many trivial tests", f"{plain_wall:.1f} s, peak RSS {plain_rss:.0f} MiB"),
         ("ratio harness / plain", f"{harness_wall / plain_wall:.2f}"),
+        (
+            "CPU seconds harness / plain",
+            f"{CPU_SECONDS[id(proc)]:.1f} / {CPU_SECONDS[id(plain)]:.1f} = "
+            f"{CPU_SECONDS[id(proc)] / CPU_SECONDS[id(plain)]:.2f} (the fair ratio on a loaded machine)",
+        ),
         ("report.html", f"{size_mib(run_dir / 'report.html'):.1f} MiB"),
         ("junit.xml", f"{size_mib(run_dir / 'junit.xml'):.1f} MiB"),
         (

@@ -1,5 +1,8 @@
 """Allure results: the certification first; one result per (check, node) that did not pass, with the GPUs as
-steps; and per node one result for all its checks that passed (each a step), so a fleet-scale run stays small.
+steps; and per node one result for all its checks that passed (a step per check family, each check a step of it
+with how many GPUs it passed on), so a fleet-scale run stays small: the files are the certification, one result per
+check and node that did not pass (and its evidence attached), and one per node (one in all on a run that did not
+pass), plus three fixed files.
 
 allure-pytest writes four files per test item (131,073 files for 32,768 items, measured); a certification of
 ~10^5 items groups instead, and keeps every failing GPU's message. Summarising a node's passed checks also keeps
@@ -273,22 +276,32 @@ def _folded(per_node: list[TestResult]) -> TestResult:
     )
 
 
+def _check_step(check: str, items: _Group, default_ms: int) -> TestStepResult:
+    """One passed check on a node: how many GPUs it passed on, from its first test's start to its last's end."""
+    begin = min((int(o.start * 1000) for _, o in items if o.start), default=default_ms)
+    end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
+    gpus = sum(o.finding.gpu is not None for _, o in items)
+    name = check + (f" ({gpus} GPU{'s' if gpus != 1 else ''})" if gpus else "")
+    return TestStepResult(name=name, status=Status.PASSED, start=begin, stop=end)
+
+
 def _passed_on(node: str, checks: list[tuple[str, _Group]], default_ms: int, *, incomplete: bool) -> TestResult:
-    """One passed result for every check that passed on a node, each check a step (with how many GPUs); broken
-    where the node is incomplete (not every required check ran on it), so Allure's donut does not count it a pass."""
-    steps = []
+    """One passed result for every check that passed on a node: a step per check family, each check a step of it
+    (with how many GPUs); broken where the node is incomplete (not every required check ran on it), so Allure's
+    donut does not count it a pass."""
+    by_family: dict[str, list[TestStepResult]] = defaultdict(list)
     for check, items in checks:
-        begin = min((int(o.start * 1000) for _, o in items if o.start), default=default_ms)
-        end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
-        gpus = sum(o.finding.gpu is not None for _, o in items)
-        steps.append(
-            TestStepResult(
-                name=check + (f" ({gpus} GPU{'s' if gpus != 1 else ''})" if gpus else ""),
-                status=Status.PASSED,
-                start=begin,
-                stop=end,
-            )
+        by_family[family_of(check).value].append(_check_step(check, items, default_ms))
+    steps = [
+        TestStepResult(
+            name=f"{family}: {len(inner)} check{'s' if len(inner) != 1 else ''} passed",
+            status=Status.PASSED,
+            start=min(s.start for s in inner),
+            stop=max(s.stop for s in inner),
+            steps=inner,
         )
+        for family, inner in by_family.items()
+    ]
     why = f"{node} is INCOMPLETE: not every required check ran on it (see the certification's coverage)"
     return TestResult(
         uuid=str(uuid.uuid4()),
