@@ -14,6 +14,7 @@ counts the eight drift metrics a real run judges per GPU.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,7 @@ def study(seeds: int, sizes: tuple[int, ...], rrs: tuple[float, ...], drops: tup
                     f"| {n} x 8 | {rr:.1%} | {what} | {hit} | {fa}/{judged} ({fa / judged:.2%}) | "
                     f"{fleets_flagged}/{seeds} |"
                 )
+                print(rows[-1], file=sys.stderr, flush=True)  # progress: a long study's rows as they come
     head = [
         f"Measured in one run: {seeds} fleets per row, {history} earlier runs per board (own repeatability from "
         f"4), {time.perf_counter() - t0:.0f} s. Noise: cv 1%, gpuSpread 1%, nodeSpread 0.5%, Student-t df 5, "
@@ -159,7 +161,7 @@ def run(args: Any) -> int:
 
     smoke = bool(args.smoke)
     seeds = 2 if smoke else args.seeds
-    sizes = (4,) if smoke else (16, 64, 256)
+    sizes = (4,) if smoke else tuple(args.sizes)
     rrs = (0.005,) if smoke else (0.003, 0.005, 0.01)
     drops = (0.0, 0.04) if smoke else (0.0, 0.01, 0.02, 0.025, 0.03)
     with tempfile.TemporaryDirectory() as tmp:

@@ -56,3 +56,20 @@ def test_the_detection_study_runs_end_to_end_on_a_tiny_study(tmp_path: Path) -> 
     assert row in text
     assert "old" not in text
     assert text.endswith("<!-- detection:end -->\n\nafter\n")
+
+
+def test_the_drift_study_runs_end_to_end_on_a_tiny_study(tmp_path: Path) -> None:
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n")
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--drift", "--smoke", "--results", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    # 2 clean fleets and 2 with one GPU 4% below its own history, 4 x 8: both caught, no healthy GPU flagged
+    assert "| 4 x 8 | 0.5% | clean | - | 0/64 (0.00%) | 0/2 |" in r.stdout
+    assert "| 4 x 8 | 0.5% | 4.0% fall | 100% (2/2) | 0/62 (0.00%) | 0/2 |" in r.stdout
+    assert "<!-- drift:begin -->" in results.read_text()
