@@ -70,3 +70,27 @@ def test_a_gpu_fallen_against_its_own_history_is_found_where_its_peers_hide_it(p
     assert "below its own history (2 earlier run(s)" in finding["message"]
     assert "pooled over pool" in finding["message"]
     assert r.returncode == 1
+
+
+def test_an_edited_history_is_refused_and_the_finding_says_so(project: Path) -> None:
+    """Someone raises a node's past figures to hide a loss: the entries no longer match their signed runs, so
+    they are not compared with; every GPU of the node says why (an error, not a pass), the other nodes pass."""
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    path = history_path(project / "reports", NAME, "gpu-node-1")
+    doc = json.loads(path.read_text())
+    for g in doc["gpus"]:
+        g["metrics"]["memory.bandwidth"]["median"] *= 1.05
+    path.write_text(json.dumps(doc) + "\n")
+    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert r.returncode == 1, r.stdout + r.stderr
+    run = sorted((project / "reports").glob(f"*{NAME}"))[-1]
+    verdict = json.loads((run / "verdict.json").read_text())
+    bad = {(f["check"], f["node"], f["status"]) for f in verdict["findings"]}
+    assert bad == {(c, "gpu-node-1", "error") for c in {f["check"] for f in verdict["findings"]}}
+    assert {f["check"] for f in verdict["findings"]} >= {"drift.memory.bandwidth", "drift.pcie.h2d"}
+    assert len(verdict["findings"]) == 8 * 8  # every drift metric of each of its GPUs: the whole entry is refused
+    message = verdict["findings"][0]["message"]
+    assert "refused: its figures are not those run" in message
+    assert "(edited)" in message

@@ -222,3 +222,11 @@ def test_the_plan_leaves_out_a_replaced_board_and_says_so(tmp_path: Path, keys) 
     assert left[1][0] == "drift.*"  # gpu-node-2 has no history
     assert left[0][0] == "drift.* on gpu-node-1/gpu3"
     assert "board 0000000000042 was put in since" in left[0][1]
+
+
+def test_a_firmware_change_is_named_too() -> None:
+    f = judge_drift(METRIC, "n1", 3, now(2995.0), earlier(3000, 3000), repeatability=0.003, bar=4.0,
+                    driver="570.124.06", firmware="97.00")  # fmt: skip
+    assert f.status is CheckStatus.PASS
+    assert "firmware 96.00 then, 97.00 now: the comparison still holds" in f.message
+    assert "driver" not in f.message.split("; ")[-1]  # the same driver is not named
