@@ -26,6 +26,7 @@ from gpucert.plan.history_records import Snapshot
 from gpucert.plan.inputs import run_inputs
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.layout import run_id_time
+from gpucert.plan.records import RecertifyRecord, read_recertify_record
 from gpucert.plan.required import Plan, dcgm_tests, plan_checks
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
@@ -111,8 +112,8 @@ class RunView:
         return self.folder.measured
 
     @cached_property
-    def recertification(self) -> dict[str, Any] | None:
-        return self.folder.read_recertify()
+    def recertification(self) -> RecertifyRecord | None:
+        return read_recertify_record(self.folder)
 
     @cached_property
     def handover(self) -> NodeBaseline | None:

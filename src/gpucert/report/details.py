@@ -98,7 +98,7 @@ def recertify_summary(ev: Evaluation) -> str:
     recert = ev.recertification
     if recert is None:
         return ""
-    node, peers = recert["node"], recert.get("fleetPeers") or {}
+    node, peers = recert.node, recert.fleet_peers
     pool = ev.pools.name_of(node)
     sku = ev.baselines[pool].sku if pool is not None else "(none: the node is in no pool)"
     runs = sorted(set(peers.values()))

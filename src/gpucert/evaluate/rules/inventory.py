@@ -34,7 +34,7 @@ def decide_node_count(view: RunView, key: CheckKey) -> Finding:
             "that is not of this cluster's nodes cannot be part of its certification",
         )
     if view.recertification is not None:
-        return Finding(NODES, PASS, None, None, f"recertification of {view.recertification['node']}")
+        return Finding(NODES, PASS, None, None, f"recertification of {view.recertification.node}")
     found = {p.name: view.pools.members(p.name) for p in view.spec.pools}
     return stack_rules.node_count(found, view.spec, view.pools.stray)
 

@@ -183,6 +183,6 @@ def decide_waiver(view: RunView, key: CheckKey) -> Finding:
         if suite not in view.plan.suites:
             outside = f"about {suite} checks, which this run ({', '.join(view.plan.suites)}) does not judge"
         elif recert is not None:
-            outside = f"outside this recertification of {recert['node']}"
+            outside = f"outside this recertification of {recert.node}"
         found = book.unmatched(wid, candidates_of(wid, view), outside)
     return dataclasses.replace(found, waiver=wid)
