@@ -22,6 +22,7 @@ from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.inputs import load_inputs
 from gpucert.plan.layout import Mode
+from gpucert.plan.recorded import recorded_run
 from gpucert.plan.records import read_recertify_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest import junit
@@ -108,7 +109,7 @@ def _open(config: pytest.Config, options: Options) -> RunContext | None:
         # is listed is what re-evaluating it under this spec would run: no run folder holds that spec yet
         if options.evidence is None:
             return None
-        recorded = runner.recorded_run(options.evidence)
+        recorded = recorded_run(options.evidence)
         recorded.check()
         return RunContext(Evaluation(recorded, spec, baselines), readonly=True)
     return RunContext(
