@@ -294,8 +294,14 @@ class RunView:
     def baseline_digest(self, node: str) -> str | None:
         """sha256 of the SKU baseline the node's pool is judged against (as copied into the run)."""
         pool = self.pools.name_of(node)
-        path = self.folder.baseline_copy_for(pool) if pool is not None else None
-        return sha256_of(path) if path is not None and path.is_file() else None
+        if pool is None:
+            return None
+
+        def digest() -> str | None:
+            path = self.folder.baseline_copy_for(pool)
+            return sha256_of(path) if path.is_file() else None
+
+        return self.once(f"baseline.sha256/{pool}", digest)  # asked once per GPU and drift metric
 
     def _drift_plan(self) -> tuple[list[CheckKey], list[tuple[str, str]]]:
         if not self.measured:
