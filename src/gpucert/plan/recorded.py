@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from gpucert.errors import EvidenceError
+from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import Mode, RunFolder
 
 __all__ = ["import_evidence", "recorded_mode", "recorded_run"]
@@ -21,7 +22,7 @@ def recorded_mode(recorded: RunFolder | None) -> Mode:
     try:
         return recorded.mode
     except EvidenceError:
-        if recorded.read_run_info().get("mode") is not None:
+        if read_run_info(recorded).mode is not None:
             raise
         return Mode.RECERTIFY if recorded.recertify_path.exists() else Mode.MEASURE
 

@@ -26,6 +26,7 @@ from gpucert.measure.evidence import (
 from gpucert.plan import layout
 from gpucert.plan.inventory import Inventory, read_inventory, write_inventory
 from gpucert.plan.layout import ENVELOPE, Mode, run_id
+from gpucert.plan.records import read_recertify_record, read_run_info
 from gpucert.spec.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
@@ -160,7 +161,7 @@ class RunFolder:
     @property
     def mode(self) -> Mode:
         """What the run is, as run.json recorded it when the run was prepared."""
-        mode = self.read_run_info().get("mode")
+        mode = read_run_info(self).mode
         if mode not in Mode.recorded():
             raise EvidenceError(
                 f"run.json names no mode of gpucert ({', '.join(Mode.recorded())}), so what the run must be judged "
@@ -173,7 +174,7 @@ class RunFolder:
     def suites(self) -> tuple[str, ...]:
         """The suites that judge this run: the static gate, configure only, a certification, a recertification;
         and the waivers' own checks when run.json says the run was prepared with waivers."""
-        return (*self.mode.suites, *(("waivers",) if self.read_run_info().get("waivers") else ()))
+        return (*self.mode.suites, *(("waivers",) if read_run_info(self).waivers else ()))
 
     def check(self) -> None:
         """The folder holds what its mode says it holds (EvidenceError naming the file otherwise): a certification
@@ -192,7 +193,7 @@ class RunFolder:
             raise EvidenceError(f"a {mode} run without evidence/: what was measured is gone", path=self.path)
         if not mode.measures and self.measured:
             raise EvidenceError(f"a {mode} run measures nothing, yet holds evidence/", path=self.evidence_dir)
-        if bool(self.read_run_info().get("waivers")) != self.waivers_copy.exists():
+        if read_run_info(self).waivers != self.waivers_copy.exists():
             raise EvidenceError(
                 "run.json and inputs/ disagree on whether the run was prepared with waivers: one was added or "
                 "removed after",
@@ -212,9 +213,9 @@ class RunFolder:
                 path=self.retest_record_path,
             )
         if mode is Mode.RECERTIFY:
-            record = self.read_recertify() or {}
-            node = record.get("node")
-            if inventory != [node] or not isinstance(record.get("fleetPeers", {}), dict) or "handover" not in record:
+            record = read_recertify_record(self)
+            node = record.node if record is not None else None
+            if record is None or inventory != [node] or "handover" not in record.model_fields_set:
                 raise EvidenceError(
                     f"the recertification record names node {node!r}, the inventory {inventory}: a recertification "
                     "measures exactly its node, and records its handover baseline (or null) and its fleet peers",
