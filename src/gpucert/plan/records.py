@@ -14,16 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_serializer
 from pydantic.alias_generators import to_camel
 from pydantic_core.core_schema import SerializerFunctionWrapHandler
 
 from gpucert.errors import EvidenceError
-
-if TYPE_CHECKING:
-    from gpucert.plan.runfolder import RunFolder
 
 __all__ = [
     "RECERTIFY_SCHEMA",
@@ -118,13 +115,28 @@ class RunInfo(Part):
     finished: Str | None = None
 
 
-def read_run_info(folder: RunFolder) -> RunInfo:
+class RecordFolder(Protocol):
+    """What the readers below need of a run folder (RunFolder is one; named structurally, so that the run folder
+    can read its own records typed without an import circle)."""
+
+    @property
+    def run_info_path(self) -> Path: ...
+
+    @property
+    def recertify_path(self) -> Path: ...
+
+    def read_run_info(self) -> dict[str, Any]: ...
+
+    def read_recertify(self) -> dict[str, Any] | None: ...
+
+
+def read_run_info(folder: RecordFolder) -> RunInfo:
     """The folder's run.json, typed (every field unset where there is none yet); EvidenceError naming the file and
     the key when it is not one gpucert writes."""
     return parse_record(RunInfo, folder.read_run_info(), folder.run_info_path, "a run.json")
 
 
-def read_recertify_record(folder: RunFolder) -> RecertifyRecord | None:
+def read_recertify_record(folder: RecordFolder) -> RecertifyRecord | None:
     """The folder's recertify.json, typed; None for a run that is no recertification. EvidenceError naming the file
     and the key when it is not one gpucert writes."""
     raw = folder.read_recertify()
