@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -55,6 +56,45 @@ def size_mib(path: Path) -> float:
     if path.is_file():
         return path.stat().st_size / 2**20
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2**20
+
+
+def _rows(
+    args: argparse.Namespace,
+    verdict: dict[str, Any],
+    run_dir: Path,
+    harness: tuple[float, float, subprocess.CompletedProcess[str]],
+    plain_run: tuple[float, float, subprocess.CompletedProcess[str]],
+) -> list[tuple[str, str]]:
+    """The figures printed, one row each."""
+    harness_wall, harness_rss, proc = harness
+    plain_wall, plain_rss, plain = plain_run
+    findings = sorted({(f["check"], f["node"], f["gpu"]) for f in verdict["findings"]})
+    return [
+        ("fleet", f"{args.nodes} nodes x 8 GPUs ({verdict['summary']['gpus']} GPUs measured)"),
+        ("test items", f"{verdict['summary']['checks']}"),
+        (
+            "harness wall time",
+            f"{harness_wall:.1f} s (plan + measure + evaluate + reports"
+            + (f", -n {args.workers})" if args.workers else ")"),
+        ),
+        ("harness peak RSS", f"{max(harness_rss, 0):.0f} MiB (largest process)"),
+        ("plain pytest, as many trivial tests", f"{plain_wall:.1f} s, peak RSS {plain_rss:.0f} MiB"),
+        ("ratio harness / plain", f"{harness_wall / plain_wall:.2f}"),
+        (
+            "CPU seconds harness / plain",
+            f"{CPU_SECONDS[id(proc)]:.1f} / {CPU_SECONDS[id(plain)]:.1f} = "
+            f"{CPU_SECONDS[id(proc)] / CPU_SECONDS[id(plain)]:.2f} (the fair ratio on a loaded machine)",
+        ),
+        ("report.html", f"{size_mib(run_dir / 'report.html'):.1f} MiB"),
+        ("junit.xml", f"{size_mib(run_dir / 'junit.xml'):.1f} MiB"),
+        (
+            "allure-results",
+            f"{size_mib(run_dir / 'allure-results'):.1f} MiB, "
+            f"{sum(1 for _ in (run_dir / 'allure-results').iterdir())} files",
+        ),
+        ("evidence", f"{size_mib(run_dir / 'evidence'):.1f} MiB"),
+        ("findings", "; ".join(f"{c} {n}{'' if g is None else f'/gpu{g}'}" for c, n, g in findings)),
+    ]
 
 
 def main() -> int:
@@ -115,33 +155,7 @@ def main() -> int:
     if plain.returncode != 0:
         print(plain.stdout[-2000:])
         return 3
-    findings = sorted({(f["check"], f["node"], f["gpu"]) for f in verdict["findings"]})
-    rows = [
-        ("fleet", f"{args.nodes} nodes x 8 GPUs ({verdict['summary']['gpus']} GPUs measured)"),
-        ("test items", f"{items}"),
-        (
-            "harness wall time",
-            f"{harness_wall:.1f} s (plan + measure + evaluate + reports"
-            + (f", -n {args.workers})" if args.workers else ")"),
-        ),
-        ("harness peak RSS", f"{max(harness_rss, 0):.0f} MiB (largest process)"),
-        ("plain pytest, as many trivial tests", f"{plain_wall:.1f} s, peak RSS {plain_rss:.0f} MiB"),
-        ("ratio harness / plain", f"{harness_wall / plain_wall:.2f}"),
-        (
-            "CPU seconds harness / plain",
-            f"{CPU_SECONDS[id(proc)]:.1f} / {CPU_SECONDS[id(plain)]:.1f} = "
-            f"{CPU_SECONDS[id(proc)] / CPU_SECONDS[id(plain)]:.2f} (the fair ratio on a loaded machine)",
-        ),
-        ("report.html", f"{size_mib(run_dir / 'report.html'):.1f} MiB"),
-        ("junit.xml", f"{size_mib(run_dir / 'junit.xml'):.1f} MiB"),
-        (
-            "allure-results",
-            f"{size_mib(run_dir / 'allure-results'):.1f} MiB, "
-            f"{sum(1 for _ in (run_dir / 'allure-results').iterdir())} files",
-        ),
-        ("evidence", f"{size_mib(run_dir / 'evidence'):.1f} MiB"),
-        ("findings", "; ".join(f"{c} {n}{'' if g is None else f'/gpu{g}'}" for c, n, g in findings)),
-    ]
+    rows = _rows(args, verdict, run_dir, (harness_wall, harness_rss, proc), (plain_wall, plain_rss, plain))
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
