@@ -17,9 +17,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from gpucert.errors import ConfigError, GpucertError
@@ -33,6 +35,9 @@ from gpucert.plan.checks import GPU_METRICS, NODE_METRICS
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.cluster import ClusterSpec
 from gpucert.spec.fabric import FabricSpec
+
+if TYPE_CHECKING:
+    from gpucert.fleet.soak.metrics import SoakGauges
 
 __all__ = [
     "CLUSTER_TIMEOUT_S",
@@ -94,9 +99,13 @@ class FleetCollector(Collector):
     _views: dict[str, RunView | None] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _fabric: FabricSeries = field(default_factory=FabricSeries, init=False)
+    _soak: SoakGauges = field(init=False)
 
     def __post_init__(self) -> None:
+        from gpucert.fleet.soak.metrics import SoakGauges
+
         self.index = RunIndex(self.reports)
+        self._soak = SoakGauges(self.reports)
         if self.watch is not None:
             self.spec, self.control = self.watch.read()
 
@@ -160,7 +169,7 @@ class FleetCollector(Collector):
     def describe(self) -> Iterator[GaugeMetricFamily]:
         return iter(())  # the series depend on the fleet: registering reads nothing
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         with self._lock:
             if self.watch is not None and self.watch.changed():
                 self.spec, self.control = self.watch.read()
@@ -169,7 +178,7 @@ class FleetCollector(Collector):
             families = self._families(runs, statuses)
         yield from families
 
-    def _families(self, runs: list[RunRecord], statuses: list[NodeStatus]) -> list[GaugeMetricFamily]:
+    def _families(self, runs: list[RunRecord], statuses: list[NodeStatus]) -> list[Metric]:
         certified = GaugeMetricFamily(
             "gpucert_node_certified",
             "Whether the node's newest certification passed (1) or not (0: failed, incomplete, unreadable, or the "
@@ -236,7 +245,8 @@ class FleetCollector(Collector):
             [(by_id[run].folder, node) for run, node in sorted(used) if run in by_id], self._rails(statuses)
         )
         self._fabric.keep(used)
-        return [certified, last, failed, ratio, info, unreadable, *fabric, *self._schedule()]
+        soak = self._soak.families(self.spec.metadata.name if self.spec is not None else None)
+        return [certified, last, failed, ratio, info, unreadable, *fabric, *self._schedule(), *soak]
 
     def _rails(self, statuses: list[NodeStatus]) -> dict[str, FabricSpec]:
         """Each node's pool fabric, where the spec is known and declares one: it says which port is which rail."""
