@@ -78,7 +78,7 @@ def test_a_slow_but_working_fabric_is_timed_not_called_hung() -> None:
     # per all-reduce, nccl.DEFAULT_ITERS per sample, min_reps samples and a warm-up. Before, the limit was the
     # watchdog plus 1.2 s per size (about 130 s), less than the 8 GiB sweep takes over such a port.
     from gpucert.measure.probes import nccl
-    from gpucert.measure.probes.multinode import FABRIC_FLOOR_BPS, sweep_limit_s
+    from gpucert.measure.probes.deadline import FABRIC_FLOOR_BPS, sweep_limit_s
 
     plan = gpu_plan(2, [Probe.NCCL])
     b, sizes = plan.budget, plan.sizes.nccl_sizes

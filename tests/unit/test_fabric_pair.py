@@ -16,8 +16,9 @@ from gpucert.measure.evidence_fabric import GidEntry, GpuNic, HcaPort, NodeFabri
 from gpucert.measure.probes import fabric_collective
 from gpucert.measure.probes.fabric_collective import CollectiveFabric
 from gpucert.measure.probes.fabric_pair import PairPlan, Rail, command, measure_pair, rails_of
-from gpucert.measure.probes.multinode import Rendezvous, recv_msg, run_multinode, send_msg
+from gpucert.measure.probes.multinode import run_multinode
 from gpucert.measure.probes.probe_plan import FabricRails
+from gpucert.measure.probes.rendezvous import Rendezvous, recv_msg, send_msg
 from gpucert.measure.probes.runner import ProbePlan
 
 from .test_fabric_sysfs import GPU0, NIC0, NIC1, make_hca, make_pci

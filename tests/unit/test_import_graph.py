@@ -14,11 +14,6 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 PACKAGE = "gpucert"
 # what a rule (evaluate/rules/*) and the statistics (evaluate/stats.py) must never import
 UPWARD = ("gpucert.evaluate.evaluation", "gpucert.plan.run", "gpucert.pytest", "gpucert.cli")
-# rooms whose circles other changes are breaking right now (issue 24's size limits in measure/, issue 26's soak),
-# each hidden behind TYPE_CHECKING or a function-level import: a circle wholly inside one of them is tolerated until
-# its owners break it (a module of the shared types); one that reaches out of its room fails. Delete a room when its
-# circles are gone; add none.
-KNOWN_ROOMS = ("gpucert.measure.probes.", "gpucert.measure.targets.kubernetes.", "gpucert.fleet.soak.")
 
 
 def _module_name(path: Path, root: Path = SRC) -> str:
@@ -103,7 +98,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
 
 
 def test_no_import_circle() -> None:
-    found = [c for c in cycles(import_graph()) if not any(all(m.startswith(r) for m in c) for r in KNOWN_ROOMS)]
+    found = cycles(import_graph())
     assert not found, "import circles (each a set of modules that import each other):\n" + "\n".join(
         " <-> ".join(c) for c in found
     )

@@ -16,7 +16,8 @@ from typing import Any
 
 from gpucert.measure.evidence import FabricEvidence
 from gpucert.measure.probes.device import Device
-from gpucert.measure.probes.multinode import Rendezvous, SocketCollective, run_multinode
+from gpucert.measure.probes.multinode import SocketCollective, run_multinode
+from gpucert.measure.probes.rendezvous import Rendezvous
 from gpucert.measure.probes.runner import ProbePlan
 
 
@@ -81,7 +82,7 @@ def test_a_hung_rank_is_named_and_nobody_waits_for_the_deadline() -> None:
     assert isinstance(fabric, FabricEvidence)
     assert not fabric.collected
     (err,) = fabric.errors
-    # the watchdog plus the time the sweep's few KiB take at the fabric floor (multinode.sweep_limit_s)
+    # the watchdog plus the time the sweep's few KiB take at the fabric floor (deadline.sweep_limit_s)
     assert re.search(r"the all-reduce across nodes did not finish in 1(\.\d+)? s", err.message), err.message
     assert "rank 1 (node-1) did not arrive" in err.message
     assert "rank 2" not in err.message  # it launched as many collectives as process 0

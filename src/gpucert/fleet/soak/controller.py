@@ -26,6 +26,7 @@ from gpucert.evaluate.soak_history import NodeHistory
 from gpucert.evaluate.soak_round import NodeRound, RoundEvidence, summarize
 from gpucert.fleet.soak.folder import SoakFolder
 from gpucert.fleet.soak.metrics import METRICS_FILE, write_soak_metrics
+from gpucert.fleet.soak.model import Progress, SoakResult
 from gpucert.fleet.soak.seal import seal
 from gpucert.plan import run as runner
 from gpucert.plan.checks import Finding
@@ -65,28 +66,6 @@ class NodeSoak:
     left_round: int | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
     rejoined: int = 0  # times its clock restarted
-
-
-@dataclass(frozen=True, slots=True)
-class Progress:
-    round: int  # rounds done
-    rounds: int
-    nodes: dict[str, dict[str, Any]]
-    wall_s: float  # wall time of the rounds this controller ran
-    controller_s: float  # of which between rounds: judging, committing, progress (every node waits)
-    ingest_s: float  # of which taking each node's round in as it came (writing it, summarising it)
-    controller_cpu_s: float  # the CPU time of the controller between rounds
-
-
-@dataclass(frozen=True, slots=True)
-class SoakResult:
-    run: Path
-    result: str  # pass | fail | incomplete
-    nodes: dict[str, dict[str, Any]]
-    wall_s: float
-    controller_s: float
-    ingest_s: float
-    controller_cpu_s: float
 
 
 def _digest(path: Path) -> str:

@@ -15,7 +15,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
-    from gpucert.fleet.soak.controller import Progress
+    from gpucert.fleet.soak.model import Progress
 
 __all__ = ["METRICS_FILE", "SoakGauges", "write_soak_metrics"]
 

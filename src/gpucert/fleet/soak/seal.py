@@ -18,7 +18,7 @@ from gpucert.spec.cluster import ClusterSpec
 from gpucert.spec.durations import duration_seconds
 
 if TYPE_CHECKING:
-    from gpucert.fleet.soak.controller import SoakResult
+    from gpucert.fleet.soak.model import SoakResult
 
 __all__ = ["seal", "write_report"]
 

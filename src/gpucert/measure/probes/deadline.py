@@ -11,14 +11,23 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from gpucert.measure.probes import nccl
 from gpucert.measure.probes.preflight import STEP_S, steps_for
 from gpucert.measure.probes.stream import METRICS
 from gpucert.spec.cluster import Probe
 
-if TYPE_CHECKING:  # the runner asks for dcgm_seconds: the plan's model is only read here
-    from gpucert.measure.probes.runner import ProbePlan
+if TYPE_CHECKING:
+    from gpucert.measure.probes.probe_plan import ProbePlan
 
-__all__ = ["DCGM_LEVEL_S", "MARGIN_S", "dcgm_seconds", "fabric_seconds", "job_seconds"]
+__all__ = [
+    "DCGM_LEVEL_S",
+    "FABRIC_FLOOR_BPS",
+    "MARGIN_S",
+    "dcgm_seconds",
+    "fabric_seconds",
+    "job_seconds",
+    "sweep_limit_s",
+]
 
 # `dcgmi diag -r LEVEL`, with room for an 8-GPU node: DCGM's documentation of the run levels says seconds for r1,
 # about 2 minutes for r2, about 15 for r3 and 1-2 hours for r4 (memtest and pulse_test at their defaults)
@@ -61,11 +70,22 @@ def fabric_seconds(plan: ProbePlan, rendezvous_s: float) -> int:
     """The all-reduce across nodes: every process's rendezvous, its sweep under the watchdog, a pair's RDMA per
     rail (a fabric plan), a margin."""
     from gpucert.measure.probes.fabric_pair import PairPlan
-    from gpucert.measure.probes.multinode import (
-        sweep_limit_s,  # multinode imports the runner, which imports this module
-    )
 
     sweep = sweep_limit_s(plan)
     pair = PairPlan()
     rdma = pair.reps * (pair.timeout_s + 1.0) if plan.fabric else 0.0  # every repetition of every rail, at worst
     return math.ceil(len(steps_for({Probe.NCCL}, on_gpu=True)) * STEP_S + rendezvous_s + sweep + rdma + MARGIN_S)
+
+
+# bytes/s of bus bandwidth below which the sweep across nodes is called hung, not timed: a single 50 Gb/s port
+FABRIC_FLOOR_BPS = 5e9
+
+
+def sweep_limit_s(plan: ProbePlan) -> float:
+    """How long the sweep across nodes may take before it counts as hung: the watchdog, a timed region per size, and
+    the time its bytes take at FABRIC_FLOOR_BPS (a repetition counted for the warm-up). Without the last term an 8 GiB
+    sweep over one 100 Gb/s port outran the limit and was reported as a hung fabric."""
+    b = plan.budget
+    sizes = plan.sizes.nccl_sizes
+    moved = 2 * sum(sizes) * (max(b.min_reps, 1) + 1) * nccl.DEFAULT_ITERS  # an all-reduce moves < 2x its bytes
+    return b.watchdog_s + len(sizes) * (b.warmup_s + b.measure_s) + moved / FABRIC_FLOOR_BPS

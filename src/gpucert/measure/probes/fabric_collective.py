@@ -22,7 +22,7 @@ from gpucert.measure.probes.probe_plan import FabricRails
 
 if TYPE_CHECKING:
     from gpucert.measure.probes.device import Device
-    from gpucert.measure.probes.multinode import Rendezvous
+    from gpucert.measure.probes.rendezvous import Rendezvous
 
 __all__ = ["CollectiveFabric", "NoFabric", "nccl_debug_env"]
 

@@ -20,11 +20,9 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import struct
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,147 +31,21 @@ import numpy as np
 from gpucert._version import __version__
 from gpucert.measure.evidence import FabricEvidence, ProbeError
 from gpucert.measure.probes import nccl
+from gpucert.measure.probes.deadline import FABRIC_FLOOR_BPS, sweep_limit_s
 from gpucert.measure.probes.device import Device
 from gpucert.measure.probes.fabric_collective import CollectiveFabric, NoFabric
+from gpucert.measure.probes.rendezvous import Rendezvous, recv_msg, send_msg
 from gpucert.measure.probes.runner import ProbePlan, devices_for
 from gpucert.measure.probes.timing import Budget, Clock
 from gpucert.measure.probes.watchdog import ProbeTimeout, within
 
-__all__ = [
-    "DEFAULT_PORT",
-    "FABRIC_FLOOR_BPS",
-    "Peer",
-    "Rendezvous",
-    "SocketCollective",
-    "run_multinode",
-    "sweep_limit_s",
-]
+__all__ = ["DEFAULT_PORT", "SocketCollective", "run_multinode"]
 
 DEFAULT_PORT = 29511
-# bytes/s of bus bandwidth below which the sweep across nodes is called hung, not timed: a single 50 Gb/s port
-FABRIC_FLOOR_BPS = 5e9
-_LEN = struct.Struct("!Q")
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = sock.recv_into(view[got:], n - got)
-        if k == 0:
-            raise ConnectionError(f"the peer closed the connection after {got} of {n} bytes")
-        got += k
-    return bytes(buf)
-
-
-def send_msg(sock: socket.socket, payload: bytes) -> None:
-    sock.sendall(_LEN.pack(len(payload)) + payload)
-
-
-def recv_msg(sock: socket.socket) -> bytes:
-    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
-    return _recv_exact(sock, n)
-
-
-@dataclass(frozen=True, slots=True)
-class Peer:
-    rank: int  # the process's rank (its pod's completion index)
-    node: str
-    gpus: int
-
-
-class Rendezvous:
-    """Process 0 listens on `port`; the others connect to `host:port`, retrying until `timeout_s`
-    (process 0's pod may start last, and its DNS name only resolves once it runs)."""
-
-    def __init__(self, rank: int, processes: int, host: str, port: int, timeout_s: float = 600) -> None:
-        self.rank, self.processes, self.host, self.port, self.timeout_s = rank, processes, host, port, timeout_s
-        self.peers: list[Peer] = []
-        self.uid: Any = None
-        self.socks: dict[int, socket.socket] = {}  # process 0: every other process's connection; else: {0: ...}
-
-    def join(self, node: str, gpus: int, make_uid: Callable[[], Any]) -> Rendezvous:
-        deadline = time.monotonic() + self.timeout_s
-        me = Peer(self.rank, node, gpus)
-        if self.rank == 0:
-            with socket.create_server(("", self.port), reuse_port=False) as server:
-                peers = {0: me}
-                while len(peers) < self.processes:
-                    server.settimeout(max(0.1, deadline - time.monotonic()))
-                    try:
-                        conn, _ = server.accept()
-                    except TimeoutError:
-                        missing = sorted(set(range(self.processes)) - set(peers))
-                        raise TimeoutError(
-                            f"rendezvous: processes {missing} did not join within {self.timeout_s:g} s"
-                        ) from None
-                    with contextlib.ExitStack() as unless_kept:
-                        unless_kept.callback(conn.close)
-                        conn.settimeout(self.timeout_s)
-                        hello = json.loads(recv_msg(conn))
-                        peers[hello["rank"]] = Peer(hello["rank"], hello["node"], hello["gpus"])
-                        self.socks[hello["rank"]] = conn
-                        unless_kept.pop_all()
-            self.peers = [peers[r] for r in range(self.processes)]
-            self.uid = make_uid()
-            world = json.dumps({"peers": [[p.rank, p.node, p.gpus] for p in self.peers], "uid": self.uid})
-            for conn in self.socks.values():
-                send_msg(conn, world.encode())
-        else:
-            conn = self.socks[0] = self._connect(deadline)  # kept first, so close() closes it whatever follows
-            send_msg(conn, json.dumps({"rank": self.rank, "node": node, "gpus": gpus}).encode())
-            world_doc = json.loads(recv_msg(conn))
-            self.peers = [Peer(r, n, g) for r, n, g in world_doc["peers"]]
-            self.uid = world_doc["uid"]
-        return self
-
-    def _connect(self, deadline: float) -> socket.socket:
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                conn = socket.create_connection((self.host, self.port), timeout=5)
-                conn.settimeout(self.timeout_s)
-                return conn
-            except OSError as exc:  # not resolvable yet, refused: process 0 is not up yet
-                last = exc
-                time.sleep(0.2)
-        raise TimeoutError(f"rendezvous: could not reach {self.host}:{self.port} in {self.timeout_s:g} s: {last}")
-
-    @property
-    def world(self) -> int:
-        return sum(p.gpus for p in self.peers)
-
-    @property
-    def first_rank(self) -> int:
-        return sum(p.gpus for p in self.peers[: self.rank])
-
-    def gather_flags(self, mine: bool) -> bool:
-        """Every process's flag, and-ed at process 0 (the others get their own back)."""
-        if self.rank != 0:
-            send_msg(self.socks[0], b"1" if mine else b"0")
-            return mine
-        return mine and all(recv_msg(c) == b"1" for c in self.socks.values())
-
-    def gather(self, mine: bytes) -> list[bytes]:
-        """Every process's payload at process 0, in rank order (the others get their own back)."""
-        if self.rank != 0:
-            send_msg(self.socks[0], mine)
-            return [mine]
-        return [mine, *(recv_msg(self.socks[r]) for r in sorted(self.socks))]
-
-    def link(self, peer: int) -> tuple[Callable[[bytes], None], Callable[[], bytes]]:
-        """Send to and receive from process `peer` over the rendezvous connection (process 0 and one other)."""
-        sock = self.socks[peer]
-        return (lambda data: send_msg(sock, data), lambda: recv_msg(sock))
-
-    def close(self) -> None:
-        for conn in self.socks.values():
-            conn.close()
-        self.socks.clear()
 
 
 class SocketCollective(nccl.NumpyCollective):
@@ -277,16 +149,6 @@ def _who_hung(rdzv: Rendezvous, mine: _Progress, wait_s: float) -> str:
     if not parts:
         return f"every process launched {most} collectives and none saw the last complete: the fabric between them"
     return "; ".join(parts)
-
-
-def sweep_limit_s(plan: ProbePlan) -> float:
-    """How long the sweep across nodes may take before it counts as hung: the watchdog, a timed region per size, and
-    the time its bytes take at FABRIC_FLOOR_BPS (a repetition counted for the warm-up). Without the last term an 8 GiB
-    sweep over one 100 Gb/s port outran the limit and was reported as a hung fabric."""
-    b = plan.budget
-    sizes = plan.sizes.nccl_sizes
-    moved = 2 * sum(sizes) * (max(b.min_reps, 1) + 1) * nccl.DEFAULT_ITERS  # an all-reduce moves < 2x its bytes
-    return b.watchdog_s + len(sizes) * (b.warmup_s + b.measure_s) + moved / FABRIC_FLOOR_BPS
 
 
 def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective]) -> tuple[Any, int]:

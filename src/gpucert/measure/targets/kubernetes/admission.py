@@ -8,20 +8,36 @@ becomes every affected node's finding. RBAC: `create` on pods in the run namespa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gpucert.errors import AdmissionError
+from gpucert.measure.targets.base import EvidenceSink
 from gpucert.measure.targets.kubernetes.api import Cluster, KubeApi
 from gpucert.measure.targets.kubernetes.runs import failed_evidence
 from gpucert.measure.targets.kubernetes.sharing import refusal
 from gpucert.spec.cluster import GpuSharing
 
-if TYPE_CHECKING:
-    from gpucert.measure.targets.kubernetes.jobs import ProbeJobs
-
 __all__ = ["admission_fix", "dry_run_pod", "refuse", "refused"]
 
 PSA_LABEL = "pod-security.kubernetes.io/enforce"
+
+
+class ProbeRun(Protocol):
+    """What `refuse` reads of a run's probe Jobs (jobs.ProbeJobs), so that this module needs no import of them."""
+
+    cluster: Cluster
+    ns: str
+    cm_name: str
+    labels: dict[str, str]
+
+    @property
+    def sink(self) -> EvidenceSink:
+        """Where a node's evidence goes (here: the evidence of a node refused)."""
+        ...
+
+    def job_body(self, node: str, owner_uid: str) -> dict[str, Any]:
+        """The probe Job `node` would get."""
+        ...
 
 
 def dry_run_pod(kube: KubeApi, ns: str, name: str, pod: dict[str, Any], labels: dict[str, str] | None = None) -> None:
@@ -62,7 +78,7 @@ def admission_fix(said: str, namespace: str, level: str, what: str) -> str:
     return f"the API server refused {what} at once ({said}); {fix}"
 
 
-def refuse(jobs: ProbeJobs, nodes: list[str]) -> list[str]:
+def refuse(jobs: ProbeRun, nodes: list[str]) -> list[str]:
     """Fail at once, with the reason, the nodes no probe pod can run on: admission refuses the pod (a dry run of
     the first node's), or the node's GPUs are shared (GFD's labels); returns the nodes left to measure."""
     if not nodes:

@@ -1,0 +1,32 @@
+"""What the soak's controller reports: its progress after each round and the soak's result. Value types only, so
+the metrics and the seal read them without importing the controller that makes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Progress", "SoakResult"]
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    round: int  # rounds done
+    rounds: int
+    nodes: dict[str, dict[str, Any]]
+    wall_s: float  # wall time of the rounds this controller ran
+    controller_s: float  # of which between rounds: judging, committing, progress (every node waits)
+    ingest_s: float  # of which taking each node's round in as it came (writing it, summarising it)
+    controller_cpu_s: float  # the CPU time of the controller between rounds
+
+
+@dataclass(frozen=True, slots=True)
+class SoakResult:
+    run: Path
+    result: str  # pass | fail | incomplete
+    nodes: dict[str, dict[str, Any]]
+    wall_s: float
+    controller_s: float
+    ingest_s: float
+    controller_cpu_s: float
