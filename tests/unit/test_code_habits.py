@@ -70,13 +70,6 @@ def test_complex_or_long_new_functions_fail_lint() -> None:
 LINTED = ("src", "fixtures", "suites", "tests", "benchmarks")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 450  # a module of src/ is under this
-# Modules other branches of issue 24 still own (and split) when this test landed; the lead empties this list once
-# they have landed. Nothing else may be long: split it (a helper per step, a module per concern).
-NOT_YET_SPLIT = {
-    "src/gpucert/cli/main.py": "one-way",  # the module; _parser
-    "src/gpucert/evaluate/evaluation.py": "registry",  # the module
-    "src/gpucert/plan/runfolder.py": "one-way",  # the module
-}
 
 
 def _python_files() -> list[Path]:
@@ -107,10 +100,7 @@ def test_no_function_over_80_lines() -> None:
     files = _python_files()
     assert len(files) > 200
     long_ = {
-        f"{rel}:{name}": n
-        for path in files
-        if (rel := str(path.relative_to(ROOT))) not in NOT_YET_SPLIT
-        for name, n in _long_functions(path.read_text()).items()
+        f"{path.relative_to(ROOT)}:{name}": n for path in files for name, n in _long_functions(path.read_text()).items()
     }
     assert long_ == {}, "split it: a helper per step of what it does"
 
@@ -118,13 +108,8 @@ def test_no_function_over_80_lines() -> None:
 def test_no_module_of_src_at_or_over_450_lines() -> None:
     modules = {str(p.relative_to(ROOT)): p.read_text().count("\n") for p in (ROOT / "src").rglob("*.py")}
     assert len(modules) > 100
-    big = {m: n for m, n in modules.items() if n >= MAX_MODULE_LINES and m not in NOT_YET_SPLIT}
+    big = {m: n for m, n in modules.items() if n >= MAX_MODULE_LINES}
     assert big == {}, "split it: a module per concern"
-
-
-def test_the_modules_not_yet_split_still_exist() -> None:
-    """A module of the list that moved or went is taken off it (the list only ever shrinks)."""
-    assert [m for m in NOT_YET_SPLIT if not (ROOT / m).is_file()] == []
 
 
 SUBPROCESS_CALLS = {
