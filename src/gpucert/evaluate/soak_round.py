@@ -17,9 +17,10 @@ from gpucert.measure.evidence import DcgmEvidence, GpuEvidence, Measurement
 from gpucert.plan.checks import CheckStatus
 from gpucert.plan.required import dcgm_tests
 
-__all__ = ["ROUND_SCHEMA", "GpuRound", "NodeRound", "RoundEvidence", "summarize"]
+__all__ = ["MULTINODE", "ROUND_SCHEMA", "FabricRound", "GpuRound", "NodeRound", "RoundEvidence", "summarize"]
 
 ROUND_SCHEMA = "gpucert.io/soak-round/v1"
+MULTINODE = "nccl.all_reduce.multinode"
 
 
 class RoundEvidence(BaseModel):
@@ -137,6 +138,44 @@ class NodeRound:
             dcgm=tuple((str(c), int(g), str(st), str(m)) for c, g, st, m in d["dcgm"])
             if d.get("dcgm") is not None
             else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FabricRound:
+    """The all-reduce across the round's running nodes (certify.multinode): its bus bandwidth samples (GB/s at the
+    largest size) and their median, or why it was not measured (median None, `errors`). Small enough to keep in
+    the round's summary whole."""
+
+    round: int
+    start_h: float
+    end_h: float
+    nodes: tuple[str, ...]
+    median: float | None
+    samples: tuple[float, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "startH": self.start_h,
+            "endH": self.end_h,
+            "nodes": list(self.nodes),
+            "median": self.median,
+            "samples": list(self.samples),
+            "errors": list(self.errors),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FabricRound:
+        return cls(
+            round=int(d["round"]),
+            start_h=float(d["startH"]),
+            end_h=float(d["endH"]),
+            nodes=tuple(str(n) for n in d["nodes"]),
+            median=float(d["median"]) if d["median"] is not None else None,
+            samples=tuple(float(x) for x in d["samples"]),
+            errors=tuple(str(e) for e in d["errors"]),
         )
 
 

@@ -18,10 +18,20 @@ SOAK_PREDICATE_TYPE = "https://gpucert.io/soak/v1"
 
 
 def soak_verdict(
-    *, run: str, spec: str, target: str, result: str, nodes: dict[str, dict[str, Any]], gpus_per_node: int
+    *,
+    run: str,
+    spec: str,
+    target: str,
+    result: str,
+    nodes: dict[str, dict[str, Any]],
+    gpus_per_node: int,
+    fabric: dict[str, Any] | None = None,
 ) -> Verdict:
-    """The soak's verdict from its per-node outcome (`soak/result.json`'s nodes)."""
-    findings = [VerdictFinding.model_validate(f) for v in nodes.values() for f in v["findings"]]
+    """The soak's verdict from its per-node outcome (`soak/result.json`'s nodes) and, where it ran, the all-reduce
+    across the nodes (its `fabric`: a fleet-level group and its findings)."""
+    rows = [*nodes.values(), *([fabric] if fabric is not None else [])]
+    findings = [VerdictFinding.model_validate(f) for v in rows for f in v["findings"]]
+    fabric_failed = int(fabric is not None and fabric["result"] == "fail")
     summaries = {
         node: NodeSummary(
             result="pass" if v["result"] == "pass" else "fail" if v["result"] == "fail" else "incomplete",
@@ -65,8 +75,8 @@ def soak_verdict(
             "findings": findings,
             "fleet": Group(
                 result="pass" if result == "pass" else "fail" if result == "fail" else "incomplete",
-                passed=0,
-                failed=0,
+                passed=int(fabric is not None and not fabric_failed),
+                failed=fabric_failed,
                 errors=0,
                 skipped=0,
             ),

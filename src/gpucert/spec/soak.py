@@ -211,8 +211,20 @@ class PodRestartFault(_TimedFault):
     _d = field_validator("at")(_duration)
 
 
+class LinkSlowFault(_TimedFault):
+    """The node's links to the fabric slow after a time (a degrading cable or transceiver, a port falling back to a
+    lower rate): the all-reduce across the nodes, which runs at its slowest link's pace, times `factor` from then
+    on. The node's own GPUs and its all-reduce within the node are untouched."""
+
+    kind: Literal["link-slow"]
+    factor: Annotated[float, Field(gt=0, lt=1)]
+    after: str
+
+    _d = field_validator("after")(_duration)
+
+
 SoakFault = Annotated[
-    DegradeFault | XidAtFault | ThermalCreepFault | EccStormFault | DcgmAtFault | PodRestartFault,
+    DegradeFault | XidAtFault | ThermalCreepFault | EccStormFault | DcgmAtFault | PodRestartFault | LinkSlowFault,
     Field(discriminator="kind"),
 ]
 

@@ -5,24 +5,27 @@ round cannot be judged: fail closed); a node with any leaves the soak. Pure: no 
 Check ids: `soak.round` (the round was not measured, or a GPU is missing), `soak.restarts`, `soak.xid`,
 `soak.throttle`, `soak.ecc`, `soak.remapped_rows`, `soak.temperature`, `soak.drift.<metric>`,
 `soak.baseline.<metric>`, `soak.dcgm.<test>` (the diagnostic in the rounds it is due; `soak.dcgm`: it did not run).
+The all-reduce across the nodes (certify.multinode) is the fleet's: `judge_fabric`, with the same drift and
+baseline criteria as `soak.drift.nccl.all_reduce.multinode` and `soak.baseline.nccl.all_reduce.multinode`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from statistics import median
 
 from gpucert.evaluate.soak_history import ECC_WINDOW_H, GpuHistory, Medians, NodeHistory
-from gpucert.evaluate.soak_round import GpuRound, NodeRound
+from gpucert.evaluate.soak_round import MULTINODE, FabricRound, GpuRound, NodeRound
 from gpucert.evaluate.trend import mann_kendall, p_decrease, theil_sen
 from gpucert.evaluate.xids import HARDWARE_XIDS
 from gpucert.plan.checks import CheckStatus, Finding
-from gpucert.spec.baseline import Comparison, GpuBaseline
+from gpucert.spec.baseline import Comparison, GpuBaseline, MetricBaseline
 from gpucert.spec.soak import SoakCriteria
 
-__all__ = ["Peers", "judge_round"]
+__all__ = ["Peers", "judge_fabric", "judge_round"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,10 +258,12 @@ def _dcgm(r: NodeRound) -> list[Finding]:
     return out
 
 
-def _baseline(r: NodeRound, gpu: int | None, medians: dict[str, float], b: GpuBaseline) -> list[Finding]:
+def _baseline(
+    r: NodeRound, gpu: int | None, medians: dict[str, float], figures: Mapping[str, MetricBaseline]
+) -> list[Finding]:
     out = []
     for metric, value in medians.items():
-        m = b.metrics.get(metric)
+        m = figures.get(metric)
         if m is None:
             continue
         limit = m.threshold()
@@ -295,8 +300,25 @@ def judge_round(
         out += _temperature(r, g, peers, criteria.temperature_spread_c)
         if h.medians is not None:
             out += _drift(r, g.index, h.medians, g.medians, criteria)
-        out += _baseline(r, g.index, g.medians, baseline)
+        out += _baseline(r, g.index, g.medians, baseline.metrics)
     if history.node_medians is not None:
         out += _drift(r, None, history.node_medians, r.node_medians, criteria)
-    out += _baseline(r, None, r.node_medians, baseline)
+    out += _baseline(r, None, r.node_medians, baseline.metrics)
     return out
+
+
+def judge_fabric(
+    block: Medians, f: FabricRound, figure: MetricBaseline | None, criteria: SoakCriteria
+) -> list[Finding]:
+    """The all-reduce across the nodes in round `f`, whose medians `block` has taken in: below the figure (the
+    pool's fabric.ncclBusbw, else the baseline's nccl.all_reduce.multinode), or drifting against its own first
+    rounds, judged as a node's metric is. Fleet-level findings (node None): no one node is to blame."""
+    r = NodeRound("fabric", f.round, f.start_h, f.end_h, f.median is not None, f.errors, 0, (), {})
+    if f.median is None:
+        out = _measured(r, 0)
+    elif figure is None:
+        out = [_finding("soak.round", r, None, f"no {MULTINODE} figure to judge the all-reduce by", error=True)]
+    else:
+        measured = {MULTINODE: f.median}
+        out = _drift(r, None, block, measured, criteria) + _baseline(r, None, measured, {MULTINODE: figure})
+    return [replace(x, node=None) for x in out]

@@ -24,6 +24,7 @@ from gpucert.errors import ConfigError
 from gpucert.evaluate.rules.soak import Peers, judge_round
 from gpucert.evaluate.soak_history import NodeHistory
 from gpucert.evaluate.soak_round import NodeRound, RoundEvidence, summarize
+from gpucert.fleet.soak.fabric import FabricSoak
 from gpucert.fleet.soak.folder import SoakFolder
 from gpucert.fleet.soak.metrics import METRICS_FILE, write_soak_metrics
 from gpucert.fleet.soak.model import Progress, SoakResult
@@ -111,6 +112,7 @@ class SoakController:
         self.soak = SoakSpec.model_validate(plan["soak"])
         self.round_h = self.soak.round_s / 3600
         self.nodes = {n["node"]: NodeSoak(n["node"], n["pool"]) for n in plan["nodes"]}
+        self.fabric = FabricSoak(spec, self.soak, baselines)
         for n in self.nodes.values():
             if n.pool is None:
                 n.status, n.left_round = LEFT, -1
@@ -176,6 +178,7 @@ class SoakController:
                 assert history is not None
                 history.add(r)
                 self._apply(r, s["left"].get(node, []))
+            self.fabric.replay(s.get("fabric"))
             self._round_wall.append(float(s.get("wallS", 0.0)))
             k += 1
         self._replaying = False
@@ -235,6 +238,8 @@ class SoakController:
         began = time.monotonic()
         running = [n for n, s in self.nodes.items() if s.status == RUNNING]
         summaries, waited, ingest = self._measure(index, running)
+        fabric, took = self.fabric.round(self.target, index, running, self.round_h)  # the all-reduce across nodes
+        waited += took
         cpu = time.process_time()  # between rounds only the controller runs in this process
         pool_temps = self._pool_temperatures(summaries)
         left: dict[str, list[dict[str, Any]]] = {}
@@ -253,6 +258,7 @@ class SoakController:
             "rejoined": rejoined,
             "nodes": {n: r.to_json() for n, r in summaries.items()},
             "left": left,
+            **({"fabric": fabric} if fabric is not None else {}),
             "wallS": round(wall, 4),
             "controllerS": round(overhead, 4),
             "ingestS": round(ingest, 4),
@@ -315,14 +321,13 @@ class SoakController:
         for node, v in nodes.items():
             if v["result"] != "fail" and self.nodes[node].pool is not None:
                 self._mark(node, v["result"])
-        results = {v["result"] for v in nodes.values()}
+        fabric = self.fabric.result()
+        results = {v["result"] for v in nodes.values()} | ({fabric["result"]} if fabric is not None else set())
         overall = "fail" if "fail" in results else "incomplete" if "incomplete" in results else "pass"
-        self.folder.write_result(
-            {"schema": RESULT_SCHEMA, "run": self.folder.run.id, "result": overall, "nodes": nodes, "finished": _now()}
-        )
-        return SoakResult(
-            self.folder.run.path, overall, nodes, self.wall_s, self.controller_s, self.ingest_s, self.controller_cpu_s
-        )
+        doc = {"schema": RESULT_SCHEMA, "run": self.folder.run.id, "result": overall, "nodes": nodes, "fabric": fabric}
+        self.folder.write_result(doc | {"finished": _now()})
+        times = (self.wall_s, self.controller_s, self.ingest_s, self.controller_cpu_s)
+        return SoakResult(self.folder.run.path, overall, nodes, *times, fabric)
 
     def run(self, rejoin: Sequence[str] = ()) -> SoakResult:
         """Run (or continue) the soak to its end; one controller per run (SoakBusyError otherwise)."""

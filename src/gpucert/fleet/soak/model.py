@@ -30,3 +30,4 @@ class SoakResult:
     controller_s: float
     ingest_s: float
     controller_cpu_s: float
+    fabric: dict[str, Any] | None = None  # the all-reduce across nodes (FabricSoak.result)

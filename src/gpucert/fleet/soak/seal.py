@@ -49,6 +49,7 @@ def seal(folder: SoakFolder, spec: ClusterSpec, result: SoakResult, sign_key: Pa
         target=str(plan["target"]),
         result=result.result,
         nodes=result.nodes,
+        fabric=result.fabric,
         gpus_per_node=max(p.expect.gpus_per_node for p in spec.pools),
     )
     run.write_verdict(verdict.to_json())

@@ -1,6 +1,7 @@
 """A simulated fleet's soak: rounds in compressed time (the fleet's `soak.timeScale`), with faults that start at a
 time and grow (`soak.faults`): a board that degrades, an XID, thermal creep, a corrected-ECC storm, a pod that
-restarts. Like the rest of the simulator it produces observations only: each round's raw samples and NVML readings.
+restarts, a node's links to the fabric that slow (the all-reduce across nodes, `fabric_round`). Like the rest of
+the simulator it produces observations only: each round's raw samples and NVML readings.
 
 A round covers hours [start, end) of the soak; a fault shows in the round whose hours it starts in and in every
 later round (a degraded board stays degraded, creep keeps climbing, a storm keeps counting; an XID and a restart are
@@ -22,7 +23,7 @@ from datetime import timedelta
 import numpy as np
 
 from gpucert.errors import ConfigError
-from gpucert.evaluate.soak_round import RoundEvidence
+from gpucert.evaluate.soak_round import MULTINODE, FabricRound, RoundEvidence
 from gpucert.measure.evidence import DcgmEvidence, EccCounts, GpuEvidence, Health, Measurement, XidEvent
 from gpucert.measure.probes.dcgm import parse_diag
 from gpucert.measure.probes.dcgm_boards import tie_to_boards
@@ -36,6 +37,7 @@ from gpucert.spec.soak import (
     DcgmAtFault,
     DegradeFault,
     EccStormFault,
+    LinkSlowFault,
     PodRestartFault,
     SoakFault,
     SoakSimulation,
@@ -45,7 +47,7 @@ from gpucert.spec.soak import (
 
 __all__ = ["SimulatedSoak"]
 
-SOAK_STREAM, TEMPERATURE_STREAM = 0x50AC, 0x50AD
+SOAK_STREAM, TEMPERATURE_STREAM, FABRIC_STREAM = 0x50AC, 0x50AD, 0xFAB
 LOAD_C, NODE_SD_C, GPU_SD_C, ROUND_SD_C = 62.0, 0.7, 0.5, 0.2
 GPU_SAMPLES, NCCL_SAMPLES = 20, 10
 # the round loads each GPU as one window (its throttle counters read around the whole round)
@@ -75,7 +77,8 @@ class SimulatedSoak:
         if f.node not in self.target.names:
             raise ConfigError(f"no node {f.node!r} in the fleet", path=path, key=f"soak.faults[{i}].node")
         gpus = self.target.group(f.node).nodes.gpus_per_node
-        if not isinstance(f, PodRestartFault) and f.gpu >= gpus:
+        gpu = getattr(f, "gpu", None)
+        if gpu is not None and gpu >= gpus:
             raise ConfigError(f"{f.node} has {gpus} GPUs: name one below", path=path, key=f"soak.faults[{i}].gpu")
         if isinstance(f, DegradeFault) and f.metric not in self.target.baseline_of(f.node).metrics:
             known = ", ".join(self.target.baseline_of(f.node).metrics)
@@ -97,6 +100,22 @@ class SimulatedSoak:
         wait = (end_h - start_h) * self.round_wall_s_per_h - (time.monotonic() - began)
         if wait > 0:
             time.sleep(wait)
+
+    def fabric_round(self, nodes: Sequence[str], index: int, start_h: float, end_h: float) -> FabricRound:
+        """The all-reduce across `nodes` (certify.multinode) in the round: a ring runs at its slowest link's pace, so
+        the slowest node's figure, times every link fault of theirs that has started by the round's end, sets it."""
+        w = self.target
+        b = w.baseline_of(nodes[0]).metrics.get(MULTINODE) if nodes else None
+        if len(nodes) < 2 or b is None:
+            why = "fewer than two nodes run" if len(nodes) < 2 else f"the baseline has no {MULTINODE} figure"
+            return FabricRound(index, start_h, end_h, tuple(nodes), None, (), (f"{why}: no all-reduce across nodes",))
+        nominal = min(self._healthy(n, None, MULTINODE) for n in nodes)
+        for f in self.sim.faults:
+            if isinstance(f, LinkSlowFault) and f.node in nodes and f.start_h < end_h:
+                nominal = min(nominal, self._healthy(f.node, None, MULTINODE) * f.factor)
+        rng = np.random.default_rng([w.fleet.seed, SOAK_STREAM, FABRIC_STREAM, index])
+        samples = self._samples(rng, nominal, NCCL_SAMPLES)
+        return FabricRound(index, start_h, end_h, tuple(nodes), float(np.median(samples)), tuple(samples))
 
     def _node_temperatures(self, node: str) -> np.ndarray:
         if node not in self._temperature:
@@ -198,7 +217,7 @@ class SimulatedSoak:
         end_h: float,
     ) -> GpuEvidence:
         w = self.target
-        mine = [f for f in faults if not isinstance(f, PodRestartFault) and f.gpu == slot]
+        mine = [f for f in faults if getattr(f, "gpu", None) == slot]
         baseline = w.baseline_of(node)
         metrics = [
             m

@@ -1,0 +1,106 @@
+"""The soak's all-reduce across nodes (issue 26: "NCCL within the node and across nodes"): where the spec asks for
+certify.multinode, every round runs it across the running nodes, judged per round against the baseline and by the
+drift criterion; a fabric that slows at a time is found at that round by exactly its criterion, and the nodes'
+rounds go on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpucert.fleet.soak import resume_soak, start_soak
+
+ROOT = Path(__file__).resolve().parents[2]
+BASELINE = ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
+MULTINODE = "nccl.all_reduce.multinode"
+
+
+def _spec(tmp: Path, faults: list[dict[str, Any]], *, multinode: bool = True) -> Path:
+    fleet = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "SimulatedFleet",
+        "metadata": {"name": "soak"},
+        "sku": "H100-SXM5-80GB",
+        "nodes": {"count": 6, "namePrefix": "gpu-node-", "gpusPerNode": 8},
+        "noise": {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005},
+        "seed": 5,
+        "soak": {"timeScale": 0, "faults": faults},
+    }
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet), encoding="utf-8")
+    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
+    spec["target"]["fleet"] = "fleet.yaml"
+    spec["expect"]["nodes"] = 6
+    spec["certify"]["baseline"] = str(BASELINE)
+    if multinode:
+        spec["certify"]["multinode"] = {}
+    spec["soak"] = {"duration": "48h", "round": "1h"}
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return tmp / "spec.yaml"
+
+
+def _run(reports: Path) -> Path:
+    (run,) = [p for p in reports.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    return run
+
+
+def _fabric_rounds(run: Path) -> list[dict[str, Any]]:
+    out = []
+    for d in sorted((run / "soak" / "rounds").iterdir()):
+        s = json.loads((d / "summary.json").read_text(encoding="utf-8"))
+        if "fabric" in s:
+            out.append(s["fabric"])
+    return out
+
+
+def test_a_link_that_slows_a_little_is_found_at_its_round_by_the_drift_criterion_alone(tmp_path: Path) -> None:
+    # 6% slower from 30 h: past the 3% drift limit, inside the baseline's tolerance (350 GB/s less 15%)
+    spec = _spec(tmp_path, [{"kind": "link-slow", "node": "gpu-node-4", "factor": 0.94, "after": "30h"}])
+    result = start_soak(spec, tmp_path / "reports")
+    assert result.result == "fail"
+    assert {v["result"] for v in result.nodes.values()} == {"pass"}  # every node's own rounds stayed clean
+    assert result.fabric is not None
+    assert result.fabric["leftRound"] == 30
+    assert {f["check"] for f in result.fabric["findings"]} == {f"soak.drift.{MULTINODE}"}
+    assert all(f["node"] is None for f in result.fabric["findings"])
+    rounds = _fabric_rounds(_run(tmp_path / "reports"))
+    assert len(rounds) == 31  # it ran every round up to the one it failed, across all six nodes
+    assert all(r["findings"] == [] for r in rounds[:30])
+    assert all(len(r["round"]["nodes"]) == 6 for r in rounds)
+    assert all(r["round"]["median"] > 297.5 for r in rounds)  # never below the baseline
+    verdict = json.loads((_run(tmp_path / "reports") / "verdict.json").read_text(encoding="utf-8"))
+    assert verdict["result"] == "fail"
+    assert verdict["fleet"]["failed"] == 1
+    assert f"soak.drift.{MULTINODE}" in {f["check"] for f in verdict["findings"]}
+
+
+def test_a_link_below_the_baseline_fails_its_round_by_the_baseline_criterion(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, [{"kind": "link-slow", "node": "gpu-node-2", "factor": 0.8, "after": "10h"}])
+    result = start_soak(spec, tmp_path / "reports")
+    assert result.fabric is not None
+    assert result.fabric["leftRound"] == 10
+    checks = {f["check"] for f in result.fabric["findings"]}
+    assert f"soak.baseline.{MULTINODE}" in checks  # below 297.5 GB/s
+    assert checks <= {f"soak.baseline.{MULTINODE}", f"soak.drift.{MULTINODE}"}
+    # a resumed controller replays the committed rounds to the same result
+    run = _run(tmp_path / "reports")
+    (run / "soak" / "result.json").unlink()
+    again = resume_soak(run)
+    assert again.fabric == result.fabric
+    assert again.result == "fail"
+
+
+def test_a_clean_fabric_passes_and_without_multinode_no_all_reduce_runs(tmp_path: Path) -> None:
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    result = start_soak(_spec(clean, []), clean / "reports")
+    assert result.result == "pass"
+    assert result.fabric == {"result": "pass", "rounds": 48, "leftRound": None, "findings": []}
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    result = start_soak(_spec(plain, [], multinode=False), plain / "reports")
+    assert result.result == "pass"
+    assert result.fabric is None
+    assert _fabric_rounds(_run(plain / "reports")) == []
