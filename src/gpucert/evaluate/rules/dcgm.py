@@ -40,7 +40,45 @@ def _status(test: str, result: DcgmTestResult, mine: DcgmGpuResult | None, d: Dc
     return status if status in ("Pass", "Skip") else f"DCGM {test} gave the node no status it defines ({status})"
 
 
-def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:  # noqa: C901
+def _this_gpu(
+    test: str, where: str, result: DcgmTestResult, mine: DcgmGpuResult | None, serial: str | None
+) -> tuple[str, str] | None:
+    """What DCGM's own result for this GPU says at once ("fail" or "error", and why), or None to read on."""
+    if mine is None and result.untied:
+        return "error", f"{where}: {_untied(test, result)}, so none of them is charged to this GPU: it cannot be judged"
+    if mine is None and result.gpus:
+        return "error", f"{where}: DCGM reported the {test} test for GPUs {sorted(result.gpus)}, not for this one"
+    if mine is None:
+        return None
+    if mine.status not in ("Pass", "Fail", "Skip"):
+        return "fail", f"{where}: DCGM {test} {mine.status}: {mine.describe()}"
+    if serial is not None and mine.serial is not None and mine.serial != serial:
+        return "error", (
+            f"{where}: DCGM tested a GPU with serial {mine.serial}, this GPU's is {serial} (an embedded host engine "
+            "on another host?)"
+        )
+    if mine.status == "Fail":
+        # with the DCGM_FR_* id, category and severity where DCGM gave them, as a vendor looks them up
+        return "fail", f"{where}: DCGM {test} Fail: {mine.describe()}"
+    return None
+
+
+def _exit_unexplained(d: DcgmEvidence) -> bool:
+    """dcgmi diag exited non-zero and no test failed: its results are not whole."""
+    failed = any(r.status == "Fail" for t in d.results.values() for r in t.entries())
+    return d.exit_code not in (None, 0) and not failed and not any(t.summary == "Fail" for t in d.results.values())
+
+
+def _not_run(node: str, d: DcgmEvidence, level: int) -> str | None:
+    """Why the diagnostic as a whole cannot be read for this check: a lower level than asked, or dcgmi failing."""
+    if d.level < level:
+        return f"{node}: DCGM ran level {d.level}, the spec asks for level {level}"
+    if d.runtime_error:
+        return f"{node}: dcgmi diag failed: {d.runtime_error}"
+    return None
+
+
+def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:
     """The finding of `dcgm.<test>` for GPU `gpu` of `node`, from a diagnostic that should have run `level`."""
     check, where = f"dcgm.{test}", f"{node}/gpu{gpu}"
 
@@ -50,10 +88,8 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
     def fail(message: str) -> Finding:
         return Finding(check, CheckStatus.FAIL, node, gpu, message, observed="Fail", expected="Pass")
 
-    if d.level < level:
-        return error(f"{node}: DCGM ran level {d.level}, the spec asks for level {level}")
-    if d.runtime_error:
-        return error(f"{node}: dcgmi diag failed: {d.runtime_error}")
+    if not_run := _not_run(node, d, level):
+        return error(not_run)
     result = d.results.get(test)
     if result is None:
         return Finding(
@@ -64,30 +100,15 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
             f"{where}: DCGM level {d.level} did not run the {test} test (exit code {d.exit_code})",
         )
     mine = result.gpus.get(gpu)
-    if mine is None and result.untied:
-        return error(f"{where}: {_untied(test, result)}, so none of them is charged to this GPU: it cannot be judged")
-    if mine is None and result.gpus:
-        return error(f"{where}: DCGM reported the {test} test for GPUs {sorted(result.gpus)}, not for this one")
-    if mine is not None and mine.status not in ("Pass", "Fail", "Skip"):
-        return fail(f"{where}: DCGM {test} {mine.status}: {mine.describe()}")
-    if mine is not None and serial is not None and mine.serial is not None and mine.serial != serial:
-        return error(
-            f"{where}: DCGM tested a GPU with serial {mine.serial}, this GPU's is {serial} (an embedded host engine "
-            "on another host?)"
-        )
-    if mine is not None and mine.status == "Fail":
-        # with the DCGM_FR_* id, category and severity where DCGM gave them, as a vendor looks them up
-        return fail(f"{where}: DCGM {test} Fail: {mine.describe()}")
+    said = _this_gpu(test, where, result, mine, serial)
+    if said is not None:
+        return fail(said[1]) if said[0] == "fail" else error(said[1])
     if result.summary == "Fail" and not any(r.status == "Fail" for r in result.entries()):
         return fail(f"{where}: DCGM {test} summary is Fail though no GPU result is ({'; '.join(result.info)})")
     status = _status(test, result, mine, d)
     if status not in ("Pass", "Skip"):
         return error(f"{where}: {status}: it cannot be judged")
-    if (
-        d.exit_code not in (None, 0)
-        and not any(r.status == "Fail" for t in d.results.values() for r in t.entries())
-        and not any(t.summary == "Fail" for t in d.results.values())
-    ):
+    if _exit_unexplained(d):
         return error(f"{where}: dcgmi diag exited {d.exit_code} though no test failed: its results are not whole")
     if status == "Skip":
         why = "; ".join([*(mine.warnings if mine else []), *result.info]) or "DCGM gave no reason"
