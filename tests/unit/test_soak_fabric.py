@@ -104,3 +104,21 @@ def test_a_clean_fabric_passes_and_without_multinode_no_all_reduce_runs(tmp_path
     assert result.result == "pass"
     assert result.fabric is None
     assert _fabric_rounds(_run(plain / "reports")) == []
+
+
+def test_a_target_that_cannot_run_the_all_reduce_fails_the_fabric_closed(tmp_path: Path) -> None:
+    """The kubernetes target runs no all-reduce across nodes in a round yet: asked for one, the round is an error."""
+    from gpucert.fleet.soak.fabric import FabricSoak
+    from gpucert.plan.run import load_inputs
+    from gpucert.spec.soak import SoakSpec
+
+    spec, baselines = load_inputs(_spec(tmp_path, []))
+    fabric = FabricSoak(spec, spec.soak or SoakSpec(), baselines)
+    doc, _ = fabric.round(object(), 0, ["gpu-node-1", "gpu-node-2"], 1.0)
+    assert doc is not None
+    (finding,) = doc["findings"]
+    assert finding["check"] == "soak.round"
+    assert finding["status"] == "error"
+    assert "cannot run the all-reduce across nodes" in finding["message"]
+    assert not fabric.running
+    assert fabric.result() == {"result": "fail", "rounds": 1, "leftRound": 0, "findings": [finding]}
