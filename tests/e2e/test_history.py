@@ -94,3 +94,37 @@ def test_an_edited_history_is_refused_and_the_finding_says_so(project: Path) -> 
     message = verdict["findings"][0]["message"]
     assert "refused: its figures are not those run" in message
     assert "(edited)" in message
+
+
+def test_a_pools_index_over_time_holds_each_board_to_its_handover(project: Path) -> None:
+    """Handover recorded from the first signed run: that run's index is 1 on every GPU; a board 10% slow on
+    memory bandwidth later shows as the pool's worst index and about 0.1 GPU-equivalents lost."""
+    fleet = project / "examples" / "fleets" / "h100-4x8.yaml"
+    doc = yaml.safe_load(fleet.read_text())
+    doc["faults"] = []
+    fleet.write_text(yaml.safe_dump(doc))
+    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (first,) = sorted((project / "reports").glob(f"*{NAME}"))
+    r = gpucert("baseline", "record", str(first), cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    time.sleep(1.1)  # run ids are to the second
+    doc["faults"] = [{"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.9}]
+    fleet.write_text(yaml.safe_dump(doc))
+    gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    r = gpucert("history", "--pool", "default", "--spec-name", NAME, cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [line.split("│")[1:-1] for line in r.stdout.splitlines() if NAME in line and "│" in line]
+    rows = [[c.strip() for c in row] for row in rows if row and row[0].strip()]
+    assert len(rows) == 2, r.stdout
+    assert rows[0][2:] == ["4", "32", "100.0%", "0.000", "1.0000"]
+    worst, lost = float(rows[1][6]), float(rows[1][5])
+    assert abs(worst - 0.9) < 0.02, r.stdout
+    assert 0.08 < lost < 0.2, r.stdout
+    r = gpucert("history", "--pool", "gpu", "--spec-name", NAME, cwd=project)
+    assert r.returncode == 2
+    assert "no history of pool gpu" in r.stderr
+    r = gpucert("history", "gpu-node-1", "--pool", "default", "--spec-name", NAME, cwd=project)
+    assert r.returncode == 2
+    assert "name a NODE or --pool POOL" in r.stderr

@@ -1,6 +1,7 @@
 """`gpucert history NODE --spec-name NAME [--metric M] [--key PUB]`: a node's figures over time, per GPU (by
 serial), from its history (fleet/history.py); with keys, each entry is checked against its signed run and a
-refused one is shown with the reason.
+refused one is shown with the reason. `gpucert history --pool POOL --spec-name NAME [--handover DIR]`: the pool's
+performance index over time (fleet/pool_index.py).
 
 Exit codes: 0 printed, 2 bad input (no history, a history line that is not an entry).
 """
@@ -15,13 +16,18 @@ from rich.console import Console
 from rich.table import Table
 
 from gpucert.errors import ConfigError
-from gpucert.fleet.history import history_path, load_history, verify_entry
+from gpucert.evaluate.index import WITHIN
+from gpucert.fleet.history import HISTORY_DIR, history_path, load_history, verify_entry
 from gpucert.report import attest
 
 __all__ = ["add_history_command", "cmd_history"]
 
 
 def cmd_history(a: argparse.Namespace, console: Console) -> int:
+    if (a.node is None) == (a.pool is None):
+        raise ConfigError("name a NODE or --pool POOL (one of them): whose history to print", key="NODE")
+    if a.pool is not None:
+        return cmd_pool_history(a, console)
     reports = Path(a.reports)
     path = history_path(reports, a.spec_name, a.node)
     entries = load_history(path)
@@ -61,9 +67,53 @@ def cmd_history(a: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def cmd_pool_history(a: argparse.Namespace, console: Console) -> int:
+    from gpucert.fleet.handover_binding import handover_dir
+    from gpucert.fleet.pool_index import pool_history
+
+    reports = Path(a.reports)
+    rows = pool_history(reports, a.spec_name, a.pool, handover_dir(a.handover, a.spec_name))
+    if not rows:
+        raise ConfigError(
+            f"no history of pool {a.pool} under spec {a.spec_name}: a node's history starts with its first signed "
+            "certification (`gpucert certify SPEC --sign-key KEY`); check --reports, --spec-name and --pool",
+            path=reports / HISTORY_DIR / a.spec_name,
+            key="--pool",
+        )
+    table = Table(title=f"pool {a.pool} performance index over time (spec {a.spec_name})")
+    for col in ("run", "time", "nodes", "gpus", f"within {WITHIN:.0%}", "capacity lost (GPUs)", "worst index"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        s = r.summary
+        table.add_row(
+            r.run,
+            r.time,
+            str(r.nodes),
+            str(s.gpus),
+            f"{s.within_share:.1%}",
+            f"{s.capacity_lost:.3f}",
+            "" if s.worst is None else f"{s.worst:.4f}",
+        )
+    console.print(table)
+    console.print(
+        "(each row: the pool as its nodes' newest runs up to then stand; each GPU's figure over its handover figure, "
+        "else the SKU's; a GPU is as short as its worst metric, and one without figures counts as lost)"
+    )
+    return 0
+
+
 def add_history_command(sub: Any, console: Console) -> None:
-    h = sub.add_parser("history", help="a node's figures over time, per GPU, from its signed runs")
-    h.add_argument("node")
+    h = sub.add_parser(
+        "history", help="a node's figures, or a pool's performance index, over time, from its signed runs"
+    )
+    h.add_argument("node", nargs="?", default=None)
+    h.add_argument("--pool", default=None, help="the pool's performance index over time instead of one node's figures")
+    h.add_argument(
+        "--handover",
+        default=None,
+        metavar="DIR",
+        help="where `gpucert baseline record --out` wrote (default baselines/nodes)",
+    )
     h.add_argument("--spec-name", required=True, help="the spec's metadata.name the node was certified under")
     h.add_argument("--metric", default=None, help="one metric only (default: every metric in the history)")
     h.add_argument("--reports", default="reports", help="where the run folders are (default ./reports)")
