@@ -43,14 +43,14 @@ def test_a_pod_stopped_half_way_keeps_what_it_measured(cluster: FakeCluster, tmp
         doc = json.loads((run_dir / "evidence" / f"{node}.json").read_text())
         assert doc["collected"], doc["errors"]
         assert ev.reachable(node).status.value == "pass"  # the node was reached; its pod was stopped
-        kept = ev.metric("memory.bandwidth", node, 0)  # GPU 0 finished before the pod was stopped
+        kept = ev.decide(CheckKey("memory.bandwidth", node, 0))  # GPU 0 finished before the pod was stopped
         assert kept.status.value in ("pass", "fail")
         assert "median of 5 samples" in kept.message  # the fake kubelet runs the plan's minimum of 5
-        lost = ev.metric("memory.bandwidth", node, 1)
+        lost = ev.decide(CheckKey("memory.bandwidth", node, 1))
         assert lost.status.value == "error"
         assert "memory.bandwidth did not finish" in lost.message
         assert words in lost.message, lost.message
-        assert ev.metric("nccl.all_reduce", node, None).status.value == "error"
+        assert ev.decide(CheckKey("nccl.all_reduce", node, None)).status.value == "error"
     assert all(ev.reachable(f"gpu-{i:02d}").status.value == "pass" for i in range(1, 17))
     assert leftovers(cluster)["jobs"] == 0
 
@@ -69,10 +69,10 @@ def test_an_oom_killed_probe_pod_is_the_nodes_one_finding(cluster: FakeCluster, 
     assert "memory 1 GiB x 2 buffers" in reach.message  # the log tail says what it was doing
     assert not json.loads((run_dir / "evidence" / "gpu-02.json").read_text())["collected"]
     for gpu in (0, 1):  # GPU 0's probes were in the log too: kept alone they would read as measured
-        dependent = ev.metric("memory.bandwidth", "gpu-02", gpu)
+        dependent = ev.decide(CheckKey("memory.bandwidth", "gpu-02", gpu))
         assert dependent.status.value == "skip", dependent.message
         assert "node.reachable" in dependent.message
-    assert ev.metric("nccl.all_reduce", "gpu-02", None).status.value == "skip"
+    assert ev.decide(CheckKey("nccl.all_reduce", "gpu-02", None)).status.value == "skip"
     assert ev.reachable("gpu-03").status.value == "pass"
 
 
