@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
+import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from gpucert.fleet.history import history_path, load_history
 
@@ -128,3 +131,21 @@ def test_a_pools_index_over_time_holds_each_board_to_its_handover(project: Path)
     r = gpucert("history", "gpu-node-1", "--pool", "default", "--spec-name", NAME, cwd=project)
     assert r.returncode == 2
     assert "name a NODE or --pool POOL" in r.stderr
+    # the exporter: a recertification held to the handover gives the index against the board's handover figure
+    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert r.returncode == 1, r.stdout + r.stderr  # handover.memory.bandwidth
+    (recert,) = (project / "reports").glob("*recertify-gpu-node-2")
+    r = gpucert("metrics", "--spec", SPEC, "--textfile", "out.prom", cwd=project)
+    assert r.returncode == 0, r.stdout + r.stderr
+    series = {
+        (s.labels["node"], s.labels["gpu"], s.labels["metric"]): s.value
+        for f in text_string_to_metric_families((project / "out.prom").read_text())
+        if f.name == "gpucert_performance_index"
+        for s in f.samples
+    }
+    samples = json.loads((recert / "evidence" / "gpu-node-2.json").read_text())["gpus"][3]["measurements"]
+    handover = yaml.safe_load((project / "baselines" / "nodes" / NAME / "gpu-node-2.yaml").read_text())
+    then = next(g for g in handover["gpus"] if g["index"] == 3)["metrics"]["memory.bandwidth"]["median"]
+    now = statistics.median(samples["memory.bandwidth"]["samples"])
+    assert series[("gpu-node-2", "3", "memory.bandwidth")] == pytest.approx(now / then)
+    assert now / then < 0.93  # against the SKU figure it would be about 0.9 x (handover / SKU)

@@ -127,6 +127,9 @@ def test_every_series_is_a_gauge_with_help_and_prometheus_names(fleet: Fleet) ->
         "gpucert_node_last_certified_timestamp_seconds",
         "gpucert_check_failed",
         "gpucert_metric_ratio_to_baseline",
+        "gpucert_performance_index",
+        "gpucert_pool_capacity_lost_gpus",
+        "gpucert_pool_gpus_within_reference_ratio",
         "gpucert_run_info",
         "gpucert_run_folders_unreadable",
         "gpucert_schedule_last_run_timestamp_seconds",
@@ -149,6 +152,27 @@ def test_every_series_is_a_gauge_with_help_and_prometheus_names(fleet: Fleet) ->
     assert labels["gpucert_check_failed"] == {("check", "gpu", "node")}
     assert labels["gpucert_metric_ratio_to_baseline"] == {("gpu", "metric", "node")}
     assert labels["gpucert_run_info"] == {("result", "run", "spec")}
+    assert labels["gpucert_performance_index"] == {("gpu", "metric", "node")}
+    assert labels["gpucert_pool_capacity_lost_gpus"] == {("pool",)}
+
+
+def test_the_index_without_a_handover_is_the_sku_ratio_and_the_pool_counts_what_nothing_measured(
+    fleet: Fleet,
+) -> None:
+    """No run here was held to a handover figure: each GPU's index is its ratio to the SKU figure. The pool's
+    capacity lost counts the slow GPU's shortfall and, fail closed, every GPU of the node never certified."""
+    e = fleet.after_certify
+    ratios = {(lb["node"], lb["metric"], lb["gpu"]): v for lb, v in e.series["gpucert_metric_ratio_to_baseline"]}
+    index = {(lb["node"], lb["metric"], lb["gpu"]): v for lb, v in e.series["gpucert_performance_index"]}
+    assert len(index) == 4 * 8 * 9  # per GPU: the node's all-reduce has a ratio, not a GPU's index
+    assert index == {k: v for k, v in ratios.items() if k[2] != ""}
+    (lost,) = [v for lb, v in e.series["gpucert_pool_capacity_lost_gpus"] if lb["pool"] == "default"]
+    assert lost > 8 + 0.13  # gpu-node-5's 8 GPUs never measured, and gpu-node-2's GPU 3 at 0.85
+    (within,) = [v for lb, v in e.series["gpucert_pool_gpus_within_reference_ratio"] if lb["pool"] == "default"]
+    assert within < 32 / 40
+    after = fleet.after_recertify  # gpu-node-2 repaired; the scheduled round certified gpu-node-5
+    (lost,) = [v for lb, v in after.series["gpucert_pool_capacity_lost_gpus"] if lb["pool"] == "default"]
+    assert lost < 1.0
 
 
 def test_a_failed_node_and_a_node_never_certified(fleet: Fleet) -> None:
@@ -495,5 +519,7 @@ def test_the_dashboard_asks_only_for_series_the_exporter_emits(fleet: Fleet) -> 
     assert heatmaps
     assert all(p["repeat"] == "metric" for p in heatmaps)
     assert "gpucert_metric_ratio_to_baseline" in heatmaps[0]["targets"][0]["expr"]
+    for series in ("gpucert_performance_index", "gpucert_pool_capacity_lost_gpus"):  # issue 27: a panel for each
+        assert any(series in t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])), series
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))

@@ -25,10 +25,12 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from gpucert.errors import ConfigError, GpucertError
+from gpucert.evaluate.index import GpuIndex
 from gpucert.evaluate.view import RunView
 from gpucert.fleet import exporter
 from gpucert.fleet.exporter import parse_listen
 from gpucert.fleet.fabric_metrics import FabricSeries
+from gpucert.fleet.index_metrics import NodeIndex, index_families, node_index
 from gpucert.fleet.state import NodeStatus, RunIndex, RunRecord, node_statuses
 from gpucert.measure.targets.base import NodeControl
 from gpucert.plan.checks import GPU_METRICS, NODE_METRICS
@@ -96,6 +98,7 @@ class FleetCollector(Collector):
     watch: SpecWatch | None = None
     index: RunIndex = field(init=False)
     _ratios: dict[tuple[str, str], list[tuple[str, str, float]]] = field(default_factory=dict, init=False)
+    _indices: dict[tuple[str, str], list[GpuIndex]] = field(default_factory=dict, init=False)
     _views: dict[str, RunView | None] = field(default_factory=dict, init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
     _fabric: FabricSeries = field(default_factory=FabricSeries, init=False)
@@ -157,12 +160,20 @@ class FleetCollector(Collector):
         all-reduce. The figure is the evaluation's (RunView.sampled): one whose samples cannot be believed (fewer
         than the spec asks of the probe, not positive, absurd) has no ratio, as it has no pass."""
         key = (folder.id, node)
-        if key in self._ratios:
-            return self._ratios[key]
-        view = self._view(folder)
-        out = _ratios(view, node) if view is not None else []
-        self._ratios[key] = out
-        return out
+        if key not in self._ratios:
+            view = self._view(folder)
+            self._ratios[key], self._indices[key] = _figures(view, node) if view is not None else ([], [])
+        return self._ratios[key]
+
+    def indices(self, folder: RunFolder, node: str) -> list[GpuIndex]:
+        """The node's performance index in the run (fleet/index_metrics.py), read with its ratios."""
+        self.ratios(folder, node)
+        return self._indices[(folder.id, node)]
+
+    def _expected_gpus(self, pool: str, indices: list[GpuIndex]) -> list[int]:
+        """The GPUs a node of the pool should have figures of: the spec's count where it is known."""
+        count = next((p.expect.gpus_per_node for p in self.spec.pools if p.name == pool), 0) if self.spec else 0
+        return sorted(set(range(count)) | {i.gpu for i in indices})
 
     # ---- the series ----------------------------------------------------------------------------------------------
 
@@ -216,11 +227,14 @@ class FleetCollector(Collector):
         newest_runs: dict[str, RunRecord] = {}
         by_id = {r.id: r for r in runs}
         used: set[tuple[str, str]] = set()
+        performance: list[NodeIndex] = []
         for s in statuses:
             certified.add_metric([s.node, s.pool], 1.0 if s.certified else 0.0)
             if s.certified_at is not None:
                 last.add_metric([s.node, s.pool], s.certified_at.timestamp())
             j = s.latest
+            got = self.indices(j.folder, s.node) if j is not None and j.folder is not None else []
+            performance.append(NodeIndex(s.node, s.pool, got, self._expected_gpus(s.pool, got)))
             if j is None:
                 continue
             for f in sorted({(f.check, f.gpu) for f in j.failing}, key=lambda c: (c[0], -1 if c[1] is None else c[1])):
@@ -240,13 +254,15 @@ class FleetCollector(Collector):
         unreadable.add_metric([], float(sum(1 for r in runs if r.problem is not None)))
         # keep only what this scrape used: the cache stays as large as the fleet, however many runs accumulate
         self._ratios = {k: v for k, v in self._ratios.items() if k in used}
+        self._indices = {k: v for k, v in self._indices.items() if k in used}
         self._views = {k: v for k, v in self._views.items() if k in {run for run, _ in used}}
         fabric = self._fabric.families(
             [(by_id[run].folder, node) for run, node in sorted(used) if run in by_id], self._rails(statuses)
         )
         self._fabric.keep(used)
         soak = self._soak.families(self.spec.metadata.name if self.spec is not None else None)
-        return [certified, last, failed, ratio, info, unreadable, *fabric, *self._schedule(), *soak]
+        index = index_families(performance)
+        return [certified, last, failed, ratio, *index, info, unreadable, *fabric, *self._schedule(), *soak]
 
     def _rails(self, statuses: list[NodeStatus]) -> dict[str, FabricSpec]:
         """Each node's pool fabric, where the spec is known and declares one: it says which port is which rail."""
@@ -283,7 +299,8 @@ class FleetCollector(Collector):
         return [when, breaker, nodes]
 
 
-def _ratios(view: RunView, node: str) -> list[tuple[str, str, float]]:
+def _figures(view: RunView, node: str) -> tuple[list[tuple[str, str, float]], list[GpuIndex]]:
+    """The node's ratios to the SKU figures and its performance index, read from its evidence at once."""
     try:
         ev = view.measured_node(node)
         slots = [(m, g.index) for g in ev.gpus for m in GPU_METRICS] + [(m, None) for m in NODE_METRICS] if ev else []
@@ -292,9 +309,9 @@ def _ratios(view: RunView, node: str) -> list[tuple[str, str, float]]:
             expected, sampled = view.expected(node, metric), view.sampled(metric, node, gpu)
             if expected is not None and sampled is not None:
                 out.append((metric, "" if gpu is None else str(gpu), sampled.value / expected))
-        return out
+        return out, node_index(view, node, ev) if ev is not None else []
     except (GpucertError, OSError, ValueError):  # unreadable evidence, a node in no pool: no figure to show
-        return []
+        return [], []
     finally:
         view.release(node)  # the ratios are kept; the evidence is not
 
