@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from gpucert.errors import EvidenceError
 
-__all__ = ["read_json", "read_json_object", "validate", "write_atomic", "write_json"]
+__all__ = ["process_alive", "read_json", "read_json_object", "validate", "write_atomic", "write_json"]
 
 M = TypeVar("M", bound=BaseModel)
 _WRITTEN_AGAIN = "write it again with gpucert, or pass a folder gpucert wrote"
@@ -120,3 +120,17 @@ def validate(path: Path, data: Any, model: type[M], *, strict: bool = True) -> M
         raise EvidenceError(f"{key}: {err['msg']}", path=path) from None
     except RecursionError:
         raise EvidenceError("nested too deeply to be a document gpucert wrote", path=path) from None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether the process that wrote a lock file on this host still runs (a lock of a dead holder may be taken
+    over). A process of another user answers EPERM: it runs."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

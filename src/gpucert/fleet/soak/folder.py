@@ -29,7 +29,7 @@ from typing import Any
 
 from gpucert.errors import EvidenceError, GpucertError
 from gpucert.evaluate.soak_round import RoundEvidence
-from gpucert.files import read_json_object, write_atomic, write_json
+from gpucert.files import process_alive, read_json_object, write_atomic, write_json
 from gpucert.measure.evidence import write_document
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.names import check_node_name, inside
@@ -47,18 +47,6 @@ class SoakBusyError(GpucertError):
     def __init__(self, message: str, *, path: Path) -> None:
         super().__init__(message)
         self.path = path
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class SoakFolder:
@@ -170,7 +158,7 @@ class SoakFolder:
             return
         except (OSError, ValueError):
             other = {}
-        if other.get("host") not in (None, socket.gethostname()) or _alive(int(other.get("pid", 0) or 0)):
+        if other.get("host") not in (None, socket.gethostname()) or process_alive(int(other.get("pid", 0) or 0)):
             raise SoakBusyError(
                 f"another controller (pid {other.get('pid')} on {other.get('host')}, since {other.get('since')}) "
                 f"runs this soak; nothing was changed. Wait for it, or stop it and `gpucert soak --resume "

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.errors import NodeBusyError
+from gpucert.files import process_alive
 from gpucert.measure.targets.base import NodeState
 from gpucert.measure.targets.simulated.world import iso as _iso
 from gpucert.spec.names import check_node_name, inside
@@ -63,7 +64,7 @@ class SimulatedNodeControl:
             return False
         if other.get("host") not in (None, socket.gethostname()):
             return True
-        return _alive(int(other.get("pid", 0) or 0))
+        return process_alive(int(other.get("pid", 0) or 0))
 
     @contextlib.contextmanager
     def lock(self, node: str, holder: str) -> Iterator[None]:
@@ -150,15 +151,3 @@ class SimulatedNodeControl:
         if uncordon:
             state["unschedulable"] = False
         self._save(node, state)
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
