@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -149,3 +150,11 @@ def test_a_pools_index_over_time_holds_each_board_to_its_handover(project: Path)
     now = statistics.median(samples["memory.bandwidth"]["samples"])
     assert series[("gpu-node-2", "3", "memory.bandwidth")] == pytest.approx(now / then)
     assert now / then < 0.93  # against the SKU figure it would be about 0.9 x (handover / SKU)
+    # its report.html shows the node's trend: the two signed certifications it was given, and this run
+    html = (recert / "report.html").read_text()
+    table = html[html.index("<table id='gpucert-trend'>") :]
+    table = table[: table.index("</table>")]
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in table.split("<tr>")[2:]]
+    assert [row[0] for row in rows] == [first.name, rows[1][0], f"{recert.name} (this run)"]
+    assert rows[0][2:] == ["8", "100.0%", "0.000", "1.0000"]
+    assert float(rows[2][5]) == pytest.approx(now / then, abs=1e-4)

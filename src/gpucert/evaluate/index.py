@@ -12,11 +12,26 @@ without any figure counts as wholly lost (fail closed: capacity that cannot be s
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-__all__ = ["WITHIN", "Against", "GpuIndex", "IndexSummary", "index_of", "summarize", "summarize_by_node"]
+if TYPE_CHECKING:
+    from gpucert.plan.history_records import HistoryEntry
+    from gpucert.spec.handover import NodeBaseline
+
+__all__ = [
+    "WITHIN",
+    "Against",
+    "GpuIndex",
+    "IndexSummary",
+    "entry_indices",
+    "handover_figures",
+    "index_of",
+    "summarize",
+    "summarize_by_node",
+]
 
 WITHIN = 0.02  # a GPU within 2 % of its reference on every metric counts as "as delivered"
 
@@ -89,3 +104,32 @@ def summarize_by_node(indices: Iterable[GpuIndex], expected: Iterable[tuple[str,
     for e in expected:
         want.setdefault(e[0], []).append(e)
     return {n: summarize(by_node.get(n, []), want.get(n, [])) for n in sorted(by_node.keys() | want.keys())}
+
+
+def handover_figures(
+    handover: NodeBaseline | None, node: str, serials: Mapping[int, str | None]
+) -> dict[int, dict[str, float]]:
+    """Per GPU slot, the handover medians of the board now in it (by serial): none for a swapped board, a board of
+    unknown serial, or a handover of another node."""
+    if handover is None or handover.node != node:
+        return {}
+    out = {}
+    for gpu, serial in serials.items():
+        then = handover.gpu(gpu)
+        if then is not None and serial is not None and then.serial == serial:
+            out[gpu] = {m: r.median for m, r in then.metrics.items()}
+    return out
+
+
+def entry_indices(
+    entry: HistoryEntry, handover: Mapping[int, Mapping[str, float]], sku: Mapping[str, float]
+) -> list[GpuIndex]:
+    """The index of every GPU and metric of one history entry (`handover` from handover_figures)."""
+    out = []
+    for g in entry.gpus:
+        then = handover.get(g.index, {})
+        for metric, fig in sorted(g.metrics.items()):
+            got = index_of(fig.median, then.get(metric), sku.get(metric))
+            if got is not None:
+                out.append(GpuIndex(entry.node, g.index, metric, got[0], got[1]))
+    return out

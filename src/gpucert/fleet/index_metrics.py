@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 
-from gpucert.evaluate.index import WITHIN, GpuIndex, index_of, summarize
+from gpucert.evaluate.index import WITHIN, GpuIndex, handover_figures, index_of, summarize
 from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import GPU_METRICS
@@ -30,22 +30,9 @@ class NodeIndex:
     gpus: list[int]  # the GPUs that should have figures
 
 
-def _handover(view: RunView, node: str, ev: NodeEvidence) -> dict[int, dict[str, float]]:
-    """Per GPU index, the handover medians of the board now in that slot (none for a swapped board)."""
-    handover = view.handover
-    if handover is None or handover.node != node:
-        return {}
-    out = {}
-    for g in ev.gpus:
-        then = handover.gpu(g.index)
-        if then is not None and g.serial is not None and then.serial == g.serial:
-            out[g.index] = {m: r.median for m, r in then.metrics.items()}
-    return out
-
-
 def node_index(view: RunView, node: str, ev: NodeEvidence) -> list[GpuIndex]:
     """Every GPU and metric of the node's evidence in the run with a figure and a reference."""
-    handover = _handover(view, node, ev)
+    handover = handover_figures(view.handover, node, {g.index: g.serial for g in ev.gpus})
     out = []
     for g in ev.gpus:
         for metric in GPU_METRICS:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucert.errors import GpucertError
-from gpucert.evaluate.index import GpuIndex, IndexSummary, index_of, summarize
+from gpucert.evaluate.index import IndexSummary, entry_indices, handover_figures, summarize
 from gpucert.fleet.history import HISTORY_DIR, load_history
 from gpucert.plan.history_records import HistoryEntry
 from gpucert.plan.runfolder import RunFolder
@@ -20,7 +20,7 @@ from gpucert.spec.baseline import load_baseline
 from gpucert.spec.handover import NodeBaseline, load_node_baseline
 from gpucert.spec.names import NameError_, inside
 
-__all__ = ["PoolRow", "entry_indices", "pool_history"]
+__all__ = ["PoolRow", "pool_history"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,27 +29,6 @@ class PoolRow:
     time: str
     nodes: int  # nodes of the pool with an entry up to this run
     summary: IndexSummary
-
-
-def _handover_figures(handover: NodeBaseline | None, spec: str, gpu: int, serial: str | None) -> dict[str, float]:
-    if handover is None or handover.recorded.spec not in (None, spec) or serial is None:
-        return {}
-    then = handover.gpu(gpu)
-    if then is None or then.serial != serial:  # another board in this slot: its handover says nothing of this one
-        return {}
-    return {m: r.median for m, r in then.metrics.items()}
-
-
-def entry_indices(entry: HistoryEntry, handover: NodeBaseline | None, sku: dict[str, float]) -> list[GpuIndex]:
-    """The index of every GPU and metric of one history entry."""
-    out = []
-    for g in entry.gpus:
-        then = _handover_figures(handover, entry.spec, g.index, g.serial)
-        for metric, fig in sorted(g.metrics.items()):
-            got = index_of(fig.median, then.get(metric), sku.get(metric))
-            if got is not None:
-                out.append(GpuIndex(entry.node, g.index, metric, got[0], got[1]))
-    return out
 
 
 class _References:
@@ -65,6 +44,12 @@ class _References:
             path = self.handover_dir / f"{node}.yaml"
             self._handover[node] = load_node_baseline(path) if path.is_file() else None
         return self._handover[node]
+
+    def handover_of(self, entry: HistoryEntry) -> dict[int, dict[str, float]]:
+        handover = self.handover(entry.node)
+        if handover is not None and handover.recorded.spec not in (None, entry.spec):
+            return {}  # recorded under another spec: never compared
+        return handover_figures(handover, entry.node, {g.index: g.serial for g in entry.gpus})
 
     def sku(self, run: str, pool: str) -> dict[str, float]:
         if (run, pool) not in self._sku:
@@ -94,7 +79,7 @@ def pool_history(reports: Path, spec: str, pool: str, handover_dir: Path) -> lis
         by_run.setdefault((e.time, e.run), []).append(e)
     for (time, run), measured in sorted(by_run.items()):
         newest.update({e.node: e for e in measured})
-        indices = [i for e in newest.values() for i in entry_indices(e, refs.handover(e.node), refs.sku(e.run, e.pool))]
+        indices = [i for e in newest.values() for i in entry_indices(e, refs.handover_of(e), refs.sku(e.run, e.pool))]
         expected = [(e.node, g.index) for e in newest.values() for g in e.gpus]
         rows.append(PoolRow(run=run, time=time, nodes=len(newest), summary=summarize(indices, expected)))
     return rows

@@ -14,6 +14,7 @@ from gpucert.plan.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import details, plots
 from gpucert.report.fabric_html import fabric_section
 from gpucert.report.html_top import LAYOUT, failures_table, signature_hint
+from gpucert.report.trend import node_trend
 from gpucert.report.verdict import headline
 from gpucert.report.verdict_model import Group, NodeSummary, PoolSummary, Verdict
 from gpucert.spec.baseline import GpuBaseline, MetricBaseline
@@ -337,7 +338,7 @@ class HtmlSummary:
         prefix.append(
             f"{LAYOUT}{self._headline()}{failures}<p>run <code>{escape(self.ctx.folder.id)}</code>, spec "
             f"<code>{escape(self.ctx.spec.metadata.name)}</code></p>{banner}{signature}{note}"
-            f"{self._node_table()}{self._fleet()}{self._plots()}"
+            f"{self._node_table()}{node_trend(self.ctx.evaluation)}{self._fleet()}{self._plots()}"
             f"{fabric_section(self.ctx.evaluation, self.ctx.outcomes)}"
         )
 
