@@ -14,6 +14,7 @@ import csv
 import hashlib
 import io
 import json
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -241,6 +242,12 @@ def test_the_acceptance_record_covers_every_node_with_its_run(flow: Flow) -> Non
         assert words in html
     assert "id='history'" in html
     assert html.count("(carried)") == 12
+    # the pool's index at handover (issue 27): every GPU with figures (carried nodes too), the waived board's 7%
+    table = html[html.index("<table id='acceptance-index'>") :]
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in table[: table.index("</table>")].split("<tr>")[2:]]
+    assert sum(int(row[1]) for row in rows) == 128
+    assert sum(float(row[3]) for row in rows) > 0.06
+    assert min(float(row[4]) for row in rows) < 0.95
 
 
 def test_verify_reports_both_signatures_and_the_openssl_recipe_checks_each(flow: Flow) -> None:

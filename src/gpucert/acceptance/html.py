@@ -7,9 +7,11 @@ Pure: acceptance.json in, HTML out (no script, no external resource).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from html import escape
 from typing import Any
 
+from gpucert.evaluate.index import WITHIN, IndexSummary
 from gpucert.report.html import natural_key
 from gpucert.report.verdict import node_passed
 
@@ -172,7 +174,21 @@ def _runs(record: dict[str, Any]) -> str:
     )
 
 
-def render_acceptance(record: dict[str, Any]) -> str:
+def _index(index: Mapping[str, IndexSummary]) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(pool)}</td><td>{s.gpus}</td><td>{s.within_share:.1%}</td><td>{s.capacity_lost:.3f}</td>"
+        f"<td>{'' if s.worst is None else f'{s.worst:.4f}'}</td></tr>"
+        for pool, s in index.items()
+    )
+    return (
+        "<p>Each GPU's figure over the SKU baseline's (over its handover figure where the run that covers the node "
+        "held it to one); a GPU is as short as its worst metric, and one the spec expects without figures counts "
+        "as lost.</p><table id='acceptance-index'><tr><th>pool</th><th>GPUs</th>"
+        f"<th>within {WITHIN:.0%}</th><th>capacity lost (GPUs)</th><th>worst index</th></tr>{rows}</table>"
+    )
+
+
+def render_acceptance(record: dict[str, Any], index: Mapping[str, IndexSummary] | None = None) -> str:
     result = record["result"]
     t = record["totals"]
     simulated = any(r.get("target") == "simulated" for r in record["runs"])
@@ -199,6 +215,7 @@ def render_acceptance(record: dict[str, Any]) -> str:
         + _nodes_by_status(record)
         + "<h2>Waivers</h2>"
         + _waivers(record)
+        + ("<h2>Performance index at handover</h2>" + _index(index) if index else "")
         + "<h2>History of each node across the runs</h2>"
         + _history(record)
         + "<h2>Runs</h2>"

@@ -254,6 +254,7 @@ def accept(
     """Verify the runs, write `out/<id>/` (acceptance.json, report.html) and sign it. Returns the folder, the
     record and the signer's fingerprint."""
     from gpucert.acceptance.html import render_acceptance
+    from gpucert.acceptance.index import handover_index
 
     if not run_dirs:
         raise ConfigError("accept needs the run folders to accept: gpucert accept RUN_DIR... --sign-key KEY")
@@ -288,7 +289,8 @@ def accept(
             folder = out / f"{id_}-{n}"
     try:
         write_json(folder / RECORD, record)
-        (folder / REPORT).write_text(render_acceptance(record), encoding="utf-8")
+        index = handover_index({r.id: r.folder for r in seen}, record)
+        (folder / REPORT).write_text(render_acceptance(record, index), encoding="utf-8")
         predicate = {k: record[k] for k in ("id", "spec", "created", "result", "totals")}
         predicate["runs"] = {r["run"]: r["certificate"] for r in record["runs"]}
         predicate["nodes"] = {n: v["status"] for n, v in record["nodes"].items()}
