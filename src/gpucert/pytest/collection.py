@@ -44,7 +44,7 @@ def parametrize(metafunc: pytest.Metafunc, ctx: RunContext) -> None:
         return
     if not ({"node", "gpu"} & set(names)):
         return
-    nodes = ev.inventory.names
+    nodes = [n for n in ev.inventory.names if n not in ctx.carried]  # a re-test's carried nodes: no items (carried.py)
     if "gpu" in names:
         slots = [GpuSlot(n, i) for n in nodes for i in range(ev.pools.gpus_per_node(n))]
         metafunc.parametrize("gpu", slots, ids=[repr(s) for s in slots])

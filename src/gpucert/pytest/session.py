@@ -26,6 +26,7 @@ from gpucert.plan.recorded import recorded_run
 from gpucert.plan.records import read_recertify_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest import junit
+from gpucert.pytest.carried import decide_carried
 from gpucert.pytest.options import Options
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
@@ -51,9 +52,12 @@ class RunContext:
     verdict: Verdict | None = None
     spec: ClusterSpec = field(init=False)
     folder: RunFolder = field(init=False)
+    carried: frozenset[str] = field(init=False)  # a re-test's carried nodes: decided without items (carried.py)
 
     def __post_init__(self) -> None:
         self.spec, self.folder = self.evaluation.spec, self.evaluation.folder
+        record = read_retest_record(self.folder)
+        self.carried = frozenset(record.carried) if record is not None else frozenset()
 
 
 context_key = pytest.StashKey[RunContext]()
@@ -284,6 +288,7 @@ class Controller:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         ctx = self.ctx
+        decide_carried(ctx)
         verdict = _verdict(ctx, _stopped(session, exitstatus))
         ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
         _write_records(ctx, session.config, verdict)

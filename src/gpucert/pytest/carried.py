@@ -1,0 +1,58 @@
+"""A re-test's carried nodes, decided in the controller without a test item each (issue 28: a re-test pays for what
+it re-measures).
+
+A carried node's evidence is the source run's, byte for byte and verified (acceptance/retest.py). Its checks are
+decided by the same rules as every other check (`Evaluation.decide`, skips without a failing cause turned into
+errors, failures offered to the waivers), over the whole run's evidence: checks that compare with peers or pools
+still see every node. Only pytest's cost per item is saved: collection parametrizes over the nodes measured now,
+and the verdict counts the carried nodes' checks as ran, with these findings. So the verdict is the one a full
+re-evaluation gives (tests/e2e/test_retest_cost.py compares both)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from gpucert.errors import GpucertError
+from gpucert.evaluate.skips import skip_stands
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.report import details
+from gpucert.report.verdict import Outcome
+
+if TYPE_CHECKING:
+    from gpucert.pytest.session import RunContext
+
+__all__ = ["decide_carried"]
+
+
+def _decided(ctx: RunContext, key: CheckKey) -> Finding:
+    """As a test item would decide `key`: the rule's finding, fail closed, waived where a waiver covers it."""
+    try:
+        finding = ctx.evaluation.decide(key)
+    except Exception as exc:  # a test item would report any exception as the check's error
+        text = f"the check could not run: {type(exc).__name__}: {exc}"  # as outcomes.py words an item's error
+        return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, text)
+    if finding.status is CheckStatus.SKIP and finding.cause is None:
+        finding = skip_stands(finding, None)  # a check that did not run, with no failing cause, has not passed
+    return ctx.evaluation.waive(finding) if finding.status is CheckStatus.FAIL else finding
+
+
+def decide_carried(ctx: RunContext) -> int:
+    """Decide every required check of the carried nodes into the controller's outcomes, and count them as selected
+    (they were not left out by -k or --deselect: they have no item). Returns how many were decided."""
+    carried = ctx.carried
+    if not carried:
+        return 0
+    keys = [k for k in ctx.evaluation.plan.required if k.node in carried]
+    for key in keys:
+        start = time.time()
+        finding = _decided(ctx, key)
+        ctx.outcomes[key] = Outcome(finding, start, time.time())
+        if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
+            try:
+                ctx.evidence_of[key] = details.evidence_for(ctx.evaluation, finding)
+            except GpucertError as exc:
+                ctx.evidence_of[key] = {"unreadable": str(exc)}
+    if ctx.selected is not None:  # None: the session never said what it collected, and nothing counts as selected
+        ctx.selected |= set(keys)
+    return len(keys)

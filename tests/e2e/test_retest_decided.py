@@ -1,0 +1,103 @@
+"""A re-test decides its carried nodes' checks without a test item each (issue 28), and says what a full
+re-evaluation of the same evidence says.
+
+The handover example's 16 x 8 fleet certified with its waiver: gpu-node-3, -7 and -11 fail, gpu-node-14 passes by
+the waiver (a straggler: a check that compares with peers). The fleet is then repaired on -7 and -11 only, and
+re-tested: -3, -7 and -11 are measured again (-3 still fails), -14 and the twelve others are carried, -14 with its
+waived fault. The re-test's verdict must be the one `gpucert evaluate` gives over the same evidence, item by item."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .conftest import ROOT, gpucert
+from .test_handover_acceptance import AFTER, new_run, ok, project_copy, runs, set_expiry
+
+REPAIRED = "examples/handover/fleet-repaired.yaml"
+FIRST = "examples/handover/spec-first.yaml"
+
+
+def verdict(run: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((run / "verdict.json").read_text())
+    return data
+
+
+def judged(v: dict[str, Any]) -> dict[str, Any]:
+    """What a verdict decided, without what differs between two runs of the same evidence (ids, times, provenance)."""
+    nodes = {
+        n: {k: s[k] for k in ("result", "passed", "failed", "errors", "skipped", "waived", "failing", "waivedChecks")}
+        for n, s in v["nodes"].items()
+    }
+    coverage = {k: v["coverage"][k] for k in ("required", "ran", "deselected", "notReached", "complete")}
+    return {
+        "result": v["result"],
+        "summary": v["summary"],
+        "coverage": coverage,
+        "findings": v["findings"],
+        "nodes": nodes,
+        "fleet": v["fleet"],
+        "pools": v["pools"],
+    }
+
+
+def test_a_retest_says_what_re_evaluating_everything_says(tmp_path: Path) -> None:
+    work = project_copy(tmp_path)
+    set_expiry(work, date.today() + timedelta(days=365))
+    first = yaml.safe_load((work / AFTER).read_text())
+    first["target"]["fleet"] = "fleet.yaml"  # the fleet as handed over, judged with the waiver
+    (work / FIRST).write_text(yaml.safe_dump(first))
+    fleet = yaml.safe_load((work / REPAIRED).read_text())
+    fleet["faults"].append({"kind": "ecc", "node": "gpu-node-3", "gpu": 2, "uncorrected": 2})  # not repaired
+    (work / REPAIRED).write_text(yaml.safe_dump(fleet))
+    reports = work / "reports"
+    ok(gpucert("keygen", "keys", cwd=work))
+    before = runs(reports) if reports.exists() else set()
+    ok(gpucert("certify", FIRST, "-q", "--sign-key", "keys/gpucert.key", cwd=work), 1)
+    run1 = new_run(reports, before)
+    assert verdict(run1)["nodes"]["gpu-node-14"]["result"] == "waived"
+    before = runs(reports)
+    ok(gpucert("certify", AFTER, "-q", "--sign-key", "keys/gpucert.key", "--retest", str(run1), cwd=work), 1)
+    run2 = new_run(reports, before)
+    retest = verdict(run2)
+    assert set(retest["retest"]["measured"]) == {"gpu-node-3", "gpu-node-7", "gpu-node-11"}
+    assert "gpu-node-14" in retest["retest"]["carried"]
+    # every check an item: the same evidence without the re-test's record (else the evaluation carries them too)
+    plain = tmp_path / "plain"
+    shutil.copytree(run2 / "evidence", plain / "evidence")
+    for name in ("inventory.json", "stack.json"):
+        shutil.copyfile(run2 / name, plain / name)
+    before = runs(reports)
+    ok(gpucert("evaluate", AFTER, "--evidence", str(plain / "evidence"), "-q", cwd=work), 1)
+    run3 = new_run(reports, before)
+    assert "retest" not in verdict(run3)
+    full = verdict(run3)
+    assert judged(retest) == judged(full)
+    faults = {(f["check"], f["node"], f["status"]) for f in retest["findings"]}
+    assert ("health.ecc", "gpu-node-3", "fail") in faults  # a fault on a node measured again
+    assert ("straggler.compute.gemm.bf16", "gpu-node-14", "waived") in faults  # and on a carried one
+    # the carried nodes have no test item: the re-test's items are those of the nodes measured again and the fleet's
+    assert items(run2, "gpu-node-5/") == 0
+    assert items(run3, "gpu-node-5/") == 152
+    assert items(run2, "gpu-node-3/") == items(run3, "gpu-node-3/") == 152
+
+
+def items(run: Path, name: str) -> int:
+    """How many test items the run's session collects whose id names `name`."""
+    suites = str(ROOT / "suites" / "certify")
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q", suites, "--run-dir", str(run)],
+        cwd=run,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return sum(name in line for line in listed.stdout.splitlines())
