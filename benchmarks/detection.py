@@ -10,6 +10,7 @@ The evidence of a fleet is read once and shared by the settings' evaluations.
     .venv/bin/python benchmarks/detection.py [--seeds 50] [--jobs 2] [--results benchmarks/RESULTS.md]
     .venv/bin/python benchmarks/detection.py --smoke          # a tiny study: the code path, in seconds
     .venv/bin/python benchmarks/detection.py --drift [--smoke]  # drift.<metric> against history (drift.py)
+    .venv/bin/python benchmarks/detection.py --node-level [--smoke]  # a whole node slow (nodelevel.py)
 """
 
 from __future__ import annotations
@@ -327,6 +328,7 @@ def main() -> int:
     ap.add_argument("--results", type=Path, help="also write the tables into this file, between its markers")
     ap.add_argument("--smoke", action="store_true", help="2 seeds of 4 x 8, one setting: the code path only")
     ap.add_argument("--drift", action="store_true", help="the drift study instead (benchmarks/drift.py)")
+    ap.add_argument("--node-level", action="store_true", help="the node-level study instead (nodelevel.py)")
     ap.add_argument("--history", type=int, default=3, help="--drift: earlier runs per board")
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256], help="--drift: nodes per fleet")
     args = ap.parse_args()
@@ -335,6 +337,11 @@ def main() -> int:
         import drift
 
         return drift.run(args)
+    if args.node_level:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        import nodelevel
+
+        return nodelevel.run(args)
     default = Setting(StragglerSpec().max_deviation, StragglerSpec().min_z)
     sizes = (4,) if args.smoke else (4, 32)
     seeds = range(2 if args.smoke else args.seeds)

@@ -9,7 +9,7 @@ import pytest
 
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.rules.stragglers import COMPARISONS, MIN_PEERS, PeerIndex, Rules, binomial_tail, tail_z
-from gpucert.evaluate.stats import quantile
+from gpucert.evaluate.stats import quantile, t_quantile, t_tail
 from gpucert.plan.checks import CheckStatus
 
 Key = tuple[str, int | None]
@@ -191,3 +191,57 @@ def test_the_bar_rises_with_the_figures_compared() -> None:
     vals[("n7", 1)] = 95.8  # about -4 sd: beyond 3.5, not beyond the bar for 1,024 boards
     found = PeerIndex("m", fleet(vals), Rules(0.04)).judge(("n7", 1))
     assert found.status is CheckStatus.PASS, found.message
+
+
+def nodes_with_spread(nodes: int, node_sd: float = 0.005, seed: int = 2) -> dict[Key, float]:
+    """Boards spread by sd 1% on nodes spread by sd 0.5%: the study's realistic fleet."""
+    rng = np.random.default_rng(seed)
+    vals = boards(nodes, seed=seed)
+    for i in range(nodes):
+        offset = 1 + node_sd * float(rng.standard_normal())
+        for g in range(8):
+            vals[(f"n{i}", g)] *= offset
+    return vals
+
+
+def test_a_node_four_percent_behind_is_judged_by_its_statistics_not_a_five_percent_gate() -> None:
+    """Issue 27: a node's figure is the median of eight boards (sd about 0.65% here), so a 4% slow node is some
+    six sd behind, beyond the bar for 64 nodes; the 5% gate (maxDeviation) used to hide it."""
+    vals = nodes_with_spread(64)
+    for g in range(8):
+        vals[("n10", g)] *= 0.96
+    idx = PeerIndex("memory.bandwidth", fleet(vals), Rules(0.05))
+    found = idx.node_level("n10")
+    assert found is not None
+    assert found.status is CheckStatus.FAIL, found.message
+    assert "on 61 degrees of freedom, bar 4.9 for any of them" in found.message
+    assert all(idx.judge(("n10", g)).status is CheckStatus.PASS for g in range(8))  # no board is behind its node
+    assert [n for n in range(64) if idx.node_level(f"n{n}").status is CheckStatus.FAIL] == [10]  # type: ignore[union-attr]
+
+
+def test_nodes_that_agree_by_chance_do_not_make_a_small_step_a_node_level_finding() -> None:
+    """The node figures' spread is never below what the boards' spread within nodes implies for a median of
+    eight: 32 nodes with identical medians (sd of the figures 0) and one 0.7% lower would otherwise be z -5.6."""
+    rng = np.random.default_rng(4)
+    spread = list(0.01 * rng.standard_normal(8))
+    vals: dict[Key, float] = {}
+    for i in range(32):
+        order = rng.permutation(8)
+        for g in range(8):
+            vals[(f"n{i}", g)] = 100 * (1 + spread[order[g]]) * (0.993 if i == 3 else 1.0)
+    found = PeerIndex("m", fleet(vals), Rules(0.05)).node_level("n3")
+    assert found is not None
+    assert found.status is CheckStatus.PASS, found.message
+
+
+def test_student_t_quantiles_match_the_tables() -> None:
+    """The bar for a spread estimated from few nodes: Student's t, checked against its printed tables (and the
+    normal quantile for many degrees of freedom)."""
+    assert t_quantile(0.025, 10) == pytest.approx(2.2281, abs=1e-4)
+    assert t_quantile(0.005, 3) == pytest.approx(5.8409, abs=1e-4)
+    assert t_quantile(0.0005, 15) == pytest.approx(4.0728, abs=1e-4)
+    assert t_quantile(0.001, 1) == pytest.approx(318.31, abs=0.01)
+    assert t_quantile(0.0005, 2) == pytest.approx(31.599, abs=1e-3)
+    assert t_quantile(0.0005, 4) == pytest.approx(8.6103, abs=1e-4)
+    assert t_quantile(2.326e-4, 100_000) == pytest.approx(3.5, abs=0.01)
+    assert t_tail(0.0, 7) == pytest.approx(0.5)

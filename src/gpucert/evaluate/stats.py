@@ -3,12 +3,26 @@ peer rules test a count of slow samples against."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-__all__ = ["MAD_TO_SIGMA", "Summary", "binomial_tail", "mad", "median", "quantile", "summarize", "tail_z"]
+__all__ = [
+    "MAD_TO_SIGMA",
+    "Summary",
+    "binomial_tail",
+    "clipped_sd",
+    "mad",
+    "median",
+    "node_spread",
+    "quantile",
+    "summarize",
+    "t_quantile",
+    "t_tail",
+    "tail_z",
+]
 
 MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normally distributed data
 
@@ -63,6 +77,30 @@ def summarize(values: Sequence[float]) -> Summary:
     return Summary(median=m, mad=mad(values, m), n=len(values))
 
 
+def clipped_sd(values: Sequence[float], summary: Summary, clip: float = 3.0) -> tuple[float, int]:
+    """The standard deviation of the values within `clip` MAD-sigmas of their median: nearly as steady as the
+    standard deviation on normal data (the MAD needs about 2.7 times the figures for the same), and as deaf to the
+    outliers it is looking for. With how many values were kept; 0 with fewer than two."""
+    sigma = summary.mad * MAD_TO_SIGMA
+    kept = [v for v in values if abs(v - summary.median) <= clip * sigma] if sigma > 0 else list(values)
+    if len(kept) < 2:
+        return 0.0, len(kept)
+    mean = sum(kept) / len(kept)
+    return math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1)), len(kept)
+
+
+def node_spread(figures: Sequence[float], summary: Summary, board_sigma: float, boards: int) -> tuple[float, int]:
+    """The spread of node figures (each the median of its `boards` boards) and its degrees of freedom: their
+    `clipped_sd`, never below what the boards' spread within nodes implies for a median of `boards` (a handful of
+    nodes that agree by chance must not make a small step a finding). `board_sigma`: the relative sd of a board's
+    residual against the median of its node's others, whose variance is (1 + pi/2/(boards-1)) a board's; a
+    median's variance is pi/2 a mean's."""
+    sd, kept = clipped_sd(figures, summary)
+    board = board_sigma / math.sqrt(1 + math.pi / 2 / max(boards - 1, 1))
+    floor = board * summary.median * math.sqrt(math.pi / 2 / max(boards, 1))
+    return max(sd, floor), max(kept - 1, 1)
+
+
 def binomial_tail(k: int, n: int, p: float) -> float:
     """P(X >= k) for X ~ Binomial(n, p)."""
     if k <= 0:
@@ -87,3 +125,41 @@ def tail_z(probability: float) -> float:
     if probability <= 1e-300:
         return 37.0  # beyond what a double can tell apart
     return -NormalDist().inv_cdf(probability)
+
+
+def t_tail(t: float, df: int) -> float:
+    """P(T > t) for Student's t with `df` (a whole number >= 1) degrees of freedom, t >= 0: the closed form for a
+    whole number of degrees of freedom (Abramowitz and Stegun 26.7.3-4), a finite series in cos(theta)."""
+    theta = math.atan(t / math.sqrt(df))
+    c2, term = math.cos(theta) ** 2, 1.0
+    if df % 2:
+        total = 0.0 if df == 1 else 1.0
+        for k in range(3, df - 1, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        inside = 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    else:
+        total = 1.0
+        for k in range(2, df - 1, 2):
+            term *= c2 * (k - 1) / k
+            total += term
+        inside = math.sin(theta) * total
+    return max(0.0, (1 - inside) / 2)
+
+
+@functools.lru_cache(maxsize=1024)
+def t_quantile(probability: float, df: int) -> float:
+    """The t beyond which Student's t with `df` degrees of freedom has `probability` (one-sided, < 0.5): the z of
+    `tail_z` widened for a spread estimated from df + 1 figures. Bisection: the tail falls monotonically."""
+    lo, hi = 0.0, 1.0
+    while t_tail(hi, df) > probability and hi < 1e12:
+        lo, hi = hi, hi * 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if t_tail(mid, df) > probability:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-9 * hi:
+            break
+    return hi

@@ -10,7 +10,10 @@ Three rules, each with the spec's two knobs (`certify.stragglers`: `maxDeviation
   once (each GPU against its own node's others, pooled over the fleet): the MAD of seven peers is too unsteady
   to hold a z to.
 - **node-level straggler** (`straggler.<metric>`, gpu null): the median of the node's GPUs is behind the other
-  nodes' by the same two tests. One slow node is one finding, not one per GPU.
+  nodes' by its statistics: a z against the nodes' spread (`stats.node_spread`) beyond the bar for the number of
+  nodes compared, widened to Student's t for a spread estimated from that many nodes; or, as before, beyond
+  `maxDeviation` and out of their MAD. A node's figure is a median of eight boards, a few times steadier than one
+  board: a 4% slow node stands out where the 5% gate alone hid it. One slow node is one finding, not one per GPU.
 - **stability** (`stability.<metric>`): a sample is slow when it is more than `maxDeviation` below the GPU's own
   median; a GPU has too many when the chance that any GPU of a healthy fleet this size shows that many (at the
   rate its peers show, every peer's sample pooled: binomial, times the number of GPUs compared) is below the
@@ -24,13 +27,24 @@ nodes plug in there. A comparison with fewer peers than `MIN_PEERS` is not made,
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
 from gpucert.evaluate.rules.performance import Sampled
-from gpucert.evaluate.stats import Summary, binomial_tail, median, quantile, summarize, tail_z
+from gpucert.evaluate.stats import (
+    MAD_TO_SIGMA,
+    Summary,
+    binomial_tail,
+    median,
+    node_spread,
+    quantile,
+    summarize,
+    t_quantile,
+    tail_z,
+)
 from gpucert.plan.checks import CheckStatus, Finding
 
 __all__ = [
@@ -160,9 +174,6 @@ class PeerIndex:
             return None
         return self.values[key].value / median([self.values[k].value for k in peers]) - 1
 
-    def _residual(self, key: Key) -> float | None:
-        return self._residuals.get(key)
-
     def _within_node_spread(self) -> dict[str, Summary]:
         """Per pool, every GPU's residual against its own node's others: their median and MAD."""
         out: dict[str, list[float]] = defaultdict(list)
@@ -204,7 +215,7 @@ class PeerIndex:
     def notes(self, key: Key, *, stability: bool) -> list[str]:
         """The comparisons of `key` not made for too few peers, said plainly (a pass must not be silent on them)."""
         out = []
-        if key[1] is not None and (self._residual(key) is None or self.pool_of(key[0]) not in self._within):
+        if key[1] is not None and (self._residuals.get(key) is None or self.pool_of(key[0]) not in self._within):
             out.append(
                 f"not compared with its node's peers: {len(self.node_peers_of(key))}, the rule needs {MIN_PEERS}"
             )
@@ -224,7 +235,7 @@ class PeerIndex:
         check = f"straggler.{self.metric}"
         s = self.values[key]
         reasons: list[str] = []
-        r = self._residual(key)
+        r = self._residuals.get(key)
         within = self._within.get(self.pool_of(key[0]))
         if key[1] is not None and r is not None and within is not None:
             z = within.z(r)
@@ -290,6 +301,11 @@ class PeerIndex:
             self._pool_summaries[pool] = (figures, summarize(figures))
         return self._pool_summaries[pool]
 
+    def node_bar(self, compared: int, df: int) -> float:
+        """`bar(compared)` for a spread estimated from df + 1 nodes: the same tail of Student's t (a few dozen
+        nodes' spread is itself uncertain: the normal bar would flag clean fleets)."""
+        return max(self.bar(compared), t_quantile(NormalDist().cdf(-self.rules.min_z) / max(compared, 1), df))
+
     def _judge_node(self, node: str) -> Finding | None:
         check = f"straggler.{self.metric}"
         mine = self._nodes.get(node)
@@ -299,10 +315,17 @@ class PeerIndex:
         if len(figures) - 1 < MIN_PEERS:
             return None
         deviation = mine / nodes.median - 1
-        z = nodes.z(mine)
+        within, pool = self._within.get(self.pool_of(node)), self.pool_of(node)
+        boards = int(median([len(ks) for n, ks in self.by_node.items() if self.pool_of(n) == pool]))
+        sigma, df = node_spread(figures, nodes, within.mad * MAD_TO_SIGMA if within is not None else 0.0, boards)
+        z = (mine - nodes.median) / sigma if sigma > 0 else math.copysign(math.inf, deviation) if deviation else 0.0
+        bar = self.node_bar(len(figures), df)
+        # far behind (beyond maxDeviation, and out of the MAD's spread) is behind whatever the nodes' spread says:
+        # a handful of nodes cannot estimate their spread well enough for the statistics alone
+        behind = self.sign * z < -bar or self._behind(deviation, nodes.z(mine), len(figures))
         keys = sorted(self.by_node[node], key=lambda k: k[1] or 0)
         unit = self.values[keys[0]].unit
-        if not self._behind(deviation, z, len(figures)):
+        if not behind:
             return Finding(
                 check,
                 CheckStatus.PASS,
@@ -318,9 +341,10 @@ class PeerIndex:
         n = sorted({self.values[k].n for k in keys})
         message = (
             f"{node} {self.metric}: the median of its {len(keys)} GPUs, {mine:.4g} {unit}, is {abs(deviation):.1%} "
-            f"{self._word()} the median over {len(figures)} nodes ({nodes.median:.4g} {unit}, robust z {z:.1f}, beyond "
-            f"{self.bar(len(figures)):.1f} for any of them); the node as a whole is behind: its GPUs {gpus} {unit} "
-            f"(medians of {'/'.join(map(str, n))} samples each); limit {self.rules.max_deviation:.1%} and minZ "
+            f"{self._word()} the median over {len(figures)} nodes ({nodes.median:.4g} {unit}, z {z:.1f} against the "
+            f"nodes' spread sd {sigma:.4g} {unit} on {df} degrees of freedom, bar {bar:.1f} for any of them; robust z "
+            f"{nodes.z(mine):.1f}); the node as a whole is behind: its GPUs {gpus} {unit} (medians of "
+            f"{'/'.join(map(str, n))} samples each); limit {self.rules.max_deviation:.1%} or the bar, minZ "
             f"{self.rules.min_z:g}"
         )
         return Finding(
@@ -332,7 +356,7 @@ class PeerIndex:
             observed=round(mine, 4),
             expected=round(nodes.median, 4),
             unit=unit,
-            limit=round(nodes.median * (1 - self.sign * self.rules.max_deviation), 4),
+            limit=round(nodes.median - self.sign * min(bar * sigma, self.rules.max_deviation * nodes.median), 4),
         )
 
     def stability(self, key: Key) -> Finding | None:
