@@ -329,6 +329,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="2 seeds of 4 x 8, one setting: the code path only")
     ap.add_argument("--drift", action="store_true", help="the drift study instead (benchmarks/drift.py)")
     ap.add_argument("--node-level", action="store_true", help="the node-level study instead (nodelevel.py)")
+    ap.add_argument("--first-seed", type=int, default=0, help="--node-level: the first seed (split a study)")
     ap.add_argument("--history", type=int, default=3, help="--drift: earlier runs per board")
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256], help="--drift: nodes per fleet")
     args = ap.parse_args()

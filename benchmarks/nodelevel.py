@@ -13,6 +13,7 @@ draws each node from its own generator, so the others are the same).
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -99,7 +100,8 @@ def run(args: Any) -> int:
     slows = (0.04,) if args.smoke else (0.03, 0.04)
     t0 = time.perf_counter()
     lines = [
-        f"Measured in one run: {seeds} seeds per fleet size (seeds 0-{seeds - 1}), realistic noise (board spread 1%, "
+        f"Measured in one run: {seeds} seeds per fleet size (seeds {args.first_seed}-{args.first_seed + seeds - 1}), "
+        "realistic noise (board spread 1%, "
         "node spread 0.5%, cv 1%, Student-t df 5, 0.5% outliers to -5%), the default straggler settings.",
         "",
         "| fleet | slow node | caught as one node-level finding: " + " / ".join(STUDIED) + " | per-GPU "
@@ -108,7 +110,10 @@ def run(args: Any) -> int:
     ]
     with tempfile.TemporaryDirectory(prefix="gpucert-nodelevel-") as tmp:
         for n in sizes:
-            results = [one_fleet(Path(tmp), n, seed, slows) for seed in range(seeds)]
+            results = []
+            for seed in range(args.first_seed, args.first_seed + seeds):
+                results.append(one_fleet(Path(tmp), n, seed, slows))
+                print(f"{n} x 8 seed {seed}: {results[-1]}", file=sys.stderr, flush=True)
             for slow in slows:
                 caught = " / ".join(f"{sum(r['caught'][(slow, m)][0] for r in results)}/{seeds}" for m in STUDIED)
                 extra = sum(r["caught"][(slow, m)][1] for r in results for m in STUDIED)
