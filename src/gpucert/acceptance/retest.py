@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,10 +70,18 @@ class Source:
     signed: dict[str, str]  # relative name -> sha256, from its signed statement
     certificate: str  # sha256:<hex> of its envelope
     signer: str | None  # the fingerprint of the given key that verified it (None: no key was given)
+    read: dict[str, NodeEvidence | None] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def run(self) -> str:
         return self.verdict.run
+
+    def evidence(self, node: str) -> NodeEvidence | None:
+        """The node's evidence in the source run, read once (choosing, comparing identities and the provenance each
+        ask: at fleet scale three reads of every carried node were most of a re-test's preparation)."""
+        if node not in self.read:
+            self.read[node] = self.folder.read_evidence(node)
+        return self.read[node]
 
 
 def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> Source:
@@ -207,7 +215,7 @@ def choose(
             measure[node] = f"did not pass in {source.run} ({r.result}: {failing})"
             continue
         try:
-            ev = source.folder.read_evidence(node)
+            ev = source.evidence(node)
         except EvidenceError as exc:
             measure[node] = f"its evidence in {source.run} cannot be used: {exc}"
             continue
@@ -241,7 +249,7 @@ def read_retest_record(folder: RunFolder) -> RetestRecord | None:
 
 def _provenance(source: Source, node: str, now: datetime) -> Carried:
     path = source.folder.evidence_path(node)
-    ev = source.folder.read_evidence(node)
+    ev = source.evidence(node)
     assert ev is not None
     before = read_retest_record(source.folder)  # carried again: it was first measured where the source had it from
     earlier = before.carried.get(node) if before is not None else None
@@ -274,7 +282,7 @@ def prepare_retest(
         target.measure(candidates, plan, sink)
     carried: dict[str, Carried] = {}
     for node in candidates:
-        then = source.folder.read_evidence(node)
+        then = source.evidence(node)
         assert then is not None
         why = identity_change(then, identities.get(node))
         if why is not None:
