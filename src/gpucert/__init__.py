@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation, GpuSlot
     from gpucert.plan.checks import GEMM_DTYPES, GPU_METRICS, CheckKey, CheckStatus, Finding
     from gpucert.pytest.collection import check_key
+    from gpucert.pytest.context import run_context
     from gpucert.pytest.outcomes import CheckFailed, expect
-    from gpucert.pytest.session import run_context
     from gpucert.spec.cluster import ClusterSpec, load_spec
 
 __all__ = [
@@ -57,7 +57,7 @@ _WHERE = {
     "CheckFailed": "gpucert.pytest.outcomes",
     "check_key": "gpucert.pytest.collection",
     "expect": "gpucert.pytest.outcomes",
-    "run_context": "gpucert.pytest.session",
+    "run_context": "gpucert.pytest.context",
     "ClusterSpec": "gpucert.spec.cluster",
     "load_spec": "gpucert.spec.cluster",
 }

@@ -20,7 +20,7 @@ from gpucert.report import details
 from gpucert.report.verdict import Outcome
 
 if TYPE_CHECKING:
-    from gpucert.pytest.session import RunContext
+    from gpucert.pytest.context import RunContext
 
 __all__ = ["decide_carried"]
 

@@ -15,7 +15,7 @@ from gpucert.plan.checks import CheckKey
 from gpucert.plan.fabric_checks import rail_detail
 
 if TYPE_CHECKING:
-    from gpucert.pytest.session import RunContext
+    from gpucert.pytest.context import RunContext
 
 __all__ = ["NO_SPEC", "check_key", "keep_required", "parametrize", "record_selected", "refuse_suites_without_spec"]
 

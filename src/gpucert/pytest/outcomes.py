@@ -19,7 +19,7 @@ from gpucert.report.failure_text import check_failure
 if TYPE_CHECKING:
     from _pytest.outcomes import Skipped
 
-    from gpucert.pytest.session import RunContext
+    from gpucert.pytest.context import RunContext
 else:
     Skipped = pytest.skip.Exception
 

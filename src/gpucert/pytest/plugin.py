@@ -14,9 +14,10 @@ import pytest
 
 from gpucert.pytest import collection, outcomes
 from gpucert.pytest.collection import check_key
+from gpucert.pytest.context import RunContext, run_context
 from gpucert.pytest.options import add_options, options_of, parse_options
 from gpucert.pytest.outcomes import CheckFailed, CheckSkipped, expect
-from gpucert.pytest.session import RunContext, open_run, run_context, start
+from gpucert.pytest.session import open_run, start
 from gpucert.report import alluredir
 
 __all__ = ["CheckFailed", "CheckSkipped", "RunContext", "check_key", "expect", "run_context"]

@@ -10,7 +10,6 @@ session that deselected, never reached or skipped some without a failing cause c
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from gpucert.plan.records import read_recertify_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest import junit
 from gpucert.pytest.carried import decide_carried
+from gpucert.pytest.context import RunContext, context_key
 from gpucert.pytest.options import Options
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
@@ -34,37 +34,8 @@ from gpucert.report.markdown import summary_markdown
 from gpucert.report.terminal import WRITTEN, terminal_summary
 from gpucert.report.verdict import Outcome, build_verdict, kind_of
 from gpucert.report.verdict_model import Verdict
-from gpucert.spec.cluster import ClusterSpec
 
-__all__ = ["RunContext", "open_run", "run_context", "start"]
-
-
-@dataclass
-class RunContext:
-    evaluation: Evaluation  # the run, and the spec and baselines it is judged by
-    readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
-    outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
-    selected: set[CheckKey] | None = None  # the keys the session collected, after -k, --lf, --deselect
-    collected: int = 0
-    left_out: int = 0  # items whose check the spec does not require
-    evidence_of: dict[CheckKey, Any] = field(default_factory=dict)
-    started: float = field(default_factory=time.time)
-    verdict: Verdict | None = None
-    spec: ClusterSpec = field(init=False)
-    folder: RunFolder = field(init=False)
-    carried: frozenset[str] = field(init=False)  # a re-test's carried nodes: decided without items (carried.py)
-
-    def __post_init__(self) -> None:
-        self.spec, self.folder = self.evaluation.spec, self.evaluation.folder
-        record = read_retest_record(self.folder)
-        self.carried = frozenset(record.carried) if record is not None else frozenset()
-
-
-context_key = pytest.StashKey[RunContext]()
-
-
-def run_context(config: pytest.Config) -> RunContext | None:
-    return config.stash.get(context_key, None)
+__all__ = ["open_run", "start"]
 
 
 # ---- opening the run, at configure time ----------------------------------------------------------------------

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 
 class RunView(Protocol):
-    """What the HTML summary reads of a run (gpucert.pytest.session's RunContext is one)."""
+    """What the HTML summary reads of a run (gpucert.pytest.context's RunContext is one)."""
 
     spec: ClusterSpec
     folder: RunFolder
