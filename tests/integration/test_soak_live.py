@@ -104,3 +104,40 @@ def test_a_node_another_run_holds_is_not_soaked(served_cluster: FakeCluster, tmp
     assert served_cluster.list("jobs", NS) == []
     labels = served_cluster.get("nodes", None, "gpu-01")["metadata"]["labels"]  # type: ignore[index]
     assert "gpucert.io/soak" not in labels  # nothing was marked before every lease was held
+
+
+def test_each_round_runs_the_all_reduce_across_nodes_as_the_multinode_job(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """certify.multinode in a soak on a cluster (issue 26: "NCCL within the node and across nodes"): the round runs
+    the Indexed Job certify runs across the round's nodes, and its bus bandwidth is the round's `fabric` figure."""
+    _nodes(served_cluster)
+    spec = _spec(tmp_path)
+    doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    doc["certify"]["multinode"] = {"maxNodes": 2}
+    doc["soak"]["probes"] = ["health", "nccl"]
+    spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    kubelet = FakeKubelet(served_cluster).start()
+    try:
+        result = start_soak(spec, tmp_path / "reports")
+    finally:
+        kubelet.close()
+    summary = json.loads((result.run / "soak" / "rounds" / "0000" / "summary.json").read_text(encoding="utf-8"))
+    fabric = summary["fabric"]["round"]
+    assert fabric["nodes"] == ["gpu-01", "gpu-02"]
+    assert fabric["errors"] == [], fabric["errors"]
+    assert fabric["median"] is not None
+    assert fabric["median"] > 0  # the fake kubelet's NumPy ring, measured
+    assert len(fabric["samples"]) >= 5
+    indexed = [
+        e[4]
+        for e in served_cluster.events
+        if e[1] == "jobs" and e[3] == "ADDED" and e[4]["spec"].get("completionMode") == "Indexed"
+    ]
+    assert len(indexed) == 1
+    assert indexed[0]["spec"]["completions"] == 2  # one pod per node, as certify's
+    assert {k: len(served_cluster.list(k, NS)) for k in ("jobs", "pods", "services")} == {
+        "jobs": 0,
+        "pods": 0,
+        "services": 0,
+    }

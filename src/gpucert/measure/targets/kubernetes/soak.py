@@ -12,12 +12,13 @@ cannot judge a round that did not run whole.
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from gpucert.evaluate.soak_round import RoundEvidence
-from gpucert.measure.evidence import Measurement, NodeEvidence
+from gpucert.evaluate.soak_round import FabricRound, RoundEvidence
+from gpucert.measure.evidence import FabricEvidence, Measurement, NcclEvidence, NodeEvidence
 from gpucert.measure.targets.base import MeasurePlan
 from gpucert.measure.targets.kubernetes.target import KubernetesTarget
 from gpucert.spec.cluster import Probe
@@ -79,6 +80,15 @@ class KubernetesSoak:
         if wait > 0:
             time.sleep(wait)
 
+    def fabric_round(self, nodes: Sequence[str], index: int, start_h: float, end_h: float) -> FabricRound:
+        """The all-reduce across `nodes` in the round (certify.multinode): the Indexed Job certify runs, one pod per
+        node, with its watchdog; its bus bandwidth at the largest size is the round's figure."""
+        if len(nodes) < 2:
+            return FabricRound(index, start_h, end_h, tuple(nodes), None, (), ("fewer than two nodes run",))
+        plan = MeasurePlan(run_id=self.run_id, probes=(Probe.NCCL,), dcgm_level=1)
+        (fabric,) = self.target.measure_fabrics([list(nodes)], plan)
+        return fabric_as_round(fabric, index, start_h, end_h)
+
 
 def as_round(ev: NodeEvidence, index: int, start_h: float, end_h: float) -> RoundEvidence:
     """A probe pod's evidence as a soak round: not measured unless it was collected whole."""
@@ -98,3 +108,20 @@ def as_round(ev: NodeEvidence, index: int, start_h: float, end_h: float) -> Roun
         node_measurements=node_measurements,
         dcgm=ev.dcgm,
     )
+
+
+def _largest(nccl: NcclEvidence | None) -> tuple[float, ...]:
+    """The bus bandwidth samples at the sweep's largest size (GB/s), as the certify figure reads them."""
+    if nccl is None or not nccl.points:
+        return ()
+    return tuple(max(nccl.points, key=lambda p: p.size_bytes).busbw)
+
+
+def fabric_as_round(ev: FabricEvidence, index: int, start_h: float, end_h: float) -> FabricRound:
+    """A collective's evidence as the soak's round across nodes: measured only when it was collected whole."""
+    errors = tuple(f"{e.probe}: {e.message}" for e in ev.errors)
+    samples = _largest(ev.nccl)
+    if not ev.collected or errors or not samples:
+        why = errors or ("the all-reduce across nodes measured nothing",)
+        return FabricRound(index, start_h, end_h, tuple(ev.nodes), None, (), why)
+    return FabricRound(index, start_h, end_h, tuple(ev.nodes), statistics.median(samples), samples)
