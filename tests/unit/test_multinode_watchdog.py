@@ -9,16 +9,22 @@ until the Job's deadline.
 
 from __future__ import annotations
 
+import json
 import re
 import socket
+import struct
 import threading
+import time
 from typing import Any
+
+import pytest
 
 from gpucert.measure.evidence import FabricEvidence
 from gpucert.measure.probes.device import Device
 from gpucert.measure.probes.multinode import SocketCollective, run_multinode
-from gpucert.measure.probes.rendezvous import Rendezvous
+from gpucert.measure.probes.rendezvous import Peer, Rendezvous, recv_msg, send_msg
 from gpucert.measure.probes.runner import ProbePlan
+from gpucert.measure.probes.watchdog import ProbeTimeout
 
 
 class HangsAfter(SocketCollective):
@@ -93,3 +99,42 @@ def test_a_hung_rank_is_named_and_nobody_waits_for_the_deadline() -> None:
         assert int(counts[1]) < int(counts[2])
     else:
         assert "rank 1 (node-1) did not arrive: nothing came from it after the watchdog" in err.message
+
+
+def test_an_abandoned_sweep_reads_no_frame_after_the_watchdog() -> None:
+    """The CI failure of 2026-12-05 (`MemoryError` in place of the hung rank's name): process 0's abandoned sweep
+    was still blocked reading a peer's connection when that peer's status word came, took part of it, and left
+    process 0 reading a length out of step. Once stopped, the collective must leave every frame to the watchdog."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        rdzv = Rendezvous(0, 2, "localhost", 0)
+        rdzv.peers = [Peer(0, "node-0", 1), Peer(1, "node-1", 1)]
+        rdzv.socks = {1: ours}
+        coll = SocketCollective(rdzv, 1)
+        send, recv = coll.buffers(4)
+        failed: list[BaseException] = []
+
+        def sweep() -> None:
+            try:
+                coll.all_reduce(send, recv, 4)
+            except BaseException as exc:
+                failed.append(exc)
+
+        worker = threading.Thread(target=sweep, daemon=True)
+        worker.start()
+        time.sleep(3 * SocketCollective.POLL_S)  # blocked on the peer, as at the watchdog
+        coll.stop(1.0)
+        send_msg(theirs, b'{"status": "timeout", "launched": 80, "completed": 80}')
+        worker.join(5)
+        assert not worker.is_alive()
+        assert isinstance(failed[0], ProbeTimeout)
+        ours.settimeout(5)
+        assert json.loads(recv_msg(ours))["launched"] == 80  # whole, for the watchdog to read
+
+
+def test_a_length_past_the_limit_is_refused_not_allocated() -> None:
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(struct.pack("!Q", 1 << 62))
+        with pytest.raises(ValueError, match="frame of 4611686018427387904 bytes"):
+            recv_msg(ours)

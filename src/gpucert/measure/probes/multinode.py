@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import select
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -50,23 +52,48 @@ def _now() -> str:
 
 class SocketCollective(nccl.NumpyCollective):
     """The NumPy device across processes: each process sums its own ranks, process 0 sums the processes' partial
-    sums as they arrive over TCP and sends the total back to each."""
+    sums as they arrive over TCP and sends the total back to each.
+
+    Its frames share the rendezvous connections with the watchdog's status words, so once the watchdog abandons the
+    sweep (`stop`) this collective reads no further frame: a thread left blocked on a connection would otherwise
+    take half of a peer's status and leave process 0 reading the stream out of step."""
+
+    POLL_S = 0.05
 
     def __init__(self, rdzv: Rendezvous, local: int) -> None:
         super().__init__(local, rdzv.world, rdzv.first_rank)
         self.rdzv = rdzv
+        self._reading = threading.Lock()  # held for a whole frame, so no frame is split between two readers
+        self._stopped = threading.Event()
+
+    def _recv(self, conn: socket.socket) -> bytes:
+        while True:
+            if self._stopped.is_set():
+                raise ProbeTimeout("the all-reduce across nodes was abandoned by the watchdog")
+            ready, _, _ = select.select([conn], [], [], self.POLL_S)
+            if ready:
+                with self._reading:
+                    if not self._stopped.is_set():
+                        return recv_msg(conn)
+
+    def stop(self, wait_s: float) -> None:
+        """No frame is read by this collective after this returns (a frame already being read is waited for, up
+        to `wait_s`: its sender wrote it whole)."""
+        self._stopped.set()
+        if self._reading.acquire(timeout=wait_s):
+            self._reading.release()
 
     def all_reduce(self, send: list[Any], recv: list[Any], count: int) -> None:
         total = np.sum(send, axis=0, dtype=np.float32)
         if self.rdzv.rank == 0:
             for conn in self.rdzv.socks.values():
-                total += np.frombuffer(recv_msg(conn), dtype=np.float32)
+                total += np.frombuffer(self._recv(conn), dtype=np.float32)
             payload = total.tobytes()
             for conn in self.rdzv.socks.values():
                 send_msg(conn, payload)
         else:
             send_msg(self.rdzv.socks[0], total.tobytes())
-            total = np.frombuffer(recv_msg(self.rdzv.socks[0]), dtype=np.float32)
+            total = np.frombuffer(self._recv(self.rdzv.socks[0]), dtype=np.float32)
         for r in recv:
             np.copyto(r, total)
 
@@ -104,6 +131,11 @@ class _Progress:
         assert self.coll is not None
         return self.coll.correct(recv, count)
 
+    def abandon(self, wait_s: float) -> None:
+        """After the watchdog: a collective that reads the rendezvous connections stops reading them."""
+        if isinstance(self.coll, SocketCollective):
+            self.coll.stop(wait_s)
+
 
 class _Reported(ProbeTimeout):
     """A process other than 0 timed out and sent process 0 its counts."""
@@ -113,12 +145,15 @@ def _status(progress: _Progress) -> bytes:
     return json.dumps({"status": "timeout", "launched": progress.launched, "completed": progress.completed}).encode()
 
 
+_STATUS_FRAME_MAX = 1 << 30  # a status word is tiny; a frame of the sweep's own is skipped, nothing bigger is read
+
+
 def _read_status(conn: socket.socket, until: float) -> dict[str, Any] | None:
     """A process's word after the watchdog: its status, `done` (its sweep finished), or None (nothing came)."""
     while time.monotonic() < until:
         conn.settimeout(max(0.05, until - time.monotonic()))
         try:
-            msg = recv_msg(conn)
+            msg = recv_msg(conn, limit=_STATUS_FRAME_MAX)
         except (OSError, ValueError):
             return None
         if msg in (b"0", b"1"):  # its flag: the sweep finished there
@@ -168,6 +203,7 @@ def _sweep(plan: ProbePlan, rdzv: Rendezvous, make: Callable[[], nccl.Collective
     try:
         return within(limit, run, "the all-reduce across nodes"), reps
     except ProbeTimeout as exc:
+        progress.abandon(grace / 2)  # before any status is read: the abandoned sweep reads no more frames
         if rdzv.rank != 0:
             with contextlib.suppress(OSError):
                 send_msg(rdzv.socks[0], _status(progress))

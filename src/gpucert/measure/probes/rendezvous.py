@@ -33,8 +33,15 @@ def send_msg(sock: socket.socket, payload: bytes) -> None:
     sock.sendall(_LEN.pack(len(payload)) + payload)
 
 
-def recv_msg(sock: socket.socket) -> bytes:
+# the largest frame a peer may announce: the sweep's biggest buffer on the NumPy device is far below it; a length
+# past it is a stream read out of step (or a hostile peer), never a reason to allocate
+MAX_FRAME = 1 << 32
+
+
+def recv_msg(sock: socket.socket, limit: int = MAX_FRAME) -> bytes:
     (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    if n > limit:
+        raise ValueError(f"a peer announced a frame of {n} bytes, over the {limit} this read allows")
     return _recv_exact(sock, n)
 
 
