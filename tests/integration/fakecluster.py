@@ -246,11 +246,12 @@ class FakeCluster:
             if (ns or "", name or "") in self.log_errors:
                 return _status(*self.log_errors[(ns or "", name or "")])
             log = self.logs.get((ns or "", name or ""))
-            return (
-                Response(log or "", content_type="text/plain")
-                if log is not None
-                else _status(404, f'pods "{name}" has no log')
-            )
+            if log is None:
+                return _status(404, f'pods "{name}" has no log')
+            data = log.encode()
+            if args.get("limitBytes"):  # the kubelet cuts the line that passes it (kuberuntime/logs/logs.go, write)
+                data = data[: int(args["limitBytes"])]
+            return Response(data, content_type="text/plain")
         if name:
             obj = self.get(kind, ns, name)
             return (

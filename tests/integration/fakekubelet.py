@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpucert.measure.evidence import NodeEvidence
-from gpucert.measure.probes.framing import frame
+from gpucert.measure.probes.framing import DOCUMENT, Framer, frame
 from gpucert.measure.probes.multinode import run_multinode
 from gpucert.measure.probes.runner import BudgetSpec, ProbePlan, Sizes, run_plan
 from gpucert.measure.probes.stream import framer
@@ -247,8 +247,9 @@ class FakeKubelet:
         if self.cluster.get("pods", ns, name) is None:
             return  # deleted while it ran
         frames: list[str] = ["probe: starting\n"]
-        evidence = self._evidence(plan, node, what, frames)
-        frames.append(frame(evidence.model_dump_json(by_alias=True)))
+        out = Framer(frames.append)  # one Framer per log, as the probe command has: records are numbered per log
+        evidence = self._evidence(plan, node, what, out)
+        out.emit(DOCUMENT, evidence.model_dump_json(by_alias=True), final=True)
         log = "".join(frames)
         half = "".join(frames[: next((i for i, f in enumerate(frames) if "key=gpu/1/memory" in f), len(frames))])
         if what in ("oom", "oom-halfway", "crash"):
@@ -268,7 +269,7 @@ class FakeKubelet:
                 self.cluster.log_errors[(ns, name)] = (404, f'nodes "{node}" not found')
             self._set(pod, phase="Succeeded", containerStatuses=_terminated(image, 0, "Completed"))
 
-    def _evidence(self, plan: dict[str, Any], node: str, what: str, frames: list[str]) -> NodeEvidence:
+    def _evidence(self, plan: dict[str, Any], node: str, what: str, frames: Framer) -> NodeEvidence:
         """The node's evidence: the simulator's, or the real probe runner's on this machine's CPU (each part framed
         into `frames` as it is measured)."""
         if self.simulator is not None:
@@ -280,7 +281,7 @@ class FakeKubelet:
         env = {"HOME": "/dev/null/home"} if what == "preflight" else None  # not creatable, not even by root
         if what == "no-nvml":  # the GPU path on this machine, which has no NVIDIA driver: the real pynvml
             plan["device"] = "cupy"  # raises NVMLError_LibraryNotFound (no libnvidia-ml.so.1 to load)
-        return run_plan(ProbePlan.model_validate(plan), emit=framer(frames.append), env=env)
+        return run_plan(ProbePlan.model_validate(plan), emit=framer(frames), env=env)
 
     def _killed(self, pod: dict[str, Any], what: str, half: str) -> None:
         """The container killed: by the OOM killer (before or after GPU 0's probes were framed), or a crash."""

@@ -1,7 +1,8 @@
 """`python -m gpucert.measure.probes --plan plan.json`: run one node's probes and print its evidence document.
 
 With `--framed` every probe's part is printed framed as soon as it finishes, and the document last (see
-`framing`), so a pod killed half-way keeps what it measured. With `--processes N --rendezvous HOST:PORT` this
+`framing`: probe output version 2, bounded frames within one pod log's budget), so a pod killed half-way keeps
+what it measured. With `--processes N --rendezvous HOST:PORT` this
 process is one node of an all-reduce across N nodes (its rank from `--rank`, default $JOB_COMPLETION_INDEX);
 process 0 prints the multi-node evidence document.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from gpucert.errors import GpucertError
-from gpucert.measure.probes.framing import frame
+from gpucert.measure.probes.framing import DOCUMENT, Framer
 from gpucert.measure.probes.runner import ProbePlan, run_plan
 from gpucert.measure.probes.stream import framer
 from gpucert.measure.probes.watchdog import abandoned
@@ -27,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gpucert.measure.probes", description=__doc__)
     ap.add_argument("--plan", required=True, help="the probe plan (JSON) for this node")
     ap.add_argument("--node", default=None, help="this node's name (a probe Job passes spec.nodeName)")
-    ap.add_argument("--framed", action="store_true", help="frame the document with its length and sha256")
+    ap.add_argument(
+        "--framed",
+        action="store_true",
+        help="write the evidence as numbered, checksummed frames (probe output version 2)",
+    )
     ap.add_argument("--processes", type=int, default=0, help="all-reduce across this many nodes (one process each)")
     ap.add_argument("--rank", type=int, default=None, help="this process's rank (default: $JOB_COMPLETION_INDEX)")
     ap.add_argument("--rendezvous", default=None, metavar="HOST:PORT", help="process 0's address (multi-node)")
@@ -43,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError, ValidationError) as exc:
         print(f"gpucert.measure.probes: error: {args.plan}: {exc}", file=sys.stderr)
         return 2
+    out = Framer(sys.stdout.write, sys.stdout.flush)
     try:
         if args.processes:
             from gpucert.measure.probes.multinode import run_multinode
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 0
             document = fabric.model_dump_json(by_alias=True)
         else:
-            emit = framer(sys.stdout.write, sys.stdout.flush) if args.framed else None
+            emit = framer(out) if args.framed else None
             document = run_plan(plan, emit=emit).model_dump_json(by_alias=True)
     except GpucertError as exc:
         print(f"gpucert.measure.probes: error: {exc}", file=sys.stderr)
@@ -65,8 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, TimeoutError, ConnectionError) as exc:  # a hung all-reduce on a rank other than 0, too
         print(f"gpucert.measure.probes: error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return _leave(3)
-    sys.stdout.write(frame(document) if args.framed else document + "\n")
-    sys.stdout.flush()
+    if not args.framed:
+        sys.stdout.write(document + "\n")
+        sys.stdout.flush()
+    elif not out.emit(DOCUMENT, document, final=True):
+        print(
+            f"gpucert.measure.probes: error: the evidence is over the log's {out.budget} byte budget", file=sys.stderr
+        )
     return _leave(0)
 
 

@@ -1,7 +1,7 @@
 """The evidence as it is measured: one framed part per finished probe, and the node's document rebuilt from the
 parts of a probe pod that never wrote its document (killed at its deadline, evicted, OOM-killed, crashed).
 
-Part keys (`framing.parts` keeps the last complete frame of each):
+Part keys (`framing.parts` keeps the last whole record of each):
   node                      the run, node, planned probes and start time (first, before anything is measured)
   system                    SystemFacts
   gpu/<i>                   GpuEvidence without measurements: identity and health (read again at the end)
@@ -32,7 +32,7 @@ from gpucert.measure.evidence import (
     ProbeError,
     SystemFacts,
 )
-from gpucert.measure.probes.framing import frame
+from gpucert.measure.probes.framing import Framer
 from gpucert.plan.checks import GPU_METRICS
 from gpucert.spec.cluster import Probe
 
@@ -41,13 +41,13 @@ __all__ = ["GPU_PROBES", "METRICS", "Done", "Emit", "NodeHeader", "framer", "reb
 Emit = Callable[[str, BaseModel], None]
 
 
-def framer(write: Callable[[str], object], flush: Callable[[], object] | None = None) -> Emit:
-    """An Emit that writes each part as a frame (and flushes it, so a pod killed next keeps it)."""
+def framer(out: Framer | Callable[[str], object], flush: Callable[[], object] | None = None) -> Emit:
+    """An Emit that writes each part as frames of `out` (a Framer, or a write function and its flush), flushing
+    each line, so a pod killed next keeps it. Give the document to the same Framer: records are numbered per log."""
+    framed = out if isinstance(out, Framer) else Framer(out, flush)
 
     def emit(key: str, part: BaseModel) -> None:
-        write(frame(part.model_dump_json(by_alias=True), key))
-        if flush is not None:
-            flush()
+        framed.emit(key, part.model_dump_json(by_alias=True))
 
     return emit
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from gpucert._version import __version__
 from gpucert.errors import ClusterAccessError, IncompleteRunError
 from gpucert.measure.evidence import FabricEvidence, ProbeError
-from gpucert.measure.probes.framing import FramingError, unframe
+from gpucert.measure.probes.framing import FramingError
 from gpucert.measure.probes.multinode import DEFAULT_PORT
 from gpucert.measure.targets.kubernetes.admission import admission_fix, refused
 from gpucert.measure.targets.kubernetes.jobs import ProbeJobs
@@ -139,7 +139,7 @@ class FabricJobs(ProbeJobs):
         where = f"process {index} ({pod['spec'].get('nodeName') or 'not scheduled'})"
         if index == 0 and phase == "Succeeded":
             try:
-                run.result = FabricEvidence.model_validate_json(unframe(self.log(meta["name"])))
+                run.result = FabricEvidence.model_validate_json(self.log(meta["name"]).document())
             except (FramingError, ValidationError, ClusterAccessError, IncompleteRunError) as exc:
                 self._fabric_failed(run, f"the evidence in the log of {meta['name']} is unusable: {exc}")
         elif phase == "Failed" or (deleted and phase != "Succeeded"):

@@ -31,13 +31,14 @@ from gpucert._version import __version__
 from gpucert.errors import ClusterAccessError, ConfigError, IncompleteRunError
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.probes.deadline import fabric_seconds, job_seconds
-from gpucert.measure.probes.framing import FramingError, parts, unframe
+from gpucert.measure.probes.framing import FramedLog, FramingError
 from gpucert.measure.probes.runner import DcgmPlan, ProbePlan
 from gpucert.measure.probes.stream import rebuild
 from gpucert.measure.targets.base import EvidenceSink, MeasurePlan
 from gpucert.measure.targets.kubernetes.admission import refuse
 from gpucert.measure.targets.kubernetes.api import Cluster, status_of
 from gpucert.measure.targets.kubernetes.nodes import gpu_pods
+from gpucert.measure.targets.kubernetes.podlog import read_pod_log
 from gpucert.measure.targets.kubernetes.pods import (
     IMAGE_ERRORS,
     container_state,
@@ -72,7 +73,7 @@ class _NodeRun:
     pod: str | None = None
     phase: str | None = None
     unschedulable: str = ""
-    log: str | None = None  # read while the pod was being ended: its log goes with it
+    log: FramedLog | None = None  # read while the pod was being ended: its log goes with it
 
 
 @dataclass
@@ -257,21 +258,18 @@ class ProbeJobs:
 
     # ---- outcomes ------------------------------------------------------------------------------------------------
 
-    def log(self, pod: str) -> str:
-        resp = self.cluster.kube.call(
-            "get", f"the log of pod {pod}", self.core.read_namespaced_pod_log, name=pod, namespace=self.ns
-        )
-        return bytes(resp.data).decode(errors="replace")
+    def log(self, pod: str) -> FramedLog:
+        return read_pod_log(self.cluster.kube, self.core, self.ns, pod)
 
-    def log_or_none(self, pod: str) -> str | None:
+    def log_or_none(self, pod: str) -> FramedLog | None:
         try:
             return self.log(pod)
         except (ClusterAccessError, IncompleteRunError):
             return None
 
     @staticmethod
-    def tail(log: str | None) -> str:
-        return " | ".join((log or "").strip().splitlines()[-5:])
+    def tail(log: FramedLog | None) -> str:
+        return " | ".join(line for line in (log.tail if log is not None else []) if line.strip())
 
     def node_gone(self, node: str) -> bool:
         try:
@@ -307,7 +305,10 @@ class ProbeJobs:
         log = run.log if run.log is not None or run.pod is None else self.log_or_none(run.pod)
         # OOM-killed: one cause (the pod's memory), so the node's one finding, not an error per probe left undone
         oom = (container_state(pod.get("status") or {}, "terminated") or {}).get("reason") == "OOMKilled"
-        evidence = rebuild(parts(log), why) if log and not oom else None
+        try:
+            evidence = rebuild(log.parts(), why) if log is not None and not oom else None
+        except FramingError as exc:
+            evidence, why = None, f"{why}; the evidence in the log of pod {run.pod} on {run.node} is unusable: {exc}"
         if evidence is not None and evidence.node == run.node:
             self._finish(run, evidence)  # the probes it finished stand; the others are errors naming `why`
             return
@@ -342,14 +343,14 @@ class ProbeJobs:
     def _collect(self, run: _NodeRun) -> None:
         assert run.pod is not None
         try:
-            document = unframe(self.log(run.pod))
+            document = self.log(run.pod).document()
             evidence = NodeEvidence.model_validate_json(document)
         except (ClusterAccessError, IncompleteRunError) as exc:  # a 404 (node object gone), a kubelet 5xx
             gone = f"; the node {run.node} was deleted during the run" if self.node_gone(run.node) else ""
             self._failed(run, f"cannot read the log of {run.pod}: {exc}{gone}")
             return
         except FramingError as exc:
-            self._failed(run, f"the evidence in the log of {run.pod} is unusable: {exc}")
+            self._failed(run, f"the evidence in the log of pod {run.pod} on {run.node} is unusable: {exc}")
             return
         except ValidationError as exc:
             self._failed(run, f"the evidence in the log of {run.pod} is not an evidence document: {exc.errors()[0]}")
