@@ -6,9 +6,10 @@ the pod's log, as the probe command prints them.
 `behaviour[node]` changes what happens on a node: "imagepull" (the image does not pull), "oom" (OOM-killed at
 start), "oom-halfway" (OOM-killed half-way), "truncate" (the log is cut), "crash" (a segfault half-way), "deadline"
 (the Job's activeDeadlineSeconds runs out half-way), "evict" (evicted half-way), "podgc" (the node is deleted
-half-way: Pod GC fails and deletes its pods), "log500" / "log404" (the kubelet cannot serve the log), "preflight" (the
-pod's $HOME is not writable, so the probe's preflight fails), "no-nvml" (the GPU path where no NVML library is
-installed, as on this machine). Half-way is after GPU 0's probes.
+half-way: Pod GC fails and deletes its pods), "log500" / "log404" (the kubelet cannot serve the log), "rotated"
+(the kubelet rotated the log and serves its current file, from the third record on), "stderr" (a line of stderr
+after every frame line), "preflight" (the pod's $HOME is not writable, so the probe's preflight fails), "no-nvml"
+(the GPU path where no NVML library is installed, as on this machine). Half-way is after GPU 0's probes.
 
 An Indexed Job (the all-reduce across nodes) gets one pod per index, on the nodes its node affinity names, one per
 node; each runs its rank over loopback. The fake DNS resolves `<hostname>.<svc>` only when a headless Service `svc`
@@ -38,6 +39,18 @@ from .fakecluster import INDEX, FakeCluster, container_status
 
 GPU = "nvidia.com/gpu"
 NO_SCHEDULE = ("NoSchedule", "NoExecute")
+
+
+def _served(log: str, lines: list[str], what: str) -> str:
+    """The log as the kubelet serves it: cut, rotated (only the current file, which begins at a line), or with the
+    probe's stderr joined in between whole lines; else as written."""
+    if what == "truncate":
+        return log[: len(log) // 2]
+    if what == "rotated":
+        return "".join(lines[next(i for i, line in enumerate(lines) if " rec=2 " in line) :])
+    if what == "stderr":
+        return "".join(line + "W1205 12:00:00.000 cuda.cc:42] a warning on stderr\n" for line in lines)
+    return log
 
 
 def _gpus_of(pod: dict[str, Any]) -> int:
@@ -261,7 +274,7 @@ class FakeKubelet:
             self.cluster.logs[(ns, name)] = half
             self._node_deleted(pod, node)
         else:
-            self.cluster.logs[(ns, name)] = log[: len(log) // 2] if what == "truncate" else log
+            self.cluster.logs[(ns, name)] = _served(log, frames, what)
             if what == "log500":
                 kubelet = f"https://{node}:10250/containerLogs/{ns}/{name}/probe"
                 self.cluster.log_errors[(ns, name)] = (500, f'Get "{kubelet}": dial tcp: connect: connection refused')

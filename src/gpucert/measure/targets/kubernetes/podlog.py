@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpucert.errors import IncompleteRunError
-from gpucert.measure.probes.framing import READ_LIMIT, FramedLog, FrameReader
+from gpucert.measure.probes import framing
+from gpucert.measure.probes.framing import FramedLog, FrameReader
 from gpucert.measure.targets.kubernetes.api import KubeApi
 
 __all__ = ["CHUNK", "read_pod_log"]
@@ -27,11 +28,12 @@ def _chunks(resp: Any) -> Any:
     return stream(CHUNK) if stream is not None else [bytes(resp.data)]
 
 
-def read_pod_log(kube: KubeApi, core: Any, ns: str, pod: str, limit: int = READ_LIMIT) -> FramedLog:
-    """The frames of `pod`'s log, read up to `limit` bytes; ClusterAccessError/IncompleteRunError as `call` raises
-    them, and IncompleteRunError when the stream breaks half-way."""
+def read_pod_log(kube: KubeApi, core: Any, ns: str, pod: str, limit: int | None = None) -> FramedLog:
+    """The frames of `pod`'s log, read up to `limit` bytes (framing.READ_LIMIT); ClusterAccessError and
+    IncompleteRunError as `call` raises them, and IncompleteRunError when the stream breaks half-way."""
     from urllib3.exceptions import HTTPError
 
+    limit = framing.READ_LIMIT if limit is None else limit
     resp = kube.call(
         "get", f"the log of pod {pod}", core.read_namespaced_pod_log, name=pod, namespace=ns, limit_bytes=limit
     )
