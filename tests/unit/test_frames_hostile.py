@@ -102,7 +102,7 @@ def test_stderr_spliced_inside_a_frame_line_is_refused() -> None:
     # a runtime split the frame line into partial records and the kubelet joined a stderr line into it
     line = LINES[3]
     spliced = line[:1000] + "NCCL WARN inside\n" + line[1000:]
-    with pytest.raises(FramingError, match=r"does not match its sha256|does not parse"):
+    with pytest.raises(FramingError, match=r"frame \d+ of \d+ of record 1 \(gpu/0/memory.bandwidth\) is not base64"):
         unframe("".join(LINES[:3]) + spliced + "".join(LINES[4:]))
 
 
@@ -209,3 +209,13 @@ def test_parts_past_half_the_budget_leave_room_for_the_document() -> None:
     found = read_log(log).parts()
     assert "gpu/0/memory.bandwidth" in found
     assert "gpu/5/memory.bandwidth" not in found
+
+
+def test_a_garbled_frame_header_is_refused_and_a_long_stderr_line_is_not() -> None:
+    garbled = "gpucert-frame/2 rec=zero key=document part=0/1\n"
+    with pytest.raises(FramingError, match="a frame line does not parse"):
+        unframe(garbled + LOG)
+    long_stderr = "E" * (1 << 20) + "\n"  # a library's megabyte of output on one line: other output, dropped
+    found = read_log(LINES[0] + long_stderr + "".join(LINES[1:]))
+    assert found.document() == DOC
+    assert found.tail == ["E" * 200 + "..."]
