@@ -143,6 +143,20 @@ def test_a_killed_probe_is_rebuilt_from_its_parts() -> None:
     assert rebuild({}, "x") is None  # not even the node part: nothing to rebuild
 
 
+def test_a_stopped_probe_whose_parts_passed_the_budget_says_so() -> None:
+    log: list[str] = []
+    run_plan(small_plan(), emit=framer(Framer(log.append, budget=12 << 10)))  # parts get 6 KiB of it
+    found = parts("".join(log))
+    assert "overflow" in found
+    ev = rebuild(found, "the probe pod failed: OOMKilled")
+    assert ev is not None
+    assert ev.errors
+    assert all("the probe's parts passed the pod log's budget" in e.message for e in ev.errors)
+    early = rebuild(parts("".join(log[:3])), "x")  # stopped before the budget ran out: no such word
+    assert early is not None
+    assert not any("budget" in e.message for e in early.errors)
+
+
 def _last_frame(line: str) -> bool:
     m = re.search(r" part=(\d+)/(\d+) ", line)
     return m is not None and int(m[1]) == int(m[2]) - 1

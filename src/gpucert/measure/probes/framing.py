@@ -342,8 +342,9 @@ class FramedLog:
         return self._whole(last)
 
     def parts(self) -> dict[str, str]:
-        """Each part key's last whole record: what a probe that never wrote its document had finished. Only the
-        log's last record may be cut (the pod was stopped while writing it); anything else missing is refused."""
+        """Each part key's last whole record: what a probe that never wrote its document had finished (with the
+        `overflow` note when parts passed the budget). Only the log's last record may be cut (the pod was stopped
+        while writing it); anything else missing is refused."""
         self._refuse()
         last = max(self.records, default=-1)
         out: dict[str, str] = {}
@@ -352,8 +353,8 @@ class FramedLog:
             if rec == last and record.missing():
                 break
             body = self._whole(rec)
-            if record.key not in (DOCUMENT, OVERFLOW):
-                out[record.key] = body
+            if record.key != DOCUMENT:
+                out[record.key] = body  # an `overflow` record too: the parts after it were not written
         return out
 
 

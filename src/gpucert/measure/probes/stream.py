@@ -10,6 +10,7 @@ Part keys (`framing.parts` keeps the last whole record of each):
   fabric                    NodeFabric: the node's RDMA ports, GPU-NIC affinity and GDR facts (a fabric plan)
   error/<n>                 ProbeError, in the order they happened
   done/<probe>              the probe finished on every GPU it was to run on
+  overflow                  (framing's) the parts passed the log's budget: the later ones were not written
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from gpucert.measure.evidence import (
     ProbeError,
     SystemFacts,
 )
-from gpucert.measure.probes.framing import Framer
+from gpucert.measure.probes.framing import OVERFLOW, Framer
 from gpucert.plan.checks import GPU_METRICS
 from gpucert.spec.cluster import Probe
 
@@ -153,6 +154,8 @@ def rebuild(found: dict[str, str], why: str) -> NodeEvidence | None:
     if not isinstance(header, NodeHeader):
         return None
     gpus, measured, found_errors = _read_parts(found)
+    if OVERFLOW in found:  # not only stopped: its later parts did not fit the pod log and were never written
+        why = f"{why}; and the probe's parts passed the pod log's budget, so the later ones were not written"
     missing = _unfinished(header, found, measured, found_errors, f"did not finish: {why}")
     system = _load(SystemFacts, found.get("system", ""))
     p2p = _load(P2pEvidence, found.get("p2p", ""))
