@@ -1,13 +1,14 @@
 """Hostile and broken pod logs against the frame reader (probe output version 2), and the writer's bounds.
 
 What the real stack does to a log, and where that is written down:
-- containerd splits a line longer than max_container_log_line_size (16 KiB by default: containerd
-  pkg/cri/config DefaultConfig, `MaxContainerLogLineSize: 16 * 1024`) into partial (P) records, and the kubelet
-  serves them joined with stdout and stderr in one stream (kubernetes pkg/kubelet/kuberuntime/logs/logs.go,
-  parseCRILog trims a partial line's newline; ReadLogs writes both streams to the response): a line of another
+- containerd splits a line longer than max_container_log_line_size (16 KiB by default: containerd v2
+  internal/cri/config/config_unix.go at 01cca8cc, DefaultRuntimeConfig, `MaxContainerLogLineSize: 16 * 1024`) into
+  partial (P) records, and the kubelet serves them joined with stdout and stderr in one stream (kubernetes
+  pkg/kubelet/kuberuntime/logs/logs.go at 04791b49: parseCRILog trims a partial line's newline; ReadLogs writes
+  both streams to the response): a line of another
   stream can land inside a split line. Frames are at most LINE_MAX (4 KiB) so no runtime splits one; a splice
   that happens anyway is refused.
-- the kubelet rotates a container log past containerLogMaxSize (10Mi by default:
+- the kubelet rotates a container log past containerLogMaxSize (10Mi by default, kubernetes 1.30 and later:
   pkg/kubelet/apis/config/v1beta1/defaults.go) and serves only the current file (logs.go: "It will not retrieve
   logs in rotated log file"): the log begins part-way, at a line boundary.
 - limitBytes: "may return slightly more or slightly less than the specified limit" (PodLogOptions, kubernetes

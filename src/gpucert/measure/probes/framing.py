@@ -9,12 +9,13 @@ record's bytes are zlib-compressed and cut into N frames, H is the sha256 of fra
 those bytes in base64. Why these bounds:
 - a frame line is at most LINE_MAX = 4,096 bytes with its newline: PIPE_BUF on Linux (pipe(7)), so each frame is
   one atomic write(2) to the container's stdout, and well under containerd's max_container_log_line_size (16 KiB
-  by default, containerd pkg/cri/config DefaultConfig), so no runtime splits a frame into partial lines. The
-  kubelet serves stdout and stderr in one stream and joins partial lines without a newline
-  (kubernetes pkg/kubelet/kuberuntime/logs/logs.go, parseCRILog/ReadLogs), so a line a runtime split could have
-  another stream's text inside it;
+  by default: containerd v2 internal/cri/config/config_unix.go, DefaultRuntimeConfig, at 01cca8cc), so no
+  runtime splits a frame into partial lines. The kubelet serves stdout and stderr in one stream and joins partial
+  lines without a newline (kubernetes pkg/kubelet/kuberuntime/logs/logs.go at 04791b49, parseCRILog and
+  ReadLogs), so a line a runtime split could have another stream's text inside it;
 - a probe writes at most LOG_BUDGET = 8 MiB of frames (parts at most half of it, the document the rest), under the
-  kubelet's containerLogMaxSize (10Mi by default, pkg/kubelet/apis/config/v1beta1/defaults.go) with room for what
+  kubelet's containerLogMaxSize (10Mi by default, checked every containerLogMonitorInterval, 10 s: kubernetes
+  pkg/kubelet/apis/config/v1beta1/defaults.go, SetDefaults_KubeletConfiguration, 1.30 and later) with room for what
   else the pod prints: a larger log is rotated and the kubelet serves only its current file (logs.go: "It will
   not retrieve logs in rotated log file"). Evidence that would pass the budget is not cut: an `overflow` record
   says so, and the document is refused with that reason.
