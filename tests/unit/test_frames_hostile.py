@@ -222,3 +222,19 @@ def test_a_garbled_frame_header_is_refused_and_a_long_stderr_line_is_not() -> No
     found = read_log(LINES[0] + long_stderr + "".join(LINES[1:]))
     assert found.document() == DOC
     assert found.tail == ["E" * 200 + "..."]
+
+
+def test_other_output_costs_no_memory_beyond_the_tail() -> None:
+    # 4 MiB of a library's output before the frames, streamed in 64 KiB chunks: held are the frames and 5 lines
+    chatter = b"".join(b"I1205 nccl.cc:%d] NCCL INFO ring %d\n" % (i, i) for i in range(2000))
+    reader = FrameReader(limit=1 << 30)
+    tracemalloc.start()
+    for _ in range((4 << 20) // len(chatter)):
+        for at in range(0, len(chatter), 64 << 10):
+            reader.feed(chatter[at : at + (64 << 10)])
+    reader.feed(LOG.encode())
+    found = reader.close()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert found.document() == DOC
+    assert peak < 2 << 20

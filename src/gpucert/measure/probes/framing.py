@@ -164,7 +164,7 @@ class FrameReader:
         self._buf = b""
         self._long = False  # inside a line of LINE_MAX bytes or more: dropped up to its newline
         self._records: dict[int, _Record] = {}
-        self._tail: deque[str] = deque(maxlen=5)
+        self._tail: deque[bytes] = deque(maxlen=5)
         self._problems: list[str] = []
         self._legacy = False
         self._frames = 0
@@ -191,7 +191,8 @@ class FrameReader:
         if self._buf and not cut and not self._long:
             self._other(self._buf)
         self._buf = b""
-        return FramedLog(self._records, list(self._tail), self._problems, self._legacy, cut, self.read >= self.limit)
+        tail = [line.decode(errors="replace").rstrip("\r") for line in self._tail]
+        return FramedLog(self._records, tail, self._problems, self._legacy, cut, self.read >= self.limit)
 
     def _problem(self, what: str) -> None:
         if len(self._problems) < 20:
@@ -209,7 +210,7 @@ class FrameReader:
             self._problem(f"bytes that are not a frame precede a frame on its line: {line[:at][-60:]!r}")
             return
         self._legacy = self._legacy or line.startswith(LEGACY)
-        self._tail.append(line.decode(errors="replace").rstrip("\r"))
+        self._tail.append(line)  # decoded once, at the end
 
     def _line(self, line: bytes) -> None:
         if len(line) >= LINE_MAX:
