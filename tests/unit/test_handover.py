@@ -2,19 +2,74 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from gpucert.errors import ConfigError
+from gpucert.evaluate.rules.drift import drift_bar
+from gpucert.evaluate.rules.handover import HandoverNoise, difference_error, judge_against_handover
+from gpucert.evaluate.rules.performance import Sampled
 from gpucert.measure.targets.kubernetes.nodes import gpu_pods
-from gpucert.spec.handover import MIN_TOLERANCE, handover_tolerance, load_node_baseline
+from gpucert.plan.checks import CheckStatus, Finding
+from gpucert.spec.handover import load_node_baseline
+
+# a recertification of one 8-GPU node: 9 figures per GPU and the node's all-reduce
+BAR = drift_bar(8 * 9 + 1)
 
 
-def test_tolerance_is_three_spreads_but_never_under_three_percent() -> None:
-    assert handover_tolerance(0.0) == MIN_TOLERANCE == 0.03
-    assert handover_tolerance(0.005) == pytest.approx(0.03)
-    assert handover_tolerance(0.02) == pytest.approx(0.06)
+def _judge(fall: float, *, repeatability: float | None, spread: float = 0.01, n: int = 20) -> Finding:
+    return judge_against_handover(
+        "memory.bandwidth",
+        "gpu-node-2",
+        3,
+        Sampled(3350.0 * (1 - fall), n, "GB/s"),
+        now_spread=spread,
+        median=3350.0,
+        spread=spread,
+        n=n,
+        unit="GB/s",
+        run="2026-12-01T00-00-00Z-clean",
+        higher_is_better=True,
+        noise=HandoverNoise(repeatability, "its own 4 runs" if repeatability is not None else "no history", BAR),
+    )
+
+
+def test_the_difference_error_is_both_runs_medians_each_no_steadier_than_its_samples() -> None:
+    one = 1.2533 * 0.01 / math.sqrt(25)  # a median's standard error: sqrt(pi/2) sd / sqrt(n)
+    assert difference_error(0.01, 25, 0.01, 25, None) == pytest.approx(math.sqrt(2) * one)
+    assert difference_error(0.01, 25, 0.01, 25, 0.001) == pytest.approx(math.sqrt(2) * one)  # below the samples'
+    assert difference_error(0.01, 25, 0.01, 25, 0.005) == pytest.approx(math.sqrt(2) * 0.005)
+    assert difference_error(0.01, 25, 0.02, 100, None) == pytest.approx(math.hypot(one, 1.2533 * 0.02 / 10))
+
+
+def test_a_steady_board_two_and_a_half_percent_slower_than_at_handover_fails() -> None:
+    """The fixed 3% floor passed it; a board whose runs agree within 0.3% is judged by its own noise."""
+    found = _judge(0.025, repeatability=0.003)
+    assert found.status is CheckStatus.FAIL
+    assert "run-to-run repeatability 0.30% (its own 4 runs)" in found.message
+    assert "fell by more than both" in found.message
+    assert found.limit == pytest.approx(3350 * 0.98, rel=1e-3)  # the limit binds: 4.2 x 0.42% < 2%
+
+
+def test_a_noisy_board_is_given_the_room_its_own_runs_show() -> None:
+    """A board whose runs differ by 1% is not failed for 3.5% (the fixed 3% failed it); 6% still fails."""
+    found = _judge(0.035, repeatability=0.01)
+    assert found.status is CheckStatus.PASS
+    assert found.limit == pytest.approx(3350 * (1 - BAR * math.sqrt(2) * 0.01), rel=1e-3)
+    assert _judge(0.065, repeatability=0.01).status is CheckStatus.FAIL
+
+
+def test_a_fall_inside_the_limit_passes_however_steady_the_board() -> None:
+    assert _judge(0.015, repeatability=0.0, spread=0.0).status is CheckStatus.PASS
+    assert _judge(0.021, repeatability=0.0, spread=0.0).status is CheckStatus.FAIL
+
+
+def test_without_history_the_samples_own_error_judges_and_the_finding_says_so() -> None:
+    found = _judge(0.025, repeatability=None)
+    assert found.status is CheckStatus.FAIL  # fail closed: unknown noise never widens the tolerance
+    assert "run-to-run repeatability unknown (no history)" in found.message
 
 
 def test_a_bad_node_baseline_names_the_file_the_key_and_the_line(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from pydantic import Field
 
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.evaluate.peers import probe_of_metric
-from gpucert.evaluate.rules.handover import MIN_TOLERANCE, SPREAD_FACTOR, handover_tolerance
 from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.evaluate.stats import summarize
 from gpucert.files import write_atomic
@@ -35,12 +34,9 @@ from gpucert.spec.documents import Document, load_document
 from gpucert.spec.names import NameError_, check_node_name, inside
 
 __all__ = [
-    "MIN_TOLERANCE",
-    "SPREAD_FACTOR",
     "HandoverGpu",
     "MetricRecord",
     "NodeBaseline",
-    "handover_tolerance",
     "load_node_baseline",
     "node_baseline_of",
     "record_baselines",

@@ -18,7 +18,7 @@ from gpucert.evaluate.rules.drift import (
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
-__all__ = ["decide_drift"]
+__all__ = ["decide_drift", "pooled_of"]
 
 
 def _pooled(view: RunView, pool: str, metric: str) -> float | None:
@@ -40,6 +40,13 @@ def _pooled(view: RunView, pool: str, metric: str) -> float | None:
                 ratios.append(now.value / (sum(e.median for e in bh.earlier) / len(bh.earlier)))
                 runs.append(len(bh.earlier))
     return pooled_repeatability(ratios, runs)
+
+
+def pooled_of(view: RunView, node: str, metric: str) -> float | None:
+    """The run-to-run repeatability of `metric` pooled over the boards of `node`'s pool (computed once per run and
+    pool); None for a node in no pool or too few boards with history. `handover.<metric>` reads it too."""
+    pool = view.pools.name_of(node)
+    return view.once(f"drift.pooled/{pool}/{metric}", lambda: _pooled(view, pool, metric) if pool else None)
 
 
 def _bar(view: RunView) -> float:
@@ -71,7 +78,7 @@ def decide_drift(view: RunView, key: CheckKey) -> Finding:
         return Finding(check, CheckStatus.ERROR, node, gpu, why)
     pool = view.pools.name_of(node)
     own = own_repeatability(bh.earlier)
-    pooled = view.once(f"drift.pooled/{pool}/{metric}", lambda: _pooled(view, pool, metric) if pool else None)
+    pooled = pooled_of(view, node, metric)
     repeatability = own if own is not None else pooled
     ev = view.measured_node(node)
     found = judge_drift(

@@ -1,26 +1,55 @@
 """Handover rules: a node held to its own handover baseline (`baselines/nodes/<node>.yaml`). Pure.
 
-A GPU may be well inside its SKU's tolerance and still be measurably slower than it was at handover: each figure
-is held within max(3 x the spread recorded then, 3 %) of its handover median, in the direction that matters; a
-GPU whose serial changed was swapped, and its handover figures do not apply to the new board.
+A GPU may be well inside its SKU's tolerance and still be measurably slower than it was at handover. A figure
+fails when it has fallen below its handover median by more than the limit (the baseline's `drift.limit`, 2% by
+default: the handover figure is the board's own earlier figure, as history is for `drift`) AND by more than the
+noise of the difference explains: the standard error of (now / handover - 1), from each run's own samples (the
+spread and sample count of this run and of handover) and the board's run-to-run repeatability where its history
+gives one (rules/drift.py: its own earlier medians, else pooled over its pool's boards), times the multiplicity bar
+of every handover figure the run judges (drift.drift_bar at the spec's `certify.drift.confidence`). A GPU whose
+serial changed was swapped, and its handover figures do not apply to the new board.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
+from gpucert.evaluate.rules.drift import DEFAULT_LIMIT, Earlier, sampling_error
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.plan.checks import CheckStatus, Finding
 
-__all__ = ["MIN_TOLERANCE", "SPREAD_FACTOR", "handover_tolerance", "judge_against_handover", "judge_identity"]
-
-# A node is held to its own handover figure within max(SPREAD_FACTOR x spread, MIN_TOLERANCE): three robust
-# standard deviations of what was seen at handover, and never tighter than 3 %, the run-to-run variation of a
-# healthy GPU's clocks and temperature that no sample count removes.
-SPREAD_FACTOR = 3.0
-MIN_TOLERANCE = 0.03
+__all__ = ["HandoverNoise", "difference_error", "judge_against_handover", "judge_identity"]
 
 
-def handover_tolerance(spread: float) -> float:
-    return max(SPREAD_FACTOR * spread, MIN_TOLERANCE)
+@dataclass(frozen=True, slots=True)
+class HandoverNoise:
+    """What the difference between a figure now and at handover is judged with: the run-to-run repeatability
+    (relative sd of one run's median; None where no history gives it) and where it came from, the multiplicity
+    bar, and the limit."""
+
+    repeatability: float | None
+    source: str
+    bar: float
+    limit: float = DEFAULT_LIMIT
+
+
+def _median_error(spread: float, n: int) -> float:
+    """The relative standard error of one run's median from its samples (drift.sampling_error of that run)."""
+    return sampling_error([Earlier("", "", 1.0, spread=spread, n=n)])
+
+
+def difference_error(
+    now_spread: float, now_n: int, then_spread: float, then_n: int, repeatability: float | None
+) -> float:
+    """The relative standard error of (median now / median at handover - 1): each run's median varies by the
+    board's run-to-run repeatability, never by less than its own samples' error (drift.judge_drift's rule), and
+    the two runs are independent. An unknown repeatability counts as none: the samples alone, which can only fail
+    more GPUs (fail closed)."""
+    r = repeatability or 0.0
+    now = max(r, _median_error(now_spread, now_n))
+    then = max(r, _median_error(then_spread, then_n))
+    return math.hypot(now, then)
 
 
 def judge_identity(
@@ -56,29 +85,40 @@ def judge_against_handover(
     gpu: int | None,
     now: Sampled,
     *,
+    now_spread: float,
     median: float,
     spread: float,
     n: int,
     unit: str,
     run: str,
     higher_is_better: bool,
+    noise: HandoverNoise,
 ) -> Finding:
-    """`handover.<metric>`: the figure measured now against the handover median and its tolerance."""
-    tol = handover_tolerance(spread)
+    """`handover.<metric>`: the figure measured now against the handover median. It fails when it has fallen by
+    more than both the limit and `noise.bar` standard errors of the difference."""
+    se = difference_error(now_spread, now.n, spread, n, noise.repeatability)
+    tol = max(noise.limit, noise.bar * se)
     sign = 1.0 if higher_is_better else -1.0
     deviation = now.value / median - 1
+    z = -sign * deviation / se if se > 0 else (math.inf if sign * deviation < 0 else 0.0)
     where = node if gpu is None else f"{node}/gpu{gpu}"
     word = "below" if deviation < 0 else "above"
+    if noise.repeatability is None:
+        rr = f"run-to-run repeatability unknown ({noise.source}): held to the limit and the samples' own error"
+    else:
+        rr = f"run-to-run repeatability {noise.repeatability:.2%} ({noise.source})"
+    failed = sign * deviation < -tol
     msg = (
-        f"{where} {metric} {now.value:.4g} {now.unit} (median of {now.n} samples) is {abs(deviation):.1%} {word} "
-        f"its handover median {median:.4g} {unit} (run {run}, spread {spread:.1%} over {n} samples, tolerance "
-        f"{tol:.1%})"
+        f"{where} {metric} {now.value:.4g} {now.unit} (median of {now.n} samples, spread {now_spread:.1%}) is "
+        f"{abs(deviation):.1%} {word} its handover median {median:.4g} {unit} (run {run}, spread {spread:.1%} over "
+        f"{n} samples); {rr}; standard error of the difference {se:.2%}, z {z:.1f} against a bar of "
+        f"{noise.bar:.2f}, limit {noise.limit:.1%}: tolerance {tol:.1%}, "
+        f"{'fell by more than both' if failed else 'within'}"
     )
-    status = CheckStatus.FAIL if sign * deviation < -tol else CheckStatus.PASS
     limit = median * (1 - sign * tol)
     return Finding(
         f"handover.{metric}",
-        status,
+        CheckStatus.FAIL if failed else CheckStatus.PASS,
         node,
         gpu,
         msg,

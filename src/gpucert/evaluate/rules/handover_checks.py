@@ -8,7 +8,11 @@ import dataclasses
 
 from gpucert.evaluate.locate import figure, gpu_evidence
 from gpucert.evaluate.registry import no_rule
-from gpucert.evaluate.rules.handover import judge_against_handover, judge_identity
+from gpucert.evaluate.rules.drift import board_history, drift_bar, own_repeatability
+from gpucert.evaluate.rules.drift_checks import pooled_of
+from gpucert.evaluate.rules.handover import HandoverNoise, judge_against_handover, judge_identity
+from gpucert.evaluate.rules.performance import samples_of
+from gpucert.evaluate.stats import summarize
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
@@ -55,9 +59,43 @@ def decide_identity(view: RunView, key: CheckKey) -> Finding:
     return identity(view, GpuSlot(key.node, key.gpu))
 
 
+def _bar(view: RunView) -> float:
+    """The multiplicity bar of every handover figure the run judges (identity is no figure)."""
+    tests = sum(1 for k in view.plan.required if k.check.startswith("handover.") and k.check != IDENTITY)
+    return drift_bar(tests, view.spec.certify.drift.confidence)
+
+
+def _repeatability(view: RunView, node: str, gpu: int | None, metric: str) -> tuple[float | None, str]:
+    """The board's run-to-run repeatability of `metric` and where it came from: the spread of its own earlier
+    medians in the run's history, else pooled over its pool's boards (the `drift` family's estimates)."""
+    snapshot = view.history
+    history = snapshot.nodes.get(node) if snapshot is not None else None
+    if gpu is None:
+        return None, "history holds GPUs' figures, not the node's"
+    if snapshot is None or history is None:
+        return None, f"no history of {node} in this run"
+    g = gpu_evidence(view, metric, GpuSlot(node, gpu))
+    serial = None if isinstance(g, Finding) else g.serial
+    bh = board_history(history.entries, spec=snapshot.spec, baseline=view.baseline_digest(node), gpu=gpu,
+                       serial=serial, metric=metric, refused=history.refused)  # fmt: skip
+    own = own_repeatability(bh.earlier)
+    if own is not None:
+        return own, f"its own {len(bh.earlier)} runs"
+    pooled = pooled_of(view, node, metric)
+    if pooled is not None:
+        return pooled, f"pooled over pool {view.pools.name_of(node)}'s boards"
+    return None, "too few runs of its own and too few boards of its pool with history"
+
+
+def _noise(view: RunView, node: str, gpu: int | None, metric: str) -> HandoverNoise:
+    repeatability, source = _repeatability(view, node, gpu, metric)
+    bar = view.once("handover.bar", lambda: _bar(view))
+    return HandoverNoise(repeatability, source, bar, view.baseline_of(node).drift.limit)
+
+
 def decide_against_handover(view: RunView, key: CheckKey) -> Finding:
-    """`handover.<metric>`: the figure against the node's own handover median, within max(3 x recorded spread,
-    3 %)."""
+    """`handover.<metric>`: the figure against the node's own handover median, beyond the baseline's drift limit
+    and the multiplicity bar's standard errors of the difference (rules/handover.py)."""
     node, gpu, check = key.node, key.gpu, key.check
     if node is None:
         raise no_rule(key)
@@ -87,15 +125,18 @@ def decide_against_handover(view: RunView, key: CheckKey) -> Finding:
             f"{metric} was not recorded at handover for this {'node' if gpu is None else 'GPU'}, so it cannot be "
             "compared; record a new handover baseline that covers the spec's probes",
         )
+    ev = view.measured_node(node)
     return judge_against_handover(
         metric,
         node,
         gpu,
         now,
+        now_spread=summarize(samples_of(ev, metric, gpu)).spread if ev is not None else 0.0,
         median=rec.median,
         spread=rec.spread,
         n=rec.n,
         unit=rec.unit,
         run=view.handover.recorded.run,
         higher_is_better=baseline.metrics[metric].comparison.value == "min",
+        noise=_noise(view, node, gpu, metric),
     )
