@@ -249,6 +249,7 @@ def test_allure_report_is_titled_by_its_verdict_and_carries_its_spec_trend(demo_
     if find_allure() is None or shutil.which("java") is None:
         pytest.skip("allure-commandline or Java 17 is not installed (make test installs both)")
     from gpucert.report.allure import history_of
+    from gpucert.report.allure_history import usable
 
     reports = tmp_path / "reports"
     earlier, later = reports / "2000-01-01T00-00-00Z-demo-h100-pod-a", reports / demo_run.name
@@ -256,9 +257,10 @@ def test_allure_report_is_titled_by_its_verdict_and_carries_its_spec_trend(demo_
     shutil.copytree(demo_run, later)
     before = sorted(p.name for p in (later / "allure-results").iterdir())
     said = []
-    for run in (earlier, later):
+    # the earlier report goes elsewhere (--out): its history is kept per spec all the same
+    for run, out in ((earlier, ["--out", str(tmp_path / "elsewhere")]), (later, [])):
         r = subprocess.run(
-            [sys.executable, "-m", "gpucert.cli.main", "report", "allure", str(run)],
+            [sys.executable, "-m", "gpucert.cli.main", "report", "allure", str(run), *out],
             capture_output=True,
             text=True,
             timeout=300,
@@ -267,8 +269,16 @@ def test_allure_report_is_titled_by_its_verdict_and_carries_its_spec_trend(demo_
         assert r.returncode == 0, r.stdout + r.stderr
         said.append(r.stdout)
     assert "open it from disk in a browser" in said[0]
-    assert "trend carried on from" in said[1]
+    store = reports / ".history" / "demo-h100-pod-a" / "allure"
+    assert f"trend carried on from {store}" in said[1]
     trend = json.loads(history_of(reports / f"{later.name}-allure" / "index.html")["history-trend.json"])
     assert len(trend) == 2
     assert all(t["reportName"].startswith("Certification FAIL (demo-h100-pod-a") for t in trend)
+    # what Allure wrote is kept for the spec's next run, in the shape Allure reads back (report/allure_history.py)
+    assert json.loads((store / "history-trend.json").read_text()) == trend
+    assert json.loads((store / "source.json").read_text()) == {"spec": "demo-h100-pod-a", "run": later.name}
+    kept = {p.name: p.read_bytes() for p in store.iterdir() if p.name != "source.json"}
+    assert sorted(kept) == ["categories-trend.json", "duration-trend.json", "history-trend.json", "history.json",
+                            "retry-trend.json"]  # fmt: skip
+    assert usable(kept)[1] == []
     assert sorted(p.name for p in (later / "allure-results").iterdir()) == before

@@ -22,8 +22,25 @@ __all__ = ["add_report_commands"]
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
 
+def _trend_so_far(run_dir: Path, spec: str) -> tuple[dict[str, bytes], list[str], str | None]:
+    """The history the report carries on: the spec's kept one (from an earlier run's report), else the latest
+    earlier report of the spec beside this run; with notes on what was left out, and where it came from."""
+    from gpucert.report.allure import history_of, previous_allure_report
+    from gpucert.report.allure_history import kept_history, store_of, usable
+
+    files, notes = kept_history(run_dir.parent, spec, run_dir.name)
+    if files:
+        return files, notes, str(store_of(run_dir.parent, spec))
+    previous = previous_allure_report(run_dir, spec)
+    if previous is None:
+        return {}, notes, None
+    files, more = usable(history_of(previous))
+    return files, [*notes, *(f"{previous}: {n}" for n in more)], str(previous) if files else None
+
+
 def cmd_report_allure(a: argparse.Namespace) -> int:
-    from gpucert.report.allure import build_html, previous_allure_report, report_name
+    from gpucert.report.allure import build_html, history_of, report_name
+    from gpucert.report.allure_history import save_history, store_of
     from gpucert.report.verdict_model import read_verdict
 
     run_dir = Path(a.run_dir).resolve()
@@ -31,12 +48,19 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
     # beside the run folder, not in it: the signed folder stays as it was signed
     out = Path(a.out) if a.out else run_dir.parent / f"{run_dir.name}-allure"
     verdict = read_verdict(folder) if folder.verdict_path.is_file() else None
-    previous = previous_allure_report(run_dir, verdict.spec) if verdict else None
-    index = build_html(folder.allure_dir, out, name=report_name(verdict) if verdict else None, previous=previous)
+    files, notes, source = _trend_so_far(run_dir, verdict.spec) if verdict else ({}, [], None)
+    index = build_html(folder.allure_dir, out, name=report_name(verdict) if verdict else None, history=files)
     console.print(f"Allure report: {index}")
     console.print(f"  one self-contained file: open it from disk in a browser ({index.as_uri()}); no server needed")
-    if previous is not None:
-        console.print(f"  trend carried on from {previous}")
+    if source is not None:
+        console.print(f"  trend carried on from {source}")
+    if verdict is not None:  # the next report of this spec (and the next run's allure-results) carry it on
+        notes += save_history(run_dir.parent, verdict.spec, run_dir.name, history_of(index))
+        store = store_of(run_dir.parent, verdict.spec)
+        if store is not None and store.is_dir():
+            console.print(f"  trend kept in {store}")
+    for note in notes:
+        console.print(f"  trend: {note}")
     return 0
 
 

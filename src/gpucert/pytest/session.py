@@ -30,6 +30,7 @@ from gpucert.pytest.context import RunContext, context_key
 from gpucert.pytest.options import Options
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
+from gpucert.report.allure_history import carry_in, kept_history
 from gpucert.report.markdown import summary_markdown
 from gpucert.report.terminal import WRITTEN, terminal_summary
 from gpucert.report.verdict import Outcome, build_verdict, kind_of
@@ -213,6 +214,8 @@ def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> 
     extra = alluredir.results_dir(config)
     if extra:
         dirs.append(extra)
+    # the trend so far: the spec's history kept from its latest earlier report (report/allure_history.py)
+    history, notes = kept_history(ctx.folder.path.parent, ctx.spec.metadata.name, ctx.folder.id)
     for results in dirs:
         write_allure(
             results,
@@ -222,6 +225,11 @@ def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> 
             started_ms=int(ctx.started * 1000),
             stopped_ms=int(finished * 1000),
         )
+        carry_in(results, history)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for note in notes:
+        if reporter is not None:
+            reporter.write_line(f"Allure trend: {note}")
 
 
 class Controller:

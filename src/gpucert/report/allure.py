@@ -13,6 +13,7 @@ read as 92.85% green; per node, it reads as the nodes and findings that passed a
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import os
 import platform
@@ -34,6 +35,7 @@ from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.plan.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.plan.runfolder import RunFolder
+from gpucert.report.allure_history import carry_in
 from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
@@ -378,13 +380,22 @@ def history_of(report: Path) -> dict[str, bytes]:
         text = report.read_text(encoding="utf-8", errors="replace")
     except OSError:
         return {}
-    return {name: base64.b64decode(data) for name, data in _EMBEDDED_HISTORY.findall(text)}
+    found = {}
+    for name, data in _EMBEDDED_HISTORY.findall(text):
+        try:
+            found[name] = base64.b64decode(data, validate=True)
+        except binascii.Error:  # a damaged file: that entry is no history (allure_history.usable says what is)
+            continue
+    return found
 
 
-def build_html(results_dir: Path, out_dir: Path, *, name: str | None = None, previous: Path | None = None) -> Path:
+def build_html(
+    results_dir: Path, out_dir: Path, *, name: str | None = None, history: Mapping[str, bytes] | None = None
+) -> Path:
     """Render `allure-results/` into one self-contained HTML file (`allure generate --single-file`) titled `name`,
-    with the trend of the `previous` single-file report carried on (Allure reads it from the results' history/).
-    The results are copied first: the run folder stays as it was signed."""
+    with the trend so far carried on: `history` (an earlier report's history/ files) put where Allure reads it,
+    the results' history/ (report/allure_history.py). The results are copied first: the run folder stays as it
+    was signed."""
     if not results_dir.is_dir():
         raise EvidenceError("no allure-results/ here: pass a run folder written by `gpucert certify`", path=results_dir)
     allure = find_allure()
@@ -395,11 +406,8 @@ def build_html(results_dir: Path, out_dir: Path, *, name: str | None = None, pre
     with tempfile.TemporaryDirectory(prefix="gpucert-allure-") as tmp:
         results = Path(tmp) / "allure-results"
         shutil.copytree(results_dir, results)
-        history = history_of(previous) if previous is not None else {}
         if history:
-            (results / "history").mkdir(exist_ok=True)
-            for file, data in history.items():
-                (results / "history" / file).write_bytes(data)
+            carry_in(results, history)
         cmd = [allure, "generate", "--single-file", "--clean", "-o", str(out_dir), str(results)]
         if name:
             cmd += ["--name", name]
