@@ -47,6 +47,22 @@ ROUTES = [
     ("jobs", re.compile(r"^/apis/batch/v1/namespaces/(?P<ns>[^/]+)/jobs(?:/(?P<name>[^/]+))?$")),
     ("leases", re.compile(r"^/apis/coordination\.k8s\.io/v1/namespaces/(?P<ns>[^/]+)/leases(?:/(?P<name>[^/]+))?$")),
     ("clusterpolicies", re.compile(r"^/apis/nvidia\.com/v1/clusterpolicies$")),
+    (
+        "customresourcedefinitions",
+        re.compile(r"^/apis/apiextensions\.k8s\.io/v1/customresourcedefinitions(?:/(?P<name>[^/]+))?$"),
+    ),
+    (
+        "jobsets",
+        re.compile(r"^/apis/jobset\.x-k8s\.io/v1alpha2/namespaces/(?P<ns>[^/]+)/jobsets(?:/(?P<name>[^/]+))?$"),
+    ),
+    (
+        "localqueues",
+        re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/(?P<ns>[^/]+)/localqueues(?:/(?P<name>[^/]+))?$"),
+    ),
+    (
+        "workloads",
+        re.compile(r"^/apis/kueue\.x-k8s\.io/v1beta1/namespaces/(?P<ns>[^/]+)/workloads(?:/(?P<name>[^/]+))?$"),
+    ),
 ]
 
 
@@ -140,6 +156,8 @@ class FakeCluster:
     on_request: Callable[[str, str], None] | None = None  # (method, path), before the request is answered
     max_jobs: int = 0
     denied: set[tuple[str, str, str]] = field(default_factory=set)  # (apiGroup, resource, verb) RBAC refuses
+    # kind -> what its schema refuses in a created object (a custom resource's CRD): refused with 422 Invalid
+    validators: dict[str, Callable[[dict[str, Any]], list[str]]] = field(default_factory=dict)
     rv: int = 1000
     cond: threading.Condition = field(default_factory=threading.Condition)
 
@@ -300,6 +318,9 @@ class FakeCluster:
         refusal = self.admit(ns or "", body) if kind == "pods" else ""
         if refusal:
             return _status(403, refusal, details={"name": body["metadata"]["name"], "kind": "pods"})
+        invalid = self.validators[kind](body) if kind in self.validators else []
+        if invalid:
+            return _status(422, f'{kind} "{body["metadata"]["name"]}" is invalid: {"; ".join(invalid)}')
         if request.args.get("dryRun") == "All":  # admitted, and not stored
             return Response(json.dumps(body), status=201, content_type="application/json")
         if self.get(kind, ns, body["metadata"]["name"]):

@@ -11,10 +11,15 @@ from pydantic import Field, field_validator
 
 from gpucert.spec.documents import Document
 
-__all__ = ["GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint"]
+__all__ = ["GangSpec", "GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint"]
 
 # a Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a number and an optional suffix
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+# a DNS-1123 label (a LocalQueue's name, which goes in a label value: 63 characters at most)
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# a label key: an optional DNS-subdomain prefix and `/`, then a name of 63 characters at most
+# (k8s.io/apimachinery pkg/util/validation/validation.go, IsQualifiedName)
+LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
 class GpuSharing(StrEnum):
@@ -58,6 +63,36 @@ class ProbeResources(Document):
         return v if v is None else _quantity(v)
 
 
+class GangSpec(Document):
+    """Gang admission of the all-reduce across nodes: where JobSet and Kueue are installed, the run is one JobSet
+    that Kueue admits whole (every rank or none) from this LocalQueue of the run namespace; elsewhere it is the
+    Indexed Job it always was (measure/targets/kubernetes/gang.py)."""
+
+    local_queue: str = Field(alias="localQueue")
+    # a node label naming a topology domain (a rack, a block): every rank in one domain, one all-reduce per domain
+    # (JobSet's exclusive placement); absent: the ranks go wherever their nodes are
+    topology_key: str | None = Field(None, alias="topologyKey")
+    # how long the JobSet may wait suspended for Kueue's admission before the all-reduce is reported not admitted
+    admission_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="admissionTimeoutSeconds")
+
+    @field_validator("local_queue")
+    @classmethod
+    def _queue_name(cls, v: str) -> str:
+        if not DNS_LABEL.match(v):
+            raise ValueError(
+                f"{v!r} is not a LocalQueue name (lower-case letters, digits and '-', 63 at most); "
+                "name the LocalQueue of the run namespace (`kubectl get localqueues -n NAMESPACE`)"
+            )
+        return v
+
+    @field_validator("topology_key")
+    @classmethod
+    def _label_key(cls, v: str | None) -> str | None:
+        if v is not None and not LABEL_KEY.match(v):
+            raise ValueError(f"{v!r} is not a node label key; write e.g. topology.kubernetes.io/zone")
+        return v
+
+
 class KubernetesTargetSpec(Document):
     kind: Literal["kubernetes"]
     context: str | None = None
@@ -88,6 +123,8 @@ class KubernetesTargetSpec(Document):
     runtime_class_name: str | None = Field(None, alias="runtimeClassName")
     # each probe pod's CPU and memory (requests = limits); sized from the plan when absent
     resources: ProbeResources | None = None
+    # the all-reduce across nodes admitted whole through Kueue (a JobSet), where the cluster has JobSet and Kueue
+    gang: GangSpec | None = None
 
     @field_validator("tolerations")
     @classmethod

@@ -26,6 +26,7 @@ from gpucert.measure.evidence import FabricEvidence, ProbeError
 from gpucert.measure.probes.framing import FramingError
 from gpucert.measure.probes.multinode import DEFAULT_PORT
 from gpucert.measure.targets.kubernetes.admission import admission_fix, refused
+from gpucert.measure.targets.kubernetes.gang import Gang
 from gpucert.measure.targets.kubernetes.jobs import ProbeJobs
 from gpucert.measure.targets.kubernetes.pods import IMAGE_ERRORS, container_state, stop_reason, unschedulable
 from gpucert.measure.targets.kubernetes.podspec import fabric_level, fabric_security
@@ -48,12 +49,13 @@ class _FabricRun:
 
 
 class FabricJobs(ProbeJobs):
-    def fabric_pod(self, name: str, nodes: list[str]) -> dict[str, Any]:
-        """The pod of every process of the all-reduce across `nodes` (its rank from the completion index)."""
+    def fabric_pod(self, name: str, nodes: list[str], rendezvous: str | None = None) -> dict[str, Any]:
+        """The pod of every process of the all-reduce across `nodes` (its rank from the completion index);
+        process 0 answers at `rendezvous` (the Indexed Job's `<job>-0.<service>` by default)."""
         t = self.cluster.options
         args = [
             *("--processes", str(len(nodes)), "--rank", "$(RANK)"),
-            *("--rendezvous", f"{name}-0.{name}:{DEFAULT_PORT}"),
+            *("--rendezvous", f"{rendezvous or f'{name}-0.{name}'}:{DEFAULT_PORT}"),
             # past the Pending timeout, so a pod that never starts is reported as such
             *("--rendezvous-timeout", str(t.pending_timeout_seconds + 60)),
         ]
@@ -71,8 +73,11 @@ class FabricJobs(ProbeJobs):
             pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # the rendezvous name is a cluster DNS name
         return pod
 
-    def fabric_bodies(self, name: str, nodes: list[str], owner_uid: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The headless Service and the Indexed Job of the all-reduce across `nodes`."""
+    def fabric_bodies(
+        self, name: str, nodes: list[str], owner_uid: str, rendezvous: str | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The headless Service and the Indexed Job of the all-reduce across `nodes` (gang.py makes a JobSet of
+        the Job, whose process 0 answers at `rendezvous`)."""
         labels = {**self.labels, LABEL_ROLE: "nccl-multinode", LABEL_FABRIC: name}
         meta = self.owned_meta(name, name, owner_uid, labels, **{"gpucert.io/nodes": ",".join(nodes)})
         service = {
@@ -94,7 +99,7 @@ class FabricJobs(ProbeJobs):
                 "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_nodes]}},
                 "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [one_each]},
             },
-            **self.fabric_pod(name, nodes),
+            **self.fabric_pod(name, nodes, rendezvous),
         }
         job = self.job(
             meta,
@@ -177,6 +182,27 @@ class FabricJobs(ProbeJobs):
         elif age > self.deadline_for(None) + 60:
             self._fabric_failed(run, f"the all-reduce across nodes ran past its {self.deadline_for(None)} s deadline")
 
+    def _submit_gang(self, gang: Gang, run: _FabricRun) -> None:
+        """The all-reduce as a JobSet for Kueue to admit whole, or its error when it could not be (no queue, nodes
+        across topology domains), with nothing made."""
+        said = gang.problem(run.nodes)
+        if said:
+            self._fabric_failed(run, said)
+            return
+        gang.submit(run.name, run.nodes, self.create_configmap(run.name))
+
+    def _admitted(self, gang: Gang, run: _FabricRun) -> bool:
+        """Whether Kueue admitted the run's JobSet; its Pending timeout counts from then. Not admitted in time is
+        the run's error (gang.py says why), and its JobSet goes at the end with the others."""
+        if run.name not in gang.submitted:
+            return False
+        said = gang.waiting(run.name)
+        if said is None:
+            run.created = gang.admitted[run.name]
+        elif said:
+            self._fabric_failed(run, said)
+        return said is None
+
     def run_fabrics(self, groups: list[list[str]]) -> list[FabricEvidence]:
         """One all-reduce across each group of nodes, all at once (no node is in two groups); whatever stops one
         becomes its document's error, never an exception."""
@@ -189,11 +215,15 @@ class FabricJobs(ProbeJobs):
                 runs[",".join(nodes)] = run = _FabricRun(name="", nodes=nodes, created=self.clock())
                 self._fabric_failed(run, message)
             return [r.result for r in runs.values() if r.result is not None]
+        gang = Gang.detect(self)  # JobSet and Kueue, where the spec and the cluster have them
         try:
             for nodes in groups:
                 name = f"gpucert-{self.label}-n{short(','.join(nodes))}"
-                owner = self.create_configmap(name)
                 runs[name] = _FabricRun(name=name, nodes=nodes, created=self.clock())
+                if gang is not None:
+                    self._submit_gang(gang, runs[name])
+                    continue
+                owner = self.create_configmap(name)
                 service, job = self.fabric_bodies(name, nodes, owner)
                 self.cluster.kube.call(
                     "create",
@@ -213,11 +243,14 @@ class FabricJobs(ProbeJobs):
             def step() -> bool:
                 waiting = [r for r in runs.values() if r.result is None]
                 for r in waiting:
-                    self._fabric_expire(r)
+                    if gang is None or self._admitted(gang, r):
+                        self._fabric_expire(r)
                 return any(r.result is None for r in waiting)
 
             self.follow(lambda pod, deleted: self._on_fabric_pod(runs, pod, deleted), step)
         finally:
+            if gang is not None:
+                gang.delete()
             cleanup_runs(self.cluster.kube, self.ns, self.label)
         results = [r.result for r in runs.values()]
         assert all(r is not None for r in results)

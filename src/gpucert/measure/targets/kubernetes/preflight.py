@@ -61,6 +61,10 @@ def needed_access(spec: ClusterSpec, *, recertify: bool = False, drain: bool = F
     out += [("", "pods/log", "get", ns), ("", "nodes", "get", None), ("", "pods", "list", None)]
     if spec.certify.multinode is not None:
         out += [("", "services", v, ns) for v in ("create", "list", "delete")]
+        if t.gang is not None:  # gang.py: the CRDs that say JobSet and Kueue are there, the JobSet, its queue
+            out.append(("apiextensions.k8s.io", "customresourcedefinitions", "get", None))
+            out += [("jobset.x-k8s.io", "jobsets", v, ns) for v in ("create", "get", "delete")]
+            out += [("kueue.x-k8s.io", "localqueues", "get", ns), ("kueue.x-k8s.io", "workloads", "list", ns)]
     out.append(("", "namespaces", "get", None))  # preflight's own reads: the namespace's labels
     if t.runtime_class_name:
         out.append(("node.k8s.io", "runtimeclasses", "get", None))

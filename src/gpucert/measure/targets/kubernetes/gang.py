@@ -1,0 +1,257 @@
+"""The all-reduce across nodes admitted whole: a JobSet that Kueue admits (every rank or none), where the cluster
+has both and the spec names a LocalQueue (`target.gang`); fabric.py's Indexed Job everywhere else.
+
+Why: an Indexed Job's pods are scheduled one by one, so with part of the pool busy some ranks start and wait at the
+rendezvous for peers that never come. Kueue admits a workload only when the quota for all its pods is free, and
+while it waits the JobSet stays suspended: no pod exists, nothing holds a GPU, nothing waits at a rendezvous. A
+JobSet not admitted within `admissionTimeoutSeconds` is the all-reduce's error ("not admitted in N s", with
+Kueue's own reason from its Workload), never a hang, and it is deleted.
+
+What the pinned releases say (their CRDs are tests/fixtures/gang/):
+- JobSet v0.8.2 (kubernetes-sigs/jobset): `jobset.x-k8s.io/v1alpha2`; with `network.enableDNSHostnames` each pod
+  answers at `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>`, the subdomain being a headless Service
+  the JobSet controller creates (pkg/controllers/jobset_controller.go, createHeadlessSvcIfNecessary; publishing
+  not-ready addresses by default). Exclusive placement is the annotation `alpha.jobset.sigs.k8s.io/exclusive-topology`
+  (api/jobset/v1alpha2/jobset_types.go, ExclusiveKey): every pod of a child Job in one domain of the label, and
+  no other JobSet's Job in that domain.
+- Kueue v0.10.6 (kubernetes-sigs/kueue): a JobSet joins a LocalQueue by the label `kueue.x-k8s.io/queue-name`
+  (pkg/controller/constants/constants.go, QueueLabel); its Workload carries `kueue.x-k8s.io/job-uid` (JobUIDLabel)
+  and says why it waits in its QuotaReserved condition (pkg/workload/workload.go,
+  UnsetQuotaReservationWithCondition). Kueue's own topology-aware scheduling (`kueue.x-k8s.io/podset-required-
+  topology`, apis/kueue/v1alpha1/tas_types.go) is alpha and off by default in that release (pkg/features/
+  kube_features.go, TopologyAwareScheduling) and needs Topology objects, so placement uses JobSet's annotation.
+
+Detection reads the two CRDs (apiextensions.k8s.io/v1): a 404 is "not installed"; only a spec with `target.gang`
+asks, so a cluster without it sees no new request.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from gpucert.errors import ClusterAccessError, IncompleteRunError
+from gpucert.measure.targets.kubernetes.api import Cluster, KubeApi, status_of
+from gpucert.spec.kubernetes import GangSpec
+
+__all__ = ["EXCLUSIVE_TOPOLOGY", "JOBSET_CRD", "KUEUE_CRD", "QUEUE_LABEL", "RANKS", "Gang", "installed"]
+
+JOBSET_CRD = "jobsets.jobset.x-k8s.io"
+KUEUE_CRD = "workloads.kueue.x-k8s.io"
+JOBSET = {"group": "jobset.x-k8s.io", "version": "v1alpha2", "plural": "jobsets"}
+LOCALQUEUE = {"group": "kueue.x-k8s.io", "version": "v1beta1", "plural": "localqueues"}
+WORKLOAD = {"group": "kueue.x-k8s.io", "version": "v1beta1", "plural": "workloads"}
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+RANKS = "ranks"  # the JobSet's one replicated job: a Job of one pod per node
+
+
+class FabricJobs(Protocol):
+    """What the JobSet needs of fabric.py's FabricJobs (which imports this module): its pods and the cluster."""
+
+    cluster: Cluster
+
+    def clock(self) -> float: ...
+
+    def fabric_bodies(
+        self, name: str, nodes: list[str], owner_uid: str, rendezvous: str | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]: ...
+
+    def hostname(self, node: str) -> str: ...
+
+
+def installed(kube: KubeApi, crd: str) -> bool:
+    """Whether the cluster serves the CustomResourceDefinition `crd` (its API is there)."""
+    from kubernetes import client
+
+    extensions = client.ApiextensionsV1Api(kube.client)
+    try:
+        kube.call("get", f"customresourcedefinition {crd}", extensions.read_custom_resource_definition, name=crd)
+    except ClusterAccessError as exc:
+        if status_of(exc) == 404:
+            return False
+        if status_of(exc) == 403:
+            raise ClusterAccessError(
+                f"{exc}; target.gang needs to read the JobSet and Kueue CRDs to know whether they are installed"
+            ) from exc
+        raise
+    return True
+
+
+@dataclass
+class Gang:
+    """The JobSets of one run's all-reduces: made, watched for admission, deleted."""
+
+    jobs: FabricJobs
+    spec: GangSpec
+    submitted: dict[str, float] = field(default_factory=dict)  # JobSet -> when it was created
+    admitted: dict[str, float] = field(default_factory=dict)  # JobSet -> when it was seen admitted
+
+    @classmethod
+    def detect(cls, jobs: FabricJobs) -> Gang | None:
+        """The gang path where the spec asks for it and the cluster has JobSet and Kueue; None: the Indexed Job."""
+        spec = jobs.cluster.options.gang
+        if spec is None:
+            return None
+        kube = jobs.cluster.kube
+        if not (installed(kube, JOBSET_CRD) and installed(kube, KUEUE_CRD)):
+            return None
+        return cls(jobs, spec)
+
+    @staticmethod
+    def rendezvous(name: str) -> str:
+        """Process 0's name: the first pod of the first Job of the replicated job, in the JobSet's subdomain."""
+        return f"{name}-{RANKS}-0-0.{name}"
+
+    def body(self, name: str, nodes: list[str], owner_uid: str) -> dict[str, Any]:
+        """The JobSet of the all-reduce across `nodes`: the Indexed Job's pods, admitted whole from the queue."""
+        job = self.jobs.fabric_bodies(name, nodes, owner_uid, rendezvous=self.rendezvous(name))[1]
+        meta, job_spec = job["metadata"], dict(job["spec"])
+        labels = job_spec["template"]["metadata"]["labels"]
+        pod = {k: v for k, v in job_spec["template"]["spec"].items() if k != "subdomain"}  # the JobSet sets it
+        job_spec["template"] = {"metadata": {"labels": labels}, "spec": pod}
+        job_spec.pop("ttlSecondsAfterFinished", None)  # the JobSet's, for all it made
+        annotations = dict(meta["annotations"])
+        if self.spec.topology_key:
+            annotations[EXCLUSIVE_TOPOLOGY] = self.spec.topology_key
+        return {
+            "apiVersion": f"{JOBSET['group']}/{JOBSET['version']}",
+            "kind": "JobSet",
+            "metadata": {
+                **meta,
+                "labels": {**meta["labels"], QUEUE_LABEL: self.spec.local_queue},
+                "annotations": annotations,
+            },
+            "spec": {
+                "suspend": True,  # Kueue's webhook suspends it too; nothing starts before admission either way
+                "network": {"enableDNSHostnames": True, "subdomain": name, "publishNotReadyAddresses": True},
+                "failurePolicy": {"maxRestarts": 0},  # one try, as the Indexed Job's backoffLimit 0
+                "ttlSecondsAfterFinished": 3600,
+                "replicatedJobs": [
+                    {"name": RANKS, "replicas": 1, "template": {"metadata": {"labels": labels}, "spec": job_spec}}
+                ],
+            },
+        }
+
+    def problem(self, nodes: list[str]) -> str:
+        """Why the JobSet across `nodes` cannot be admitted or placed, before anything is made; "" if it can."""
+        t = self.jobs.cluster.options
+        kube = self.jobs.cluster.kube
+        try:
+            kube.call(
+                "get",
+                f"localqueue {self.spec.local_queue} in namespace {t.namespace}",
+                kube.custom.get_namespaced_custom_object,
+                namespace=t.namespace,
+                name=self.spec.local_queue,
+                **LOCALQUEUE,
+            )
+        except ClusterAccessError as exc:
+            if status_of(exc) != 404:
+                raise
+            return (
+                f"Kueue has no LocalQueue {self.spec.local_queue!r} in namespace {t.namespace}: create it (docs/"
+                "probes.md, gang admission) or name an existing one in target.gang.localQueue"
+            )
+        return self._spread(nodes)
+
+    def _spread(self, nodes: list[str]) -> str:
+        """Exclusive placement puts every rank in one domain of the topology label: nodes in several cannot run."""
+        key = self.spec.topology_key
+        if not key:
+            return ""
+        domains: dict[str, list[str]] = {}
+        for n in nodes:
+            self.jobs.hostname(n)  # reads the node's labels when the listing did not
+            domains.setdefault(self.jobs.cluster.labels.get(n, {}).get(key, ""), []).append(n)
+        if len(domains) == 1 and "" not in domains:
+            return ""
+        said = "; ".join(f"{d or '(no label)'}: {', '.join(ns)}" for d, ns in sorted(domains.items()))
+        return (
+            f"the nodes are not in one domain of {key} ({said}), and target.gang.topologyKey places every rank in "
+            "one: label the nodes, measure the nodes of one domain (certify.multinode.maxNodes), or remove the key"
+        )
+
+    def submit(self, name: str, nodes: list[str], owner_uid: str) -> None:
+        t = self.jobs.cluster.options
+        kube = self.jobs.cluster.kube
+        kube.call(
+            "create",
+            f"jobsets in namespace {t.namespace}",
+            kube.custom.create_namespaced_custom_object,
+            namespace=t.namespace,
+            body=self.body(name, nodes, owner_uid),
+            **JOBSET,
+        )
+        self.submitted[name] = self.jobs.clock()
+
+    def waiting(self, name: str) -> str | None:
+        """None once Kueue admitted the JobSet `name` (it is no longer suspended); while it waits "", and past
+        the admission timeout why it was not admitted."""
+        if name in self.admitted:
+            return None
+        t = self.jobs.cluster.options
+        kube = self.jobs.cluster.kube
+        obj = kube.json(
+            "get",
+            f"jobset {name}",
+            kube.custom.get_namespaced_custom_object,
+            namespace=t.namespace,
+            name=name,
+            **JOBSET,
+        )
+        if not (obj.get("spec") or {}).get("suspend", False):
+            self.admitted[name] = self.jobs.clock()
+            return None
+        waited = self.jobs.clock() - self.submitted[name]
+        if waited <= self.spec.admission_timeout_seconds:
+            return ""
+        said = self._workload_says(str(obj["metadata"].get("uid", "")))
+        return (
+            f"the all-reduce across nodes was not admitted by Kueue in {self.spec.admission_timeout_seconds} s "
+            f"(LocalQueue {self.spec.local_queue}, JobSet {name} stayed suspended; no rank was started)"
+            + (f": {said}" if said else "")
+            + "; free the quota, or let it wait longer with target.gang.admissionTimeoutSeconds"
+        )
+
+    def _workload_says(self, uid: str) -> str:
+        """Kueue's reason for not admitting the JobSet with `uid`: its Workload's QuotaReserved condition."""
+        t = self.jobs.cluster.options
+        kube = self.jobs.cluster.kube
+        try:
+            items = (
+                kube.json(
+                    "list",
+                    f"workloads in namespace {t.namespace}",
+                    kube.custom.list_namespaced_custom_object,
+                    namespace=t.namespace,
+                    label_selector=f"{JOB_UID_LABEL}={uid}",
+                    **WORKLOAD,
+                ).get("items")
+                or []
+            )
+        except (ClusterAccessError, IncompleteRunError) as exc:
+            return f"(Kueue's Workload could not be read: {exc})"
+        for wl in items:
+            for cond in (wl.get("status") or {}).get("conditions") or []:
+                if cond.get("type") == "QuotaReserved" and cond.get("status") == "False":
+                    return f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+        return ""
+
+    def delete(self) -> None:
+        """Every JobSet this run made (its Jobs, pods and Service go with it); gone already is fine."""
+        t = self.jobs.cluster.options
+        kube = self.jobs.cluster.kube
+        for name in self.submitted:
+            with contextlib.suppress(ClusterAccessError, IncompleteRunError):
+                kube.call(
+                    "delete",
+                    f"jobset {name}",
+                    kube.custom.delete_namespaced_custom_object,
+                    namespace=t.namespace,
+                    name=name,
+                    propagation_policy="Background",
+                    **JOBSET,
+                )

@@ -1,0 +1,155 @@
+"""A fake JobSet controller and Kueue for the fake API server (fakecluster.py), as the pinned releases behave
+(tests/fixtures/gang/README.md; the CRDs served are theirs).
+
+`install()` serves the JobSet and Kueue CRDs, a LocalQueue, and has the API refuse (422) any JobSet its CRD's schema
+refuses. Kueue here: a suspended JobSet of the queue is admitted (unsuspended) when the ClusterQueue's GPU quota
+has room for all its pods at once, else it stays suspended and its Workload says why in a QuotaReserved=False
+condition, in Kueue v0.10.6's words (pkg/scheduler/flavorassigner/flavorassigner.go: "couldn't assign flavors to
+pod set ...: insufficient unused quota for ... in flavor ..., N more needed"). The JobSet controller: an admitted
+JobSet gets its one child Job per replicated job (`<jobset>-<rjob>-<index>`, its pods in the JobSet's subdomain
+and labelled `jobset.sigs.k8s.io/jobset-name`) and the headless Service of that subdomain, all owned by the
+JobSet (jobset v0.8.2 pkg/controllers/jobset_controller.go); the fake kubelet then runs the Indexed Job."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import crds
+from .fakecluster import FakeCluster
+
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+GPU = "nvidia.com/gpu"
+
+
+def _gpus(js: dict[str, Any]) -> int:
+    total = 0
+    for rjob in js["spec"]["replicatedJobs"]:
+        job = rjob["template"]["spec"]
+        pods = job.get("parallelism", 1) * rjob.get("replicas", 1)
+        per_pod = sum(int(c["resources"]["limits"].get(GPU, 0)) for c in job["template"]["spec"]["containers"])
+        total += pods * per_pod
+    return total
+
+
+def _owned_by(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    meta = obj["metadata"]
+    return [{"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"]}]
+
+
+@dataclass
+class FakeGang:
+    cluster: FakeCluster
+    quota_gpus: int = 1 << 20  # the ClusterQueue's nominal nvidia.com/gpu behind the LocalQueue
+    flavor: str = "default-flavor"
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+    admitted: dict[str, int] = field(default_factory=dict)  # JobSet uid -> the GPUs it holds
+
+    def install(self, namespace: str = "gpucert", queue: str | None = "gpucert") -> FakeGang:
+        for name in crds.FILES:
+            self.cluster.put("customresourcedefinitions", copy.deepcopy(crds.crd(name)))
+        if queue is not None:
+            lq = {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue"}
+            lq |= {"metadata": {"name": queue, "namespace": namespace}, "spec": {"clusterQueue": "gpus"}}
+            assert crds.problems(lq) == []
+            self.cluster.put("localqueues", lq)
+        self.cluster.validators["jobsets"] = crds.problems
+        return self
+
+    def start(self) -> FakeGang:
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.thread:
+            self.thread.join(10)
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            live = set()
+            for js in self.cluster.list("jobsets"):
+                live.add(js["metadata"]["uid"])
+                if js["spec"].get("suspend"):
+                    self._queue(js)
+                elif not self.cluster.list(
+                    "jobs", js["metadata"]["namespace"], f"{JOBSET_NAME}={js['metadata']['name']}"
+                ):
+                    self._start(js)
+            for uid in set(self.admitted) - live:  # a deleted JobSet's quota is free again
+                del self.admitted[uid]
+            self.stop.wait(0.02)
+
+    # ---- Kueue -----------------------------------------------------------------------------------------------------
+
+    def _queue(self, js: dict[str, Any]) -> None:
+        needed = _gpus(js)
+        free = self.quota_gpus - sum(self.admitted.values())
+        if needed <= free:
+            self.admitted[js["metadata"]["uid"]] = needed
+            js["spec"]["suspend"] = False
+            self.cluster.put("jobsets", js, "MODIFIED")
+            return
+        ns, uid = js["metadata"]["namespace"], js["metadata"]["uid"]
+        if self.cluster.list("workloads", ns, f"kueue.x-k8s.io/job-uid={uid}"):
+            return
+        rjob = js["spec"]["replicatedJobs"][0]["name"]
+        message = (
+            f"couldn't assign flavors to pod set {rjob}: insufficient unused quota for {GPU} in flavor "
+            f"{self.flavor}, {needed - free} more needed"
+        )
+        cond = {"type": "QuotaReserved", "status": "False", "reason": "Pending", "message": message}
+        self.cluster.put(
+            "workloads",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "Workload",
+                "metadata": {
+                    "name": f"jobset-{js['metadata']['name']}-{uid[:5]}",
+                    "namespace": ns,
+                    "labels": {"kueue.x-k8s.io/job-uid": uid},
+                    "ownerReferences": _owned_by(js),
+                },
+                "spec": {"queueName": js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"]},
+                "status": {"conditions": [cond]},
+            },
+        )
+
+    # ---- the JobSet controller -------------------------------------------------------------------------------------
+
+    def _start(self, js: dict[str, Any]) -> None:
+        meta, spec = js["metadata"], js["spec"]
+        ns, name = meta["namespace"], meta["name"]
+        subdomain = (spec.get("network") or {}).get("subdomain") or name
+        # the Service first, then the Jobs, as JobSet's reconcile does (createHeadlessSvcIfNecessary first)
+        if self.cluster.get("services", ns, subdomain) is None:
+            svc = {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": subdomain, "namespace": ns, "ownerReferences": _owned_by(js)},
+                "spec": {"clusterIP": "None", "selector": {JOBSET_NAME: name}, "publishNotReadyAddresses": True},
+            }
+            self.cluster.put("services", svc)
+        for rjob in spec["replicatedJobs"]:
+            for index in range(rjob.get("replicas", 1)):
+                tmpl = copy.deepcopy(rjob["template"])
+                labels = {**(tmpl.get("metadata") or {}).get("labels", {}), JOBSET_NAME: name}
+                job_spec = tmpl["spec"]
+                job_spec["template"]["metadata"]["labels"] = {**job_spec["template"]["metadata"]["labels"], **labels}
+                job_spec["template"]["spec"]["subdomain"] = subdomain
+                job = {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "metadata": {
+                        "name": f"{name}-{rjob['name']}-{index}",
+                        "namespace": ns,
+                        "labels": labels,
+                        "ownerReferences": _owned_by(js),
+                    },
+                    "spec": job_spec,
+                }
+                self.cluster.put("jobs", job)

@@ -1,0 +1,238 @@
+"""The all-reduce across nodes admitted whole (issue 28): where the cluster has JobSet and Kueue (their CRDs, of the
+pinned releases, served by the fake API) and the spec names a LocalQueue, the kubernetes target's multi-node path
+sends one JobSet that Kueue admits for every rank or none; without the CRDs it sends today's Indexed Job. The real
+`kubernetes` client against the fake API server, kubelet, JobSet controller and Kueue."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucert.errors import ConfigError
+from gpucert.measure.evidence import FabricEvidence
+from gpucert.measure.targets import open_target
+from gpucert.measure.targets.base import MeasurePlan
+from gpucert.measure.targets.kubernetes import watch
+from gpucert.measure.targets.kubernetes.fabric import FabricJobs
+from gpucert.measure.targets.kubernetes.gang import EXCLUSIVE_TOPOLOGY, QUEUE_LABEL, Gang
+from gpucert.measure.targets.kubernetes.preflight import needed_access
+from gpucert.spec.cluster import Probe, load_spec
+
+from . import crds
+from .fakecluster import FakeCluster
+from .fakegang import FakeGang
+from .fakekubelet import FakeKubelet
+from .gpu_operator import node
+from .rbac import not_granted, unused, verb
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "gpucert"
+NODES = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+RACK = "example.com/rack"
+
+
+def spec_file(tmp_path: Path, gang: dict[str, Any] | None) -> Path:
+    doc = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "ClusterSpec",
+        "metadata": {"name": "gang"},
+        "target": {
+            "kind": "kubernetes",
+            "context": "fake",
+            "namespace": NS,
+            "image": "registry.local/gpucert-probe@sha256:" + "b" * 64,
+            "pendingTimeoutSeconds": 5,
+            **({"gang": gang} if gang is not None else {}),
+        },
+        "expect": {"nodes": 4, "gpusPerNode": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3"},
+        "certify": {
+            "baseline": str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"),
+            "probes": ["nccl"],
+            "multinode": {},
+        },
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def all_reduce(
+    cluster: FakeCluster, tmp_path: Path, gang: dict[str, Any] | None, racks: dict[str, str] | None = None
+) -> tuple[FabricEvidence, float]:
+    """The kubernetes target's all-reduce across the four nodes (the fake kubelet running it), and its seconds."""
+    for n in NODES:
+        cluster.put("nodes", node(n, extra_labels={RACK: (racks or {}).get(n, "r1")}))
+    target = open_target(load_spec(spec_file(tmp_path, gang)))
+    kubelet = FakeKubelet(cluster).start()
+    t0 = time.monotonic()
+    try:
+        (fabric,) = target.measure_fabrics([NODES], MeasurePlan(run_id="gang-1", probes=(Probe.NCCL,), dcgm_level=1))
+    finally:
+        kubelet.close()
+    return fabric, time.monotonic() - t0
+
+
+def leftovers(fake: FakeCluster) -> dict[str, int]:
+    return {k: len(fake.list(k, NS)) for k in ("jobsets", "jobs", "pods", "configmaps", "services", "workloads")}
+
+
+def created(fake: FakeCluster, kind: str) -> list[dict[str, Any]]:
+    return [e[4] for e in fake.events if e[1] == kind and e[3] == "ADDED"]
+
+
+GANG = {"localQueue": "gpucert"}
+
+
+@pytest.fixture(autouse=True)
+def short_watch_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission is read between watch slices (a JobSet's change is no pod event): short ones keep this file fast."""
+    monkeypatch.setattr(watch, "WATCH_SLICE_S", 1)
+
+
+def test_with_jobset_and_kueue_the_all_reduce_is_one_jobset_that_kueue_admits_whole_in_one_rack(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    gang = FakeGang(served_cluster).install().start()
+    try:
+        fabric, _ = all_reduce(served_cluster, tmp_path, {**GANG, "topologyKey": RACK})
+    finally:
+        gang.close()
+    assert fabric.errors == [], fabric.errors
+    assert fabric.nodes == NODES
+    assert fabric.nccl is not None
+    assert fabric.nccl.correct
+    assert fabric.nccl.ranks == 8
+    (js,) = created(served_cluster, "jobsets")
+    assert crds.problems(js) == []  # the pinned JobSet CRD's schema (the fake API refused it otherwise)
+    assert js["metadata"]["labels"][QUEUE_LABEL] == "gpucert"
+    assert js["metadata"]["annotations"][EXCLUSIVE_TOPOLOGY] == RACK  # every rank in one rack, one all-reduce each
+    assert js["spec"]["suspend"] is True  # nothing runs before Kueue admits it
+    assert js["spec"]["network"] == {"enableDNSHostnames": True, "subdomain": js["metadata"]["name"],
+                                     "publishNotReadyAddresses": True}  # fmt: skip
+    (rjob,) = js["spec"]["replicatedJobs"]
+    assert rjob["replicas"] == 1
+    job = rjob["template"]["spec"]
+    assert job["completionMode"] == "Indexed"
+    assert job["parallelism"] == job["completions"] == 4
+    assert job["backoffLimit"] == 0
+    command = job["template"]["spec"]["containers"][0]["command"]
+    assert (
+        command[command.index("--rendezvous") + 1]
+        == f"{js['metadata']['name']}-ranks-0-0.{js['metadata']['name']}:29511"
+    )
+    # gpucert made neither the Job nor the Service: the JobSet controller did, owned by the JobSet
+    jobs = created(served_cluster, "jobs")
+    assert [j["metadata"]["ownerReferences"][0]["kind"] for j in jobs] == ["JobSet"]
+    assert [s["metadata"]["ownerReferences"][0]["kind"] for s in created(served_cluster, "services")] == ["JobSet"]
+    assert leftovers(served_cluster) == dict.fromkeys(
+        ("jobsets", "jobs", "pods", "configmaps", "services", "workloads"), 0
+    )
+    used = {verb(m, p) for m, p in served_cluster.requests}
+    assert not_granted(used) == set(), "a request deploy/rbac.yaml does not grant"
+
+
+def test_without_the_crds_the_all_reduce_is_the_indexed_job_it_was(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    fabric, _ = all_reduce(served_cluster, tmp_path, GANG)  # the spec asks; the cluster has no JobSet, no Kueue
+    assert fabric.errors == [], fabric.errors
+    assert created(served_cluster, "jobsets") == []
+    (job,) = created(served_cluster, "jobs")
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == 4
+    assert "ownerReferences" not in job or job["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
+    asked = [p.rstrip("?") for _, p in served_cluster.requests if "customresourcedefinitions" in p]
+    assert asked == ["/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"]
+
+
+def test_without_target_gang_no_crd_is_asked_for(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    FakeGang(served_cluster).install()
+    target = open_target(load_spec(spec_file(tmp_path, None)))
+    plan = MeasurePlan(run_id="gang-1", probes=(Probe.NCCL,), dcgm_level=1)
+    jobs = FabricJobs(target.cluster, plan, lambda ev: None, gpus_per_node=8)  # type: ignore[attr-defined]
+    assert Gang.detect(jobs) is None
+    assert served_cluster.requests == []
+
+
+def test_not_admitted_in_time_is_the_all_reduce_error_no_rank_started_and_nothing_left(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    gang = FakeGang(served_cluster, quota_gpus=24).install().start()  # three nodes' worth: never all four
+    try:
+        fabric, seconds = all_reduce(served_cluster, tmp_path, {**GANG, "admissionTimeoutSeconds": 1})
+    finally:
+        gang.close()
+    assert not fabric.collected
+    (error,) = fabric.errors
+    assert "not admitted by Kueue in 1 s (LocalQueue gpucert" in error.message
+    assert "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 8 more needed" in error.message
+    assert "target.gang.admissionTimeoutSeconds" in error.message
+    (js,) = created(served_cluster, "jobsets")
+    assert EXCLUSIVE_TOPOLOGY not in js["metadata"]["annotations"]  # no topologyKey: placed wherever the nodes are
+    assert seconds < 15  # the admission deadline, not the Pending timeout or a rendezvous left waiting
+    assert created(served_cluster, "pods") == []  # all ranks or none: no rank waited for peers
+    assert leftovers(served_cluster) == dict.fromkeys(
+        ("jobsets", "jobs", "pods", "configmaps", "services", "workloads"), 0
+    )
+    used = {verb(m, p) for m, p in served_cluster.requests}
+    assert not_granted(used) == set(), "a request deploy/rbac.yaml does not grant"
+    assert unused(used, {"gpucert-gang", "gpucert-gang-crds"}) == set(), "a grant no request needs"
+    groups = ("apiextensions.k8s.io", "jobset.x-k8s.io", "kueue.x-k8s.io")
+    spec = load_spec(tmp_path / "spec.yaml")
+    asked = {a for a in needed_access(spec) if a[0] in groups}
+    assert asked == {u for u in used if u[0] in groups}  # what `gpucert preflight` checks it may do
+
+
+def test_a_local_queue_that_does_not_exist_is_said_and_nothing_is_made(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    FakeGang(served_cluster).install(queue=None)
+    fabric, _ = all_reduce(served_cluster, tmp_path, GANG)
+    (error,) = fabric.errors
+    assert "Kueue has no LocalQueue 'gpucert' in namespace gpucert" in error.message
+    assert "target.gang.localQueue" in error.message
+    assert created(served_cluster, "jobsets") == []
+    assert created(served_cluster, "configmaps") == []
+
+
+def test_nodes_across_topology_domains_are_refused_before_anything_is_made(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    FakeGang(served_cluster).install()
+    fabric, _ = all_reduce(served_cluster, tmp_path, {**GANG, "topologyKey": RACK}, racks={"gpu-03": "r2"})
+    (error,) = fabric.errors
+    assert f"not in one domain of {RACK} (r1: gpu-01, gpu-02, gpu-04; r2: gpu-03)" in error.message
+    assert created(served_cluster, "jobsets") == []
+
+
+def test_the_crd_schema_refuses_what_the_api_would_drop_or_reject() -> None:
+    """The validator is not vacuous: a field JobSet v0.8.2 does not declare, and a wrong type, are refused."""
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "x"},
+        "spec": {"suspended": True, "replicatedJobs": [{"name": "ranks", "replicas": "1", "template": {"spec": {}}}]},
+    }
+    said = crds.problems(js)
+    assert any("'suspended' was unexpected" in p for p in said), said
+    assert any(p.startswith("spec.replicatedJobs.0.replicas: '1' is not of type 'integer'") for p in said), said
+
+
+@pytest.mark.parametrize(
+    ("gang", "key", "says"),
+    [
+        ({"localQueue": "Team_A"}, "target.gang.localQueue", "is not a LocalQueue name"),
+        ({"localQueue": "q", "topologyKey": "rack label"}, "target.gang.topologyKey", "is not a node label key"),
+        ({"localQueue": "q", "admissionTimeoutSeconds": 0}, "target.gang.admissionTimeoutSeconds", "greater than"),
+        ({"topologyKey": "example.com/rack"}, "target.gang.localQueue", "required"),
+    ],
+)
+def test_a_gang_section_the_cluster_could_not_use_is_refused_naming_the_key(
+    tmp_path: Path, gang: dict[str, Any], key: str, says: str
+) -> None:
+    with pytest.raises(ConfigError, match=says) as exc:
+        load_spec(spec_file(tmp_path, gang))
+    assert key in str(exc.value)
+    assert str(tmp_path / "spec.yaml") in str(exc.value)
