@@ -26,7 +26,7 @@ from . import crds
 from .fakecluster import FakeCluster
 from .fakegang import FakeGang
 from .fakekubelet import FakeKubelet
-from .gpu_operator import node
+from .gpu_operator import gpu_pod, node
 from .rbac import not_granted, unused, verb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +35,7 @@ NODES = ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
 RACK = "example.com/rack"
 
 
-def spec_file(tmp_path: Path, gang: dict[str, Any] | None) -> Path:
+def spec_file(tmp_path: Path, gang: dict[str, Any] | None, pending_s: int = 5) -> Path:
     doc = {
         "apiVersion": "gpucert.io/v1alpha1",
         "kind": "ClusterSpec",
@@ -45,7 +45,7 @@ def spec_file(tmp_path: Path, gang: dict[str, Any] | None) -> Path:
             "context": "fake",
             "namespace": NS,
             "image": "registry.local/gpucert-probe@sha256:" + "b" * 64,
-            "pendingTimeoutSeconds": 5,
+            "pendingTimeoutSeconds": pending_s,
             **({"gang": gang} if gang is not None else {}),
         },
         "expect": {"nodes": 4, "gpusPerNode": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3"},
@@ -61,12 +61,16 @@ def spec_file(tmp_path: Path, gang: dict[str, Any] | None) -> Path:
 
 
 def all_reduce(
-    cluster: FakeCluster, tmp_path: Path, gang: dict[str, Any] | None, racks: dict[str, str] | None = None
+    cluster: FakeCluster,
+    tmp_path: Path,
+    gang: dict[str, Any] | None,
+    racks: dict[str, str] | None = None,
+    pending_s: int = 5,
 ) -> tuple[FabricEvidence, float]:
     """The kubernetes target's all-reduce across the four nodes (the fake kubelet running it), and its seconds."""
     for n in NODES:
         cluster.put("nodes", node(n, extra_labels={RACK: (racks or {}).get(n, "r1")}))
-    target = open_target(load_spec(spec_file(tmp_path, gang)))
+    target = open_target(load_spec(spec_file(tmp_path, gang, pending_s)))
     kubelet = FakeKubelet(cluster).start()
     t0 = time.monotonic()
     try:
@@ -76,8 +80,11 @@ def all_reduce(
     return fabric, time.monotonic() - t0
 
 
+LEFT = ("jobsets", "jobs", "pods", "configmaps", "services", "workloads")
+
+
 def leftovers(fake: FakeCluster) -> dict[str, int]:
-    return {k: len(fake.list(k, NS)) for k in ("jobsets", "jobs", "pods", "configmaps", "services", "workloads")}
+    return {k: len(fake.list(k, NS)) for k in LEFT}
 
 
 def created(fake: FakeCluster, kind: str) -> list[dict[str, Any]]:
@@ -128,9 +135,7 @@ def test_with_jobset_and_kueue_the_all_reduce_is_one_jobset_that_kueue_admits_wh
     jobs = created(served_cluster, "jobs")
     assert [j["metadata"]["ownerReferences"][0]["kind"] for j in jobs] == ["JobSet"]
     assert [s["metadata"]["ownerReferences"][0]["kind"] for s in created(served_cluster, "services")] == ["JobSet"]
-    assert leftovers(served_cluster) == dict.fromkeys(
-        ("jobsets", "jobs", "pods", "configmaps", "services", "workloads"), 0
-    )
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
     used = {verb(m, p) for m, p in served_cluster.requests}
     assert not_granted(used) == set(), "a request deploy/rbac.yaml does not grant"
 
@@ -145,6 +150,23 @@ def test_without_the_crds_the_all_reduce_is_the_indexed_job_it_was(served_cluste
     assert "ownerReferences" not in job or job["metadata"]["ownerReferences"][0]["kind"] == "ConfigMap"
     asked = [p.rstrip("?") for _, p in served_cluster.requests if "customresourcedefinitions" in p]
     assert asked == ["/apis/apiextensions.k8s.io/v1/customresourcedefinitions/jobsets.jobset.x-k8s.io"]
+
+
+def test_without_gang_admission_ranks_that_waited_for_a_busy_node_end_with_who_never_came(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """The deadlock gang admission prevents, on the Indexed Job: gpu-03's GPUs are held by someone else's pod, so
+    three processes start and wait at the rendezvous for a fourth that cannot be placed. The Pending timeout ends
+    it, naming the process, why, the node no process reached and those that waited; and nothing is left."""
+    served_cluster.put("pods", gpu_pod("trainer-0", "gpu-03"))
+    fabric, seconds = all_reduce(served_cluster, tmp_path, None, pending_s=2)
+    (error,) = fabric.errors
+    assert "still Pending after 2 s: process 3 (Unschedulable: 0/4 nodes are available:" in error.message
+    assert "Insufficient nvidia.com/gpu" in error.message
+    assert "no process reached gpu-03" in error.message
+    assert "processes 0, 1, 2 (gpu-01, gpu-02, gpu-04) started and waited for them until stopped" in error.message
+    assert seconds < 10
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)  # the waiting ranks' pods went with the Job
 
 
 def test_without_target_gang_no_crd_is_asked_for(served_cluster: FakeCluster, tmp_path: Path) -> None:
@@ -173,9 +195,7 @@ def test_not_admitted_in_time_is_the_all_reduce_error_no_rank_started_and_nothin
     assert EXCLUSIVE_TOPOLOGY not in js["metadata"]["annotations"]  # no topologyKey: placed wherever the nodes are
     assert seconds < 15  # the admission deadline, not the Pending timeout or a rendezvous left waiting
     assert created(served_cluster, "pods") == []  # all ranks or none: no rank waited for peers
-    assert leftovers(served_cluster) == dict.fromkeys(
-        ("jobsets", "jobs", "pods", "configmaps", "services", "workloads"), 0
-    )
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
     used = {verb(m, p) for m, p in served_cluster.requests}
     assert not_granted(used) == set(), "a request deploy/rbac.yaml does not grant"
     assert unused(used, {"gpucert-gang", "gpucert-gang-crds"}) == set(), "a grant no request needs"

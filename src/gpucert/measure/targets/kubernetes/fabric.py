@@ -169,18 +169,38 @@ class FabricJobs(ProbeJobs):
             if (run.pods.get(i, {}).get("status") or {}).get("phase", "Pending") == "Pending"
         )
         if pending and age > t.pending_timeout_seconds:
-            why = []
-            for i in pending:
-                msg = unschedulable(run.pods[i]) if i in run.pods else ""
-                why.append(
-                    f"process {i}" + (f" ({msg})" if msg else " (no pod was created)" if i not in run.pods else "")
-                )
             self._fabric_failed(
                 run,
-                f"the all-reduce across nodes was still Pending after {t.pending_timeout_seconds} s: {'; '.join(why)}",
+                f"the all-reduce across nodes was still Pending after {t.pending_timeout_seconds} s: "
+                + self._never_came(run, pending),
             )
         elif age > self.deadline_for(None) + 60:
             self._fabric_failed(run, f"the all-reduce across nodes ran past its {self.deadline_for(None)} s deadline")
+
+    @staticmethod
+    def _never_came(run: _FabricRun, pending: list[int]) -> str:
+        """Who never came to the rendezvous: each process not started and why, the nodes no process reached, and
+        the processes that started and waited for them (ended with the run's cleanup)."""
+        why = []
+        for i in pending:
+            pod = run.pods.get(i)
+            if pod is None:
+                why.append(f"process {i} (no pod was created)")
+                continue
+            node = pod["spec"].get("nodeName")
+            waiting = (container_state(pod.get("status") or {}, "waiting") or {}).get("reason")
+            said = f"on {node}, not started" + (f": {waiting}" if waiting else "") if node else unschedulable(pod)
+            why.append(f"process {i}" + (f" ({said})" if said else ""))
+        placed = {p["spec"].get("nodeName") for p in run.pods.values()}
+        absent = [n for n in run.nodes if n not in placed]
+        started = sorted(set(run.pods) - set(pending))
+        out = "; ".join(why)
+        if absent:
+            out += f"; no process reached {', '.join(absent)}"
+        if started:
+            on = ", ".join(str(run.pods[i]["spec"].get("nodeName")) for i in started)
+            out += f"; processes {', '.join(map(str, started))} ({on}) started and waited for them until stopped"
+        return out
 
     def _submit_gang(self, gang: Gang, run: _FabricRun) -> None:
         """The all-reduce as a JobSet for Kueue to admit whole, or its error when it could not be (no queue, nodes
