@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpucert.errors import ConfigError
+from gpucert.errors import ClusterAccessError, ConfigError
 from gpucert.measure.evidence import FabricEvidence
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import MeasurePlan
@@ -256,3 +256,17 @@ def test_a_gang_section_the_cluster_could_not_use_is_refused_naming_the_key(
         load_spec(spec_file(tmp_path, gang))
     assert key in str(exc.value)
     assert str(tmp_path / "spec.yaml") in str(exc.value)
+
+
+def test_a_service_account_that_may_not_read_crds_is_told_which_grant_is_missing(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    FakeGang(served_cluster).install()
+    served_cluster.denied.add(("apiextensions.k8s.io", "customresourcedefinitions", "get"))
+    with pytest.raises(ClusterAccessError) as exc:
+        all_reduce(served_cluster, tmp_path, GANG)
+    said = str(exc.value)
+    assert "cannot get customresourcedefinition jobsets.jobset.x-k8s.io" in said
+    assert "deploy/rbac.yaml" in said
+    assert "target.gang needs to read the JobSet and Kueue CRDs" in said
+    assert created(served_cluster, "configmaps") == []  # asked before anything is made
