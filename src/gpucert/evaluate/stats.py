@@ -14,6 +14,7 @@ __all__ = [
     "Summary",
     "binomial_tail",
     "clipped_sd",
+    "hypergeometric_tail",
     "mad",
     "median",
     "node_spread",
@@ -116,6 +117,31 @@ def binomial_tail(k: int, n: int, p: float) -> float:
     ]
     top = max(terms)
     return min(1.0, math.exp(top) * sum(math.exp(t - top) for t in terms))
+
+
+def hypergeometric_tail(k: int, total: int, marked: int, drawn: int) -> float:
+    """P(X >= k) for X the number of `marked` items among `drawn` taken without replacement from `total`: the
+    exact chance that a GPU's `marked` samples hold at least k of the `drawn` deepest of `total` samples when
+    every sample is as likely as any other to be deep (its peers' and its own alike)."""
+    if k <= 0:
+        return 1.0
+    top = min(marked, drawn)
+    if k > top or drawn > total:
+        return 0.0
+
+    def log_choose(n: int, r: int) -> float:
+        return math.lgamma(n + 1) - math.lgamma(r + 1) - math.lgamma(n - r + 1)
+
+    whole = log_choose(total, drawn)
+    terms = [
+        log_choose(marked, i) + log_choose(total - marked, drawn - i) - whole
+        for i in range(k, top + 1)
+        if drawn - i <= total - marked
+    ]
+    if not terms:
+        return 0.0
+    big = max(terms)
+    return min(1.0, math.exp(big) * sum(math.exp(t - big) for t in terms))
 
 
 def tail_z(probability: float) -> float:

@@ -117,8 +117,8 @@ class StragglerSpec(Document):
 
     A GPU (or a node) is behind its peers when it is more than `maxDeviation` behind their median AND that stands
     out of their own spread by a robust z of `minZ` (for one figure; raised with the number compared, so a fleet's
-    size does not make findings); a GPU is unstable when more of its samples are slow than its peers' make likely
-    at the same `minZ`. Lower values catch smaller stragglers and flag more healthy GPUs.
+    size does not make findings); a GPU is unstable when its slow samples are more, and deeper, than its peers'
+    samples make likely at the same `minZ`. Lower values catch smaller stragglers and flag more healthy GPUs.
     """
 
     max_deviation: Annotated[float, Field(gt=0, lt=1)] = Field(0.05, alias="maxDeviation")

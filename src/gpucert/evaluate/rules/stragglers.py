@@ -15,11 +15,11 @@ Three rules, each with the spec's two knobs (`certify.stragglers`: `maxDeviation
   `maxDeviation` and out of their MAD. A node's figure is a median of eight boards, a few times steadier than one
   board: a 4% slow node stands out where the 5% gate alone hid it. One slow node is one finding, not one per GPU.
 - **stability** (`stability.<metric>`): a sample is slow when it is more than `maxDeviation` below the GPU's own
-  median; a GPU has too many when the chance that any GPU of a healthy fleet this size shows that many (at the
-  rate its peers show, every peer's sample pooled: binomial, times the number of GPUs compared) is below the
-  one-sided normal tail of `minZ`, and at least two are. The median hides slowness in fewer than half the
-  samples; this does not. Healthy GPUs show a slow sample now and then, and a fleet of hundreds shows a rare
-  count somewhere: hence the peers' own rate, and the count of GPUs, in the test.
+  median; a GPU is unstable when its slow samples are more, and deeper, than a healthy GPU's would be among its
+  peers': the exact chance that its samples hold so many of the pool's deepest (rules/stability.py weighs count
+  and depth), times the number of GPUs compared, below the one-sided normal tail of `minZ`. The median hides
+  slowness in fewer than half the samples; this does not. Healthy GPUs show a slow sample now and then, and a
+  fleet of hundreds shows a rare one somewhere: hence the peers' own samples, and the count of GPUs, in the test.
 
 Who a GPU's (or node's) peers are is decided in one place, `PeerIndex.pool_of`: today the whole fleet; pools of
 nodes plug in there. A comparison with fewer peers than `MIN_PEERS` is not made, and says so (`undecided`).
@@ -34,13 +34,21 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from gpucert.evaluate.rules.performance import Sampled
+from gpucert.evaluate.rules.stability import (
+    DEPTHS_TESTED,
+    MIN_SLOW_SAMPLES,
+    SlowSamples,
+    TailPool,
+    scan,
+    slow_samples,
+    verdict,
+)
 from gpucert.evaluate.stats import (
     MAD_TO_SIGMA,
     Summary,
     binomial_tail,
     median,
     node_spread,
-    quantile,
     summarize,
     t_quantile,
     tail_z,
@@ -68,7 +76,6 @@ NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY = (
     "stability",
 )
 COMPARISONS = (NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY)
-MIN_SLOW_SAMPLES = 2  # one slow sample is never a pattern, however rare it is among the peers
 Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
 FLEET = "fleet"
 
@@ -97,17 +104,6 @@ class Undecided:
 
 def _where(key: Key) -> str:
     return key[0] if key[1] is None else f"{key[0]}/gpu{key[1]}"
-
-
-@dataclass(frozen=True, slots=True)
-class _Slow:
-    """A measurement's slow samples: those more than maxDeviation below (worse than) its own median."""
-
-    k: int
-    n: int
-    median: float
-    low: float  # the 10th percentile (the 90th where lower is better): the depth of the bad tail
-    worst: float
 
 
 class PeerIndex:
@@ -139,13 +135,13 @@ class PeerIndex:
         self._pool_summaries: dict[str, tuple[list[float], Summary]] = {}
         self._within = self._within_node_spread()
         self._nodes = self._node_figures()
-        self._slow = {k: s for k, v in (samples or {}).items() if k in values and (s := self._slow_of(v)) is not None}
-        self._slow_pool: dict[str, tuple[int, int]] = defaultdict(lambda: (0, 0))
-        self._slow_members: dict[str, int] = defaultdict(int)
+        self._slow: dict[Key, SlowSamples] = {}
+        for k, v in (samples or {}).items():
+            if k in values and (s := slow_samples(v, self.sign, rules.max_deviation)) is not None:
+                self._slow[k] = s
+        self._tails: dict[str, TailPool] = defaultdict(TailPool)
         for k, s in self._slow.items():
-            pk, pn = self._slow_pool[self.pool_of(k[0])]
-            self._slow_pool[self.pool_of(k[0])] = (pk + s.k, pn + s.n)
-            self._slow_members[self.pool_of(k[0])] += 1
+            self._tails[self.pool_of(k[0])].add(s)
 
     # ---- who the peers are: the one place pools plug in -------------------------------------------------------
 
@@ -186,17 +182,6 @@ class PeerIndex:
         if not self.per_gpu:
             return {}
         return {node: median([self.values[k].value for k in keys]) for node, keys in self.by_node.items()}
-
-    def _slow_of(self, samples: Sequence[float]) -> _Slow | None:
-        if not samples:
-            return None
-        m = median(samples)
-        if m <= 0:
-            return None
-        k = sum(1 for x in samples if self.sign * (x / m - 1) < -self.rules.max_deviation)
-        low = quantile(samples, 0.1 if self.sign > 0 else 0.9)
-        worst = min(samples) if self.sign > 0 else max(samples)
-        return _Slow(k, len(samples), m, low, worst)
 
     # ---- the rules --------------------------------------------------------------------------------------------
 
@@ -360,55 +345,51 @@ class PeerIndex:
         )
 
     def stability(self, key: Key) -> Finding | None:
-        """`stability.<metric>`: pass or fail on the GPU's slow samples against its peers' rate; None when the
-        GPU's samples were not given or it has too few peers."""
+        """`stability.<metric>`: pass or fail on the count and depth of the GPU's slow samples against its peers'
+        (rules/stability.py); None when the GPU's samples were not given or it has too few peers."""
         check = f"stability.{self.metric}"
         mine = self._slow.get(key)
-        pool = self.pool_of(key[0])
-        peers = self._slow_members[pool] - (1 if mine is not None else 0)
+        tails = self._tails[self.pool_of(key[0])]
+        peers = tails.members - (1 if mine is not None else 0)
         if mine is None or peers < MIN_PEERS:
             return None
-        pk, pn = self._slow_pool[pool]
-        k_peers, n_peers = pk - mine.k, pn - mine.n
-        rate = (k_peers + 1) / (n_peers + 2)  # never zero: the peers' samples are a finite look at their rate
-        chance = binomial_tail(mine.k, mine.n, rate)
-        # a healthy fleet shows a rare count somewhere: what counts is the chance that any of its GPUs shows it
-        judged = peers + 1
-        anywhere = min(1.0, chance * judged)
-        z = tail_z(anywhere)
+        k_peers, n_peers = tails.k - mine.k, tails.n - mine.n
         unit = self.values[key].unit
-        limit = mine.median * (1 - self.sign * self.rules.max_deviation)
         figures = (
             f"{mine.k} of {mine.n} samples are more than {self.rules.max_deviation:.1%} {self._word()} its own median "
             f"{mine.median:.4g} {unit} ({'lowest' if self.sign > 0 else 'highest'} {mine.worst:.4g}, "
             f"{'10th' if self.sign > 0 else '90th'} percentile {mine.low:.4g}); its {peers} peers: {k_peers} "
             f"of {n_peers} samples ({k_peers / n_peers if n_peers else 0:.2%})"
         )
-        bad = mine.k >= MIN_SLOW_SAMPLES and z >= self.rules.min_z
-        if not bad:
-            return Finding(
-                check,
-                CheckStatus.PASS,
-                key[0],
-                key[1],
-                f"{_where(key)} {self.metric}: {figures}",
-                observed=round(mine.low, 4),
-                expected=round(mine.median, 4),
-                unit=unit,
-                limit=round(limit, 4),
+        found = scan(mine, tails)
+        judged = peers + 1
+        anywhere, z, bad = verdict(found, judged, self.rules.min_z)
+        status = CheckStatus.FAIL if bad else CheckStatus.PASS
+        message = f"{_where(key)} {self.metric}: {figures}"
+        if found is not None:
+            why = (
+                f"{found.own} of its samples are at least {found.depth:.1%} {self._word()} its median, where "
+                f"{found.as_deep - found.own} of its peers' {n_peers} are: so many that deep by chance p = "
+                f"{found.chance:.1e} per GPU (rank test over its and its peers' samples), {anywhere:.1e} for any "
+                f"of {judged} GPUs at {DEPTHS_TESTED} depths (z {z:.1f}, limit minZ {self.rules.min_z:g})"
             )
+            message = (
+                f"{_where(key)} {self.metric} is unstable where its peers are not: {figures}; {why}"
+                if status is CheckStatus.FAIL
+                else f"{message}; {why}"
+            )
+        elif mine.k:
+            message += f"; fewer than {MIN_SLOW_SAMPLES} slow samples are never a pattern"
         return Finding(
             check,
-            CheckStatus.FAIL,
+            status,
             key[0],
             key[1],
-            f"{_where(key)} {self.metric} is unstable where its peers are not: {figures}; that many by chance at "
-            f"the peers' rate: p = {chance:.1e} per GPU, {anywhere:.1e} for any of {judged} GPUs (z {z:.1f}, "
-            f"limit minZ {self.rules.min_z:g})",
+            message,
             observed=round(mine.low, 4),
             expected=round(mine.median, 4),
             unit=unit,
-            limit=round(limit, 4),
+            limit=round(mine.median * (1 - self.sign * self.rules.max_deviation), 4),
         )
 
     # ---- what the verdict says beside the checks ---------------------------------------------------------------

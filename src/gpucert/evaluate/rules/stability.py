@@ -1,0 +1,134 @@
+"""`stability.<metric>`: a GPU (or node) whose samples are slow now and then where its peers' are not. Pure:
+samples in, the statistic out; `PeerIndex.stability` words the finding.
+
+A sample is slow when it is more than `maxDeviation` below (worse than) the GPU's own median. How slow matters as
+much as how many: three samples 20% down are rarer among healthy GPUs than three 6% down. The test weighs both
+by asking the pool's samples themselves how rare that depth is, with no model of their tail:
+
+- Every sample of the pool (each GPU's relative to its own median, the GPU's own included) is ranked by depth.
+  If the GPU were as healthy as its peers, each of its samples would be as likely as any other to be among the
+  deepest; the chance that its n samples hold at least j of the pool's r deepest is hypergeometric, exact for any
+  distribution of healthy samples (heavy tails, rare hiccups, whatever the peers show).
+- The threshold r is set by the GPU's own samples: its 3rd deepest, its 4th deepest, and (five or more slow) its
+  shallowest slow sample, each with every sample of the pool at least as deep. Deep samples make r small, so the
+  chance small: depth is weighed by how few of the peers' samples reach it. Three depths are tested; the chance
+  is multiplied by three (Bonferroni) and by the number of GPUs judged, and the GPU fails when that is below the
+  one-sided normal tail of `minZ` (2.3e-4 at 3.5) for its metric.
+- Beyond the deepest sample any peer shows, the samples cannot say how rare a depth is; nothing is extrapolated
+  (a fitted tail would flag the heavy tails real boards have). So a GPU needs three slow samples beyond its
+  peers' in pools of about 110 GPUs or more (the chance is about 3 / GPUs^2), four in smaller ones; two never
+  reach the bar below about 13,000 GPUs and are not tested. The number of samples sets the power: how likely a
+  GPU slow in a fraction of its repetitions shows three (benchmarks/stability.py).
+
+The count test it replaces (samples beyond `maxDeviation` against the peers' rate at that fixed depth, binomial)
+ignored depth, and its rate estimated from the data made it lenient by about j! at j slow samples.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpucert.evaluate.stats import hypergeometric_tail, median, quantile, tail_z
+
+__all__ = [
+    "DEPTHS_TESTED",
+    "MIN_SLOW_SAMPLES",
+    "DepthScan",
+    "SlowSamples",
+    "TailPool",
+    "scan",
+    "slow_samples",
+    "verdict",
+]
+
+MIN_SLOW_SAMPLES = 3  # the fewest slow samples tested: two are 1 / GPUs likely among the pool's deepest anyway
+SHALLOWEST_FROM = 5  # with this many slow samples or more, all of them are tested too (at the shallowest's depth)
+DEPTHS_TESTED = 3  # the 3rd and 4th deepest, and all of them from SHALLOWEST_FROM: the Bonferroni factor
+
+
+@dataclass(frozen=True, slots=True)
+class SlowSamples:
+    """A measurement's slow samples: those more than maxDeviation below (worse than) its own median."""
+
+    k: int
+    n: int
+    median: float
+    low: float  # the 10th percentile (the 90th where lower is better): the depth of the bad tail
+    worst: float
+    depths: tuple[float, ...]  # each slow sample's shortfall from the median, relative, deepest first
+
+
+def slow_samples(samples: Sequence[float], sign: float, max_deviation: float) -> SlowSamples | None:
+    """The samples' slow ones (`sign` +1 where higher is better, -1 where lower is), None without samples."""
+    if not samples:
+        return None
+    m = median(samples)
+    if m <= 0:
+        return None
+    depths = sorted((-sign * (x / m - 1) for x in samples if sign * (x / m - 1) < -max_deviation), reverse=True)
+    low = quantile(samples, 0.1 if sign > 0 else 0.9)
+    worst = min(samples) if sign > 0 else max(samples)
+    return SlowSamples(len(depths), len(samples), m, low, worst, tuple(depths))
+
+
+class TailPool:
+    """A pool's slow samples, every member's at once (the GPU judged among them): how many are at least so deep."""
+
+    def __init__(self) -> None:
+        self.n = 0  # every sample of the pool's members, slow or not
+        self.k = 0
+        self.members = 0
+        self._depths: list[float] = []  # ascending once frozen
+        self._sorted = True
+
+    def add(self, s: SlowSamples) -> None:
+        self.n += s.n
+        self.k += s.k
+        self.members += 1
+        self._depths.extend(s.depths)
+        self._sorted = False
+
+    def at_least(self, depth: float) -> int:
+        if not self._sorted:
+            self._depths.sort()
+            self._sorted = True
+        return len(self._depths) - bisect.bisect_left(self._depths, depth)
+
+
+@dataclass(frozen=True, slots=True)
+class DepthScan:
+    """The GPU's most telling depth: `own` of its samples at least `depth` below its median, where `as_deep` of
+    the pool's samples (its own included) are; `chance`: that a healthy GPU's samples hold that many of them."""
+
+    own: int
+    depth: float
+    as_deep: int
+    chance: float
+
+
+def _tested(k: int) -> list[int]:
+    return [j for j in (MIN_SLOW_SAMPLES, MIN_SLOW_SAMPLES + 1) if j <= k] + ([k] if k >= SHALLOWEST_FROM else [])
+
+
+def scan(mine: SlowSamples, pool: TailPool) -> DepthScan | None:
+    """The smallest chance over the depths tested (None with fewer than MIN_SLOW_SAMPLES slow samples); `pool`
+    holds `mine` too."""
+    best: DepthScan | None = None
+    for j in _tested(mine.k):
+        depth = mine.depths[j - 1]
+        own = sum(1 for d in mine.depths if d >= depth)  # ties: every one of its samples that deep
+        as_deep = max(pool.at_least(depth), own)
+        chance = hypergeometric_tail(own, max(pool.n, mine.n), mine.n, as_deep)
+        if best is None or chance < best.chance:
+            best = DepthScan(own, depth, as_deep, chance)
+    return best
+
+
+def verdict(found: DepthScan | None, judged: int, min_z: float) -> tuple[float, float, bool]:
+    """The chance that any of `judged` healthy GPUs shows what the scan found at any depth tested, its z, and
+    whether that is unstable (z at least `minZ`): a healthy fleet shows a rare depth somewhere."""
+    anywhere = min(1.0, found.chance * DEPTHS_TESTED * judged) if found is not None else 1.0
+    z = tail_z(anywhere)
+    return anywhere, z, found is not None and z >= min_z
