@@ -212,7 +212,7 @@ def test_a_local_queue_that_does_not_exist_is_said_and_nothing_is_made(
     fabric, _ = all_reduce(served_cluster, tmp_path, GANG)
     (error,) = fabric.errors
     assert "Kueue has no LocalQueue 'gpucert' in namespace gpucert" in error.message
-    assert "target.gang.localQueue" in error.message
+    assert "(deploy/kueue/localqueue.yaml) or name an existing one in target.gang.localQueue" in error.message
     assert created(served_cluster, "jobsets") == []
     assert created(served_cluster, "configmaps") == []
 
@@ -270,3 +270,11 @@ def test_a_service_account_that_may_not_read_crds_is_told_which_grant_is_missing
     assert "deploy/rbac.yaml" in said
     assert "target.gang needs to read the JobSet and Kueue CRDs" in said
     assert created(served_cluster, "configmaps") == []  # asked before anything is made
+
+
+def test_the_local_queue_deploy_offers_is_one_kueue_accepts_and_the_one_the_docs_name() -> None:
+    doc = yaml.safe_load((ROOT / "deploy" / "kueue" / "localqueue.yaml").read_text())
+    assert crds.problems(doc) == []  # Kueue v0.10.6's LocalQueue schema
+    assert doc["metadata"] == {"name": "gpucert", "namespace": NS}
+    assert "localQueue: gpucert" in (ROOT / "docs" / "probes.md").read_text()
+    assert crds.problems({**doc, "spec": {"clusterQueue": "gpus", "queue": "x"}}) != []

@@ -152,8 +152,8 @@ class Gang:
             if status_of(exc) != 404:
                 raise
             return (
-                f"Kueue has no LocalQueue {self.spec.local_queue!r} in namespace {t.namespace}: create it (docs/"
-                "probes.md, gang admission) or name an existing one in target.gang.localQueue"
+                f"Kueue has no LocalQueue {self.spec.local_queue!r} in namespace {t.namespace}: create it "
+                "(deploy/kueue/localqueue.yaml) or name an existing one in target.gang.localQueue"
             )
         return self._spread(nodes)
 
