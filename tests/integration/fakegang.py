@@ -44,6 +44,7 @@ class FakeGang:
     cluster: FakeCluster
     quota_gpus: int = 1 << 20  # the ClusterQueue's nominal nvidia.com/gpu behind the LocalQueue
     flavor: str = "default-flavor"
+    takes_jobsets: bool = True  # False: Kueue configured without the jobset.x-k8s.io/jobset integration
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     admitted: dict[str, int] = field(default_factory=dict)  # JobSet uid -> the GPUs it holds
@@ -75,7 +76,8 @@ class FakeGang:
             for js in self.cluster.list("jobsets"):
                 live.add(js["metadata"]["uid"])
                 if js["spec"].get("suspend"):
-                    self._queue(js)
+                    if self.takes_jobsets:
+                        self._queue(js)
                 elif not self.cluster.list(
                     "jobs", js["metadata"]["namespace"], f"{JOBSET_NAME}={js['metadata']['name']}"
                 ):

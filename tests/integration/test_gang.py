@@ -205,6 +205,18 @@ def test_not_admitted_in_time_is_the_all_reduce_error_no_rank_started_and_nothin
     assert asked == {u for u in used if u[0] in groups}  # what `gpucert preflight` checks it may do
 
 
+def test_a_jobset_kueue_never_takes_up_is_said_to_be_one(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    gang = FakeGang(served_cluster, takes_jobsets=False).install().start()
+    try:
+        fabric, _ = all_reduce(served_cluster, tmp_path, {**GANG, "admissionTimeoutSeconds": 1})
+    finally:
+        gang.close()
+    (error,) = fabric.errors
+    assert "not admitted by Kueue in 1 s" in error.message
+    assert "Kueue made no Workload for it; is `jobset.x-k8s.io/jobset` among Kueue's integrations" in error.message
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
+
+
 def test_a_local_queue_that_does_not_exist_is_said_and_nothing_is_made(
     served_cluster: FakeCluster, tmp_path: Path
 ) -> None:

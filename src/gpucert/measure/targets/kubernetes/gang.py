@@ -17,9 +17,12 @@ What the pinned releases say (their CRDs are tests/fixtures/gang/):
 - Kueue v0.10.6 (kubernetes-sigs/kueue): a JobSet joins a LocalQueue by the label `kueue.x-k8s.io/queue-name`
   (pkg/controller/constants/constants.go, QueueLabel); its Workload carries `kueue.x-k8s.io/job-uid` (JobUIDLabel)
   and says why it waits in its QuotaReserved condition (pkg/workload/workload.go,
-  UnsetQuotaReservationWithCondition). Kueue's own topology-aware scheduling (`kueue.x-k8s.io/podset-required-
-  topology`, apis/kueue/v1alpha1/tas_types.go) is alpha and off by default in that release (pkg/features/
-  kube_features.go, TopologyAwareScheduling) and needs Topology objects, so placement uses JobSet's annotation.
+  UnsetQuotaReservationWithCondition). Kueue takes JobSets up where its configuration lists `jobset.x-k8s.io/jobset`
+  in integrations.frameworks (config/components/manager/controller_manager_config.yaml does by default); a JobSet
+  with no Workload is said to be one Kueue never took up. Kueue's own topology-aware scheduling
+  (`kueue.x-k8s.io/podset-required-topology`, apis/kueue/v1alpha1/tas_types.go) is alpha and off by default in that
+  release (pkg/features/kube_features.go, TopologyAwareScheduling) and needs Topology objects, so placement uses
+  JobSet's annotation.
 
 Detection reads the two CRDs (apiextensions.k8s.io/v1): a 404 is "not installed"; only a spec with `target.gang`
 asks, so a cluster without it sees no new request.
@@ -234,6 +237,11 @@ class Gang:
             )
         except (ClusterAccessError, IncompleteRunError) as exc:
             return f"(Kueue's Workload could not be read: {exc})"
+        if not items:  # Kueue never took it up: its configuration leaves JobSets out (they are in by default)
+            return (
+                "Kueue made no Workload for it; is `jobset.x-k8s.io/jobset` among Kueue's integrations.frameworks "
+                "(its controller_manager_config.yaml)?"
+            )
         for wl in items:
             for cond in (wl.get("status") or {}).get("conditions") or []:
                 if cond.get("type") == "QuotaReserved" and cond.get("status") == "False":
