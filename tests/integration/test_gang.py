@@ -221,12 +221,18 @@ def test_a_local_queue_that_does_not_exist_is_said_and_nothing_is_made(
     served_cluster: FakeCluster, tmp_path: Path
 ) -> None:
     FakeGang(served_cluster).install(queue=None)
-    fabric, _ = all_reduce(served_cluster, tmp_path, GANG)
-    (error,) = fabric.errors
-    assert "Kueue has no LocalQueue 'gpucert' in namespace gpucert" in error.message
-    assert "(deploy/kueue/localqueue.yaml) or name an existing one in target.gang.localQueue" in error.message
+    for n in NODES:
+        served_cluster.put("nodes", node(n))
+    target = open_target(load_spec(spec_file(tmp_path, GANG)))
+    plan = MeasurePlan(run_id="gang-1", probes=(Probe.NCCL,), dcgm_level=1)
+    pairs = target.measure_fabrics([NODES[:2], NODES[2:]], plan)  # two all-reduces side by side (pairs)
+    for fabric in pairs:
+        (error,) = fabric.errors
+        assert "Kueue has no LocalQueue 'gpucert' in namespace gpucert" in error.message
+        assert "(deploy/kueue/localqueue.yaml) or name an existing one in target.gang.localQueue" in error.message
     assert created(served_cluster, "jobsets") == []
     assert created(served_cluster, "configmaps") == []
+    assert sum("/localqueues/" in p for _, p in served_cluster.requests) == 1  # asked once, not once per pair
 
 
 def test_nodes_across_topology_domains_are_refused_before_anything_is_made(

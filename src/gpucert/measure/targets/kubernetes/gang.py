@@ -91,6 +91,7 @@ class Gang:
     spec: GangSpec
     submitted: dict[str, float] = field(default_factory=dict)  # JobSet -> when it was created
     admitted: dict[str, float] = field(default_factory=dict)  # JobSet -> when it was seen admitted
+    queue_said: str | None = None  # why the LocalQueue cannot take the run ("" : it can), once asked
 
     @classmethod
     def detect(cls, jobs: FabricJobs) -> Gang | None:
@@ -140,6 +141,11 @@ class Gang:
 
     def problem(self, nodes: list[str]) -> str:
         """Why the JobSet across `nodes` cannot be admitted or placed, before anything is made; "" if it can."""
+        if self.queue_said is None:  # once for all the groups of this batch
+            self.queue_said = self._queue_problem()
+        return self.queue_said or self._spread(nodes)
+
+    def _queue_problem(self) -> str:
         t = self.jobs.cluster.options
         kube = self.jobs.cluster.kube
         try:
@@ -158,7 +164,7 @@ class Gang:
                 f"Kueue has no LocalQueue {self.spec.local_queue!r} in namespace {t.namespace}: create it "
                 "(deploy/kueue/localqueue.yaml) or name an existing one in target.gang.localQueue"
             )
-        return self._spread(nodes)
+        return ""
 
     def _spread(self, nodes: list[str]) -> str:
         """Exclusive placement puts every rank in one domain of the topology label: nodes in several cannot run."""
