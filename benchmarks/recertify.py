@@ -6,9 +6,10 @@ Each study node is measured by gpucert's simulator (SimulatedTarget.measure_node
 run-to-run offsets): at handover, then in as many more signed runs as the history scenario says, then once more at
 recertification, clean and with one GPU slowed on memory.bandwidth. Every GPU's eight own figures (memory, five
 GEMM dtypes, two PCIe directions) are judged by gpucert's own handover rule (judge_against_handover) with the noise
-a recertification would read (the board's own repeatability from 4 runs, else pooled over the node's 8 boards,
-else none: rules/drift.py's estimates), and with the bar of the 73 handover figures a recertification of an 8-GPU
-node judges. The run folders and pytest around them are left out, so hundreds of recertifications fit in minutes.
+a recertification would read (pooled over the node's 8 boards' own earlier runs, else over their figures now
+against the one handover run, else none: handover_checks._repeatability), and with the bar of the 73 handover
+figures a recertification of an 8-GPU node judges. The run folders and pytest around them are left out, so
+hundreds of recertifications fit in minutes.
 
     PYTHONPATH=src .venv/bin/python benchmarks/recertify.py [--seeds 40] [--results benchmarks/RESULTS.md]
     PYTHONPATH=src .venv/bin/python benchmarks/recertify.py --smoke     # a tiny study: the code path, in seconds
@@ -34,10 +35,9 @@ from gpucert.evaluate.rules.drift import (  # noqa: E402
     DEFAULT_LIMIT,
     Earlier,
     drift_bar,
-    own_repeatability,
     pooled_repeatability,
 )
-from gpucert.evaluate.rules.handover import HandoverNoise, judge_against_handover  # noqa: E402
+from gpucert.evaluate.rules.handover import HandoverNoise, judge_against_handover, node_repeatability  # noqa: E402
 from gpucert.evaluate.rules.performance import Sampled  # noqa: E402
 from gpucert.evaluate.stats import summarize  # noqa: E402
 from gpucert.measure.targets.base import MeasurePlan  # noqa: E402
@@ -54,7 +54,8 @@ JUDGED = 8 * len(GPU_METRICS) + len(NODE_METRICS)  # the handover figures of one
 REAL = {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005, "tails": {"df": 5, "outliers": 0.005, "depth": 0.05}}
 PROBES = (Probe.MEMORY, Probe.COMPUTE, Probe.PCIE)
 # how much history the recertification is given: none (history not used), the handover run alone (one run of each
-# board: repeatability pooled over the node's boards), or handover and 3 more (the board's own, from 4 runs)
+# board: its figure now against it, pooled over the node's boards), or handover and 3 more (each board's spread
+# over its 4 runs, pooled over the node's boards: 24 degrees of freedom)
 HISTORIES = {"none": 1, "handover": 1, "handover + 3 runs": 4}
 
 Figures = dict[tuple[int, str], Earlier]  # per (GPU, metric): a run's median, spread and sample count
@@ -93,11 +94,10 @@ def _noise(history: str, runs: list[Figures], now: Figures, key: tuple[int, str]
     """What a recertification reads for the board: handover_checks._repeatability over the history given."""
     if history == "none":
         return HandoverNoise(None, "no history", bar)
-    earlier = [r[key] for r in runs]
-    own = own_repeatability(earlier)
-    if own is not None:
-        return HandoverNoise(own, "own", bar)
     metric = key[1]
+    pooled = node_repeatability([[r[(g, metric)] for r in runs] for g in range(GPUS)])
+    if pooled is not None:
+        return HandoverNoise(pooled[0], "the node's boards' runs", bar)
     ratios = [now[(g, metric)].median / (sum(r[(g, metric)].median for r in runs) / len(runs)) for g in range(GPUS)]
     return HandoverNoise(pooled_repeatability(ratios, [len(runs)] * GPUS), "pooled", bar)
 

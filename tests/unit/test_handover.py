@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 
 from gpucert.errors import ConfigError
-from gpucert.evaluate.rules.drift import drift_bar
-from gpucert.evaluate.rules.handover import HandoverNoise, difference_error, judge_against_handover
+from gpucert.evaluate.rules.drift import Earlier, drift_bar
+from gpucert.evaluate.rules.handover import (
+    HandoverNoise,
+    difference_error,
+    judge_against_handover,
+    node_repeatability,
+)
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.measure.targets.kubernetes.nodes import gpu_pods
 from gpucert.plan.checks import CheckStatus, Finding
@@ -70,6 +75,24 @@ def test_without_history_the_samples_own_error_judges_and_the_finding_says_so() 
     found = _judge(0.025, repeatability=None)
     assert found.status is CheckStatus.FAIL  # fail closed: unknown noise never widens the tolerance
     assert "run-to-run repeatability unknown (no history)" in found.message
+
+
+def test_a_nodes_boards_pool_their_own_runs_into_one_repeatability() -> None:
+    """Each board's spread over its own runs (3 degrees of freedom from 4) comes out low by chance often enough to
+    fail healthy boards (benchmarks/recertify.py: 8 of 40 nodes at 1% between runs); pooled over the node's 8
+    boards it has 24."""
+
+    def board(*medians: float) -> list[Earlier]:
+        return [Earlier(f"r{i}", f"t{i}", m) for i, m in enumerate(medians)]
+
+    steady, noisy = board(100.0, 100.0, 100.0, 100.0), board(99.0, 101.0, 99.0, 101.0)
+    sd, degrees = node_repeatability([noisy] * 4 + [steady] * 4) or (0.0, 0)
+    assert degrees == 24
+    # the noisy boards' squares (4 x 0.01^2 each) over every board's degrees of freedom
+    assert sd == pytest.approx(math.sqrt(4 * 4 * 0.01**2 / 24))
+    assert node_repeatability([board(100.0, 101.0)] * 7) is None  # 7 degrees of freedom: too few
+    assert node_repeatability([board(100.0)] * 8) is None  # the handover run alone: no spread to pool
+    assert node_repeatability([board(100.0, 101.0)] * 8) == (pytest.approx(math.sqrt(2 * (0.5 / 100.5) ** 2)), 8)
 
 
 def test_a_bad_node_baseline_names_the_file_the_key_and_the_line(tmp_path: Path) -> None:

@@ -4,22 +4,35 @@ A GPU may be well inside its SKU's tolerance and still be measurably slower than
 fails when it has fallen below its handover median by more than the limit (the baseline's `drift.limit`, 2% by
 default: the handover figure is the board's own earlier figure, as history is for `drift`) AND by more than the
 noise of the difference explains: the standard error of (now / handover - 1), from each run's own samples (the
-spread and sample count of this run and of handover) and the board's run-to-run repeatability where its history
-gives one (rules/drift.py: its own earlier medians, else pooled over its pool's boards), times the multiplicity bar
-of every handover figure the run judges (drift.drift_bar at the spec's `certify.drift.confidence`). A GPU whose
-serial changed was swapped, and its handover figures do not apply to the new board.
+spread and sample count of this run and of handover) and the boards' run-to-run repeatability where history gives
+one (node_repeatability: each board's earlier medians, pooled over the node's boards; else rules/drift.py's pooled
+estimate from the boards' figures now against their history), times the multiplicity bar of every handover
+figure the run judges (drift.drift_bar at the spec's `certify.drift.confidence`). A GPU whose serial changed was
+swapped, and its handover figures do not apply to the new board.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpucert.evaluate.rules.drift import DEFAULT_LIMIT, Earlier, sampling_error
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.plan.checks import CheckStatus, Finding
 
-__all__ = ["HandoverNoise", "difference_error", "judge_against_handover", "judge_identity"]
+__all__ = [
+    "MIN_DEGREES",
+    "HandoverNoise",
+    "difference_error",
+    "judge_against_handover",
+    "judge_identity",
+    "node_repeatability",
+]
+
+# the degrees of freedom a repeatability pooled over a node's boards needs (8 boards with 2 runs each): with fewer,
+# an estimate that came out low by chance fails healthy boards (benchmarks/recertify.py)
+MIN_DEGREES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +45,24 @@ class HandoverNoise:
     source: str
     bar: float
     limit: float = DEFAULT_LIMIT
+
+
+def node_repeatability(boards: Sequence[Sequence[Earlier]]) -> tuple[float, int] | None:
+    """The run-to-run repeatability of one node's boards pooled: the relative spread of each board's earlier
+    medians about its own mean, pooled over the boards (one variance, sum of squares over degrees of freedom), and
+    the degrees of freedom; None with fewer than MIN_DEGREES. A board's own spread from a few runs has as many
+    degrees of freedom as runs less one (3 from 4), and its chance lows fail healthy boards; the node's boards
+    share the estimate as rules/drift.py's pooled estimate assumes a pool's boards do."""
+    squares, degrees = 0.0, 0
+    for earlier in boards:
+        if len(earlier) < 2:
+            continue
+        mean = sum(e.median for e in earlier) / len(earlier)
+        squares += sum((e.median / mean - 1) ** 2 for e in earlier)
+        degrees += len(earlier) - 1
+    if degrees < MIN_DEGREES:
+        return None
+    return math.sqrt(squares / degrees), degrees
 
 
 def _median_error(spread: float, n: int) -> float:

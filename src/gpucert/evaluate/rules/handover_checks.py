@@ -8,9 +8,9 @@ import dataclasses
 
 from gpucert.evaluate.locate import figure, gpu_evidence
 from gpucert.evaluate.registry import no_rule
-from gpucert.evaluate.rules.drift import board_history, drift_bar, own_repeatability
+from gpucert.evaluate.rules.drift import Earlier, board_history, drift_bar
 from gpucert.evaluate.rules.drift_checks import pooled_of
-from gpucert.evaluate.rules.handover import HandoverNoise, judge_against_handover, judge_identity
+from gpucert.evaluate.rules.handover import HandoverNoise, judge_against_handover, judge_identity, node_repeatability
 from gpucert.evaluate.rules.performance import samples_of
 from gpucert.evaluate.stats import summarize
 from gpucert.evaluate.view import GpuSlot, RunView
@@ -65,26 +65,43 @@ def _bar(view: RunView) -> float:
     return drift_bar(tests, view.spec.certify.drift.confidence)
 
 
-def _repeatability(view: RunView, node: str, gpu: int | None, metric: str) -> tuple[float | None, str]:
-    """The board's run-to-run repeatability of `metric` and where it came from: the spread of its own earlier
-    medians in the run's history, else pooled over its pool's boards (the `drift` family's estimates)."""
+def _node_boards(view: RunView, node: str, metric: str) -> list[list[Earlier]]:
+    """The earlier runs of each board now in `node`, of `metric`, from the run's history (by serial, same spec and
+    SKU baseline; refused entries set aside)."""
     snapshot = view.history
     history = snapshot.nodes.get(node) if snapshot is not None else None
+    ev = view.measured_node(node)
+    if snapshot is None or history is None or ev is None:
+        return []
+    return [
+        board_history(
+            history.entries,
+            spec=snapshot.spec,
+            baseline=view.baseline_digest(node),
+            gpu=g.index,
+            serial=g.serial,
+            metric=metric,
+            refused=history.refused,
+        ).earlier
+        for g in ev.gpus
+    ]
+
+
+def _repeatability(view: RunView, node: str, gpu: int | None, metric: str) -> tuple[float | None, str]:
+    """The board's run-to-run repeatability of `metric` and where it came from: pooled over the node's boards'
+    own earlier runs where they are enough (rules/handover.node_repeatability), else over the boards' figures now
+    against their history (the `drift` family's pooled estimate: one run of each, the handover's)."""
     if gpu is None:
         return None, "history holds GPUs' figures, not the node's"
-    if snapshot is None or history is None:
+    if view.history is None or view.history.nodes.get(node) is None:
         return None, f"no history of {node} in this run"
-    g = gpu_evidence(view, metric, GpuSlot(node, gpu))
-    serial = None if isinstance(g, Finding) else g.serial
-    bh = board_history(history.entries, spec=snapshot.spec, baseline=view.baseline_digest(node), gpu=gpu,
-                       serial=serial, metric=metric, refused=history.refused)  # fmt: skip
-    own = own_repeatability(bh.earlier)
-    if own is not None:
-        return own, f"its own {len(bh.earlier)} runs"
-    pooled = pooled_of(view, node, metric)
+    pooled = view.once(f"handover.node/{node}/{metric}", lambda: node_repeatability(_node_boards(view, node, metric)))
     if pooled is not None:
-        return pooled, f"pooled over pool {view.pools.name_of(node)}'s boards"
-    return None, "too few runs of its own and too few boards of its pool with history"
+        return pooled[0], f"pooled over the node's boards' earlier runs, {pooled[1]} degrees of freedom"
+    across = pooled_of(view, node, metric)
+    if across is not None:
+        return across, f"pooled over pool {view.pools.name_of(node)}'s boards now against their history"
+    return None, "too few runs and boards with history"
 
 
 def _noise(view: RunView, node: str, gpu: int | None, metric: str) -> HandoverNoise:
