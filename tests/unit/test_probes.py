@@ -536,4 +536,4 @@ def test_process_zero_reports_who_never_joined(tmp_path: Path) -> None:
     fabric = run_multinode(plan, rank=0, processes=2, host="localhost", port=_free_port(), timeout_s=0.5)
     assert fabric is not None
     assert not fabric.collected
-    assert "processes [1] did not join within 0.5 s" in fabric.errors[0].message
+    assert f"processes [1] did not join within 0.5 s (joined: process 0 on {plan.node})" in fabric.errors[0].message

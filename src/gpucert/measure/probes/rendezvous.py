@@ -74,8 +74,9 @@ class Rendezvous:
                         conn, _ = server.accept()
                     except TimeoutError:
                         missing = sorted(set(range(self.processes)) - set(peers))
+                        came = ", ".join(f"process {r} on {p.node}" for r, p in sorted(peers.items()))
                         raise TimeoutError(
-                            f"rendezvous: processes {missing} did not join within {self.timeout_s:g} s"
+                            f"rendezvous: processes {missing} did not join within {self.timeout_s:g} s (joined: {came})"
                         ) from None
                     with contextlib.ExitStack() as unless_kept:
                         unless_kept.callback(conn.close)
