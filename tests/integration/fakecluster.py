@@ -151,6 +151,7 @@ class FakeCluster:
     log_errors: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # (ns, pod) -> kubelet's answer
     expired_watches: int = 0  # the next N watches from a resourceVersion get 410 Gone (compacted away)
     hung_watches: int = 0  # the next N watches send nothing for `hang_s` (a hung API server)
+    dropped_watches: int = 0  # the next N watches end after their first event (a proxy cutting the stream)
     hang_s: float = 0.0
     requests: list[tuple[str, str]] = field(default_factory=list)
     on_request: Callable[[str, str], None] | None = None  # (method, path), before the request is answered
@@ -410,6 +411,13 @@ class FakeCluster:
             return iter([(json.dumps({"type": "ERROR", "object": gone}) + "\n").encode()])
         return None
 
+    def _dropped(self) -> bool:
+        """Whether this watch is one the test had cut after its first event."""
+        with self.cond:
+            dropped = self.dropped_watches > 0
+            self.dropped_watches -= dropped
+            return dropped
+
     def _watch(
         self, kind: str, ns: str | None, selector: str, rv: str | None, timeout: float, fields: str = ""
     ) -> Iterator[bytes]:
@@ -418,6 +426,7 @@ class FakeCluster:
         if fault is not None:
             yield from fault
             return
+        dropped = self._dropped()
         with self.cond:
             if rv:
                 seen = int(rv)
@@ -427,6 +436,12 @@ class FakeCluster:
         if not rv:
             for obj in initial:
                 yield (json.dumps({"type": "ADDED", "object": obj}) + "\n").encode()
+        yield from self._events(kind, ns, selector, fields, seen, deadline, dropped)
+
+    def _events(
+        self, kind: str, ns: str | None, selector: str, fields: str, seen: int, deadline: float, dropped: bool
+    ) -> Iterator[bytes]:
+        """The events after resourceVersion `seen` until `deadline` (only the first of them when `dropped`)."""
         while True:
             with self.cond:
                 fresh = [e for e in self.events if e[0] > seen and e[1] == kind and (ns is None or e[2] == ns)]
@@ -440,3 +455,5 @@ class FakeCluster:
                 seen = rv_
                 if _selected(obj, selector, fields):
                     yield (json.dumps({"type": etype, "object": obj}) + "\n").encode()
+                    if dropped:
+                        return

@@ -96,8 +96,9 @@ GANG = {"localQueue": "gpucert"}
 
 @pytest.fixture(autouse=True)
 def short_watch_slices(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Admission is read between watch slices (a JobSet's change is no pod event): short ones keep this file fast."""
-    monkeypatch.setattr(watch, "WATCH_SLICE_S", 1)
+    """Admission is read at each step of the run (a JobSet's change is no pod event): a step each second, the
+    default since the run keeps one watch (issue 28), keeps this file fast."""
+    monkeypatch.setattr(watch, "STEP_S", 1.0)
 
 
 def test_with_jobset_and_kueue_the_all_reduce_is_one_jobset_that_kueue_admits_whole_in_one_rack(

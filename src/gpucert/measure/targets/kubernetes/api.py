@@ -3,10 +3,12 @@ one place, for the target, the probe and fabric Jobs and node control alike.
 
 Transport errors are translated here, once: 401 becomes a ClusterAccessError about the credentials (expired or for
 another cluster), 403 one naming the verb, the resource and the identity (fix: deploy/rbac.yaml); connection
-failures, timeouts, 429 (after its Retry-After) and 5xx are retried with exponential backoff, then become an
-IncompleteRunError naming the endpoint. Every request, watches included, has a client-side timeout, so a hung API
-server is a retried failure, never a hung run. Lists are paginated (limit/continue) and read as raw JSON, one page
-at a time, so objects reach the rest of gpucert exactly as the API serves them, in bounded memory. With
+failures, timeouts, 429 (after its Retry-After) and 5xx are retried with exponential backoff and jitter, then
+become an IncompleteRunError naming the endpoint. Retries draw on one budget for the whole run (RetryBudget), so an
+API server in trouble sees a few retries in all, not a few for each of thousands of requests. Every request,
+watches included, has a client-side timeout, so a hung API server is a retried failure, never a hung run. Lists are
+paginated (limit/continue) and read as raw JSON, one page at a time, so objects reach the rest of gpucert exactly
+as the API serves them, in bounded memory. With
 targets/kubernetes*.py, the only rooms that import the `kubernetes` client.
 """
 
@@ -14,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -25,7 +29,16 @@ from typing import Any
 from gpucert.errors import AdmissionError, ClusterAccessError, ConfigError, IncompleteRunError
 from gpucert.spec.cluster import GpuSharing, KubernetesTargetSpec
 
-__all__ = ["CREDENTIALS_HINT", "PAGE_SIZE", "RBAC_HINT", "Cluster", "KubeApi", "retry_after_s", "status_of"]
+__all__ = [
+    "CREDENTIALS_HINT",
+    "PAGE_SIZE",
+    "RBAC_HINT",
+    "Cluster",
+    "KubeApi",
+    "RetryBudget",
+    "retry_after_s",
+    "status_of",
+]
 
 RBAC_HINT = "grant it with deploy/rbac.yaml (kubectl apply -f deploy/rbac.yaml) and run as that service account"
 CREDENTIALS_HINT = (
@@ -68,6 +81,34 @@ def _rbac_denial(body: Any) -> bool:
     return m is None or m.group(1).startswith("User ")
 
 
+class RetryBudget:
+    """The retries one run may make, shared by all its requests (gRPC's retry throttling, gRFC A6): a failed try
+    costs a token, a success earns back `ratio` of one, and a retry is made only while more than half the tokens are
+    left. A healthy API server never runs it down; one that fails everything gets about `tokens / 2` retries from the
+    whole run, then each request fails at its first try."""
+
+    def __init__(self, tokens: float = 20.0, ratio: float = 0.1) -> None:
+        self.capacity = tokens
+        self.tokens = tokens
+        self.ratio = ratio
+        self.spent = 0  # retries made
+        self.refused = 0  # retries refused
+        self._lock = threading.Lock()  # the pod watch's thread draws on it too
+
+    def take(self) -> bool:
+        """Whether a retry may be made now (it is then paid for)."""
+        with self._lock:
+            self.tokens = max(0.0, self.tokens - 1)
+            allowed = self.tokens > self.capacity / 2
+            self.spent += allowed
+            self.refused += not allowed
+            return allowed
+
+    def earn(self) -> None:
+        with self._lock:
+            self.tokens = min(self.capacity, self.tokens + self.ratio)
+
+
 class KubeApi:
     """One API server, with the identity gpucert talks to it as."""
 
@@ -80,6 +121,7 @@ class KubeApi:
         backoff_s: float = 0.5,
         timeout_s: tuple[float, float] = (5.0, 60.0),
         page_size: int = PAGE_SIZE,
+        budget: RetryBudget | None = None,
     ) -> None:
         self.client = api_client
         self.identity = identity
@@ -87,6 +129,7 @@ class KubeApi:
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
         self.page_size = page_size
+        self.budget = budget or RetryBudget()
         self.endpoint = str(api_client.configuration.host)
 
     @classmethod
@@ -182,12 +225,18 @@ class KubeApi:
 
         last: Exception | None = None
         wait: float | None = None
+        tries = 0
         for attempt in range(self.retries + 1):
             if attempt:
+                if not self.budget.take():
+                    break
                 time.sleep(wait if wait is not None else self.backoff(attempt))
             wait = None
+            tries += 1
             try:
-                return fn(_request_timeout=self.timeout_s, _preload_content=False, **kwargs)
+                resp = fn(_request_timeout=self.timeout_s, _preload_content=False, **kwargs)
+                self.budget.earn()
+                return resp
             except ApiException as exc:
                 if exc.status == 401:
                     raise ClusterAccessError(
@@ -214,9 +263,10 @@ class KubeApi:
         detail = (
             f"HTTP {last.status} {last.reason}" if isinstance(last, ApiException) else f"{type(last).__name__}: {last}"
         )
+        spent = "" if tries > self.retries else ", and the run's retry budget is spent: it stops rather than add load"
         raise IncompleteRunError(
             f"cannot {verb} {resource}: the Kubernetes API at {self.endpoint} did not answer "
-            f"after {self.retries + 1} tries ({detail})"
+            f"after {tries} tries ({detail}){spent}"
         ) from last
 
     def json(self, verb: str, resource: str, fn: Callable[..., Any], **kwargs: Any) -> dict[str, Any]:
@@ -238,8 +288,10 @@ class KubeApi:
                 return
 
     def backoff(self, attempt: int) -> float:
-        """Seconds to wait before retry `attempt` (1, 2, ...): exponential from `backoff_s`."""
-        return float(self.backoff_s * 2 ** (attempt - 1))
+        """Seconds to wait before retry `attempt` (1, 2, ...): exponential from `backoff_s`, the upper half of it
+        at random, so that clients failed together do not retry together ("equal jitter")."""
+        ceiling = float(self.backoff_s * 2 ** (attempt - 1))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def watch_timeout(self, seconds: float) -> tuple[float, float]:
         """The client-side timeout of a watch of `seconds`: a hung API server ends the slice, not the run."""
