@@ -122,16 +122,30 @@ def cluster_policy(state: str = "ready") -> dict[str, Any]:
     }
 
 
+def _quick_stop() -> type[Any]:
+    from pytest_httpserver import HTTPServer
+
+    class QuickStop(HTTPServer):
+        """pytest-httpserver's server, stopped in a twentieth of a second rather than half of one: its thread runs
+        werkzeug's serve_forever at socketserver's default poll_interval of 0.5 s, and stop() waits for that loop
+        to look ("about 0.5 seconds in worst case", pytest_httpserver 1.2.1 httpserver.py, HTTPServer.stop). Every
+        test on the served cluster paid it at teardown."""
+
+        def thread_target(self) -> None:
+            assert self.server is not None
+            self.server.serve_forever(poll_interval=0.05)
+
+    return QuickStop
+
+
 @pytest.fixture
 def served_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
     """A FakeCluster with only the run namespace (labelled as deploy/rbac.yaml labels it) behind a threaded HTTP
     server, with $KUBECONFIG pointing at it (context `fake`)."""
-    from pytest_httpserver import HTTPServer
-
     fake = FakeCluster()
     labels = {"kubernetes.io/metadata.name": "gpucert", "pod-security.kubernetes.io/enforce": "restricted"}
     fake.put("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpucert", "labels": labels}})
-    server = HTTPServer(threaded=True)
+    server = _quick_stop()(threaded=True)
     server.expect_request(re.compile(".*")).respond_with_handler(fake.handle)  # every path, every method
     server.start()
     point_kubeconfig(tmp_path, monkeypatch, server.url_for("").rstrip("/"))
