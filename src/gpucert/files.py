@@ -22,7 +22,16 @@ from pydantic import BaseModel, ValidationError
 
 from gpucert.errors import EvidenceError
 
-__all__ = ["process_alive", "read_json", "read_json_object", "validate", "write_atomic", "write_json"]
+__all__ = [
+    "parse_json",
+    "process_alive",
+    "read_bytes",
+    "read_json",
+    "read_json_object",
+    "validate",
+    "write_atomic",
+    "write_json",
+]
 
 M = TypeVar("M", bound=BaseModel)
 _WRITTEN_AGAIN = "write it again with gpucert, or pass a folder gpucert wrote"
@@ -74,17 +83,26 @@ def write_json(path: Path, data: Any) -> Path:
     return write_atomic(path, json.dumps(data, indent=1) + "\n")
 
 
-def read_json(path: Path, *, missing: str = "pass a run folder written by gpucert") -> Any:
-    """The JSON document at `path`; EvidenceError naming the file, the line where it is not JSON, and the fix
-    (`missing` is the fix when there is no file)."""
+def read_bytes(path: Path, *, missing: str = "pass a run folder written by gpucert") -> bytes:
+    """The bytes of the document at `path`; EvidenceError naming the file and the fix (`missing` is the fix when
+    there is no file). For a reader that knows a document by its bytes before parsing them (evidence.read_evidence)."""
     try:
         if not stat.S_ISREG(path.stat().st_mode):  # a FIFO would block the read forever; a folder is no document
             raise EvidenceError(
                 "is not a regular file (a folder, a FIFO or a device): not what gpucert wrote", path=path
             )
-        return json.loads(path.read_bytes())
+        return path.read_bytes()
     except FileNotFoundError:
         raise EvidenceError(f"missing: {missing}", path=path) from None
+    except OSError as exc:
+        fix = "check its permissions" if exc.errno in (errno.EACCES, errno.EPERM) else _WRITTEN_AGAIN
+        raise EvidenceError(f"cannot read ({exc.strerror or exc}): {fix}", path=path) from None
+
+
+def parse_json(path: Path, data: bytes) -> Any:
+    """`data`, read from `path`, as JSON; EvidenceError naming the file and the line where it is not JSON."""
+    try:
+        return json.loads(data)
     except json.JSONDecodeError as exc:
         raise EvidenceError(
             f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): cut off or corrupted; {_WRITTEN_AGAIN}",
@@ -96,9 +114,12 @@ def read_json(path: Path, *, missing: str = "pass a run folder written by gpucer
         ) from None
     except RecursionError:
         raise EvidenceError(f"not JSON gpucert wrote (nested too deeply); {_WRITTEN_AGAIN}", path=path) from None
-    except OSError as exc:
-        fix = "check its permissions" if exc.errno in (errno.EACCES, errno.EPERM) else _WRITTEN_AGAIN
-        raise EvidenceError(f"cannot read ({exc.strerror or exc}): {fix}", path=path) from None
+
+
+def read_json(path: Path, *, missing: str = "pass a run folder written by gpucert") -> Any:
+    """The JSON document at `path`; EvidenceError naming the file, the line where it is not JSON, and the fix
+    (`missing` is the fix when there is no file)."""
+    return parse_json(path, read_bytes(path, missing=missing))
 
 
 def read_json_object(path: Path, *, missing: str = "pass a run folder written by gpucert") -> dict[str, Any]:

@@ -79,3 +79,39 @@ def test_a_bool_or_string_where_a_number_belongs_is_refused(
     path.write_text(json.dumps(doc))
     with pytest.raises(EvidenceError, match=key.replace(".", r"\.")):
         read_evidence(path)
+
+
+def test_the_same_bytes_are_validated_once_while_a_reader_holds_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-test reads a carried node's document as the source's, as its copy and in the evaluation (issue 28):
+    the same bytes, validated once. A changed byte is another document, validated afresh (fail closed), and a
+    document no reader holds any more is not kept (the exporter reads a fleet node by node)."""
+    import gc
+
+    from gpucert.measure import evidence
+
+    validated: list[Path] = []
+    real = evidence.validate
+
+    def counting(path: Path, data: object, model: type) -> object:
+        validated.append(path)
+        return real(path, data, model)
+
+    monkeypatch.setattr(evidence, "validate", counting)
+    source = write_document(tmp_path / "source" / "n1.json", _node())
+    copy = tmp_path / "copy" / "n1.json"
+    copy.parent.mkdir()
+    copy.write_bytes(source.read_bytes())
+    held = read_evidence(source)
+    assert read_evidence(copy) is held
+    assert validated == [source]
+    doc = json.loads(source.read_text())
+    doc["gpus"][0]["index"] = True  # one value changed: refused, though the original was validated
+    copy.write_text(json.dumps(doc))
+    with pytest.raises(EvidenceError, match=r"gpus\.0\.index"):
+        read_evidence(copy)
+    del held
+    gc.collect()
+    read_evidence(source)
+    assert validated == [source, copy, source]

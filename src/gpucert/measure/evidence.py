@@ -6,6 +6,8 @@ not support are None and named in `not_supported`, never zero.
 
 from __future__ import annotations
 
+import hashlib
+import weakref
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -13,8 +15,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert.errors import EvidenceError
-from gpucert.files import read_json, validate, write_atomic
-from gpucert.measure.evidence_base import GpuKey, Sample
+from gpucert.files import parse_json, read_bytes, read_json, validate, write_atomic
+from gpucert.measure.evidence_base import GpuKey, Samples
 from gpucert.measure.evidence_base import Model as _Model
 from gpucert.measure.evidence_fabric import (
     CounterWindow,
@@ -78,7 +80,7 @@ M = TypeVar("M", bound=BaseModel)
 
 class Measurement(_Model):
     unit: str
-    samples: list[Sample]
+    samples: Samples
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -164,7 +166,7 @@ class P2pPair(_Model):
     src: int
     dst: int
     peer_access: bool
-    samples: list[Sample]
+    samples: Samples
     error: str | None = None  # this pair could not be measured (the rest of the matrix stands)
 
 
@@ -178,9 +180,9 @@ class P2pEvidence(_Model):
 
 class NcclPoint(_Model):
     size_bytes: int
-    time_us: list[Sample]
-    algbw: list[Sample]
-    busbw: list[Sample]
+    time_us: Samples
+    algbw: Samples
+    busbw: Samples
 
 
 class NcclEvidence(_Model):
@@ -368,8 +370,11 @@ class FabricPairs(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+_MISSING = "no evidence for this node; measure it or pass the evidence folder"
+
+
 def _load_json(path: Path) -> Any:
-    return read_json(path, missing="no evidence for this node; measure it or pass the evidence folder")
+    return read_json(path, missing=_MISSING)
 
 
 def _validate(path: Path, data: Any, model: type[M]) -> M:
@@ -395,5 +400,20 @@ def read_fabric_pairs(path: Path) -> FabricPairs | None:
     return _read_model(path, FabricPairs)
 
 
+# The node documents this process validated, by the sha256 of their bytes, for as long as a reader still holds
+# the model. A run reads the same bytes several times (a re-test: the source's document, its carried copy, the
+# evaluation's read) and validating them is most of reading them; the same bytes are the same document, and a
+# changed byte is a new digest, validated afresh. Weak: a reader that lets its models go (the exporter, node by
+# node) never finds the fleet kept here.
+_VALIDATED: weakref.WeakValueDictionary[bytes, NodeEvidence] = weakref.WeakValueDictionary()
+
+
 def read_evidence(path: Path) -> NodeEvidence:
-    return _validate(path, _load_json(path), NodeEvidence)
+    """The node document at `path`, validated once per content while a reader holds it (EvidenceError otherwise)."""
+    data = read_bytes(path, missing=_MISSING)
+    digest = hashlib.sha256(data).digest()
+    ev = _VALIDATED.get(digest)
+    if ev is None:
+        ev = _validate(path, parse_json(path, data), NodeEvidence)
+        _VALIDATED[digest] = ev
+    return ev

@@ -9,13 +9,21 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
-__all__ = ["GpuKey", "Model", "Sample"]
+__all__ = ["GpuKey", "Model", "Samples"]
 
 
-def _sample(value: Any) -> Any:
+def _sample(value: Any) -> float:
     """A sample that is not a number (`true`, a string, null) is kept as NaN, so that the check it belongs to
     errors on that GPU ("not numbers") rather than the sample passing as 1.0 (a bool is an int to pydantic)."""
+    if type(value) is float:  # what JSON and the probes give: no ABC check for each of a fleet's million samples
+        return value
     return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+
+
+def _samples(value: Any) -> Any:
+    """Every sample of a list, in one call (a validator per sample was half of reading a document); anything but a
+    list is left for the list's own validation to refuse."""
+    return [_sample(v) for v in value] if isinstance(value, list) else value
 
 
 def _json_key(value: Any) -> Any:
@@ -23,8 +31,8 @@ def _json_key(value: Any) -> Any:
     return int(value) if isinstance(value, str) and value.isdigit() else value
 
 
-# one repetition of a measurement: judged by analysis.performance.sample_problem, never coerced into a figure
-Sample = Annotated[float, BeforeValidator(_sample)]
+# the repetitions of a measurement: judged by analysis.performance.sample_problem, never coerced into a figure
+Samples = Annotated[list[float], BeforeValidator(_samples)]
 GpuKey = Annotated[int, BeforeValidator(_json_key)]  # an index (a GPU's, a link's) as a JSON object key
 
 
