@@ -152,6 +152,7 @@ class FakeCluster:
     expired_watches: int = 0  # the next N watches from a resourceVersion get 410 Gone (compacted away)
     hung_watches: int = 0  # the next N watches send nothing for `hang_s` (a hung API server)
     dropped_watches: int = 0  # the next N watches end after their first event (a proxy cutting the stream)
+    failed_watches: int = 0  # the next N watches are answered 503 (an API server that lists but cannot watch)
     hang_s: float = 0.0
     requests: list[tuple[str, str]] = field(default_factory=list)
     on_request: Callable[[str, str], None] | None = None  # (method, path), before the request is answered
@@ -279,6 +280,9 @@ class FakeCluster:
                 else _status(404, f'{kind} "{name}" not found')
             )
         if args.get("watch") in ("true", "True", "1"):
+            if self.failed_watches > 0:
+                self.failed_watches -= 1
+                return _status(503, "the watch cache is not ready")
             return Response(
                 self._watch(
                     kind,

@@ -6,6 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
+
+from gpucert.errors import IncompleteRunError
+
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
 from .test_probe_jobs import measure
@@ -57,6 +61,21 @@ def test_a_dropped_watch_resumes_where_it_got_to(cluster: FakeCluster, tmp_path:
     versions = [int(w["resourceVersion"]) for w in watches]
     assert versions == sorted(versions)
     assert len(set(versions)) == 4  # each resumed past the event it delivered
+
+
+def test_a_watch_that_keeps_failing_stops_the_run_after_its_retries(cluster: FakeCluster, tmp_path: Path) -> None:
+    cluster.failed_watches = 100
+    k = FakeKubelet(cluster).start()
+    try:
+        with pytest.raises(
+            IncompleteRunError, match=r"watching the probe pods at http://localhost:[0-9]+ failed 5 times"
+        ):
+            measure(tmp_path)
+    finally:
+        k.close()
+    _, watches = pod_requests(cluster)
+    assert len(watches) == 5  # one try and four retries, each after its backoff; no storm
+    assert cluster.list("jobs", "gpucert") == []  # and the run's objects are gone
 
 
 def test_410_gone_lists_the_pods_again(cluster: FakeCluster, tmp_path: Path) -> None:
