@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ReadTimeoutError
 
 from gpucert.errors import IncompleteRunError
-from gpucert.measure.targets.kubernetes.api import KubeApi, RetryBudget
+from gpucert.measure.targets.kubernetes.api import Cluster, KubeApi, RetryBudget
+from gpucert.measure.targets.kubernetes.watch import PodWatch
+from gpucert.spec.cluster import KubernetesTargetSpec
 
 
 class _Client:
@@ -125,3 +128,61 @@ def test_the_client_raises_410_gone_when_the_watch_has_a_timeout() -> None:
         list(watch.Watch().stream(lister, resource_version="5"))
     assert len(calls) == 2  # its own retry: from the resourceVersion it was given, as it reads none of a raw event
     assert calls[1]["resource_version"] == "5"
+
+
+# ---- the run's pod watch ------------------------------------------------------------------------------------------
+
+
+class _Silent:
+    """A watch the API server answered and then said nothing on, past the client's read timeout."""
+
+    status = 200
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Iterator[bytes]:
+        raise ReadTimeoutError(None, "/api/v1/namespaces/gpucert/pods", "Read timed out.")  # type: ignore[arg-type]
+        yield b""  # pragma: no cover
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class _Core:
+    """A list of no pods, then `silent` watches that go quiet, then one that delivers a pod and ends."""
+
+    def __init__(self, silent: int) -> None:
+        self.silent = silent
+        self.watches: list[str] = []
+
+    def list_namespaced_pod(self, **kwargs: Any) -> Any:
+        if not kwargs.get("watch"):
+            return type("Resp", (), {"data": json.dumps({"metadata": {"resourceVersion": "5"}, "items": []})})()
+        self.watches.append(kwargs["resource_version"])
+        if len(self.watches) <= self.silent:
+            return _Silent()
+        return _Response(POD)
+
+
+def test_a_quiet_watch_is_resumed_not_counted_as_a_failure() -> None:
+    """Probes that run for an hour leave the run's watch quiet that long: each silent watch is resumed from where it
+    got to, as many times as it takes, and never spends the retries that a watch with no answer at all would."""
+    api = kube()
+    core = _Core(silent=3 * (api.retries + 1))
+    api.__dict__["core"] = core  # KubeApi.core is a cached_property: this is the client's CoreV1Api for the test
+    seen: list[dict[str, Any]] = []
+
+    def handler(pod: dict[str, Any], deleted: bool) -> bool:
+        seen.append(pod)
+        return True
+
+    cluster = Cluster(kube=api, options=KubernetesTargetSpec(kind="kubernetes"))
+    PodWatch(cluster, "gpucert", "gpucert.io/run=r1").follow(handler, lambda: not seen)
+    assert seen == [POD["object"]]
+    n = 3 * (api.retries + 1) + 1
+    assert core.watches[:n] == ["5"] * n  # each resumed from the list's resourceVersion (then, maybe, from "7")
+    assert api.budget.spent == 0

@@ -116,6 +116,7 @@ class _Feed:
         `lister` names none, so events stay the API's JSON (unmarshal_event returns them as parsed), as a list's.
         """
         from kubernetes import watch
+        from urllib3.exceptions import ReadTimeoutError
 
         kube = self.pods.cluster.kube
         connect, read = kube.timeout_s
@@ -123,10 +124,12 @@ class _Feed:
         if self.stopped.is_set():
             return False, rv
         self.watches += 1
-        delivered = False
+        delivered = opened = False
 
         def lister(**kwargs: Any) -> Any:
+            nonlocal opened
             self._resp = kube.core.list_namespaced_pod(**kwargs)
+            opened = True
             return self._resp
 
         stream = w.stream(
@@ -138,15 +141,22 @@ class _Feed:
             timeout_seconds=int(WATCH_TIMEOUT_S * (1 + random.random())),
             _request_timeout=(connect, 2 * read),  # silent past a bookmark's minute (at 60 s): hung
         )
-        for event in stream:
-            if self.stopped.is_set():
-                w.stop()
-                break
-            delivered = True
-            raw = event.get("raw_object") or {}
-            rv = (raw.get("metadata") or {}).get("resourceVersion") or rv
-            if event.get("type") != "BOOKMARK":
-                self.inbox.put(("event", (raw, event.get("type") == "DELETED")))
+        try:
+            for event in stream:
+                if self.stopped.is_set():
+                    w.stop()
+                    break
+                delivered = True
+                raw = event.get("raw_object") or {}
+                rv = (raw.get("metadata") or {}).get("resourceVersion") or rv
+                if event.get("type") != "BOOKMARK":
+                    self.inbox.put(("event", (raw, event.get("type") == "DELETED")))
+        except ReadTimeoutError:
+            if not opened:
+                raise  # no answer at all: a failure, retried against the budget
+            # answered, then silent past a bookmark's interval: resumed from where it got to, not a failure (probes
+            # that take an hour are quiet that long, and not every API server sends bookmarks while nothing
+            # changes); the run's own clock and requests still judge every node meanwhile
         return delivered, rv
 
 
