@@ -140,6 +140,13 @@ def test_a_damaged_single_file_report_gives_what_it_still_holds(tmp_path: Path) 
 def test_carried_in_where_allure_reads_it(tmp_path: Path) -> None:
     carry_in(tmp_path / "allure-results", HISTORY)
     assert {p.name: p.read_bytes() for p in (tmp_path / "allure-results" / "history").iterdir()} == HISTORY
+    # a history someone put there already (a CI job's own previous report) is kept unless told to replace it
+    carry_in(tmp_path / "allure-results", {"history-trend.json": b"[]", "retry-trend.json": b"[]"}, replace=False)
+    assert (tmp_path / "allure-results" / "history" / "history-trend.json").read_bytes() == HISTORY[
+        "history-trend.json"
+    ]
+    carry_in(tmp_path / "allure-results", {"history-trend.json": b"[]"})
+    assert (tmp_path / "allure-results" / "history" / "history-trend.json").read_bytes() == b"[]"
 
 
 def test_the_kept_trend_lives_beside_the_nodes_history() -> None:

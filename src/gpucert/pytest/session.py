@@ -225,7 +225,7 @@ def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> 
             started_ms=int(ctx.started * 1000),
             stopped_ms=int(finished * 1000),
         )
-        carry_in(results, history)
+        carry_in(results, history, replace=False)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     for note in notes:
         if reporter is not None:

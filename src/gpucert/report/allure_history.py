@@ -84,10 +84,13 @@ def kept_history(reports: Path, spec: str, run: str) -> tuple[dict[str, bytes], 
     return kept, [f"{store}/{n}" for n in notes]
 
 
-def carry_in(results: Path, files: Mapping[str, bytes]) -> None:
-    """Put `files` where Allure reads them: `<results>/history/`."""
+def carry_in(results: Path, files: Mapping[str, bytes], *, replace: bool = True) -> None:
+    """Put `files` where Allure reads them: `<results>/history/`. `replace=False` leaves a file already there as it
+    is (a CI job that copies its own previous report's history into --alluredir before the run keeps it)."""
     for name, data in files.items():
-        write_atomic(results / "history" / name, data)
+        path = results / "history" / name
+        if replace or not path.exists():
+            write_atomic(path, data)
 
 
 def save_history(reports: Path, spec: str, run: str, files: Mapping[str, bytes]) -> list[str]:
