@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import json
 import logging
+import random
 import re
 import threading
 import time
@@ -88,7 +89,7 @@ def _status(code: int, message: str) -> Response:
 class FastFakeApi:
     """The objects of one cluster, its pod events, and the counters; `log_of(node)` is a Succeeded pod's log."""
 
-    def __init__(self, nodes: list[dict[str, Any]], log_of: Callable[[str], str]) -> None:
+    def __init__(self, nodes: list[dict[str, Any]], log_of: Callable[[str], str], fail_rate: float = 0.0) -> None:
         self.store: dict[tuple[str, str | None], dict[str, dict[str, Any]]] = {("nodes", None): {}}
         for n in nodes:
             self.store[("nodes", None)][n["metadata"]["name"]] = n
@@ -99,6 +100,9 @@ class FastFakeApi:
         self.event_rvs: list[int] = []
         self.cond = threading.Condition()
         self.requests: Counter[tuple[str, str]] = Counter()
+        self.fail_rate = fail_rate  # the share of a node's requests (create, get, delete) answered 503
+        self.failed: Counter[tuple[str, str]] = Counter()
+        self.rng = random.Random(28)
         self.jobs_span: list[float] = []  # when the first Job was created and the last one deleted
         self.watches_open = 0
         self.max_watches_open = 0
@@ -172,6 +176,9 @@ class FastFakeApi:
             self.jobs_span = [self.jobs_span[0] if self.jobs_span else now, now]
         if kind == "clusterpolicies":
             return _status(404, "the server could not find the requested resource")
+        if self.fail_rate and verb in ("create", "get", "delete") and self.rng.random() < self.fail_rate:
+            self.failed[(verb, kind + (sub or ""))] += 1
+            return _status(503, "etcdserver: request timed out")
         if request.method == "POST":
             return self._create(request, kind, ns)
         if request.method == "DELETE":

@@ -2,6 +2,7 @@
 
     python benchmarks/dispatch_scale.py [--nodes 256 1024 4096] [--max-parallel 32]
     python benchmarks/dispatch_scale.py --smoke      # 16 and 32 nodes in one process; asserts the per-node cost
+    python benchmarks/dispatch_scale.py --nodes 1024 --fail-rate 0.02   # a flaky API server: 2% of node requests 503
 
 Each size plans and measures a fleet the way `gpucert certify` does on a kubernetes target (runner.prepare: list
 the nodes, the admission dry run, the run's ConfigMap, one probe Job per node, the watch, each pod's log, the
@@ -98,7 +99,9 @@ def controller(spec_path: Path, reports: Path) -> dict[str, Any]:
     return {"seconds": seconds, "collected": collected, "rss_mib": rss}
 
 
-def run_size(nodes: int, max_parallel: int, logs: list[str], *, in_process: bool) -> dict[str, Any]:
+def run_size(
+    nodes: int, max_parallel: int, logs: list[str], *, in_process: bool, fail_rate: float = 0.0
+) -> dict[str, Any]:
     from gpucert.measure.probes.framing import frame
 
     names = [f"gpu-{i:05d}" for i in range(nodes)]
@@ -107,7 +110,7 @@ def run_size(nodes: int, max_parallel: int, logs: list[str], *, in_process: bool
     def log_of(node: str) -> str:
         return "probe: starting\n" + frame(logs[index[node] % len(logs)].replace(PLACEHOLDER, node))
 
-    api = FastFakeApi([gpu_node(n) for n in names], log_of)
+    api = FastFakeApi([gpu_node(n) for n in names], log_of, fail_rate)
     server, url = serve(api)
     try:
         with tempfile.TemporaryDirectory(prefix="dispatch-scale-") as tmp:
@@ -124,13 +127,18 @@ def run_size(nodes: int, max_parallel: int, logs: list[str], *, in_process: bool
                     os.environ.pop("KUBECONFIG") if before is None else os.environ.update(KUBECONFIG=before)
             else:
                 cmd = [sys.executable, __file__, "--controller", str(work / "spec.yaml"), str(work / "reports")]
-                out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-                result = json.loads(out.strip().splitlines()[-1])
+                done = subprocess.run(cmd, env=env, check=False, capture_output=True, text=True)
+                if done.returncode == 0:
+                    result = json.loads(done.stdout.strip().splitlines()[-1])
+                else:  # the run stopped (it fails closed): what it said
+                    said = (done.stderr.strip().splitlines() or ["?"])[-1]
+                    result = {"seconds": 0.0, "collected": 0, "rss_mib": 0.0, "stopped": said}
     finally:
         server.shutdown()
-    dispatch = api.jobs_span[-1] - api.jobs_span[0]
+    dispatch = api.jobs_span[-1] - api.jobs_span[0] if api.jobs_span else 0.0
     return {
         **result,
+        "failed": api.failed,
         "nodes": nodes,
         "requests": api.requests,
         "max_watches_open": api.max_watches_open,
@@ -145,6 +153,17 @@ def row(r: dict[str, Any]) -> str:
     return (
         f"| {n:,} | {per} | {req['watch', 'pods']} | {r['max_watches_open']} | {total:,} | {total / n:.3f} | "
         f"{r['seconds']:.1f} s | {r['dispatch']:.1f} s | {r['dispatch'] / n * 1000:.1f} ms | {r['rss_mib']:.0f} MiB |"
+    )
+
+
+def faults(r: dict[str, Any]) -> str:
+    """What a flaky API server cost: its 503s, the requests, the nodes collected, and why the run stopped if it did."""
+    n, failed = r["nodes"], sum(r["failed"].values())
+    total = sum(r["requests"].values())
+    stopped = f"; the run stopped: {r['stopped']}" if "stopped" in r else ""
+    return (
+        f"  {failed:,} requests answered 503; {total:,} requests in all ({total / n:.3f} a node); "
+        f"{r['collected']:,} of {n:,} nodes collected{stopped}"
     )
 
 
@@ -179,6 +198,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[256, 1024, 4096])
     ap.add_argument("--max-parallel", type=int, default=32)
     ap.add_argument("--smoke", action="store_true", help="16 and 32 nodes in one process, with assertions")
+    ap.add_argument("--fail-rate", type=float, default=0.0, help="answer this share of node requests with 503")
     ap.add_argument("--controller", nargs=2, metavar=("SPEC", "REPORTS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.controller:
@@ -189,7 +209,10 @@ def main() -> int:
     logs = evidence_logs()
     print(HEADER, flush=True)
     for n in args.nodes:
-        print(row(run_size(n, args.max_parallel, logs, in_process=False)), flush=True)
+        r = run_size(n, args.max_parallel, logs, in_process=False, fail_rate=args.fail_rate)
+        print(row(r), flush=True)
+        if args.fail_rate:
+            print(faults(r), flush=True)
     return 0
 
 
