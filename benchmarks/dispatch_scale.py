@@ -185,6 +185,8 @@ def smoke(max_parallel: int) -> int:
         for key in PER_NODE:
             assert r["requests"][key] == r["nodes"], (key, r["requests"])
         assert r["requests"]["watch", "pods"] == 1, ("one watch per run", r["requests"])
+        # evidence stays off etcd: the run's one ConfigMap holds the probe plan; nodes' evidence comes in pod logs
+        assert r["requests"]["create", "configmaps"] == 1, r["requests"]
     a, b = results
     extra: Counter[tuple[str, str]] = b["requests"] - a["requests"]
     per_node = {k: v / (b["nodes"] - a["nodes"]) for k, v in extra.items()}
