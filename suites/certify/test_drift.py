@@ -15,3 +15,11 @@ def test_gpu_as_fast_as_its_own_history(gpu: GpuSlot, metric: str, decision: Fin
     """The figure has not fallen against the board's own history by more than the baseline's drift.limit and
     the run-to-run noise (certify.drift.confidence)."""
     expect(decision)
+
+
+@pytest.mark.check("drift.combined")
+def test_gpu_as_fast_as_its_own_history_on_every_metric_at_once(gpu: GpuSlot, decision: Finding) -> None:
+    """The board has not fallen on its metrics together by more than the baseline's drift.limit on average and
+    the run-to-run noise of every metric combined (Stouffer's z with the metrics' measured correlation): a board a
+    little slower on everything is one finding, and its per-metric drift findings follow from it."""
+    expect(decision)

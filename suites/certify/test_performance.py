@@ -62,3 +62,11 @@ def test_node_keeps_pace(node: str, metric: str, decision: Finding) -> None:
     """The median of the node's GPUs not behind the other nodes' median by more than stragglers.maxDeviation and
     outside their spread (robust z stragglers.minZ): one slow node is one finding, naming its GPUs' figures."""
     expect(decision)
+
+
+@pytest.mark.check("straggler.combined")
+def test_gpu_keeps_pace_on_every_metric_at_once(gpu: GpuSlot, decision: Finding) -> None:
+    """The GPU's robust z against its node's peers, over every per-GPU metric at once (Stouffer's z with the
+    metrics' measured correlation), not behind by more than the bar for every GPU judged: a board a few percent slow
+    on every metric is one finding, and its per-metric stragglers follow from it."""
+    expect(decision)

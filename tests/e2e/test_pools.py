@@ -64,10 +64,10 @@ def test_the_two_pool_example_finds_one_fault_in_each_pool(certify, pytester: py
     assert v["pools"]["infer"]["failing"] == ["health.ecc"]
     assert v["summary"]["gpus"] == 4 * 8 + 2 * 4
     # the plan enumerates each pool's GPUs: 14 configure checks, an all-reduce and the probe's preflight per node,
-    # 19 checks per GPU, and the 9 node-level straggler checks where the pool has the four nodes they need (train,
-    # not infer's two)
+    # 19 checks per GPU and its straggler.combined (every metric at once: 4 GPUs on a node give 3 peers), and the
+    # 9 node-level straggler checks where the pool has the four nodes they need (train, not infer's two)
     per_node = {n: s["passed"] + s["failed"] + s["errors"] + s["skipped"] for n, s in v["nodes"].items()}
-    h100, h200 = 16 + 8 * 19 + 9, 16 + 4 * 19
+    h100, h200 = 16 + 8 * (19 + 1) + 9, 16 + 4 * (19 + 1)
     assert per_node == {**{f"h100-{i}": h100 for i in range(1, 5)}, **{f"h200-{i}": h200 for i in (1, 2)}}
     assert any(u["comparison"] == "node as a whole" and u["where"] == ["infer pool"] for u in v["undecided"])
     run.result.stdout.fnmatch_lines(["*test_ecc[[]h200-2/gpu1[]]*"])

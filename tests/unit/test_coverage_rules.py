@@ -39,10 +39,12 @@ def test_the_plan_counts_checks_nodes_gpus_metrics_and_dcgm_tests(tmp_path: Path
     configure = 1 + len(NODES) * per_node
     node_level = 9  # each per-GPU metric: the node as a whole against the other nodes
     preflight = 1  # probe.preflight: the probe pod could run the probes
-    assert len(plan) == configure + len(NODES) * (8 * per_gpu + 1 + node_level + preflight)
+    combined = 1  # straggler.combined: each GPU on every per-GPU metric at once
+    assert len(plan) == configure + len(NODES) * (8 * (per_gpu + combined) + 1 + node_level + preflight)
     assert CheckKey("probe.preflight", "n2") in plan
     assert CheckKey("dcgm.memory", "n3", 7) in plan
     assert CheckKey("straggler.memory.bandwidth", "n3") in plan
+    assert CheckKey("straggler.combined", "n3", 5) in plan
     assert CheckKey("stack.version", "n2", None, "driver") in plan
     assert ("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked") in (
         plan.not_required
@@ -145,7 +147,8 @@ def test_natural_sort() -> None:
 def test_a_node_is_compared_with_the_other_nodes_from_four_and_says_why_not_below(tmp_path: Path) -> None:
     spec = spec_with(tmp_path, multinode=None)
     two = plan_checks(spec, NODES[:2], ["certify"], components=[])  # type: ignore[arg-type]
-    assert not any(k.check.startswith("straggler.") for k in two.required)
+    assert not any(k.check.startswith("straggler.") and k.gpu is None for k in two.required)
+    assert CheckKey("straggler.combined", "n2", 7) in two  # a GPU against its own node's peers: any node count
     why = dict(two.not_required)["straggler.<metric>@<node>"]
     assert "2 node(s): a node is compared with the others as a whole from 4" in why
     # recertifying one node against three from the fleet's latest evidence: four to compare

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from gpucert.evaluate.registry import Registry
 from gpucert.evaluate.rules import (
+    combined_checks,
     dcgm,
     drift_checks,
     fabric_checks,
@@ -39,6 +40,7 @@ REGISTRY.register("dcgm", dcgm.decide_dcgm)
 for measured in ("memory", "compute.gemm", "pcie", "p2p", "nccl"):
     REGISTRY.register(measured, performance_checks.decide_metric)
 REGISTRY.register("straggler", performance_checks.decide_node_straggler)
+REGISTRY.register("straggler.combined", combined_checks.decide_combined)  # a GPU on every metric at once
 # across nodes
 REGISTRY.register(multinode.MULTINODE, multinode.decide_multinode)
 REGISTRY.register(multinode.PAIRS_CHECK, multinode.decide_pairs)
@@ -48,5 +50,6 @@ REGISTRY.register("handover", handover_checks.decide_against_handover)
 REGISTRY.register("handover.identity", handover_checks.decide_identity)
 # certify and recertify: each GPU against its own history
 REGISTRY.register("drift", drift_checks.decide_drift)
+REGISTRY.register("drift.combined", drift_checks.decide_drift_combined)  # a board on every metric at once
 # the run's waivers
 REGISTRY.register("waiver", waivers.decide_waiver)

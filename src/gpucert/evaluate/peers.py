@@ -9,9 +9,11 @@ would move the median the others are held to).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gpucert.evaluate.rules.combined import Combined, told
 from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.evaluate.rules.stragglers import FLEET, PeerIndex, Rules
 from gpucert.measure.evidence import NodeEvidence
@@ -46,6 +48,7 @@ class PeerComparisons:
         self.spec = spec
         self.baselines = baselines
         self._index: dict[tuple[str, str], PeerIndex] = {}
+        self._combined: dict[str, tuple[Combined, float]] = {}
 
     def label(self, pool: str) -> str:
         """How the findings name the group a figure is compared with: the fleet, or one pool of several."""
@@ -83,6 +86,19 @@ class PeerComparisons:
                 pool_of=lambda _node: label,
             )
         return self._index[(metric, pool)]
+
+    def combined(self, pool: str) -> tuple[Combined, float]:
+        """The pool's GPUs on every per-GPU metric at once (`straggler.combined`): each GPU's robust z against its
+        own node's others per metric (worse is negative; a whole node behind cancels out: that is the node-level
+        check's), and the bar for every GPU judged, as one more metric's (the run judges each GPU once more)."""
+        if pool not in self._combined:
+            zs: dict[str, dict[tuple[str, int | None], float]] = {}
+            for metric in (m for m in self.metrics(pool) if m not in NODE_METRICS):
+                idx = self.index(metric, pool)
+                zs[metric] = {k: idx.sign * z for k in idx.values if (z := idx.node_z(k)) is not None}
+            bar = self.index(next(iter(zs)), pool).bar(told(zs)) if zs else math.inf
+            self._combined[pool] = (Combined.of(zs, bar), bar)  # a metric counts up to the bar: "several metrics"
+        return self._combined[pool]
 
     def metrics(self, pool: str) -> list[str]:
         """The measured metrics the spec's probes cover and the pool's baseline has a figure for (one node's

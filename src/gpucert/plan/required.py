@@ -244,6 +244,10 @@ def _peers(spec: ClusterSpec, pool: str, nodes: list[str], comparable: int, b: _
             f"{comparable} node(s){where}: a node is compared with the others as a whole from {MIN_PEERS + 1}; no "
             "node-level straggler can be told",
         )
+    if gpus_per_node - 1 >= MIN_PEERS and len(metrics) >= 2:  # every metric at once, against the node's peers
+        b.add(CheckKey("straggler.combined", n, i) for n in nodes for i in range(gpus_per_node))
+    else:
+        b.skip(f"straggler.combined{where}", "fewer than two per-GPU metrics or too few GPUs on a node to combine")
     if gpus_per_node - 1 < MIN_PEERS:
         count = f"expect.gpusPerNode is {gpus_per_node}" if not where else f"pool {pool} expects {gpus_per_node} GPUs"
         b.skip(

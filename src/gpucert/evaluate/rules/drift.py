@@ -29,6 +29,7 @@ __all__ = [
     "Earlier",
     "board_history",
     "drift_bar",
+    "drift_fall",
     "drift_metrics",
     "drift_plan",
     "judge_drift",
@@ -103,6 +104,17 @@ def _changes(earlier: Sequence[Earlier], driver: str | None, firmware: str | Non
     return f"; {' and '.join(said)}: the comparison still holds (the board is the same), and the change may be why"
 
 
+def drift_fall(
+    now: float, earlier: Sequence[Earlier], repeatability: float, *, higher_is_better: bool = True
+) -> tuple[float, float]:
+    """How far the figure `now` has fallen against the mean of its `earlier` medians (relative, worse is positive),
+    and the standard error of that fall: `repeatability` (the relative run-to-run sd) for the run now and for the
+    mean of the earlier runs."""
+    ref = sum(e.median for e in earlier) / len(earlier)
+    fall = (1 - now / ref) if higher_is_better else (now / ref - 1)
+    return fall, repeatability * math.sqrt(1 + 1 / len(earlier))
+
+
 def judge_drift(
     metric: str,
     node: str,
@@ -134,9 +146,8 @@ def judge_drift(
         )
         repeatability = 0.0
     repeatability = max(repeatability, sampling_error(earlier))
-    fall = (1 - now.value / ref) if higher_is_better else (now.value / ref - 1)
-    se = repeatability * math.sqrt(1 + 1 / len(earlier))
-    z = fall / se
+    fall, se = drift_fall(now.value, earlier, repeatability, higher_is_better=higher_is_better)
+    z = fall / se if se > 0 else math.copysign(math.inf, fall) if fall else 0.0
     threshold = max(limit, bar * se)
     failed = fall > threshold
     word = "below" if (now.value < ref) == higher_is_better else "above"
@@ -241,6 +252,8 @@ def drift_plan(
                                gpu=index, serial=serial, metric=metrics[node][0])  # fmt: skip
             if serial is None or bh.earlier or history.refused:
                 keys += [CheckKey(f"drift.{m}", node, index) for m in metrics[node]]
+                if len(metrics[node]) >= 2:  # the board on every metric at once (rules/combined.py)
+                    keys.append(CheckKey("drift.combined", node, index))
             else:
                 why = bh.replaced or "no earlier run of this board under this spec and SKU baseline"
                 left.append((f"drift.* on {node}/gpu{index}", why))

@@ -2,7 +2,9 @@
 a measured figure against its pool's SKU baseline, then against its peers (the node as a whole against the pool's
 other nodes, the GPU against its node's and its pool's GPUs, its samples' stability against theirs). A GPU's
 straggler and stability findings are its metric's check's (one test per figure); `straggler.<metric>` of a node is
-the node as a whole. The rules are rules/performance.py's and rules/stragglers.py's, the peers peers.py's.
+the node as a whole. The rules are rules/performance.py's and rules/stragglers.py's, the peers peers.py's. A GPU
+behind on several metrics at once is one `straggler.combined` finding (combined_checks.py): its per-metric
+straggler findings skip naming it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import dataclasses
 from gpucert.evaluate.locate import figure, node_evidence
 from gpucert.evaluate.peers import unstable_is_judged
 from gpucert.evaluate.registry import no_rule
+from gpucert.evaluate.rules.combined import COMBINED
+from gpucert.evaluate.rules.combined_checks import combined_fails
 from gpucert.evaluate.rules.performance import against_baseline
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.evaluate.view import RunView
@@ -49,7 +53,11 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
         message = f"{node} as a whole is behind the other nodes on {metric} (see straggler.{metric}@{node})"
         return _skip(metric, node, gpu, message, CheckKey(f"straggler.{metric}", node))
     stable = index.stability((node, gpu)) if unstable_is_judged(metric) else None
-    for found in (base, index.judge((node, gpu)), stable):
+    behind = index.judge((node, gpu))
+    if gpu is not None and base.status is PASS and behind.status is FAIL and combined_fails(view, node, gpu):
+        message = f"{node}/gpu{gpu} is behind on several metrics at once (see {COMBINED}@{node}/gpu{gpu})"
+        return _skip(metric, node, gpu, f"{message}; on {metric}: {behind.message}", CheckKey(COMBINED, node, gpu))
+    for found in (base, behind, stable):
         if found is not None and found.status is not PASS:
             return found
     notes = index.notes((node, gpu), stability=unstable_is_judged(metric))  # comparisons too few peers allow

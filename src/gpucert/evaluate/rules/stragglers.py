@@ -55,17 +55,8 @@ from gpucert.evaluate.stats import (
 )
 from gpucert.plan.checks import CheckStatus, Finding
 
-__all__ = [
-    "COMPARISONS",
-    "FLEET",
-    "MIN_PEERS",
-    "MIN_SLOW_SAMPLES",
-    "PeerIndex",
-    "Rules",
-    "Undecided",
-    "binomial_tail",
-    "tail_z",
-]
+__all__ = ["COMPARISONS", "FLEET", "MIN_PEERS", "MIN_SLOW_SAMPLES", "PeerIndex", "Rules", "Undecided", "binomial_tail"]
+__all__ += ["tail_z"]
 
 MIN_PEERS = 3  # a comparison needs at least this many peers: a median of fewer is one of them
 # the comparisons a peer rule makes, as the verdict's `undecided` names them
@@ -182,6 +173,11 @@ class PeerIndex:
         if not self.per_gpu:
             return {}
         return {node: median([self.values[k].value for k in keys]) for node, keys in self.by_node.items()}
+
+    def node_z(self, key: Key) -> float | None:
+        """The GPU's robust z against its own node's others (their spread pooled over its pool), None untold."""
+        r, within = self._residuals.get(key), self._within.get(self.pool_of(key[0]))
+        return None if r is None or within is None else within.z(r)
 
     # ---- the rules --------------------------------------------------------------------------------------------
 
