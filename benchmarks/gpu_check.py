@@ -49,26 +49,33 @@ def _region_s(rep_s: float, budget: BudgetSpec, flush_s: float) -> float:
     return warm + reps * (rep_s + flush_s)
 
 
-def budget_estimate(gpus: int = 8, profile: str = "quick", sku: str = "H200-SXM-141GB") -> list[tuple[str, float]]:
-    """Seconds each part of a profile takes on a node of `gpus` GPUs running at the SKU baseline's figures."""
+def budget_estimate(
+    gpus: int = 8, profile: str = "quick", sku: str = "H200-SXM-141GB", samples: int = 0
+) -> list[tuple[str, float]]:
+    """Seconds each part of a profile takes on a node of `gpus` GPUs running at the SKU baseline's figures;
+    `samples`: the repetitions the memory, compute and PCIe probes are asked for at least (the plan's
+    certify.samples, which raise their min_reps and max_reps as node_run does)."""
     budget, sizes = PROFILES[profile]
+    asked = budget.model_copy(
+        update={"min_reps": max(budget.min_reps, samples), "max_reps": max(budget.max_reps, samples)}
+    )
     rate = {m: b.expected for m, b in load_baseline(ROOT / "baselines" / "gpus" / f"{sku}.yaml").metrics.items()}
     flush_s = 2 * L2_BYTES / (rate["memory.bandwidth"] * 1e9)
     gemm_flop = 2 * sizes.gemm_n**3
     per_gpu = [
-        ("memory.bandwidth", _region_s(2 * sizes.memory_bytes / (rate["memory.bandwidth"] * 1e9), budget, flush_s)),
+        ("memory.bandwidth", _region_s(2 * sizes.memory_bytes / (rate["memory.bandwidth"] * 1e9), asked, flush_s)),
         *(
-            (f"compute.gemm.{t}", _region_s(gemm_flop / (rate[f"compute.gemm.{t}"] * 1e12), budget, flush_s))
+            (f"compute.gemm.{t}", _region_s(gemm_flop / (rate[f"compute.gemm.{t}"] * 1e12), asked, flush_s))
             for t in ("fp16", "bf16", "tf32", "fp32", "fp64")
         ),
         *(
-            (f"pcie.{d}", _region_s(sizes.pcie_bytes / (rate[f"pcie.{d}"] * 1e9), budget, flush_s))
+            (f"pcie.{d}", _region_s(sizes.pcie_bytes / (rate[f"pcie.{d}"] * 1e9), asked, flush_s))
             for d in ("h2d", "d2h")
         ),
     ]
     rows = [(f"{gpus} GPUs x {name}", gpus * s) for name, s in per_gpu]
     # every GPU at once, each direction: two GPUs behind one switch uplink get half of it each
-    together = [_region_s(sizes.pcie_bytes / (rate[f"pcie.{d}"] / 2 * 1e9), budget, 0.0) for d in ("h2d", "d2h")]
+    together = [_region_s(sizes.pcie_bytes / (rate[f"pcie.{d}"] / 2 * 1e9), asked, 0.0) for d in ("h2d", "d2h")]
     rows.append((f"pcie, {gpus} GPUs at once, h2d and d2h", sum(together)))
     pairs = gpus * (gpus - 1)
     rows.append(
@@ -257,9 +264,10 @@ def main() -> int:
         help="DCGM level (0: none; default: 1 where dcgmi is installed)",
     )
     ap.add_argument("--budget", action="store_true", help="print the profile's time budget on 8 GPUs and exit")
+    ap.add_argument("--samples", type=int, default=0, help="--budget: memory, compute and PCIe samples at least")
     args = ap.parse_args()
     if args.budget:
-        rows = budget_estimate(args.gpus or 8, args.profile)
+        rows = budget_estimate(args.gpus or 8, args.profile, samples=args.samples)
         for what, seconds in rows:
             print(f"{what:<40}{seconds:>7.1f} s")
         total = sum(s for _, s in rows)

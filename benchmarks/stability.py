@@ -84,7 +84,7 @@ def _unstable(
     pool = TailPool()
     for s in slow.values():
         pool.add(s)
-    return {k for k in keys if k in slow and verdict(scan(slow[k], pool), len(slow), rules.min_z)[2]}
+    return {k for k in keys if k in slow and verdict(scan(slow[k], pool), len(slow), rules.metrics, rules.min_z)[2]}
 
 
 def one_fleet(tmp: Path, nodes: int, seed: int, counts: tuple[int, ...]) -> dict[int, dict[str, Any]]:

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from gpucert.spec.cluster import DEFAULT_SAMPLES
+
 from .conftest import fleet_doc, spec_doc
 
 
@@ -95,18 +97,21 @@ def test_a_fleet_with_board_spread_passes_and_a_board_beyond_it_is_caught(
 def test_slowness_in_fewer_than_half_the_samples_is_an_unstable_gpu(
     certify: Any, clean_evidence: Path, tmp_path: Path, slow: int, factor: float
 ) -> None:
-    """9 of 20 samples at x0.5 passed through `gpucert evaluate`, so did 30% of samples at -50%."""
+    """9 of 20 samples at x0.5 passed through `gpucert evaluate`, so did 30% of samples at -50%: the same shares of
+    the default 60 samples (27 and 18; spec.cluster.DEFAULT_SAMPLES, 20 when this test was written)."""
+    n = DEFAULT_SAMPLES["memory"]
+    k = slow * n // 20
 
     def intermittent(doc: dict[str, Any]) -> None:
         if doc["node"] == "gpu-node-2":
             m = doc["gpus"][3]["measurements"]["memory.bandwidth"]
-            m["samples"] = [x * factor if i % 2 == 0 and i < 2 * slow else x for i, x in enumerate(m["samples"])]
+            m["samples"] = [x * factor if i % 2 == 0 and i < 2 * k else x for i, x in enumerate(m["samples"])]
 
     run = evaluate(certify, edited_evidence(clean_evidence, tmp_path / "run", intermittent))
     assert run.findings == {("stability.memory.bandwidth", "gpu-node-2", 3)}
     (f,) = run.verdict["findings"]
-    assert f"{slow} of 20 samples are more than 5.0% below its own median" in f["message"]
-    assert "its 31 peers: 0 of 620 samples" in f["message"]
+    assert f"{k} of {n} samples are more than 5.0% below its own median" in f["message"]
+    assert f"its 31 peers: 0 of {31 * n} samples" in f["message"]
     assert f["observed"] < 0.6 * f["expected"]  # the 10th percentile against the median
     assert f["limit"] == pytest.approx(f["expected"] * 0.95, rel=1e-3)
 
@@ -187,11 +192,12 @@ def test_sample_counts_are_the_specs(certify: Any) -> None:
 
 
 def test_evidence_is_held_to_the_specs_sample_counts(certify: Any, clean_evidence: Path, tmp_path: Path) -> None:
-    """The clean run's evidence took 10 PCIe samples: under a spec that asks 24, its PCIe figures cannot stand."""
-    again = evaluate(certify, edited_evidence(clean_evidence, tmp_path / "run"), samples={"pcie": 24})
+    """The clean run's evidence took 60 PCIe samples (the default): under a spec that asks 72, its PCIe figures
+    cannot stand."""
+    again = evaluate(certify, edited_evidence(clean_evidence, tmp_path / "run"), samples={"pcie": 72})
     errors = {(f["check"], f["status"]) for f in again.verdict["findings"]}
     assert errors == {("pcie.h2d", "error"), ("pcie.d2h", "error")}
     assert (
-        "10 samples, fewer than the 24 the spec asks of this probe (certify.samples)"
+        "60 samples, fewer than the 72 the spec asks of this probe (certify.samples)"
         in (again.verdict["findings"][0]["message"])
     )

@@ -12,6 +12,7 @@ from gpucert.evaluate.rules.stability import TailPool, scan, slow_samples
 from gpucert.evaluate.rules.stragglers import PeerIndex, Rules
 from gpucert.evaluate.stats import hypergeometric_tail
 from gpucert.plan.checks import CheckStatus
+from gpucert.spec.cluster import DEFAULT_SAMPLES, CertifySpec
 
 Key = tuple[str, int | None]
 TARGET = ("n2", 3)
@@ -38,9 +39,9 @@ def pool_samples(nodes: int, n: int = 20, hiccups: float = 0.0, seed: int = 5) -
     return out
 
 
-def judged(samples: dict[Key, list[float]]) -> PeerIndex:
+def judged(samples: dict[Key, list[float]], metrics: int = 1) -> PeerIndex:
     values = {k: Sampled(float(np.median(s)), len(s), "GB/s") for k, s in samples.items()}
-    return PeerIndex("memory.bandwidth", values, Rules(0.05), samples=samples)
+    return PeerIndex("memory.bandwidth", values, Rules(0.05, metrics=metrics), samples=samples)
 
 
 def with_slow(samples: dict[Key, list[float]], factor: float, count: int) -> dict[Key, list[float]]:
@@ -64,7 +65,7 @@ def test_three_deep_slow_samples_fail_where_three_as_shallow_as_the_peers_hiccup
     assert deep.status is CheckStatus.FAIL, deep.message
     assert "3 of 20 samples are more than 5.0% below its own median" in deep.message
     assert "3 of its samples are at least 18.5% below its median, where 0 of its peers' 2540 are" in deep.message
-    assert "for any of 128 GPUs at 3 depths" in deep.message
+    assert "for any of 128 GPUs x 1 metrics at 3 depths" in deep.message
 
 
 def test_the_rank_test_needs_more_slow_samples_in_a_small_pool() -> None:
@@ -78,6 +79,20 @@ def test_the_rank_test_needs_more_slow_samples_in_a_small_pool() -> None:
     assert four is not None
     assert three.status is CheckStatus.PASS, three.message
     assert four.status is CheckStatus.FAIL, four.message
+
+
+def test_the_bar_holds_for_every_metric_the_pool_judges() -> None:
+    """With 8 metrics judged, three samples beyond every peer's in 128 GPUs are about 24 / 128^2 (1.5e-3) likely
+    somewhere in a clean fleet, past the bar; four are not (about 1e-5). A fleet's false alarms are counted over
+    all its metrics, as a certification fails on any of them."""
+    clean = pool_samples(16)
+    three = judged(with_slow(clean, 0.8, 3), metrics=8).stability(TARGET)
+    four = judged(with_slow(clean, 0.8, 4), metrics=8).stability(TARGET)
+    assert three is not None
+    assert four is not None
+    assert three.status is CheckStatus.PASS, three.message
+    assert four.status is CheckStatus.FAIL, four.message
+    assert "for any of 128 GPUs x 8 metrics at 3 depths" in four.message
 
 
 def test_two_slow_samples_are_never_a_pattern() -> None:
@@ -117,3 +132,12 @@ def test_the_scan_takes_the_most_telling_depth() -> None:
     lower_is_better = slow_samples([1.0] * 17 + [1.2, 1.3, 1.4], -1.0, 0.05)
     assert lower_is_better is not None
     assert lower_is_better.depths == pytest.approx((0.4, 0.3, 0.2))
+
+
+def test_every_probe_is_asked_the_default_samples_unless_the_spec_says() -> None:
+    """The default count set from benchmarks/stability.py reaches the measure plan; the spec's own count wins."""
+    assert DEFAULT_SAMPLES == {"memory": 60, "compute": 60, "pcie": 60}
+    assert CertifySpec().planned_samples() == DEFAULT_SAMPLES
+    assert CertifySpec().min_samples("pcie") == 5  # a figure of fewer (older evidence) is still believed
+    asked = CertifySpec.model_validate({"samples": {"pcie": 24, "nccl": 40}}).planned_samples()
+    assert asked == {"memory": 60, "compute": 60, "pcie": 24, "nccl": 40}

@@ -60,6 +60,7 @@ class PeerComparisons:
             max_deviation=s.max_deviation,
             min_z=s.min_z,
             higher_is_better=self.baselines[pool].metrics[metric].comparison is Comparison.MIN,
+            metrics=sum(1 for m in self.metrics(pool) if unstable_is_judged(m)),
         )
 
     def index(self, metric: str, pool: str) -> PeerIndex:

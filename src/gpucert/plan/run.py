@@ -264,7 +264,7 @@ def measure(
         run_id=folder.id,
         probes=tuple(spec.certify.probes),
         dcgm_level=spec.certify.dcgm.level,
-        samples=dict(spec.certify.samples),
+        samples=spec.certify.planned_samples(),
         gpus={n: pools.gpus_per_node(n) for n in pools.placed},
         fabric=any(p.fabric is not None for p in spec.pools),
         fabric_rails=rails_plan(spec),

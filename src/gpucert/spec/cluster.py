@@ -129,6 +129,12 @@ class StragglerSpec(Document):
 SAMPLED_PROBES = ("memory", "compute", "pcie", "p2p", "nccl")
 MIN_SAMPLES = 5  # every probe's timing protocol takes at least five repetitions
 MAX_SAMPLES = 1000
+# the repetitions each per-GPU figure of these probes is measured with unless `certify.samples` says otherwise, set
+# from measured power (benchmarks/stability.py, benchmarks/RESULTS.md "Stability"): the fewest with which a GPU slow
+# in 10% of its repetitions is caught by stability.<metric> in 60% of 16 x 8 fleets or more and one slow in 20% in
+# 95%. The time budget takes more where it allows (an H200's full profile takes 50 or more of each); a figure is
+# believed from MIN_SAMPLES (or the spec's own count) up, so older evidence still holds
+DEFAULT_SAMPLES: dict[str, int] = {"memory": 60, "compute": 60, "pcie": 60}
 
 
 def _sample_counts(counts: dict[str, int]) -> dict[str, int]:
@@ -164,6 +170,10 @@ class CertifySpec(Document):
     def min_samples(self, probe: str) -> int:
         """The fewest samples a figure of `probe` may rest on: the spec's count, at least the protocol's five."""
         return max(MIN_SAMPLES, self.samples.get(probe, 0))
+
+    def planned_samples(self) -> dict[str, int]:
+        """The repetitions each probe is asked for: the spec's counts, DEFAULT_SAMPLES for the probes it leaves out."""
+        return {**DEFAULT_SAMPLES, **self.samples}
 
     @field_validator("probes")
     @classmethod

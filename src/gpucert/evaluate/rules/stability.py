@@ -12,13 +12,15 @@ by asking the pool's samples themselves how rare that depth is, with no model of
 - The threshold r is set by the GPU's own samples: its 3rd deepest, its 4th deepest, and (five or more slow) its
   shallowest slow sample, each with every sample of the pool at least as deep. Deep samples make r small, so the
   chance small: depth is weighed by how few of the peers' samples reach it. Three depths are tested; the chance
-  is multiplied by three (Bonferroni) and by the number of GPUs judged, and the GPU fails when that is below the
-  one-sided normal tail of `minZ` (2.3e-4 at 3.5) for its metric.
+  is multiplied by three (Bonferroni), by the number of GPUs judged and by the number of metrics the pool's rule
+  judges (8 with the memory, compute and PCIe probes), and the GPU fails when that is below the one-sided normal
+  tail of `minZ` (2.3e-4 at 3.5): a clean pool shows a stability finding on any metric at most that often.
 - Beyond the deepest sample any peer shows, the samples cannot say how rare a depth is; nothing is extrapolated
-  (a fitted tail would flag the heavy tails real boards have). So a GPU needs three slow samples beyond its
-  peers' in pools of about 110 GPUs or more (the chance is about 3 / GPUs^2), four in smaller ones; two never
-  reach the bar below about 13,000 GPUs and are not tested. The number of samples sets the power: how likely a
-  GPU slow in a fraction of its repetitions shows three (benchmarks/stability.py).
+  (a fitted tail would flag the heavy tails real boards have). So with 8 metrics judged a GPU needs three slow
+  samples beyond its peers' in pools of about 320 GPUs or more (the chance is about 24 / GPUs^2), four from about
+  50 GPUs, five below; two never reach the bar below about 100,000 GPUs and are not tested. The number of
+  samples sets the power: how likely a GPU slow in a fraction of its repetitions shows that many
+  (benchmarks/stability.py).
 
 The count test it replaces (samples beyond `maxDeviation` against the peers' rate at that fixed depth, binomial)
 ignored depth, and its rate estimated from the data made it lenient by about j! at j slow samples.
@@ -126,9 +128,10 @@ def scan(mine: SlowSamples, pool: TailPool) -> DepthScan | None:
     return best
 
 
-def verdict(found: DepthScan | None, judged: int, min_z: float) -> tuple[float, float, bool]:
-    """The chance that any of `judged` healthy GPUs shows what the scan found at any depth tested, its z, and
-    whether that is unstable (z at least `minZ`): a healthy fleet shows a rare depth somewhere."""
-    anywhere = min(1.0, found.chance * DEPTHS_TESTED * judged) if found is not None else 1.0
+def verdict(found: DepthScan | None, gpus: int, metrics: int, min_z: float) -> tuple[float, float, bool]:
+    """The chance that any of `gpus` healthy GPUs shows what the scan found, at any depth tested, on any of the
+    `metrics` the pool's stability rule judges; its z, and whether that is unstable (z at least `minZ`): a healthy
+    fleet shows a rare depth somewhere, and the bar holds for the whole pool, not each metric alone."""
+    anywhere = min(1.0, found.chance * DEPTHS_TESTED * gpus * max(metrics, 1)) if found is not None else 1.0
     z = tail_z(anywhere)
     return anywhere, z, found is not None and z >= min_z

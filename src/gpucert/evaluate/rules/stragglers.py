@@ -78,6 +78,7 @@ class Rules:
     max_deviation: float
     min_z: float = 3.5
     higher_is_better: bool = True
+    metrics: int = 1  # how many metrics the pool's stability rule judges: its bar holds for all of them at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,7 +360,7 @@ class PeerIndex:
         )
         found = scan(mine, tails)
         judged = peers + 1
-        anywhere, z, bad = verdict(found, judged, self.rules.min_z)
+        anywhere, z, bad = verdict(found, judged, self.rules.metrics, self.rules.min_z)
         status = CheckStatus.FAIL if bad else CheckStatus.PASS
         message = f"{_where(key)} {self.metric}: {figures}"
         if found is not None:
@@ -367,7 +368,8 @@ class PeerIndex:
                 f"{found.own} of its samples are at least {found.depth:.1%} {self._word()} its median, where "
                 f"{found.as_deep - found.own} of its peers' {n_peers} are: so many that deep by chance p = "
                 f"{found.chance:.1e} per GPU (rank test over its and its peers' samples), {anywhere:.1e} for any "
-                f"of {judged} GPUs at {DEPTHS_TESTED} depths (z {z:.1f}, limit minZ {self.rules.min_z:g})"
+                f"of {judged} GPUs x {self.rules.metrics} metrics at {DEPTHS_TESTED} depths (z {z:.1f}, limit minZ "
+                f"{self.rules.min_z:g})"
             )
             message = (
                 f"{_where(key)} {self.metric} is unstable where its peers are not: {figures}; {why}"
