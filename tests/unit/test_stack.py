@@ -103,6 +103,9 @@ def test_observe_and_rules() -> None:
     assert skew.status is CheckStatus.FAIL
     assert "kubelet v1.30.1 where 2 of 3 nodes run v1.31.4" in skew.message
     assert rules.skew(a, stack.nodes).status is CheckStatus.PASS
+    counted = rules.skew_counts(stack.nodes)  # counted once for a fleet whose every node is judged: the same words
+    assert rules.skew(stack.nodes["b"], {}, counted) == skew
+    assert rules.skew(a, {}, counted).status is CheckStatus.PASS
     assert not stack.nodes["d"].ready
     assert rules.reachable(stack.nodes["d"], "d", None).status is CheckStatus.FAIL
     assert rules.kubernetes_version(stack.nodes["b"], spec.stack).status is CheckStatus.PASS

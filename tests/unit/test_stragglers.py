@@ -245,3 +245,29 @@ def test_student_t_quantiles_match_the_tables() -> None:
     assert t_quantile(0.0005, 4) == pytest.approx(8.6103, abs=1e-4)
     assert t_quantile(2.326e-4, 100_000) == pytest.approx(3.5, abs=0.01)
     assert t_tail(0.0, 7) == pytest.approx(0.5)
+
+
+def test_the_pools_node_spread_is_estimated_once_not_once_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each node's node-level judgement asked for the spread of every node's figure again: with the nodes, that grew
+    with their square (issue 28: most of a 1,024-node re-test's controller time). Once per pool, the same answer."""
+    from gpucert.evaluate.rules import stragglers
+
+    vals = boards(48)
+    vals.update({("n7", g): 90.0 for g in range(8)})
+    expected = {n: PeerIndex("m", fleet(vals), Rules(0.05)).node_level(n) for n in ("n7", "n8")}
+    calls: list[int] = []
+    real = stragglers.node_spread
+
+    def counting(*args: object) -> tuple[float, int]:
+        calls.append(1)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(stragglers, "node_spread", counting)
+    idx = PeerIndex("m", fleet(vals), Rules(0.05))
+    found = {f"n{i}": idx.node_level(f"n{i}") for i in range(48)}
+    assert len(calls) == 1
+    n7 = found["n7"]
+    assert n7 is not None
+    assert n7.status is CheckStatus.FAIL
+    assert n7 == expected["n7"]
+    assert found["n8"] == expected["n8"]

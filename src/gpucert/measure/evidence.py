@@ -67,6 +67,7 @@ __all__ = [
     "SystemFacts",
     "ThrottleWindow",
     "XidEvent",
+    "evidence_target",
     "read_evidence",
     "read_fabric",
     "read_fabric_pairs",
@@ -406,6 +407,17 @@ def read_fabric_pairs(path: Path) -> FabricPairs | None:
 # changed byte is a new digest, validated afresh. Weak: a reader that lets its models go (the exporter, node by
 # node) never finds the fleet kept here.
 _VALIDATED: weakref.WeakValueDictionary[bytes, NodeEvidence] = weakref.WeakValueDictionary()
+
+
+def evidence_target(path: Path) -> object:
+    """The `target` the node document at `path` names: its model's when a reader holds it validated, else its JSON's
+    (not validated: what a check of the target alone needs). EvidenceError when it cannot be read as JSON."""
+    data = read_bytes(path, missing=_MISSING)
+    held = _VALIDATED.get(hashlib.sha256(data).digest())
+    if held is not None:
+        return held.target
+    doc = parse_json(path, data)
+    return doc.get("target") if isinstance(doc, dict) else None
 
 
 def read_evidence(path: Path) -> NodeEvidence:

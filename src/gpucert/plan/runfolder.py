@@ -18,6 +18,7 @@ from gpucert.measure.evidence import (
     FabricEvidence,
     FabricPairs,
     NodeEvidence,
+    evidence_target,
     read_evidence,
     read_fabric,
     read_fabric_pairs,
@@ -226,12 +227,10 @@ class RunFolder:
         """Every readable node document of the inventory was measured on the inventory's target."""
         for path in (p for p in self.evidence_files() if p.stem in inventory):
             try:  # one whose target reads as the inventory's needs no validation here: the evaluation validates it
-                if read_json_object(path).get("target") == target:
-                    continue
-                ev = read_evidence(path)
+                ev = None if evidence_target(path) == target else read_evidence(path)
             except EvidenceError:
                 continue  # an unusable document is its node's finding (node.reachable), not the run's
-            if ev.target != target:
+            if ev is not None and ev.target != target:
                 raise EvidenceError(
                     f"evidence of target {ev.target!r} in a run whose inventory is of target {target!r}", path=path
                 )

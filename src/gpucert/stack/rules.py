@@ -74,11 +74,21 @@ def version(ns: NodeStack, stack: StackSpec, component: str) -> Finding:
     return Finding("stack.version", OK if ok else FAIL, ns.node, None, msg, observed=have or None, expected=pin.version)
 
 
-def skew(ns: NodeStack, fleet: Mapping[str, NodeStack]) -> Finding:
-    """Facts without a pin (kubelet, runtime, kernel, OS) must be the same on every node: minority values fail."""
+def skew_counts(fleet: Mapping[str, NodeStack]) -> dict[str, Counter[object]]:
+    """Per fact without a pin, how many of the fleet's ready nodes run each value: counted once for the fleet (each
+    node counting the whole fleet again grew with the square of the nodes)."""
+    return {label: Counter(getattr(n, attr) for n in fleet.values() if n.ready) for label, attr in SKEW_FIELDS.items()}
+
+
+def skew(
+    ns: NodeStack, fleet: Mapping[str, NodeStack], counted: Mapping[str, Counter[object]] | None = None
+) -> Finding:
+    """Facts without a pin (kubelet, runtime, kernel, OS) must be the same on every node: minority values fail.
+    `counted`: the fleet's `skew_counts`, when the caller judges every node of the same fleet."""
     odd = []
+    counted = counted if counted is not None else skew_counts(fleet)
     for label, attr in SKEW_FIELDS.items():
-        counts = Counter(getattr(other, attr) for other in fleet.values() if other.ready)
+        counts = counted[label]
         if len(counts) < 2:
             continue
         majority, _ = counts.most_common(1)[0]

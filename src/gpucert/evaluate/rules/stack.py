@@ -6,6 +6,7 @@ pool's pins (stack.version, .skew, .compat, .ordering, .kubernetes, .runtime). T
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 
 from gpucert.evaluate.locate import because, skip
@@ -57,8 +58,12 @@ def _skew(view: RunView, ns: NodeStack, stack: StackSpec, node: str, component: 
     """Against the node's pool: another pool may run another OS or kernel."""
     pool = view.pools.name_of(node)
     assert pool is not None
-    peers = {n: view.stack.nodes[n] for n in view.pools.members(pool) if n in view.stack.nodes}
-    return stack_rules.skew(ns, peers)
+
+    def counted() -> dict[str, Counter[object]]:
+        peers = {n: view.stack.nodes[n] for n in view.pools.members(pool) if n in view.stack.nodes}
+        return stack_rules.skew_counts(peers)
+
+    return stack_rules.skew(ns, {}, view.once(f"stack.skew/{pool}", counted))
 
 
 def _compat(view: RunView, ns: NodeStack, stack: StackSpec, node: str, component: str | None) -> Finding:

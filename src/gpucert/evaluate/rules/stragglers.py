@@ -125,6 +125,7 @@ class PeerIndex:
         self._residuals = {k: r for k in values if (r := self._node_residual(k)) is not None}
         self._node_level: dict[str, Finding | None] = {}
         self._pool_summaries: dict[str, tuple[list[float], Summary]] = {}
+        self._spreads: dict[str, tuple[float, int]] = {}
         self._within = self._within_node_spread()
         self._nodes = self._node_figures()
         self._slow: dict[Key, SlowSamples] = {}
@@ -283,6 +284,17 @@ class PeerIndex:
             self._pool_summaries[pool] = (figures, summarize(figures))
         return self._pool_summaries[pool]
 
+    def _pool_spread(self, pool: str) -> tuple[float, int]:
+        """The spread of the pool's node figures and its degrees of freedom (stats.node_spread), once per pool: each
+        node asked it again over every node (at 1,024 nodes most of a re-test's controller time)."""
+        if pool not in self._spreads:
+            figures, nodes = self._pool_nodes(pool)
+            within = self._within.get(pool)
+            boards = int(median([len(ks) for n, ks in self.by_node.items() if self.pool_of(n) == pool]))
+            board_sigma = within.mad * MAD_TO_SIGMA if within is not None else 0.0
+            self._spreads[pool] = node_spread(figures, nodes, board_sigma, boards)
+        return self._spreads[pool]
+
     def node_bar(self, compared: int, df: int) -> float:
         """`bar(compared)` for a spread estimated from df + 1 nodes: the same tail of Student's t (a few dozen
         nodes' spread is itself uncertain: the normal bar would flag clean fleets)."""
@@ -297,9 +309,7 @@ class PeerIndex:
         if len(figures) - 1 < MIN_PEERS:
             return None
         deviation = mine / nodes.median - 1
-        within, pool = self._within.get(self.pool_of(node)), self.pool_of(node)
-        boards = int(median([len(ks) for n, ks in self.by_node.items() if self.pool_of(n) == pool]))
-        sigma, df = node_spread(figures, nodes, within.mad * MAD_TO_SIGMA if within is not None else 0.0, boards)
+        sigma, df = self._pool_spread(self.pool_of(node))
         z = (mine - nodes.median) / sigma if sigma > 0 else math.copysign(math.inf, deviation) if deviation else 0.0
         bar = self.node_bar(len(figures), df)
         # far behind (beyond maxDeviation, and out of the MAD's spread) is behind whatever the nodes' spread says:
