@@ -7,6 +7,7 @@ there (an error), a GPU the node does not show (skipped, naming inventory.gpus),
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from gpucert.evaluate.rules.performance import Sampled, believable, evidence_problem, samples_of
 from gpucert.evaluate.view import GpuSlot, RunView
@@ -37,6 +38,7 @@ def skip(check: str, node: str | None, gpu: int | None, message: str, cause: str
     return Finding(check, SKIP, node, gpu, message, cause=cause)
 
 
+@functools.cache  # a few dozen check ids, asked by every check of a fleet
 def _probe_of(check: str) -> Probe | None:
     """The probe whose evidence a check judges (None for handover.identity: the GPUs the node showed at all)."""
     return None if check == "handover.identity" else Probe(family_of(check).probe or check.split(".")[0])

@@ -311,6 +311,8 @@ class NodeEvidence(_Model):
 
     def error_for(self, probe: str, gpu: int | None = None, metric: str | None = None) -> ProbeError | None:
         """The probe's error for the whole node, or (with `gpu`) the error of that one GPU (for `metric`)."""
+        if not self.errors:  # most nodes: asked by every check of the node
+            return None
         return next(
             (
                 e
