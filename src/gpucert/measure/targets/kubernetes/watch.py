@@ -18,6 +18,7 @@ import contextlib
 import json
 import queue
 import random
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -66,6 +67,8 @@ class _Feed:
             self._thread.join(10)
 
     def _run(self) -> None:
+        if hasattr(signal, "pthread_sigmask"):  # Ctrl-C and SIGTERM go to the run's thread, which cleans up at once
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
             self._follow()
         except Exception as exc:  # the run's to raise, on its own thread
@@ -200,7 +203,8 @@ def _loop(feed: _Feed, handler: PodHandler, step: Callable[[], bool]) -> None:
     listed = False  # nothing is judged (a Pending timeout) before the pods as they are now are known
     next_step = 0.0
     while True:
-        timeout = max(0.0, next_step - time.monotonic()) if listed else None
+        # never an unbounded wait: the run's thread comes back to Python at least every STEP_S to take a signal
+        timeout = max(0.0, next_step - time.monotonic()) if listed else STEP_S
         try:
             kind, payload = feed.inbox.get(timeout=timeout)
         except queue.Empty:
