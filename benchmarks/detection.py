@@ -11,6 +11,7 @@ The evidence of a fleet is read once and shared by the settings' evaluations.
     .venv/bin/python benchmarks/detection.py --smoke          # a tiny study: the code path, in seconds
     .venv/bin/python benchmarks/detection.py --drift [--smoke]  # drift.<metric> against history (drift.py)
     .venv/bin/python benchmarks/detection.py --node-level [--smoke]  # a whole node slow (nodelevel.py)
+    .venv/bin/python benchmarks/detection.py --combined [--smoke]  # every metric at once (combined.py)
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from results import write_section  # noqa: E402
 
 from gpucert.evaluate.evaluation import Evaluation  # noqa: E402
 from gpucert.plan import run as runner  # noqa: E402
@@ -37,7 +41,6 @@ from gpucert.plan.checks import CheckKey, CheckStatus  # noqa: E402
 from gpucert.plan.runfolder import RunFolder  # noqa: E402
 from gpucert.spec.cluster import ClusterSpec, StragglerSpec  # noqa: E402
 
-BEGIN, END = "<!-- detection:begin -->", "<!-- detection:end -->"
 SWEPT = "straggler 4%"  # the goal's straggler: every setting of the trade-off judges it
 TARGET = ("gpu-node-2", 3)  # the faulty GPU (or node) of every faulty scenario
 METRIC = "memory.bandwidth"  # 20 samples per GPU
@@ -329,20 +332,25 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="2 seeds of 4 x 8, one setting: the code path only")
     ap.add_argument("--drift", action="store_true", help="the drift study instead (benchmarks/drift.py)")
     ap.add_argument("--node-level", action="store_true", help="the node-level study instead (nodelevel.py)")
-    ap.add_argument("--first-seed", type=int, default=0, help="--node-level: the first seed (split a study)")
+    ap.add_argument("--combined", action="store_true", help="one statistic over a GPU's metrics (combined.py)")
+    ap.add_argument("--part", choices=("both", "peers", "drift"), default="both", help="--combined: which rules")
+    ap.add_argument("--rho", type=float, nargs="+", default=[0.0, 0.5], help="--combined: noise.metricCorrelation")
+    ap.add_argument("--first-seed", type=int, default=0, help="--node-level, --combined: the first seed")
     ap.add_argument("--history", type=int, default=3, help="--drift: earlier runs per board")
     ap.add_argument("--sizes", type=int, nargs="+", default=[16, 64, 256], help="--drift: nodes per fleet")
     args = ap.parse_args()
     if args.drift:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
         import drift
 
         return drift.run(args)
     if args.node_level:
-        sys.path.insert(0, str(ROOT / "benchmarks"))
         import nodelevel
 
         return nodelevel.run(args)
+    if args.combined:
+        import combined
+
+        return combined.run(args)
     default = Setting(StragglerSpec().max_deviation, StragglerSpec().min_z)
     sizes = (4,) if args.smoke else (4, 32)
     seeds = range(2 if args.smoke else args.seeds)
@@ -358,13 +366,7 @@ def main() -> int:
     lines = report(totals, sweep, default, sizes, len(seeds), elapsed, swept) + small
     text = "\n".join(lines)
     print(text)
-    if args.results is not None:
-        old = args.results.read_text()
-        if BEGIN in old and END in old:
-            new = old[: old.index(BEGIN)] + f"{BEGIN}\n{text}\n{END}" + old[old.index(END) + len(END) :]
-        else:
-            new = old.rstrip() + f"\n\n{BEGIN}\n{text}\n{END}\n"
-        args.results.write_text(new)
+    write_section(args.results, "detection", text)
     return 0
 
 

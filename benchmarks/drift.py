@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from results import write_section
 
 from gpucert.evaluate.rules.drift import (
     DEFAULT_CONFIDENCE,
@@ -43,7 +44,6 @@ ROOT = Path(__file__).resolve().parents[1]
 METRIC = "memory.bandwidth"
 DRIFT_METRICS_PER_GPU = 8  # memory, five GEMM dtypes, two PCIe directions: what a real run's bar counts
 TARGET = ("gpu-node-2", 3)
-BEGIN, END = "<!-- drift:begin -->", "<!-- drift:end -->"
 REAL = {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005, "tails": {"df": 5, "outliers": 0.005, "depth": 0.05}}
 
 
@@ -168,11 +168,5 @@ def run(args: Any) -> int:
         lines = study(seeds, sizes, rrs, drops, 2 if smoke else args.history, Path(tmp))
     text = "\n".join(lines)
     print(text)
-    if args.results is not None:
-        old = args.results.read_text()
-        if BEGIN in old and END in old:
-            new = old[: old.index(BEGIN)] + f"{BEGIN}\n{text}\n{END}" + old[old.index(END) + len(END) :]
-        else:
-            new = old.rstrip() + f"\n\n{BEGIN}\n{text}\n{END}\n"
-        args.results.write_text(new)
+    write_section(args.results, "drift", text)
     return 0

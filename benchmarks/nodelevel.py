@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from results import write_section
 
 from gpucert.evaluate.peers import PeerComparisons
 from gpucert.measure.evidence import NodeEvidence
@@ -35,7 +36,6 @@ NODE = "gpu-node-2"
 REAL = {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005, "tails": {"df": 5, "outliers": 0.005, "depth": 0.05}}
 PROBES = (Probe.MEMORY, Probe.COMPUTE, Probe.PCIE, Probe.P2P)
 STUDIED = ("memory.bandwidth", "compute.gemm.bf16", "pcie.h2d")  # a slow node on each of these, one at a time
-BEGIN, END = "<!-- nodelevel:begin -->", "<!-- nodelevel:end -->"
 
 
 def _target(tmp: Path, nodes: int, seed: int, faults: list[dict[str, Any]]) -> tuple[SimulatedTarget, Any, Any]:
@@ -128,11 +128,5 @@ def run(args: Any) -> int:
     lines += ["", f"{time.perf_counter() - t0:.0f} s."]
     text = "\n".join(lines)
     print(text)
-    if args.results is not None:
-        old = args.results.read_text()
-        if BEGIN in old and END in old:
-            new = old[: old.index(BEGIN)] + f"{BEGIN}\n{text}\n{END}" + old[old.index(END) + len(END) :]
-        else:
-            new = old.rstrip() + f"\n\n{BEGIN}\n{text}\n{END}\n"
-        args.results.write_text(new)
+    write_section(args.results, "nodelevel", text)
     return 0

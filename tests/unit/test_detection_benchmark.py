@@ -73,3 +73,25 @@ def test_the_drift_study_runs_end_to_end_on_a_tiny_study(tmp_path: Path) -> None
     assert "| 4 x 8 | 0.5% | clean | - | 0/64 (0.00%) | 0/2 |" in r.stdout
     assert "| 4 x 8 | 0.5% | 4.0% fall | 100% (2/2) | 0/62 (0.00%) | 0/2 |" in r.stdout
     assert "<!-- drift:begin -->" in results.read_text()
+
+
+def test_the_combined_study_runs_end_to_end_on_a_tiny_study(tmp_path: Path) -> None:
+    """The combined statistic's study (peers and drift, one writer of RESULTS.md's sections with the others)."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text("# Benchmark results\n\n<!-- combined:begin -->\nold\n<!-- combined:end -->\n\nafter\n")
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--combined", "--smoke", "--results", str(results)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    # 2 clean 16 x 8 fleets and 2 with one GPU 4% (peers) or 2.5% (drift) slow on every metric: caught by the
+    # combined statistic, no healthy GPU flagged
+    assert "| peers | 16 x 8 | 0 | 4.0% on every metric | 2/2 | 2/2 | 2/2 | 0/254 (either) | 0/2 |" in r.stdout
+    assert "| drift | 16 x 8 | 0 | clean | - | - | - | per metric 0/256, combined 0/256 | 0/2 |" in r.stdout
+    assert "| drift | 16 x 8 | 0 | 2.5% on every metric |" in r.stdout
+    text = results.read_text()
+    assert "old" not in text
+    assert text.endswith("<!-- combined:end -->\n\nafter\n")

@@ -92,6 +92,22 @@ def test_gpu_spread_is_a_fixed_offset_per_board(tmp_path: Path) -> None:
     assert abs(np.corrcoef(m, other)[0, 1]) < 0.3
 
 
+@pytest.mark.parametrize("rho", [0.0, 0.8])
+def test_metric_correlation_makes_a_boards_offsets_alike_across_its_metrics(tmp_path: Path, rho: float) -> None:
+    """noise.metricCorrelation (an assumption the combined statistic's study varies): 0 draws each metric's offset
+    independently (as before the key: the same figures), 0.8 shares most of the draw between a board's metrics."""
+    noise = {"cv": 0.002, "gpuSpread": 0.02, "metricCorrelation": rho}
+    t = target(tmp_path, nodes=32, noise=noise)
+    m, other = medians(t, "memory.bandwidth"), medians(t, "compute.gemm.bf16")
+    r = float(np.corrcoef(m, other)[0, 1])
+    assert abs(r - rho) < 0.15, r
+    assert 0.016 < m.std() / m.mean() < 0.024  # each metric's own spread is unchanged
+    if not rho:
+        (tmp_path / "plain").mkdir()
+        plain = target(tmp_path / "plain", nodes=32, noise={"cv": 0.002, "gpuSpread": 0.02})
+        assert np.array_equal(m, medians(plain, "memory.bandwidth"))
+
+
 def test_node_spread_is_shared_by_a_nodes_gpus(tmp_path: Path) -> None:
     t = target(tmp_path, nodes=16, noise={"cv": 0.001, "nodeSpread": 0.03})
     per_node = medians(t, "memory.bandwidth").reshape(16, 8)

@@ -52,3 +52,7 @@ class Noise(Document):
     # a board's figure moves from one run to the next (clocks, temperature, the host's load): absent, every run of
     # a board measures alike, as fleets did before this key
     run_to_run: RunToRun | None = Field(None, alias="runToRun")
+    # how alike one board's (one node's, one run's) offsets are across its metrics: 0, each metric's offset drawn
+    # independently (as before this key); 1, one draw for all. An assumption either way until measured: a board's
+    # clocks move every GEMM together, memory and PCIe less so
+    metric_correlation: Annotated[float, Field(ge=0, le=1)] = Field(0.0, alias="metricCorrelation")

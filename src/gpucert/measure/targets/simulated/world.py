@@ -50,6 +50,7 @@ __all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "iso", "sig"]
 # that does not set them measures exactly as it did before they existed
 GPU_SPREAD_STREAM, NODE_SPREAD_STREAM, VARYING_STREAM, OUTLIER_STREAM = 0x5B, 0x5C, 0x5D, 0x5E
 RUN_STREAM = 0x5F
+SHARED_STREAM = 0x60  # the draw a board's (node's, run's) metrics share under noise.metricCorrelation
 
 T0 = datetime(2026, 11, 30, 8, 0, 0, tzinfo=UTC)
 DEFAULT_NODE_STACK = {
@@ -203,14 +204,22 @@ class World:
         offset = 1.0
         m = METRICS.index(metric)
         if noise.node_spread:
-            offset *= 1 + noise.node_spread * float(
-                self._stream(node, NODE_SPREAD_STREAM).standard_normal(len(METRICS))[m]
-            )
+            z = self._stream(node, NODE_SPREAD_STREAM).standard_normal(len(METRICS))[m]
+            offset *= 1 + noise.node_spread * self._shared(float(z), node, NODE_SPREAD_STREAM)
         if noise.gpu_spread and slot is not None and metric in GPU_METRICS and not metric.startswith("p2p."):
             board = int(slot in self.faults[node].swapped)  # a replacement board is another draw
             z = self._stream(node, GPU_SPREAD_STREAM, slot, board).standard_normal(len(METRICS))[m]
-            offset *= 1 + noise.gpu_spread * float(z)
+            offset *= 1 + noise.gpu_spread * self._shared(float(z), node, GPU_SPREAD_STREAM, slot, board)
         return max(offset, 0.05)
+
+    def _shared(self, z: float, node: str, *key: int) -> float:
+        """`z` (one metric's own draw) mixed with a draw every metric of the same board, node or run shares, so
+        that two metrics' offsets correlate by noise.metricCorrelation; `z` itself where it is 0 (as before)."""
+        rho = self.fleet.noise.metric_correlation
+        if not rho:
+            return z
+        common = float(self._stream(node, SHARED_STREAM, *key).standard_normal())
+        return float((1 - rho) ** 0.5 * z + rho**0.5 * common)
 
     def _run_factor(self, node: str, slot: int | None, metric: str, run_id: str) -> float:
         """What this run of the board (or node) measures beside its fixed offset: the fleet's `noise.runToRun`,
@@ -223,7 +232,7 @@ class World:
             run = int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big")
             where = 999 if slot is None else slot
             z = self._stream(node, RUN_STREAM, where, board, run).standard_normal(len(METRICS))[METRICS.index(metric)]
-            factor *= 1 + run_to_run.cv * float(z)
+            factor *= 1 + run_to_run.cv * self._shared(float(z), node, RUN_STREAM, where, board, run)
         degrading = self.faults[node].degrading
         kept = degrading.get((None, metric), 1.0) * (degrading.get((slot, metric), 1.0) if slot is not None else 1.0)
         if kept != 1.0:
