@@ -50,6 +50,7 @@ def test_a_board_fallen_a_little_on_every_metric_is_one_drift_finding(project: P
     spec = yaml.safe_load((project / SPEC).read_text())
     spec["expect"]["nodes"] = 2
     spec["certify"].pop("multinode", None)
+    spec["certify"]["probes"] = ["memory", "compute", "pcie"]  # the drift metrics' probes only: a fast test
     (project / SPEC).write_text(yaml.safe_dump(spec))
     assert gpucert("keygen", "keys", cwd=project).returncode == 0
     r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
@@ -62,8 +63,13 @@ def test_a_board_fallen_a_little_on_every_metric_is_one_drift_finding(project: P
     run = sorted((project / "reports").glob("*clean-h100-pod-a"))[-1]
     verdict = json.loads((run / "verdict.json").read_text())
     found = {(f["check"], f["node"], f["gpu"]) for f in verdict["findings"]}
-    assert found == {("drift.combined", "gpu-node-2", 3)}, [f["message"] for f in verdict["findings"]]
-    (f,) = verdict["findings"]
+    # against its own history, one finding; against its peers (boards spread by 2%, run-to-run noise drawn per run
+    # id) a metric of this board may also stand out on its own, a finding of another rule, never another board's
+    drift = {k for k in found if k[0].startswith("drift.")}
+    assert drift == {("drift.combined", "gpu-node-2", 3)}, [f["message"] for f in verdict["findings"]]
+    assert {(k[1], k[2]) for k in found} == {("gpu-node-2", 3)}, found
+    assert all(k[0].startswith("straggler.") for k in found - drift), found
+    (f,) = [f for f in verdict["findings"] if f["check"] == "drift.combined"]
     assert "fell on 8 metrics at once: mean fall 2." in f["message"]
     assert all(f"{metric} +" in f["message"] for metric in DRIFT)  # each metric's fall and its z
     skips = verdict["coverage"]["skips"]
