@@ -226,7 +226,8 @@ class FakeKubelet:
         threading.Thread(target=self._execute, args=(job, pod, node, what), daemon=True).start()
 
     def _plan(self, ns: str, pod: dict[str, Any], node: str, sizes: Sizes) -> dict[str, Any] | None:
-        """The plan the pod mounts, made small: two NumPy devices, three repetitions, small buffers."""
+        """The plan the pod mounts, made small: two NumPy devices, five repetitions (the spec's default sample
+        counts left out, so the budget's five hold), small buffers."""
         cm = self.cluster.get("configmaps", ns, pod["spec"]["volumes"][0]["configMap"]["name"])
         if cm is None:
             return None
@@ -237,6 +238,7 @@ class FakeKubelet:
             gpus=2,
             budget=BudgetSpec(warmup_s=0, measure_s=0.01, min_reps=5, max_reps=5).model_dump(),
             sizes=sizes.model_dump(),
+            samples={},
         )
         return plan
 
