@@ -85,8 +85,19 @@ class PeerComparisons:
                 self.rules(metric, pool),
                 samples=samples if unstable_is_judged(metric) else None,
                 pool_of=lambda _node: label,
+                others=lambda _label: self._other_spreads(metric, pool),
             )
         return self._index[(metric, pool)]
+
+    def _other_spreads(self, metric: str, pool: str) -> list[tuple[float, int]]:
+        """The node spreads of the pool's other per-GPU metrics (PeerIndex.relative_spread): the same nodes
+        measured again, which the node-level rule pools with `metric`'s own (issue 27: 16 nodes' spread alone is
+        too uncertain a bar for a 4% slow node)."""
+        return [
+            self.index(m, pool).relative_spread(self.label(pool))
+            for m in self.metrics(pool)
+            if m != metric and m not in NODE_METRICS
+        ]
 
     def combined(self, pool: str) -> tuple[Combined, float]:
         """The pool's GPUs on every per-GPU metric at once (`straggler.combined`): each GPU's robust z against its

@@ -11,14 +11,20 @@ from statistics import NormalDist
 
 __all__ = [
     "MAD_TO_SIGMA",
+    "SPREAD_F_LEVEL",
     "Summary",
+    "beta_cdf",
     "binomial_tail",
     "clipped_sd",
+    "f_quantile",
+    "f_tail",
     "hypergeometric_tail",
     "mad",
     "median",
     "node_spread",
+    "pooled_spread",
     "quantile",
+    "relative_spread",
     "summarize",
     "t_quantile",
     "t_tail",
@@ -90,16 +96,27 @@ def clipped_sd(values: Sequence[float], summary: Summary, clip: float = 3.0) -> 
     return math.sqrt(sum((v - mean) ** 2 for v in kept) / (len(kept) - 1)), len(kept)
 
 
-def node_spread(figures: Sequence[float], summary: Summary, board_sigma: float, boards: int) -> tuple[float, int]:
+def node_spread(
+    figures: Sequence[float],
+    summary: Summary,
+    board_sigma: float,
+    boards: int,
+    others: Sequence[tuple[float, int]] = (),
+) -> tuple[float, int]:
     """The spread of node figures (each the median of its `boards` boards) and its degrees of freedom: their
-    `clipped_sd`, never below what the boards' spread within nodes implies for a median of `boards` (a handful of
-    nodes that agree by chance must not make a small step a finding). `board_sigma`: the relative sd of a board's
-    residual against the median of its node's others, whose variance is (1 + pi/2/(boards-1)) a board's; a
-    median's variance is pi/2 a mean's."""
+    `clipped_sd`, pooled with the same nodes' relative spreads on the pool's other metrics (`others`, each
+    (sd / median, df); `pooled_spread` says when), never below what the boards' spread within nodes implies for a
+    median of `boards` (a handful of nodes that agree by chance must not make a small step a finding).
+    `board_sigma`: the relative sd of a board's residual against the median of its node's others, whose variance
+    is (1 + pi/2/(boards-1)) a board's; a median's variance is pi/2 a mean's."""
     sd, kept = clipped_sd(figures, summary)
+    df = max(kept - 1, 1)
+    if summary.median and others and kept > 1:
+        relative, df = pooled_spread((sd / abs(summary.median), kept - 1), others)
+        sd = relative * abs(summary.median)
     board = board_sigma / math.sqrt(1 + math.pi / 2 / max(boards - 1, 1))
     floor = board * summary.median * math.sqrt(math.pi / 2 / max(boards, 1))
-    return max(sd, floor), max(kept - 1, 1)
+    return max(sd, floor), df
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:
@@ -189,3 +206,82 @@ def t_quantile(probability: float, df: int) -> float:
         if hi - lo < 1e-9 * hi:
             break
     return hi
+
+
+def beta_cdf(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function I_x(a, b): its continued fraction (Abramowitz and Stegun 26.5.8),
+    evaluated by the modified Lentz method, on the side of (a + 1) / (a + b + 2) where it converges fast."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - beta_cdf(1.0 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 1000):
+        for coefficient in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + coefficient * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + coefficient / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return front * fraction / a
+
+
+def f_tail(f: float, df1: int, df2: int) -> float:
+    """P(F > f) for Snedecor's F on (df1, df2) degrees of freedom, f >= 0 (Abramowitz and Stegun 26.6.2)."""
+    return beta_cdf(df2 / (df2 + df1 * f), df2 / 2, df1 / 2) if f > 0 else 1.0
+
+
+@functools.lru_cache(maxsize=1024)
+def f_quantile(probability: float, df1: int, df2: int) -> float:
+    """The F beyond which Snedecor's F on (df1, df2) degrees of freedom has `probability`: the bar a ratio of two
+    variance estimates must pass for the first to be larger than the second at that level. Bisection."""
+    lo, hi = 0.0, 1.0
+    while f_tail(hi, df1, df2) > probability and hi < 1e12:
+        lo, hi = hi, hi * 2
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if f_tail(mid, df1, df2) > probability:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-9 * hi:
+            break
+    return hi
+
+
+SPREAD_F_LEVEL = 0.05  # the F-test's level: a metric's own spread is larger than the pool's when this unlikely
+
+
+def pooled_spread(own: tuple[float, int], others: Sequence[tuple[float, int]]) -> tuple[float, int]:
+    """One metric's relative node spread, (sd, df), pooled with the other metrics' of the same nodes: the pooled
+    variance (each sd squared times its df, summed, over the summed df) on the summed degrees of freedom, unless
+    the metric's own variance is larger than the others' pooled one by an F-test at SPREAD_F_LEVEL, one-sided
+    (a metric whose nodes truly differ more must keep its own spread, or its clean nodes would be findings).
+    Then, and with no others, its own. The others' estimates are independent of the metric's, as the test needs."""
+    sd, df = own
+    kept = [(s, d) for s, d in others if d > 0 and math.isfinite(s)]
+    rest = sum(d for _, d in kept)
+    if df <= 0 or rest <= 0:
+        return own
+    rest_var = sum(s * s * d for s, d in kept) / rest
+    if rest_var <= 0 or sd * sd / rest_var > f_quantile(SPREAD_F_LEVEL, df, rest):
+        return own
+    return math.sqrt((sd * sd * df + rest_var * rest) / (df + rest)), df + rest
+
+
+def relative_spread(figures: Sequence[float], summary: Summary) -> tuple[float, int]:
+    """The `clipped_sd` of the figures over their median, and its degrees of freedom (0 when it cannot be told):
+    one metric's node spread as the other metrics of the same nodes can pool it (`pooled_spread`)."""
+    sd, kept = clipped_sd(figures, summary) if summary.median else (0.0, 0)
+    return (sd / abs(summary.median), kept - 1) if kept > 1 else (0.0, 0)

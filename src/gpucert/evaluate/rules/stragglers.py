@@ -10,8 +10,9 @@ Three rules, each with the spec's two knobs (`certify.stragglers`: `maxDeviation
   once (each GPU against its own node's others, pooled over the fleet): the MAD of seven peers is too unsteady
   to hold a z to.
 - **node-level straggler** (`straggler.<metric>`, gpu null): the median of the node's GPUs is behind the other
-  nodes' by its statistics: a z against the nodes' spread (`stats.node_spread`) beyond the bar for the number of
-  nodes compared, widened to Student's t for a spread estimated from that many nodes; or, as before, beyond
+  nodes' by its statistics: a z against the nodes' spread (`stats.node_spread`, pooled over the pool's per-GPU
+  metrics unless this one's is larger by an F-test) beyond the bar for the nodes compared, widened to Student's t
+  for the spread's degrees of freedom; or, as before, beyond
   `maxDeviation` and out of their MAD. A node's figure is a median of eight boards, a few times steadier than one
   board: a 4% slow node stands out where the 5% gate alone hid it. One slow node is one finding, not one per GPU.
 - **stability** (`stability.<metric>`): a sample is slow when it is more than `maxDeviation` below the GPU's own
@@ -49,6 +50,7 @@ from gpucert.evaluate.stats import (
     binomial_tail,
     median,
     node_spread,
+    relative_spread,
     summarize,
     t_quantile,
     tail_z,
@@ -109,12 +111,14 @@ class PeerIndex:
         *,
         samples: Mapping[Key, Sequence[float]] | None = None,
         pool_of: Callable[[str], str] | None = None,
+        others: Callable[[str], Sequence[tuple[float, int]]] | None = None,
     ) -> None:
         self.metric = metric
         self.values = values
         self.rules = rules
         self.sign = 1.0 if rules.higher_is_better else -1.0
         self._pool_of = pool_of
+        self._others = others  # a pool -> the other metrics' `relative_spread`s of its nodes, to pool with
         self.pools: dict[str, list[Key]] = defaultdict(list)
         self.by_node: dict[str, list[Key]] = defaultdict(list)
         for key in values:
@@ -292,13 +296,19 @@ class PeerIndex:
             within = self._within.get(pool)
             boards = int(median([len(ks) for n, ks in self.by_node.items() if self.pool_of(n) == pool]))
             board_sigma = within.mad * MAD_TO_SIGMA if within is not None else 0.0
-            self._spreads[pool] = node_spread(figures, nodes, board_sigma, boards)
+            others = self._others(pool) if self._others is not None else ()
+            self._spreads[pool] = node_spread(figures, nodes, board_sigma, boards, others)
         return self._spreads[pool]
+
+    def relative_spread(self, pool: str) -> tuple[float, int]:
+        """`stats.relative_spread` of the pool's node figures: what the pool's other metrics pool with theirs."""
+        return relative_spread(*self._pool_nodes(pool)) if self.per_gpu and pool in self.pools else (0.0, 0)
 
     def node_bar(self, compared: int, df: int) -> float:
         """`bar(compared)` for a spread estimated from df + 1 nodes: the same tail of Student's t (a few dozen
         nodes' spread is itself uncertain: the normal bar would flag clean fleets)."""
-        return max(self.bar(compared), t_quantile(NormalDist().cdf(-self.rules.min_z) / max(compared, 1), df))
+        tail = NormalDist().cdf(-self.rules.min_z) / max(compared, 1)  # df capped: t is the normal by then
+        return max(self.bar(compared), t_quantile(tail, min(df, 1000)))
 
     def _judge_node(self, node: str) -> Finding | None:
         check = f"straggler.{self.metric}"
