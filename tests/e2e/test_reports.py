@@ -184,6 +184,28 @@ def test_allure_report_without_the_commandline_says_how_to_install(
         allure.build_html(demo_run / "allure-results", tmp_path / "x")
 
 
+def test_allure_never_empties_a_folder_that_holds_more_than_a_report(demo_run: Path, tmp_path: Path) -> None:
+    """`allure generate --clean` (allure-commandline 2.46.1, its GenerateCommand) deletes what the output folder
+    holds before it writes: found by a hostile-input sweep, `--out` naming the run folder or the reports folder
+    deleted them. The guard comes before Allure is looked for, so it holds on a machine without it."""
+    from gpucert.errors import ConfigError
+    from gpucert.report import allure
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "spec.yaml").write_text("keep me\n")
+    for out in (demo_run, demo_run.parent, mine):
+        before = sorted(p.name for p in out.iterdir())
+        with pytest.raises(ConfigError, match=r"--out .*holds more than an earlier Allure report"):
+            allure.build_html(demo_run / "allure-results", out)
+        assert sorted(p.name for p in out.iterdir()) == before
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "index.html").write_text("<html></html>")
+    allure._replaceable(earlier)  # an earlier single-file report is what --clean replaces
+    allure._replaceable(tmp_path / "new")
+
+
 def test_report_rows_and_footer_say_what_the_verdict_says(demo_run: Path) -> None:
     html = (demo_run / "report.html").read_text()
     verdict = json.loads((demo_run / "verdict.json").read_text())

@@ -46,7 +46,7 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
     run_dir = Path(a.run_dir).resolve()
     folder = RunFolder(run_dir)
     # beside the run folder, not in it: the signed folder stays as it was signed
-    out = Path(a.out) if a.out else run_dir.parent / f"{run_dir.name}-allure"
+    out = Path(a.out).resolve() if a.out else run_dir.parent / f"{run_dir.name}-allure"
     verdict = read_verdict(folder) if folder.verdict_path.is_file() else None
     files, notes, source = _trend_so_far(run_dir, verdict.spec) if verdict else ({}, [], None)
     index = build_html(folder.allure_dir, out, name=report_name(verdict) if verdict else None, history=files)

@@ -389,6 +389,18 @@ def history_of(report: Path) -> dict[str, bytes]:
     return found
 
 
+def _replaceable(out_dir: Path) -> None:
+    """`allure generate --clean` empties its output folder first: only a new or empty folder, or an earlier
+    single-file report (its one index.html), may be given; never a run folder, the reports folder or a user's."""
+    if not out_dir.exists():
+        return
+    if not out_dir.is_dir() or any(p.name != "index.html" or not p.is_file() for p in out_dir.iterdir()):
+        raise ConfigError(
+            f"--out {out_dir}: it exists and holds more than an earlier Allure report (index.html), and Allure "
+            "empties the folder it writes to; name a new or empty folder"
+        )
+
+
 def build_html(
     results_dir: Path, out_dir: Path, *, name: str | None = None, history: Mapping[str, bytes] | None = None
 ) -> Path:
@@ -398,6 +410,7 @@ def build_html(
     was signed."""
     if not results_dir.is_dir():
         raise EvidenceError("no allure-results/ here: pass a run folder written by `gpucert certify`", path=results_dir)
+    _replaceable(out_dir)
     allure = find_allure()
     if allure is None:
         raise ConfigError(f"the Allure commandline is not installed; {INSTALL_HINT}")
