@@ -22,10 +22,11 @@ from gpucert.evaluate.rules.drift import (
     pooled_repeatability,
 )
 from gpucert.evaluate.rules.performance import Sampled
-from gpucert.fleet.history import history_path, load_history, record_run, verify_entry
+from gpucert.fleet.history import history_path, load_history, record_run, snapshot, use_history, verify_entry
 from gpucert.measure.targets.base import MeasurePlan
 from gpucert.measure.targets.simulated import SimulatedTarget
 from gpucert.plan.checks import CheckStatus
+from gpucert.plan.inventory import Inventory, Node
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.spec.baseline import load_baseline
@@ -193,6 +194,33 @@ def test_a_line_that_is_no_entry_is_one_error_naming_file_and_line(tmp_path: Pat
     path.write_text('{"spec": "x"}\n')
     with pytest.raises(ConfigError, match=r"gpu-node-1.jsonl:1.*not a history entry"):
         load_history(path)
+
+
+def test_a_damaged_line_is_set_aside_by_a_run_and_said_not_found_after_measuring(tmp_path: Path, keys) -> None:  # type: ignore[no-untyped-def]
+    """A hostile-input sweep: a line that is no entry stopped certify with exit 2 after the whole fleet was
+    measured, leaving a run folder without a verdict, and an edited entry beside good ones was left out in silence.
+    The run now reads what it can, sets the rest aside by line and run, says so, and judges (drift names them)."""
+    key, pubs = keys
+    reports, t = tmp_path / "reports", _target(tmp_path)
+    signed_run(reports, t, f"2026-12-01T00-00-00Z-{SPEC}", key)
+    signed_run(reports, t, f"2026-12-02T00-00-00Z-{SPEC}", key)
+    path = history_path(reports, SPEC, "gpu-node-1")
+    first, second = path.read_text().splitlines()
+    doc = json.loads(first)
+    doc["gpus"][3]["metrics"][METRIC]["median"] *= 1.05
+    path.write_text(json.dumps(doc) + "\n" + second + "\n{not json\n")
+    snap = snapshot(reports, SPEC, ["gpu-node-1"], pubs)["nodes"]["gpu-node-1"]  # type: ignore[index]
+    assert [e["run"] for e in snap["entries"]] == [f"2026-12-02T00-00-00Z-{SPEC}"]
+    assert snap["refused"][f"2026-12-01T00-00-00Z-{SPEC}"].endswith("(edited)")
+    assert "gpu-node-1.jsonl:3: not a history entry" in snap["refused"]["line 3"]
+    said: list[str] = []
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    folder.write_inventory(Inventory("simulated", (Node("gpu-node-1", 8, "NVIDIA-H100-80GB-HBM3", 8, True),)))
+    use_history(folder, reports, SPEC, pubs, said.append)
+    assert any("gpu-node-1: line 3 refused" in s for s in said)
+    assert any("(edited)" in s for s in said)
+    assert folder.history_copy.is_file()  # judged with what stands: drift names what was set aside
 
 
 def test_repeatability_is_never_below_what_the_samples_alone_explain() -> None:

@@ -36,6 +36,7 @@ __all__ = [
     "entry_of",
     "history_path",
     "load_history",
+    "read_entries",
     "record_run",
     "snapshot",
     "use_history",
@@ -116,7 +117,7 @@ def record_run(folder: RunFolder, reports: Path) -> list[Path]:
         if entry is None:
             continue
         out = history_path(reports, spec, entry.node)
-        if any(e.run == entry.run for e in load_history(out)):
+        if any(e.run == entry.run for e in read_entries(out)[0]):
             continue  # recorded already (a run signed again)
         out.parent.mkdir(parents=True, exist_ok=True)
         with out.open("a", encoding="utf-8") as f:
@@ -125,12 +126,12 @@ def record_run(folder: RunFolder, reports: Path) -> list[Path]:
     return written
 
 
-def load_history(path: Path) -> list[HistoryEntry]:
-    """The entries of one node's history file, oldest first; none when it does not exist. A line that is not an
-    entry is a ConfigError naming the file and line."""
+def read_entries(path: Path) -> tuple[list[HistoryEntry], dict[str, str]]:
+    """The entries of one node's history file, oldest first (none when it does not exist), and each line that is
+    not an entry, set aside by "line N" with why: a run reads what it can and says what it could not."""
     if not path.is_file():
-        return []
-    out = []
+        return [], {}
+    out, bad = [], {}
     for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -138,14 +139,23 @@ def load_history(path: Path) -> list[HistoryEntry]:
             out.append(HistoryEntry.model_validate_json(line))
         except ValidationError as exc:
             first = exc.errors()[0]
-            key = ".".join(str(p) for p in first["loc"]) or None
-            raise ConfigError(
-                f"not a history entry ({first['msg']}); remove the line, history is rebuilt by certifying again",
-                path=path,
-                line=i,
-                key=key,
-            ) from None
-    return sorted(out, key=lambda e: e.time)
+            key = ".".join(str(p) for p in first["loc"])
+            bad[f"line {i}"] = f"{path}:{i}: not a history entry ({first['msg']}{f' at {key}' if key else ''})"
+    return sorted(out, key=lambda e: e.time), bad
+
+
+def load_history(path: Path) -> list[HistoryEntry]:
+    """The entries of one node's history file, oldest first; none when it does not exist. A line that is not an
+    entry is a ConfigError naming the file and line."""
+    entries, bad = read_entries(path)
+    if bad:
+        where, why = next(iter(bad.items()))
+        raise ConfigError(
+            f"{why.split(': ', 1)[1]}; remove the line, history is rebuilt by certifying again",
+            path=path,
+            line=int(where.removeprefix("line ")),
+        )
+    return entries
 
 
 def verify_entry(entry: HistoryEntry, reports: Path, keys: Sequence[Ed25519PublicKey]) -> str | None:
@@ -181,13 +191,16 @@ def snapshot(reports: Path, spec: str, nodes: Sequence[str], keys: Sequence[Ed25
     (inputs/history.json) and signed with it, so the run's verdict can be re-derived from the folder alone."""
     out: dict[str, object] = {}
     for node in nodes:
-        entries = [e for e in load_history(history_path(reports, spec, node)) if e.spec == spec]
-        if not entries:
+        read, damaged = read_entries(history_path(reports, spec, node))
+        entries = [e for e in read if e.spec == spec]
+        if not entries and not damaged:
             continue
         reasons = {e.run: verify_entry(e, reports, keys) for e in entries}
+        refused: dict[str, str] = dict(damaged)
+        refused.update((run, why) for run, why in reasons.items() if why is not None)
         out[node] = {
             "entries": [e.model_dump(mode="json", by_alias=True) for e in entries if reasons[e.run] is None],
-            "refused": {run: why for run, why in reasons.items() if why is not None},
+            "refused": refused,
         }
     return {"schema": SNAPSHOT_SCHEMA, "spec": spec, "nodes": out}
 
@@ -206,3 +219,6 @@ def use_history(
     if doc["nodes"]:
         folder.history_copy.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(folder.history_copy, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    for node, held in sorted(doc["nodes"].items()):  # type: ignore[attr-defined]
+        for what, why in sorted(held["refused"].items()):
+            say(f"  history        {node}: {what} refused, not compared: {why}")
