@@ -154,3 +154,22 @@ def test_the_kept_trend_lives_beside_the_nodes_history() -> None:
     from gpucert.report import allure_history
 
     assert allure_history.HISTORY_DIR == HISTORY_DIR
+
+
+def test_something_in_the_way_of_the_kept_trend_is_a_note_not_an_error(tmp_path: Path) -> None:
+    """A hostile-input sweep: a folder where history.json goes, or a file where the allure/ store goes, failed
+    `gpucert report allure` (exit 2) with a message naming a temporary file, after the report was written."""
+    save_history(tmp_path, "a", "2026-01-02T00-00-00Z-a", HISTORY)
+    store = tmp_path / ".history" / "a" / "allure"
+    (store / "history.json").unlink()
+    (store / "history.json").mkdir()
+    (notes,) = save_history(tmp_path, "a", "2026-01-03T00-00-00Z-a", HISTORY)
+    assert notes.startswith(f"the trend is not kept in {store} (")
+    assert ".tmp" not in notes
+    (store / "history.json").rmdir()
+    for p in store.iterdir():
+        p.unlink()
+    store.rmdir()
+    store.write_text("not a folder")
+    (notes,) = save_history(tmp_path, "a", "2026-01-04T00-00-00Z-a", HISTORY)
+    assert notes.startswith(f"the trend is not kept in {store} (")

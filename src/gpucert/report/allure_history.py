@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+from gpucert.errors import GpucertError
 from gpucert.files import write_atomic
 from gpucert.spec.names import NameError_, check_file_stem, inside
 
@@ -108,10 +109,14 @@ def save_history(reports: Path, spec: str, run: str, files: Mapping[str, bytes])
         source = {}  # unreadable: replaced by this run's
     if isinstance(source, dict) and source.get("spec") == spec and str(source.get("run", "")) > run:
         return [*notes, f"{store} keeps a later run's trend ({source['run']}); left as it is"]
-    for old in store.glob("*.json") if store.is_dir() else ():
-        if old.name not in kept and old.name != SOURCE:
-            old.unlink()
-    for name, data in kept.items():
-        write_atomic(store / name, data)
-    write_atomic(store / SOURCE, json.dumps({"spec": spec, "run": run}, indent=1) + "\n")
+    try:
+        for old in store.glob("*.json") if store.is_dir() else ():
+            if old.name not in kept and old.name != SOURCE:
+                old.unlink()
+        for name, data in kept.items():
+            write_atomic(store / name, data)
+        write_atomic(store / SOURCE, json.dumps({"spec": spec, "run": run}, indent=1) + "\n")
+    except (OSError, GpucertError) as exc:  # something not ours in the way: the report stands, the trend is not kept
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return [*notes, f"the trend is not kept in {store} ({why}): move what is in the way there aside"]
     return notes
