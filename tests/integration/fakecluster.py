@@ -431,6 +431,10 @@ class FakeCluster:
             yield from fault
             return
         dropped = self._dropped()
+        # the headers at once, before any event, as kube-apiserver does (WatchServer.HandleHTTP in
+        # staging/src/k8s.io/apiserver/pkg/endpoints/handlers/watch.go: WriteHeader(200), then flusher.Flush());
+        # werkzeug 3.1's server sends the headers and no chunk for an empty write
+        yield b""
         with self.cond:
             if rv:
                 seen = int(rv)

@@ -36,6 +36,10 @@ STEP_S = 1.0  # how often the run looks at its clock (Pending timeouts, deadline
 PodHandler = Callable[[dict[str, Any], bool], bool]  # (pod, deleted) -> act now (a slot is free, a run ended)
 
 
+class _Closed(Exception):
+    """The feed was closed while a watch was being opened (ends the thread quietly)."""
+
+
 @dataclass
 class _Feed:
     """The thread that lists and watches; what it learns goes to `inbox` in the order the API served it:
@@ -131,9 +135,12 @@ class _Feed:
 
         def lister(**kwargs: Any) -> Any:
             nonlocal opened
-            self._resp = kube.core.list_namespaced_pod(**kwargs)
+            self._resp = resp = kube.core.list_namespaced_pod(**kwargs)
             opened = True
-            return self._resp
+            if self.stopped.is_set():  # closed while this watch was being opened: close() found no response to wake
+                resp.release_conn()
+                raise _Closed
+            return resp
 
         stream = w.stream(
             lister,
