@@ -48,7 +48,7 @@ $(TOOLS):
 tools: $(TOOLS)
 
 unit: $(STAMP) $(TOOLS)
-	$(BIN)/pytest -n 2 -p no:cacheprovider
+	$(BIN)/pytest -n 2 --dist worksteal -p no:cacheprovider
 
 test: lint typecheck docs unit
 
