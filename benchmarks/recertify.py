@@ -29,6 +29,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # results.py, the section writer
+
+from results import write_section  # noqa: E402
 
 from gpucert.evaluate.rules.drift import (  # noqa: E402
     DEFAULT_CONFIDENCE,
@@ -47,7 +50,6 @@ from gpucert.spec.baseline import load_baseline  # noqa: E402
 from gpucert.spec.cluster import Probe, load_spec  # noqa: E402
 from gpucert.spec.simulated_fleet import load_fleet  # noqa: E402
 
-BEGIN, END = "<!-- recertify:begin -->", "<!-- recertify:end -->"
 NODE, SLOT, METRIC = "gpu-node-1", 3, "memory.bandwidth"
 GPUS = 8
 JUDGED = 8 * len(GPU_METRICS) + len(NODE_METRICS)  # the handover figures of one 8-GPU node's recertification
@@ -189,13 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         text = "\n".join(study(seeds, rrs, drops, Path(tmp)))
     print(text)
-    if args.results is not None:
-        old = args.results.read_text()
-        if BEGIN in old and END in old:
-            new = old[: old.index(BEGIN)] + f"{BEGIN}\n{text}\n{END}" + old[old.index(END) + len(END) :]
-        else:
-            new = old.rstrip() + f"\n\n{BEGIN}\n{text}\n{END}\n"
-        args.results.write_text(new)
+    write_section(args.results, "recertify", text)
     return 0
 
 

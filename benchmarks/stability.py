@@ -27,6 +27,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # results.py, the section writer
+
+from results import write_section  # noqa: E402
 
 from gpucert.evaluate.peers import PeerComparisons  # noqa: E402
 from gpucert.evaluate.rules.performance import samples_of  # noqa: E402
@@ -45,7 +48,6 @@ METRIC = "memory.bandwidth"
 REAL = {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005, "tails": {"df": 5, "outliers": 0.005, "depth": 0.05}}
 PROBES = (Probe.MEMORY, Probe.COMPUTE, Probe.PCIE)
 FAULTS = ((0.1, 0.8), (0.2, 0.8), (0.1, 0.9), (0.2, 0.9))  # (fraction of samples, factor)
-BEGIN, END = "<!-- stability:begin -->", "<!-- stability:end -->"
 
 
 def _target(tmp: Path, nodes: int, seed: int, faults: list[dict[str, Any]]) -> tuple[SimulatedTarget, Any, Any]:
@@ -157,13 +159,7 @@ def main() -> int:
     args = ap.parse_args()
     text = "\n".join(run(args))
     print(text)
-    if args.results is not None:
-        old = args.results.read_text()
-        if BEGIN in old and END in old:
-            new = old[: old.index(BEGIN)] + f"{BEGIN}\n{text}\n{END}" + old[old.index(END) + len(END) :]
-        else:
-            new = old.rstrip() + f"\n\n{BEGIN}\n{text}\n{END}\n"
-        args.results.write_text(new)
+    write_section(args.results, "stability", text)
     return 0
 
 
