@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -193,13 +193,19 @@ def t_tail(t: float, df: int) -> float:
 @functools.lru_cache(maxsize=1024)
 def t_quantile(probability: float, df: int) -> float:
     """The t beyond which Student's t with `df` degrees of freedom has `probability` (one-sided, < 0.5): the z of
-    `tail_z` widened for a spread estimated from df + 1 figures. Bisection: the tail falls monotonically."""
+    `tail_z` widened for a spread estimated from df + 1 figures."""
+    return _beyond(probability, lambda t: t_tail(t, df))
+
+
+def _beyond(probability: float, tail: Callable[[float], float]) -> float:
+    """The x >= 0 beyond which a distribution has `probability`, from its upper `tail` P(X > x), which falls
+    monotonically: doubling until the tail is below it, then bisection to a relative 1e-9."""
     lo, hi = 0.0, 1.0
-    while t_tail(hi, df) > probability and hi < 1e12:
+    while tail(hi) > probability and hi < 1e12:
         lo, hi = hi, hi * 2
     for _ in range(200):
         mid = (lo + hi) / 2
-        if t_tail(mid, df) > probability:
+        if tail(mid) > probability:
             lo = mid
         else:
             hi = mid
@@ -245,19 +251,8 @@ def f_tail(f: float, df1: int, df2: int) -> float:
 @functools.lru_cache(maxsize=1024)
 def f_quantile(probability: float, df1: int, df2: int) -> float:
     """The F beyond which Snedecor's F on (df1, df2) degrees of freedom has `probability`: the bar a ratio of two
-    variance estimates must pass for the first to be larger than the second at that level. Bisection."""
-    lo, hi = 0.0, 1.0
-    while f_tail(hi, df1, df2) > probability and hi < 1e12:
-        lo, hi = hi, hi * 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if f_tail(mid, df1, df2) > probability:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-9 * hi:
-            break
-    return hi
+    variance estimates must pass for the first to be larger than the second at that level."""
+    return _beyond(probability, lambda f: f_tail(f, df1, df2))
 
 
 SPREAD_F_LEVEL = 0.05  # the F-test's level: a metric's own spread is larger than the pool's when this unlikely
