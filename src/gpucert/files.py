@@ -20,9 +20,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from gpucert.errors import EvidenceError
+from gpucert.errors import ConfigError, EvidenceError
 
 __all__ = [
+    "make_folder",
     "parse_json",
     "process_alive",
     "read_bytes",
@@ -64,6 +65,18 @@ def write_atomic(path: Path, content: str | bytes) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     _sync_folder(path.parent)
+    return path
+
+
+def make_folder(path: Path, *, not_a_folder: str, cannot: str, key: str | None = None) -> Path:
+    """`path` as a folder the user named, made with its parents where missing; ConfigError naming it otherwise:
+    `is not a folder: <not_a_folder>` where a file stands in the way, `<cannot>: <why>` where it cannot be made."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"is not a folder: {not_a_folder}", path=path, key=key) from None
+    except OSError as exc:
+        raise ConfigError(f"{cannot}: {exc.strerror or exc}", path=path, key=key) from None
     return path
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gpucert import files
-from gpucert.errors import EvidenceError
+from gpucert.errors import ConfigError, EvidenceError
 from gpucert.plan.inventory import Inventory, Node, read_inventory, write_inventory
 from gpucert.plan.runfolder import RunFolder
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
@@ -163,3 +163,16 @@ def test_a_document_not_of_its_model_names_the_key(tmp_path: Path) -> None:
     path.write_text(json.dumps(doc))
     with pytest.raises(EvidenceError, match=r"inventory\.json: nodes\.0\.gpu_count: Input should be a valid integer"):
         read_inventory(path)
+
+
+def test_a_folder_the_user_named_is_made_or_refused_in_one_line(tmp_path: Path) -> None:
+    made = files.make_folder(tmp_path / "a" / "b", not_a_folder="name a folder", cannot="cannot create it")
+    assert made.is_dir()
+    (tmp_path / "file").write_text("x")
+    for in_the_way in (tmp_path / "file", tmp_path / "file" / "below"):  # FileExistsError, NotADirectoryError
+        with pytest.raises(ConfigError) as exc:
+            files.make_folder(in_the_way, not_a_folder="name a folder", cannot="cannot create it", key="--out")
+        assert str(exc.value).endswith("is not a folder: name a folder") and exc.value.key == "--out"
+    with pytest.raises(ConfigError) as exc:  # any other OSError: its own words, not a traceback nor an errno
+        files.make_folder(tmp_path / ("x" * 300), not_a_folder="name a folder", cannot="cannot create it")
+    assert str(exc.value).endswith("cannot create it: File name too long")

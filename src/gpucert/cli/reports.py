@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
-from gpucert.errors import ConfigError
+from gpucert.files import make_folder
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
@@ -66,10 +66,12 @@ def cmd_report_allure(a: argparse.Namespace) -> int:
 
 def cmd_schema(a: argparse.Namespace) -> int:
     out = Path(a.out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"cannot create the folder for the schemas: {exc.strerror}", path=out, key="--out") from None
+    make_folder(
+        out,
+        not_a_folder="name a folder for the schemas",
+        cannot="cannot create the folder for the schemas",
+        key="--out",
+    )
     from gpucert.measure.evidence import FabricEvidence
     from gpucert.measure.evidence import NodeEvidence as Evidence
     from gpucert.spec.handover import NodeBaseline

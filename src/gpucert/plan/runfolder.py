@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.errors import ConfigError, EvidenceError
-from gpucert.files import read_json_object, write_atomic, write_json
+from gpucert.files import make_folder, read_json_object, write_atomic, write_json
 from gpucert.measure.evidence import (
     FabricEvidence,
     FabricPairs,
@@ -44,6 +44,14 @@ def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _node_file(folder: Path, node: str, blame: Path | None = None) -> Path:
+    """`<folder>/<node>.json`, for a node name only: EvidenceError naming `blame` (the folder) otherwise."""
+    try:
+        return inside(folder, f"{check_node_name(node)}.json")
+    except NameError_ as exc:
+        raise EvidenceError(str(exc), path=blame or folder) from None
+
+
 class _In:
     """A path in the run folder as a read-only attribute of it: `verdict_path = _In(VERDICT)` is
     `<run folder>/verdict.json`."""
@@ -66,12 +74,11 @@ class RunFolder:
         """A new, empty run folder `reports/<run id>` for the spec named `spec` (`-2`, `-3`, ... when the id is
         taken), with its inputs/ folder."""
         name = run_id(spec, suffix=suffix)
-        try:
-            reports.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise ConfigError("is not a folder: --reports names where run folders are created", path=reports) from None
-        except OSError as exc:
-            raise ConfigError(f"cannot create the reports folder: {exc.strerror}", path=reports) from None
+        make_folder(
+            reports,
+            not_a_folder="--reports names where run folders are created",
+            cannot="cannot create the reports folder",
+        )
         for n in range(1, 1000):
             path = reports / (name if n == 1 else f"{name}-{n}")
             try:
@@ -131,17 +138,11 @@ class RunFolder:
         return [p for p in [self.baseline_copy, *pools] if p.is_file()]
 
     def identity_path(self, node: str) -> Path:
-        try:
-            return inside(self.retest_dir / layout.IDENTITY, f"{check_node_name(node)}.json")
-        except NameError_ as exc:
-            raise EvidenceError(str(exc), path=self.retest_dir) from None
+        return _node_file(self.retest_dir / layout.IDENTITY, node, blame=self.retest_dir)
 
     def evidence_path(self, node: str) -> Path:
         """`evidence/<node>.json`, for a node name only (EvidenceError otherwise): it never leaves evidence/."""
-        try:
-            return inside(self.evidence_dir, f"{check_node_name(node)}.json")
-        except NameError_ as exc:
-            raise EvidenceError(str(exc), path=self.evidence_dir) from None
+        return _node_file(self.evidence_dir, node)
 
     # ---- what the folder holds --------------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gpucert.errors import ConfigError
+from gpucert.files import make_folder
 
 __all__ = ["PRIVATE_KEY", "PUBLIC_KEY", "fingerprint", "generate_key", "load_private_key", "load_public_key"]
 
@@ -26,12 +27,9 @@ def fingerprint(key: Ed25519PublicKey) -> str:
 
 def generate_key(directory: Path) -> tuple[Path, Path, str]:
     """A new Ed25519 key pair in `directory`: the private key readable by its owner only."""
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise ConfigError("is not a folder; give keygen a folder to write the key pair into", path=directory) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot create the folder: {exc}", path=directory) from None
+    make_folder(
+        directory, not_a_folder="give keygen a folder to write the key pair into", cannot="cannot create the folder"
+    )
     priv_path, pub_path = directory / PRIVATE_KEY, directory / PUBLIC_KEY
     for p in (priv_path, pub_path):
         if os.path.lexists(p):  # a dangling link counts: writing through it would put the key somewhere else
