@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from gpucert.evaluate.view import RunView
 from gpucert.plan.checks import CheckKey, Finding
 
-__all__ = ["Registry", "Rule", "RuleFn", "no_rule"]
+__all__ = ["Registry", "Rule", "RuleFn", "gpu_of", "no_rule"]
 
 RuleFn = Callable[[RunView, CheckKey], Finding]
 
@@ -24,6 +24,13 @@ RuleFn = Callable[[RunView, CheckKey], Finding]
 def no_rule(key: CheckKey) -> ValueError:
     """What a rule raises for a key of its family it has no decision for (a per-GPU check asked of a node)."""
     return ValueError(f"no rule decides {key}: not a check of gpucert's vocabulary")
+
+
+def gpu_of(key: CheckKey, check: str) -> tuple[str, int]:
+    """The node and GPU of a per-GPU key of `check`; no_rule for any other key."""
+    if key.node is None or key.gpu is None or key.check != check:
+        raise no_rule(key)
+    return key.node, key.gpu
 
 
 @dataclass(frozen=True, slots=True)

@@ -249,6 +249,14 @@ class RunView:
     def pool_of(self, node: str) -> Pool | None:
         return self.pools.pool_of(node)
 
+    def pool_name(self, node: str) -> str:
+        """The pool of a node a pooled rule is asked about: the registry asks those rules only of nodes in exactly
+        one pool (pool.membership judges the others)."""
+        pool = self.pools.name_of(node)
+        if pool is None:
+            raise ValueError(f"a pooled rule was asked of {node}, which is not in exactly one pool")
+        return pool
+
     def rails_of(self, node: str) -> int:
         """How many rails the fabric of the node's pool has (0: its pool declares no fabric)."""
         pool = self.pool_of(node)

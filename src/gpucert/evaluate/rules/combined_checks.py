@@ -5,7 +5,7 @@ GPU's per-metric straggler findings follow from it (performance_checks.judge_met
 from __future__ import annotations
 
 from gpucert.evaluate.locate import because, figure, skip
-from gpucert.evaluate.registry import no_rule
+from gpucert.evaluate.registry import gpu_of
 from gpucert.evaluate.rules.combined import COMBINED, judge_peer_combined
 from gpucert.evaluate.view import RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
@@ -14,12 +14,8 @@ __all__ = ["combined_fails", "decide_combined"]
 
 
 def decide_combined(view: RunView, key: CheckKey) -> Finding:
-    node, gpu = key.node, key.gpu
-    if node is None or gpu is None or key.check != COMBINED:
-        raise no_rule(key)
-    pool = view.pools.name_of(node)
-    assert pool is not None  # the registry answered for a node outside exactly one pool
-    combined, bar = view.peers.combined(pool)
+    node, gpu = gpu_of(key, COMBINED)
+    combined, bar = view.peers.combined(view.pool_name(node))
     found = judge_peer_combined((node, gpu), combined, bar, "its node's peers")
     if found is not None:
         return found

@@ -9,7 +9,7 @@ import dataclasses
 import math
 
 from gpucert.evaluate.locate import because, figure, gpu_evidence, skip
-from gpucert.evaluate.registry import no_rule
+from gpucert.evaluate.registry import gpu_of, no_rule
 from gpucert.evaluate.rules.combined import DRIFT_COMBINED, Combined, Key, judge_drift_combined
 from gpucert.evaluate.rules.drift import (
     board_history,
@@ -151,11 +151,8 @@ def _falls(view: RunView, pool: str) -> tuple[dict[str, dict[Key, float]], dict[
 
 def decide_drift_combined(view: RunView, key: CheckKey) -> Finding:
     """`drift.combined` of one board: its fall on every drift metric at once, against its own history."""
-    node, gpu = key.node, key.gpu
-    if node is None or gpu is None or key.check != DRIFT_COMBINED:
-        raise no_rule(key)
-    pool = view.pools.name_of(node)
-    assert pool is not None  # the registry answered for a node outside exactly one pool
+    node, gpu = gpu_of(key, DRIFT_COMBINED)
+    pool = view.pool_name(node)
     falls, zs = view.once(f"drift.combined/{pool}", lambda: _falls(view, pool))
     bar = view.once("drift.bar", lambda: _bar(view))
     combined = view.once(f"drift.combined.index/{pool}", lambda: Combined.of(zs, bar))  # a metric counts up to it

@@ -13,7 +13,9 @@ from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.stack import node_stack
 from gpucert.evaluate.view import RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.spec.cluster import Pool
 from gpucert.stack import rules as stack_rules
+from gpucert.stack.observe import NodeStack
 
 __all__ = ["decide_inventory", "decide_node_count", "decide_pool", "decide_reachable"]
 
@@ -48,12 +50,7 @@ def _duplicate_gpus(view: RunView) -> dict[str, list[str]]:
     )
 
 
-def _gpus(view: RunView, node: str) -> Finding:
-    ns = node_stack(view, "inventory.gpus", node)
-    if isinstance(ns, Finding):
-        return ns
-    pool = view.pool_of(node)
-    assert pool is not None  # the registry answered for a node outside exactly one pool
+def _gpus(view: RunView, ns: NodeStack, pool: Pool, node: str) -> Finding:
     ev = view.measured_node(node)
     found = stack_rules.gpu_count(ns, pool.expect, len(ev.gpus) if ev is not None else None)
     twice = _duplicate_gpus(view).get(node)
@@ -70,12 +67,7 @@ def _gpus(view: RunView, node: str) -> Finding:
     return found
 
 
-def _product(view: RunView, node: str) -> Finding:
-    ns = node_stack(view, "inventory.product", node)
-    if isinstance(ns, Finding):
-        return ns
-    pool = view.pool_of(node)
-    assert pool is not None  # the registry answered for a node outside exactly one pool
+def _product(view: RunView, ns: NodeStack, pool: Pool, node: str) -> Finding:
     found = stack_rules.gpu_product(ns, pool.expect)
     ev = view.measured_node(node)
     b = view.baselines[pool.name]
@@ -87,7 +79,11 @@ def decide_inventory(view: RunView, key: CheckKey) -> Finding:
     """inventory.gpus and inventory.product of a node."""
     if key.node is None or key.check not in ("inventory.gpus", "inventory.product"):
         raise no_rule(key)
-    return _gpus(view, key.node) if key.check == "inventory.gpus" else _product(view, key.node)
+    ns = node_stack(view, key.check, key.node)
+    if isinstance(ns, Finding):
+        return ns
+    judge = _gpus if key.check == "inventory.gpus" else _product
+    return judge(view, ns, view.spec.pool(view.pool_name(key.node)), key.node)
 
 
 def decide_reachable(view: RunView, key: CheckKey) -> Finding:

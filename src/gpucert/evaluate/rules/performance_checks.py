@@ -31,12 +31,6 @@ def _skip(check: str, node: str, gpu: int | None, message: str, cause: CheckKey)
     return Finding(check, SKIP, node, gpu, message, cause=str(cause))
 
 
-def _pool(view: RunView, node: str) -> str:
-    pool = view.pools.name_of(node)
-    assert pool is not None  # the registry answered for a node outside exactly one pool
-    return pool
-
-
 def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Finding:
     """Against the baseline first; inside it, the node as a whole against the other nodes of its pool (one
     finding: its GPUs' checks skip), then the GPU against its peers, then its samples' stability against theirs."""
@@ -47,7 +41,7 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
     if isinstance(sampled, Finding):
         return sampled
     base = against_baseline(metric, (node, gpu), sampled, baseline.metrics[metric])
-    index = view.peers.index(metric, _pool(view, node))
+    index = view.peers.index(metric, view.pool_name(node))
     whole = index.node_level(node) if gpu is not None and base.status is PASS else None
     if whole is not None and whole.status is FAIL:
         message = f"{node} as a whole is behind the other nodes on {metric} (see straggler.{metric}@{node})"
@@ -80,7 +74,7 @@ def node_straggler(view: RunView, metric: str, node: str) -> Finding:
     node_ev = node_evidence(view, metric, node)
     if not isinstance(node_ev, NodeEvidence):
         return dataclasses.replace(node_ev, check=check)
-    pool = _pool(view, node)
+    pool = view.pool_name(node)
     index = view.peers.index(metric, pool)
     found = index.node_level(node)
     if found is not None:

@@ -95,6 +95,4 @@ def decide_stack(view: RunView, key: CheckKey) -> Finding:
     ns = node_stack(view, key.check, key.node)
     if isinstance(ns, Finding):
         return ns
-    pool = view.pools.name_of(key.node)
-    assert pool is not None  # the registry answered for a node outside exactly one pool
-    return judge(view, ns, view.spec.stack_for(pool), key.node, key.detail)
+    return judge(view, ns, view.spec.stack_for(view.pool_name(key.node)), key.node, key.detail)
