@@ -172,7 +172,8 @@ def test_a_folder_the_user_named_is_made_or_refused_in_one_line(tmp_path: Path) 
     for in_the_way in (tmp_path / "file", tmp_path / "file" / "below"):  # FileExistsError, NotADirectoryError
         with pytest.raises(ConfigError) as exc:
             files.make_folder(in_the_way, not_a_folder="name a folder", cannot="cannot create it", key="--out")
-        assert str(exc.value).endswith("is not a folder: name a folder") and exc.value.key == "--out"
+        assert str(exc.value).endswith("is not a folder: name a folder")
+        assert exc.value.key == "--out"
     with pytest.raises(ConfigError) as exc:  # any other OSError: its own words, not a traceback nor an errno
         files.make_folder(tmp_path / ("x" * 300), not_a_folder="name a folder", cannot="cannot create it")
     assert str(exc.value).endswith("cannot create it: File name too long")
