@@ -85,10 +85,11 @@ def _selected(obj: dict[str, Any], selector: str, fields: str = "") -> bool:
         key, _, value = term.partition("=")
         if labels.get(key) != value:
             return False
-    for term in filter(None, fields.split(",")):  # the one field selector gpucert uses: spec.nodeName=NODE
-        key, _, value = term.partition("=")
-        assert key == "spec.nodeName", f"the fake serves no field selector on {key}"
-        if (obj.get("spec") or {}).get("nodeName") != value:
+    for term in filter(None, fields.split(",")):  # the pod fields gpucert selects on, `=` or `!=`, ANDed
+        key, op, value = term.partition("!=") if "!=" in term else term.partition("=")
+        field = {"spec.nodeName": ("spec", "nodeName"), "status.phase": ("status", "phase")}.get(key)
+        assert field is not None, f"the fake serves no field selector on {key}"
+        if ((obj.get(field[0]) or {}).get(field[1], "") == value) != (op == "="):
             return False
     return True
 

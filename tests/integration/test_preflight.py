@@ -68,6 +68,33 @@ def test_a_ready_cluster_is_ready_and_preflight_is_read_only(
     assert unused(used, {"gpucert-preflight"}) == set()
 
 
+def pod_lists(c: FakeCluster) -> list[str]:
+    """The queries of the lists of pods across all namespaces."""
+    return [p.partition("?")[2] for m, p in c.requests if m == "GET" and p.partition("?")[0] == "/api/v1/pods"]
+
+
+def test_the_gpu_pods_of_every_node_come_from_one_list_of_the_clusters_pods(
+    ready: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: one list of the cluster's unfinished pods for the preflight, grouped by node, where it was one list
+    a node; a finished pod holds no GPU, and a run told to wait for busy nodes needs no list at all."""
+    for i in range(4, 10):
+        ready.put("nodes", node(f"gpu-0{i}"))
+    ready.put("pods", gpu_pod("trainer-0", "gpu-01"))
+    done = gpu_pod("trainer-done", "gpu-02")
+    done["status"]["phase"] = "Succeeded"
+    ready.put("pods", done)
+    code, doc = preflight(spec_file(tmp_path), capsys)
+    assert (code, list(failing(doc))) == (1, ["gpu-01: GPU pods"])
+    assert "8 of 9 nodes" in {c["item"] for c in doc["checks"]}
+    (query,) = pod_lists(ready)  # nine nodes, one list (it was nine)
+    assert "status.phase%21%3DSucceeded%2Cstatus.phase%21%3DFailed" in query
+    ready.requests.clear()
+    code, doc = preflight(spec_file(tmp_path, busyTimeoutSeconds=600), capsys)
+    assert (code, failing(doc)) == (0, {})
+    assert pod_lists(ready) == []
+
+
 def deny_jobs(c: FakeCluster) -> None:
     c.denied.add(("batch", "jobs", "create"))
 

@@ -20,7 +20,7 @@ from gpucert.errors import ClusterAccessError, IncompleteRunError, NodeBusyError
 from gpucert.measure.targets.base import NodeState
 from gpucert.measure.targets.kubernetes.api import Cluster
 
-__all__ = ["LEASE_SECONDS", "KubernetesNodeControl", "gpu_pods"]
+__all__ = ["LEASE_SECONDS", "KubernetesNodeControl", "gpu_pods", "holds_gpus"]
 
 LEASE_SECONDS = 60
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -40,25 +40,27 @@ def _status(exc: ClusterAccessError) -> int | None:
     return getattr(exc.__cause__, "status", None)
 
 
+def holds_gpus(pod: dict[str, Any], *, run_label: str | None = None) -> bool:
+    """Whether the pod holds GPUs and has not finished: gpucert's own probe pods aside, or with `run_label` only
+    that run's (another gpucert run's probe pod does hold the GPUs)."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return False
+    labels = meta.get("labels") or {}
+    if labels.get("gpucert.io/run" if run_label else "app.kubernetes.io/managed-by") == (run_label or "gpucert"):
+        return False
+    return any(
+        GPU_RESOURCE in ((c.get("resources") or {}).get(kind) or {})
+        for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+        for kind in ("limits", "requests")
+    )
+
+
 def gpu_pods(pods: list[dict[str, Any]], *, run_label: str | None = None) -> list[str]:
-    """`namespace/name` of the pods that hold GPUs and have not finished: gpucert's own probe pods aside, or with
-    `run_label` only that run's (another gpucert run's probe pod does hold the GPUs)."""
-    out = []
-    for pod in pods:
-        meta, spec = pod["metadata"], pod.get("spec") or {}
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        labels = meta.get("labels") or {}
-        if labels.get("gpucert.io/run" if run_label else "app.kubernetes.io/managed-by") == (run_label or "gpucert"):
-            continue
-        wants = any(
-            GPU_RESOURCE in ((c.get("resources") or {}).get(kind) or {})
-            for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
-            for kind in ("limits", "requests")
-        )
-        if wants:
-            out.append(f"{meta.get('namespace')}/{meta['name']}")
-    return out
+    """`namespace/name` of the pods that hold GPUs (holds_gpus)."""
+    return [
+        f"{p['metadata'].get('namespace')}/{p['metadata']['name']}" for p in pods if holds_gpus(p, run_label=run_label)
+    ]
 
 
 class KubernetesNodeControl:

@@ -17,7 +17,7 @@ from typing import Any
 from gpucert.errors import AdmissionError, ClusterAccessError, IncompleteRunError
 from gpucert.measure.targets.kubernetes.admission import PSA_LABEL, admission_fix, dry_run_pod
 from gpucert.measure.targets.kubernetes.api import RBAC_HINT, KubeApi, status_of
-from gpucert.measure.targets.kubernetes.nodes import gpu_pods
+from gpucert.measure.targets.kubernetes.nodes import holds_gpus
 from gpucert.measure.targets.kubernetes.podspec import CORDON_TOLERATION, fabric_level, pod_spec, spec_tolerations
 from gpucert.measure.targets.kubernetes.sharing import refusal
 from gpucert.spec.cluster import ClusterSpec, KubernetesTargetSpec, Pool
@@ -31,6 +31,9 @@ LEVELS = ("privileged", "baseline", "restricted")  # each admits what the ones a
 # well_known_taints.go: not-ready, unreachable, memory-, disk-, pid-pressure, network-unavailable, out-of-service;
 # node.cloudprovider.kubernetes.io/uninitialized, shutdown): tolerating one would hide a broken node
 CONDITION_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/")
+# the pods that may hold GPUs: a finished pod holds none (k8s.io/kubernetes pkg/registry/core/pod/strategy.go,
+# PodToSelectableFields: status.phase is a pod's selectable field; `!=` terms are ANDed)
+UNFINISHED = "status.phase!=Succeeded,status.phase!=Failed"
 DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 Access = tuple[str, str, str, str | None]  # (apiGroup, resource[/subresource], verb, namespace or None)
 
@@ -83,6 +86,7 @@ class Preflight:
         self.recertify, self.drain = recertify, drain
         self.checks: list[Check] = []
         self.allowed: dict[Access, bool] = {}
+        self._holders: dict[str, list[str]] | None = None  # node -> its GPU pods, from one list for the preflight
 
     def add(self, group: int, item: str, status: str, detail: str = "", fix: str = "") -> None:
         self.checks.append(Check(GROUPS[group], item, status, detail, fix))
@@ -261,9 +265,9 @@ class Preflight:
             out.append(("cordoned", "someone took it out of service (spec.unschedulable)", fix))
         out += _not_ready(node)
         out += self._untolerated(name, i, spec.get("taints") or [])
-        if not self.recertify and not out:
+        if not self.recertify and not out and self.t.busy_timeout_seconds == 0:  # else the run waits for them
             holders = self.holders(name)
-            if holders and self.t.busy_timeout_seconds == 0:
+            if holders:
                 fix = "free the node, or let the run wait for it with target.busyTimeoutSeconds"
                 out.append(("GPU pods", f"its GPUs are held by {', '.join(holders)}", fix))
         if self.spec.certify.multinode is not None:
@@ -288,13 +292,26 @@ class Preflight:
         return out
 
     def holders(self, node: str) -> list[str]:
-        pods = self.kube.pages(
-            "list",
-            f"pods on node {node}",
-            self.kube.core.list_pod_for_all_namespaces,
-            field_selector=f"spec.nodeName={node}",
-        )
-        return gpu_pods(list(pods))
+        """`namespace/name` of the GPU pods on `node`. The cluster's unfinished pods are listed once, a page at a
+        time, for every node of the preflight, and only the GPU holders' names kept (a few bytes a node). A field
+        selector takes one spec.nodeName, not a set, and no label marks a GPU pod: a list per node would be 4,096
+        lists on a 4,096-node cluster, each one read from etcd a range over every pod of the cluster that the API
+        server decodes and then filters (k8s.io/apiserver pkg/storage/etcd3/store.go, GetList: appendListItem keeps
+        what pred.Matches), so the cluster's pods were read 4,096 times where this reads them once."""
+        if self._holders is None:
+            self._holders = {}
+            pods = self.kube.pages(
+                "list",
+                "pods in all namespaces",
+                self.kube.core.list_pod_for_all_namespaces,
+                field_selector=UNFINISHED,
+            )
+            for pod in pods:
+                where = (pod.get("spec") or {}).get("nodeName")
+                if where and holds_gpus(pod):
+                    meta = pod["metadata"]
+                    self._holders.setdefault(where, []).append(f"{meta.get('namespace')}/{meta['name']}")
+        return self._holders.get(node, [])
 
     # ---- image ---------------------------------------------------------------------------------------------------
 
