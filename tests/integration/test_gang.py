@@ -236,6 +236,25 @@ def test_a_local_queue_that_does_not_exist_is_said_and_nothing_is_made(
     assert sum("/localqueues/" in p for _, p in served_cluster.requests) == 1  # asked once, not once per pair
 
 
+def test_jobset_and_kueue_are_detected_once_a_run_not_once_a_batch(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    """Issue 28: two rounds of two batches (maxParallel 2: one pair at a time) ask for the two CRDs once."""
+    FakeGang(served_cluster).install(queue=None)  # no LocalQueue: each all-reduce is refused before anything is made
+    for n in NODES:
+        served_cluster.put("nodes", node(n))
+    path = spec_file(tmp_path, GANG)
+    doc = yaml.safe_load(path.read_text())
+    doc["target"]["maxParallel"] = 2
+    path.write_text(yaml.safe_dump(doc))
+    target = open_target(load_spec(path))
+    plan = MeasurePlan(run_id="gang-1", probes=(Probe.NCCL,), dcgm_level=1)
+    for _ in range(2):
+        pairs = target.measure_fabrics([NODES[:2], NODES[2:]], plan)
+        assert all("Kueue has no LocalQueue" in f.errors[0].message for f in pairs)
+    asked = [p.rstrip("?") for _, p in served_cluster.requests if "customresourcedefinitions" in p]
+    at = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    assert asked == [f"{at}/jobsets.jobset.x-k8s.io", f"{at}/workloads.kueue.x-k8s.io"]  # it was 4 batches x 2
+
+
 def test_nodes_across_topology_domains_are_refused_before_anything_is_made(
     served_cluster: FakeCluster, tmp_path: Path
 ) -> None:

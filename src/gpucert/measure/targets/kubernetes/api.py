@@ -312,3 +312,4 @@ class Cluster:
     labels: dict[str, dict[str, str]] = field(default_factory=dict)  # each node's labels, as listed
     tolerations: list[dict[str, str]] = field(default_factory=list)  # of every gpucert pod (the cordon's added)
     sharing: dict[str, GpuSharing] = field(default_factory=dict)  # what each node's pool expects of its GPUs
+    gang_installed: bool | None = None  # whether JobSet and Kueue are installed, once gang.py asked (once a run)

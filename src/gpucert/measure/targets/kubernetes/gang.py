@@ -24,8 +24,8 @@ What the pinned releases say (their CRDs are tests/fixtures/gang/):
   release (pkg/features/kube_features.go, TopologyAwareScheduling) and needs Topology objects, so placement uses
   JobSet's annotation.
 
-Detection reads the two CRDs (apiextensions.k8s.io/v1): a 404 is "not installed"; only a spec with `target.gang`
-asks, so a cluster without it sees no new request.
+Detection reads the two CRDs (apiextensions.k8s.io/v1) once a run (the target's Cluster keeps the answer): a 404 is
+"not installed"; only a spec with `target.gang` asks, so a cluster without it sees no new request.
 """
 
 from __future__ import annotations
@@ -99,10 +99,10 @@ class Gang:
         spec = jobs.cluster.options.gang
         if spec is None:
             return None
-        kube = jobs.cluster.kube
-        if not (installed(kube, JOBSET_CRD) and installed(kube, KUEUE_CRD)):
-            return None
-        return cls(jobs, spec)
+        cluster = jobs.cluster
+        if cluster.gang_installed is None:  # asked once a run, not again for each batch or round of all-reduces
+            cluster.gang_installed = installed(cluster.kube, JOBSET_CRD) and installed(cluster.kube, KUEUE_CRD)
+        return cls(jobs, spec) if cluster.gang_installed else None
 
     @staticmethod
     def rendezvous(name: str) -> str:
