@@ -76,3 +76,21 @@ def test_a_handover_records_no_figure_the_evaluation_does_not_believe(runs: Runs
     assert "memory.bandwidth" in gpu.metrics
     assert "pcie.h2d" not in gpu.metrics
     assert "pcie.d2h" not in gpu.metrics
+
+
+def test_the_exporter_keeps_the_ratios_it_derived_and_lets_the_evidence_go(
+    runs: Runs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RunView.release (issue 28): the exporter reads each node's evidence once, keeps its ratios and index, and lets
+    the evidence go, so a fleet's evidence is never in memory at once: asked again, the view reads the file again."""
+    reads: list[str] = []
+    read = RunFolder.read_evidence
+    monkeypatch.setattr(RunFolder, "read_evidence", lambda self, node: reads.append(node) or read(self, node))
+    collector = FleetCollector(runs.reports)
+    assert collector.ratios(runs.measured, "gpu-node-1")
+    assert collector.indices(runs.measured, "gpu-node-1")
+    assert reads == ["gpu-node-1"]  # the ratios and the index from one read
+    view = collector._view(runs.measured)  # the view the collector keeps for the run
+    assert view is not None
+    assert view.evidence("gpu-node-1") is not None
+    assert reads == ["gpu-node-1", "gpu-node-1"]  # released: not kept in the view
