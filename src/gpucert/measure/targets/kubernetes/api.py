@@ -109,6 +109,18 @@ class RetryBudget:
             self.tokens = min(self.capacity, self.tokens + self.ratio)
 
 
+def _group(name: str) -> cached_property[Any]:
+    """A KubeApi attribute: the client's API group `kubernetes.client.<name>` on its connection, made when first
+    used (the `kubernetes` package is imported only by a run that talks to a cluster)."""
+
+    def group(api: KubeApi) -> Any:
+        from kubernetes import client
+
+        return getattr(client, name)(api.client)
+
+    return cached_property(group)
+
+
 class KubeApi:
     """One API server, with the identity gpucert talks to it as."""
 
@@ -180,41 +192,13 @@ class KubeApi:
 
     # ---- the client's API groups -------------------------------------------------------------------------------
 
-    @cached_property
-    def core(self) -> Any:
-        from kubernetes import client
-
-        return client.CoreV1Api(self.client)
-
-    @cached_property
-    def batch(self) -> Any:
-        from kubernetes import client
-
-        return client.BatchV1Api(self.client)
-
-    @cached_property
-    def coordination(self) -> Any:
-        from kubernetes import client
-
-        return client.CoordinationV1Api(self.client)
-
-    @cached_property
-    def authorization(self) -> Any:
-        from kubernetes import client
-
-        return client.AuthorizationV1Api(self.client)
-
-    @cached_property
-    def node(self) -> Any:
-        from kubernetes import client
-
-        return client.NodeV1Api(self.client)
-
-    @cached_property
-    def custom(self) -> Any:
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self.client)
+    core = _group("CoreV1Api")
+    batch = _group("BatchV1Api")
+    coordination = _group("CoordinationV1Api")
+    authorization = _group("AuthorizationV1Api")
+    node = _group("NodeV1Api")
+    custom = _group("CustomObjectsApi")
+    extensions = _group("ApiextensionsV1Api")
 
     # ---- requests ------------------------------------------------------------------------------------------------
 

@@ -67,11 +67,8 @@ class FabricJobs(Protocol):
 
 def installed(kube: KubeApi, crd: str) -> bool:
     """Whether the cluster serves the CustomResourceDefinition `crd` (its API is there)."""
-    from kubernetes import client
-
-    extensions = client.ApiextensionsV1Api(kube.client)
     try:
-        kube.call("get", f"customresourcedefinition {crd}", extensions.read_custom_resource_definition, name=crd)
+        kube.call("get", f"customresourcedefinition {crd}", kube.extensions.read_custom_resource_definition, name=crd)
     except ClusterAccessError as exc:
         if status_of(exc) == 404:
             return False
