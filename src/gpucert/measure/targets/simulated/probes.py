@@ -4,8 +4,6 @@ They never say what is wrong: the evaluation must find each fault from the numbe
 
 from __future__ import annotations
 
-import hashlib
-import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -103,8 +101,6 @@ class SimulatedProbes(World):
         plan: MeasurePlan,
         aux: np.random.Generator,
     ) -> GpuEvidence:
-        board = "/replacement" if slot in self.faults[node].swapped else ""
-        digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
         measurements: dict[str, Measurement] = {}
         baseline = self.baseline_of(node)
         for metric, b in baseline.metrics.items():
@@ -119,10 +115,11 @@ class SimulatedProbes(World):
         between = [m for p, m in (("p2p", "p2p.bandwidth"), ("nccl", "nccl.all_reduce")) if Probe(p) in probes]
         loaded = [*measurements, *(between if len(self._present(node)) >= 2 else [])]
         faults = self.faults[node].gpu.get(slot, [])
+        gpu_uuid, serial = self.board_identity(node, slot)
         return GpuEvidence(
             index=index,
-            uuid=f"GPU-{uuid.UUID(digest[:32])}",
-            serial=str(int(digest[:12], 16) % 10**13).zfill(13),
+            uuid=gpu_uuid,
+            serial=serial,
             pci_bus_id=f"00000000:{PCI_BUSES[slot % len(PCI_BUSES)]:02X}:00.0",
             product=baseline.product.replace("-", " "),
             memory_mib=baseline.memory_mib,

@@ -14,9 +14,7 @@ well inside the 5 °C spread the criterion allows.
 
 from __future__ import annotations
 
-import hashlib
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
@@ -236,13 +234,11 @@ class SimulatedSoak:
         if "health" in self.probes:
             health = nvml_health(rng, baseline, w.faults[node].gpu.get(slot, []), ["soak"])
             health = self._overlay(rng, health, node, slot, mine, start_h, end_h)
-        # the board's identity as the certification's simulated probe names it (probes.py): one board, one serial
-        board = "/replacement" if slot in w.faults[node].swapped else ""
-        digest = hashlib.sha256(f"{w.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
+        gpu_uuid, serial = w.board_identity(node, slot)  # as the certification's simulated probe names the board
         return GpuEvidence(
             index=index,
-            uuid=f"GPU-{uuid.UUID(digest[:32])}",
-            serial=str(int(digest[:12], 16) % 10**13).zfill(13),
+            uuid=gpu_uuid,
+            serial=serial,
             health=health,
             measurements=measurements,
         )

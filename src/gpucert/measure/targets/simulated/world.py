@@ -7,6 +7,7 @@ slow-down factor, a node's random generator). Deterministic: every node draws fr
 from __future__ import annotations
 
 import hashlib
+import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -185,6 +186,13 @@ class World:
         """Physical GPU slots that answer on the bus; NVML numbers them 0.. in bus order."""
         slots = self._group[node].nodes.gpus_per_node
         return [s for s in range(slots) if s not in self.faults[node].missing]
+
+    def board_identity(self, node: str, slot: int) -> tuple[str, str]:
+        """The UUID and serial NVML reads of the board in `slot`: one board, one identity, in every run and soak of
+        the fleet; a swapped (replacement) board is another one."""
+        board = "/replacement" if slot in self.faults[node].swapped else ""
+        digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
+        return f"GPU-{uuid.UUID(digest[:32])}", str(int(digest[:12], 16) % 10**13).zfill(13)
 
     def _rng(self, node: str) -> np.random.Generator:
         return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1])
