@@ -292,12 +292,15 @@ class Preflight:
         return out
 
     def holders(self, node: str) -> list[str]:
-        """`namespace/name` of the GPU pods on `node`. The cluster's unfinished pods are listed once, a page at a
-        time, for every node of the preflight, and only the GPU holders' names kept (a few bytes a node). A field
-        selector takes one spec.nodeName, not a set, and no label marks a GPU pod: a list per node would be 4,096
-        lists on a 4,096-node cluster, each one read from etcd a range over every pod of the cluster that the API
-        server decodes and then filters (k8s.io/apiserver pkg/storage/etcd3/store.go, GetList: appendListItem keeps
-        what pred.Matches), so the cluster's pods were read 4,096 times where this reads them once."""
+        """`namespace/name` of the GPU pods on `node`, from one paged list of the cluster's unfinished pods for the
+        whole preflight, grouped by node; only the GPU holders' names are kept. A field selector takes one
+        spec.nodeName, not a set, and no label marks a GPU pod, so the choice was one list or one a node: 4,096
+        lists on a 4,096-node cluster. An API server that reads a consistent list from etcd (before Kubernetes
+        1.31's ConsistentListFromCache: k8s.io/apiserver pkg/storage/cacher/cacher.go, shouldDelegateList) ranges
+        over every pod of the cluster for each of them and filters after decoding (pkg/storage/etcd3/store.go,
+        GetList: appendListItem keeps what pred.Matches): the cluster's pods read 4,096 times. Where the watch cache
+        answers by its spec.nodeName index, the lists are cheap, but still 4,096 requests for what one list's pages
+        (500 pods each) carry; it costs the pods of nodes outside the pools, read once."""
         if self._holders is None:
             self._holders = {}
             pods = self.kube.pages(
