@@ -12,9 +12,12 @@ after every frame line), "preflight" (the pod's $HOME is not writable, so the pr
 (the GPU path where no NVML library is installed, as on this machine). Half-way is after GPU 0's probes.
 
 An Indexed Job (the all-reduce across nodes) gets one pod per index, on the nodes its node affinity names, one per
-node; each runs its rank over loopback. The fake DNS resolves `<hostname>.<svc>` only when a headless Service `svc`
-selects a pod with that hostname and subdomain, as the cluster DNS does. `fabric_behaviour[node]` ("oom") changes
-that node's process of the collective only.
+node; each runs its rank over loopback (with `simulator`, process 0 reports the simulator's all-reduce across the
+Job's nodes instead). The fake DNS resolves `<hostname>.<svc>` only when a headless Service `svc` selects a pod
+with that hostname and subdomain, as the cluster DNS does. `fabric_behaviour[node]` ("oom") changes that node's
+process of the collective only; `collectives[k]` changes the k-th collective (Indexed Job) made: "hang" (every
+process runs until its pod is deleted), "deadline" (the Job's activeDeadlineSeconds runs out: the Job controller
+fails it and deletes its pods), "slow:<factor>" (with `simulator`, its bus bandwidth times the factor).
 """
 
 from __future__ import annotations
@@ -29,11 +32,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpucert.measure.evidence import NodeEvidence
+from gpucert.measure.evidence import FabricEvidence, NodeEvidence
 from gpucert.measure.probes.framing import DOCUMENT, Framer, frame
 from gpucert.measure.probes.multinode import run_multinode
 from gpucert.measure.probes.runner import BudgetSpec, ProbePlan, Sizes, run_plan
 from gpucert.measure.probes.stream import framer
+from gpucert.spec.cluster import Probe
 
 from .fakecluster import INDEX, FakeCluster, container_status
 
@@ -100,6 +104,8 @@ class FakeKubelet:
     fabric_behaviour: dict[str, str] = field(default_factory=dict)
     simulator: Any = None  # a SimulatedTarget: its evidence for the node instead of running the plan on NumPy
     slow_s: float = 0.0
+    collectives: list[str] = field(default_factory=list)  # what the k-th Indexed Job made does (module docstring)
+    collectives_made: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     pending: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # (ns, pod) -> the pod's Job
@@ -363,13 +369,20 @@ class FakeKubelet:
 
     # ---- the Indexed Job of the all-reduce across nodes -----------------------------------------------------------
 
-    def _run_indexed(self, job: dict[str, Any]) -> None:
+    @staticmethod
+    def _job_nodes(job: dict[str, Any]) -> list[str]:
+        """The nodes the collective's node affinity names."""
         affinity = job["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
         term = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-        nodes = term["matchFields"][0]["values"]
+        return list(term["matchFields"][0]["values"])
+
+    def _run_indexed(self, job: dict[str, Any]) -> None:
+        nodes = self._job_nodes(job)
         with socket.socket() as probe:  # the port the fake DNS maps the rendezvous to
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
+        k, self.collectives_made = self.collectives_made, self.collectives_made + 1
+        what = self.collectives[k] if k < len(self.collectives) else "ok"
         free = list(nodes)  # anti-affinity: one pod of the collective per node
         for i in range(job["spec"]["completions"]):
             pod = self._pod(job)
@@ -386,7 +399,7 @@ class FakeKubelet:
             free.remove(node)
             pod["spec"]["nodeName"] = node
             self.cluster.put("pods", pod)
-            threading.Thread(target=self._execute_rank, args=(job, pod, port), daemon=True).start()
+            threading.Thread(target=self._execute_rank, args=(job, pod, port, what), daemon=True).start()
 
     def _resolve(self, ns: str, host: str) -> str:
         hostname, _, subdomain = host.partition(".")
@@ -403,7 +416,7 @@ class FakeKubelet:
                 return "127.0.0.1"
         return "unresolvable.invalid"
 
-    def _execute_rank(self, job: dict[str, Any], pod: dict[str, Any], port: int) -> None:
+    def _execute_rank(self, job: dict[str, Any], pod: dict[str, Any], port: int, what: str = "ok") -> None:
         ns, name, node = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["spec"]["nodeName"]
         container = pod["spec"]["containers"][0]
         image, cmd = container["image"], container["command"]
@@ -421,18 +434,24 @@ class FakeKubelet:
             pod["status"] = {"phase": "Failed", "containerStatuses": [container_status(image, terminated)]}
             self.cluster.put("pods", pod, "MODIFIED")
             return
+        if what in ("hang", "deadline"):
+            self._hung(job, pod, what)
+            return
         plan = self._plan(ns, pod, node, Sizes(nccl_sizes=[1 << 16, 1 << 20]))
         assert plan is not None
         host = self._resolve(ns, arg["--rendezvous"].rpartition(":")[0])
         try:
-            fabric = run_multinode(
-                ProbePlan.model_validate(plan),
-                rank=rank,
-                processes=int(arg["--processes"]),
-                host=host,
-                port=port,
-                timeout_s=min(float(arg["--rendezvous-timeout"]), 10),
-            )
+            if self.simulator is not None:
+                fabric = self._simulated_fabric(job, plan, what) if rank == 0 else None
+            else:
+                fabric = run_multinode(
+                    ProbePlan.model_validate(plan),
+                    rank=rank,
+                    processes=int(arg["--processes"]),
+                    host=host,
+                    port=port,
+                    timeout_s=min(float(arg["--rendezvous-timeout"]), 10),
+                )
             log = frame(fabric.model_dump_json(by_alias=True)) if fabric is not None else f"rank {rank} done\n"
             phase, state = "Succeeded", {"terminated": {"exitCode": 0, "reason": "Completed"}}
         except Exception as exc:
@@ -442,6 +461,31 @@ class FakeKubelet:
         pod["status"] = {"phase": phase, "containerStatuses": [container_status(image, state)]}
         if self.cluster.get("pods", ns, name) is not None:
             self.cluster.put("pods", pod, "MODIFIED")
+
+    def _simulated_fabric(self, job: dict[str, Any], plan: dict[str, Any], what: str) -> FabricEvidence:
+        """The simulator's all-reduce across the Job's nodes, as process 0 reports it; "slow:<factor>" scales its
+        bandwidths."""
+        from gpucert.measure.targets.base import MeasurePlan
+
+        nodes = self._job_nodes(job)
+        (ev,) = self.simulator.measure_fabrics([nodes], MeasurePlan(plan["run_id"], (Probe.NCCL,), 1))
+        factor = float(what.partition(":")[2]) if what.startswith("slow:") else 1.0
+        if ev.nccl is not None and factor != 1.0:
+            points = [
+                p.model_copy(update={"busbw": [x * factor for x in p.busbw], "algbw": [x * factor for x in p.algbw]})
+                for p in ev.nccl.points
+            ]
+            ev = ev.model_copy(update={"nccl": ev.nccl.model_copy(update={"points": points})})
+        return ev.model_copy(update={"target": "kubernetes"})  # type: ignore[no-any-return]
+
+    def _hung(self, job: dict[str, Any], pod: dict[str, Any], what: str) -> None:
+        """A process that never returns: it runs until its pod is deleted ("hang"), or until the Job's deadline
+        runs out and the Job controller deletes it ("deadline", 0.3 s in)."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        self.cluster.logs[(ns, name)] = "probe: starting\nprobe: nccl all_reduce across nodes\n"
+        if what == "deadline":
+            self.stop.wait(0.3)
+            self._ended(job, pod, "deadline")
 
 
 def _terminated(image: str, code: int, reason: str) -> list[dict[str, Any]]:

@@ -9,16 +9,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from gpucert.fleet.soak import resume_soak, start_soak
+from gpucert.fleet.soak import SoakFolder, resume_soak, start_soak
+from gpucert.measure.targets.simulated.soak import SimulatedSoak
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"
 MULTINODE = "nccl.all_reduce.multinode"
 
 
-def _spec(tmp: Path, faults: list[dict[str, Any]], *, multinode: bool = True) -> Path:
+def _spec(tmp: Path, faults: list[dict[str, Any]], *, multinode: bool = True, duration: str = "48h") -> Path:
     fleet = {
         "apiVersion": "gpucert.io/v1alpha1",
         "kind": "SimulatedFleet",
@@ -36,9 +38,13 @@ def _spec(tmp: Path, faults: list[dict[str, Any]], *, multinode: bool = True) ->
     spec["certify"]["baseline"] = str(BASELINE)
     if multinode:
         spec["certify"]["multinode"] = {}
-    spec["soak"] = {"duration": "48h", "round": "1h"}
+    spec["soak"] = {"duration": duration, "round": "1h"}
     (tmp / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
     return tmp / "spec.yaml"
+
+
+class _Killed(BaseException):
+    """The controller stopped where it stood."""
 
 
 def _run(reports: Path) -> Path:
@@ -107,7 +113,8 @@ def test_a_clean_fabric_passes_and_without_multinode_no_all_reduce_runs(tmp_path
 
 
 def test_a_target_that_cannot_run_the_all_reduce_fails_the_fabric_closed(tmp_path: Path) -> None:
-    """The kubernetes target runs no all-reduce across nodes in a round yet: asked for one, the round is an error."""
+    """A target with no all-reduce across nodes in a round (no `fabric_round`): asked for one, the round is an
+    error."""
     from gpucert.fleet.soak.fabric import FabricSoak
     from gpucert.plan.run import load_inputs
     from gpucert.spec.soak import SoakSpec
@@ -122,3 +129,49 @@ def test_a_target_that_cannot_run_the_all_reduce_fails_the_fabric_closed(tmp_pat
     assert "cannot run the all-reduce across nodes" in finding["message"]
     assert not fabric.running
     assert fabric.result() == {"result": "fail", "rounds": 1, "leftRound": 0, "findings": [finding]}
+
+
+def test_a_controller_killed_after_the_collective_takes_it_from_the_round_folder_and_runs_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The collective is written to its round's folder as it finishes (`_fabric.json`); a controller killed
+    before the round's commit (summary.json) resumes with it instead of running it again."""
+    ran: list[int] = []
+    measured = SimulatedSoak.fabric_round
+
+    def counted(self: SimulatedSoak, nodes: Any, index: int, start_h: float, end_h: float) -> Any:
+        ran.append(index)
+        return measured(self, nodes, index, start_h, end_h)
+
+    monkeypatch.setattr(SimulatedSoak, "fabric_round", counted)
+    commit = SoakFolder.write_summary
+
+    def killed_at_3(self: SoakFolder, index: int, summary: dict[str, Any]) -> None:
+        if index == 3:
+            raise _Killed
+        commit(self, index, summary)
+
+    spec = _spec(tmp_path, [{"kind": "link-slow", "node": "gpu-node-4", "factor": 0.94, "after": "3h"}], duration="6h")
+    with monkeypatch.context() as m:
+        m.setattr(SoakFolder, "write_summary", killed_at_3)
+        with pytest.raises(_Killed):
+            start_soak(spec, tmp_path / "reports")
+    run = _run(tmp_path / "reports")
+    assert (run / "soak" / "rounds" / "0003" / "_fabric.json").is_file()
+    assert not (run / "soak" / "rounds" / "0003" / "summary.json").exists()
+    result = resume_soak(run)
+    assert ran == [0, 1, 2, 3]  # round 3's collective ran once; the fabric left the soak there
+    assert result.fabric is not None
+    assert result.fabric["leftRound"] == 3  # found from the collective taken from the folder
+    assert [r["round"]["round"] for r in _fabric_rounds(run)] == [0, 1, 2, 3]
+
+
+def test_seconds_long_rounds_add_up_to_the_duration(tmp_path: Path) -> None:
+    """Three 1 s rounds are 3 * (1/3600) h, a hair under 3/3600 h in floating point: still the whole soak."""
+    spec = _spec(tmp_path, [], multinode=False, duration="3s")
+    doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
+    doc["soak"]["round"] = "1s"
+    spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    result = start_soak(spec, tmp_path / "reports")
+    assert {v["result"] for v in result.nodes.values()} == {"pass"}
+    assert result.result == "pass"

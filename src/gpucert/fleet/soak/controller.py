@@ -238,7 +238,7 @@ class SoakController:
         began = time.monotonic()
         running = [n for n, s in self.nodes.items() if s.status == RUNNING]
         summaries, waited, ingest = self._measure(index, running)
-        fabric, took = self.fabric.round(self.target, index, running, self.round_h)  # the all-reduce across nodes
+        fabric, took = self.fabric.round(self.target, index, running, self.round_h, self.folder)  # across nodes
         waited += took
         cpu = time.process_time()  # between rounds only the controller runs in this process
         pool_temps = self._pool_temperatures(summaries)
@@ -308,7 +308,8 @@ class SoakController:
         need = self.soak.duration_s / 3600
         nodes: dict[str, dict[str, Any]] = {}
         for n in self.nodes.values():
-            result = "fail" if n.status == LEFT else "pass" if n.clean_hours >= need else "incomplete"
+            # to the microsecond: a round's hours are a float sum (three 1 s rounds: 3 * (1/3600) < 3/3600)
+            result = "fail" if n.status == LEFT else "pass" if round(n.clean_hours - need, 9) >= 0 else "incomplete"
             nodes[n.node] = {
                 "result": result,
                 "pool": n.pool,

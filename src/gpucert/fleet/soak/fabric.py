@@ -15,6 +15,7 @@ from gpucert.evaluate.rules.fabric_checks import multinode_figure
 from gpucert.evaluate.rules.soak import judge_fabric
 from gpucert.evaluate.soak_history import Medians
 from gpucert.evaluate.soak_round import MULTINODE, FabricRound
+from gpucert.fleet.soak.folder import SoakFolder
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
 from gpucert.spec.soak import SoakSpec
@@ -46,14 +47,20 @@ class FabricSoak:
         return self.asked and self.left_round is None
 
     def round(
-        self, target: object, index: int, nodes: Sequence[str], round_h: float
+        self, target: object, index: int, nodes: Sequence[str], round_h: float, folder: SoakFolder | None = None
     ) -> tuple[dict[str, Any] | None, float]:
         """Round `index` across `nodes`, judged, as its summary keeps it (None: not run, not asked or it left), and
-        the seconds spent waiting on the target for it."""
+        the seconds spent waiting on the target for it. With `folder`, the collective is written to the round's
+        folder as it finishes, and one a controller killed before the round's commit left there (across the same
+        nodes) is taken instead of running it again."""
         if not self.running:
             return None, 0.0
         began = time.monotonic()
-        f = self.measure(target, index, nodes, index * round_h, (index + 1) * round_h)
+        f = folder.read_fabric(index) if folder is not None else None
+        if f is None or f.nodes != self.chosen(nodes):
+            f = self.measure(target, index, nodes, index * round_h, (index + 1) * round_h)
+            if folder is not None:
+                folder.write_fabric(f)
         took = time.monotonic() - began
         return {"round": f.to_json(), "findings": self.take(f)}, took
 
@@ -62,8 +69,12 @@ class FabricSoak:
         if doc is not None:
             self.take(FabricRound.from_json(doc["round"]), doc["findings"])
 
+    def chosen(self, nodes: Sequence[str]) -> tuple[str, ...]:
+        """The nodes the round's all-reduce runs across: the first `maxNodes` of the running ones."""
+        return tuple(nodes[: self.max_nodes] if self.max_nodes else nodes)
+
     def measure(self, target: object, index: int, nodes: Sequence[str], start_h: float, end_h: float) -> FabricRound:
-        chosen = tuple(nodes[: self.max_nodes] if self.max_nodes else nodes)
+        chosen = self.chosen(nodes)
         run = getattr(target, "fabric_round", None)
         if run is None:  # fail closed: the spec asked for it
             return FabricRound(index, start_h, end_h, chosen, None, (), (UNSUPPORTED,))

@@ -3,6 +3,7 @@
 ```
 soak/plan.json                    what the soak is: spec (path and digest), nodes and pools, rounds, criteria
 soak/rounds/<NNNN>/<node>.json    each node's raw round (RoundEvidence), written as the node finishes
+soak/rounds/<NNNN>/_fabric.json   the all-reduce across nodes of the round (FabricRound), written as it finishes
 soak/rounds/<NNNN>/summary.json   the round judged: every node's summary, findings and the restart policy's
                                   moves; written last, it is the round's commit (a round without it is redone
                                   for the nodes that have no raw file yet, never repeated for the others)
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.errors import EvidenceError, GpucertError
-from gpucert.evaluate.soak_round import RoundEvidence
+from gpucert.evaluate.soak_round import FabricRound, RoundEvidence
 from gpucert.files import process_alive, read_json_object, write_atomic, write_json
 from gpucert.measure.evidence import write_document
 from gpucert.plan.runfolder import RunFolder
@@ -37,6 +38,8 @@ from gpucert.spec.names import check_node_name, inside
 __all__ = ["SoakBusyError", "SoakFolder"]
 
 SOAK = "soak"
+FABRIC_FILE = "_fabric.json"  # no node's name: a Kubernetes name has no "_"
+FABRIC_SCHEMA = "gpucert.io/soak-fabric-round/v1"
 
 
 class SoakBusyError(GpucertError):
@@ -85,6 +88,9 @@ class SoakFolder:
     def summary_path(self, index: int) -> Path:
         return self.round_dir(index) / "summary.json"
 
+    def fabric_path(self, index: int) -> Path:
+        return self.round_dir(index) / FABRIC_FILE
+
     # ---- documents ----------------------------------------------------------------------------------------------
 
     def write_plan(self, plan: dict[str, Any]) -> None:
@@ -106,6 +112,22 @@ class SoakFolder:
         try:
             return RoundEvidence.model_validate_json(path.read_bytes())
         except ValueError as exc:
+            raise EvidenceError(f"is not a soak round gpucert wrote ({exc.__class__.__name__})", path=path) from None
+
+    def write_fabric(self, f: FabricRound) -> None:
+        """The round's all-reduce across nodes as it finished: a controller killed before the round's commit
+        takes it from here instead of running it again."""
+        self.round_dir(f.round).mkdir(parents=True, exist_ok=True)
+        write_json(self.fabric_path(f.round), {"schema": FABRIC_SCHEMA, **f.to_json()})
+
+    def read_fabric(self, index: int) -> FabricRound | None:
+        path = self.fabric_path(index)
+        if not path.is_file():
+            return None
+        doc = read_json_object(path)
+        try:
+            return FabricRound.from_json(doc)
+        except (KeyError, TypeError, ValueError) as exc:
             raise EvidenceError(f"is not a soak round gpucert wrote ({exc.__class__.__name__})", path=path) from None
 
     def write_summary(self, index: int, summary: dict[str, Any]) -> None:

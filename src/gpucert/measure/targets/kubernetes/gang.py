@@ -38,7 +38,16 @@ from gpucert.errors import ClusterAccessError, IncompleteRunError
 from gpucert.measure.targets.kubernetes.api import Cluster, KubeApi, status_of
 from gpucert.spec.kubernetes import GangSpec
 
-__all__ = ["EXCLUSIVE_TOPOLOGY", "JOBSET_CRD", "KUEUE_CRD", "QUEUE_LABEL", "RANKS", "Gang", "installed"]
+__all__ = [
+    "EXCLUSIVE_TOPOLOGY",
+    "JOBSET_CRD",
+    "KUEUE_CRD",
+    "QUEUE_LABEL",
+    "RANKS",
+    "Gang",
+    "delete_jobsets",
+    "installed",
+]
 
 JOBSET_CRD = "jobsets.jobset.x-k8s.io"
 KUEUE_CRD = "workloads.kueue.x-k8s.io"
@@ -78,6 +87,42 @@ def installed(kube: KubeApi, crd: str) -> bool:
             ) from exc
         raise
     return True
+
+
+def delete_jobsets(kube: KubeApi, namespace: str, selector: str) -> int:
+    """Delete the JobSets `selector` finds (a killed run's, found by its label: its Jobs, pods and Service go with
+    each); a cluster without the JobSet API has none. Returns how many went."""
+    try:
+        items = kube.json(
+            "list",
+            f"jobsets in namespace {namespace}",
+            kube.custom.list_namespaced_custom_object,
+            namespace=namespace,
+            label_selector=selector,
+            **JOBSET,
+        ).get("items")
+    except ClusterAccessError as exc:
+        if status_of(exc) == 404:
+            return 0
+        raise
+    deleted = 0
+    for obj in items or []:
+        name = obj["metadata"]["name"]
+        try:
+            kube.call(
+                "delete",
+                f"jobset {name}",
+                kube.custom.delete_namespaced_custom_object,
+                namespace=namespace,
+                name=name,
+                propagation_policy="Background",
+                **JOBSET,
+            )
+            deleted += 1
+        except ClusterAccessError as exc:
+            if status_of(exc) != 404:
+                raise
+    return deleted
 
 
 @dataclass

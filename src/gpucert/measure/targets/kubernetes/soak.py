@@ -20,6 +20,8 @@ from pathlib import Path
 from gpucert.evaluate.soak_round import FabricRound, RoundEvidence
 from gpucert.measure.evidence import FabricEvidence, Measurement, NcclEvidence, NodeEvidence
 from gpucert.measure.targets.base import MeasurePlan
+from gpucert.measure.targets.kubernetes.gang import delete_jobsets
+from gpucert.measure.targets.kubernetes.runs import LABEL_RUN, cleanup_runs, run_label
 from gpucert.measure.targets.kubernetes.target import KubernetesTarget
 from gpucert.spec.cluster import Probe
 
@@ -58,7 +60,16 @@ class KubernetesSoak:
         with contextlib.ExitStack() as stack:
             for node in nodes:
                 stack.enter_context(control.lock(node, f"soak {self.run_id}"))
+            self.sweep()
             yield
+
+    def sweep(self) -> int:
+        """Delete what a controller of this run killed mid-round left (its probe and all-reduce Jobs, pods,
+        Services, ConfigMaps, and JobSets under target.gang), before the first round it runs: a Ctrl-C cleans up
+        on its way out, a kill cannot, and the resumed round's Jobs take the same names. Returns how many went."""
+        kube, ns, label = self.target.kube, self.target.options.namespace, run_label(self.run_id)
+        gone = delete_jobsets(kube, ns, f"{LABEL_RUN}={label}") if self.target.options.gang is not None else 0
+        return gone + cleanup_runs(kube, ns, label)
 
     def mark(self, node: str, status: str) -> None:
         """`gpucert.io/soak=<status>` on the node: failed when it leaves the soak; pass or incomplete at the end."""

@@ -1,0 +1,232 @@
+"""A soak's all-reduce across nodes on a Kubernetes cluster (issue 26: "NCCL within the node and across nodes"):
+the real `kubernetes` client against the fake API server, a fake kubelet whose pods report what the simulator
+measures (the nodes' probes, and the collective's process 0), and each round's collective the Indexed Job (or the
+JobSet Kueue admits) certify runs, after the round's probe Jobs. A slow fabric is found at its round by its
+criterion; a hung or not-admitted collective is its round's finding, not a hung soak; a controller stopped
+mid-collective (Ctrl-C, or killed) leaves nothing behind once resumed, and its resumed soak repeats nothing.
+
+The round's wall wait is taken out (`no_round_wait`): the rounds are what is tested here, not the clock."""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucert.fleet.soak import resume_soak, start_soak
+from gpucert.measure.targets.kubernetes import fabric as kfabric
+from gpucert.measure.targets.kubernetes import soak as ksoak
+from gpucert.measure.targets.kubernetes import watch
+from gpucert.measure.targets.kubernetes.fabric import FabricJobs
+
+from .fakecluster import FakeCluster
+from .fakegang import FakeGang
+from .fakekubelet import FakeKubelet
+from .test_recertify_live import simulator
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "gpucert"
+MULTINODE = "nccl.all_reduce.multinode"
+LEFT = ("jobs", "pods", "services", "configmaps", "leases")
+
+
+@pytest.fixture(autouse=True)
+def no_round_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A round on a cluster lasts its length (1 s at least): here it ends when its Jobs do."""
+    monkeypatch.setattr(ksoak, "time", types.SimpleNamespace(monotonic=time.monotonic, sleep=lambda s: None))
+    monkeypatch.setattr(watch, "STEP_S", 0.2)  # a hung process is seen gone, and admission read, between slices
+
+
+@pytest.fixture
+def sim_cluster(served_cluster: FakeCluster) -> FakeCluster:
+    return served_cluster
+
+
+def _spec(tmp_path: Path, gang: dict[str, Any] | None = None) -> Path:
+    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
+    spec["target"] = {
+        "kind": "kubernetes",
+        "context": "fake",
+        "namespace": NS,
+        "maxParallel": 4,
+        "image": "registry.local/gpucert-probe@sha256:" + "b" * 64,
+        "pendingTimeoutSeconds": 5,
+        **({"gang": gang} if gang else {}),
+    }
+    spec["expect"]["nodes"] = 4
+    spec["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
+    spec["certify"]["multinode"] = {}
+    # 3 rounds; the first two are each series' reference, so a step at the third is a drift. The simulator's
+    # certification readings are not at the soak's load: its temperatures are not what is tested here
+    criteria = {"referenceRounds": 2, "temperatureSpreadC": 30}
+    spec["soak"] = {"duration": "3s", "round": "1s", "probes": ["health", "nccl"], "criteria": criteria}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return tmp_path / "spec.yaml"
+
+
+@pytest.fixture
+def kubelet(sim_cluster: FakeCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
+    """The simulated 4 x 8 H100 fleet's Nodes in the fake cluster, and a kubelet whose pods report what the
+    simulator measures."""
+    sim = simulator(tmp_path)
+    nodes, _ = sim.observe()
+    for n in nodes:
+        sim_cluster.put("nodes", json.loads(json.dumps(n)))
+    k = FakeKubelet(sim_cluster, simulator=sim).start()
+    yield k
+    k.close()
+
+
+def _made(cluster: FakeCluster, *, indexed: bool) -> list[dict[str, Any]]:
+    return [
+        e[4]
+        for e in cluster.events
+        if e[1] == "jobs" and e[3] == "ADDED" and (e[4]["spec"].get("completionMode") == "Indexed") == indexed
+    ]
+
+
+def _fabric_rounds(run: Path) -> list[dict[str, Any] | None]:
+    out = []
+    for d in sorted((run / "soak" / "rounds").iterdir()):
+        out.append(json.loads((d / "summary.json").read_text(encoding="utf-8")).get("fabric"))
+    return out
+
+
+def _left(cluster: FakeCluster) -> dict[str, int]:
+    return {k: len(cluster.list(k, NS)) for k in LEFT}
+
+
+def test_a_3_round_soak_runs_3_collectives_across_the_nodes_after_their_probe_jobs(
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    result = start_soak(_spec(tmp_path), tmp_path / "reports")
+    assert result.result == "pass", (result.nodes, result.fabric)
+    assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
+    collectives = _made(sim_cluster, indexed=True)
+    assert len(collectives) == 3
+    assert all(j["spec"]["completions"] == 4 for j in collectives)  # one pod per running node
+    assert len(_made(sim_cluster, indexed=False)) == 12  # each round's probe Job per node
+    made = [e[4] for e in sim_cluster.events if e[1] == "jobs" and e[3] == "ADDED"]
+    order = [j["spec"].get("completionMode") == "Indexed" for j in made]
+    order = [indexed for i, indexed in enumerate(order) if i == 0 or indexed != order[i - 1]]
+    assert order == [False, True] * 3  # each round: the nodes' Jobs, then the collective
+    rounds = _fabric_rounds(result.run)
+    assert [r["round"]["round"] for r in rounds if r] == [0, 1, 2]
+    assert all(r and r["round"]["median"] > 297.5 and r["findings"] == [] for r in rounds)
+    for i in range(3):  # each collective's evidence was written in its round's folder before the round's commit
+        raw = json.loads((result.run / "soak" / "rounds" / f"{i:04d}" / "_fabric.json").read_text(encoding="utf-8"))
+        assert raw["median"] == rounds[i]["round"]["median"]  # type: ignore[index]
+    assert _left(sim_cluster) == dict.fromkeys(LEFT, 0)
+
+
+def test_a_fabric_that_slows_is_found_at_its_round_by_the_drift_criterion(
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    kubelet.collectives = ["ok", "ok", "slow:0.94"]  # 6%: past the 3% drift limit, inside the baseline's 15%
+    result = start_soak(_spec(tmp_path), tmp_path / "reports")
+    assert result.result == "fail"
+    assert {v["result"] for v in result.nodes.values()} == {"pass"}  # the nodes' own rounds stayed clean
+    assert result.fabric is not None
+    assert result.fabric["leftRound"] == 2
+    assert {f["check"] for f in result.fabric["findings"]} == {f"soak.drift.{MULTINODE}"}
+    verdict = json.loads((result.run / "verdict.json").read_text(encoding="utf-8"))
+    assert verdict["fleet"]["failed"] == 1
+
+
+def test_a_hung_collective_is_its_rounds_finding_and_the_soak_goes_on(
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path
+) -> None:
+    kubelet.collectives = ["ok", "deadline"]  # the Job's activeDeadlineSeconds ends the hung processes
+    result = start_soak(_spec(tmp_path), tmp_path / "reports")
+    assert result.fabric is not None
+    assert result.fabric["leftRound"] == 1
+    (finding,) = result.fabric["findings"]
+    assert finding["check"] == "soak.round"
+    assert finding["status"] == "error"
+    assert "of the all-reduce across nodes failed" in finding["message"]
+    assert result.result == "fail"
+    assert {v["result"] for v in result.nodes.values()} == {"pass"}  # their rounds went on to the end
+    assert len(_made(sim_cluster, indexed=True)) == 2  # none after the fabric left the soak
+    assert _fabric_rounds(result.run)[2] is None
+    assert _left(sim_cluster) == dict.fromkeys(LEFT, 0)
+
+
+def test_a_collective_kueue_does_not_admit_in_time_is_its_rounds_finding(
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gang = FakeGang(sim_cluster, quota_gpus=16).install().start()  # two nodes' GPUs: four cannot be admitted
+    try:
+        result = start_soak(_spec(tmp_path, {"localQueue": "gpucert", "admissionTimeoutSeconds": 1}), tmp_path / "r")
+    finally:
+        gang.close()
+    assert result.fabric is not None
+    assert result.fabric["leftRound"] == 0
+    (finding,) = result.fabric["findings"]
+    assert finding["check"] == "soak.round"
+    assert "not admitted by Kueue in 1 s" in finding["message"]
+    assert "insufficient unused quota" in finding["message"]
+    assert _made(sim_cluster, indexed=True) == []  # no rank started
+    assert _left(sim_cluster) | {"jobsets": len(sim_cluster.list("jobsets", NS))} == {
+        **dict.fromkeys(LEFT, 0),
+        "jobsets": 0,
+    }
+
+
+class _Killed(BaseException):
+    """The controller stopped where it stood (as Ctrl-C's KeyboardInterrupt, a BaseException)."""
+
+
+def _stop_in_second_collective(monkeypatch: pytest.MonkeyPatch, kubelet: FakeKubelet) -> None:
+    """Stop the controller once every process of the second collective runs."""
+    seen = FabricJobs._on_fabric_pod
+
+    def on_pod(self: FabricJobs, runs: dict[str, Any], pod: dict[str, Any], deleted: bool) -> bool:
+        done = seen(self, runs, pod, deleted)
+        (run,) = runs.values()
+        running = [p for p in run.pods.values() if (p.get("status") or {}).get("phase") == "Running"]
+        if kubelet.collectives_made == 2 and len(running) == len(run.nodes):
+            raise _Killed
+        return done
+
+    monkeypatch.setattr(FabricJobs, "_on_fabric_pod", on_pod)
+
+
+def test_ctrl_c_mid_collective_leaves_nothing_and_the_round_uncommitted(
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubelet.collectives = ["ok", "hang"]
+    _stop_in_second_collective(monkeypatch, kubelet)
+    with pytest.raises(_Killed):
+        start_soak(_spec(tmp_path), tmp_path / "reports")
+    assert _left(sim_cluster) == dict.fromkeys(LEFT, 0)  # the collective's Job, Service, pods, and the leases
+    (run,) = (tmp_path / "reports").iterdir()
+    assert (run / "soak" / "rounds" / "0000" / "summary.json").is_file()
+    assert not (run / "soak" / "rounds" / "0001" / "summary.json").exists()
+    assert not (run / "soak" / "rounds" / "0001" / "_fabric.json").exists()
+
+
+def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_nothing_left(
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kubelet.collectives = ["ok", "hang"]
+    with monkeypatch.context() as killed:
+        _stop_in_second_collective(killed, kubelet)
+        killed.setattr(kfabric, "cleanup_runs", lambda *a, **k: 0)  # killed: no cleanup on the way out
+        with pytest.raises(_Killed):
+            start_soak(_spec(tmp_path), tmp_path / "reports")
+    (run,) = (tmp_path / "reports").iterdir()
+    left = _left(sim_cluster)
+    assert (left["jobs"], left["services"], left["pods"]) == (1, 1, 4)  # the hung collective, running on
+    result = resume_soak(run)
+    assert _left(sim_cluster) == dict.fromkeys(LEFT, 0)  # the killed collective went before the round ran again
+    assert result.result == "pass", (result.nodes, result.fabric)
+    assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
+    assert len(_made(sim_cluster, indexed=False)) == 12  # round 1's probe Jobs finished before the kill: not again
+    assert len(_made(sim_cluster, indexed=True)) == 4  # 0, 1 (killed), 1 again, 2: round 0's was not repeated
+    assert [r["round"]["round"] for r in _fabric_rounds(run) if r] == [0, 1, 2]
