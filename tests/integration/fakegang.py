@@ -78,10 +78,13 @@ class FakeGang:
                 if js["spec"].get("suspend"):
                     if self.takes_jobsets:
                         self._queue(js)
-                elif not self.cluster.list(
-                    "jobs", js["metadata"]["namespace"], f"{JOBSET_NAME}={js['metadata']['name']}"
-                ):
-                    self._start(js)
+                else:
+                    with self.cluster.cond:  # the JobSet as it is now: one deleted since the listing makes nothing
+                        meta = js["metadata"]
+                        if self.cluster.get("jobsets", meta["namespace"], meta["name"]) is not None and not (
+                            self.cluster.list("jobs", meta["namespace"], f"{JOBSET_NAME}={meta['name']}")
+                        ):
+                            self._start(js)
             for uid in set(self.admitted) - live:  # a deleted JobSet's quota is free again
                 del self.admitted[uid]
             self.stop.wait(0.02)

@@ -10,6 +10,7 @@ The round's wall wait is taken out (`no_round_wait`): the rounds are what is tes
 from __future__ import annotations
 
 import json
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from gpucert.measure.targets.kubernetes import fabric as kfabric
 from gpucert.measure.targets.kubernetes import soak as ksoak
 from gpucert.measure.targets.kubernetes import watch
 from gpucert.measure.targets.kubernetes.fabric import FabricJobs
+from gpucert.measure.targets.kubernetes.gang import Gang
 
 from .fakecluster import FakeCluster
 from .fakegang import FakeGang
@@ -182,19 +184,26 @@ class _Killed(BaseException):
     """The controller stopped where it stood (as Ctrl-C's KeyboardInterrupt, a BaseException)."""
 
 
-def _stop_in_second_collective(monkeypatch: pytest.MonkeyPatch, kubelet: FakeKubelet) -> None:
-    """Stop the controller once every process of the second collective runs."""
-    seen = FabricJobs._on_fabric_pod
+def _stop_in_second_collective(monkeypatch: pytest.MonkeyPatch, kubelet: FakeKubelet, *, kill: bool = False) -> None:
+    """Stop the controller once every process of the second collective runs: as Ctrl-C does (its cleanup runs on
+    the way out), or, with `kill`, as a SIGKILL does (nothing more runs: the collective's Job, pods, Service,
+    ConfigMap and JobSet stay)."""
+    seen, sweep, delete = FabricJobs._on_fabric_pod, kfabric.cleanup_runs, Gang.delete
+    stopped = threading.Event()
 
     def on_pod(self: FabricJobs, runs: dict[str, Any], pod: dict[str, Any], deleted: bool) -> bool:
         done = seen(self, runs, pod, deleted)
         (run,) = runs.values()
         running = [p for p in run.pods.values() if (p.get("status") or {}).get("phase") == "Running"]
         if kubelet.collectives_made == 2 and len(running) == len(run.nodes):
+            stopped.set()
             raise _Killed
         return done
 
     monkeypatch.setattr(FabricJobs, "_on_fabric_pod", on_pod)
+    if kill:
+        monkeypatch.setattr(kfabric, "cleanup_runs", lambda *a, **k: 0 if stopped.is_set() else sweep(*a, **k))
+        monkeypatch.setattr(Gang, "delete", lambda self: None if stopped.is_set() else delete(self))
 
 
 def test_ctrl_c_mid_collective_leaves_nothing_and_the_round_uncommitted(
@@ -211,22 +220,40 @@ def test_ctrl_c_mid_collective_leaves_nothing_and_the_round_uncommitted(
     assert not (run / "soak" / "rounds" / "0001" / "_fabric.json").exists()
 
 
+@pytest.mark.parametrize("gang", [False, True], ids=["indexed-job", "jobset"])
 def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_nothing_left(
-    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gang: bool
 ) -> None:
+    """Without the sweep the resumed round's ConfigMap and Job meet the killed one's names (409 Conflict)."""
+    kueue = FakeGang(sim_cluster).install().start() if gang else None
     kubelet.collectives = ["ok", "hang"]
-    with monkeypatch.context() as killed:
-        _stop_in_second_collective(killed, kubelet)
-        killed.setattr(kfabric, "cleanup_runs", lambda *a, **k: 0)  # killed: no cleanup on the way out
-        with pytest.raises(_Killed):
-            start_soak(_spec(tmp_path), tmp_path / "reports")
-    (run,) = (tmp_path / "reports").iterdir()
-    left = _left(sim_cluster)
-    assert (left["jobs"], left["services"], left["pods"]) == (1, 1, 4)  # the hung collective, running on
-    result = resume_soak(run)
+    spec = _spec(tmp_path, {"localQueue": "gpucert"} if gang else None)
+    try:
+        with monkeypatch.context() as killed:
+            _stop_in_second_collective(killed, kubelet, kill=True)
+            with pytest.raises(_Killed):
+                start_soak(spec, tmp_path / "reports")
+        (run,) = (tmp_path / "reports").iterdir()
+        left = _left(sim_cluster)
+        assert (left["jobs"], left["services"], left["pods"]) == (1, 1, 4)  # the hung collective, running on
+        assert len(sim_cluster.list("jobsets", NS)) == int(gang)
+        after_kill = len(sim_cluster.events)
+        result = resume_soak(run)
+    finally:
+        if kueue is not None:
+            kueue.close()
     assert _left(sim_cluster) == dict.fromkeys(LEFT, 0)  # the killed collective went before the round ran again
+    assert sim_cluster.list("jobsets", NS) == []
     assert result.result == "pass", (result.nodes, result.fabric)
     assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
     assert len(_made(sim_cluster, indexed=False)) == 12  # round 1's probe Jobs finished before the kill: not again
     assert len(_made(sim_cluster, indexed=True)) == 4  # 0, 1 (killed), 1 again, 2: round 0's was not repeated
     assert [r["round"]["round"] for r in _fabric_rounds(run) if r] == [0, 1, 2]
+    if gang:
+        # the JobSet is deleted itself, not left to the garbage collector with the ConfigMap that owns it: a
+        # cluster's collector deletes dependents in the background, after the owner ("Background cascading
+        # deletion", kubernetes.io/docs/concepts/architecture/garbage-collection/), and the resumed round's
+        # JobSet takes the same name at once
+        killed_js = next(e[4]["metadata"]["name"] for e in sim_cluster.events if e[1] == "jobsets")
+        gone = [(e[1], e[4]["metadata"]["name"]) for e in sim_cluster.events[after_kill:] if e[3] == "DELETED"]
+        assert gone.index(("jobsets", killed_js)) < gone.index(("configmaps", killed_js))

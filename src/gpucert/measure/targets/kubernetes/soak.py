@@ -68,7 +68,16 @@ class KubernetesSoak:
         Services, ConfigMaps, and JobSets under target.gang), before the first round it runs: a Ctrl-C cleans up
         on its way out, a kill cannot, and the resumed round's Jobs take the same names. Returns how many went."""
         kube, ns, label = self.target.kube, self.target.options.namespace, run_label(self.run_id)
-        gone = delete_jobsets(kube, ns, f"{LABEL_RUN}={label}") if self.target.options.gang is not None else 0
+        gone = 0
+        if self.target.options.gang is not None:  # a JobSet has the name of the ConfigMap that owns it (fabric.py)
+            owners = kube.pages(
+                "list",
+                f"configmaps in namespace {ns}",
+                kube.core.list_namespaced_config_map,
+                namespace=ns,
+                label_selector=f"{LABEL_RUN}={label}",
+            )
+            gone = delete_jobsets(kube, ns, [cm["metadata"]["name"] for cm in owners])
         return gone + cleanup_runs(kube, ns, label)
 
     def mark(self, node: str, status: str) -> None:
