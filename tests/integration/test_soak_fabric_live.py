@@ -124,6 +124,8 @@ def test_a_3_round_soak_runs_3_collectives_across_the_nodes_after_their_probe_jo
     for i in range(3):  # each collective's evidence was written in its round's folder before the round's commit
         raw = json.loads((result.run / "soak" / "rounds" / f"{i:04d}" / "_fabric.json").read_text(encoding="utf-8"))
         assert raw["median"] == rounds[i]["round"]["median"]  # type: ignore[index]
+    progress = json.loads((result.run / "soak" / "progress.json").read_text(encoding="utf-8"))
+    assert progress["fabric"] == {"status": "running", "rounds": 3, "leftRound": None}
     assert _left(sim_cluster) == dict.fromkeys(LEFT, 0)
 
 

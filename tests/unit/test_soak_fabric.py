@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from gpucert.fleet.soak import SoakFolder, resume_soak, start_soak
+from gpucert.fleet.soak.controller import Progress
 from gpucert.measure.targets.simulated.soak import SimulatedSoak
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -175,3 +176,24 @@ def test_seconds_long_rounds_add_up_to_the_duration(tmp_path: Path) -> None:
     result = start_soak(spec, tmp_path / "reports")
     assert {v["result"] for v in result.nodes.values()} == {"pass"}
     assert result.result == "pass"
+
+
+def test_progress_and_the_report_show_the_all_reduce_across_nodes(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, [{"kind": "link-slow", "node": "gpu-node-2", "factor": 0.8, "after": "3h"}], duration="6h")
+    seen: list[dict[str, Any]] = []
+
+    def read_progress(p: Progress) -> None:
+        seen.append(json.loads((_run(tmp_path / "reports") / "soak" / "progress.json").read_text(encoding="utf-8")))
+
+    result = start_soak(spec, tmp_path / "reports", on_progress=read_progress)
+    assert [p["fabric"] for p in seen[2:5]] == [
+        {"status": "running", "rounds": 3, "leftRound": None},
+        {"status": "left", "rounds": 4, "leftRound": 3},  # below the baseline from 3 h: it left at round 3
+        {"status": "left", "rounds": 4, "leftRound": 3},
+    ]
+    html = (result.run / "soak" / "report.html").read_text(encoding="utf-8")
+    assert "<h2>All-reduce across nodes</h2>" in html
+    (plot,) = [svg for svg in html.split("<svg")[1:] if f"<title>{MULTINODE}, all-reduce across nodes</title>" in svg]
+    assert plot.count("<polyline") == 1
+    assert 'stroke="#c0392b"' in plot  # red: the fabric failed
+    assert plot.split('points="')[1].split('"')[0].count(",") == 4  # one point a round it ran

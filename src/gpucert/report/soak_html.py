@@ -1,6 +1,7 @@
 """The soak's report (`soak/report.html`, self-contained): per pool and metric the round medians of every GPU over
 the soak's hours (each a faint line, the GPUs a finding names drawn over them in red), the same for the load's
-temperature and the clock-throttle fraction, and each node's clean hours against the duration.
+temperature and the clock-throttle fraction, the all-reduce across nodes round by round (red where it failed),
+and each node's clean hours against the duration.
 
 Pure: the rounds' summaries in (as `soak/rounds/<n>/summary.json` holds them), HTML out. Hand-written SVG, as the
 certification's report (report/plots.py): no plotting library, small at fleet scale.
@@ -16,6 +17,7 @@ from typing import Any
 __all__ = ["SoakSeries", "render_soak_report"]
 
 W, H, L, R, T, B = 900, 220, 70, 20, 30, 36
+ACROSS, MULTINODE = "all-reduce across nodes", "nccl.all_reduce.multinode"
 FAINT, FLAGGED = "#2e86de", "#c0392b"
 
 Key = tuple[str, int | None]  # (node, gpu)
@@ -45,6 +47,17 @@ class SoakSeries:
                 self._add(pool, "throttled fraction of the loaded time", key, hour, held / loaded if loaded else None)
             for metric, value in r["nodeMedians"].items():
                 self._add(pool, metric, (node, None), hour, float(value))
+        fabric = summary.get("fabric")
+        if fabric is not None:  # the all-reduce across nodes: one line (each pool's, where each has one)
+            for ring, doc in _rings(fabric).items():
+                f = doc["round"]
+                self._add(ring or ACROSS, MULTINODE, (ACROSS, None), float(f["endH"]), f["median"])
+
+
+def _rings(fabric: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The round's (or the result's) all-reduce across nodes by pool ("": the spec's one)."""
+    rings: dict[str, dict[str, Any]] = fabric.get("pools", {"": fabric})
+    return rings
 
 
 def _lines(title: str, lines: dict[Key, list[tuple[float, float]]], flagged: set[Key], hours: float) -> str:
@@ -105,13 +118,43 @@ def _clean_hours(nodes: dict[str, dict[str, Any]]) -> str:
     )
 
 
+def _fabric_table(fabric: dict[str, Any] | None) -> str:
+    """The all-reduce across nodes: its result, rounds, and why it left the soak."""
+    if fabric is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(ring or 'all nodes')}</td><td>{escape(str(doc['result']).upper())}</td>"
+        f"<td>{doc['rounds']}</td><td>{'' if doc['leftRound'] is None else doc['leftRound']}</td>"
+        f"<td>{escape('; '.join(f['message'] for f in doc['findings']))}</td></tr>"
+        for ring, doc in _rings(fabric).items()
+    )
+    return (
+        "<h2>All-reduce across nodes</h2><table><tr><th>pool</th><th>result</th><th>rounds</th><th>left at round"
+        "</th><th>why it left</th></tr>" + rows + "</table>"
+    )
+
+
 def render_soak_report(
-    *, run: str, spec: str, result: str, hours: float, nodes: dict[str, dict[str, Any]], series: SoakSeries
+    *,
+    run: str,
+    spec: str,
+    result: str,
+    hours: float,
+    nodes: dict[str, dict[str, Any]],
+    series: SoakSeries,
+    fabric: dict[str, Any] | None = None,
 ) -> str:
-    """The report's HTML."""
+    """The report's HTML (`fabric`: the soak's all-reduce across nodes, FabricSoak.result's row)."""
     flagged: set[Key] = {(n, f.get("gpu")) for n, v in nodes.items() for f in v["findings"]}
+    rings = _rings(fabric) if fabric is not None else {}
+    failed = {ring or ACROSS for ring, doc in rings.items() if doc["leftRound"] is not None}
+
+    def title(pool: str, what: str) -> str:
+        return f"{what}, {ACROSS}" if pool == ACROSS else f"{what}, pool {pool}"
+
     plots: Iterable[str] = (
-        _lines(f"{what}, pool {pool}", lines, flagged, hours) for (pool, what), lines in sorted(series.series.items())
+        _lines(title(pool, what), lines, flagged | ({(ACROSS, None)} if pool in failed else set()), hours)
+        for (pool, what), lines in sorted(series.series.items())
     )
     return (
         '<!DOCTYPE html><html><head><meta charset="utf-8">'
@@ -120,6 +163,7 @@ def render_soak_report(
         f"</head><body><h1>Soak {escape(run)}: {escape(result.upper())}</h1>"
         f"<p>spec {escape(spec)}, {hours:g} hours; each GPU a faint line, the GPUs a finding names in red.</p>"
         + _clean_hours(nodes)
+        + _fabric_table(fabric)
         + "<h2>Round medians over the soak</h2>"
         + "".join(p for p in plots if p)
         + "</body></html>"

@@ -27,7 +27,7 @@ from gpucert.evaluate.soak_round import NodeRound, RoundEvidence, summarize
 from gpucert.fleet.soak.fabric import FabricSoak
 from gpucert.fleet.soak.folder import SoakFolder
 from gpucert.fleet.soak.metrics import METRICS_FILE, write_soak_metrics
-from gpucert.fleet.soak.model import Progress, SoakResult
+from gpucert.fleet.soak.model import Progress, SoakResult, fabric_progress
 from gpucert.fleet.soak.seal import seal
 from gpucert.plan import run as runner
 from gpucert.plan.checks import Finding
@@ -297,8 +297,10 @@ class SoakController:
             progress,
             per_round * (total - done),
         )
+        fabric = fabric_progress(self.fabric.result())
         self.folder.write_progress(
             {"round": done, "rounds": total, "roundHours": self.round_h, "nodes": nodes, "updated": _now()}
+            | ({"fabric": fabric} if fabric is not None else {})
         )
         if self.on_progress is not None:
             self.on_progress(progress)

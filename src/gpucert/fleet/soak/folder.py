@@ -4,6 +4,7 @@
 soak/plan.json                    what the soak is: spec (path and digest), nodes and pools, rounds, criteria
 soak/rounds/<NNNN>/<node>.json    each node's raw round (RoundEvidence), written as the node finishes
 soak/rounds/<NNNN>/_fabric.json   the all-reduce across nodes of the round (FabricRound), written as it finishes
+                                  (`_fabric.<pool>.json`: a pool's, where each pool has its own)
 soak/rounds/<NNNN>/summary.json   the round judged: every node's summary, findings and the restart policy's
                                   moves; written last, it is the round's commit (a round without it is redone
                                   for the nodes that have no raw file yet, never repeated for the others)
@@ -88,8 +89,9 @@ class SoakFolder:
     def summary_path(self, index: int) -> Path:
         return self.round_dir(index) / "summary.json"
 
-    def fabric_path(self, index: int) -> Path:
-        return self.round_dir(index) / FABRIC_FILE
+    def fabric_path(self, index: int, ring: str = "") -> Path:
+        """The round's all-reduce across nodes (`ring`: a pool's, where the spec has one per pool)."""
+        return self.round_dir(index) / (f"_fabric.{check_node_name(ring)}.json" if ring else FABRIC_FILE)
 
     # ---- documents ----------------------------------------------------------------------------------------------
 
@@ -114,14 +116,14 @@ class SoakFolder:
         except ValueError as exc:
             raise EvidenceError(f"is not a soak round gpucert wrote ({exc.__class__.__name__})", path=path) from None
 
-    def write_fabric(self, f: FabricRound) -> None:
+    def write_fabric(self, f: FabricRound, ring: str = "") -> None:
         """The round's all-reduce across nodes as it finished: a controller killed before the round's commit
         takes it from here instead of running it again."""
         self.round_dir(f.round).mkdir(parents=True, exist_ok=True)
-        write_json(self.fabric_path(f.round), {"schema": FABRIC_SCHEMA, **f.to_json()})
+        write_json(self.fabric_path(f.round, ring), {"schema": FABRIC_SCHEMA, **f.to_json()})
 
-    def read_fabric(self, index: int) -> FabricRound | None:
-        path = self.fabric_path(index)
+    def read_fabric(self, index: int, ring: str = "") -> FabricRound | None:
+        path = self.fabric_path(index, ring)
         if not path.is_file():
             return None
         doc = read_json_object(path)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Progress", "SoakResult"]
+__all__ = ["Progress", "SoakResult", "fabric_progress"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,3 +31,18 @@ class SoakResult:
     ingest_s: float
     controller_cpu_s: float
     fabric: dict[str, Any] | None = None  # the all-reduce across nodes (FabricSoak.result)
+
+
+def fabric_progress(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The all-reduce across nodes in `soak/progress.json`: FabricSoak.result's row without its findings (they
+    are the result's), `running` until the round it left at (and each pool's the same, where each has one)."""
+    if row is None:
+        return None
+    out: dict[str, Any] = {
+        "status": "running" if row["leftRound"] is None else "left",
+        "rounds": row["rounds"],
+        "leftRound": row["leftRound"],
+    }
+    if "pools" in row:
+        out["pools"] = {pool: fabric_progress(r) for pool, r in row["pools"].items()}
+    return out

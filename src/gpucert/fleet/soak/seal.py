@@ -34,7 +34,13 @@ def write_report(folder: SoakFolder, plan: dict[str, Any], spec: str, result: So
         series.add_round(summary, pools)
     hours = float(plan["rounds"]) * duration_seconds(str(plan["soak"]["round"])) / 3600
     html = render_soak_report(
-        run=folder.run.id, spec=spec, result=result.result, hours=hours, nodes=result.nodes, series=series
+        run=folder.run.id,
+        spec=spec,
+        result=result.result,
+        hours=hours,
+        nodes=result.nodes,
+        series=series,
+        fabric=result.fabric,
     )
     write_atomic(folder.report_path, html)
 
