@@ -26,6 +26,7 @@ from gpucert.measure.targets.kubernetes import soak as ksoak
 from gpucert.measure.targets.kubernetes import watch
 from gpucert.measure.targets.kubernetes.fabric import FabricJobs
 from gpucert.measure.targets.kubernetes.gang import Gang
+from gpucert.measure.targets.kubernetes.nodes import KubernetesNodeControl
 
 from .fakecluster import FakeCluster
 from .fakegang import FakeGang
@@ -58,7 +59,7 @@ def _spec(tmp_path: Path, gang: dict[str, Any] | None = None) -> Path:
         "namespace": NS,
         "maxParallel": 4,
         "image": "registry.local/gpucert-probe@sha256:" + "b" * 64,
-        "pendingTimeoutSeconds": 5,
+        "pendingTimeoutSeconds": 30,  # a loaded machine is no Pending pod
         **({"gang": gang} if gang else {}),
     }
     spec["expect"]["nodes"] = 4
@@ -108,7 +109,7 @@ def test_a_3_round_soak_runs_3_collectives_across_the_nodes_after_their_probe_jo
     sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path
 ) -> None:
     result = start_soak(_spec(tmp_path), tmp_path / "reports")
-    assert result.result == "pass", (result.nodes, result.fabric)
+    assert result.result == "pass", ({n: v["findings"] for n, v in result.nodes.items()}, result.fabric)
     assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
     collectives = _made(sim_cluster, indexed=True)
     assert len(collectives) == 3
@@ -191,6 +192,7 @@ def _stop_in_second_collective(monkeypatch: pytest.MonkeyPatch, kubelet: FakeKub
     the way out), or, with `kill`, as a SIGKILL does (nothing more runs: the collective's Job, pods, Service,
     ConfigMap and JobSet stay)."""
     seen, sweep, delete = FabricJobs._on_fabric_pod, kfabric.cleanup_runs, Gang.delete
+    holder = KubernetesNodeControl.holder
     stopped = threading.Event()
 
     def on_pod(self: FabricJobs, runs: dict[str, Any], pod: dict[str, Any], deleted: bool) -> bool:
@@ -206,6 +208,10 @@ def _stop_in_second_collective(monkeypatch: pytest.MonkeyPatch, kubelet: FakeKub
     if kill:
         monkeypatch.setattr(kfabric, "cleanup_runs", lambda *a, **k: 0 if stopped.is_set() else sweep(*a, **k))
         monkeypatch.setattr(Gang, "delete", lambda self: None if stopped.is_set() else delete(self))
+        # nor is a lease released: each stays the killed controller's, live until it lapses (60 s)
+        monkeypatch.setattr(
+            KubernetesNodeControl, "holder", lambda self, node: None if stopped.is_set() else holder(self, node)
+        )
 
 
 def test_ctrl_c_mid_collective_leaves_nothing_and_the_round_uncommitted(
@@ -226,7 +232,8 @@ def test_ctrl_c_mid_collective_leaves_nothing_and_the_round_uncommitted(
 def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_nothing_left(
     sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gang: bool
 ) -> None:
-    """Without the sweep the resumed round's ConfigMap and Job meet the killed one's names (409 Conflict)."""
+    """Without the sweep the resumed round's ConfigMap and Job meet the killed one's names (409 Conflict); without
+    taking the run's own leases over, the resume is refused until they lapse."""
     kueue = FakeGang(sim_cluster).install().start() if gang else None
     kubelet.collectives = ["ok", "hang"]
     spec = _spec(tmp_path, {"localQueue": "gpucert"} if gang else None)
@@ -239,6 +246,8 @@ def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_
         left = _left(sim_cluster)
         assert (left["jobs"], left["services"], left["pods"]) == (1, 1, 4)  # the hung collective, running on
         assert len(sim_cluster.list("jobsets", NS)) == int(gang)
+        held = {lease["spec"]["holderIdentity"] for lease in sim_cluster.list("leases", NS)}
+        assert held == {f"soak {run.name}"}  # the resumed controller takes its own run's leases over at once
         after_kill = len(sim_cluster.events)
         result = resume_soak(run)
     finally:
@@ -246,7 +255,7 @@ def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_
             kueue.close()
     assert _left(sim_cluster) == dict.fromkeys(LEFT, 0)  # the killed collective went before the round ran again
     assert sim_cluster.list("jobsets", NS) == []
-    assert result.result == "pass", (result.nodes, result.fabric)
+    assert result.result == "pass", ({n: v["findings"] for n, v in result.nodes.items()}, result.fabric)
     assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
     assert len(_made(sim_cluster, indexed=False)) == 12  # round 1's probe Jobs finished before the kill: not again
     assert len(_made(sim_cluster, indexed=True)) == 4  # 0, 1 (killed), 1 again, 2: round 0's was not repeated

@@ -124,7 +124,7 @@ class KubernetesNodeControl:
         lease: dict[str, Any] = json.loads(resp.data)
         return lease
 
-    def _acquire(self, node: str, holder: str) -> None:
+    def _acquire(self, node: str, holder: str, reclaim: bool = False) -> None:
         name = self.lease_name(node)
         acquired = datetime.now(UTC)
         try:
@@ -141,11 +141,11 @@ class KubernetesNodeControl:
                 raise
         lease = self._read_lease(name)
         if lease is None:  # released between our create and our read: create it again
-            return self._acquire(node, holder)
+            return self._acquire(node, holder, reclaim)
         spec = lease.get("spec") or {}
         renew = spec.get("renewTime")
         alive = renew and _parse(renew) + timedelta(seconds=spec.get("leaseDurationSeconds") or 0) > acquired
-        if spec.get("holderIdentity") and alive:
+        if spec.get("holderIdentity") and alive and not (reclaim and spec["holderIdentity"] == holder):
             raise self._busy(node, lease)
         try:  # a lapsed lease: take it over, unless someone else does first (the resourceVersion decides)
             self.cluster.kube.call(
@@ -162,8 +162,11 @@ class KubernetesNodeControl:
             raise
 
     @contextlib.contextmanager
-    def lock(self, node: str, holder: str) -> Iterator[None]:
-        self._acquire(node, holder)
+    def lock(self, node: str, holder: str, *, reclaim: bool = False) -> Iterator[None]:
+        """Hold the node's Lease as `holder` while the block runs; refused (NodeBusyError) while another holder's
+        lease lives. `reclaim`: a live lease of the same holder is taken over too (a resumed soak's, whose run
+        lock already made it the run's one controller: the lease is its own killed controller's)."""
+        self._acquire(node, holder, reclaim)
         name = self.lease_name(node)
         stop = threading.Event()
 

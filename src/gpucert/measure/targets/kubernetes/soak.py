@@ -55,11 +55,12 @@ class KubernetesSoak:
     def hold(self, nodes: Sequence[str]) -> Iterator[None]:
         """Each node's Lease (the one recertification takes) for as long as the controller runs: a second soak or
         a recertification of a soaking node is refused while this one lives, and a lease of a controller that died
-        lapses on its own (nodes.py)."""
+        lapses on its own (nodes.py). The run's own leases are taken over at once: the run folder's lock, held
+        before this, makes this controller the run's only one, so they are a killed controller's of this run."""
         control = self.target.node_control(Path())
         with contextlib.ExitStack() as stack:
             for node in nodes:
-                stack.enter_context(control.lock(node, f"soak {self.run_id}"))
+                stack.enter_context(control.lock(node, f"soak {self.run_id}", reclaim=True))
             self.sweep()
             yield
 
