@@ -50,6 +50,13 @@ def test_nccl_all_reduce_multinode(decision: Finding) -> None:
     expect(decision)
 
 
+@pytest.mark.check("nccl.all_reduce.multinode")
+def test_pool_nccl_all_reduce_multinode(pool: str, decision: Finding) -> None:
+    """With several pools, each pool's all-reduce across its nodes at least its own figure (the pool's
+    fabric.ncclBusbw, else its baseline's), with correct results."""
+    expect(decision)
+
+
 @pytest.mark.check("straggler.nccl.all_reduce.multinode")
 def test_node_keeps_pace_on_the_fabric(node: str, decision: Finding) -> None:
     """Not every pair of neighbours the node is in is behind the pairs' median: the node does not slow the ring."""

@@ -57,7 +57,7 @@ def test_certify_exit_codes_and_reports(project: Path) -> None:
         *(f"gpu-node-{i}.json" for i in range(1, 5)),
         "multinode",
     ]
-    fabric = json.loads((run / "evidence" / "multinode" / "nccl.json").read_text())
+    fabric = json.loads((run / "evidence" / "multinode" / "default" / "nccl.json").read_text())
     assert fabric["nodes"] == [f"gpu-node-{i}" for i in range(1, 5)]
     assert fabric["nccl"]["ranks"] == 32
     allure = run / "allure-results"

@@ -187,7 +187,7 @@ def test_the_all_reduce_across_nodes_runs_over_the_measured_nodes_only(certify) 
         "-v",
         spec=spec_doc(multinode={"maxNodes": 3}),
     )
-    fabric = json.loads((run.run_dir / "evidence" / "multinode" / "nccl.json").read_text())
+    fabric = json.loads((run.run_dir / "evidence" / "multinode" / "default" / "nccl.json").read_text())
     assert fabric["nodes"] == ["gpu-node-1", "gpu-node-3", "gpu-node-4"]
     assert fabric["nccl"]["ranks"] == 24
     run.result.stdout.fnmatch_lines(["*test_nccl_all_reduce_multinode PASSED*"])

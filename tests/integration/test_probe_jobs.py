@@ -293,7 +293,7 @@ def test_all_reduce_across_nodes_as_an_indexed_job(cluster: FakeCluster, tmp_pat
         run_dir, ev, _ = measure(tmp_path, multinode={"maxNodes": 4})
     finally:
         kubelet.close()
-    fabric = json.loads((run_dir / "evidence" / "multinode" / "nccl.json").read_text())
+    fabric = json.loads((run_dir / "evidence" / "multinode" / "default" / "nccl.json").read_text())
     # gpu-02 failed alone, so the collective runs over the first four nodes that were measured
     assert fabric["nodes"] == ["gpu-01", "gpu-03", "gpu-04", "gpu-05"]
     assert fabric["errors"] == []

@@ -235,7 +235,17 @@ def test_the_two_pool_example_loads_with_its_pools() -> None:
             "pools[1].stack.components[0].name",
             "did you mean 'driver'?",
         ),
-        (lambda d: d["certify"].update(multinode={}), "certify.multinode", "mixes GPU products"),
+        (
+            lambda d: d["certify"].update(multinode={"pools": {"trian": {}}}),
+            "certify.multinode.pools.trian",
+            "'trian' is not a pool of this spec (train, infer): did you mean 'train'?",
+        ),
+        (
+            lambda d: d["certify"].update(multinode={"pools": {"train": {"maxNodes": 1}}}),
+            "certify.multinode.pools.train.maxNodes",
+            "greater than or equal to 2",
+        ),
+        (lambda d: d["certify"].update(multinode={"pools": {}}), "certify.multinode.pools", "at least 1 item"),
         (
             lambda d: d["pools"][0].update(baseline="TODO: write one"),
             "pools[0].baseline",
@@ -250,6 +260,8 @@ def test_pool_mistakes_name_the_key(
     e = pools_error(tmp_path, edit)
     assert e.key == key, str(e)
     assert says in str(e)
+    assert "spec.yaml" in str(e)  # naming the file
+    assert "\n" not in str(e)  # in one line
 
 
 @pytest.mark.parametrize(

@@ -72,7 +72,7 @@ def test_measure_runs_every_pair_of_the_fabric_with_its_rdma_and_transport(tmp_p
     assert ev.fabric is not None
     assert ev.fabric.port("mlx5_2") is not None
     assert ev.fabric.port("mlx5_2").rate_gbps == 200.0  # type: ignore[union-attr]  # the example's trained-down port
-    whole = folder.read_fabric()
+    whole = folder.read_fabric("train")
     assert whole is not None
     assert whole.transport is not None
     assert len(whole.nodes) == 16

@@ -28,6 +28,7 @@ from gpucert.plan.inventory import Inventory
 from gpucert.plan.layout import run_id_time
 from gpucert.plan.records import RecertifyRecord, read_recertify_record
 from gpucert.plan.required import Plan, dcgm_tests, plan_checks
+from gpucert.plan.rings import read_rings
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec, Pool
@@ -163,8 +164,13 @@ class RunView:
         return run_id_time(self.folder.id) or datetime.now(UTC)
 
     @cached_property
-    def fabric(self) -> FabricEvidence | None:
-        return self.folder.read_fabric()
+    def fabrics(self) -> dict[str, FabricEvidence]:
+        """Each pool's all-reduce across its nodes, by pool (a one-pool run written before pools had rings of their
+        own kept its ring at evidence/multinode/nccl.json: its pool's)."""
+        rings = read_rings(self.folder)
+        if len(self.spec.pools) == 1 and self.spec.pools[0].name not in rings and None in rings:
+            rings[self.spec.pools[0].name] = rings[None]
+        return {p: f for p, f in rings.items() if p is not None and p in self.spec.pool_names}
 
     @cached_property
     def fabric_pairs(self) -> FabricPairs | None:

@@ -16,6 +16,7 @@ from gpucert.errors import GpucertError
 from gpucert.evaluate.rules.fabric_ports import rail_port
 from gpucert.measure.evidence import RdmaBandwidth
 from gpucert.measure.evidence_fabric import HcaPort, NodeFabric
+from gpucert.plan.rings import read_rings
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.fabric import FabricSpec
 
@@ -57,8 +58,8 @@ class FabricSeries:
         if folder.id not in self._multinode:
             found: list[RdmaBandwidth] = []
             try:
-                ring, pairs = folder.read_fabric(), folder.read_fabric_pairs()
-                found = list(ring.rdma) if ring is not None else []
+                rings, pairs = read_rings(folder), folder.read_fabric_pairs()
+                found = [r for ring in rings.values() for r in ring.rdma]
                 found += [r for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
             except (GpucertError, OSError):
                 found = []

@@ -8,7 +8,9 @@ inputs/gate.json, operator/, base/               the static gate's inputs: opera
                                                  each SKU baseline as it was at the base ref
 summary.md                                       the static gate's result in Markdown, for a pull request
 inventory.json, stack.json                       what the cluster reported (plan)
-evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure)
+evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure): multinode/
+                                                 <pool>/nccl.json each pool's all-reduce across its nodes (before
+                                                 pools: multinode/nccl.json), multinode/pairs.json the pairs'
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
 retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
 retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
@@ -25,7 +27,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from enum import StrEnum
 
-__all__ = ["ENVELOPE", "Mode", "run_id", "run_id_time", "run_stamp"]
+__all__ = ["ENVELOPE", "Mode", "multinode_file", "run_id", "run_id_time", "run_stamp"]
 
 # a run id is `<UTC time>-<spec name>[-<suffix>]`: it sorts by time and names the spec, and the time holds no colon
 # (a folder name that Windows and URLs take as it is)
@@ -106,6 +108,14 @@ EVIDENCE = "evidence"
 MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<node>.json`
 FABRIC = "nccl.json"
 PAIRS = "pairs.json"
+
+
+def multinode_file(pool: str | None) -> tuple[str, ...]:
+    """The all-reduce across a pool's nodes, under evidence/: `multinode/<pool>/nccl.json` (a pool name is a DNS
+    label: never `pairs.json`, never a path); None: where a run before pools kept its one ring."""
+    return (MULTINODE, FABRIC) if pool is None else (MULTINODE, pool, FABRIC)
+
+
 RECERTIFY = "recertify.json"
 PREFLIGHT = "preflight.json"  # whether `gpucert preflight` ran before the measure, or was skipped
 FLEET = "fleet"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gpucert.errors import EvidenceError
 from gpucert.plan.records import read_run_info
+from gpucert.plan.rings import read_rings
 from gpucert.plan.runfolder import Mode, RunFolder
 
 __all__ = ["import_evidence", "recorded_mode", "recorded_run"]
@@ -59,10 +60,10 @@ def _check_recorded(folder: RunFolder) -> None:
     named for, or the re-evaluation stops with the file named (EvidenceError, exit 2)."""
     folder.read_inventory()
     folder.read_stack()
-    folder.read_fabric()
+    read_rings(folder)
     folder.read_fabric_pairs()
     for path in sorted(folder.evidence_dir.iterdir()):
-        if path == folder.fabric_path.parent:
+        if path == folder.pairs_path.parent:
             continue
         if path.suffix != ".json" or not path.is_file():
             raise EvidenceError("not an evidence document (evidence/ holds <node>.json and multinode/)", path=path)

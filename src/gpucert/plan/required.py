@@ -168,20 +168,34 @@ def _certify(spec: ClusterSpec, pools: PoolMap, b: _Builder, fleet_peers: int) -
     if multinode is None:
         b.skip("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked")
         return
-    nodes = pools.placed  # one pool (a spec with several cannot ask for certify.multinode)
-    b.add([CheckKey("nccl.all_reduce.multinode")])
-    ring = nodes[: multinode.max_nodes]
-    if not multinode.pairs:
+    rings = multinode.rings(spec.pool_names)
+    for name, max_nodes in rings:
+        if not pools.members(name) and len(spec.pools) > 1:
+            b.skip("nccl.all_reduce.multinode", f"pool {name} has no node in this run")
+            continue
+        _multinode(name if len(spec.pools) > 1 else None, pools.members(name), max_nodes, multinode.pairs, b)
+    left = [p for p in spec.pool_names if p not in dict(rings)]
+    if left:
+        b.skip("nccl.all_reduce.multinode", f"pools not in certify.multinode.pools: {', '.join(left)}")
+
+
+def _multinode(detail: str | None, nodes: list[str], max_nodes: int | None, pairs: bool, b: _Builder) -> None:
+    """One pool's all-reduce across its nodes (the pool its detail where the spec has several) and, with pairs,
+    the node that slows its ring."""
+    b.add([CheckKey("nccl.all_reduce.multinode", None, None, detail)])
+    ring = nodes[:max_nodes]
+    where = f"pool {detail}: " if detail else ""
+    if not pairs:
         b.skip("straggler.nccl.all_reduce.multinode", "certify.multinode.pairs is not set")
     elif len(ring) < PAIRS_MIN_NODES:
         b.skip(
             "straggler.nccl.all_reduce.multinode",
-            f"{len(ring)} nodes on the ring: it takes {PAIRS_MIN_NODES} to tell a slow node from its pairs",
+            f"{where}{len(ring)} nodes on the ring: it takes {PAIRS_MIN_NODES} to tell a slow node from its pairs",
         )
     else:
         b.add(CheckKey("straggler.nccl.all_reduce.multinode", n) for n in ring)
         if len(ring) < len(nodes):
-            b.skip("straggler.nccl.all_reduce.multinode", f"nodes past certify.multinode.maxNodes ({len(ring)})")
+            b.skip("straggler.nccl.all_reduce.multinode", f"{where}nodes past certify.multinode.maxNodes ({len(ring)})")
 
 
 def _one_gpu(spec: ClusterSpec, pool: str) -> str:

@@ -284,18 +284,10 @@ def measure(
     chosen = pools.placed if nodes is None else [n for n in pools.placed if n in set(nodes)]
     if chosen:
         target.measure(chosen, measure_plan, sink)
-    multinode = spec.certify.multinode
     order = {n: i for i, n in enumerate(inventory.names)}
     collected = sorted(collected, key=order.__getitem__)
-    ring: list[str] = []
-    across: list[FabricEvidence] = []
-    if multinode is not None:
-        ring = collected[: multinode.max_nodes]
-        across.append(measure_fabric(target, ring, measure_plan))
-        folder.write_fabric(across[0])
-    schedule = fabric_rounds(pools, collected) or (
-        neighbour_pairs(ring) if multinode is not None and multinode.pairs and len(ring) >= 3 else []
-    )
+    across, neighbours = measure_rings(target, folder, pools, collected, measure_plan)
+    schedule = fabric_rounds(pools, collected) or neighbours
     if schedule and isinstance(target, FabricTarget):
         done: list[FabricEvidence] = []
         for rnd in schedule:
@@ -303,6 +295,30 @@ def measure(
             folder.write_fabric_pairs(FabricPairs(pairs=done))
         across += done
     attach_windows(folder, across)
+
+
+def measure_rings(
+    target: Target, folder: RunFolder, pools: PoolMap, collected: list[str], plan: MeasurePlan
+) -> tuple[list[FabricEvidence], list[list[list[str]]]]:
+    """Each pool's all-reduce across its measured nodes (certify.multinode: the first maxNodes of them), written as
+    each ends, and the rounds of their pairs of neighbours (with `pairs`; the pools' rounds side by side: their
+    nodes are apart). The pools' rings run one after another, not at once: pools often share the spine switches,
+    and a ring measured while another loads the spine would be judged for the other's traffic."""
+    multinode = pools.spec.certify.multinode
+    if multinode is None:
+        return [], []
+    rings: list[FabricEvidence] = []
+    per_pool: list[list[list[list[str]]]] = []
+    for pool, max_nodes in multinode.rings(pools.spec.pool_names):
+        if not pools.members(pool) and len(pools.spec.pools) > 1:
+            continue  # none of the pool's nodes is in this run (a recertification of another pool's node)
+        ring = [n for n in collected if pools.name_of(n) == pool][:max_nodes]
+        rings.append(measure_fabric(target, ring, plan))
+        folder.write_fabric(rings[-1], pool)
+        if multinode.pairs and len(ring) >= 3:
+            per_pool.append(neighbour_pairs(ring))
+    longest = max((len(r) for r in per_pool), default=0)
+    return rings, [[p for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]
 
 
 def attach_windows(folder: RunFolder, docs: list[FabricEvidence]) -> None:

@@ -122,7 +122,6 @@ class RunFolder:
     junit_path = _In(layout.JUNIT)
     allure_dir = _In(layout.ALLURE)
     envelope_path = _In(ENVELOPE)
-    fabric_path = _In(layout.EVIDENCE, layout.MULTINODE, layout.FABRIC)
     pairs_path = _In(layout.EVIDENCE, layout.MULTINODE, layout.PAIRS)
 
     def baseline_copy_for(self, pool: str) -> Path:
@@ -274,11 +273,12 @@ class RunFolder:
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_document(path, ev)
 
-    def read_fabric(self) -> FabricEvidence | None:
-        return read_fabric(self.fabric_path) if self.measured else None
+    def read_fabric(self, pool: str | None) -> FabricEvidence | None:
+        """A pool's all-reduce across its nodes (None: the one ring of a run before pools, layout.multinode_file)."""
+        return read_fabric(self.evidence_dir.joinpath(*layout.multinode_file(pool))) if self.measured else None
 
-    def write_fabric(self, ev: FabricEvidence) -> Path:
-        return write_document(self.fabric_path, ev)
+    def write_fabric(self, ev: FabricEvidence, pool: str) -> Path:
+        return write_document(self.evidence_dir.joinpath(*layout.multinode_file(pool)), ev)
 
     def read_fabric_pairs(self) -> FabricPairs | None:
         return read_fabric_pairs(self.pairs_path) if self.measured else None

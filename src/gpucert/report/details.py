@@ -57,7 +57,9 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
 def _beyond_a_node(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     """A fabric finding's readings (a node pair's, for a straggler), a gate's inputs, or the fleet's nodes."""
     if finding.check in FABRIC_METRICS:
-        return ev.fabric.model_dump(mode="json") if ev.fabric else None
+        rings = ev.fabrics  # the finding's pool: the one of the spec, or the one its message names
+        pool = next((p for p in rings if len(ev.spec.pools) == 1 or finding.message.startswith(f"pool {p}: ")), None)
+        return rings[pool].model_dump(mode="json") if pool is not None else None
     if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
         mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if finding.node in p.nodes]
         return {"pairs": [p.model_dump(mode="json") for p in mine]}

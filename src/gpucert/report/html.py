@@ -177,12 +177,13 @@ class HtmlSummary:
                 out += self._pool_plots(
                     ev.baselines[pool.name], nodes, flagged, f" (pool {pool.name})" if several else ""
                 )
-        across = ev.baselines[self.ctx.spec.pools[0].name].metrics.get("nccl.all_reduce.multinode")
-        fabric = ev.fabric
-        if across is not None and fabric is not None and fabric.nccl is not None:
-            curve = [(pt.size_bytes, median(pt.busbw)) for pt in fabric.nccl.points if pt.busbw]
-            label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs"
-            out.append(plots.lines("NCCL all-reduce across nodes", "GB/s", [(label, curve)], across.expected))
+        for name, fabric in ev.fabrics.items():  # each pool's ring, against its baseline's figure
+            across = ev.baselines[name].metrics.get("nccl.all_reduce.multinode")
+            if across is not None and fabric.nccl is not None:
+                curve = [(pt.size_bytes, median(pt.busbw)) for pt in fabric.nccl.points if pt.busbw]
+                label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs"
+                title = "NCCL all-reduce across nodes" + (f" (pool {name})" if several else "")
+                out.append(plots.lines(title, "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 
     def _pool_plots(

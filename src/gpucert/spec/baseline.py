@@ -220,7 +220,9 @@ def check_baseline_for(spec: ClusterSpec, pool: Pool, baseline: GpuBaseline, pat
         for m in PROBE_METRICS.get(probe, ())
         if several or probe not in (Probe.P2P, Probe.NCCL)
     ]
-    if spec.certify.multinode is not None and (pool.fabric is None or pool.fabric.nccl_busbw is None):
+    multinode = spec.certify.multinode
+    rings = dict(multinode.rings(spec.pool_names)) if multinode is not None else {}
+    if pool.name in rings and (pool.fabric is None or pool.fabric.nccl_busbw is None):
         needed.append((Probe.NCCL, "nccl.all_reduce.multinode"))  # unless the pool's fabric gives the figure
     missing = [(p, m) for p, m in needed if m not in baseline.metrics]
     if missing:

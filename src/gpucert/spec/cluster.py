@@ -35,6 +35,7 @@ __all__ = [
     "GpuSharing",
     "KubernetesTargetSpec",
     "Pool",
+    "PoolMultinode",
     "Probe",
     "SoakSpec",
     "StackSpec",
@@ -146,6 +147,12 @@ def _sample_counts(counts: dict[str, int]) -> dict[str, int]:
     return counts
 
 
+class PoolMultinode(Document):
+    """One pool's all-reduce across its nodes (certify.multinode.pools.<pool>)."""
+
+    max_nodes: Annotated[int, Field(ge=2)] | None = Field(None, alias="maxNodes")
+
+
 class MultinodeSpec(Document):
     """All-reduce across nodes, after every node has been measured alone (`nccl.all_reduce.multinode`)."""
 
@@ -154,6 +161,14 @@ class MultinodeSpec(Document):
     # also every pair of neighbours (1-2, 2-3, ..., N-1): a node whose pairs are all slow is the one slowing
     # the ring (`straggler.nccl.all_reduce.multinode`); pairs without a shared node run at once
     pairs: bool = False
+    # the pools whose nodes run an all-reduce of their own (never one across pools: their GPUs differ), each with
+    # its own maxNodes where it gives one; every pool when absent
+    pools: Annotated[dict[str, PoolMultinode], Field(min_length=1)] | None = None
+
+    def rings(self, pools: list[str]) -> list[tuple[str, int | None]]:
+        """Each pool (of `pools`, in order) that runs an all-reduce across its nodes, and at most how many."""
+        chosen = self.pools if self.pools is not None else dict.fromkeys(pools, PoolMultinode())
+        return [(p, chosen[p].max_nodes or self.max_nodes) for p in pools if p in chosen]
 
 
 class CertifySpec(Document):
@@ -380,12 +395,13 @@ def _pool_problems(spec: ClusterSpec) -> list[Problem]:
             problems.append((("pools", i, "nodeSelector"), message))
         selectors.setdefault(key, pool.name)
         problems += _pin_problems(i, pool, declared)
-    if len(spec.pools) > 1 and spec.certify.multinode is not None:
-        message = (
-            "an all-reduce across nodes of several pools mixes GPU products; certify each pool's fabric with a spec "
-            "of its own (one pool), or remove certify.multinode"
-        )
-        problems.append((("certify", "multinode"), message))
+    multinode = spec.certify.multinode
+    for name in (multinode.pools if multinode is not None else None) or {}:
+        if name not in seen:
+            close = difflib.get_close_matches(name, list(seen), n=1)
+            fix = f"did you mean {close[0]!r}?" if close else "name one of them, or remove it"
+            message = f"{name!r} is not a pool of this spec ({', '.join(seen)}): {fix}"
+            problems.append((("certify", "multinode", "pools", name), message))
     return problems
 
 

@@ -153,7 +153,7 @@ class FabricView:
         return judge_gdr(node, nf.gdr, hcas, list(range(self.ev.pools.gpus_per_node(node))))
 
     def rdma(self) -> list[RdmaBandwidth]:
-        found = list(self.ev.fabric.rdma) if self.ev.fabric is not None else []
+        found = [r for ring in self.ev.fabrics.values() for r in ring.rdma]
         pairs = self.ev.fabric_pairs
         return found + [r for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
 
@@ -289,8 +289,7 @@ def _transport(ev: RunView, pool_name: str) -> Finding:
     pool = ev.spec.pool(pool_name)
     members = ev.pools.members(pool_name)
     pairs = ev.fabric_pairs
-    ran = [ev.fabric] if ev.fabric is not None else []
-    ran += pairs.pairs if pairs is not None else []
+    ran = [*ev.fabrics.values(), *(pairs.pairs if pairs is not None else [])]
     collectives = [
         Collective(f.nodes, f.gpus_per_node or pool.expect.gpus_per_node, f.transport)
         for f in ran

@@ -11,6 +11,7 @@ their spread, robust z) is the one.
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import replace
 
 from gpucert.evaluate.locate import because, skip, unmeasured, unmeasured_skip
 from gpucert.evaluate.registry import no_rule
@@ -21,6 +22,7 @@ from gpucert.evaluate.stats import Summary, median, summarize
 from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import FabricEvidence, FabricPairs
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.layout import multinode_file
 from gpucert.spec.baseline import MetricBaseline
 
 __all__ = [
@@ -136,19 +138,28 @@ def pairs_problem(pairs: FabricPairs, inventory: list[str]) -> str | None:
 ERROR, SKIP = CheckStatus.ERROR, CheckStatus.SKIP
 
 
-def multinode(view: RunView) -> Finding:
-    """The all-reduce across nodes against the baseline's multi-node figure (one finding for the set)."""
+def multinode(view: RunView, pool_name: str | None = None) -> Finding:
+    """A pool's all-reduce across its nodes against its figure (one finding for the set; `pool_name` None: the
+    spec's one pool, whose key names no pool)."""
+    found = _multinode(view, pool_name or view.spec.pools[0].name)
+    if pool_name is None or len(view.spec.pools) == 1:
+        return found
+    return replace(found, message=f"pool {pool_name}: {found.message}")
+
+
+def _multinode(view: RunView, pool_name: str) -> Finding:
     if view.spec.certify.multinode is None:
         return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
-    pool = view.spec.pools[0]  # a spec with certify.multinode has one pool
+    pool = view.spec.pool(pool_name)
     baseline = view.baselines[pool.name]
     figure = multinode_figure(pool) or baseline.metrics.get(MULTINODE)  # the pool's fabric first
     if figure is None:
         return Finding(MULTINODE, ERROR, None, None, f"the baseline {baseline.sku} has no figure for it")
-    fabric = view.fabric
+    fabric = view.fabrics.get(pool.name)
     if fabric is None:
-        return Finding(MULTINODE, ERROR, None, None, "no multi-node evidence was written (evidence/multinode/)")
-    odd = members_problem(fabric.nodes, view.inventory.names)
+        where = "/".join(("evidence", *multinode_file(pool.name)))
+        return Finding(MULTINODE, ERROR, None, None, f"no multi-node evidence was written ({where})")
+    odd = members_problem(fabric.nodes, view.inventory.names) or _strangers(view, pool.name, fabric.nodes)
     if odd:
         return Finding(MULTINODE, ERROR, None, None, f"the multi-node evidence cannot be believed: {odd}")
     err = next(iter(fabric.errors), None)
@@ -161,26 +172,34 @@ def multinode(view: RunView) -> Finding:
     return judge_multinode(fabric, figure)
 
 
+def _strangers(view: RunView, pool: str, nodes: list[str]) -> str | None:
+    """Why a pool's ring is not its own: a node of another pool (or of none) on it."""
+    others = [n for n in nodes if view.pools.name_of(n) != pool]
+    return f"{', '.join(others)} not in pool {pool}" if others else None
+
+
 def decide_multinode(view: RunView, key: CheckKey) -> Finding:
     if key.check != MULTINODE:
         raise no_rule(key)
-    return multinode(view)
+    return multinode(view, key.detail)
 
 
 Pairs = tuple[str | None, dict[str, float], dict[str, list[str]], Summary | None]
 
 
-def _pairs(view: RunView) -> Pairs:
-    """The pairs' evidence, judged once for every node: why it cannot be believed, each pair's figure, the pairs
-    that did not run by node, and the figures' summary (every node is held to the same pairs)."""
+def _pairs(view: RunView, pool: str | None) -> Pairs:
+    """The pairs' evidence, judged once for every node of a pool: why it cannot be believed, each pair of the
+    pool's figure, the pairs that did not run by node, and the figures' summary (every node of the pool is held to
+    the same pairs; never to another pool's, whose GPUs and fabric differ)."""
 
     def judged() -> Pairs:
         assert view.fabric_pairs is not None
         odd = pairs_problem(view.fabric_pairs, view.inventory.names)
-        values, failed = pair_figures(view.fabric_pairs)
+        mine = [p for p in view.fabric_pairs.pairs if all(view.pools.name_of(n) == pool for n in p.nodes)]
+        values, failed = pair_figures(view.fabric_pairs.model_copy(update={"pairs": mine}))
         return odd, values, failed, summarize(list(values.values())) if values else None
 
-    return view.once(PAIRS_CHECK, judged)
+    return view.once(f"{PAIRS_CHECK}[{pool}]", judged)
 
 
 def fabric_straggler(view: RunView, node: str) -> Finding:
@@ -199,7 +218,8 @@ def fabric_straggler(view: RunView, node: str) -> Finding:
         if cause is not None:
             return skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
         return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")
-    odd, values, failures, peers = _pairs(view)
+    pool = view.pools.name_of(node)
+    odd, values, failures, peers = _pairs(view, pool)
     if odd:
         return Finding(check, ERROR, node, None, f"the pairs' evidence cannot be believed: {odd}")
     failed = failures.get(node, [])
@@ -211,7 +231,7 @@ def fabric_straggler(view: RunView, node: str) -> Finding:
         if cause is not None:
             return skip(check, node, None, f"{why}: not every node was measured", cause)
         return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
-    s = view.spec.stragglers_for(view.spec.pools[0].name)
+    s = view.spec.stragglers_for(pool or view.spec.pools[0].name)
     return judge_pairs(node, values, s.max_deviation, s.min_z, peers)
 
 

@@ -112,7 +112,7 @@ class SoakController:
         self.soak = SoakSpec.model_validate(plan["soak"])
         self.round_h = self.soak.round_s / 3600
         self.nodes = {n["node"]: NodeSoak(n["node"], n["pool"]) for n in plan["nodes"]}
-        self.fabric = FabricSoak(spec, self.soak, baselines)
+        self.fabric = FabricSoak(spec, self.soak, baselines, {n: s.pool for n, s in self.nodes.items()})
         for n in self.nodes.values():
             if n.pool is None:
                 n.status, n.left_round = LEFT, -1

@@ -1,0 +1,80 @@
+"""certify.multinode on a spec with several pools (issue 25: "the multi-node all-reduce per pool"): one collective
+per pool, over its own nodes, judged against its own figure; a slow fabric in one pool is one finding naming it.
+And a run folder of the one-pool layout from before (evidence/multinode/nccl.json) still evaluates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .conftest import BASELINES, ROOT, fleet_doc, spec_doc
+
+MULTINODE = "nccl.all_reduce.multinode"
+
+
+def pools_spec(**multinode: Any) -> dict[str, Any]:
+    """examples/pools.yaml (4 x 8 H100 `train`, 2 x 4 H200 `infer`), health only, with certify.multinode."""
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "pools.yaml").read_text())
+    doc["target"]["fleet"] = "fleet.yaml"
+    for pool in doc["pools"]:
+        pool["baseline"] = str(BASELINES / Path(pool["baseline"]).name)
+    doc["certify"].update(probes=["health"], multinode=multinode)
+    return doc
+
+
+def pools_fleet(faults: list[dict[str, Any]]) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((ROOT / "examples" / "fleets" / "pools.yaml").read_text())
+    doc["faults"] = faults
+    return doc
+
+
+def test_one_slow_pool_fabric_is_one_finding_naming_that_pool(certify) -> None:
+    slow = {"kind": "slow", "node": "h200-2", "metric": MULTINODE, "factor": 0.7}
+    run = certify(pools_fleet([slow]), "-v", spec=pools_spec(), suites=("certify",))
+    assert run.findings == {(MULTINODE, None, None)}
+    [found] = run.verdict["findings"]
+    assert found["status"] == "fail"
+    assert found["message"].startswith("pool infer: 2 nodes x 4 GPUs (h200-1, h200-2)")
+    rings = {
+        p: json.loads((run.run_dir / "evidence" / "multinode" / p / "nccl.json").read_text())
+        for p in ("train", "infer")
+    }
+    assert rings["train"]["nodes"] == ["h100-1", "h100-2", "h100-3", "h100-4"]  # each ring its own pool's nodes
+    assert rings["infer"]["nodes"] == ["h200-1", "h200-2"]
+    assert (rings["train"]["nccl"]["ranks"], rings["infer"]["nccl"]["ranks"]) == (32, 8)
+    run.result.stdout.fnmatch_lines(
+        ["*test_pool_nccl_all_reduce_multinode?infer? FAILED*", "*test_pool_nccl_all_reduce_multinode?train? PASSED*"]
+    )
+
+
+def test_a_pool_left_out_of_multinode_pools_runs_no_ring_and_its_own_max_nodes_holds(certify) -> None:
+    slow = {"kind": "slow", "node": "h200-2", "metric": MULTINODE, "factor": 0.7}
+    run = certify(pools_fleet([slow]), spec=pools_spec(pools={"train": {"maxNodes": 3}}), suites=("certify",))
+    assert run.findings == set()  # the slow pool has no ring asked of it
+    assert sorted(p.name for p in (run.run_dir / "evidence" / "multinode").iterdir()) == ["train"]
+    ring = json.loads((run.run_dir / "evidence" / "multinode" / "train" / "nccl.json").read_text())
+    assert ring["nodes"] == ["h100-1", "h100-2", "h100-3"]
+    assert {"check": MULTINODE, "why": "pools not in certify.multinode.pools: infer"} in run.verdict["coverage"][
+        "notRequired"
+    ]
+
+
+def test_a_run_of_the_one_pool_layout_before_pools_still_evaluates(certify, pytester) -> None:
+    """Runs written before each pool had its ring kept the one ring at evidence/multinode/nccl.json."""
+    slow = {"kind": "slow", "node": "gpu-node-2", "metric": MULTINODE, "factor": 0.8}
+    first = certify(fleet_doc([slow]), spec=spec_doc(probes=["health"], multinode={}))
+    assert first.findings == {(MULTINODE, None, None)}
+    old = pytester.path / "old"
+    shutil.copytree(first.run_dir, old)
+    shutil.move(old / "evidence" / "multinode" / "default" / "nccl.json", old / "evidence" / "multinode" / "nccl.json")
+    (old / "evidence" / "multinode" / "default").rmdir()
+    shutil.rmtree(pytester.path / "reports")
+    again = certify(
+        fleet_doc([slow]), "--evidence", str(old / "evidence"), spec=spec_doc(probes=["health"], multinode={})
+    )
+    assert again.verdict["findings"] == first.verdict["findings"]
+    assert again.verdict["result"] == "fail"
