@@ -235,7 +235,7 @@ POOLS = "examples/pools.yaml"
             "examples/handover/spec-after-repair.yaml",
             HANDOVER_WAIVERS,
             lambda d: d["waivers"][0]["accept"].update(min="640"),
-            "waivers[0].accept: min: '640' is text, not a number",
+            "waivers[0].accept.min: '640' is text, not a number",
         ),
     ],
 )

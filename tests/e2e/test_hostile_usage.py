@@ -206,7 +206,7 @@ DOCUMENTS: list[tuple[str, str, str, Callable[[str], str], list[str]]] = [
         "configure",
         SPEC,
         lambda t: t.replace("seed: 7", "seed: -7"),
-        ["h100-4x8-faulty.yaml", "seed", "greater than or equal to 0"],
+        ["h100-4x8-faulty.yaml", "seed", "out of range; write a whole number from 0"],
     ),
     (
         "examples/fleets/h100-4x8-faulty.yaml",

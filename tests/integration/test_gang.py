@@ -283,7 +283,11 @@ def test_the_crd_schema_refuses_what_the_api_would_drop_or_reject() -> None:
     [
         ({"localQueue": "Team_A"}, "target.gang.localQueue", "is not a LocalQueue name"),
         ({"localQueue": "q", "topologyKey": "rack label"}, "target.gang.topologyKey", "is not a node label key"),
-        ({"localQueue": "q", "admissionTimeoutSeconds": 0}, "target.gang.admissionTimeoutSeconds", "greater than"),
+        (
+            {"localQueue": "q", "admissionTimeoutSeconds": 0},
+            "target.gang.admissionTimeoutSeconds",
+            "out of range; write a whole number of at least 1",
+        ),
         ({"topologyKey": "example.com/rack"}, "target.gang.localQueue", "required"),
     ],
 )

@@ -104,7 +104,7 @@ class HealthPolicy(Document):
     max_volatile_corrected_ecc: Annotated[int, Field(ge=0)] = Field(alias="maxVolatileCorrectedEcc")
     temperature_margin_c: Annotated[float, Field(ge=0)] = Field(alias="temperatureMarginC")
     # XIDs an application can cause on a healthy GPU (illegal address, MMU fault from user code, ...)
-    application_xids: list[int] = Field(default_factory=list, alias="applicationXids")
+    application_xids: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list, alias="applicationXids")
     # per clock-event reason, the fraction of the loaded time it may hold the clocks down (merged over the defaults)
     throttle_allowance: dict[ThrottleReason, Annotated[float, Field(ge=0, le=1)]] = Field(
         default_factory=dict, alias="throttleAllowance"

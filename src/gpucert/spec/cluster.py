@@ -179,7 +179,9 @@ class CertifySpec(Document):
     drift: DriftSpec = Field(default_factory=DriftSpec)
     # at least this many samples per probe (repetitions; probes take more where their time budget allows): more
     # samples make each GPU's figure steadier, so smaller stragglers stand out, for more time on every node
-    samples: Annotated[dict[str, int], AfterValidator(_sample_counts)] = Field(default_factory=dict)
+    samples: Annotated[
+        dict[str, Annotated[int, Field(ge=MIN_SAMPLES, le=MAX_SAMPLES)]], AfterValidator(_sample_counts)
+    ] = Field(default_factory=dict, examples=[{"memory": 60, "compute": 60}])
     multinode: MultinodeSpec | None = None
 
     def min_samples(self, probe: str) -> int:

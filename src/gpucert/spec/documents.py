@@ -6,6 +6,7 @@ Pure of everything but the file system: specs, fleets and baselines all come thr
 from __future__ import annotations
 
 import difflib
+import math
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -14,9 +15,11 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic.fields import FieldInfo
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from gpucert.errors import ConfigError
+from gpucert.spec.messages import bounds, describe, field_at, members_with, translate, upper, what_is
 
 __all__ = ["Document", "Key", "Problem", "load_document", "load_yaml"]
 
@@ -38,12 +41,35 @@ class Document(BaseModel):
         validator for "*" cannot do it: pydantic refuses one on a union's discriminator field.)"""
         if not isinstance(data, dict):
             return data
-        for name, field in cls.model_fields.items():
-            for key in {name, field.alias or name}:
-                problem = _not_a_number(field.annotation, data[key], [key]) if key in data else None
+        for keys, field in _number_fields(cls):
+            for key in keys:
+                problem = _not_a_number(field.annotation, data[key], [key], field.metadata) if key in data else None
                 if problem:
                     raise ValidationError.from_exception_data(cls.__name__, [problem])
         return data
+
+
+_NUMBER_FIELDS: dict[type[BaseModel], list[tuple[set[str], FieldInfo]]] = {}
+
+
+def _number_fields(model: type[BaseModel]) -> list[tuple[set[str], FieldInfo]]:
+    """The fields of `model` that hold a number (in a list or mapping too), with the keys each may be written as;
+    worked out once per model (every document validates through it)."""
+    found = _NUMBER_FIELDS.get(model)
+    if found is None:
+        found = [({name, f.alias or name}, f) for name, f in model.model_fields.items() if _holds_numbers(f.annotation)]
+        _NUMBER_FIELDS[model] = found
+    return found
+
+
+def _holds_numbers(tp: Any) -> bool:
+    while typing.get_origin(tp) is typing.Annotated:
+        tp = typing.get_args(tp)[0]
+    if _number_kind(tp) is not None:
+        return True
+    if typing.get_origin(tp) is typing.Literal or (isinstance(tp, type) and issubclass(tp, BaseModel)):
+        return False
+    return any(_holds_numbers(a) for a in typing.get_args(tp) if a is not Ellipsis)
 
 
 def _number_kind(tp: Any) -> type | None:
@@ -61,18 +87,20 @@ def _is_union(tp: Any) -> bool:
     return typing.get_origin(tp) in (typing.Union, types.UnionType)
 
 
-def _not_a_number(tp: Any, value: Any, loc: list[str | int]) -> InitErrorDetails | None:
+def _not_a_number(tp: Any, value: Any, loc: list[str | int], meta: list[Any] | None = None) -> InitErrorDetails | None:
     """Why `value` at `loc` is no number where the type `tp` wants one (in a list or a mapping too), or None."""
+    meta = list(meta or [])
     while typing.get_origin(tp) is typing.Annotated:
+        meta += list(tp.__metadata__)
         tp = typing.get_args(tp)[0]
     kind = _number_kind(tp)
     if kind is not None:
-        why = _why_not(kind, value)
+        why = _why_not(kind, value, [m for x in meta for m in (x.metadata if isinstance(x, FieldInfo) else [x])])
         error = PydanticCustomError("value_error", "Value error, {why}", {"why": why}) if why else None
         return InitErrorDetails(type=error, loc=tuple(loc), input=value) if error else None
     if _is_union(tp):
         members = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _not_a_number(members[0], value, loc) if len(members) == 1 else None
+        return _not_a_number(members[0], value, loc, meta) if len(members) == 1 else None
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if isinstance(origin, type) and issubclass(origin, Mapping) and len(args) == 2 and isinstance(value, dict):
         found = (_not_a_number(args[1], v, [*loc, k]) for k, v in value.items())
@@ -84,14 +112,58 @@ def _not_a_number(tp: Any, value: Any, loc: list[str | int]) -> InitErrorDetails
     return None
 
 
-def _why_not(kind: type, value: Any) -> str | None:
+# the whole numbers every JSON reader holds exactly (RFC 8259, section 6: [-(2**53)+1, (2**53)-1] is interoperable):
+# a count, seed or limit past it is a typo, and it would not survive the run's own JSON in another reader
+JSON_INT = 2**53 - 1
+
+
+def _why_not(kind: type, value: Any, meta: list[Any]) -> str | None:
+    """What is wrong with `value` where a number of `kind` (int or float, within `meta`'s bounds) goes, and the
+    number to write instead; None when it is a number of that kind (its range is pydantic's to check)."""
+    number = (
+        isinstance(value, int | float) and not isinstance(value, bool) and (kind is float or isinstance(value, int))
+    )
+    if number and not (isinstance(value, int) and abs(value) > JSON_INT):
+        return None  # the common case, first: a number of the kind (its range is pydantic's to check)
+    limits = bounds(meta)
+    takes = f"{'a whole number' if kind is int else 'a number'}{' ' + limits if limits else ''}"
     if isinstance(value, bool):
-        return f"{str(value).lower()} is a yes/no value, not a number; write the number"
+        return f"{str(value).lower()} is a yes/no value, not a number; write {takes}"
     if isinstance(value, str):
-        return f"{value!r} is text, not a number; write the number without quotes"
+        return f"{value!r} is text, not a number; {_number_from_text(value, kind, meta) or 'write ' + takes}"
     if kind is int and isinstance(value, float):
-        return f"{value!r} is not a whole number; write it without a decimal point"
+        if not math.isfinite(value):
+            return f"{value} is not a number; write {takes}"
+        return f"{value!r} is not a whole number; write {takes}"
+    if kind is int and isinstance(value, int) and abs(value) > JSON_INT:
+        return f"{value} is beyond any sensible value (more than 2^53); write {takes}"
     return None
+
+
+def _number_from_text(text: str, kind: type, meta: list[Any]) -> str | None:
+    """The fix for a number YAML read as text: quotes, a percent sign, or a form YAML 1.1 does not read as a number
+    (`1e3`: PyYAML's float needs a dot, `1.0e+3`; yaml/resolver.py, Resolver float pattern, PyYAML 6.0)."""
+    stripped = text.strip()
+    plain = yaml.safe_load(stripped) if stripped and "\n" not in stripped else None
+    if isinstance(plain, int | float) and not isinstance(plain, bool):
+        return f"write it without quotes ({stripped}), or YAML reads it as text"
+    if stripped.endswith("%"):
+        try:
+            share = float(stripped[:-1]) / 100
+        except ValueError:
+            return None
+        top = upper(meta)
+        if kind is float and (top is None or top <= 1):
+            return f"write the share as a fraction: {share:g} for {stripped}"
+        return f"write the number alone, without the % sign ({stripped[:-1].strip()})"
+    try:
+        number = float(stripped.replace("_", ""))
+    except ValueError:
+        return None
+    if not math.isfinite(number):
+        return None
+    written = str(int(number)) if number.is_integer() and abs(number) < 1e15 else repr(number)
+    return f"YAML 1.1 reads an exponent only with a dot and a sign (1.0e+3); write {written}"
 
 
 MAX_BYTES = 4 << 20  # a spec, fleet or baseline is a few kilobytes; a larger file is not one of them
@@ -237,65 +309,37 @@ def _nearest_line(loc: Key, lines: dict[Key, int]) -> int | None:
     return None
 
 
-def _unwrap(tp: Any) -> Any:
-    """The type inside Annotated[...] and X | None."""
-    while True:
-        origin = typing.get_origin(tp)
-        if origin is typing.Annotated:
-            tp = typing.get_args(tp)[0]
-        elif origin in (typing.Union, types.UnionType):
-            args = [a for a in typing.get_args(tp) if a is not type(None)]
-            if len(args) != 1:
-                return tp
-            tp = args[0]
-        else:
-            return tp
-
-
-def _keys_of(model: type[BaseModel]) -> dict[str, Any]:
-    return {(f.alias or name): f.annotation for name, f in model.model_fields.items()}
-
-
 def _valid_keys(model: type[BaseModel], loc: Key) -> list[str]:
     """The keys the mapping at `loc` accepts (pydantic's location, union tags included), or [] when unknown."""
-    tp: Any = model
-    for part in loc:
-        tp = _unwrap(tp)
-        origin = typing.get_origin(tp)
-        if isinstance(tp, type) and issubclass(tp, BaseModel):
-            fields = _keys_of(tp)
-            if part not in fields:
-                return []
-            tp = fields[part]
-        elif origin is list and isinstance(part, int):
-            tp = typing.get_args(tp)[0]
-        elif origin is dict:
-            tp = typing.get_args(tp)[1]
-        elif origin in (typing.Union, types.UnionType):
-            # a discriminated union: pydantic names the member by its tag (`kind`)
-            members = [m for m in map(_unwrap, typing.get_args(tp)) if isinstance(m, type)]
-            tagged = [
-                m
-                for m in members
-                if issubclass(m, BaseModel) and part in typing.get_args(_unwrap(_keys_of(m).get("kind")))
-            ]
-            if not tagged:
-                return []
-            tp = tagged[0]
-        else:
-            return []
-    tp = _unwrap(tp)
-    return sorted(_keys_of(tp)) if isinstance(tp, type) and issubclass(tp, BaseModel) else []
+    tp, _, _ = field_at(model, loc)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return sorted((f.alias or name) for name, f in tp.model_fields.items())
+    return []
 
 
-def _unknown_key(model: type[BaseModel], loc: Key) -> str:
+def _unknown_key(model: type[BaseModel], loc: Key, doc_loc: Key, data: Any) -> str:
+    others = members_with(model, loc[:-1], str(loc[-1])) if loc else []
+    if others:  # a key of another kind of the same section: `gang` under a simulated target
+        section = next((str(p) for p in reversed(doc_loc[:-1]) if isinstance(p, str)), "entry")
+        kind = _at(data, doc_loc[:-1]).get("kind") if isinstance(_at(data, doc_loc[:-1]), dict) else None
+        kinds = " or ".join(others)
+        return (
+            f"{loc[-1]} applies to the {kinds} {section} only (kind: {kinds}), and this {section} is "
+            f"{'kind: ' + str(kind) if kind else 'of another kind'}; remove {loc[-1]}, or set kind: {kinds}"
+        )
     valid = _valid_keys(model, loc[:-1])
     close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6) if loc else []
     if close:
-        return f"unknown key; did you mean {close[0]}?"
+        return f"unknown key; did you mean {close[0]}? (the keys here are {', '.join(valid)})"
     if valid:
-        return f"unknown key; the keys here are {', '.join(valid)}"
+        return f"unknown key; remove it, or use one of the keys here: {', '.join(valid)}"
     return "unknown key; remove it or check its spelling against `gpucert schema`"
+
+
+def _at(data: Any, loc: Key) -> Any:
+    for part in loc:
+        data = data[part]
+    return data
 
 
 Problem = tuple[Key, str]
@@ -311,7 +355,11 @@ def load_document(path: Path, model: type[M], *, check: Callable[[M], list[Probl
     if data is None:
         raise ConfigError("the document is empty; write the document described by `gpucert schema`", path=path)
     if not isinstance(data, dict):
-        raise ConfigError(f"expected a mapping at the top level, got {type(data).__name__}", path=path, line=1)
+        raise ConfigError(
+            f"expected a mapping at the top level, got {what_is(data)}; write the document `gpucert schema` describes",
+            path=path,
+            line=1,
+        )
     try:
         doc = model.model_validate(data)
     except RecursionError:
@@ -319,19 +367,7 @@ def load_document(path: Path, model: type[M], *, check: Callable[[M], list[Probl
     except ValidationError as exc:
         # an unknown key first: a misspelt key also reports the key it was meant to be as missing
         errors = sorted(exc.errors(), key=lambda e: {"extra_forbidden": 0, "missing": 2}.get(e["type"], 1))
-        err = errors[0]
-        loc: Key = tuple(p for p in err["loc"] if isinstance(p, str | int))
-        # pydantic puts the discriminator or a union member in the location; keep only keys of the document
-        doc_loc = _document_loc(data, loc)
-        if err["type"] == "extra_forbidden":
-            msg = _unknown_key(model, loc)
-        elif err["type"] == "missing":
-            msg = "required key is missing; add it"
-        elif err["type"] == "value_error":  # one of gpucert's validators: its message says what to do
-            msg = err["msg"].removeprefix("Value error, ")
-        else:
-            got = repr(err.get("input"))
-            msg = f"{err['msg']} (got {got[:80] + '...' if len(got) > 80 else got})"
+        doc_loc, msg = _said(model, errors[0], data)
         more = len(errors) - 1
         if more:
             msg += f" (and {more} more problem{'s' if more > 1 else ''})"
@@ -341,8 +377,35 @@ def load_document(path: Path, model: type[M], *, check: Callable[[M], list[Probl
     return doc
 
 
-def _document_loc(data: Any, loc: Key) -> Key:
-    """The part of pydantic's error location that names keys of the document (not union tags or validators)."""
+def _said(model: type[BaseModel], err: ErrorDetails, data: Any) -> tuple[Key, str]:
+    """pydantic's error as the document's key it is about and what to do there."""
+    loc: Key = tuple(p for p in err["loc"] if isinstance(p, str | int))
+    # pydantic puts the discriminator or a union member in the location; keep only keys of the document
+    doc_loc = _document_loc(data, loc, named=err["type"] in ("extra_forbidden", "missing"))
+    if err["type"] == "extra_forbidden":
+        return doc_loc, _unknown_key(model, loc, doc_loc, data)
+    if err["type"] == "missing":
+        return doc_loc, "required key is missing; add it"
+    if err["type"] == "value_error":  # one of gpucert's validators: its message says what to do
+        return doc_loc, err["msg"].removeprefix("Value error, ")
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        return _kind(model, loc, doc_loc, err)
+    return doc_loc, translate(model, err, doc_loc[-1] if doc_loc else "")
+
+
+def _kind(model: type[BaseModel], loc: Key, doc_loc: Key, err: ErrorDetails) -> tuple[Key, str]:
+    """A `kind` that no member of a union of documents has (or none at all), said at the `kind` key."""
+    tp, _, _ = field_at(model, loc)
+    kinds = describe(tp).removeprefix("a mapping whose `kind` is ")
+    if err["type"] == "union_tag_not_found":
+        return (*doc_loc, "kind"), f"required key is missing; add it: kind is {kinds}"
+    tag = (err.get("ctx") or {}).get("tag")
+    return (*doc_loc, "kind"), f"{tag!r} is not a kind this key takes; write {kinds}"
+
+
+def _document_loc(data: Any, loc: Key, named: bool = True) -> Key:
+    """The part of pydantic's error location that names keys of the document (not union tags or validators);
+    `named`: the last part is a key the document lacks or should not have (a missing or an unknown key)."""
     out: list[str | int] = []
     cur: Any = data
     for i, part in enumerate(loc):
@@ -351,7 +414,7 @@ def _document_loc(data: Any, loc: Key) -> Key:
         if in_dict or in_list:
             out.append(part)
             cur = cur[part]
-        elif isinstance(cur, dict) and i == len(loc) - 1:
+        elif named and isinstance(cur, dict) and i == len(loc) - 1:
             out.append(part)  # a missing or unknown key: name it
         elif cur is None or not isinstance(cur, dict | list):
             break
