@@ -27,15 +27,17 @@ from gpucert.measure.targets.kubernetes import watch
 from gpucert.measure.targets.kubernetes.fabric import FabricJobs
 from gpucert.measure.targets.kubernetes.gang import Gang
 from gpucert.measure.targets.kubernetes.nodes import KubernetesNodeControl
+from gpucert.measure.targets.simulated import SimulatedTarget
+from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakegang import FakeGang
 from .fakekubelet import FakeKubelet
-from .test_recertify_live import simulator
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "gpucert"
 MULTINODE = "nccl.all_reduce.multinode"
+NODES = 2
 LEFT = ("jobs", "pods", "services", "configmaps", "leases")
 
 
@@ -51,6 +53,19 @@ def sim_cluster(served_cluster: FakeCluster) -> FakeCluster:
     return served_cluster
 
 
+def _simulator(tmp_path: Path) -> SimulatedTarget:
+    """The hardware behind the fake cluster: the clean H100 fleet, two nodes of it."""
+    fleet = yaml.safe_load((ROOT / "examples" / "fleets" / "h100-4x8.yaml").read_text(encoding="utf-8"))
+    fleet["nodes"]["count"] = NODES
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet), encoding="utf-8")
+    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
+    spec["target"]["fleet"] = str(tmp_path / "fleet.yaml")
+    spec["expect"]["nodes"] = NODES
+    spec["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
+    (tmp_path / "sim.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
+    return SimulatedTarget.from_spec(load_spec(tmp_path / "sim.yaml"))
+
+
 def _spec(tmp_path: Path, gang: dict[str, Any] | None = None) -> Path:
     spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
     spec["target"] = {
@@ -62,7 +77,7 @@ def _spec(tmp_path: Path, gang: dict[str, Any] | None = None) -> Path:
         "pendingTimeoutSeconds": 30,  # a loaded machine is no Pending pod
         **({"gang": gang} if gang else {}),
     }
-    spec["expect"]["nodes"] = 4
+    spec["expect"]["nodes"] = NODES
     spec["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
     spec["certify"]["multinode"] = {}
     # 3 rounds; the first two are each series' reference, so a step at the third is a drift. The simulator's
@@ -75,9 +90,9 @@ def _spec(tmp_path: Path, gang: dict[str, Any] | None = None) -> Path:
 
 @pytest.fixture
 def kubelet(sim_cluster: FakeCluster, tmp_path: Path) -> Iterator[FakeKubelet]:
-    """The simulated 4 x 8 H100 fleet's Nodes in the fake cluster, and a kubelet whose pods report what the
+    """The simulated H100 fleet's Nodes in the fake cluster, and a kubelet whose pods report what the
     simulator measures."""
-    sim = simulator(tmp_path)
+    sim = _simulator(tmp_path)
     nodes, _ = sim.observe()
     for n in nodes:
         sim_cluster.put("nodes", json.loads(json.dumps(n)))
@@ -113,8 +128,8 @@ def test_a_3_round_soak_runs_3_collectives_across_the_nodes_after_their_probe_jo
     assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
     collectives = _made(sim_cluster, indexed=True)
     assert len(collectives) == 3
-    assert all(j["spec"]["completions"] == 4 for j in collectives)  # one pod per running node
-    assert len(_made(sim_cluster, indexed=False)) == 12  # each round's probe Job per node
+    assert all(j["spec"]["completions"] == NODES for j in collectives)  # one pod per running node
+    assert len(_made(sim_cluster, indexed=False)) == 3 * NODES  # each round's probe Job per node
     made = [e[4] for e in sim_cluster.events if e[1] == "jobs" and e[3] == "ADDED"]
     order = [j["spec"].get("completionMode") == "Indexed" for j in made]
     order = [indexed for i, indexed in enumerate(order) if i == 0 or indexed != order[i - 1]]
@@ -165,7 +180,7 @@ def test_a_hung_collective_is_its_rounds_finding_and_the_soak_goes_on(
 def test_a_collective_kueue_does_not_admit_in_time_is_its_rounds_finding(
     sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gang = FakeGang(sim_cluster, quota_gpus=16).install().start()  # two nodes' GPUs: four cannot be admitted
+    gang = FakeGang(sim_cluster, quota_gpus=8).install().start()  # one node's GPUs: two cannot be admitted
     try:
         result = start_soak(_spec(tmp_path, {"localQueue": "gpucert", "admissionTimeoutSeconds": 1}), tmp_path / "r")
     finally:
@@ -244,7 +259,7 @@ def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_
                 start_soak(spec, tmp_path / "reports")
         (run,) = (tmp_path / "reports").iterdir()
         left = _left(sim_cluster)
-        assert (left["jobs"], left["services"], left["pods"]) == (1, 1, 4)  # the hung collective, running on
+        assert (left["jobs"], left["services"], left["pods"]) == (1, 1, NODES)  # the hung collective, running on
         assert len(sim_cluster.list("jobsets", NS)) == int(gang)
         held = {lease["spec"]["holderIdentity"] for lease in sim_cluster.list("leases", NS)}
         assert held == {f"soak {run.name}"}  # the resumed controller takes its own run's leases over at once
@@ -257,7 +272,7 @@ def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_
     assert sim_cluster.list("jobsets", NS) == []
     assert result.result == "pass", ({n: v["findings"] for n, v in result.nodes.items()}, result.fabric)
     assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
-    assert len(_made(sim_cluster, indexed=False)) == 12  # round 1's probe Jobs finished before the kill: not again
+    assert len(_made(sim_cluster, indexed=False)) == 3 * NODES  # round 1's probe Jobs ended before the kill: not again
     assert len(_made(sim_cluster, indexed=True)) == 4  # 0, 1 (killed), 1 again, 2: round 0's was not repeated
     assert [r["round"]["round"] for r in _fabric_rounds(run) if r] == [0, 1, 2]
     if gang:
