@@ -243,7 +243,7 @@ def test_the_two_pool_example_loads_with_its_pools() -> None:
         (
             lambda d: d["certify"].update(multinode={"pools": {"train": {"maxNodes": 1}}}),
             "certify.multinode.pools.train.maxNodes",
-            "greater than or equal to 2",
+            "out of range; write a whole number of at least 2",
         ),
         (lambda d: d["certify"].update(multinode={"pools": {}}), "certify.multinode.pools", "at least 1 item"),
         (

@@ -158,7 +158,10 @@ def describe(tp: Any, meta: list[Any] | None = None) -> str:
     if origin is list:
         return f"a list{_length(meta, 'item')}, each item {describe(typing.get_args(tp)[0])}"
     if origin is dict:
-        return f"a mapping of names to values, each {describe(typing.get_args(tp)[1])}"
+        length = _length(meta, "item").removeprefix(" of ")
+        return (
+            f"a mapping of names to values{f' ({length})' if length else ''}, each {describe(typing.get_args(tp)[1])}"
+        )
     if _tagged(tp):
         return f"a mapping whose `kind` is {_choices(sorted(_tagged(tp)))}"
     if origin in (typing.Union, types.UnionType):
