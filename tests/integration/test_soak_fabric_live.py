@@ -33,6 +33,7 @@ from gpucert.spec.cluster import load_spec
 from .fakecluster import FakeCluster
 from .fakegang import FakeGang
 from .fakekubelet import FakeKubelet
+from .gpu_operator import node
 
 ROOT = Path(__file__).resolve().parents[2]
 NS = "gpucert"
@@ -283,3 +284,52 @@ def test_a_soak_killed_mid_collective_resumes_with_nothing_lost_or_repeated_and_
         killed_js = next(e[4]["metadata"]["name"] for e in sim_cluster.events if e[1] == "jobsets")
         gone = [(e[1], e[4]["metadata"]["name"]) for e in sim_cluster.events[after_kill:] if e[3] == "DELETED"]
         assert gone.index(("jobsets", killed_js)) < gone.index(("configmaps", killed_js))
+
+
+def test_each_pools_pods_request_the_gpus_its_pool_expects(served_cluster: FakeCluster, tmp_path: Path) -> None:
+    """A spec of two pools, 8 and 4 GPUs a node: each round's probe pods and each pool's all-reduce request their
+    own pool's count (the soak asked every node for the first pool's 8, which a 4-GPU node can never schedule)."""
+    baseline = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
+    pools = []
+    for name, gpus in (("big", 8), ("small", 4)):
+        for i in (1, 2):
+            served_cluster.put("nodes", node(f"{name}-{i}", gpus=gpus, extra_labels={"pool": name}))
+        expect = {"nodes": 2, "gpusPerNode": gpus, "gpuProduct": "NVIDIA-H100-80GB-HBM3"}
+        pools.append({"name": name, "nodeSelector": {"pool": name}, "expect": expect, "baseline": baseline})
+    doc = {
+        "apiVersion": "gpucert.io/v1alpha2",
+        "kind": "ClusterSpec",
+        "metadata": {"name": "two-pools"},
+        "target": {
+            "kind": "kubernetes",
+            "context": "fake",
+            "namespace": NS,
+            "maxParallel": 4,
+            "image": "registry.local/gpucert-probe@sha256:" + "b" * 64,
+            "pendingTimeoutSeconds": 3,
+        },
+        "pools": pools,
+        "certify": {"probes": ["health", "nccl"], "multinode": {}},
+        "soak": {"duration": "1s", "round": "1s", "probes": ["health", "nccl"]},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    kubelet = FakeKubelet(served_cluster).start()
+    try:
+        result = start_soak(tmp_path / "spec.yaml", tmp_path / "reports")
+    finally:
+        kubelet.close()
+
+    def requested(job: dict[str, Any]) -> int:
+        return int(job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+
+    probes = {
+        j["metadata"]["annotations"]["gpucert.io/node"]: requested(j) for j in _made(served_cluster, indexed=False)
+    }
+    assert probes == {"big-1": 8, "big-2": 8, "small-1": 4, "small-2": 4}
+    rings = {
+        j["metadata"]["annotations"]["gpucert.io/nodes"]: requested(j) for j in _made(served_cluster, indexed=True)
+    }
+    assert rings == {"big-1,big-2": 8, "small-1,small-2": 4}
+    assert result.fabric is not None
+    for ring in result.fabric["pools"].values():  # each ran, every process scheduled (none left Pending)
+        assert not any("Pending" in f["message"] for f in ring["findings"]), ring["findings"]

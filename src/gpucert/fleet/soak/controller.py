@@ -73,12 +73,15 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _round_target(spec: ClusterSpec, soak: SoakSpec, run_id: str) -> RoundTarget:
+def _round_target(spec: ClusterSpec, soak: SoakSpec, run_id: str, nodes: Sequence[dict[str, Any]] = ()) -> RoundTarget:
+    """What runs the rounds of `spec`'s target (`nodes`: the plan's, each with its pool)."""
     if isinstance(spec.target, KubernetesTargetSpec):
         from gpucert.measure.targets.kubernetes.soak import KubernetesSoak
         from gpucert.measure.targets.kubernetes.target import KubernetesTarget
 
-        return KubernetesSoak(KubernetesTarget.from_spec(spec), soak.probes, run_id, soak.round_s)
+        # a probe pod, and a process of the all-reduce, requests every GPU its node's pool expects
+        gpus = {n["node"]: spec.pool(n["pool"]).expect.gpus_per_node for n in nodes if n["pool"] is not None}
+        return KubernetesSoak(KubernetesTarget.from_spec(spec), soak.probes, run_id, soak.round_s, gpus)
     if not isinstance(spec.target, SimulatedTargetSpec):
         raise ConfigError(
             f"a soak runs rounds on a cluster: a {spec.target.kind} target has none; use a kubernetes or simulated "
@@ -386,6 +389,7 @@ def start_soak(
     pools = PoolMap(spec, {n: s.labels for n, s in stack.nodes.items()}, inventory.names)
     folder = SoakFolder(run)
     assert spec.path is not None
+    nodes = [{"node": n, "pool": pools.name_of(n)} for n in inventory.names]
     folder.write_plan(
         {
             "schema": PLAN_SCHEMA,
@@ -394,11 +398,11 @@ def start_soak(
             "soak": soak.model_dump(by_alias=True, mode="json"),
             "sources": CRITERIA_SOURCES,
             "rounds": soak.rounds,
-            "nodes": [{"node": n, "pool": pools.name_of(n)} for n in inventory.names],
+            "nodes": nodes,
             "started": _now(),
         }
     )
-    result = SoakController(spec, baselines, folder, _round_target(spec, soak, run.id), on_progress).run()
+    result = SoakController(spec, baselines, folder, _round_target(spec, soak, run.id, nodes), on_progress).run()
     seal(folder, spec, result, sign_key)
     return result
 
@@ -423,7 +427,7 @@ def resume_soak(
         )
     spec, baselines = runner.load_inputs(path)
     soak = SoakSpec.model_validate(plan["soak"])
-    target = _round_target(spec, soak, folder.run.id)
+    target = _round_target(spec, soak, folder.run.id, plan["nodes"])
     result = SoakController(spec, baselines, folder, target, on_progress).run(rejoin)
     seal(folder, spec, result, sign_key)
     return result

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from gpucert.evaluate.soak_round import FabricRound, RoundEvidence
@@ -33,11 +33,19 @@ LABEL_SOAK = "gpucert.io/soak"
 class KubernetesSoak:
     """`run_round` on a cluster: the nodes marked once, then a round of probe Jobs each time."""
 
-    def __init__(self, target: KubernetesTarget, probes: Sequence[str], run_id: str, round_s: float) -> None:
+    def __init__(
+        self,
+        target: KubernetesTarget,
+        probes: Sequence[str],
+        run_id: str,
+        round_s: float,
+        gpus: Mapping[str, int] | None = None,
+    ) -> None:
         self.target = target
         self.probes = tuple(Probe(p) for p in probes)
         self.run_id = run_id
         self.round_s = round_s
+        self.gpus = dict(gpus or {})  # the GPUs each node's pool expects (a pod requests them all)
         self._marked: set[str] = set()
 
     def _mark(self, nodes: Sequence[str]) -> None:
@@ -91,7 +99,7 @@ class KubernetesSoak:
         began = time.monotonic()
         self._mark(nodes)
         probes = (*self.probes, *((Probe.DCGM,) if dcgm_level is not None else ()))
-        plan = MeasurePlan(run_id=self.run_id, probes=probes, dcgm_level=dcgm_level or 1)
+        plan = MeasurePlan(run_id=self.run_id, probes=probes, dcgm_level=dcgm_level or 1, gpus=self.gpus)
         measured: list[NodeEvidence] = []
         if nodes:
             self.target.measure(list(nodes), plan, measured.append)
@@ -106,7 +114,7 @@ class KubernetesSoak:
         node, with its watchdog; its bus bandwidth at the largest size is the round's figure."""
         if len(nodes) < 2:
             return FabricRound(index, start_h, end_h, tuple(nodes), None, (), ("fewer than two nodes run",))
-        plan = MeasurePlan(run_id=self.run_id, probes=(Probe.NCCL,), dcgm_level=1)
+        plan = MeasurePlan(run_id=self.run_id, probes=(Probe.NCCL,), dcgm_level=1, gpus=self.gpus)
         (fabric,) = self.target.measure_fabrics([list(nodes)], plan)
         return fabric_as_round(fabric, index, start_h, end_h)
 
