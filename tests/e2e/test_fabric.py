@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from .conftest import fleet_doc, spec_doc
 
@@ -168,3 +169,30 @@ def test_a_rated_speed_no_port_of_the_pool_reaches_is_one_pool_finding_not_one_p
     [found] = run.verdict["findings"]
     assert "pool train: every rail port of its nodes runs at 200 Gb/s: ratedGbps 400" in found["message"]
     assert run.verdict["summary"]["skipped"] == 4 * 2 * 2 + 1  # each port and its RDMA figure, the rack link
+
+
+def test_a_waiver_selects_one_rail_of_a_node(certify, pytester) -> None:
+    """A waiver `select: {node: X, rail: N}` covers that rail's fabric.rdma_bw finding and no other rail's: one
+    on the slow rail waives it; one on another rail of the same node matches no failure (waiver.unmatched)."""
+    slow = {"kind": "slow-rail", "node": "gpu-node-5", "rail": 1, "peer": "gpu-node-2", "factor": 0.7}
+    terms = {"accept": "as-is", "reason": "cable swap booked", "approvedBy": "buyer: j.doe", "expires": "2099-01-01"}
+    waivers = {
+        "apiVersion": "gpucert.io/v1alpha1",
+        "kind": "Waivers",
+        "metadata": {"name": "rails"},
+        "waivers": [
+            {"check": "fabric.rdma_bw", "select": {"node": "gpu-node-2", "rail": 1}, **terms},
+            {"check": "fabric.rdma_bw", "select": {"node": "gpu-node-2", "rail": 0}, **terms},
+        ],
+    }
+    (pytester.path / "waivers.yaml").write_text(yaml.safe_dump(waivers))
+    fabric = {"rails": 2, "racks": {"label": "example.com/rack", "size": 3}}
+    rails = {"count": 2, "resource": "rdma/rdma_shared_device_a"}
+    spec = fabric_spec(dict(FABRIC, rails=rails, rackLabel="example.com/rack"), nodes=6, probes=["health"])
+    spec["acceptance"] = {"waivers": str(pytester.path / "waivers.yaml")}
+    run = certify(fleet_doc([slow], nodes=6, fabric=fabric), spec=spec, suites=("configure", "certify", "waivers"))
+    found = {(f["check"], f["node"], f["status"], f.get("waiver", {}).get("id")) for f in run.verdict["findings"]}
+    assert found == {
+        ("fabric.rdma_bw", "gpu-node-2", "waived", "waivers[0]"),
+        ("waiver.unmatched", None, "fail", "waivers[1]"),
+    }

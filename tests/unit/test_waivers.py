@@ -97,6 +97,11 @@ def test_a_waivers_document_loads(tmp_path: Path) -> None:
         ({"approvedBy": " \t "}, "waivers[0].approvedBy", "is blank"),
         ({"approvedBy": ""}, "waivers[0].approvedBy", "is blank"),
         ({"expires": "next spring"}, "waivers[0].expires", ""),
+        # issue 25: a rail is one rail of a node, of a check judged per rail
+        ({"check": "fabric.rdma_bw", "select": {"rail": 1}}, "waivers[0].select", "select {node: X, rail: N}"),
+        ({"check": "fabric.port", "select": {"node": "n1", "gpu": 0, "rail": 1}}, "waivers[0].select", "never with"),
+        ({"check": "fabric.port", "select": {"node": "n1", "rail": -1}}, "waivers[0].select.rail", "greater than"),
+        ({"select": {"node": "n1", "rail": 1}}, "waivers[0]", f"{STRAGGLER} is not judged per rail"),
     ],
 )
 def test_a_bad_waiver_names_file_key_and_fix(tmp_path: Path, over: dict[str, object], key: str, words: str) -> None:
@@ -188,6 +193,24 @@ def test_a_waiver_selects_by_node_gpu_or_serial(tmp_path: Path) -> None:
     # the serial follows the board: the same board in another slot is still selected
     moved = {("gpu-node-2", 3): "6997872841412"}
     assert by_serial.selects(straggler(node="gpu-node-2", gpu=3), lambda n, g: moved.get((n, g)))
+
+
+def test_a_waiver_selects_one_rail_of_a_node_for_a_per_rail_fabric_check(tmp_path: Path) -> None:
+    rail1, node = (
+        book(tmp_path, waiver(check="fabric.rdma_bw", select=s)).doc.waivers[0]
+        for s in ({"node": "gpu-node-2", "rail": 1}, {"node": "gpu-node-2"})
+    )
+    slow = Finding("fabric.rdma_bw", FAIL, "gpu-node-2", None, "rail 1 slow", observed=250.0)
+    assert str(rail1.select) == "gpu-node-2/rail1"
+    assert rail1.selects(slow, serial_of, 1)
+    assert not rail1.selects(slow, serial_of, 0)
+    assert not rail1.selects(slow, serial_of)  # a rail not known is never taken for the one selected
+    assert node.selects(slow, serial_of, 0)  # a node's every rail
+    covered = WaiverBook(Waivers.model_validate({"apiVersion": "gpucert.io/v1alpha1", "kind": "Waivers",
+                         "metadata": {"name": "w"}, "waivers": [waiver(check="fabric.rdma_bw",
+                         select={"node": "gpu-node-2", "rail": 1})]}), AT)  # fmt: skip
+    assert covered.waive(slow, serial_of, 1).status is WAIVED
+    assert covered.waive(slow, serial_of, 0).status is FAIL
 
 
 def test_a_covered_failure_is_waived_with_its_waiver_never_dropped(tmp_path: Path) -> None:

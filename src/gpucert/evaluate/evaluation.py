@@ -18,6 +18,7 @@ from gpucert.evaluate.rules.waivers import WaiverBook, book_of, serial_of
 from gpucert.evaluate.skips import skip_stands
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.fabric_checks import rail_of
 
 __all__ = ["Evaluation", "GpuSlot"]
 
@@ -50,10 +51,12 @@ class Evaluation(RunView):
         """The run's waivers judged at the run's time; None for a run prepared without waivers."""
         return book_of(self)
 
-    def waive(self, finding: Finding) -> Finding:
-        """The finding `waived` when a waiver in force covers its failure (WaiverBook.waive), else as it was."""
+    def waive(self, finding: Finding, key: CheckKey | None = None) -> Finding:
+        """The finding (the decision of `key`: its detail names a fabric check's rail) `waived` when a waiver in
+        force covers its failure (WaiverBook.waive), else as it was."""
         book = self.waiver_book
-        return book.waive(finding, serial_of(self)) if book is not None else finding
+        rail = rail_of(key.detail) if key is not None else None
+        return book.waive(finding, serial_of(self), rail) if book is not None else finding
 
     def node_count(self) -> Finding:
         return decide_node_count(self, CheckKey("inventory.nodes"))

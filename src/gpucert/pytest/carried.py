@@ -34,7 +34,7 @@ def _decided(ctx: RunContext, key: CheckKey) -> Finding:
         return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, text)
     if finding.status is CheckStatus.SKIP and finding.cause is None:
         finding = skip_stands(finding, None)  # a check that did not run, with no failing cause, has not passed
-    return ctx.evaluation.waive(finding) if finding.status is CheckStatus.FAIL else finding
+    return ctx.evaluation.waive(finding, key) if finding.status is CheckStatus.FAIL else finding
 
 
 def decide_carried(ctx: RunContext) -> int:

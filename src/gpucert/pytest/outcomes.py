@@ -92,11 +92,11 @@ def _skip_or_fail_closed(report: pytest.TestReport, finding: Finding) -> Finding
     return finding
 
 
-def _waive(report: pytest.TestReport, finding: Finding, ctx: RunContext) -> Finding:
+def _waive(report: pytest.TestReport, finding: Finding, ctx: RunContext, key: CheckKey) -> Finding:
     """A failure the run's waivers accept becomes waived, and the report an xfail."""
     if finding.status is not CheckStatus.FAIL:
         return finding
-    finding = ctx.evaluation.waive(finding)
+    finding = ctx.evaluation.waive(finding, key)
     if finding.status is CheckStatus.WAIVED:
         # pytest's own word for a failure that was expected and accepted: xfail (JUnit <skipped
         # type="pytest.xfail">, pytest-html "Expected failures", the terminal's x), with the waiver as reason
@@ -120,7 +120,7 @@ def judge_report(
     if not _decisive(report):
         return
     finding = _skip_or_fail_closed(report, _finding(report, call, key))
-    finding = _waive(report, finding, ctx)
+    finding = _waive(report, finding, ctx, key)
     if isinstance(call.excinfo.value if call.excinfo else None, CheckFailed) and report.failed:
         check_failure(report, finding)
     # a report keeps attributes it was given: xdist serialises `gpucert` to the controller, pytest-html reads `extras`

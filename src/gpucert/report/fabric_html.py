@@ -23,12 +23,14 @@ if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
     from gpucert.report.verdict import Outcome
 
-__all__ = ["MAX_HEATMAP_NODES", "fabric_section", "pair_matrix"]
+__all__ = ["MAX_HEATMAP_NODES", "fabric_section", "pair_matrix", "rail_matrix"]
 
 MAX_HEATMAP_NODES = 64
 STATUS_COLOURS = {"pass": "#27ae60", "fail": "#c0392b", "error": "#b9770e", "skip": "#95a5a6", "waived": "#8e44ad"}
 WORST = ("fail", "error", "waived", "skip", "pass")
 CELL = 12
+LABEL = "color:#222;background:#f4f4f4;white-space:nowrap"  # a label cell: dark on light, on one line
+ON_TOP, AT_LEFT = "position:sticky;top:0;z-index:1", "position:sticky;left:0;text-align:left"
 
 
 def _natural(name: str) -> list[int | str]:
@@ -39,9 +41,13 @@ def _worst(statuses: list[str]) -> str | None:
     return min(statuses, key=WORST.index) if statuses else None
 
 
-def _matrix(view: FabricView, outcomes: Mapping[CheckKey, Outcome], nodes: list[str]) -> str:
+def rail_matrix(view: FabricView, outcomes: Mapping[CheckKey, Outcome], nodes: list[str]) -> str:
+    """Rails across, nodes down. Its labels are dark on light (the cells' text is white on their colour), and
+    at any number of nodes they stay in view: the table scrolls in its own box with the rail header and the node
+    column fixed (sticky). Past MAX_HEATMAP_NODES nodes a cell holds its colour alone (its status is its title)."""
     rails = range(view.spec.rails.count)
-    head = "".join(f"<th>rail {r}</th>" for r in rails)
+    compact = len(nodes) > MAX_HEATMAP_NODES
+    head = "".join(f"<th style='{LABEL};{ON_TOP}'>rail {r}</th>" for r in rails)
     rows = []
     for node in nodes:
         cells = []
@@ -55,12 +61,15 @@ def _matrix(view: FabricView, outcomes: Mapping[CheckKey, Outcome], nodes: list[
             tip = "; ".join(f"{c.removeprefix('fabric.')}: {f.status.value}" for c, f in found.items())
             bad = [f.message for f in found.values() if f.status in (CheckStatus.FAIL, CheckStatus.ERROR)]
             colour = STATUS_COLOURS.get(worst or "", "#ddd")
-            title = escape(tip + ("\n" + "\n".join(bad) if bad else ""))
-            cells.append(f"<td title='{title}' style='background:{colour};min-width:2em'>{worst or '-'}</td>")
-        rows.append(f"<tr><th style='text-align:left'>{escape(node)}</th>{''.join(cells)}</tr>")
+            title = escape(f"{node} rail {r}: " + tip + ("\n" + "\n".join(bad) if bad else ""))
+            text = "" if compact else worst or "-"
+            cells.append(f"<td title='{title}' style='background:{colour};min-width:2em'>{text}</td>")
+        rows.append(f"<tr><th style='{LABEL};{AT_LEFT}'>{escape(node)}</th>{''.join(cells)}</tr>")
+    corner = f"<th style='{LABEL};{ON_TOP};{AT_LEFT};z-index:2'>node</th>"
     return (
-        f"<table class='gpucert-rails' border='1' cellpadding='3' style='border-collapse:collapse;color:#fff'>"
-        f"<thead><tr><th>node</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<div class='gpucert-rails-box' style='max-height:80vh;overflow:auto;display:inline-block'>"
+        "<table class='gpucert-rails' border='1' cellpadding='3' style='border-collapse:collapse;color:#fff'>"
+        f"<thead><tr>{corner}{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -135,7 +144,7 @@ def fabric_section(ev: Evaluation, outcomes: Mapping[CheckKey, Outcome]) -> str:
         nodes = sorted(view.members, key=_natural)  # gpu-node-2 before gpu-node-10
         if not nodes:
             continue
-        out.append(f"<h3>Fabric of pool {escape(pool.name)}: rails x nodes</h3>{_matrix(view, outcomes, nodes)}")
+        out.append(f"<h3>Fabric of pool {escape(pool.name)}: rails x nodes</h3>{rail_matrix(view, outcomes, nodes)}")
         if len(nodes) <= MAX_HEATMAP_NODES:
             limit = view.spec.rdma_expected().limit
             maps = [

@@ -1,6 +1,7 @@
 """Waivers (`kind: Waivers`): the document of deviations the buyer and the vendor agreed to accept.
 
-Each waiver names a check, a selector (a node, one of its GPUs, or a GPU's serial: a serial follows the board),
+Each waiver names a check, a selector (a node, one of its GPUs, a GPU's serial: a serial follows the board, or
+for the fabric's per-rail checks one rail of a node),
 what is accepted (`as-is`, or a limit the observed value must still meet), a reason, who approved it and an expiry
 date. How a run applies them (which failure a waiver covers, its own checks `waiver.expired` and
 `waiver.unmatched`) is evaluate/rules/waivers.py's.
@@ -16,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from gpucert.plan.checks import PREREQUISITE_CHECKS, Family, Finding, family_of
+from gpucert.plan.fabric_checks import NODE_RAIL_CHECKS
 from gpucert.spec.cluster import Metadata
 from gpucert.spec.documents import Document, Problem, load_document
 from gpucert.spec.names import NameError_, check_node_name
@@ -27,11 +29,13 @@ SerialOf = Callable[[str, int], str | None]
 
 
 class Selector(Document):
-    """Where a waiver applies: a node (every GPU of it), one GPU of a node, or the GPU with a serial."""
+    """Where a waiver applies: a node (every GPU of it), one GPU of a node, the GPU with a serial, or one rail of
+    a node (the fabric's per-rail checks: `fabric.port`, `fabric.counters`, `fabric.affinity`, `fabric.rdma_bw`)."""
 
     node: str | None = None
     gpu: Annotated[int, Field(ge=0)] | None = None
     serial: Annotated[str, Field(min_length=1)] | None = None
+    rail: Annotated[int, Field(ge=0)] | None = None
 
     @field_validator("node")
     @classmethod
@@ -46,14 +50,21 @@ class Selector(Document):
     @model_validator(mode="after")
     def _one_way(self) -> Selector:
         if (self.node is None) == (self.serial is None):
-            raise ValueError("select one of `node` (with `gpu` for one GPU) or `serial` (the GPU's board serial)")
+            raise ValueError(
+                "select one of `node` (with `gpu` for one GPU, or `rail` for one rail: select {node: X, rail: N}) "
+                "or `serial` (the GPU's board serial)"
+            )
         if self.gpu is not None and self.node is None:
             raise ValueError("`gpu` needs the `node` it is on; a serial names the board wherever it is")
+        if self.rail is not None and (self.node is None or self.gpu is not None):
+            raise ValueError("`rail` selects one rail of a `node` (select {node: X, rail: N}), never with a GPU")
         return self
 
     def __str__(self) -> str:
         if self.serial is not None:
             return f"serial {self.serial}"
+        if self.rail is not None:
+            return f"{self.node}/rail{self.rail}"
         return str(self.node) if self.gpu is None else f"{self.node}/gpu{self.gpu}"
 
 
@@ -126,15 +137,27 @@ class Waiver(Document):
             )
         return check
 
+    @model_validator(mode="after")
+    def _rail_of_a_rail_check(self) -> Waiver:
+        if self.select.rail is not None and self.check not in NODE_RAIL_CHECKS:
+            raise ValueError(
+                f"select.rail: {self.check} is not judged per rail; a rail is selected for "
+                f"{', '.join(NODE_RAIL_CHECKS)} (remove `rail`, or waive one of those)"
+            )
+        return self
+
     def in_force(self, at: datetime) -> bool:
         """In force through the whole of its expiry date (UTC)."""
         return at.astimezone(UTC).date() <= self.expires
 
-    def selects(self, finding: Finding, serial_of: SerialOf) -> bool:
-        """Whether the finding is of this waiver's check and where its selector points."""
+    def selects(self, finding: Finding, serial_of: SerialOf, rail: int | None = None) -> bool:
+        """Whether the finding (of `rail`, for a per-rail fabric check) is of this waiver's check and where its
+        selector points. A rail selector never covers a finding whose rail is not known."""
         if finding.check != self.check or finding.node is None:
             return False
         s = self.select
+        if s.rail is not None and rail != s.rail:
+            return False
         if s.serial is not None:
             return finding.gpu is not None and serial_of(finding.node, finding.gpu) == s.serial
         return finding.node == s.node and (s.gpu is None or s.gpu == finding.gpu)

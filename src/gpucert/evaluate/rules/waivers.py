@@ -16,6 +16,7 @@ from datetime import datetime
 from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.view import RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding, family_of
+from gpucert.plan.fabric_checks import rail_of
 from gpucert.spec.waivers import Limit, SerialOf, Waiver, Waivers, waiver_id
 
 __all__ = ["EXPIRED", "UNMATCHED", "WaiverBook", "book_of", "candidates_of", "decide_waiver", "serial_of", "why_not"]
@@ -49,16 +50,17 @@ class WaiverBook:
     def ids(self) -> list[str]:
         return list(self.by_id)
 
-    def matching(self, finding: Finding, serial_of: SerialOf) -> Iterator[tuple[str, Waiver]]:
-        return ((wid, w) for wid, w in self.by_id.items() if w.selects(finding, serial_of))
+    def matching(self, finding: Finding, serial_of: SerialOf, rail: int | None = None) -> Iterator[tuple[str, Waiver]]:
+        return ((wid, w) for wid, w in self.by_id.items() if w.selects(finding, serial_of, rail))
 
-    def waive(self, finding: Finding, serial_of: SerialOf) -> Finding:
-        """The finding `waived` when a waiver in force covers its failure; otherwise the finding as it was, with
-        each waiver that selects it and why that one does not cover it (an expired waiver, a limit not met)."""
+    def waive(self, finding: Finding, serial_of: SerialOf, rail: int | None = None) -> Finding:
+        """The finding (of `rail`, for a per-rail fabric check) `waived` when a waiver in force covers its failure;
+        otherwise the finding as it was, with each waiver that selects it and why that one does not cover it (an
+        expired waiver, a limit not met)."""
         if finding.status is not CheckStatus.FAIL:
             return finding
         notes = []
-        for wid, w in self.matching(finding, serial_of):
+        for wid, w in self.matching(finding, serial_of, rail):
             why = why_not(w, finding, self.at)
             if why is None:
                 message = (
@@ -138,6 +140,11 @@ def serial_of(view: RunView) -> SerialOf:
     return of
 
 
+def _same(selected: int | None, of_key: int | None) -> bool:
+    """A selector's GPU or rail, where it gives one, is the key's."""
+    return selected is None or selected == of_key
+
+
 def candidates_of(wid: str, view: RunView) -> list[tuple[CheckKey, Finding]]:
     """The checks of the run a waiver's check and selector name, each with its decision. A straggler finding is
     the decision of its metric's check (one test: below the baseline, else behind the peers)."""
@@ -153,7 +160,7 @@ def candidates_of(wid: str, view: RunView) -> list[tuple[CheckKey, Finding]]:
         if s.serial is not None:
             if key.gpu is None or serial_of(view)(key.node, key.gpu) != s.serial:
                 continue
-        elif key.node != s.node or (s.gpu is not None and key.gpu != s.gpu):
+        elif key.node != s.node or not _same(s.gpu, key.gpu) or not _same(s.rail, rail_of(key.detail)):
             continue
         keys.append(key)
     return [(k, view.decide(k)) for k in keys]
