@@ -481,11 +481,11 @@ class FakeKubelet:
 
     def _hung(self, job: dict[str, Any], pod: dict[str, Any], what: str) -> None:
         """A process that never returns: it runs until its pod is deleted ("hang"), or until the Job's deadline
-        runs out and the Job controller deletes it ("deadline", 0.3 s in)."""
+        runs out and the Job controller deletes it ("deadline", 0.05 s in)."""
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         self.cluster.logs[(ns, name)] = "probe: starting\nprobe: nccl all_reduce across nodes\n"
         if what == "deadline":
-            self.stop.wait(0.3)
+            self.stop.wait(0.05)
             self._ended(job, pod, "deadline")
 
 

@@ -313,7 +313,9 @@ def test_each_pools_pods_request_the_gpus_its_pool_expects(served_cluster: FakeC
         "soak": {"duration": "1s", "round": "1s", "probes": ["health", "nccl"]},
     }
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
-    kubelet = FakeKubelet(served_cluster).start()
+    # every process placed, then OOM-killed at start: what is asserted is what each pod requests, not a ring's NumPy
+    oom = dict.fromkeys(("big-1", "big-2", "small-1", "small-2"), "oom")
+    kubelet = FakeKubelet(served_cluster, fabric_behaviour=oom).start()
     try:
         result = start_soak(tmp_path / "spec.yaml", tmp_path / "reports")
     finally:
@@ -332,4 +334,5 @@ def test_each_pools_pods_request_the_gpus_its_pool_expects(served_cluster: FakeC
     assert rings == {"big-1,big-2": 8, "small-1,small-2": 4}
     assert result.fabric is not None
     for ring in result.fabric["pools"].values():  # each ran, every process scheduled (none left Pending)
-        assert not any("Pending" in f["message"] for f in ring["findings"]), ring["findings"]
+        (finding,) = ring["findings"]
+        assert "OOMKilled" in finding["message"], finding
