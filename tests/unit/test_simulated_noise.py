@@ -61,7 +61,7 @@ def test_a_fleet_without_the_new_keys_measures_exactly_as_before(tmp_path: Path)
         ev = measure(t, node)
         for g in ev.gpus:
             for m, meas in sorted(g.measurements.items()):
-                h.update(json.dumps([node, g.index, m, meas.samples]).encode())
+                h.update(json.dumps([node, g.index, m, list(meas.samples)]).encode())
             # the readings fleets have always had: the throttle windows (empty then) and NVLink errors came later
             health = g.health.model_dump(mode="json", exclude={"nvlink_errors"}) if g.health else None
             if health is not None:
@@ -69,8 +69,8 @@ def test_a_fleet_without_the_new_keys_measures_exactly_as_before(tmp_path: Path)
             h.update(json.dumps(health).encode())
         assert ev.p2p is not None
         assert ev.nccl is not None
-        h.update(json.dumps([[p.src, p.dst, p.samples] for p in ev.p2p.pairs]).encode())
-        h.update(json.dumps([[p.size_bytes, p.busbw] for p in ev.nccl.points]).encode())
+        h.update(json.dumps([[p.src, p.dst, list(p.samples)] for p in ev.p2p.pairs]).encode())
+        h.update(json.dumps([[p.size_bytes, list(p.busbw)] for p in ev.nccl.points]).encode())
     assert h.hexdigest() == BEFORE
 
 

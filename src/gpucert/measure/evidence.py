@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert.errors import EvidenceError
 from gpucert.files import parse_json, read_bytes, read_json, validate, write_atomic
-from gpucert.measure.evidence_base import GpuKey, Samples
+from gpucert.measure.evidence_base import GpuKey, SampleArray, Samples, compact
 from gpucert.measure.evidence_base import Model as _Model
 from gpucert.measure.evidence_fabric import (
     CounterWindow,
@@ -64,6 +64,7 @@ __all__ = [
     "ProbeError",
     "RdmaBandwidth",
     "RemappedRows",
+    "SampleArray",
     "SystemFacts",
     "ThrottleWindow",
     "XidEvent",
@@ -428,6 +429,6 @@ def read_evidence(path: Path) -> NodeEvidence:
     digest = hashlib.sha256(data).digest()
     ev = _VALIDATED.get(digest)
     if ev is None:
-        ev = _validate(path, parse_json(path, data), NodeEvidence)
+        ev = compact(_validate(path, parse_json(path, data), NodeEvidence))
         _VALIDATED[digest] = ev
     return ev

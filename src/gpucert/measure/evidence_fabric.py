@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from gpucert.measure.evidence_base import GpuKey, Model, Samples
+from gpucert.measure.evidence_base import GpuKey, Model, SampleArray, Samples
 
 __all__ = [
     "RELATIONS",
@@ -182,8 +182,8 @@ class RdmaBandwidth(Model):
     server_hca: str
     gpu: int | None = None  # the --use_cuda device on both ends; None: host memory
     unit: str = "Gb/s"
-    samples: Samples = Field(default_factory=list)  # BW average of each repetition
-    peak: Samples = Field(default_factory=list)  # BW peak of each repetition
+    samples: Samples = Field(default_factory=SampleArray)  # BW average of each repetition
+    peak: Samples = Field(default_factory=SampleArray)  # BW peak of each repetition
     params: dict[str, str | int | float | bool] = Field(default_factory=dict)  # size, qps, duration, perftest version
     error: str | None = None  # the pair did not run on this rail (the other rails stand)
 

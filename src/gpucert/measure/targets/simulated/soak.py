@@ -22,7 +22,15 @@ import numpy as np
 
 from gpucert.errors import ConfigError
 from gpucert.evaluate.soak_round import MULTINODE, FabricRound, RoundEvidence
-from gpucert.measure.evidence import DcgmEvidence, EccCounts, GpuEvidence, Health, Measurement, XidEvent
+from gpucert.measure.evidence import (
+    DcgmEvidence,
+    EccCounts,
+    GpuEvidence,
+    Health,
+    Measurement,
+    SampleArray,
+    XidEvent,
+)
 from gpucert.measure.probes.dcgm import parse_diag
 from gpucert.measure.probes.dcgm_boards import tie_to_boards
 from gpucert.measure.targets.simulated import SimulatedTarget
@@ -202,7 +210,7 @@ class SimulatedSoak:
     @staticmethod
     def _measurement(unit: str, samples: list[float]) -> Measurement:
         # built from the generator's floats: nothing to validate, and a soak builds tens of thousands of them
-        return Measurement.model_construct(unit=unit, samples=samples, params={"simulated": True})
+        return Measurement.model_construct(unit=unit, samples=SampleArray(samples), params={"simulated": True})
 
     def _gpu(
         self,
