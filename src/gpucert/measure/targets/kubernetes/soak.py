@@ -7,6 +7,12 @@ nodes stay cordoned for their owner to release. A probe pod never restarts (rest
 podspec.py and jobs.py): a container that dies fails the pod, and the node's round is not measured (`soak.round`),
 so `restarts` is always 0 here. A probe error of any kind makes the round not measured too (fail closed): the soak
 cannot judge a round that did not run whole.
+
+Where the spec asks for certify.multinode, `fabric_round` runs each ring's all-reduce after the round's probe Jobs,
+as certify runs it (fabric.py: the Indexed Job and headless Service, or the JobSet Kueue admits under target.gang);
+whatever stops it (a process that failed or hung past the Job's deadline, not admitted in time) is its round's
+error, never an exception. Every object of the run carries its label, so `sweep` finds what a killed controller
+left, and deletes it before a resumed one runs a round.
 """
 
 from __future__ import annotations
