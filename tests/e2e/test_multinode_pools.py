@@ -78,3 +78,26 @@ def test_a_run_of_the_one_pool_layout_before_pools_still_evaluates(certify, pyte
     )
     assert again.verdict["findings"] == first.verdict["findings"]
     assert again.verdict["result"] == "fail"
+
+
+def test_a_node_that_slows_its_pools_ring_is_found_among_its_pools_pairs_alone(certify) -> None:
+    """With pairs, each pool's neighbours run in pairs of that pool, and a node is held to its own pool's pairs:
+    train's fabric is 20% slow throughout (its ring fails, none of its nodes stands out of its pairs), and h200-2
+    slows infer's; held to every pair of both pools at once, h200-2 would be at their median."""
+    slow = [
+        {"kind": "slow", "node": n, "metric": MULTINODE, "factor": 0.8}
+        for n in ("h100-1", "h100-2", "h100-3", "h100-4", "h200-2")
+    ]
+    fleet = pools_fleet(slow)
+    fleet["pools"][0]["nodes"]["count"] = 4
+    fleet["pools"][1]["nodes"]["count"] = 6  # it takes about five nodes for one to stand out of its pairs
+    spec = pools_spec(pairs=True)
+    spec["pools"][0]["expect"]["nodes"], spec["pools"][1]["expect"]["nodes"] = 4, 6
+    run = certify(fleet, spec=spec, suites=("certify",))
+    assert run.findings == {(MULTINODE, None, None), (f"straggler.{MULTINODE}", "h200-2", None)}
+    rings = sorted(f["message"].split(":")[0] for f in run.verdict["findings"] if f["check"] == MULTINODE)
+    assert rings == ["pool infer", "pool train"]
+    pairs = json.loads((run.run_dir / "evidence" / "multinode" / "pairs.json").read_text())["pairs"]
+    pools = {"h100": "train", "h200": "infer"}
+    assert all(len({pools[n.split("-")[0]] for n in p["nodes"]}) == 1 for p in pairs)  # never a pair across pools
+    assert len(pairs) == 4 + 6
