@@ -46,6 +46,9 @@ def test_one_slow_pool_fabric_is_one_finding_naming_that_pool(certify) -> None:
     assert rings["train"]["nodes"] == ["h100-1", "h100-2", "h100-3", "h100-4"]  # each ring its own pool's nodes
     assert rings["infer"]["nodes"] == ["h200-1", "h200-2"]
     assert (rings["train"]["nccl"]["ranks"], rings["infer"]["nccl"]["ranks"]) == (32, 8)
+    html = (run.run_dir / "report.html").read_text()
+    assert "NCCL all-reduce across nodes (pool train)" in html  # each pool's ring its own curve
+    assert "NCCL all-reduce across nodes (pool infer)" in html
     run.result.stdout.fnmatch_lines(
         ["*test_pool_nccl_all_reduce_multinode?infer? FAILED*", "*test_pool_nccl_all_reduce_multinode?train? PASSED*"]
     )

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from html import escape
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpucert.evaluate.rules.fabric_checks import multinode_figure
 from gpucert.evaluate.stats import median
 from gpucert.plan.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.report import details, plots
@@ -178,7 +179,9 @@ class HtmlSummary:
                     ev.baselines[pool.name], nodes, flagged, f" (pool {pool.name})" if several else ""
                 )
         for name, fabric in ev.fabrics.items():  # each pool's ring, against its baseline's figure
-            across = ev.baselines[name].metrics.get("nccl.all_reduce.multinode")
+            across = multinode_figure(ev.spec.pool(name)) or ev.baselines[name].metrics.get(
+                "nccl.all_reduce.multinode"
+            )  # the pool's fabric.ncclBusbw first, as the check judges it
             if across is not None and fabric.nccl is not None:
                 curve = [(pt.size_bytes, median(pt.busbw)) for pt in fabric.nccl.points if pt.busbw]
                 label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs"
