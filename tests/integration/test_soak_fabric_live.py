@@ -122,9 +122,16 @@ def _left(cluster: FakeCluster) -> dict[str, int]:
 
 
 def test_a_3_round_soak_runs_3_collectives_across_the_nodes_after_their_probe_jobs(
-    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path
+    sim_cluster: FakeCluster, kubelet: FakeKubelet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    waits: list[tuple[float, int]] = []  # each round's wait for its end: how long, and the collectives made by then
+
+    def sleep(s: float) -> None:
+        waits.append((s, len(_made(sim_cluster, indexed=True))))
+
+    monkeypatch.setattr(ksoak, "time", types.SimpleNamespace(monotonic=lambda: 0.0, sleep=sleep))  # rounds take 0 s
     result = start_soak(_spec(tmp_path), tmp_path / "reports")
+    assert waits == [(1.0, 1), (1.0, 2), (1.0, 3)]  # the round's 1 s, its collective inside it (not after it)
     assert result.result == "pass", ({n: v["findings"] for n, v in result.nodes.items()}, result.fabric)
     assert result.fabric == {"result": "pass", "rounds": 3, "leftRound": None, "findings": []}
     collectives = _made(sim_cluster, indexed=True)

@@ -242,7 +242,11 @@ class SoakController:
         running = [n for n, s in self.nodes.items() if s.status == RUNNING]
         summaries, waited, ingest = self._measure(index, running)
         fabric, took = self.fabric.round(self.target, index, running, self.round_h, self.folder)  # across nodes
-        waited += took
+        end = getattr(self.target, "end_round", None)  # a cluster's round lasts its length, the collective within
+        t = time.monotonic()
+        if end is not None:
+            end()
+        waited += took + time.monotonic() - t
         cpu = time.process_time()  # between rounds only the controller runs in this process
         pool_temps = self._pool_temperatures(summaries)
         left: dict[str, list[dict[str, Any]]] = {}

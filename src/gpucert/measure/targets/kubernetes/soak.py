@@ -1,6 +1,6 @@
 """A soak's rounds on a Kubernetes cluster: each round is the certification's probe Jobs (one per node, at most
 `maxParallel` at once, cleaned up after the round) on nodes cordoned and labelled `gpucert.io/soak=running` before
-the first round, and the round lasts its length in real time.
+the first round, and the round lasts its length in real time (`end_round`, after the round's all-reduce).
 
 The label says `failed` once the node leaves the soak, and its result (`pass`, `incomplete`) at the end; the
 nodes stay cordoned for their owner to release. A probe pod never restarts (restartPolicy Never, backoffLimit 0:
@@ -53,6 +53,7 @@ class KubernetesSoak:
         self.round_s = round_s
         self.gpus = dict(gpus or {})  # the GPUs each node's pool expects (a pod requests them all)
         self._marked: set[str] = set()
+        self._round_ends = 0.0  # when the round run_round began ends (time.monotonic)
 
     def _mark(self, nodes: Sequence[str]) -> None:
         control = self.target.node_control(Path())  # a cluster keeps the marks on its Nodes, not in a folder
@@ -109,9 +110,14 @@ class KubernetesSoak:
         measured: list[NodeEvidence] = []
         if nodes:
             self.target.measure(list(nodes), plan, measured.append)
+        self._round_ends = began + self.round_s
         for ev in measured:
             yield as_round(ev, index, start_h, end_h)
-        wait = self.round_s - (time.monotonic() - began)
+
+    def end_round(self) -> None:
+        """Wait out the round's length: its probe Jobs and its all-reduce across nodes run inside it, so a soak of
+        `duration` takes that long, not that plus every round's collective."""
+        wait = self._round_ends - time.monotonic()
         if wait > 0:
             time.sleep(wait)
 
