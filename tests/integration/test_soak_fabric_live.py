@@ -67,7 +67,7 @@ def _simulator(tmp_path: Path) -> SimulatedTarget:
     return SimulatedTarget.from_spec(load_spec(tmp_path / "sim.yaml"))
 
 
-def _spec(tmp_path: Path, gang: dict[str, Any] | None = None) -> Path:
+def _spec(tmp_path: Path, gang: dict[str, Any] | None = None, rounds: int = 3) -> Path:
     spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
     spec["target"] = {
         "kind": "kubernetes",
@@ -84,7 +84,7 @@ def _spec(tmp_path: Path, gang: dict[str, Any] | None = None) -> Path:
     # 3 rounds; the first two are each series' reference, so a step at the third is a drift. The simulator's
     # certification readings are not at the soak's load: its temperatures are not what is tested here
     criteria = {"referenceRounds": 2, "temperatureSpreadC": 30}
-    spec["soak"] = {"duration": "3s", "round": "1s", "probes": ["health", "nccl"], "criteria": criteria}
+    spec["soak"] = {"duration": f"{rounds}s", "round": "1s", "probes": ["health", "nccl"], "criteria": criteria}
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
     return tmp_path / "spec.yaml"
 
@@ -190,7 +190,8 @@ def test_a_collective_kueue_does_not_admit_in_time_is_its_rounds_finding(
 ) -> None:
     gang = FakeGang(sim_cluster, quota_gpus=8).install().start()  # one node's GPUs: two cannot be admitted
     try:
-        result = start_soak(_spec(tmp_path, {"localQueue": "gpucert", "admissionTimeoutSeconds": 1}), tmp_path / "r")
+        gang_spec = _spec(tmp_path, {"localQueue": "gpucert", "admissionTimeoutSeconds": 1}, rounds=1)
+        result = start_soak(gang_spec, tmp_path / "r")
     finally:
         gang.close()
     assert result.fabric is not None
