@@ -22,7 +22,7 @@ def pools_spec(**multinode: Any) -> dict[str, Any]:
     doc["target"]["fleet"] = "fleet.yaml"
     for pool in doc["pools"]:
         pool["baseline"] = str(BASELINES / Path(pool["baseline"]).name)
-    doc["certify"].update(probes=["health"], multinode=multinode)
+    doc["certify"].update(probes=["nccl"], multinode=multinode)
     return doc
 
 
@@ -69,16 +69,15 @@ def test_a_pool_left_out_of_multinode_pools_runs_no_ring_and_its_own_max_nodes_h
 def test_a_run_of_the_one_pool_layout_before_pools_still_evaluates(certify, pytester) -> None:
     """Runs written before each pool had its ring kept the one ring at evidence/multinode/nccl.json."""
     slow = {"kind": "slow", "node": "gpu-node-2", "metric": MULTINODE, "factor": 0.8}
-    first = certify(fleet_doc([slow]), spec=spec_doc(probes=["health"], multinode={}))
+    spec = spec_doc(probes=["nccl"], multinode={})
+    first = certify(fleet_doc([slow]), spec=spec, suites=("certify",))
     assert first.findings == {(MULTINODE, None, None)}
     old = pytester.path / "old"
     shutil.copytree(first.run_dir, old)
     shutil.move(old / "evidence" / "multinode" / "default" / "nccl.json", old / "evidence" / "multinode" / "nccl.json")
     (old / "evidence" / "multinode" / "default").rmdir()
     shutil.rmtree(pytester.path / "reports")
-    again = certify(
-        fleet_doc([slow]), "--evidence", str(old / "evidence"), spec=spec_doc(probes=["health"], multinode={})
-    )
+    again = certify(fleet_doc([slow]), "--evidence", str(old / "evidence"), spec=spec, suites=("certify",))
     assert again.verdict["findings"] == first.verdict["findings"]
     assert again.verdict["result"] == "fail"
 
@@ -104,3 +103,19 @@ def test_a_node_that_slows_its_pools_ring_is_found_among_its_pools_pairs_alone(c
     pools = {"h100": "train", "h200": "infer"}
     assert all(len({pools[n.split("-")[0]] for n in p["nodes"]}) == 1 for p in pairs)  # never a pair across pools
     assert len(pairs) == 4 + 6
+
+
+def test_a_pools_ring_that_names_another_pools_node_cannot_be_believed(certify, pytester) -> None:
+    first = certify(pools_fleet([]), spec=pools_spec(), suites=("certify",))
+    assert first.findings == set()
+    run = pytester.path / "edited"
+    shutil.copytree(first.run_dir, run)
+    ring = run / "evidence" / "multinode" / "infer" / "nccl.json"
+    doc = json.loads(ring.read_text())
+    doc["nodes"] = ["h200-1", "h100-1"]  # a ring of infer's over a node of train's
+    ring.write_text(json.dumps(doc))
+    shutil.rmtree(pytester.path / "reports")
+    again = certify(pools_fleet([]), "--evidence", str(run / "evidence"), spec=pools_spec(), suites=("certify",))
+    [found] = [f for f in again.verdict["findings"] if f["check"] == MULTINODE]
+    assert found["status"] == "error"
+    assert found["message"] == "pool infer: the multi-node evidence cannot be believed: h100-1 not in pool infer"
