@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucert.cli import main as cli
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import MeasurePlan
 from gpucert.measure.targets.kubernetes import watch
@@ -26,6 +27,7 @@ from .gpu_operator import node
 ROOT = Path(__file__).resolve().parents[2]
 NS = "gpucert"
 H100, H200 = "NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"
+RDMA = {"rdma/rdma_shared_device_a": "1"}
 
 
 def _pool(name: str, product: str, nodes: int, baseline: str) -> dict[str, Any]:
@@ -104,3 +106,25 @@ def test_each_pool_runs_its_own_all_reduce_as_an_indexed_job_one_after_another(
     assert [
         j["spec"]["parallelism"] for j in added if j["metadata"]["labels"].get("gpucert.io/role") == "nccl-multinode"
     ] == [3, 2]
+
+
+@pytest.mark.parametrize(("multinode", "flagged"), [({}, True), ({"pools": {"train": {}}}, False)])
+def test_preflight_asks_for_the_fabric_only_on_the_nodes_of_a_pool_with_a_ring(
+    served_cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str], multinode: Any, flagged: bool
+) -> None:
+    """target.fabricResources is what the all-reduce pods request: a node of a pool that runs no ring
+    (certify.multinode.pools leaves it out) needs no RDMA device plugin."""
+    for i in range(1, 5):
+        n = node(f"gpu-{i:02d}", product=H100 if i <= 3 else H200)
+        if i <= 3:
+            n["status"]["allocatable"].update(RDMA)
+        served_cluster.put("nodes", n)
+    doc = yaml.safe_load(spec_file(tmp_path).read_text())
+    doc["pools"][1]["expect"]["nodes"] = 1
+    doc["certify"]["multinode"] = multinode
+    doc["target"]["fabricResources"] = RDMA
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    cli.main(["preflight", str(tmp_path / "spec.yaml"), "--format", "json"])
+    rows = json.loads(capsys.readouterr().out)["checks"]
+    rdma = [c["item"] for c in rows if c["status"] == "fail" and "RDMA" in c["item"] and "gpu-" in c["item"]]
+    assert rdma == (["gpu-04: RDMA"] if flagged else [])

@@ -270,7 +270,8 @@ class Preflight:
             if holders:
                 fix = "free the node, or let the run wait for it with target.busyTimeoutSeconds"
                 out.append(("GPU pods", f"its GPUs are held by {', '.join(holders)}", fix))
-        if self.spec.certify.multinode is not None:
+        multinode = self.spec.certify.multinode  # its pods ask for the fabric: on the nodes of a pool with a ring
+        if multinode is not None and pool.name in dict(multinode.rings(self.spec.pool_names)):
             for res, amount in self.t.fabric_resources.items():
                 if _count(alloc.get(res)) < _count(amount):
                     fix = f"install the RDMA device plugin for {res} on the node, or correct target.fabricResources"
