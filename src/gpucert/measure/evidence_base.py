@@ -42,7 +42,7 @@ class SampleArray(Sequence[float]):
         self.array = array
 
     def __len__(self) -> int:
-        return int(self.array.shape[0])
+        return self.array.size  # asked of every pair and figure by every check: the quickest of numpy's answers
 
     @overload
     def __getitem__(self, index: int) -> float: ...
