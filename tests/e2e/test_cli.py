@@ -96,7 +96,7 @@ def test_evaluate_recorded_evidence_gives_the_same_verdict(project: Path) -> Non
 def test_evaluate_rejects_a_file(project: Path) -> None:
     r = gpucert("evaluate", "examples/demo.yaml", "--evidence", "examples/demo.yaml", cwd=project)
     assert r.returncode == 2
-    assert "got a file" in r.stderr
+    assert "argument --evidence: 'examples/demo.yaml' is a file, not a folder" in r.stderr
 
 
 def test_configure_only_needs_no_measurement(project: Path) -> None:

@@ -326,7 +326,8 @@ def test_a_summary_that_fails_after_the_run_leaves_no_verdict(
     from gpucert.cli import main as cli
 
     monkeypatch.chdir(project)
-    monkeypatch.setattr(certify, "output_file", lambda path, key: path)  # as if the early check had passed
+    monkeypatch.setattr(certify, "output_file", lambda path, key: path)  # as if the early checks had passed
+    monkeypatch.setattr(certify, "file_to_write", lambda text: text)
     (project / "summary.md").mkdir()
     argv = ["configure", GATE, "--static", "--summary", "summary.md", "--reports", "reports"]
     handler = signal.getsignal(signal.SIGTERM)

@@ -272,10 +272,10 @@ def test_careless_options_are_one_line_errors(
     assert "is not [HOST]:PORT" in refused("metrics", "--spec", SPEC, "--serve", ":99999")
     assert "say where the series go" in refused("metrics", "--spec", SPEC)
     assert "nope.yaml" in refused("metrics", "--spec", "nope.yaml", "--textfile", "a.prom")
-    assert "README.md: is not a folder" in refused(
+    assert "README.md' is a file: name a folder" in refused(
         "metrics", "--reports", str(ROOT / "README.md"), "--textfile", "a.prom"
     )
-    assert "--max-nodes: 0: recertify at least one node a round" in refused("schedule", SPEC, "--max-nodes", "0")
+    assert "--max-nodes: 0 is less than 1: give 1 or more" in refused("schedule", SPEC, "--max-nodes", "0")
     assert "--max-failure-share: '1.5' is not a share from 0 to 1" in refused(
         "schedule", SPEC, "--max-nodes", "1", "--max-failure-share", "1.5"
     )

@@ -255,7 +255,7 @@ def test_a_renamed_or_moved_baseline_is_compared_with_what_it_replaces(repo: Pat
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--operator-values", "gpu-operator/missing.yaml"], "missing.yaml: file not found"),
+        (["--operator-values", "gpu-operator/missing.yaml"], "missing.yaml' does not exist: check the path"),
         (["--cluster-policy", "gpu-operator/values-prod.yaml"], "kind is None, expected ClusterPolicy"),
         (["--base-ref", "no-such-branch"], "--base-ref: 'no-such-branch' is not a commit"),
     ],

@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gpucert.cli.args import existing_file, existing_folder, file_to_write, folder_to_write
 from gpucert.errors import ConfigError
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
@@ -179,8 +180,13 @@ def add_acceptance_commands(sub: Any) -> None:
     br = bsub.add_parser(
         "record", help="write baselines/nodes/<spec>/<node>.yaml for every node that passed in RUN_DIR"
     )
-    br.add_argument("run_dir")
-    br.add_argument("--out", default="baselines/nodes", help="under which <spec>/ is written (default baselines/nodes)")
+    br.add_argument("run_dir", type=existing_folder)
+    br.add_argument(
+        "--out",
+        type=folder_to_write,
+        default="baselines/nodes",
+        help="under which <spec>/ is written (default baselines/nodes)",
+    )
     br.add_argument("--force", action="store_true", help="record failed nodes too (needs --reason)")
     br.add_argument("--reason", default=None, help="why: written into each forced file")
     br.add_argument(
@@ -188,17 +194,18 @@ def add_acceptance_commands(sub: Any) -> None:
     )
     br.set_defaults(func=cmd_baseline_record)
     g = sub.add_parser("keygen", help="create an Ed25519 signing key pair in DIR")
-    g.add_argument("dir")
+    g.add_argument("dir", type=folder_to_write)
     g.set_defaults(func=cmd_keygen)
     sg = sub.add_parser("sign", help="sign a completed run folder (certificate.intoto.json)")
-    sg.add_argument("run_dir")
-    sg.add_argument("--key", required=True, help="the private key from `gpucert keygen`")
+    sg.add_argument("run_dir", type=existing_folder)
+    sg.add_argument("--key", type=existing_file, required=True, help="the private key from `gpucert keygen`")
     sg.set_defaults(func=cmd_sign)
 
     v = sub.add_parser("verify", help="check a signed folder's signatures (each with its key) and every file's digest")
-    v.add_argument("run_dir", metavar="DIR")
+    v.add_argument("run_dir", type=existing_folder, metavar="DIR")
     v.add_argument(
         "--key",
+        type=existing_file,
         required=True,
         action="append",
         help="a signer's public key; give it once per signature to require (vendor, then buyer)",
@@ -211,21 +218,27 @@ def add_acceptance_commands(sub: Any) -> None:
         description="Exit status: 0 when the list is empty (nothing to repair), 1 when it has rows, 2 when the run "
         "folder cannot be read.",
     )
-    pl.add_argument("run_dir")
+    pl.add_argument("run_dir", type=existing_folder)
     pl.add_argument("--format", choices=FORMATS, default="md", help="csv, json or md (default md)")
-    pl.add_argument("--out", default=None, help="write to this file instead of the terminal")
+    pl.add_argument("--out", type=file_to_write, default=None, help="write to this file instead of the terminal")
     pl.set_defaults(func=cmd_punchlist)
     ac = sub.add_parser("accept", help="the signed acceptance record of the cluster over its runs (latest wins)")
-    ac.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
-    ac.add_argument("--sign-key", required=True, help="the vendor's private key: signs the record")
+    ac.add_argument("run_dirs", type=existing_folder, nargs="+", metavar="RUN_DIR")
+    ac.add_argument("--sign-key", type=existing_file, required=True, help="the vendor's private key: signs the record")
     ac.add_argument(
         "--key",
+        type=existing_file,
         action="append",
         help="another public key the runs may be signed with (the signing key's own is always accepted)",
     )
-    ac.add_argument("--out", default="acceptance", help="where acceptance/<id>/ is written (default ./acceptance)")
+    ac.add_argument(
+        "--out",
+        type=folder_to_write,
+        default="acceptance",
+        help="where acceptance/<id>/ is written (default ./acceptance)",
+    )
     ac.set_defaults(func=cmd_accept)
     cs = sub.add_parser("countersign", help="add a signature (the buyer's) to a signed folder's envelope")
-    cs.add_argument("dir")
-    cs.add_argument("--key", required=True, help="the countersigner's private key")
+    cs.add_argument("dir", type=existing_folder)
+    cs.add_argument("--key", type=existing_file, required=True, help="the countersigner's private key")
     cs.set_defaults(func=cmd_countersign)

@@ -19,7 +19,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gpucert.cli.args import SKIP_HELP, os_error, output_file, run_args, write_output
+from gpucert.cli.args import (
+    SKIP_HELP,
+    existing_file,
+    existing_folder,
+    file_to_write,
+    os_error,
+    output_file,
+    run_args,
+    write_output,
+)
 from gpucert.cli.preflight import before_run
 from gpucert.errors import ConfigError, IncompleteRunError
 from gpucert.fleet.history import record_run, use_history
@@ -304,10 +313,11 @@ def add_run_commands(sub: argparse._SubParsersAction[Any]) -> None:
     run_args(d)
     d.set_defaults(func=cmd_demo)
     c = sub.add_parser("certify", help="plan, measure, evaluate and report")
-    c.add_argument("spec")
-    c.add_argument("--sign-key", default=None)
+    c.add_argument("spec", type=existing_file)
+    c.add_argument("--sign-key", type=existing_file, default=None)
     c.add_argument(
         "--retest",
+        type=existing_folder,
         metavar="RUN_DIR",
         default=None,
         help="measure only the nodes that did not pass in RUN_DIR (or changed); carry the others' signed evidence",
@@ -316,25 +326,37 @@ def add_run_commands(sub: argparse._SubParsersAction[Any]) -> None:
     run_args(c)
     c.set_defaults(func=cmd_certify)
     k = sub.add_parser("configure", help="the configure suite only (stack, versions, ordering, inventory)")
-    k.add_argument("spec")
+    k.add_argument("spec", type=existing_file)
     k.add_argument("--static", action="store_true", help="check the recipe without a cluster")
     k.add_argument(
         "--operator-values",
+        type=existing_file,
         action="append",
         default=[],
         metavar="FILE",
         help="--static: the gpu-operator chart's values a change edits (several: merged in order, as helm -f)",
     )
     k.add_argument(
-        "--cluster-policy", action="append", default=[], metavar="FILE", help="--static: a ClusterPolicy manifest"
+        "--cluster-policy",
+        type=existing_file,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="--static: a ClusterPolicy manifest",
     )
     k.add_argument("--operator-release", default=None, help="--static: the GPU Operator release (the chart's version)")
     k.add_argument("--base-ref", default=None, help="--static: check baseline changes against this git ref")
-    k.add_argument("--summary", default=None, metavar="FILE", help="--static: also write the Markdown summary here")
+    k.add_argument(
+        "--summary",
+        type=file_to_write,
+        default=None,
+        metavar="FILE",
+        help="--static: also write the Markdown summary here",
+    )
     run_args(k, workers=False)
     k.set_defaults(func=cmd_configure)
     e = sub.add_parser("evaluate", help="re-evaluate recorded evidence against a spec and its baselines")
-    e.add_argument("spec")
-    e.add_argument("--evidence", required=True, help="a run folder or its evidence/ folder")
+    e.add_argument("spec", type=existing_file)
+    e.add_argument("--evidence", type=existing_folder, required=True, help="a run folder or its evidence/ folder")
     run_args(e)
     e.set_defaults(func=cmd_evaluate)

@@ -16,7 +16,20 @@ from typing import Any
 
 from rich.console import Console
 
-from gpucert.cli.args import SKIP_HELP, handover_args, run_args, seconds, share
+from gpucert.cli.args import (
+    SKIP_HELP,
+    count,
+    existing_file,
+    existing_folder,
+    file_to_write,
+    folder_to_write,
+    handover_args,
+    node_name,
+    run_args,
+    seconds,
+    share,
+    spec_name,
+)
 from gpucert.cli.certify import evaluate_run, load_inputs, sign_with, signer_of
 from gpucert.cli.preflight import before_run
 from gpucert.errors import ConfigError, GpucertError
@@ -215,21 +228,21 @@ def _flag(text: str) -> bool:
 def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
     """Register `recertify`, `schedule`, `metrics`, `init` and `cleanup`."""
     rc = sub.add_parser("recertify", help="one node, on demand, against its handover baseline, the SKU and the fleet")
-    rc.add_argument("node")
-    rc.add_argument("--spec", required=True)
+    rc.add_argument("node", type=node_name, metavar="NODE")
+    rc.add_argument("--spec", type=existing_file, required=True)
     handover_args(rc)
     rc.add_argument("--no-cordon", action="store_true", help="measure without cordoning the node first")
     rc.add_argument("--drain", action="store_true", help="evict the GPU pods on the node instead of waiting for them")
     rc.add_argument("--wait-timeout", type=seconds, default=3600, help="seconds to wait for GPU pods (default 3600)")
-    rc.add_argument("--sign-key", default=None)
+    rc.add_argument("--sign-key", type=existing_file, default=None)
     rc.add_argument("--skip-preflight", action="store_true", help=SKIP_HELP)
     run_args(rc, workers=False)
     rc.set_defaults(func=cmd_recertify)
     sc = sub.add_parser(
         "schedule", help="one round of recertification: the nodes certified longest ago, idle, with a circuit breaker"
     )
-    sc.add_argument("spec")
-    sc.add_argument("--max-nodes", type=int, required=True, help="recertify at most this many nodes this round")
+    sc.add_argument("spec", type=existing_file)
+    sc.add_argument("--max-nodes", type=count(1), required=True, help="recertify at most this many nodes this round")
     sc.add_argument(
         "--max-cordoned-share",
         type=share,
@@ -255,15 +268,24 @@ def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
         "--wait-timeout", type=seconds, default=600, help="seconds to wait for GPU pods that arrive after the choice"
     )
     handover_args(sc)
-    sc.add_argument("--sign-key", default=None)
+    sc.add_argument("--sign-key", type=existing_file, default=None)
     run_args(sc, workers=False)
     sc.set_defaults(func=cmd_schedule)
     me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")
     out = me.add_mutually_exclusive_group()
-    out.add_argument("--textfile", default=None, help="write once to PATH.prom (node-exporter's textfile collector)")
+    out.add_argument(
+        "--textfile",
+        type=file_to_write,
+        default=None,
+        help="write once to PATH.prom (node-exporter's textfile collector)",
+    )
     out.add_argument("--serve", default=None, metavar="[HOST]:PORT", help="serve /metrics, e.g. :9400")
-    me.add_argument("--spec", default=None, help="export this spec's runs, and read its target's nodes")
-    me.add_argument("--reports", default="reports", help="the folder of run folders (default ./reports)")
+    me.add_argument(
+        "--spec", type=existing_file, default=None, help="export this spec's runs, and read its target's nodes"
+    )
+    me.add_argument(
+        "--reports", type=folder_to_write, default="reports", help="the folder of run folders (default ./reports)"
+    )
     me.add_argument(
         "--cluster-timeout",
         type=seconds,
@@ -274,14 +296,23 @@ def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
     i = sub.add_parser("init", help="draft a spec from what a cluster (or a simulated fleet) runs, read only")
     where = i.add_mutually_exclusive_group()
     where.add_argument("--context", default=None, help="kubeconfig context of the cluster (default: the current one)")
-    where.add_argument("--simulated", metavar="FLEET", default=None, help="a SimulatedFleet file instead of a cluster")
-    i.add_argument("--out", default=None, help="write the spec here (default: print it)")
-    i.add_argument("--name", default=None, help="metadata.name (default: the context or fleet name)")
+    where.add_argument(
+        "--simulated",
+        type=existing_file,
+        metavar="FLEET",
+        default=None,
+        help="a SimulatedFleet file instead of a cluster",
+    )
+    i.add_argument("--out", type=file_to_write, default=None, help="write the spec here (default: print it)")
+    i.add_argument("--name", type=spec_name, default=None, help="metadata.name (default: the context or fleet name)")
     i.add_argument(
-        "--baselines", default=None, help="the SKU baselines to match products with (default: baselines/gpus)"
+        "--baselines",
+        type=existing_folder,
+        default=None,
+        help="the SKU baselines to match products with (default: baselines/gpus)",
     )
     i.add_argument("--force", action="store_true", help="replace --out if it exists")
     i.set_defaults(func=cmd_init)
     cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
-    cu.add_argument("spec")
+    cu.add_argument("spec", type=existing_file)
     cu.set_defaults(func=cmd_cleanup)

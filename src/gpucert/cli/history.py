@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gpucert.cli.args import existing_file, existing_folder, folder_to_write, node_name, pool_name, spec_name
 from gpucert.errors import ConfigError
 from gpucert.evaluate.index import WITHIN
 from gpucert.fleet.history import HISTORY_DIR, history_path, load_history, verify_entry
@@ -106,16 +107,28 @@ def add_history_command(sub: Any, console: Console) -> None:
     h = sub.add_parser(
         "history", help="a node's figures, or a pool's performance index, over time, from its signed runs"
     )
-    h.add_argument("node", nargs="?", default=None)
-    h.add_argument("--pool", default=None, help="the pool's performance index over time instead of one node's figures")
+    h.add_argument("node", type=node_name, metavar="NODE", nargs="?", default=None)
+    h.add_argument(
+        "--pool",
+        type=pool_name,
+        default=None,
+        help="the pool's performance index over time instead of one node's figures",
+    )
     h.add_argument(
         "--handover",
+        type=existing_folder,
         default=None,
         metavar="DIR",
         help="where `gpucert baseline record --out` wrote (default baselines/nodes)",
     )
-    h.add_argument("--spec-name", required=True, help="the spec's metadata.name the node was certified under")
+    h.add_argument(
+        "--spec-name", type=spec_name, required=True, help="the spec's metadata.name the node was certified under"
+    )
     h.add_argument("--metric", default=None, help="one metric only (default: every metric in the history)")
-    h.add_argument("--reports", default="reports", help="where the run folders are (default ./reports)")
-    h.add_argument("--key", action="append", metavar="PUB", help="check each entry against its run's signature")
+    h.add_argument(
+        "--reports", type=folder_to_write, default="reports", help="where the run folders are (default ./reports)"
+    )
+    h.add_argument(
+        "--key", type=existing_file, action="append", metavar="PUB", help="check each entry against its run's signature"
+    )
     h.set_defaults(func=lambda a: cmd_history(a, console))

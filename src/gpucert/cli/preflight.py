@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gpucert.cli.args import existing_file, node_name
 from gpucert.errors import ConfigError
 from gpucert.spec.cluster import ClusterSpec, KubernetesTargetSpec, load_spec
 from gpucert.spec.names import NameError_, check_node_name
@@ -115,8 +116,10 @@ def before_run(
 
 def add_preflight_command(sub: Any, console: Console) -> None:
     p = sub.add_parser("preflight", help="will a certification of this cluster run? (read-only; exit 0 ready, 1 not)")
-    p.add_argument("spec")
+    p.add_argument("spec", type=existing_file)
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--node", default=None, help="check one node as `gpucert recertify NODE` would (its verbs too)")
+    p.add_argument(
+        "--node", type=node_name, default=None, help="check one node as `gpucert recertify NODE` would (its verbs too)"
+    )
     p.add_argument("--drain", action="store_true", help="with --node: as `recertify --drain` (eviction too)")
     p.set_defaults(func=lambda a: cmd_preflight(a, console))

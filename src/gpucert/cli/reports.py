@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from gpucert.cli.args import existing_folder, folder_to_write
 from gpucert.files import make_folder
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
@@ -97,9 +98,14 @@ def add_report_commands(sub: argparse._SubParsersAction[Any]) -> None:
     rp = sub.add_parser("report", help="render reports from a run folder")
     rsub = rp.add_subparsers(dest="report", required=True)
     ra = rsub.add_parser("allure", help="the Allure HTML report as a single file (needs allure-commandline, Java 17)")
-    ra.add_argument("run_dir")
-    ra.add_argument("--out", default=None, help="output folder (default: RUN_DIR-allure beside the run folder)")
+    ra.add_argument("run_dir", type=existing_folder)
+    ra.add_argument(
+        "--out",
+        type=folder_to_write,
+        default=None,
+        help="output folder (default: RUN_DIR-allure beside the run folder)",
+    )
     ra.set_defaults(func=cmd_report_allure)
     s = sub.add_parser("schema", help="write the JSON Schemas of the spec, fleet, baseline and evidence")
-    s.add_argument("--out", default="schemas")
+    s.add_argument("--out", type=folder_to_write, default="schemas")
     s.set_defaults(func=cmd_schema)

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from gpucert.cli.args import existing_file, existing_folder, folder_to_write, node_name
 from gpucert.errors import ConfigError
 from gpucert.spec.durations import duration_seconds
 
@@ -92,14 +93,27 @@ def cmd_soak(args: argparse.Namespace, console: Console) -> int:
 
 def add_soak_command(sub: Any, console: Console) -> None:
     s = sub.add_parser("soak", help="burn-in: rounds of sustained load for hours, each node judged every round")
-    s.add_argument("spec", nargs="?", default=None, help="the spec (its `soak` section; defaults otherwise)")
+    s.add_argument(
+        "spec", type=existing_file, nargs="?", default=None, help="the spec (its `soak` section; defaults otherwise)"
+    )
     s.add_argument("--duration", type=_duration, default=None, help="how long, e.g. 72h (over soak.duration)")
     s.add_argument("--round", type=_duration, default=None, help="how long each round, e.g. 1h (over soak.round)")
-    s.add_argument("--resume", metavar="RUN", default=None, help="continue the soak in this run folder")
     s.add_argument(
-        "--rejoin", action="append", default=[], metavar="NODE", help="with --resume: a repaired node restarts"
+        "--resume", type=existing_folder, metavar="RUN", default=None, help="continue the soak in this run folder"
     )
-    s.add_argument("--reports", default="reports", help="where the run folder is created (default ./reports)")
-    s.add_argument("--sign-key", default=None, help="sign the soak's verdict and files with this private key")
+    s.add_argument(
+        "--rejoin",
+        type=node_name,
+        action="append",
+        default=[],
+        metavar="NODE",
+        help="with --resume: a repaired node restarts",
+    )
+    s.add_argument(
+        "--reports", type=folder_to_write, default="reports", help="where the run folder is created (default ./reports)"
+    )
+    s.add_argument(
+        "--sign-key", type=existing_file, default=None, help="sign the soak's verdict and files with this private key"
+    )
     s.add_argument("-q", "--quiet", action="store_true", help="no line per round")
     s.set_defaults(func=lambda a: cmd_soak(a, console))
