@@ -227,6 +227,16 @@ def _flag(text: str) -> bool:
 
 def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
     """Register `recertify`, `schedule`, `metrics`, `init` and `cleanup`."""
+    _add_recertify(sub)
+    _add_schedule(sub)
+    _add_metrics(sub)
+    _add_init(sub)
+    cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
+    cu.add_argument("spec", type=existing_file)
+    cu.set_defaults(func=cmd_cleanup)
+
+
+def _add_recertify(sub: argparse._SubParsersAction[Any]) -> None:
     rc = sub.add_parser("recertify", help="one node, on demand, against its handover baseline, the SKU and the fleet")
     rc.add_argument("node", type=node_name, metavar="NODE")
     rc.add_argument("--spec", type=existing_file, required=True)
@@ -238,6 +248,9 @@ def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
     rc.add_argument("--skip-preflight", action="store_true", help=SKIP_HELP)
     run_args(rc, workers=False)
     rc.set_defaults(func=cmd_recertify)
+
+
+def _add_schedule(sub: argparse._SubParsersAction[Any]) -> None:
     sc = sub.add_parser(
         "schedule", help="one round of recertification: the nodes certified longest ago, idle, with a circuit breaker"
     )
@@ -271,6 +284,9 @@ def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
     sc.add_argument("--sign-key", type=existing_file, default=None)
     run_args(sc, workers=False)
     sc.set_defaults(func=cmd_schedule)
+
+
+def _add_metrics(sub: argparse._SubParsersAction[Any]) -> None:
     me = sub.add_parser("metrics", help="the fleet's certification state for Prometheus (textfile or HTTP)")
     out = me.add_mutually_exclusive_group()
     out.add_argument(
@@ -293,6 +309,9 @@ def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
         help="seconds a scrape may wait for the cluster's nodes, retries included (default 8)",
     )
     me.set_defaults(func=cmd_metrics)
+
+
+def _add_init(sub: argparse._SubParsersAction[Any]) -> None:
     i = sub.add_parser("init", help="draft a spec from what a cluster (or a simulated fleet) runs, read only")
     where = i.add_mutually_exclusive_group()
     where.add_argument("--context", default=None, help="kubeconfig context of the cluster (default: the current one)")
@@ -313,6 +332,3 @@ def add_fleet_commands(sub: argparse._SubParsersAction[Any]) -> None:
     )
     i.add_argument("--force", action="store_true", help="replace --out if it exists")
     i.set_defaults(func=cmd_init)
-    cu = sub.add_parser("cleanup", help="delete the Jobs, Pods, Services and ConfigMaps earlier runs left behind")
-    cu.add_argument("spec", type=existing_file)
-    cu.set_defaults(func=cmd_cleanup)
