@@ -17,6 +17,7 @@ from gpucert.spec.baseline import load_baseline
 from gpucert.spec.soak import SoakCriteria, SoakSpec
 
 ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
 BASELINE = load_baseline(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
 CRITERIA = SoakCriteria()
 PEERS = Peers(pool="default", pool_temperature_c=62.0)
@@ -227,3 +228,28 @@ def test_soak_spec_is_whole_rounds_and_needs_health() -> None:
         SoakSpec.model_validate({"duration": "72h", "round": "5h"})
     with pytest.raises(ValueError, match="add `health`"):
         SoakSpec.model_validate({"probes": ["memory"]})
+
+
+def test_a_soak_without_a_load_probe_is_refused_at_spec_load(tmp_path: Path) -> None:
+    """health alone reads the GPUs and loads nothing: a 'burn-in' of it would pass a board that fails under load."""
+    import yaml
+
+    from gpucert.errors import ConfigError
+    from gpucert.spec.cluster import load_spec
+
+    doc = yaml.safe_load((EXAMPLES / "soak.yaml").read_text(encoding="utf-8"))
+    doc["target"]["fleet"] = str((EXAMPLES / doc["target"]["fleet"]).resolve())
+    doc["certify"]["baseline"] = str((EXAMPLES / doc["certify"]["baseline"]).resolve())
+    doc["soak"]["probes"] = ["health"]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    with pytest.raises(ConfigError) as exc:
+        load_spec(spec)
+    said = str(exc.value)
+    assert "\n" not in said
+    assert "spec.yaml" in said
+    assert "soak.probes" in said
+    assert "memory, compute, nccl" in said
+    doc["soak"]["probes"] = ["health", "compute"]  # one load probe is enough
+    spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    assert load_spec(spec).soak is not None

@@ -32,6 +32,7 @@ __all__ = [
 # what a round can run: the certify probes that load a GPU for minutes and their health readings around the load
 SoakProbe = Literal["health", "memory", "compute", "nccl"]
 SOAK_PROBES: tuple[SoakProbe, ...] = ("health", "memory", "compute", "nccl")
+LOAD_PROBES: tuple[SoakProbe, ...] = ("memory", "compute", "nccl")  # a soak needs one: the load is what it burns in
 MAX_ROUNDS = 10_000  # a 7-day soak of one-minute rounds; more rounds than this is a mistake in the units
 
 # where each criterion's default comes from: written into the soak's record beside the values in force
@@ -105,6 +106,11 @@ class SoakSpec(Document):
             raise ValueError("a soak judges every round by the GPUs' health readings: add `health` to soak.probes")
         if len(set(probes)) != len(probes):
             raise ValueError("a probe is listed twice: list each probe once")
+        if not set(probes) & set(LOAD_PROBES):
+            raise ValueError(
+                "a burn-in with no load burns nothing in: add at least one of "
+                f"{', '.join(LOAD_PROBES)} to soak.probes (health alone only reads the GPUs)"
+            )
         return probes
 
     @model_validator(mode="after")
