@@ -11,7 +11,6 @@ Memory holds, per node, the summaries the criteria need (no samples): raw rounds
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -26,16 +25,18 @@ from gpucert.evaluate.soak_history import NodeHistory
 from gpucert.evaluate.soak_round import NodeRound, RoundEvidence, summarize
 from gpucert.fleet.soak.fabric import FabricSoak
 from gpucert.fleet.soak.folder import SoakFolder
+from gpucert.fleet.soak.inputs import digest, recorded_soak, same_baselines, soak_spec
 from gpucert.fleet.soak.metrics import METRICS_FILE, write_soak_metrics
 from gpucert.fleet.soak.model import Progress, SoakResult, fabric_progress
 from gpucert.fleet.soak.seal import seal
 from gpucert.plan import run as runner
 from gpucert.plan.checks import Finding
+from gpucert.plan.inputs import run_inputs
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec, KubernetesTargetSpec, SimulatedTargetSpec
 from gpucert.spec.pools import PoolMap
-from gpucert.spec.soak import CRITERIA_SOURCES, SoakSpec, check_rounds
+from gpucert.spec.soak import CRITERIA_SOURCES, SoakSpec
 
 __all__ = ["Progress", "RoundTarget", "SoakController", "SoakResult", "resume_soak", "start_soak"]
 
@@ -67,10 +68,6 @@ class NodeSoak:
     left_round: int | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
     rejoined: int = 0  # times its clock restarted
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _round_target(spec: ClusterSpec, soak: SoakSpec, run_id: str, nodes: Sequence[dict[str, Any]] = ()) -> RoundTarget:
@@ -358,17 +355,6 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _soak_spec(spec: ClusterSpec, duration: str | None, round_: str | None) -> SoakSpec:
-    soak = spec.soak or SoakSpec()
-    update = {k: v for k, v in (("duration", duration), ("round", round_)) if v is not None}
-    try:
-        if update:
-            check_rounds(update.get("duration", soak.duration), update.get("round", soak.round))
-        return soak.model_copy(update=update)
-    except ValueError as exc:
-        raise ConfigError(str(exc), path=spec.path, key="soak.duration / --duration, --round") from None
-
-
 def start_soak(
     spec_path: Path,
     reports: Path,
@@ -381,7 +367,7 @@ def start_soak(
     """A new soak of the spec's nodes in a new run folder under `reports`, run to its end, its verdict written
     (and signed with `sign_key`)."""
     spec, baselines = runner.load_inputs(spec_path)
-    soak = _soak_spec(spec, duration, round_)
+    soak = soak_spec(spec, duration, round_)
     if not isinstance(spec.target, SimulatedTargetSpec | KubernetesTargetSpec):
         _round_target(spec, soak, "")  # says why, before a run folder is made
     run = RunFolder.create(reports, spec.metadata.name, suffix="soak")
@@ -397,9 +383,10 @@ def start_soak(
     folder.write_plan(
         {
             "schema": PLAN_SCHEMA,
-            "spec": {"name": spec.metadata.name, "path": str(spec.path), "sha256": _digest(spec.path)},
+            "spec": {"name": spec.metadata.name, "path": str(spec.path), "sha256": digest(spec.path)},
             "target": spec.target.kind,
             "soak": soak.model_dump(by_alias=True, mode="json"),
+            "overrides": {"duration": duration, "round": round_},  # what the command line gave over the spec's
             "sources": CRITERIA_SOURCES,
             "rounds": soak.rounds,
             "nodes": nodes,
@@ -423,14 +410,21 @@ def resume_soak(
     folder = SoakFolder(RunFolder(run_dir))
     plan = folder.read_plan()
     path = Path(plan["spec"]["path"])
-    if not path.is_file() or _digest(path) != plan["spec"]["sha256"]:
+    kept = folder.run.spec_copy
+    if (
+        not path.is_file()
+        or digest(path) != plan["spec"]["sha256"]
+        or (kept.is_file() and digest(kept) != digest(path))
+    ):
         raise ConfigError(
             "the spec this soak was started with is gone or changed since: a soak is judged by one spec; restore "
             "it, or start a new soak",
             path=path,
         )
-    spec, baselines = runner.load_inputs(path)
-    soak = SoakSpec.model_validate(plan["soak"])
+    spec, _ = runner.load_inputs(path)
+    same_baselines(spec, folder.run)
+    _, baselines = run_inputs(folder.run)  # judged by what it started with (the same bytes as those given)
+    soak = recorded_soak(spec, plan, folder)
     target = _round_target(spec, soak, folder.run.id, plan["nodes"])
     result = SoakController(spec, baselines, folder, target, on_progress).run(rejoin)
     seal(folder, spec, result, sign_key)
