@@ -258,7 +258,7 @@ def accept(
 
     if not run_dirs:
         raise ConfigError("accept needs the run folders to accept: gpucert accept RUN_DIR... --sign-key KEY")
-    from gpucert.acceptance.soak import open_soak, require_soak, split_soak_runs
+    from gpucert.acceptance.soak import boards_of_run, judged_by, open_soak, require_soak, split_soak_runs
 
     soak_dirs, run_dirs = split_soak_runs(run_dirs)
     soaks = [open_soak(p, keys) for p in soak_dirs]
@@ -275,7 +275,17 @@ def accept(
     id_ = run_id(specs[0], now)  # an acceptance record is named as a run is: its time, then its spec
     expected = sum(p.expect.nodes for p in latest_spec.pools)
     record = build_record(seen, expected=expected, spec=specs[0], now=now, id_=id_)
-    require_soak(record, soaks, latest_spec.acceptance.soak_hours)
+    by_run = {r.id: r.folder for r in seen}
+    if soaks or latest_spec.acceptance.soak_hours is not None:
+        covering = {n: by_run[v["run"]] for n, v in record["nodes"].items()}
+        require_soak(
+            record,
+            soaks,
+            latest_spec.acceptance.soak_hours,
+            judged=judged_by(seen[-1].folder),
+            boards={n: boards_of_run(f, n) for n, f in covering.items()},
+            cert_run=seen[-1].id,
+        )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
