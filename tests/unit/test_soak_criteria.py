@@ -253,3 +253,19 @@ def test_a_soak_without_a_load_probe_is_refused_at_spec_load(tmp_path: Path) -> 
     doc["soak"]["probes"] = ["health", "compute"]  # one load probe is enough
     spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
     assert load_spec(spec).soak is not None
+
+
+@pytest.mark.parametrize("start", [1, 2])
+def test_a_board_that_degrades_inside_the_reference_rounds_is_found_at_that_round(start: int) -> None:
+    # 7% down from round `start` (< referenceRounds 3): the first rounds' median is already degraded, so only
+    # holding each reference round to the ones before it finds it. The SKU baseline (2900 GB/s less its 8%
+    # tolerance, the certification's bar) passes a board 7% down: that criterion is not what finds it.
+    slow = {"memory.bandwidth": 2900.0 * 0.93, "compute.gemm.bf16": 700.0}
+    rounds = [_round(k) if k < start else _with(k, 3, medians=slow) for k in range(6)]
+    assert _soak(rounds)[start] == ["soak.drift.memory.bandwidth"]
+    history = NodeHistory("n1", clock_round=0, clock_h=0.0)
+    for r in rounds[: start + 1]:
+        history.add(r)
+    (finding,) = judge_round(history, rounds[start], PEERS, BASELINE, CRITERIA, 8)
+    assert finding.gpu == 3
+    assert f"7.00% below the node's {start} earlier reference round" in finding.message

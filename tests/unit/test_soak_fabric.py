@@ -168,8 +168,9 @@ def test_a_controller_killed_after_the_collective_takes_it_from_the_round_folder
 
 
 def test_seconds_long_rounds_add_up_to_the_duration(tmp_path: Path) -> None:
-    """Three 1 s rounds are 3 * (1/3600) h, a hair under 3/3600 h in floating point: still the whole soak."""
-    spec = _spec(tmp_path, [], multinode=False, duration="3s")
+    """Six 1 s rounds are 6 * (1/3600) h, a hair under 6/3600 h in floating point: still the whole soak (more rounds
+    than referenceRounds, so drift is judged)."""
+    spec = _spec(tmp_path, [], multinode=False, duration="6s")
     doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
     doc["soak"]["round"] = "1s"
     spec.write_text(yaml.safe_dump(doc), encoding="utf-8")

@@ -33,7 +33,7 @@ def _table(result: Any) -> Table:
     for col in ("node", "pool", "result", "clean hours", "left at round", "why"):
         table.add_column(col, overflow="fold")
     for node, v in result.nodes.items():
-        why = "; ".join(f["message"] for f in v["findings"][:2])
+        why = "; ".join(f["message"] for f in v["findings"][:2]) or v.get("notJudged", "")
         style = {"pass": "green", "fail": "bold red"}.get(v["result"], "yellow")
         table.add_row(
             node,

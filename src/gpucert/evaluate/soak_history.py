@@ -64,6 +64,11 @@ class Medians:
         slope = float((spread * (values - values.mean())).sum()) / denominator
         return -slope * float(hours[-1] - hours[0]) / reference
 
+    def earlier(self) -> np.ndarray | None:
+        """Each metric's median over the rounds before the last (None for the first round): what a round of the
+        reference, not yet complete, is held to."""
+        return np.median(self._rows[: self.n - 1], axis=0) if self.n > 1 else None
+
     def reference_of(self, rounds: int) -> np.ndarray | None:
         """Each metric's median over the first `rounds` rounds (None until there are more rounds than that)."""
         if self.reference is None and self.n > rounds:

@@ -192,6 +192,10 @@ def _drift(r: NodeRound, gpu: int | None, block: Medians, measured: dict[str, fl
                 _finding(f"soak.drift.{metric}", r, gpu, f"round median {value} is not a measurement", error=True)
             )
     reference = block.reference_of(c.reference_rounds)
+    against = f"the node's first {c.reference_rounds} rounds"
+    if reference is None:  # a round of the reference itself: held to the reference rounds before it
+        reference = block.earlier()
+        against = f"the node's {block.n - 1} earlier reference round{'s' if block.n > 2 else ''}"
     if out or reference is None:
         return out
     drops = 1 - row / reference
@@ -205,7 +209,7 @@ def _drift(r: NodeRound, gpu: int | None, block: Medians, measured: dict[str, fl
             and block.least_squares_drop(metric, float(reference[i])) > c.max_drift / 2
         )
         if step or trend:
-            out += _drifted(r, gpu, metric, block, float(reference[i]), float(drops[i]), step, c)
+            out += _drifted(r, gpu, metric, block, (float(reference[i]), against), float(drops[i]), step, c)
     return out
 
 
@@ -214,12 +218,14 @@ def _drifted(
     gpu: int | None,
     metric: str,
     block: Medians,
-    reference: float,
+    reference_against: tuple[float, str],
     drop: float,
     step: bool,
     c: SoakCriteria,
 ) -> list[Finding]:
-    """The finding of a drift the screen flagged, with the full trend test's statistic (ties included)."""
+    """The finding of a drift the screen flagged, with the full trend test's statistic (ties included);
+    `reference_against`: the reference and what it is the median of."""
+    reference, against = reference_against
     values, hours = block.column(metric), list(block.hours)
     mk = mann_kendall(values)
     slope = theil_sen(hours, values)
@@ -232,8 +238,7 @@ def _drifted(
     if not step and not (mk.p_decrease < c.trend_alpha and fitted > c.max_drift):
         return []
     what = (
-        f"round median {values[-1]:.5g} is {drop:.2%} below the node's first {c.reference_rounds} rounds "
-        f"({reference:.5g})"
+        f"round median {values[-1]:.5g} is {drop:.2%} below {against} ({reference:.5g})"
         if step
         else f"falling: {fitted:.2%} over the soak by its trend"
     )

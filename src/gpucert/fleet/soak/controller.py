@@ -25,7 +25,7 @@ from gpucert.evaluate.soak_history import NodeHistory
 from gpucert.evaluate.soak_round import NodeRound, RoundEvidence, summarize
 from gpucert.fleet.soak.fabric import FabricSoak
 from gpucert.fleet.soak.folder import SoakFolder
-from gpucert.fleet.soak.inputs import digest, recorded_soak, same_baselines, soak_spec
+from gpucert.fleet.soak.inputs import digest, drift_not_judged, recorded_soak, same_baselines, soak_spec
 from gpucert.fleet.soak.metrics import METRICS_FILE, write_soak_metrics
 from gpucert.fleet.soak.model import Progress, SoakResult, fabric_progress
 from gpucert.fleet.soak.seal import seal
@@ -313,10 +313,14 @@ class SoakController:
     def _finish(self) -> SoakResult:
         need = self.soak.duration_s / 3600
         nodes: dict[str, dict[str, Any]] = {}
+        unjudged = drift_not_judged(self.soak)
         for n in self.nodes.values():
             # to the microsecond: a round's hours are a float sum (three 1 s rounds: 3 * (1/3600) < 3/3600)
             result = "fail" if n.status == LEFT else "pass" if round(n.clean_hours - need, 9) >= 0 else "incomplete"
+            if result == "pass" and unjudged:
+                result = "incomplete"  # a soak too short to hold a round to its reference never passes
             nodes[n.node] = {
+                **({"notJudged": unjudged} if unjudged and result != "fail" else {}),
                 "result": result,
                 "pool": n.pool,
                 "cleanHours": round(n.clean_hours, 3),

@@ -14,7 +14,7 @@ from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.cluster import ClusterSpec
 from gpucert.spec.soak import SoakSpec, check_rounds
 
-__all__ = ["digest", "recorded_soak", "same_baselines", "soak_spec"]
+__all__ = ["digest", "drift_not_judged", "recorded_soak", "same_baselines", "soak_spec"]
 
 
 def digest(path: Path) -> str:
@@ -79,3 +79,16 @@ def recorded_soak(spec: ClusterSpec, plan: dict[str, Any], folder: SoakFolder) -
             key=f"soak.{keys[0]}",
         )
     return expected
+
+
+def drift_not_judged(soak: SoakSpec) -> str | None:
+    """Why a soak of so few rounds cannot judge drift (None: it can): a round is held to the median of the node's
+    first referenceRounds rounds, so the soak needs one round more than those."""
+    reference = soak.criteria.reference_rounds
+    if soak.rounds > reference:
+        return None
+    return (
+        f"soak.drift not judged: {soak.rounds} round(s) of {soak.round}, and a round is held to the node's first "
+        f"{reference} (soak.criteria.referenceRounds): a soak needs at least {reference + 1} rounds (--duration, "
+        "--round) to pass"
+    )
