@@ -269,3 +269,26 @@ def test_a_board_that_degrades_inside_the_reference_rounds_is_found_at_that_roun
     (finding,) = judge_round(history, rounds[start], PEERS, BASELINE, CRITERIA, 8)
     assert finding.gpu == 3
     assert f"7.00% below the node's {start} earlier reference round" in finding.message
+
+
+def test_a_board_changed_mid_soak_fails_the_round_it_shows_in() -> None:
+    """Sweep defect 3: no criterion read serials, so a board swapped mid-soak carried the old board's hours."""
+
+    def board(k: int) -> NodeRound:
+        gpus = [replace(_gpu(i), board=(f"S{i}", f"GPU-{i}")) for i in range(8)]
+        if k >= 5:
+            gpus[2] = replace(gpus[2], board=("S-new", "GPU-new"))
+        return _round(k, gpus)
+
+    judged = _soak([board(k) for k in range(8)])
+    assert judged[:5] == [[]] * 5
+    assert judged[5] == ["soak.round"]
+    history = NodeHistory("n1", clock_round=0, clock_h=0.0)
+    for k in range(6):
+        history.add(board(k))
+    (f,) = judge_round(history, board(5), PEERS, BASELINE, CRITERIA, 8)
+    assert f.gpu == 2
+    assert "serial S2 -> S-new" in f.message
+    assert NodeRound.from_json(board(5).to_json()).gpus[2].board == ("S-new", "GPU-new")  # kept in summary.json
+    # a node whose clock restarts (rejoined after the repair) is judged from its new board on
+    assert _soak([board(k) for k in range(5, 8)]) == [[]] * 3

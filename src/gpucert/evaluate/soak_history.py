@@ -86,8 +86,11 @@ class GpuHistory:
     loaded_s: float = 0.0
     xids: set[tuple[int, str]] = field(default_factory=set)
     medians: Medians | None = None
+    board: tuple[str | None, str | None] | None = None  # (serial, UUID) of the first round that read them
 
     def add(self, g: GpuRound, end_h: float) -> None:
+        if self.board is None and g.board != (None, None):
+            self.board = g.board
         if self.first_uncorrected is None:
             self.first_uncorrected = g.uncorrected
         if self.first_remap_uncorrectable is None:

@@ -58,10 +58,12 @@ class GpuRound:
     loaded_s: float = 0.0
     active: tuple[str, ...] | None = ()  # reasons holding the clocks at the reading after the load; None: not read
     temperature_c: float | None = None
+    board: tuple[str | None, str | None] = (None, None)  # (serial, UUID) as NVML read them in the round
 
     def to_json(self) -> dict[str, Any]:
         return {
             "index": self.index,
+            "board": list(self.board),
             "medians": self.medians,
             "corrected": self.corrected,
             "uncorrected": self.uncorrected,
@@ -90,6 +92,7 @@ class GpuRound:
             loaded_s=float(d["loadedS"]),
             active=tuple(d["active"]) if d["active"] is not None else None,
             temperature_c=d["temperatureC"],
+            board=tuple(d.get("board") or (None, None)),
         )
 
 
@@ -188,8 +191,9 @@ def _active(bitmask: int | None) -> tuple[str, ...] | None:
 def _gpu(g: GpuEvidence) -> GpuRound:
     medians = {m: float(median(x.samples)) for m, x in g.measurements.items() if x.samples}
     h = g.health
+    board = (g.serial, g.uuid)
     if h is None:
-        return GpuRound(index=g.index, medians=medians, active=None)
+        return GpuRound(index=g.index, medians=medians, active=None, board=board)
     throttle: dict[str, int] = {}
     for w in h.throttle_under_load:
         for reason, ns in w.reasons_ns.items():
@@ -207,6 +211,7 @@ def _gpu(g: GpuEvidence) -> GpuRound:
         loaded_s=sum(w.seconds for w in h.throttle_under_load),
         active=_active(h.clock_event_reasons),
         temperature_c=h.temperature_c,
+        board=board,
     )
 
 

@@ -76,6 +76,19 @@ def _measured(r: NodeRound, expected_gpus: int) -> list[Finding]:
     return []
 
 
+def _board(r: NodeRound, g: GpuRound, h: GpuHistory) -> list[Finding]:
+    """The board the clock started on is the one in the slot: a board changed mid-soak was not burned in, so the
+    node fails the round (and `--rejoin` restarts its clock on the new board) rather than carrying its hours."""
+    if h.board is None or g.board == h.board:
+        return []
+    (serial, uuid), (now_serial, now_uuid) = h.board, g.board
+    message = (
+        f"the board changed since the node's clock started: serial {serial} -> {now_serial}, UUID {uuid} -> "
+        f"{now_uuid}; its hours were burned in on another board (repair, then --rejoin restarts its clock)"
+    )
+    return [_finding("soak.round", r, g.index, message, observed=now_serial, expected=serial)]
+
+
 def _restarts(r: NodeRound) -> list[Finding]:
     if r.restarts == 0:
         return []
@@ -298,6 +311,7 @@ def judge_round(
     allowances = baseline.health.allowances()
     for g in r.gpus:
         h = history.gpus[g.index]
+        out += _board(r, g, h)
         out += _xid(r, g, history.prior_xids.get(g.index, set()), baseline)
         out += _throttle(r, g, h, allowances)
         out += _ecc(r, g, h, ecc_limit)
