@@ -70,8 +70,15 @@ class NodeSoak:
     rejoined: int = 0  # times its clock restarted
 
 
-def _round_target(spec: ClusterSpec, soak: SoakSpec, run_id: str, nodes: Sequence[dict[str, Any]] = ()) -> RoundTarget:
-    """What runs the rounds of `spec`'s target (`nodes`: the plan's, each with its pool)."""
+def _round_target(
+    spec: ClusterSpec,
+    soak: SoakSpec,
+    run_id: str,
+    nodes: Sequence[dict[str, Any]] = (),
+    reports: Path | None = None,
+) -> RoundTarget:
+    """What runs the rounds of `spec`'s target (`nodes`: the plan's, each with its pool; `reports`: the folder
+    of the run, where a simulated fleet keeps its nodes' locks)."""
     if isinstance(spec.target, KubernetesTargetSpec):
         from gpucert.measure.targets.kubernetes.soak import KubernetesSoak
         from gpucert.measure.targets.kubernetes.target import KubernetesTarget
@@ -89,7 +96,7 @@ def _round_target(spec: ClusterSpec, soak: SoakSpec, run_id: str, nodes: Sequenc
     from gpucert.measure.targets.simulated import SimulatedTarget
     from gpucert.measure.targets.simulated.soak import SimulatedSoak
 
-    return SimulatedSoak(SimulatedTarget.from_spec(spec), soak.probes)
+    return SimulatedSoak(SimulatedTarget.from_spec(spec), soak.probes, run_id, reports)
 
 
 class SoakController:
@@ -397,7 +404,8 @@ def start_soak(
             "started": _now(),
         }
     )
-    result = SoakController(spec, baselines, folder, _round_target(spec, soak, run.id, nodes), on_progress).run()
+    target = _round_target(spec, soak, run.id, nodes, reports)
+    result = SoakController(spec, baselines, folder, target, on_progress).run()
     seal(folder, spec, result, sign_key)
     return result
 
@@ -429,7 +437,7 @@ def resume_soak(
     same_baselines(spec, folder.run)
     _, baselines = run_inputs(folder.run)  # judged by what it started with (the same bytes as those given)
     soak = recorded_soak(spec, plan, folder)
-    target = _round_target(spec, soak, folder.run.id, plan["nodes"])
+    target = _round_target(spec, soak, folder.run.id, plan["nodes"], folder.run.path.parent)
     result = SoakController(spec, baselines, folder, target, on_progress).run(rejoin)
     seal(folder, spec, result, sign_key)
     return result

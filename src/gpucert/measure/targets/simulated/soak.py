@@ -14,9 +14,11 @@ well inside the 5 °C spread the criterion allows.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 
@@ -63,9 +65,13 @@ class SimulatedSoak:
     """Rounds on a simulated fleet: `run_round` yields each node's RoundEvidence, then waits out the round's
     compressed wall time."""
 
-    def __init__(self, target: SimulatedTarget, probes: Sequence[str]) -> None:
+    def __init__(
+        self, target: SimulatedTarget, probes: Sequence[str], run_id: str = "", reports: Path | None = None
+    ) -> None:
         self.target = target
         self.probes = set(probes)
+        self.run_id = run_id
+        self.reports = reports  # where the fleet's node locks live (recertification's): None, no hold taken
         self.sim = target.fleet.soak or SoakSimulation()
         self._faults: dict[str, list[SoakFault]] = {}
         for i, f in enumerate(self.sim.faults):
@@ -73,6 +79,20 @@ class SimulatedSoak:
             self._faults.setdefault(f.node, []).append(f)
         self._temperature: dict[str, np.ndarray] = {}
         self._nominal: dict[tuple[str, int | None, str], float] = {}
+
+    @contextlib.contextmanager
+    def hold(self, nodes: Sequence[str]) -> Iterator[None]:
+        """Each node's lock (the one `gpucert recertify` takes on the simulator, under the reports folder) for as
+        long as the controller runs: a second soak or a recertification of a soaking node is refused. A lock names
+        its process, so one whose controller died (even by kill -9) is taken over; a resumed soak takes its own."""
+        if self.reports is None:
+            yield
+            return
+        control = self.target.node_control(self.reports)
+        with contextlib.ExitStack() as stack:
+            for node in nodes:
+                stack.enter_context(control.lock(node, f"soak {self.run_id}"))
+            yield
 
     def _check(self, i: int, f: SoakFault) -> None:
         path = (
