@@ -24,6 +24,7 @@ from gpucert.evaluate.rules.fabric_ports import (
     rail_port,
     rail_where,
 )
+from gpucert.evaluate.rules.fabric_schedule import Schedule, check_schedule
 from gpucert.evaluate.rules.fabric_transport import TRANSPORT, Collective, judge_transport
 from gpucert.evaluate.rules.performance import sample_problem
 from gpucert.evaluate.view import RunView
@@ -82,6 +83,7 @@ class FabricView:
         self.ev, self.pool, self.spec = ev, pool, pool.fabric
         self.members = ev.pools.members(pool.name)
         self._rails: dict[int, RailIsolation] = {}
+        self._schedule: Schedule | None = None
 
     def node(self, node: str) -> NodeFabric | None:
         usable = self.ev.usable(node)
@@ -152,19 +154,29 @@ class FabricView:
         hcas = [p.hca for r in rails if (p := rail_port(nf, self.spec, r)) is not None]
         return judge_gdr(node, nf.gdr, hcas, list(range(self.ev.pools.gpus_per_node(node))))
 
-    def rdma(self) -> list[RdmaBandwidth]:
-        found = [r for ring in self.ev.fabrics.values() for r in ring.rdma]
-        pairs = self.ev.fabric_pairs
-        return found + [r for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
+    def schedule(self) -> Schedule:
+        """The pool's pairs' RDMA records held to the round-robin schedule of its measured nodes, once (the
+        all-reduce across the pool is no pair of the schedule: a two-node pool's ring is its one pair again)."""
+        if self._schedule is None:
+            pairs = self.ev.fabric_pairs
+            records = [(p.nodes, r) for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
+            measured = [n for n in self.members if (u := self.ev.usable(n)) is not None and u.collected and u.gpus]
+            self._schedule = check_schedule(
+                records, self.pool.name, self.members, set(measured), self.spec.rails.count, self._hca
+            )
+        return self._schedule
+
+    def _hca(self, node: str, rail: int) -> str | None:
+        nf = self.node(node)
+        port = rail_port(nf, self.spec, rail) if nf is not None else None
+        return port.key if port is not None else None
 
     def rail(self, rail: int) -> RailIsolation:
-        """The rail's pairs, isolated once (every node's check and every rack pair's read the same)."""
+        """The rail's pairs that fit the schedule, isolated once (every node's check and every rack pair's read
+        the same)."""
         if rail not in self._rails:
             limit = self.spec.rdma_expected().limit
-            members = set(self.members)
-            figures = [
-                _pair_figure(r, limit) for r in self.rdma() if r.rail == rail and {r.client, r.server} <= members
-            ]
+            figures = [_pair_figure(r, limit) for r in self.schedule().kept.get(rail, [])]
             self._rails[rail] = isolate_rail(rail, figures, limit, self.members, self.racks(), self.down(rail))
         return self._rails[rail]
 
@@ -210,6 +222,11 @@ def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
 def _rdma_node(view: FabricView, node: str, rail: int, port: str) -> Finding:
     iso = view.rail(rail)
     where = rail_where(node, rail, port)
+    odd = view.schedule().of(node, rail)
+    if odd:
+        more = f"; and {len(odd) - 3} more" if len(odd) > 3 else ""
+        message = f"{where}: its pairs are not the schedule's (every pair of the pool once): {'; '.join(odd[:3])}{more}"
+        return Finding(RDMA, ERROR, node, None, message)
     limit = f"{iso.limit:.4g} Gb/s"
     if node in iso.nodes:
         slow = iso.nodes[node]

@@ -1,0 +1,144 @@
+"""fabric.rdma_bw holds the pairs' evidence to the schedule that made it (evaluate/rules/fabric_schedule.py): every
+pair of the pool's measured nodes once per rail, on the rail's HCA at both ends. A fabric stage stopped after its
+first round, or a pairs.json edited after the run, is an error naming the pair, never a pass (issue 25)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpucert.evaluate.evaluation import Evaluation
+from gpucert.measure.evidence import FabricPairs
+from gpucert.plan.checks import CheckKey, CheckStatus
+from gpucert.plan.fabric_checks import rail_detail
+from gpucert.plan.layout import Mode
+from gpucert.plan.pairs import rounds
+from gpucert.plan.run import prepare
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = [f"gpu-node-{i}" for i in range(1, 5)]
+RAILS = 2
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Evaluation:
+    """A clean 4-node, 2-rail fabric measured by the simulator (6 pairs in 3 rounds)."""
+    tmp = tmp_path_factory.mktemp("fab")
+    fleet = yaml.safe_load((ROOT / "examples" / "fleets" / "h100-16x8-fabric.yaml").read_text())
+    fleet.update(faults=[], nodes=dict(fleet["nodes"], count=4))
+    fleet["fabric"].update(rails=RAILS, racks={"label": "nvidia.com/gpu.clique", "size": 2})
+    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet))
+    doc = yaml.safe_load((ROOT / "examples" / "fabric.yaml").read_text())
+    doc["target"]["fleet"] = str(tmp / "fleet.yaml")
+    pool = doc["pools"][0]
+    pool["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
+    pool["expect"]["nodes"] = 4
+    pool["fabric"]["rails"]["count"] = RAILS
+    doc["certify"] = {"probes": ["health"], "multinode": {}}
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(doc))
+    spec = load_spec(tmp / "spec.yaml")
+    folder = prepare(spec, tmp / "reports", Mode.MEASURE)
+    return Evaluation(folder, spec, load_baseline(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml"))
+
+
+def _judged(ev: Evaluation, pairs: FabricPairs) -> dict[tuple[str, int], Any]:
+    """Every node-rail's fabric.rdma_bw on a fresh view of the run whose pairs.json reads as `pairs`."""
+    view = Evaluation(ev.folder, ev.spec, ev.baselines)
+    view.__dict__["fabric_pairs"] = pairs  # the cached document, as if the file held it
+    return {
+        (n, r): view.decide(CheckKey("fabric.rdma_bw", n, None, rail_detail(r))) for n in NODES for r in range(RAILS)
+    }
+
+
+def _edited(ev: Evaluation, change: Callable[[dict[str, Any]], None]) -> FabricPairs:
+    pairs = ev.fabric_pairs
+    assert pairs is not None
+    doc = pairs.model_dump(mode="json", by_alias=True)
+    change(doc)
+    return FabricPairs.model_validate(doc)
+
+
+def test_the_clean_run_passes_every_node_rail(measured: Evaluation) -> None:
+    pairs = measured.fabric_pairs
+    assert pairs is not None
+    assert len(pairs.pairs) == 6
+    found = _judged(measured, pairs)
+    assert {f.status for f in found.values()} == {CheckStatus.PASS}, found
+
+
+def test_a_fabric_stage_stopped_after_its_first_round_is_an_error_on_every_node_rail(measured: Evaluation) -> None:
+    """The sweep's 48-node repro in small: pairs.json as it stood when the first round ended; every node has one
+    pair of its three, which passed before."""
+    first = {frozenset(p) for p in rounds(NODES)[0]}
+
+    def keep_first_round(doc: dict[str, Any]) -> None:
+        doc["pairs"] = [p for p in doc["pairs"] if frozenset(p["nodes"]) in first]
+
+    found = _judged(measured, _edited(measured, keep_first_round))
+    assert {f.status for f in found.values()} == {CheckStatus.ERROR}, found
+    message = found[("gpu-node-1", 0)].message
+    assert "(2 of its 3 scheduled pairs)" in message, message
+
+
+def _rdma(doc: dict[str, Any], pair: int, rail: int) -> dict[str, Any]:
+    record: dict[str, Any] = doc["pairs"][pair]["rdma"][rail]
+    return record
+
+
+def _pair(doc: dict[str, Any], pair: int) -> tuple[str, str]:
+    a, b = doc["pairs"][pair]["nodes"]
+    return a, b
+
+
+CHANGES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
+    # (name, the edit of pairs.json, words of the message, whether only rail 1 of the pair's nodes errs)
+    ("a pair deleted", lambda d: d["pairs"].pop(0), "no pair with", False),
+    ("one rail of a pair deleted", lambda d: d["pairs"][0]["rdma"].pop(1), "no pair with", True),
+    ("rail 99", lambda d: _rdma(d, 0, 1).update(rail=99), "rail 99 is not one of pool train's 2 rails", False),
+    ("a rail twice", lambda d: d["pairs"][0]["rdma"].append(_rdma(d, 0, 1)), "measured more than once", True),
+    ("a node with itself", lambda d: _rdma(d, 0, 1).update(server=_rdma(d, 0, 1)["client"]), "with itself", True),
+    ("a peer of no pool", lambda d: _rdma(d, 0, 1).update(server="gpu-node-99"), "gpu-node-99", True),
+    ("a pair twice", lambda d: d["pairs"].append(d["pairs"][0]), "measured more than once", False),
+    (
+        "another HCA",
+        lambda d: _rdma(d, 0, 1).update(client_hca="mlx5_99/1"),
+        "mlx5_99/1, not the rail's mlx5_1/1",
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "words", "rail_1_only"), [c[1:] for c in CHANGES], ids=[c[0] for c in CHANGES])
+def test_pairs_that_are_not_the_schedules_are_an_error_naming_the_pair(
+    measured: Evaluation, change: Callable[[dict[str, Any]], None], words: str, rail_1_only: bool
+) -> None:
+    pairs = measured.fabric_pairs
+    assert pairs is not None
+    a, _ = _pair(pairs.model_dump(mode="json", by_alias=True), 0)
+    found = _judged(measured, _edited(measured, change))
+    errors = {k for k, f in found.items() if f.status is CheckStatus.ERROR}
+    assert a in {n for n, _ in errors}, found
+    assert all(f.status is CheckStatus.PASS for k, f in found.items() if k not in errors), found
+    if rail_1_only:
+        assert {r for _, r in errors} == {1}, errors
+    assert all(words in found[k].message for k in errors if k[0] == a), [found[k].message for k in errors]
+
+
+def test_a_re_test_that_measures_every_pair_again_still_passes(measured: Evaluation) -> None:
+    """The schedule is every pair, in any order: pairs.json in another order (a re-test writes its own) holds."""
+
+    def reverse(doc: dict[str, Any]) -> None:
+        doc["pairs"].reverse()
+        for p in doc["pairs"]:
+            for r in p["rdma"]:
+                r["client"], r["server"] = r["server"], r["client"]
+                r["client_hca"], r["server_hca"] = r["server_hca"], r["client_hca"]
+
+    found = _judged(measured, _edited(measured, reverse))
+    assert {f.status for f in found.values()} == {CheckStatus.PASS}, found
