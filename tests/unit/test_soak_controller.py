@@ -219,8 +219,8 @@ def test_the_soak_command_on_the_example(tmp_path: Path, capsys: pytest.CaptureF
     assert "10 / 24 h" in report  # gpu-node-2's clean hours
     bandwidth = report[report.index("<title>memory.bandwidth, pool default</title>") :]
     bandwidth = bandwidth[: bandwidth.index("</svg>")]
-    assert bandwidth.count('stroke-opacity="0.15"') == 30  # the 30 other GPUs, each a faint line
-    assert bandwidth.count('stroke="#c0392b"') == 2  # the flagged: the degraded board, and the XID's GPU
+    assert bandwidth.count('stroke-opacity="0.15"') == 31  # the 31 other GPUs, each a faint line
+    assert bandwidth.count('stroke="#c0392b"') == 1  # the degraded board: gpu-node-4/gpu6's XID is not about bandwidth
     assert "<title>gpu-node-2/gpu3</title>" in bandwidth
     assert main(["soak", "--resume", str(run), "-q"]) == 1  # an ended soak resumes to the same result
     capsys.readouterr()

@@ -1,5 +1,6 @@
 """The soak's report (`soak/report.html`, self-contained): per pool and metric the round medians of every GPU over
-the soak's hours (each a faint line, the GPUs a finding names drawn over them in red), the same for the load's
+the soak's hours (each a faint line, the GPUs a finding about that chart's metric names drawn over them in red,
+named in the chart's legend), the same for the load's
 temperature and the clock-throttle fraction, the all-reduce across nodes round by round (red where it failed),
 and each node's clean hours against the duration.
 
@@ -41,10 +42,10 @@ class SoakSeries:
                 key = (node, int(g["index"]))
                 for metric, value in g["medians"].items():
                     self._add(pool, metric, key, hour, float(value))
-                self._add(pool, "temperature (°C)", key, hour, g["temperatureC"])
+                self._add(pool, TEMPERATURE, key, hour, g["temperatureC"])
                 loaded = float(g["loadedS"])
                 held = sum(int(ns) for ns in g["throttleNs"].values()) / 1e9
-                self._add(pool, "throttled fraction of the loaded time", key, hour, held / loaded if loaded else None)
+                self._add(pool, THROTTLED, key, hour, held / loaded if loaded else None)
             for metric, value in r["nodeMedians"].items():
                 self._add(pool, metric, (node, None), hour, float(value))
         fabric = summary.get("fabric")
@@ -60,7 +61,38 @@ def _rings(fabric: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return rings
 
 
+TEMPERATURE, THROTTLED = "temperature (°C)", "throttled fraction of the loaded time"
+# the charts a criterion's finding is about (soak.drift.<metric> and soak.baseline.<metric>: that metric's); the
+# others (XID, ECC, row remapping, restarts, DCGM, a round not measured) are about no plotted value
+CHART_OF = {"soak.temperature": TEMPERATURE, "soak.throttle": THROTTLED}
+
+
+def _chart_of(check: str) -> str | None:
+    for prefix in ("soak.drift.", "soak.baseline."):
+        if check.startswith(prefix):
+            return check[len(prefix) :]
+    return CHART_OF.get(check)
+
+
+def _name(key: Key) -> str:
+    return key[0] + ("" if key[1] is None else f"/gpu{key[1]}")
+
+
+def _legend(lines: dict[Key, list[tuple[float, float]]], flagged: set[Key]) -> str:
+    """What red is on this chart, naming its flagged GPUs (text only: the lines are the chart's)."""
+    red = sorted((k for k in lines if k in flagged), key=_name)
+    named = ", ".join(_name(k) for k in red[:6]) + (f" and {len(red) - 6} more" if len(red) > 6 else "")
+    faint = f'<tspan fill="{FAINT}">faint: {len(lines) - len(red)} clean</tspan>'
+    flagged_text = (
+        f'; <tspan fill="{FLAGGED}">red: a finding on this metric: {escape(named)}</tspan>'
+        if red
+        else "; no finding on this metric"
+    )
+    return f'<text x="{W - R}" y="18" text-anchor="end">{faint}{flagged_text}</text>'
+
+
 def _lines(title: str, lines: dict[Key, list[tuple[float, float]]], flagged: set[Key], hours: float) -> str:
+    """One chart; `flagged`: the series a finding about this chart's metric names."""
     values = [v for pts in lines.values() for _, v in pts]
     if not values:
         return ""
@@ -86,7 +118,7 @@ def _lines(title: str, lines: dict[Key, list[tuple[float, float]]], flagged: set
     for key, pts in ordered:
         path = " ".join(f"{x(h):.1f},{y(v):.1f}" for h, v in pts)
         if key in flagged:
-            name = key[0] + ("" if key[1] is None else f"/gpu{key[1]}")
+            name = _name(key)
             body.append(
                 f'<polyline points="{path}" fill="none" stroke="{FLAGGED}" stroke-width="2">'
                 f"<title>{escape(name)}</title></polyline>"
@@ -96,7 +128,10 @@ def _lines(title: str, lines: dict[Key, list[tuple[float, float]]], flagged: set
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
         f'font-family="sans-serif" font-size="11" role="img"><title>{escape(title)}</title>'
-        f'<text x="{L}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>' + "".join(body) + "</svg>"
+        f'<text x="{L}" y="18" font-size="13" font-weight="bold">{escape(title)}</text>'
+        + _legend(lines, flagged)
+        + "".join(body)
+        + "</svg>"
     )
 
 
@@ -145,7 +180,12 @@ def render_soak_report(
     fabric: dict[str, Any] | None = None,
 ) -> str:
     """The report's HTML (`fabric`: the soak's all-reduce across nodes, FabricSoak.result's row)."""
-    flagged: set[Key] = {(n, f.get("gpu")) for n, v in nodes.items() for f in v["findings"]}
+    flagged: dict[str, set[Key]] = {}  # chart (metric) -> the series a finding about it names
+    for n, v in nodes.items():
+        for f in v["findings"]:
+            chart = _chart_of(str(f.get("check", "")))
+            if chart is not None:
+                flagged.setdefault(chart, set()).add((n, f.get("gpu")))
     rings = _rings(fabric) if fabric is not None else {}
     failed = {ring or ACROSS for ring, doc in rings.items() if doc["leftRound"] is not None}
 
@@ -153,7 +193,9 @@ def render_soak_report(
         return f"{what}, {ACROSS}" if pool == ACROSS else f"{what}, pool {pool}"
 
     plots: Iterable[str] = (
-        _lines(title(pool, what), lines, flagged | ({(ACROSS, None)} if pool in failed else set()), hours)
+        _lines(
+            title(pool, what), lines, flagged.get(what, set()) | ({(ACROSS, None)} if pool in failed else set()), hours
+        )
         for (pool, what), lines in sorted(series.series.items())
     )
     return (
@@ -161,7 +203,10 @@ def render_soak_report(
         f"<title>gpucert soak {escape(run)}</title><style>body{{font-family:sans-serif;margin:2em}}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}</style>"
         f"</head><body><h1>Soak {escape(run)}: {escape(result.upper())}</h1>"
-        f"<p>spec {escape(spec)}, {hours:g} hours; each GPU a faint line, the GPUs a finding names in red.</p>"
+        f"<p>spec {escape(spec)}, {hours:g} hours; each GPU a faint line; red on a chart: the GPUs a finding "
+        "about that chart's metric names (its drift or baseline, the temperature, the throttle), listed in the "
+        "chart's legend. Findings about no plotted value (XID, ECC, row remapping, restarts, DCGM) are in the "
+        "table.</p>"
         + _clean_hours(nodes)
         + _fabric_table(fabric)
         + "<h2>Round medians over the soak</h2>"
