@@ -137,9 +137,12 @@ def test_existing_out_is_not_overwritten(
     assert (tmp_path / "spec.yaml").read_text() == "mine\n"
 
 
-@pytest.mark.parametrize("out", ["folder", "file.yaml/spec.yaml"])
+@pytest.mark.parametrize(
+    ("out", "says"),
+    [("folder", "is a folder: name the file to write"), ("file.yaml/spec.yaml", "is under a file")],
+)
 def test_an_out_that_cannot_be_written_is_one_line(
-    fake_api: FakeKubeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str
+    fake_api: FakeKubeApi, tmp_path: Path, capsys: pytest.CaptureFixture[str], out: str, says: str
 ) -> None:
     two_pools(fake_api)
     (tmp_path / "folder").mkdir()
@@ -147,6 +150,7 @@ def test_an_out_that_cannot_be_written_is_one_line(
     code = cli.main(["init", "--context", "fake", "--out", str(tmp_path / out), "--force"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "--out: cannot write the spec here" in err
+    assert "argument --out: " in err
+    assert says in err
     assert "Traceback" not in err
     assert (tmp_path / "file.yaml").read_text() == "mine\n"

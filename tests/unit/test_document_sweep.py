@@ -203,6 +203,8 @@ def test_every_wrong_value_names_the_file_the_key_and_the_fix(no_yaml: dict[str,
             "target.kind: 'simulate' is not a kind this key takes; write one of",
         ),
         (lambda d: d["expect"].update(nodes=2**60), "more than 2^53"),
+        # a key in the wrong section is told where it goes
+        (lambda d: d["expect"].update(gang={}), "expect.gang: unknown key here; gang belongs under target: move it"),
     ],
 )
 def test_the_sweeps_instances_are_said_plainly(tmp_path: Path, change: Callable[[Any], None], words: str) -> None:

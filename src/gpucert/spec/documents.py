@@ -19,7 +19,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
 from gpucert.errors import ConfigError
-from gpucert.spec.messages import bounds, describe, field_at, members_with, translate, upper, what_is
+from gpucert.spec.messages import bounds, describe, field_at, homes, members_with, translate, upper, what_is
 
 __all__ = ["Document", "Key", "Problem", "load_document", "load_yaml"]
 
@@ -329,6 +329,9 @@ def _unknown_key(model: type[BaseModel], loc: Key, doc_loc: Key, data: Any) -> s
         )
     valid = _valid_keys(model, loc[:-1])
     close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6) if loc else []
+    elsewhere = sorted(set(homes(model, str(loc[-1])))) if loc and not close else []
+    if 0 < len(elsewhere) <= 3:  # written in the wrong section: say where it goes
+        return f"unknown key here; {loc[-1]} belongs under {' or '.join(elsewhere)}: move it there"
     if close:
         return f"unknown key; did you mean {close[0]}? (the keys here are {', '.join(valid)})"
     if valid:

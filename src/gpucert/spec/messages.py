@@ -20,7 +20,18 @@ from pydantic import BaseModel, Tag
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticUndefined
 
-__all__ = ["bounds", "describe", "example", "field_at", "members_with", "shown", "translate", "upper", "what_is"]
+__all__ = [
+    "bounds",
+    "describe",
+    "example",
+    "field_at",
+    "homes",
+    "members_with",
+    "shown",
+    "translate",
+    "upper",
+    "what_is",
+]
 
 Loc = tuple[str | int, ...]
 
@@ -111,6 +122,35 @@ def members_with(model: type[BaseModel], loc: Loc, key: str) -> list[str]:
         if _tagged(tp):
             break
     return sorted(tag for tag, m in _tagged(tp).items() if key in _fields(m))
+
+
+def homes(model: type[BaseModel], key: str) -> list[str]:
+    """Where else in a document of `model` the key `key` belongs, as dotted paths of the mappings that take it
+    (`gang` belongs under `target`): a key written in the wrong section is told where it goes."""
+    found: list[str] = []
+    _homes(model, key, "", found, set())
+    return found
+
+
+def _homes(tp: Any, key: str, at: str, found: list[str], seen: set[Any]) -> None:
+    tp, _ = _strip(tp)
+    origin = typing.get_origin(tp)
+    if _is_model(tp):
+        if tp in seen:
+            return
+        seen = seen | {tp}
+        fields = _fields(tp)
+        if key in fields and at:
+            found.append(at)
+        for name, f in fields.items():
+            _homes(f.annotation, key, f"{at}.{name}" if at else name, found, seen)
+    elif origin is list:
+        _homes(typing.get_args(tp)[0], key, f"{at}[]", found, seen)
+    elif origin is dict:
+        _homes(typing.get_args(tp)[1], key, f"{at}.<name>", found, seen)
+    elif origin in (typing.Union, types.UnionType):
+        for member in typing.get_args(tp):
+            _homes(member, key, at, found, seen)
 
 
 def bounds(meta: list[Any]) -> str:
