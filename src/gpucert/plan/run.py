@@ -267,7 +267,8 @@ def measure(
         samples=spec.certify.planned_samples(),
         gpus={n: pools.gpus_per_node(n) for n in pools.placed},
         fabric=any(p.fabric is not None for p in spec.pools),
-        fabric_rails=rails_plan(spec),
+        rails=rails_plan(spec),
+        pools={n: p for n in pools.placed if (p := pools.name_of(n)) is not None},
     )
 
     collected: list[str] = [
@@ -337,12 +338,14 @@ def attach_windows(folder: RunFolder, docs: list[FabricEvidence]) -> None:
         folder.write_evidence(ev.model_copy(update={"fabric": ev.fabric.model_copy(update={"counters": merged})}))
 
 
-def rails_plan(spec: ClusterSpec) -> FabricRails | None:
-    """Which ports the fabric pods measure as rails: the first fabric pool's (a spec's pools share one fabric)."""
-    fabric = next((p.fabric for p in spec.pools if p.fabric is not None), None)
-    if fabric is None:
-        return None
-    return FabricRails(hcas=fabric.rails.hcas, link_layer=fabric.link_layer.value, port=fabric.rails.port)
+def rails_plan(spec: ClusterSpec) -> dict[str, FabricRails]:
+    """Which ports each fabric pool's pods measure as its rails: its own fabric section's (pools may have different
+    HCAs, rail counts, link layers)."""
+    return {
+        p.name: FabricRails(hcas=p.fabric.rails.hcas, link_layer=p.fabric.link_layer.value, port=p.fabric.rails.port)
+        for p in spec.pools
+        if p.fabric is not None
+    }
 
 
 def fabric_rounds(pools: PoolMap, nodes: list[str]) -> list[list[list[str]]]:

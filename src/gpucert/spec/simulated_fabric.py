@@ -19,6 +19,7 @@ by its own check):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -156,26 +157,34 @@ FABRIC_FAULTS = (
 )
 
 
-def fabric_problems(fabric: FleetFabric | None, faults: list[object], names: list[str]) -> list[Problem]:
-    """A fabric fault needs a fabric; its rail must be one of the fabric's, its peer a node of the fleet (and
-    another node), and a rack link two racks."""
+def fabric_problems(
+    fabric: FleetFabric | None,
+    faults: list[object],
+    names: list[str],
+    fabric_of: Callable[[str], FleetFabric | None] | None = None,
+) -> list[Problem]:
+    """A fabric fault needs a fabric (its node's: `fabric_of`, the pool's own or the fleet's); its rail must be
+    one of that fabric's, its peer a node of the fleet (and another node), and a rack link two racks."""
     problems: list[Problem] = []
     if fabric is not None and fabric.hcas is not None and len(fabric.hcas) != fabric.rails:
         problems.append((("fabric", "hcas"), f"{len(fabric.hcas)} HCAs named for {fabric.rails} rails"))
     for i, fault in enumerate(faults):
         if not isinstance(fault, FABRIC_FAULTS):
             continue
-        if fabric is None:
-            problems.append((("faults", i, "kind"), f"a {fault.kind} fault needs the fleet's `fabric` section"))
+        own = fabric_of(fault.node) if fabric_of is not None and fault.node in names else fabric
+        if own is None:
+            problems.append(
+                (("faults", i, "kind"), f"a {fault.kind} fault needs the fleet's `fabric` section (or its pool's)")
+            )
             continue
         rail = getattr(fault, "rail", None)
-        if rail is not None and rail >= fabric.rails:
-            problems.append((("faults", i, "rail"), f"rail {rail} does not exist; rails are 0..{fabric.rails - 1}"))
+        if rail is not None and rail >= own.rails:
+            problems.append((("faults", i, "rail"), f"rail {rail} does not exist; rails are 0..{own.rails - 1}"))
         peer = getattr(fault, "peer", None)
         if peer is not None and (peer not in names or peer == fault.node):
             problems.append((("faults", i, "peer"), f"{peer!r} is not another node of this fleet"))
         elif isinstance(fault, RackLinkFault) and fault.node in names:
-            racks = fabric.racks
+            racks = own.racks
             if racks is None or racks.of(names.index(fault.node)) == racks.of(names.index(fault.peer)):
                 problems.append(
                     (

@@ -306,6 +306,7 @@ class FleetPool(Document):
     nodes: Nodes
     labels: dict[str, str] = Field(default_factory=dict)  # node labels beside GFD's (e.g. an instance type)
     stack: dict[str, str] = Field(default_factory=dict)  # installed versions on these nodes (over the fleet's)
+    fabric: FleetFabric | None = None  # these nodes' own RDMA rails, in place of the fleet's `fabric`
 
     _sku = field_validator("sku")(_sku_file_name)
 
@@ -341,6 +342,11 @@ class SimulatedFleet(Document):
     def group_of(self, node: str) -> FleetPool:
         return next(g for g in self.groups() if node in g.nodes.names())
 
+    def fabric_of(self, node: str) -> FleetFabric | None:
+        """The node's RDMA rails: its pool's own `fabric`, else the fleet's."""
+        own = self.group_of(node).fabric
+        return own if own is not None else self.fabric
+
 
 def _one_form(fleet: SimulatedFleet) -> list[Problem]:
     """Either `sku` and `nodes` (one group of nodes) or `pools` (several), and node names that do not repeat."""
@@ -373,7 +379,13 @@ def _cross_check(fleet: SimulatedFleet) -> list[Problem]:
     problems = _one_form(fleet)
     if problems:
         return problems
-    problems += fabric_problems(fleet.fabric, list(fleet.faults), fleet.node_names())
+    problems += fabric_problems(fleet.fabric, list(fleet.faults), fleet.node_names(), fleet.fabric_of)
+    problems += [
+        (("pools", i, "fabric", *key[1:]), message)
+        for i, group in enumerate(fleet.pools)
+        if group.fabric is not None
+        for key, message in fabric_problems(group.fabric, [], [], lambda _: None)
+    ]
     names = set(fleet.node_names())
     first, last = fleet.node_names()[0], fleet.node_names()[-1]
     for i, group in enumerate(fleet.pools or [None]):

@@ -14,6 +14,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -37,15 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rank", type=int, default=None, help="this process's rank (default: $JOB_COMPLETION_INDEX)")
     ap.add_argument("--rendezvous", default=None, metavar="HOST:PORT", help="process 0's address (multi-node)")
     ap.add_argument("--rendezvous-timeout", type=float, default=600, help="seconds to wait for every process")
+    ap.add_argument("--pool", default=None, help="measure this pool's rails (the plan's pool_rails) as the fabric")
     args = ap.parse_args(argv)
     if args.processes and not args.rendezvous:
         ap.error("--processes needs --rendezvous HOST:PORT")
     try:
-        data = json.loads(Path(args.plan).read_text(encoding="utf-8"))
-        if args.node:
-            data["node"] = args.node
-        plan = ProbePlan.model_validate(data)
-    except (OSError, json.JSONDecodeError, ValidationError) as exc:
+        plan = _load_plan(args.plan, args.node, args.pool)
+    except (OSError, json.JSONDecodeError, ValidationError, KeyError) as exc:
         print(f"gpucert.measure.probes: error: {args.plan}: {exc}", file=sys.stderr)
         return 2
     out = Framer(sys.stdout.write, sys.stdout.flush)
@@ -79,6 +78,26 @@ def main(argv: list[str] | None = None) -> int:
             f"gpucert.measure.probes: error: the evidence is over the log's {out.budget} byte budget", file=sys.stderr
         )
     return _leave(0)
+
+
+def _load_plan(path: str, node: str | None, pool: str | None) -> ProbePlan:
+    """The plan file, for `node` (its name over the plan's), measuring `pool`'s rails as the fabric."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if node:
+        data["node"] = node
+    if pool is not None:
+        data["fabric_rails"] = _pool_rails(data, pool)
+    return ProbePlan.model_validate(data)
+
+
+def _pool_rails(data: dict[str, Any], pool: str) -> Any:
+    """The rails `--pool` names, from the plan's pool_rails; a pool the plan has none for is an error, never
+    another pool's rails (nor every port)."""
+    rails = data.get("pool_rails")
+    if not isinstance(rails, dict) or pool not in rails:
+        known = ", ".join(sorted(rails)) if isinstance(rails, dict) else "none"
+        raise KeyError(f"pool_rails has no rails for pool {pool!r} (--pool); it has: {known or 'none'}")
+    return rails[pool]
 
 
 def _leave(code: int) -> int:

@@ -67,5 +67,7 @@ class ProbePlan(_M):
     # read the node's fabric (a pool with a fabric section): the preflight then needs the RDMA tools
     fabric: bool = False
     fabric_rails: FabricRails | None = None  # which ports are the rails (None: every port, natural order)
+    # each fabric pool's rails: a fabric pod given `--pool NAME` measures that pool's (fabric_rails then)
+    pool_rails: dict[str, FabricRails] = Field(default_factory=dict)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)

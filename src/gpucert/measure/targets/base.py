@@ -29,7 +29,15 @@ class MeasurePlan:
     # GPUs each node's pool expects (a probe pod requests them all); nodes not listed: the target's own count
     gpus: Mapping[str, int] = field(default_factory=dict)
     fabric: bool = False  # a pool has a fabric section: read each node's fabric, measure pairs' RDMA per rail
-    fabric_rails: FabricRails | None = None  # which ports are the rails (the first fabric pool's section)
+    # which ports are the rails, per pool with a fabric section (its HCAs), and each node's pool: a node's fabric
+    # pods measure its own pool's rails, pairs are of one pool
+    rails: Mapping[str, FabricRails] = field(default_factory=dict)
+    pools: Mapping[str, str] = field(default_factory=dict)
+
+    def rails_for(self, node: str) -> FabricRails | None:
+        """The rails of the node's pool (None: its pool has no fabric section, or the node is in no pool)."""
+        pool = self.pools.get(node)
+        return self.rails.get(pool) if pool is not None else None
 
     def to_json(self) -> dict[str, Any]:
         return {

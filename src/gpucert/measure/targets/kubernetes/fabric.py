@@ -59,6 +59,9 @@ class FabricJobs(ProbeJobs):
             # past the Pending timeout, so a pod that never starts is reported as such
             *("--rendezvous-timeout", str(t.pending_timeout_seconds + 60)),
         ]
+        pool = self.plan.pools.get(nodes[0]) if nodes else None
+        if pool is not None and pool in self.plan.rails:
+            args += ["--pool", pool]  # the pool's rails (the plan's pool_rails): its own HCAs, never another's
         rank = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
         pod = self.probe_pod(
             name,

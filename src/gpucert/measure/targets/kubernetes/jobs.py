@@ -109,7 +109,7 @@ class ProbeJobs:
             samples={Probe(k): n for k, n in self.plan.samples.items()},
             dcgm=DcgmPlan(level=self.plan.dcgm_level),
             fabric=self.plan.fabric,
-            fabric_rails=self.plan.fabric_rails,
+            pool_rails=dict(self.plan.rails),
         )
         most = max([self.gpus_per_node, *self.plan.gpus.values()])
         needed = job_seconds(self.probe_plan, most)

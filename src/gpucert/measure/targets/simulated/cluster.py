@@ -29,9 +29,9 @@ IMAGES = {
 class SimulatedCluster(World):
     """What a live API server would list for the fleet."""
 
-    def _rdma_resource(self) -> dict[str, str]:
+    def _rdma_resource(self, node: str) -> dict[str, str]:
         """The RDMA device plugin's resource a node with a fabric offers (the shared device plugin's 63 slots)."""
-        fabric = self.fleet.fabric
+        fabric = self.fleet.fabric_of(node)
         return {fabric.resource: "63"} if fabric is not None and fabric.resource else {}
 
     def _node_object(self, node: str) -> dict[str, Any]:
@@ -74,7 +74,7 @@ class SimulatedCluster(World):
                     "cpu": "223",
                     "memory": "2102949740Ki",
                     "nvidia.com/gpu": str(healthy),
-                    **self._rdma_resource(),
+                    **self._rdma_resource(node),
                 },
                 "conditions": [ready],
                 "nodeInfo": {

@@ -10,6 +10,7 @@ paths by the probes' own `relation`, as on a real node.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Literal, TypeVar
@@ -31,6 +32,7 @@ from gpucert.measure.evidence import (
 )
 from gpucert.measure.evidence_fabric import port_key
 from gpucert.measure.probes.fabric_sysfs import PEERMEM_FILES, relation
+from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.simulated.world import World
 from gpucert.spec.simulated_fabric import (
     FabricFault,
@@ -82,9 +84,11 @@ def _on_rail(world: World, kind: type[R], node: str, rail: int) -> list[R]:
     return [f for f in _faults(world, kind, node) if f.rail == rail]
 
 
-def _fabric(world: World) -> FleetFabric:
-    assert world.fleet.fabric is not None
-    return world.fleet.fabric
+def _fabric(world: World, node: str) -> FleetFabric:
+    """The node's rails: its pool's own fabric, else the fleet's."""
+    fabric = world.fleet.fabric_of(node)
+    assert fabric is not None
+    return fabric
 
 
 def _rate_text(gbps: float) -> str:
@@ -98,7 +102,7 @@ def _rate(world: World, node: str, rail: int) -> float | None:
     if _on_rail(world, PortDownFault, node, rail):
         return None
     trained = _on_rail(world, PortRateFault, node, rail)
-    return trained[-1].gbps if trained else _fabric(world).rate_gbps
+    return trained[-1].gbps if trained else _fabric(world, node).rate_gbps
 
 
 def _slot_of_rail(rail: int, rails: int, gpus: int) -> int:
@@ -126,7 +130,7 @@ def _switch_port(slot: int, gpus: int, leaf: int, endpoint: int, function: int =
 def _pci(world: World, node: str, slots: Sequence[int]) -> tuple[dict[int, PciDevice], dict[str, PciDevice]]:
     """Where each present GPU (by slot) and each rail's NIC (by HCA) sits: the GPU behind the switch's first
     downstream port (on the bus of its pci_bus_id), the NIC behind the second."""
-    fabric = _fabric(world)
+    fabric = _fabric(world, node)
     gpus = world.group(node).nodes.gpus_per_node
     by_slot = {slot: _switch_port(slot, gpus, leaf=0, endpoint=3) for slot in slots}
     nics = {}
@@ -158,7 +162,7 @@ def _counters(world: World, node: str, rail: int) -> tuple[dict[str, int], dict[
 
 
 def _port(world: World, node: str, rail: int, pci: PciDevice) -> HcaPort:
-    fabric = _fabric(world)
+    fabric = _fabric(world, node)
     rate = _rate(world, node, rail)
     roce = fabric.link_layer == "Ethernet"
     netdev = f"eth{rail + 2}" if roce else f"ib{rail}"
@@ -197,9 +201,9 @@ def _port(world: World, node: str, rail: int, pci: PciDevice) -> HcaPort:
 def node_fabric(world: World, node: str, slots: Sequence[int], started: str) -> NodeFabric | None:
     """The node's fabric pod's reading (None when the fleet has no fabric): `slots` are the present GPUs' slots,
     NVML's index being the position in it."""
-    if world.fleet.fabric is None:
+    if world.fleet.fabric_of(node) is None:
         return None
-    fabric = _fabric(world)
+    fabric = _fabric(world, node)
     gpu_pci, nic_pci = _pci(world, node, slots)
     rng = np.random.default_rng([world.fleet.seed, world.names.index(node) + 1, FABRIC_STREAM])
     ports = [_port(world, node, r, nic_pci[fabric.hca(r)]) for r in range(fabric.rails)]
@@ -237,7 +241,7 @@ def node_fabric(world: World, node: str, slots: Sequence[int], started: str) -> 
 
 
 def _rack(world: World, node: str) -> str | None:
-    racks = _fabric(world).racks
+    racks = _fabric(world, node).racks
     return racks.of(world.names.index(node)) if racks is not None else None
 
 
@@ -253,50 +257,73 @@ def _link_factor(world: World, a: str, b: str, rail: int) -> float:
     return factor
 
 
-def pair_rdma(world: World, a: str, b: str, gpus: int) -> list[RdmaBandwidth]:
-    """`ib_write_bw --use_cuda` on every rail from `a` (client) to `b` (server), or what stopped it."""
-    if world.fleet.fabric is None:
+def _selected(fabric: FleetFabric, select: FabricRails | None) -> list[tuple[int, str]]:
+    """(rail index in the pool's order, HCA) of the ports a pair pod measures as rails, as the real probe's
+    rails_of picks them (measure/probes/fabric_pair.py): the pool's named HCAs the node has, else every port of
+    its link layer in natural order (every port without `select`)."""
+    hcas = [fabric.hca(r) for r in range(fabric.rails)]
+    if select is not None and select.hcas is not None:
+        return [(i, h) for i, h in enumerate(select.hcas) if h in hcas and select.port == 1]
+    if select is not None and (select.port != 1 or select.link_layer not in (None, fabric.link_layer)):
         return []
-    fabric = _fabric(world)
-    pair = [world.fleet.seed, FABRIC_STREAM, world.names.index(a), world.names.index(b)]
+    return list(enumerate(sorted(hcas, key=lambda h: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", h)])))
+
+
+def pair_rdma(world: World, a: str, b: str, gpus: int, select: FabricRails | None = None) -> list[RdmaBandwidth]:
+    """`ib_write_bw --use_cuda` on every rail `select` names (the pool's) from `a` (client) to `b` (server), or
+    what stopped it; a rail is a port the two nodes both have."""
+    fabric_a, fabric_b = world.fleet.fabric_of(a), world.fleet.fabric_of(b)
+    if fabric_a is None or fabric_b is None:
+        return []
+    theirs = dict(_selected(fabric_b, select))
+    hcas_a = [fabric_a.hca(r) for r in range(fabric_a.rails)]
     out = []
-    for rail in range(fabric.rails):
-        hca = port_key(fabric.hca(rail), 1)
-        rates = [_rate(world, n, rail) for n in (a, b)]
-        samples: list[float] = []
-        error = None
-        if None in rates:
-            error = "Failed to modify QP to RTR; Unable to Connect the HCA's through the link"
-        elif _faults(world, GdrOffFault, a) or _faults(world, GdrOffFault, b):
-            error = "Couldn't allocate MR with error=14"  # ibv_reg_mr on GPU memory without peer memory: EFAULT
-        else:
-            nominal = min(r for r in rates if r is not None) * fabric.efficiency * _link_factor(world, a, b, rail)
-            # a stream per pair and rail: a fault on one rail leaves the others' samples as they were
-            noise = 1 + world.fleet.noise.cv * np.random.default_rng([*pair, rail]).standard_normal(RDMA_SAMPLES)
-            samples = [round(float(v), 2) for v in nominal * noise]
-        out.append(
-            RdmaBandwidth(
-                rail=rail,
-                client=a,
-                server=b,
-                client_hca=hca,
-                server_hca=hca,
-                gpu=_slot_of_rail(rail, fabric.rails, gpus) if gpus else None,
-                samples=samples,
-                peak=[round(v * 1.002, 2) for v in samples],
-                params={"size": RDMA_BYTES, "simulated": True, "perftest": "6.29"},
-                error=f"ib_write_bw: {error}" if error else None,
-            )
-        )
+    for index, hca in _selected(fabric_a, select):
+        if theirs.get(index) != hca:
+            continue  # the peer has no such rail: its fabric.port says so
+        out.append(_rail_rdma(world, (a, b), index, hcas_a.index(hca), gpus))
     return out
+
+
+def _rail_rdma(world: World, pair: tuple[str, str], index: int, rail: int, gpus: int) -> RdmaBandwidth:
+    """One rail's measurement: `index` is the rail in the pool's order, `rail` the port in the fleet's (which the
+    faults name)."""
+    a, b = pair
+    fabric = _fabric(world, a)
+    hca = port_key(fabric.hca(rail), 1)
+    rates = [_rate(world, n, rail) for n in (a, b)]
+    samples: list[float] = []
+    error = None
+    if None in rates:
+        error = "Failed to modify QP to RTR; Unable to Connect the HCA's through the link"
+    elif _faults(world, GdrOffFault, a) or _faults(world, GdrOffFault, b):
+        error = "Couldn't allocate MR with error=14"  # ibv_reg_mr on GPU memory without peer memory: EFAULT
+    else:
+        nominal = min(r for r in rates if r is not None) * fabric.efficiency * _link_factor(world, a, b, rail)
+        # a stream per pair and rail: a fault on one rail leaves the others' samples as they were
+        seed = [world.fleet.seed, FABRIC_STREAM, world.names.index(a), world.names.index(b), rail]
+        noise = 1 + world.fleet.noise.cv * np.random.default_rng(seed).standard_normal(RDMA_SAMPLES)
+        samples = [round(float(v), 2) for v in nominal * noise]
+    return RdmaBandwidth(
+        rail=index,
+        client=a,
+        server=b,
+        client_hca=hca,
+        server_hca=hca,
+        gpu=_slot_of_rail(rail, fabric.rails, gpus) if gpus else None,
+        samples=samples,
+        peak=[round(v * 1.002, 2) for v in samples],
+        params={"size": RDMA_BYTES, "simulated": True, "perftest": "6.29"},
+        error=f"ib_write_bw: {error}" if error else None,
+    )
 
 
 def transport(world: World, nodes: Sequence[str], gpus: int) -> NcclTransport | None:
     """NCCL_DEBUG=INFO of a ring over `nodes` (`gpus` ranks each): every node's NET devices, and per channel the
     send and receive line where the ring crosses from one node to the next."""
-    if world.fleet.fabric is None or len(nodes) < 2 or gpus < 1:
+    if len(nodes) < 2 or gpus < 1 or world.fleet.fabric_of(nodes[0]) is None:
         return None
-    fabric = _fabric(world)
+    fabric = _fabric(world, nodes[0])
     socket = any(_faults(world, NcclSocketFault, n) for n in nodes)
     layer = "RoCE" if fabric.link_layer == "Ethernet" else "IB"
     active = {n: [r for r in range(fabric.rails) if _rate(world, n, r) is not None] for n in nodes}

@@ -266,7 +266,7 @@ class SimulatedProbes(World):
 
     def _preflight_failed(self, node: str, fault: PreflightFault, plan: MeasurePlan, started: str) -> NodeEvidence:
         """The runner's answer when a preflight step fails: the steps before it passed, no probe ran."""
-        steps = preflight.steps_for(set(plan.probes), on_gpu=True, fabric=self.fleet.fabric is not None)
+        steps = preflight.steps_for(set(plan.probes), on_gpu=True, fabric=self.fleet.fabric_of(node) is not None)
         failed = PreflightStep(
             step=fault.step,
             ok=False,
@@ -325,5 +325,5 @@ class SimulatedProbes(World):
             nccl=sweep,
             errors=errors,
             transport=fabric.transport(self, nodes, gpus),
-            rdma=fabric.pair_rdma(self, nodes[0], nodes[1], gpus) if len(nodes) == 2 else [],
+            rdma=fabric.pair_rdma(self, nodes[0], nodes[1], gpus, plan.rails_for(nodes[0])) if len(nodes) == 2 else [],
         )

@@ -169,7 +169,8 @@ class World:
         }
 
     def _rack_label(self, node: str) -> dict[str, str]:
-        racks = self.fleet.fabric.racks if self.fleet.fabric is not None else None
+        fabric = self.fleet.fabric_of(node)
+        racks = fabric.racks if fabric is not None else None
         return {racks.label: racks.of(self.names.index(node))} if racks is not None else {}
 
     def _installed(self, node: str) -> dict[str, str]:
