@@ -174,3 +174,18 @@ def test_a_pool_of_one_node_in_the_run_requires_no_loaded_fabric_check(tmp_path:
     assert CheckKey("fabric.counters", "n1", None, "rail0") not in plan
     assert CheckKey("fabric.rdma_bw", "n1", None, "rail0") not in plan
     assert dict(plan.not_required)["fabric.counters"].endswith("no pair loads the fabric")
+
+
+@pytest.mark.parametrize("mtu", [5000, 9000, 1500, 100])
+def test_an_mtu_no_rdma_port_can_be_active_at_is_refused_at_load_naming_the_key_and_the_values(
+    tmp_path: Path, mtu: int
+) -> None:
+    """An RDMA port's active MTU is an IB MTU (enum ib_mtu, include/rdma/ib_verbs.h: 256 .. 4096), RoCE's too
+    (iboe_get_mtu, include/rdma/ib_addr.h): 5000 or an Ethernet 9000 is no MTU a port can report."""
+    with pytest.raises(ConfigError) as exc:
+        load_spec(spec_file(tmp_path, dict(FABRIC, mtu=mtu)))
+    said = str(exc.value)
+    assert "pools[0].fabric.mtu" in said
+    assert f"mtu {mtu}: an RDMA port's active MTU is one of 256, 512, 1024, 2048, 4096 bytes" in said
+    assert "\n" not in said.strip()
+    assert load_spec(spec_file(tmp_path, dict(FABRIC, mtu=2048))).pools[0].fabric.mtu == 2048  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from gpucert.spec.documents import Document
 
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_COUNTER_LIMITS",
     "DEFAULT_RDMA_SHARE",
     "IB_LANE_GBPS",
+    "IB_MTUS",
     "IB_WIDTHS",
     "CounterLimit",
     "Expected",
@@ -41,6 +42,11 @@ class LinkLayer(StrEnum):
 IB_LANE_GBPS = {"SDR": 2.5, "DDR": 5.0, "QDR": 10.0, "FDR10": 10.0, "FDR": 14.0, "EDR": 25.0, "HDR": 50.0}
 IB_LANE_GBPS |= {"NDR": 100.0, "XDR": 200.0}
 IB_WIDTHS = (1, 2, 4, 8, 12)
+# The MTUs an RDMA port can be active at, in bytes: the IB MTUs (enum ib_mtu in include/rdma/ib_verbs.h, Linux 6.8,
+# IB_MTU_256 .. IB_MTU_4096; ibv_devinfo prints a port's active_mtu as one of them). RoCE too: its active MTU is the
+# largest IB MTU that fits the Ethernet interface's MTU less the RoCE headers (iboe_get_mtu in include/rdma/ib_addr.h),
+# so a 9000-byte interface runs RDMA at 4096 and a 1500-byte one at 1024.
+IB_MTUS = (256, 512, 1024, 2048, 4096)
 # Ethernet (RoCE) port speeds of IEEE 802.3 (10GBASE to 800GBASE), in Gb/s
 ETHERNET_GBPS = (1.0, 10.0, 25.0, 40.0, 50.0, 100.0, 200.0, 400.0, 800.0)
 
@@ -129,13 +135,25 @@ class FabricSpec(Document):
     rails: RailsSpec
     link_layer: LinkLayer = Field(alias="linkLayer")
     rated_gbps: Annotated[float, Field(gt=0)] = Field(alias="ratedGbps")
-    mtu: Annotated[int, Field(ge=256, le=9216)] = 4096
+    # the least active MTU of every rail port (an IB MTU, for RoCE too: not the Ethernet interface's MTU)
+    mtu: int = 4096
     counters: dict[str, CounterLimit] = Field(default_factory=dict)  # over DEFAULT_COUNTER_LIMITS
     rdma_bandwidth: Expected | None = Field(None, alias="rdmaBandwidth")  # Gb/s per rail; default 90% of rated
     nccl_busbw: Expected | None = Field(None, alias="ncclBusbw")  # GB/s, the all-reduce across the pool's nodes
     rack_label: Annotated[str, Field(min_length=1)] | None = Field(None, alias="rackLabel")
     # how much slower than the pool's median a pair may be before it is slow (with robust z beside it)
     max_deviation: Annotated[float, Field(gt=0, lt=1)] = Field(0.10, alias="maxDeviation")
+
+    @field_validator("mtu")
+    @classmethod
+    def _an_ib_mtu(cls, mtu: int) -> int:
+        if mtu not in IB_MTUS:
+            allowed = ", ".join(str(m) for m in IB_MTUS)
+            raise ValueError(
+                f"mtu {mtu}: an RDMA port's active MTU is one of {allowed} bytes (RoCE too: the RDMA MTU, not the "
+                "interface's Ethernet MTU); use one of those"
+            )
+        return mtu
 
     def counter_limits(self) -> dict[str, CounterLimit]:
         return {**DEFAULT_COUNTER_LIMITS, **self.counters}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from gpucert.evaluate.rules.fabric_config import POOL_FABRIC, judge_pool_fabric
+from gpucert.evaluate.rules.fabric_config import POOL_FABRIC, Contradiction, contradiction, judge_pool_fabric
 from gpucert.evaluate.rules.fabric_isolation import PairFigure, RailIsolation, describe, isolate_rail
 from gpucert.evaluate.rules.fabric_ports import (
     gpus_of_rail,
@@ -56,7 +56,7 @@ def pool_fabric(ev: RunView, pool_name: str) -> Finding:
     members = ev.pools.members(pool_name)
     stacks = {n: ns for n in members if (ns := ev.stack.nodes.get(n)) is not None}
     measured = ev.measured and members and pool.fabric is not None
-    found = judge_pool_fabric(pool, stacks, fabric_view(ev, pool).uniform_rate() if measured else None)
+    found = judge_pool_fabric(pool, stacks, fabric_view(ev, pool).contradiction() if measured else None)
     if found.status is ERROR and not members:
         why = f"pool {pool_name} has no nodes, so its fabric cannot be judged (see inventory.nodes)"
         return Finding(POOL_FABRIC, SKIP, None, None, why, cause=str(CheckKey("inventory.nodes")))
@@ -99,37 +99,41 @@ class FabricView:
         return None
 
     def port(self, node: str, rail: int) -> Finding:
-        """`fabric.port`; a port whose one fault is the pool-wide rate (see uniform_rate) follows from pool.fabric."""
+        """`fabric.port`; a port the pool's declaration explains as a whole (see contradiction) follows from
+        pool.fabric: every port of another link layer, a rail no node has, or one whose one fault is the
+        pool-wide rate or MTU."""
         nf = self.node(node)
         assert nf is not None
+        said = self.contradiction()
+        if said.explains(rail):
+            why = f"link layer {said.layer}" if said.layer else "no node of the pool has this rail"
+            message = f"{node} rail {rail}: {why} (see pool.fabric)"
+            return Finding("fabric.port", SKIP, node, None, message, cause=self.pool_key)
         port = rail_port(nf, self.spec, rail)
         found = judge_port(node, rail, port, self.spec)
-        rate = self.uniform_rate() if found.status is FAIL else None
-        if rate is None or port is None:
+        if found.status is not FAIL or port is None or (said.rate is None and said.mtu is None):
             return found
-        if judge_port(node, rail, port, self.spec.model_copy(update={"rated_gbps": rate})).status is not PASS:
+        update = {"rated_gbps": said.rate or self.spec.rated_gbps, "mtu": said.mtu or self.spec.mtu}
+        if judge_port(node, rail, port, self.spec.model_copy(update=update)).status is not PASS:
             return found
-        message = f"{rail_where(node, rail, port.key)}: {port.rate}, as every rail port of the pool (see pool.fabric)"
+        what = ", ".join(w for w in (port.rate if said.rate else "", f"MTU {said.mtu}" if said.mtu else "") if w)
+        message = f"{rail_where(node, rail, port.key)}: {what}, as every rail port of the pool (see pool.fabric)"
         return Finding("fabric.port", SKIP, node, None, message, cause=self.pool_key)
+
+    def skip_layer(self, check: str, node: str) -> Finding:
+        message = f"{node}: no rail port of link layer {self.spec.link_layer.value} (see pool.fabric)"
+        return Finding(check, SKIP, node, None, message, cause=self.pool_key)
 
     @property
     def pool_key(self) -> str:
         return str(CheckKey(POOL_FABRIC, None, None, self.pool.name))
 
-    def uniform_rate(self) -> float | None:
-        """The one rate every rail port of the pool's measured nodes (two or more) runs at, ACTIVE, when it is
-        below ratedGbps: no cable trains every port down alike, so the rated speed is one these HCAs cannot run at
-        (a pool.fabric finding), not a fault of each port."""
-        return self.ev.once(f"fabric.uniform_rate.{self.pool.name}", self._uniform_rate)
+    def contradiction(self) -> Contradiction:
+        """What the pool's measured nodes contradict of its declaration as a whole (rules/fabric_config.py)."""
+        return self.ev.once(f"fabric.contradiction.{self.pool.name}", self._contradiction)
 
-    def _uniform_rate(self) -> float | None:
-        fabrics = [nf for n in self.members if (nf := self.node(n)) is not None]
-        ports = [rail_port(nf, self.spec, r) for nf in fabrics for r in range(self.spec.rails.count)]
-        rates = {p.rate_gbps if p is not None and p.state and p.state.endswith("ACTIVE") else None for p in ports}
-        if len(fabrics) < 2 or len(rates) != 1:
-            return None
-        rate = rates.pop()
-        return rate if rate is not None and rate < self.spec.rated_gbps else None
+    def _contradiction(self) -> Contradiction:
+        return contradiction(self.spec, [nf for n in self.members if (nf := self.node(n)) is not None])
 
     def down(self, rail: int) -> dict[str, str]:
         """The nodes whose own finding explains all their pairs on `rail`, with that finding's key: a failing port
@@ -141,7 +145,7 @@ class FabricView:
             port = self.port(n, rail)
             if port.status is FAIL:
                 out[n] = str(CheckKey("fabric.port", n, None, rail_detail(rail)))
-            elif port.cause is not None:
+            elif port.cause is not None and (self.contradiction().explains(rail) or self.contradiction().rate):
                 out[n] = port.cause
             elif self.gdr(n).status is FAIL:
                 out[n] = str(CheckKey("fabric.gdr", n))
@@ -150,6 +154,8 @@ class FabricView:
     def gdr(self, node: str) -> Finding:
         nf = self.node(node)
         assert nf is not None
+        if self.contradiction().layer is not None:  # no rail NIC to ask for DMA-BUF
+            return self.skip_layer("fabric.gdr", node)
         rails = range(self.spec.rails.count)
         hcas = [p.hca for r in rails if (p := rail_port(nf, self.spec, r)) is not None]
         return judge_gdr(node, nf.gdr, hcas, list(range(self.ev.pools.gpus_per_node(node))))
@@ -200,17 +206,22 @@ def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
     port_found = view.port(node, rail)
     if check == "fabric.port":
         return port_found
+    said = view.contradiction()
+    if said.explains(rail) or (check == "fabric.affinity" and said.missing):
+        # GPU g's rail is g * count // gpus: a count no node has maps GPUs to rails they do not use
+        why = "the rail count" if said.missing else f"link layer {said.layer}"
+        message = f"{node} rail {rail}: follows from {why} (see pool.fabric)"
+        return Finding(check, SKIP, node, None, message, cause=view.pool_key)
     cause = str(CheckKey("fabric.port", node, None, rail_detail(rail)))
-    if check == "fabric.affinity":
-        hca = port.hca if port is not None else (spec.rails.hcas[rail] if spec.rails.hcas else "?")
+    if check == "fabric.affinity" and port is not None:
         gpus = gpus_of_rail(rail, spec.rails.count, view.ev.pools.gpus_per_node(node))
-        return judge_affinity(node, rail, f"{hca}/{spec.rails.port}", gpus, nf.affinity)
+        return judge_affinity(node, rail, port.key, gpus, nf.affinity)
     if port_found.status is FAIL or port is None:
         where = rail_where(node, rail, port.key if port is not None else f"?/{spec.rails.port}")
         return Finding(check, SKIP, node, None, f"{where}: its port fails (see fabric.port)", cause=cause)
     if check == "fabric.counters":
         return judge_counters(node, rail, port.key, nf.counters, spec)
-    if port_found.cause is not None:  # every port at one rate below ratedGbps: the RDMA figure's bar is wrong too
+    if port_found.cause is not None and said.rate:  # every port at one rate below ratedGbps: the RDMA bar is wrong
         message = f"{rail_where(node, rail, port.key)}: its bar follows from ratedGbps (see pool.fabric)"
         return Finding(check, SKIP, node, None, message, cause=port_found.cause)
     if view.gdr(node).status is FAIL:
@@ -334,7 +345,7 @@ def decide_fabric(ev: RunView, key: CheckKey) -> Finding:
     if key.check == "fabric.gdr":
         return view.gdr(node)
     if key.check == "fabric.firmware":
-        return _firmware(view, node)
+        return view.skip_layer(key.check, node) if view.contradiction().layer else _firmware(view, node)
     rail = rail_of(key.detail)
     if rail is None or rail >= pool.fabric.rails.count:
         return Finding(key.check, ERROR, node, None, f"{key}: no such rail in pool {pool.name}'s fabric")

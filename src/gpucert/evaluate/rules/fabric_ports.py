@@ -13,7 +13,7 @@ import re
 
 from gpucert.measure.evidence_fabric import CounterWindow, GdrFacts, GpuNic, HcaPort, NodeFabric
 from gpucert.plan.checks import CheckStatus, Finding
-from gpucert.spec.fabric import CounterLimit, FabricSpec
+from gpucert.spec.fabric import IB_MTUS, CounterLimit, FabricSpec
 
 __all__ = [
     "SATURATED",
@@ -24,6 +24,7 @@ __all__ = [
     "judge_gdr",
     "judge_port",
     "link_of",
+    "port_mtu",
     "rail_port",
     "rail_where",
 ]
@@ -92,13 +93,27 @@ def _unread(port: HcaPort, spec: FabricSpec) -> str | None:
         return "sysfs could not be read: " + "; ".join(f"{k}: {v}" for k, v in sorted(port.unreadable.items()))
     if port.rate_gbps is None:
         return f"the port's rate was not read ({port.rate!r})"
-    if _mtu(port, spec) is None:
+    if port_mtu(port, spec) is None:
         return "the port's MTU was not read"
     return None
 
 
-def _mtu(port: HcaPort, spec: FabricSpec) -> int | None:
-    return port.active_mtu if spec.link_layer.value == "InfiniBand" else port.netdev_mtu
+# what RoCE's headers take of the Ethernet MTU before the RDMA MTU is chosen (iboe_get_mtu, include/rdma/ib_addr.h,
+# Linux 6.8: GRH 40 + UDP 8 + BTH 12 + XRC 4 + AtomicETH 28 + ICRC 4 bytes)
+ROCE_HEADERS = 96
+
+
+def roce_mtu(netdev_mtu: int) -> int:
+    """The RDMA MTU the kernel gives a RoCE port over an interface of this Ethernet MTU (0: none fits)."""
+    return max((m for m in IB_MTUS if m <= netdev_mtu - ROCE_HEADERS), default=0)
+
+
+def port_mtu(port: HcaPort, spec: FabricSpec) -> int | None:
+    """The port's active RDMA MTU (an IB MTU: what `mtu` in the spec means), None where it was not read. RoCE: the
+    one read, else the one the kernel derives from the interface's Ethernet MTU."""
+    if port.active_mtu is not None or spec.link_layer.value == "InfiniBand":
+        return port.active_mtu
+    return roce_mtu(port.netdev_mtu) if port.netdev_mtu is not None else None
 
 
 def _port_problems(port: HcaPort, spec: FabricSpec) -> list[str]:
@@ -110,7 +125,7 @@ def _port_problems(port: HcaPort, spec: FabricSpec) -> list[str]:
         problems.append(f"link layer {port.link_layer}, not {spec.link_layer.value}")
     if port.rate_gbps is not None and port.rate_gbps < spec.rated_gbps:
         problems.append(f"trained down to {port.rate} where {spec.rated_gbps:g} Gb/s is rated")
-    mtu = _mtu(port, spec)
+    mtu = port_mtu(port, spec)
     if mtu is not None and mtu < spec.mtu:
         problems.append(f"MTU {mtu}, below the {spec.mtu} declared")
     gid = _roce_gid_problem(port) if spec.link_layer.value == "Ethernet" else None
@@ -128,7 +143,7 @@ def judge_port(node: str, rail: int, port: HcaPort | None, spec: FabricSpec) -> 
         return Finding("fabric.port", ERROR, node, None, f"{where}: {unread}")
     problems = _port_problems(port, spec)
     status = FAIL if problems else PASS
-    said = "; ".join(problems) or f"ACTIVE at {port.rate}, MTU {_mtu(port, spec)}"
+    said = "; ".join(problems) or f"ACTIVE at {port.rate}, MTU {port_mtu(port, spec)}"
     return Finding(
         "fabric.port",
         status,
