@@ -73,3 +73,15 @@ def test_accept_needs_the_soak_of_its_spec_and_its_boards(
     assert record["soak"]["nodes"]["gpu-node-1"]["heldHours"] == 0.0
     assert record["nodes"]["gpu-node-2"]["status"] == "passed"
     assert record["soak"]["nodes"]["gpu-node-2"]["heldHours"] == 4.0
+
+    # defect 16: the acceptance report and record show the soak per node (record v2)
+    assert record["schema"] == "gpucert.io/acceptance/v2"
+    html = (Path(_only(tmp_path / "a3")) / "report.html").read_text(encoding="utf-8")
+    soak_table = html[html.index("<table id='soak'>") :]
+    soak_table = soak_table[: soak_table.index("</table>")]
+    rows = {r.split("</td>")[0].rsplit(">", 1)[-1]: r for r in soak_table.split("<tr")[2:]}
+    assert Path(s).name in rows["gpu-node-1"]
+    assert "0 of 4" in rows["gpu-node-1"]
+    assert "no hours of the accepted boards" in rows["gpu-node-1"]
+    assert "4 of 4" in rows["gpu-node-2"]
+    assert "counts" in rows["gpu-node-2"]

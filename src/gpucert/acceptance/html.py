@@ -1,7 +1,8 @@
 """The acceptance report (`acceptance/<id>/report.html`): one self-contained page a buyer reads before countersigning.
 
 The cluster's verdict, the nodes by status (failed, waived, repaired and passed, passed) with the run and certificate
-that cover each, the waivers with their expiry, each node's history across the runs, and the runs themselves.
+that cover each, the waivers with their expiry, each node's burn-in (soak run, clean hours held of those required,
+its result, its boards), each node's history across the runs, and the runs themselves.
 Pure: acceptance.json in, HTML out (no script, no external resource).
 """
 
@@ -119,6 +120,37 @@ def _waivers(record: dict[str, Any]) -> str:
     )
 
 
+def _soak(record: dict[str, Any]) -> str:
+    """Per node the soak that counts for it: its run, clean hours held of those required, its result, and
+    whether it burned in the certified boards."""
+    soak = record.get("soak")
+    if not soak:
+        return "<p id='soak'>No soak was given, and the spec requires none (acceptance.soakHours).</p>"
+    required = soak.get("requiredHours")
+    need = f"{required:g}" if required is not None else "none required"
+    rows = []
+    for node in sorted(record["nodes"].keys() | soak["nodes"].keys(), key=natural_key):
+        s = soak["nodes"].get(node)
+        why = record["nodes"].get(node, {}).get("soak")
+        cls = "cell-fail" if why else "cell-pass" if s and s["result"] == "pass" else ""
+        cells = (
+            (node, s["run"], f"{s['heldHours']:g} of {need}", s["result"], s.get("boardsDiffer") or "the certified")
+            if s
+            else (node, "none given", f"0 of {need}", "-", "-")
+        )
+        rows.append(
+            f"<tr class='{cls}'>"
+            + "".join(f"<td>{escape(str(x))}</td>" for x in cells)
+            + f"<td>{escape(why or ('counts' if required is not None else 'not required'))}</td></tr>"
+        )
+    runs = ", ".join(soak["runs"]) or "none"
+    return (
+        f"<p>Soak runs given: {escape(runs)}. Clean hours count only on the boards the certification measured.</p>"
+        "<table id='soak'><tr><th>node</th><th>soak run</th><th>clean hours held</th><th>soak result</th>"
+        "<th>boards</th><th>for acceptance</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
 def _history(record: dict[str, Any]) -> str:
     runs = [r["run"] for r in record["runs"]]
     head = "".join(f"<th>{escape(r)}</th>" for r in runs)
@@ -215,6 +247,8 @@ def render_acceptance(record: dict[str, Any], index: Mapping[str, IndexSummary] 
         + _nodes_by_status(record)
         + "<h2>Waivers</h2>"
         + _waivers(record)
+        + "<h2>Burn-in (soak)</h2>"
+        + _soak(record)
         + ("<h2>Performance index at handover</h2>" + _index(index) if index else "")
         + "<h2>History of each node across the runs</h2>"
         + _history(record)

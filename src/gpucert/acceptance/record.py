@@ -36,7 +36,7 @@ from gpucert.spec.waivers import load_waivers, waiver_id
 
 __all__ = ["ACCEPTANCE_SCHEMA", "PREDICATE_TYPE", "RECORD", "REPORT", "STATUSES", "SeenRun", "accept", "open_run"]
 
-ACCEPTANCE_SCHEMA = "gpucert.io/acceptance/v1"
+ACCEPTANCE_SCHEMA = "gpucert.io/acceptance/v2"  # v2: `soak` (null, or the soak that counts per node)
 PREDICATE_TYPE = "https://gpucert.io/acceptance/v1"
 RECORD = "acceptance.json"
 REPORT = "report.html"
@@ -230,6 +230,7 @@ def build_record(runs: list[SeenRun], *, expected: int, spec: str, now: datetime
         "problems": problems,
         "totals": totals,
         "fleet": fleet,
+        "soak": None,  # the soaks given, per node (acceptance/soak.py), when any was given or required
         "runs": [
             {
                 "run": r.id,
