@@ -159,3 +159,40 @@ def test_a_pair_carries_its_rdma_and_nccl_transport(tmp_path: Path) -> None:
         ),
     )
     assert read_fabric(write_document(tmp_path / "pair.json", pair)) == pair
+
+
+@pytest.mark.parametrize(
+    ("rate", "gbps", "words"),
+    [
+        ("400 Gb/sec (4X NDR)", float("nan"), "nan is no rate"),
+        ("400 Gb/sec (4X NDR)", float("inf"), "inf is no rate"),
+        ("200 Gb/sec (4X HDR)", 400.0, "400 is not the number at the head of rate '200 Gb/sec (4X HDR)'"),
+        (None, 400.0, "400 is not the number at the head of rate None"),
+        ("garbled", 400.0, "not the number at the head of rate 'garbled'"),
+    ],
+)
+def test_a_port_rate_not_read_off_its_text_is_refused(
+    tmp_path: Path, rate: str | None, gbps: float, words: str
+) -> None:
+    """rate_gbps is the number at the head of the kernel's `rate` (Linux drivers/infiniband/core/sysfs.c rate_show:
+    "%d%s Gb/sec (%dX%s)"): a NaN passed fabric.port (no comparison with NaN is true), and 400 beside
+    "200 Gb/sec (4X HDR)" passed a port trained down to HDR."""
+    doc = json.loads(_node(_fabric()).model_dump_json(by_alias=True))
+    doc["fabric"]["ports"][0].update(rate=rate, rate_gbps=gbps)
+    path = tmp_path / "n1.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(EvidenceError, match=r"fabric\.ports\.0\.rate_gbps") as refused:
+        read_evidence(path)
+    assert words in str(refused.value)
+
+
+@pytest.mark.parametrize(("rate", "gbps"), [("2.5 Gb/sec (1X SDR)", 2.5), ("800 Gb/sec (4X XDR)", 800.0), ("x", None)])
+def test_a_port_rate_read_off_its_text_reads(tmp_path: Path, rate: str, gbps: float | None) -> None:
+    """rate_show writes tenths as ".5" (2.5 Gb/s SDR at 1X); a `rate` that does not read has no rate_gbps (null)."""
+    doc = json.loads(_node(_fabric()).model_dump_json(by_alias=True))
+    doc["fabric"]["ports"][0].update(rate=rate, rate_gbps=gbps)
+    path = tmp_path / "n1.json"
+    path.write_text(json.dumps(doc))
+    fabric = read_evidence(path).fabric
+    assert fabric is not None
+    assert fabric.ports[0].rate_gbps == gbps

@@ -19,10 +19,12 @@ Everything here is optional in the documents that carry it: evidence written bef
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 
 from gpucert.measure.evidence_base import GpuKey, Model, SampleArray, Samples
 
@@ -42,12 +44,25 @@ __all__ = [
     "Relation",
     "merge_windows",
     "port_key",
+    "rate_of",
 ]
 
 # nvidia-smi topo -m's legend, nearest first: PIX at most one PCIe switch, PXB several switches (no host bridge),
 # PHB through a PCIe host bridge (the CPU), NODE between host bridges of one NUMA node, SYS across NUMA nodes
 Relation = Literal["PIX", "PXB", "PHB", "NODE", "SYS"]
 RELATIONS: tuple[Relation, ...] = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+# the kernel's `rate` (Linux drivers/infiniband/core/sysfs.c, rate_show, v6.x): sysfs_emit(buf, "%d%s Gb/sec
+# (%dX%s)\n", rate / 10, rate % 10 ? ".5" : "", width, speed) with `rate` in tenths of Gb/s: "400 Gb/sec (4X NDR)",
+# "2.5 Gb/sec (1X SDR)"
+_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+
+
+def rate_of(rate: str | None) -> float | None:
+    """The number at the head of the kernel's `rate` (Gb/s), None when it does not read as rate_show writes it."""
+    head = _RATE.match(rate or "")
+    return float(head.group(1)) if head else None
 
 
 def port_key(hca: str, port: int) -> str:
@@ -90,6 +105,23 @@ class HcaPort(Model):
     @property
     def key(self) -> str:
         return port_key(self.hca, self.port)
+
+    @field_validator("rate_gbps")
+    @classmethod
+    def _read_off_rate(cls, gbps: float | None, info: ValidationInfo) -> float | None:
+        """`rate_gbps` is the number `rate` begins with, finite: a NaN, or 400 beside "200 Gb/sec (4X HDR)", is no
+        reading of one port (fabric.port would judge the number and print the text)."""
+        if gbps is None:
+            return gbps
+        if not math.isfinite(gbps):
+            raise ValueError(f"{gbps} is no rate: write the finite number at the head of `rate`")
+        rate = info.data.get("rate")
+        if rate_of(rate) != gbps:
+            raise ValueError(
+                f"{gbps:g} is not the number at the head of rate {rate!r}: write the number rate begins with "
+                "(400 for '400 Gb/sec (4X NDR)'), or null where rate does not read"
+            )
+        return gbps
 
 
 class CounterWindow(Model):

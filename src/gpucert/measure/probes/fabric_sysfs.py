@@ -27,6 +27,7 @@ from gpucert.measure.evidence_fabric import (
     PciDevice,
     Relation,
     port_key,
+    rate_of,
 )
 
 __all__ = [
@@ -50,7 +51,6 @@ PEERMEM_FILES = (
     "module/nvidia_peermem/version",
 )
 _BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
@@ -118,7 +118,6 @@ def _port(root: Path, hca: Path, port_dir: Path) -> HcaPort:
     bad: dict[str, str] = {}
     port = int(port_dir.name)
     rate = _read(port_dir / "rate", bad, "rate")
-    speed = _RATE.match(rate or "")
     netdev = _netdev(hca, port)
     device = hca / "device"
     return HcaPort(
@@ -127,7 +126,7 @@ def _port(root: Path, hca: Path, port_dir: Path) -> HcaPort:
         state=_read(port_dir / "state", bad, "state"),
         phys_state=_read(port_dir / "phys_state", bad, "phys_state"),
         rate=rate,
-        rate_gbps=float(speed.group(1)) if speed else None,
+        rate_gbps=rate_of(rate),
         link_layer=_read(port_dir / "link_layer", bad, "link_layer"),
         fw_ver=_read(hca / "fw_ver", bad, "fw_ver"),
         board_id=_read(hca / "board_id", {}, "board_id"),

@@ -30,7 +30,7 @@ from gpucert.measure.evidence import (
     PciDevice,
     RdmaBandwidth,
 )
-from gpucert.measure.evidence_fabric import port_key
+from gpucert.measure.evidence_fabric import port_key, rate_of
 from gpucert.measure.probes.fabric_sysfs import PEERMEM_FILES, relation
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.simulated.world import World
@@ -184,7 +184,7 @@ def _port(world: World, node: str, rail: int, pci: PciDevice) -> HcaPort:
         state="4: ACTIVE" if rate is not None else "1: DOWN",
         phys_state="5: LinkUp" if rate is not None else "3: Disabled",
         rate=_rate_text(rate if rate is not None else 10.0),
-        rate_gbps=rate if rate is not None else 10.0,
+        rate_gbps=rate_of(_rate_text(rate if rate is not None else 10.0)),  # as the probe reads it off the text
         link_layer=fabric.link_layer,
         fw_ver=fabric.fw_ver,
         board_id="MT_0000000838",
