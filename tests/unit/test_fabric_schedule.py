@@ -142,3 +142,35 @@ def test_a_re_test_that_measures_every_pair_again_still_passes(measured: Evaluat
 
     found = _judged(measured, _edited(measured, reverse))
     assert {f.status for f in found.values()} == {CheckStatus.PASS}, found
+
+
+@pytest.mark.parametrize(("sample", "why"), [(float("nan"), "are not numbers (nan)"), (1e300, "a sample of 1e+300")])
+def test_a_figure_that_cannot_be_believed_is_said_so_not_called_slow(
+    measured: Evaluation, sample: float, why: str
+) -> None:
+    """One pair's samples on rail 1 NaN or 1e300: an error whose message says the figure cannot be believed and
+    why (it said "the link to gpu-node-9 on this rail is slow" under an error status)."""
+    pairs = measured.fabric_pairs
+    assert pairs is not None
+    a, b = sorted(pairs.pairs[0].nodes)
+    found = _judged(measured, _edited(measured, lambda d: _rdma(d, 0, 1).update(samples=[sample] * 5)))
+    link = found[(a, 1)]
+    assert link.status is CheckStatus.ERROR, link
+    assert f"the link to {b} on this rail has no figure that can be believed" in link.message, link.message
+    assert why in link.message
+    assert "slow" not in link.message
+
+
+def test_a_node_whose_every_figure_on_a_rail_cannot_be_believed_is_an_error_not_a_slow_rail(
+    measured: Evaluation,
+) -> None:
+    def nan_node_1(doc: dict[str, Any]) -> None:
+        for p in doc["pairs"]:
+            if "gpu-node-1" in p["nodes"]:
+                p["rdma"][0]["samples"] = [float("nan")] * 5
+
+    found = _judged(measured, _edited(measured, nan_node_1))
+    node = found[("gpu-node-1", 0)]
+    assert node.status is CheckStatus.ERROR, node
+    assert "most of its pairs have no figure that can be believed" in node.message, node.message
+    assert "slow" not in node.message

@@ -241,20 +241,25 @@ def _rdma_node(view: FabricView, node: str, rail: int, port: str) -> Finding:
     limit = f"{iso.limit:.4g} Gb/s"
     if node in iso.nodes:
         slow = iso.nodes[node]
-        message = f"{where}: slow with most of its peers, so the fault is on this node's rail: {describe(slow)}"
         worst = min((p.gbps for p in slow if p.gbps is not None), default=None)
+        if worst is None:  # not one figure: nothing says the rail is slow, only that its evidence cannot be used
+            message = f"{where}: most of its pairs have no figure that can be believed: {describe(slow)}"
+            return Finding(RDMA, ERROR, node, None, message)
+        message = f"{where}: slow with most of its peers, so the fault is on this node's rail: {describe(slow)}"
         return Finding(
             RDMA, FAIL, node, None, f"{message} (limit {limit})", observed=worst, limit=iso.limit, unit="Gb/s"
         )
     if node in iso.links:
         links = iso.links[node]
-        status = ERROR if all(p.gbps is None for p in links) else FAIL
         peers = ", ".join(p.peer(node) for p in links)
-        message = f"{where}: the link to {peers} on this rail is slow, the rest of both nodes' pairs are not: "
         worst = min((p.gbps for p in links if p.gbps is not None), default=None)
+        if worst is None:  # a NaN or a 1e300 says nothing of the link's speed: the figure is what is wrong
+            message = f"{where}: the link to {peers} on this rail has no figure that can be believed: {describe(links)}"
+            return Finding(RDMA, ERROR, node, None, message)
+        message = f"{where}: the link to {peers} on this rail is slow, the rest of both nodes' pairs are not: "
         return Finding(
             RDMA,
-            status,
+            FAIL,
             node,
             None,
             message + f"{describe(links)} (limit {limit})",
