@@ -66,6 +66,8 @@ def test_a_running_soak_refuses_a_recertification_and_a_second_soak(tmp_path: Pa
     assert result.result == "pass"
     assert len(refused) == 2
     assert f"soak {result.run.name}" in refused[0]
+    runs = [p.name for p in reports.iterdir() if not p.name.startswith(".")]
+    assert runs == [result.run.name]  # the refused soak left no run folder (`gpucert metrics` reads the newest)
     assert control.holder("gpu-node-1") is None  # released at the end
     assert control.holder("gpu-node-2") is None
 
