@@ -41,6 +41,23 @@ def test_every_rail_port_on_another_link_layer_is_the_declarations_fault() -> No
     assert contradiction(roce, [node(), node(link_layer="Ethernet")]).layer is None
 
 
+def test_more_ports_of_the_layer_than_rails_on_every_node_leaves_the_rails_unknown_when_found_by_resource() -> None:
+    """A DGX H100's storage adapters (InfiniBand too on some) sit between its compute ones: with 12 ports and 8
+    rails found by the resource, rail r may be a storage port. Every node with more: the pool's finding (name the
+    HCAs); one node with an extra port, or the HCAs named: nothing."""
+    said = contradiction(SPEC, [node(6), node(5)])
+    assert said.extra == 5
+    assert said.unmapped
+    assert said.explains(0)
+    problem = said.problems("train", SPEC)[0]
+    assert "every measured node has 5 or more InfiniBand ports for the 4 rails declared" in problem
+    assert "pools[train].fabric.rails.hcas" in problem
+    assert contradiction(SPEC, [node(5), node(4)]).extra is None
+    storage = [port(h, link_layer="Ethernet") for h in ("mlx5_4", "mlx5_5")]  # of another layer: not rails
+    assert contradiction(SPEC, [node(4), NodeFabric(ports=[*node(4).ports, *storage])]).extra is None
+    assert contradiction(NAMED, [node(6), node(6)]) == contradiction(NAMED, [node(), node()])
+
+
 def test_rails_no_node_has_are_the_declarations_and_a_rail_one_node_lacks_is_that_nodes() -> None:
     """rails.count 4 on nodes of 2 HCAs: rails 2 and 3 are the pool's finding. A node of 3 HCAs beside nodes of 4:
     its rail 3 is its own fabric.port finding (a NIC short), not the pool's."""

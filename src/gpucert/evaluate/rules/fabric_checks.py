@@ -106,7 +106,7 @@ class FabricView:
         assert nf is not None
         said = self.contradiction()
         if said.explains(rail):
-            why = f"link layer {said.layer}" if said.layer else "no node of the pool has this rail"
+            why = _why(said) if said.unmapped else "no node of the pool has this rail"
             message = f"{node} rail {rail}: {why} (see pool.fabric)"
             return Finding("fabric.port", SKIP, node, None, message, cause=self.pool_key)
         port = rail_port(nf, self.spec, rail)
@@ -120,8 +120,8 @@ class FabricView:
         message = f"{rail_where(node, rail, port.key)}: {what}, as every rail port of the pool (see pool.fabric)"
         return Finding("fabric.port", SKIP, node, None, message, cause=self.pool_key)
 
-    def skip_layer(self, check: str, node: str) -> Finding:
-        message = f"{node}: no rail port of link layer {self.spec.link_layer.value} (see pool.fabric)"
+    def skip_unmapped(self, check: str, node: str) -> Finding:
+        message = f"{node}: {_why(self.contradiction())}, its rail HCAs are not known (see pool.fabric)"
         return Finding(check, SKIP, node, None, message, cause=self.pool_key)
 
     @property
@@ -154,8 +154,8 @@ class FabricView:
     def gdr(self, node: str) -> Finding:
         nf = self.node(node)
         assert nf is not None
-        if self.contradiction().layer is not None:  # no rail NIC to ask for DMA-BUF
-            return self.skip_layer("fabric.gdr", node)
+        if self.contradiction().unmapped:  # no rail NIC known to ask for DMA-BUF
+            return self.skip_unmapped("fabric.gdr", node)
         rails = range(self.spec.rails.count)
         hcas = [p.hca for r in rails if (p := rail_port(nf, self.spec, r)) is not None]
         return judge_gdr(node, nf.gdr, hcas, list(range(self.ev.pools.gpus_per_node(node))))
@@ -191,6 +191,10 @@ class FabricView:
         return {n: self.ev.pools.label(n, label) if label else None for n in self.members}
 
 
+def _why(said: Contradiction) -> str:
+    return f"every rail port is {said.layer}" if said.layer else f"{said.extra} or more ports for the rails"
+
+
 def fabric_view(ev: RunView, pool: Pool) -> FabricView:
     views: dict[str, FabricView] = ev.once("fabric.views", dict)
     if pool.name not in views:
@@ -209,7 +213,7 @@ def _node_rail(view: FabricView, check: str, node: str, rail: int) -> Finding:
     said = view.contradiction()
     if said.explains(rail) or (check == "fabric.affinity" and said.missing):
         # GPU g's rail is g * count // gpus: a count no node has maps GPUs to rails they do not use
-        why = "the rail count" if said.missing else f"link layer {said.layer}"
+        why = _why(said) if said.unmapped else "the rail count"
         message = f"{node} rail {rail}: follows from {why} (see pool.fabric)"
         return Finding(check, SKIP, node, None, message, cause=view.pool_key)
     cause = str(CheckKey("fabric.port", node, None, rail_detail(rail)))
@@ -350,7 +354,7 @@ def decide_fabric(ev: RunView, key: CheckKey) -> Finding:
     if key.check == "fabric.gdr":
         return view.gdr(node)
     if key.check == "fabric.firmware":
-        return view.skip_layer(key.check, node) if view.contradiction().layer else _firmware(view, node)
+        return view.skip_unmapped(key.check, node) if view.contradiction().unmapped else _firmware(view, node)
     rail = rail_of(key.detail)
     if rail is None or rail >= pool.fabric.rails.count:
         return Finding(key.check, ERROR, node, None, f"{key}: no such rail in pool {pool.name}'s fabric")

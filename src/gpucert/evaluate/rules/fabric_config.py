@@ -38,20 +38,28 @@ def rdma_resources(pool: Pool, ns: NodeStack) -> dict[str, int]:
 @dataclass(frozen=True)
 class Contradiction:
     """What a pool's measured nodes, as a whole, say against its fabric declaration (all None/empty: nothing).
-    `layer`: the link layer(s) every candidate rail port is on, where none is on the declared one; `missing`: the
-    rails no measured node has (rails.count more than the nodes have: a node short of a rail that others have is a
-    fault of that node, not this); `rate` / `mtu`: the one rate (MTU) every rail port of two or more nodes runs at,
-    ACTIVE, below ratedGbps (mtu): no cable trains every port down alike."""
+    `layer`: the link layer(s) every candidate rail port is on, where none is on the declared one; `extra`: with the
+    rails found through the resource, the fewest ports of the link layer a node has, where every node has more than
+    rails.count (which of them are the rails is not known: a DGX H100's storage adapters sit among its compute
+    ones); `missing`: the rails no measured node has (rails.count more than the nodes have: a node short of a rail
+    that others have is a fault of that node, not this); `rate` / `mtu`: the one rate (MTU) every rail port of two
+    or more nodes runs at, ACTIVE, below ratedGbps (mtu): no cable trains every port down alike."""
 
     nodes: int = 0
     layer: str | None = None
+    extra: int | None = None
     missing: tuple[int, ...] = ()
     rate: float | None = None
     mtu: int | None = None
 
+    @property
+    def unmapped(self) -> bool:
+        """No port can be told to be a rail: every one is of another link layer, or there are more than rails."""
+        return self.layer is not None or self.extra is not None
+
     def explains(self, rail: int) -> bool:
         """Whether this explains every finding of the rail (its port, counters, affinity and RDMA figures)."""
-        return self.layer is not None or rail in self.missing
+        return self.unmapped or rail in self.missing
 
     def problems(self, pool: str, fabric: FabricSpec) -> list[str]:
         out = []
@@ -59,6 +67,12 @@ class Contradiction:
             out.append(
                 f"every rail port of its {self.nodes} measured nodes is {self.layer}, none {fabric.link_layer.value}: "
                 f"correct pools[{pool}].fabric.linkLayer"
+            )
+        if self.extra is not None:
+            out.append(
+                f"every measured node has {self.extra} or more {fabric.link_layer.value} ports for the "
+                f"{fabric.rails.count} rails declared, so which are the rails is not known: name their HCAs in "
+                f"pools[{pool}].fabric.rails.hcas (or correct rails.count)"
             )
         if self.missing:
             rails = ", ".join(str(r) for r in self.missing)
@@ -109,6 +123,10 @@ def contradiction(fabric: FabricSpec, fabrics: Sequence[NodeFabric]) -> Contradi
     layers = {p.link_layer or "?" for p in candidates}
     if candidates and fabric.link_layer.value not in layers:
         return Contradiction(len(fabrics), layer=", ".join(sorted(layers)))
+    if fabric.rails.hcas is None:
+        fewest = min(sum(p.link_layer == fabric.link_layer.value for p in _candidates(nf, fabric)) for nf in fabrics)
+        if fewest > fabric.rails.count:
+            return Contradiction(len(fabrics), extra=fewest)
     rails = range(fabric.rails.count)
     found = [[rail_port(nf, fabric, r) for r in rails] for nf in fabrics]
     missing = tuple(r for r in rails if all(ports[r] is None for ports in found))
