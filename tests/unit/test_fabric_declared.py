@@ -18,7 +18,10 @@ NAMED = SPEC.model_copy(update={"rails": SPEC.rails.model_copy(update={"hcas": [
 
 def port(hca: str, **changes: Any) -> HcaPort:
     fields = {"hca": hca, "port": 1, "state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate_gbps": 400.0}
-    return HcaPort.model_validate(fields | {"link_layer": "InfiniBand", "active_mtu": 4096} | changes)
+    fields |= {"link_layer": "InfiniBand", "active_mtu": 4096} | changes
+    if fields["rate_gbps"] is not None:  # the kernel's text the number is read off (rate_show: "400 Gb/sec (4X NDR)")
+        fields.setdefault("rate", f"{fields['rate_gbps']:g} Gb/sec (4X)")
+    return HcaPort.model_validate(fields)
 
 
 def node(hcas: int = 4, **changes: Any) -> NodeFabric:
