@@ -222,18 +222,29 @@ class NodeStatus:
         return self.latest is not None and self.latest.result == "pass"
 
 
-def _json(text: str | None) -> dict[str, Any]:
-    try:
-        data = json.loads(text) if text else {}
-    except ValueError:
+def _json(node: str, key: str, text: str | None) -> dict[str, Any]:
+    """A JSON annotation recertification wrote on `node` ({} where there is none); a damaged one is an error naming
+    the node, the annotation and the fix, never taken for a node never certified (fail closed)."""
+    if not text:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        why = f"not JSON ({exc})"
+    else:
+        if isinstance(data, dict):
+            return data
+        why = f"not a JSON object ({type(data).__name__})"
+    raise EvidenceError(
+        f"node {node}: annotation {key} is {why}, not what gpucert wrote: recertify the node, or remove the "
+        f"annotation (kubectl annotate node {node} {key}-)"
+    )
 
 
 def _from_marks(state: NodeState) -> tuple[Judgement | None, datetime | None]:
     """What recertification wrote on the node: its latest attempt, and its last pass. The label and the latest
     attempt's result must agree, or the node's result is `unknown`."""
-    attempt = _json(state.annotations.get(ANNOTATION_LAST_RUN))
+    attempt = _json(state.name, ANNOTATION_LAST_RUN, state.annotations.get(ANNOTATION_LAST_RUN))
     at = parse_time(attempt.get("time"))
     judged = None
     if at is not None:
@@ -244,7 +255,7 @@ def _from_marks(state: NodeState) -> tuple[Judgement | None, datetime | None]:
         checks = [c for c in (state.annotations.get(ANNOTATION_FAILING) or "").split(",") if c]
         run = attempt.get("run") if isinstance(attempt.get("run"), str) else None
         judged = Judgement(result, at, run, tuple(FailedCheck(c, state.name, None) for c in checks))
-    return judged, parse_time(_json(state.annotations.get(ANNOTATION_LAST)).get("time"))
+    return judged, parse_time(_json(state.name, ANNOTATION_LAST, state.annotations.get(ANNOTATION_LAST)).get("time"))
 
 
 def node_statuses(

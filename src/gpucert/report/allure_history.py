@@ -18,8 +18,8 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpucert.errors import GpucertError
-from gpucert.files import write_atomic
+from gpucert.errors import EvidenceError, GpucertError
+from gpucert.files import read_json_object, write_atomic
 from gpucert.spec.names import NameError_, check_file_stem, inside
 
 __all__ = ["HISTORY_FILES", "carry_in", "kept_history", "save_history", "store_of", "usable"]
@@ -73,11 +73,11 @@ def kept_history(reports: Path, spec: str, run: str) -> tuple[dict[str, bytes], 
     if store is None or not store.is_dir():
         return {}, []
     try:
-        source = json.loads((store / SOURCE).read_text())
+        source = read_json_object(store / SOURCE, missing="kept by gpucert with the trend")
         files = {p.name: p.read_bytes() for p in store.iterdir() if p.is_file() and p.name != SOURCE}
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except (EvidenceError, OSError) as exc:  # said, never a crash: the report stands without the trend
         return {}, [f"{store}: cannot be read ({exc}); no trend carried"]
-    if not isinstance(source, dict) or source.get("spec") != spec:
+    if source.get("spec") != spec:
         return {}, [f"{store}: kept for another spec ({SOURCE}); no trend carried"]
     if not isinstance(source.get("run"), str) or source["run"] >= run:
         return {}, []  # a later run's history: not this run's past
@@ -104,10 +104,10 @@ def save_history(reports: Path, spec: str, run: str, files: Mapping[str, bytes])
     if not kept:
         return notes
     try:
-        source = json.loads((store / SOURCE).read_text()) if (store / SOURCE).is_file() else {}
-    except (OSError, ValueError, UnicodeDecodeError):
+        source = read_json_object(store / SOURCE) if (store / SOURCE).is_file() else {}
+    except EvidenceError:
         source = {}  # unreadable: replaced by this run's
-    if isinstance(source, dict) and source.get("spec") == spec and str(source.get("run", "")) > run:
+    if source.get("spec") == spec and str(source.get("run", "")) > run:
         return [*notes, f"{store} keeps a later run's trend ({source['run']}); left as it is"]
     try:
         for old in store.glob("*.json") if store.is_dir() else ():

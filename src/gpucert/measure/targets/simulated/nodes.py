@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucert.errors import NodeBusyError
-from gpucert.files import process_alive
+from gpucert.files import process_alive, read_json_object, write_atomic
 from gpucert.measure.targets.base import NodeState
 from gpucert.measure.targets.simulated.world import iso as _iso
 from gpucert.spec.names import check_node_name, inside
@@ -40,15 +40,11 @@ class SimulatedNodeControl:
     def state(self, node: str) -> dict[str, Any]:
         path = self._state_path(node)
         if path.exists():
-            data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            return data
+            return read_json_object(path, missing="recertification writes it; run it again")
         return {"unschedulable": False, "labels": {}, "annotations": {}}
 
     def _save(self, node: str, state: dict[str, Any]) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self._state_path(node).with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=1, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, self._state_path(node))
+        write_atomic(self._state_path(node), json.dumps(state, indent=1, sort_keys=True))
 
     def _lock_path(self, node: str) -> Path:
         return inside(self.state_dir, f"{check_node_name(node)}.lock")
