@@ -258,3 +258,29 @@ def test_a_firmware_change_is_named_too() -> None:
     assert f.status is CheckStatus.PASS
     assert "firmware 96.00 then, 97.00 now: the comparison still holds" in f.message
     assert "driver" not in f.message.split("; ")[-1]  # the same driver is not named
+
+
+def test_an_entry_of_another_node_or_spec_is_set_aside_never_verified(tmp_path: Path, keys) -> None:  # type: ignore[no-untyped-def]
+    """A hostile-input sweep: with gpu-node-2.jsonl and gpu-node-3.jsonl swapped by name, `gpucert history` showed
+    the other node's entries as "verified" (verify_entry checks the entry's own run, which stands) and certify took
+    every board for a swap; spec-b's lines appended to spec-a's file were dropped in silence. A node's file holds
+    only its own entries of its spec: any other is set aside by line and said, as a damaged line is."""
+    key, pubs = keys
+    reports, t = tmp_path / "reports", _target(tmp_path)
+    signed_run(reports, t, f"2026-12-01T00-00-00Z-{SPEC}", key)
+    signed_run(reports, t, f"2026-12-02T00-00-00Z-{SPEC}", key)
+    mine = history_path(reports, SPEC, "gpu-node-1")
+    renamed = history_path(reports, SPEC, "gpu-node-2")
+    mine.rename(renamed)  # gpu-node-1's entries under gpu-node-2's name
+    snap = snapshot(reports, SPEC, ["gpu-node-2"], pubs)["nodes"]["gpu-node-2"]  # type: ignore[index]
+    assert snap["entries"] == []
+    assert "its node is gpu-node-1" in snap["refused"]["line 1"]
+    assert f"belongs in {mine}" in snap["refused"]["line 2"]
+    with pytest.raises(ConfigError, match=r"gpu-node-2.jsonl:1: not an entry of this file \(its node is gpu-node-1"):
+        load_history(renamed)
+    other = history_path(reports, "spec-b", "gpu-node-1")
+    other.parent.mkdir()
+    other.write_text(renamed.read_text())  # spec-a's lines in spec-b's file
+    snap = snapshot(reports, "spec-b", ["gpu-node-1"], pubs)["nodes"]["gpu-node-1"]  # type: ignore[index]
+    assert snap["entries"] == []
+    assert f"spec {SPEC}; this is the history of gpu-node-1 under spec spec-b" in snap["refused"]["line 1"]

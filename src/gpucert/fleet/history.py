@@ -136,12 +136,32 @@ def read_entries(path: Path) -> tuple[list[HistoryEntry], dict[str, str]]:
         if not line.strip():
             continue
         try:
-            out.append(HistoryEntry.model_validate_json(line))
+            entry = HistoryEntry.model_validate_json(line)
         except ValidationError as exc:
             first = exc.errors()[0]
             key = ".".join(str(p) for p in first["loc"])
             bad[f"line {i}"] = f"{path}:{i}: not a history entry ({first['msg']}{f' at {key}' if key else ''})"
+            continue
+        stray = _stray(entry, path)
+        if stray:
+            bad[f"line {i}"] = f"{path}:{i}: {stray}"
+        else:
+            out.append(entry)
     return sorted(out, key=lambda e: e.time), bad
+
+
+def _stray(entry: HistoryEntry, path: Path) -> str | None:
+    """Why an entry does not belong in the file it was read from (None when it does): a node's file
+    (SPEC/NODE.jsonl) holds only that node's entries of that spec, so a renamed file or lines appended from
+    another history are never taken for the node's own past (nor for a board swap)."""
+    node, spec = path.stem, path.parent.name
+    if entry.node == node and entry.spec == spec:
+        return None
+    return (
+        f"not an entry of this file (its node is {entry.node} and spec {entry.spec}; this is the history of {node} "
+        f"under spec {spec}): a renamed file or a line copied from another history, it belongs in "
+        f"{path.parent.parent / entry.spec / f'{entry.node}.jsonl'}"
+    )
 
 
 def load_history(path: Path) -> list[HistoryEntry]:
