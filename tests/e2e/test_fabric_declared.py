@@ -19,21 +19,25 @@ TWO = {"count": 2, "resource": "rdma/rdma_shared_device_a"}
 @pytest.mark.parametrize(
     ("fleet", "declared", "says", "skipped"),
     [
-        # every port and its counters, affinity and RDMA figure on both rails, and each node's gdr and firmware
-        ({}, {"linkLayer": "Ethernet"}, "every rail port of its 2 measured nodes is InfiniBand, none Ethernet", 20),
+        # every port and its counters, affinity and RDMA figure on both rails, each node's gdr and firmware, and
+        # the link between the two racks (no pair was measured: no port is a rail)
+        ({}, {"linkLayer": "Ethernet"}, "every rail port of its 2 measured nodes is InfiniBand, none Ethernet", 21),
         # rail 2's four checks on each node, and the affinity of rails 0 and 1 (GPU g's rail is g * 3 // 8)
         ({}, {"rails": dict(TWO, count=3)}, "no measured node has rail(s) 2 (at most 2 InfiniBand ports on a", 12),
         ({"mtu": 2048}, {}, "every rail port of its nodes is active at MTU 2048: mtu 4096 is not what", 4),
         # 3 ports for 2 rails found by the resource: which are rails is not known; every check of the rails skips
-        ({"rails": 3}, {}, "every measured node has 3 or more InfiniBand ports for the 2 rails declared", 20),
+        ({"rails": 3}, {}, "every measured node has 3 or more InfiniBand ports for the 2 rails declared", 21),
     ],
     ids=["link-layer", "rail-count", "mtu", "more-ports"],
 )
 def test_a_declaration_its_nodes_contradict_as_a_whole_is_one_pool_finding(
     certify, fleet: dict[str, Any], declared: dict[str, Any], says: str, skipped: int
 ) -> None:
-    spec = fabric_spec({**FABRIC, "rails": TWO, **declared}, nodes=2, probes=["health"])
-    run = certify(fleet_doc(nodes=2, fabric={"rails": 2} | fleet), spec=spec)
+    spec = fabric_spec(
+        {**FABRIC, "rails": TWO, "rackLabel": "example.com/rack", **declared}, nodes=2, probes=["health"]
+    )
+    racks = {"label": "example.com/rack", "size": 1}  # two racks of one node: one rack-pair check
+    run = certify(fleet_doc(nodes=2, fabric={"rails": 2, "racks": racks} | fleet), spec=spec)
     assert run.findings == {("pool.fabric", None, None)}, run.verdict["findings"]
     [found] = run.verdict["findings"]
     assert found["message"].startswith("pool train: ")

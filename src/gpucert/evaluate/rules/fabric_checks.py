@@ -312,6 +312,9 @@ def _rdma_racks(ev: RunView, detail: str) -> Finding:
         for p in view.rail(r).pairs
         if {racks_of.get(p.a), racks_of.get(p.b)} == {a, b}
     ]
+    if not across and all(view.contradiction().explains(r) for r in range(view.spec.rails.count)):
+        message = f"pool {pool_name}: racks {a} and {b}: no rail of the declaration is on the nodes (see pool.fabric)"
+        return Finding(RDMA, SKIP, None, None, message, cause=view.pool_key)
     if not across:
         return Finding(RDMA, ERROR, None, None, f"pool {pool_name}: no pair across racks {a} and {b} was measured")
     if all(cause == view.pool_key for _, cause in across):  # the bar itself is the pool's finding
