@@ -1,12 +1,15 @@
 """The fabric stage's cost at fleet scale: rounds of the pairing schedule x the time of one round, and the
 controller's cost of isolating slow links over every pair of every rail.
 
-    python benchmarks/fabric_scale.py [--nodes 64 256 1024] [--rails 8] [--per-round 20]
+    python benchmarks/fabric_scale.py [--nodes 64 256 1024] [--rails 8] [--per-round 20] [--max-parallel 32]
 
-A round runs every pair of the round at once (each node in at most one pair: plan/pairs.py), every rail of a pair
-at once (each rail its own NIC), so the stage takes rounds x per-round time whatever the number of pairs. The time
-of one round is an input (`--per-round`, seconds: the pods' start, ib_write_bw's connection setup and its timed
-repetitions); the schedule and the isolation are measured.
+A round's pairs are apart (each node in at most one pair: plan/pairs.py), every rail of a pair runs at once (each
+rail its own NIC), so with every pair of a round at once the stage takes rounds x per-round time whatever the
+number of pairs. On Kubernetes a round runs at most `target.maxParallel` nodes at once (maxParallel // 2 pairs a
+batch, the batches one after another, as the per-node phase), so past maxParallel nodes a round takes
+ceil(pairs of the round / (maxParallel // 2)) batches: the stage grows with pairs / (maxParallel // 2), not with
+rounds. Both are printed. The time of one batch is an input (`--per-round`, seconds: the pods' start,
+ib_write_bw's connection setup and its timed repetitions); the schedule and the isolation are measured.
 """
 
 from __future__ import annotations
@@ -25,15 +28,26 @@ def _hms(seconds: float) -> str:
     return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
 
 
+def batches(nodes: int, max_parallel: int) -> int:
+    """How many batches one round of `nodes` runs in, at most `max_parallel` nodes busy at once
+    (measure/targets/kubernetes/target.py measure_fabrics)."""
+    pairs = nodes // 2
+    return max(1, -(-pairs // max(1, max_parallel // 2)))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--rails", type=int, default=8)
-    ap.add_argument("--per-round", type=float, default=20.0, help="seconds one round takes on the cluster")
+    ap.add_argument("--per-round", type=float, default=20.0, help="seconds one batch of pairs takes on the cluster")
+    ap.add_argument("--max-parallel", type=int, default=32, help="target.maxParallel (Kubernetes; default 32)")
     args = ap.parse_args()
-    head = f"stage at {args.per_round:g} s a round"
-    print(f"| nodes | rounds | pairs per rail | {head} | schedule | isolation, one clean rail | one faulty rail |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    head = f"stage at {args.per_round:g} s a round, maxParallel >= nodes"
+    cap = f"stage at maxParallel {args.max_parallel}"
+    print(
+        f"| nodes | rounds | pairs per rail | {head} | {cap} | schedule | isolation, one clean rail | one faulty rail |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.nodes:
         nodes = [f"node-{i:04d}" for i in range(n)]
         racks = {node: f"rack-{i // 32}" for i, node in enumerate(nodes)}
@@ -59,8 +73,9 @@ def main() -> int:
         assert list(iso.racks) == [tuple(sorted(bad))], iso.racks
         assert list(iso.nodes) == [nodes[1]], iso.nodes
         stage = round_count(n) * args.per_round
+        capped = stage * batches(n, args.max_parallel)
         print(
-            f"| {n} | {round_count(n)} | {pair_count(n):,} | {_hms(stage)} | {t_schedule:.2f} s | "
+            f"| {n} | {round_count(n)} | {pair_count(n):,} | {_hms(stage)} | {_hms(capped)} | {t_schedule:.2f} s | "
             f"{t_isolate:.2f} s | {t_faulty:.2f} s |"
         )
     print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from gpucert.measure.probes.fabric_gdr import CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, gpu_dmabuf, nic_dmabuf
+from gpucert.measure.probes.fabric_gdr import (
+    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED,
+    NO_DEVICE,
+    gpu_dmabuf,
+    nic_dmabuf,
+    nic_dmabuf_facts,
+)
 
 
 class Verbs:
@@ -36,6 +42,17 @@ def test_an_adapter_supports_dmabuf_when_only_the_bad_fd_is_refused() -> None:
         "mlx5_3": None,  # no ibv_reg_dmabuf_mr in this libibverbs, or no protection domain: not asked
     }
     assert nic_dmabuf(Verbs(answers)) == {"mlx5_0": True, "mlx5_1": False, "mlx5_2": False}
+
+
+def test_an_adapter_not_asked_is_said_why_never_a_no() -> None:
+    """rdma-core's libibverbs lists a verbs device only where its character device can be stat'ed
+    (libibverbs/init.c, try_access_device: RDMA_CDEV_DIR "/dev/infiniband" + "/uverbsN"), so a pod without the
+    RDMA device plugin's resource lists none: that is why, recorded, never "no DMA-BUF"."""
+    assert nic_dmabuf_facts(Verbs({})) == ({}, NO_DEVICE)
+    found, why = nic_dmabuf_facts(Verbs({"mlx5_0": errno.EBADF, "mlx5_3": None}))
+    assert found == {"mlx5_0": True}
+    assert why is not None
+    assert why.startswith("mlx5_3: this libibverbs has no ibv_reg_dmabuf_mr")
 
 
 def test_the_gpus_dmabuf_is_cudas_attribute_124(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,3 +92,4 @@ def test_the_real_libibverbs_loads_and_lists_no_adapter_on_a_machine_without_one
     assert verbs.reg is not None
     assert verbs.adapters() == []
     assert nic_dmabuf(verbs) == {}
+    assert nic_dmabuf_facts(verbs) == ({}, NO_DEVICE)

@@ -166,10 +166,33 @@ def test_gdr_from_peer_memory_or_dma_buf_everywhere_and_off_otherwise() -> None:
     assert judge_gdr("n1", dmabuf, hcas, gpus).status is PASS
     old = dmabuf.model_copy(update={"kernel": "5.4.0-200-generic"})
     assert judge_gdr("n1", old, hcas, gpus).status is FAIL
-    off = judge_gdr("n1", GdrFacts(), hcas, gpus)
+    off = judge_gdr("n1", dmabuf.model_copy(update={"dmabuf_nic": {"mlx5_0": True, "mlx5_1": False}}), hcas, gpus)
     assert off.status is FAIL
-    assert "nvidia_peermem is not loaded" in off.message
+    assert off.message == "n1: GPUDirect RDMA is off: nvidia_peermem is not loaded, nor on mlx5_1"
     assert judge_gdr("n1", None, hcas, gpus).status is ERROR
+
+
+def test_gdr_never_off_for_an_answer_never_had_but_an_error_naming_why() -> None:
+    """Issue 25: a probe pod without the RDMA device (/dev/infiniband) cannot ask a NIC for DMA-BUF; that is not a
+    NIC without it. A "no" that was had still fails beside it."""
+    hcas, gpus = ["mlx5_0", "mlx5_1"], [0, 1]
+    why = {"nics": "libibverbs lists no RDMA device in the pod"}
+    unasked = GdrFacts(dmabuf_gpu={0: True, 1: True}, kernel="6.8.0-45-generic", unasked=why)
+    found = judge_gdr("n1", unasked, hcas, gpus)
+    assert found.status is ERROR
+    assert found.message == (
+        "n1: GPUDirect RDMA cannot be judged: nvidia_peermem is not loaded, and DMA-BUF support was not read of "
+        "mlx5_0, mlx5_1: libibverbs lists no RDMA device in the pod"
+    )
+    nothing = judge_gdr("n1", GdrFacts(), hcas, gpus)
+    assert nothing.status is ERROR
+    assert "was not read of GPU [0, 1], mlx5_0, mlx5_1, the kernel release (the probe recorded no reason)" in (
+        nothing.message
+    )
+    refused = unasked.model_copy(update={"dmabuf_gpu": {0: True, 1: False}})
+    assert judge_gdr("n1", refused, hcas, gpus).status is FAIL
+    old = unasked.model_copy(update={"dmabuf_nic": dict.fromkeys(hcas, True), "kernel": "5.4.0-200-generic"})
+    assert judge_gdr("n1", old, hcas, gpus).status is FAIL
 
 
 # ---- fabric.nccl_transport -----------------------------------------------------------------------------------

@@ -186,6 +186,8 @@ class GdrFacts(Model):
     dmabuf_gpu: dict[GpuKey, bool] = Field(default_factory=dict)  # GPU index -> DMA_BUF_SUPPORTED
     dmabuf_nic: dict[str, bool] = Field(default_factory=dict)  # HCA -> ibv_reg_dmabuf_mr supported
     kernel: str | None = None  # uname -r (DMA-BUF for RDMA needs Linux 5.12)
+    # why DMA-BUF was not asked of some of them: "gpus" / "nics" -> the reason (a missing answer is never a "no")
+    unasked: dict[str, str] = Field(default_factory=dict)
 
 
 class NodeFabric(Model):

@@ -260,16 +260,7 @@ def measure(
     folder.evidence_dir.mkdir(exist_ok=True)
     stack = folder.read_stack()
     pools = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names)
-    measure_plan = MeasurePlan(
-        run_id=folder.id,
-        probes=tuple(spec.certify.probes),
-        dcgm_level=spec.certify.dcgm.level,
-        samples=spec.certify.planned_samples(),
-        gpus={n: pools.gpus_per_node(n) for n in pools.placed},
-        fabric=any(p.fabric is not None for p in spec.pools),
-        rails=rails_plan(spec),
-        pools={n: p for n in pools.placed if (p := pools.name_of(n)) is not None},
-    )
+    measure_plan = plan_of(spec, folder.id, pools)
 
     collected: list[str] = [
         n for n in peers if (ev := folder.read_evidence(n)) is not None and ev.collected and ev.gpus
@@ -336,6 +327,21 @@ def attach_windows(folder: RunFolder, docs: list[FabricEvidence]) -> None:
         if ev is None or ev.fabric is None or ev.fabric.counters is not None or merged is None:
             continue
         folder.write_evidence(ev.model_copy(update={"fabric": ev.fabric.model_copy(update={"counters": merged})}))
+
+
+def plan_of(spec: ClusterSpec, run_id: str, pools: PoolMap) -> MeasurePlan:
+    """What every node's pods measure: the probes, and per node its pool's GPU count, rails and RDMA resource."""
+    return MeasurePlan(
+        run_id=run_id,
+        probes=tuple(spec.certify.probes),
+        dcgm_level=spec.certify.dcgm.level,
+        samples=spec.certify.planned_samples(),
+        gpus={n: pools.gpus_per_node(n) for n in pools.placed},
+        fabric=any(p.fabric is not None for p in spec.pools),
+        rails=rails_plan(spec),
+        pools={n: p for n in pools.placed if (p := pools.name_of(n)) is not None},
+        rdma={p.name: p.fabric.rails.resource for p in spec.pools if p.fabric is not None and p.fabric.rails.resource},
+    )
 
 
 def rails_plan(spec: ClusterSpec) -> dict[str, FabricRails]:

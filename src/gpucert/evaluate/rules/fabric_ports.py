@@ -230,22 +230,41 @@ def _kernel_at_least(release: str | None, want: tuple[int, int]) -> bool:
 
 def judge_gdr(node: str, gdr: GdrFacts | None, hcas: list[str], gpus: list[int]) -> Finding:
     """`fabric.gdr`: GPUDirect RDMA is available as NCCL decides it: a peer-memory module, or DMA-BUF on every GPU
-    and every rail's NIC (Linux 5.12 or later)."""
+    and every rail's NIC (Linux 5.12 or later). A DMA-BUF answer that was never had (not asked, as in a pod without
+    the RDMA device) is an error naming why, never "off"; a "no" that was had, or an old kernel, is off."""
     check = "fabric.gdr"
     if gdr is None:
         return Finding(check, ERROR, node, None, f"{node}: the GPUDirect RDMA facts were not read")
     if gdr.peermem:
         version = f" {gdr.peermem_version}" if gdr.peermem_version else ""
         return Finding(check, PASS, node, None, f"{node}: peer memory{version} ({', '.join(gdr.peermem)})")
-    no_gpu = [g for g in gpus if not gdr.dmabuf_gpu.get(g)]
-    no_nic = [h for h in hcas if not gdr.dmabuf_nic.get(h)]
+    no_gpu = [g for g in gpus if gdr.dmabuf_gpu.get(g) is False]
+    no_nic = [h for h in hcas if gdr.dmabuf_nic.get(h) is False]
     kernel = _kernel_at_least(gdr.kernel, (5, 12))
-    if not no_gpu and not no_nic and kernel:
+    old = gdr.kernel is not None and not kernel and re.match(r"\d+\.\d+", gdr.kernel) is not None
+    if not no_gpu and not no_nic and not old:
+        unasked = _gdr_unasked(gdr, hcas, gpus)
+        if unasked:
+            message = f"{node}: GPUDirect RDMA cannot be judged: nvidia_peermem is not loaded, and {unasked}"
+            return Finding(check, ERROR, node, None, message)
         return Finding(check, PASS, node, None, f"{node}: DMA-BUF on every GPU and NIC (kernel {gdr.kernel})")
     why = [f"no DMA-BUF on GPU {no_gpu}" if no_gpu else "", f"nor on {', '.join(no_nic)}" if no_nic else ""]
     why.append("" if kernel else f"kernel {gdr.kernel} (DMA-BUF needs 5.12)")
     message = f"{node}: GPUDirect RDMA is off: nvidia_peermem is not loaded, {'; '.join(w for w in why if w)}"
     return Finding(check, FAIL, node, None, message, observed="off", expected="peermem or DMA-BUF")
+
+
+def _gdr_unasked(gdr: GdrFacts, hcas: list[str], gpus: list[int]) -> str:
+    """What of DMA-BUF was never answered (GPUs, rail NICs, the kernel), with the probe's reasons; "" if all was."""
+    gpu = [g for g in gpus if g not in gdr.dmabuf_gpu]
+    nic = [h for h in hcas if h not in gdr.dmabuf_nic]
+    kernel = "" if re.match(r"\d+\.\d+", gdr.kernel or "") else "the kernel release"
+    said = [f"GPU {gpu}" if gpu else "", ", ".join(nic), kernel]
+    if not any(said):
+        return ""
+    whys = [gdr.unasked[k] for k in ("gpus" if gpu else "", "nics" if nic else "") if k in gdr.unasked]
+    because = f": {'; '.join(whys)}" if whys else " (the probe recorded no reason)"
+    return f"DMA-BUF support was not read of {', '.join(s for s in said if s)}{because}"
 
 
 def judge_firmware(node: str, firmware: dict[str, str | None], pin: str | None, majority: str | None) -> Finding:

@@ -18,7 +18,15 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-__all__ = ["CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED", "LibVerbs", "Verbs", "gpu_dmabuf", "nic_dmabuf"]
+__all__ = [
+    "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED",
+    "NO_DEVICE",
+    "LibVerbs",
+    "Verbs",
+    "gpu_dmabuf",
+    "nic_dmabuf",
+    "nic_dmabuf_facts",
+]
 
 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124  # cuda.h, CUdevice_attribute (CUDA 11.7 and later)
 UNSUPPORTED = (errno.EOPNOTSUPP, errno.EPROTONOSUPPORT)
@@ -52,16 +60,36 @@ class Verbs(Protocol):
 
 def nic_dmabuf(verbs: Verbs | None = None) -> dict[str, bool]:
     """Each RDMA adapter's DMA-BUF support, as NCCL decides it."""
+    return nic_dmabuf_facts(verbs)[0]
+
+
+NO_DEVICE = (
+    "libibverbs lists no RDMA device in the pod: /dev/infiniband/uverbs* is not there (rdma-core opens the verbs "
+    "devices there; the RDMA device plugin puts them in a pod that requests the pool's fabric.rails.resource)"
+)
+
+
+def nic_dmabuf_facts(verbs: Verbs | None = None) -> tuple[dict[str, bool], str | None]:
+    """Each RDMA adapter's DMA-BUF support, as NCCL decides it, and why any adapter was not asked (None: every
+    one listed was)."""
     try:
         verbs = verbs if verbs is not None else LibVerbs()
-    except OSError:  # no libibverbs in the image: the preflight's rdma step says so
-        return {}
-    found = {}
-    for name, device in verbs.adapters():
+    except OSError as exc:  # no libibverbs in the image: the preflight's rdma step says so
+        return {}, f"libibverbs could not be loaded: {exc}"
+    adapters = verbs.adapters()
+    if not adapters:
+        return {}, NO_DEVICE
+    found, unasked = {}, []
+    for name, device in adapters:
         code = verbs.dmabuf_errno(device)
-        if code is not None:
+        if code is None:
+            unasked.append(name)
+        else:
             found[name] = code not in UNSUPPORTED
-    return found
+    if not unasked:
+        return found, None
+    why = "this libibverbs has no ibv_reg_dmabuf_mr (rdma-core 34+), or no protection domain could be had"
+    return found, f"{', '.join(unasked)}: {why}"
 
 
 class LibVerbs:

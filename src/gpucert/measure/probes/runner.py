@@ -35,7 +35,7 @@ from gpucert.measure.probes.between_gpus import between_gpus
 from gpucert.measure.probes.boards import start_in_board_order
 from gpucert.measure.probes.deadline import dcgm_seconds
 from gpucert.measure.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
-from gpucert.measure.probes.fabric_gdr import gpu_dmabuf, nic_dmabuf
+from gpucert.measure.probes.fabric_gdr import gpu_dmabuf, nic_dmabuf_facts
 from gpucert.measure.probes.fabric_sysfs import read_node_fabric
 from gpucert.measure.probes.node_run import NodeRun
 from gpucert.measure.probes.per_gpu import open_devices, per_gpu
@@ -163,15 +163,25 @@ def _fabric(node: NodeRun) -> NodeFabric | None:
     buses = {i: g.pci_bus_id for i, g in node.gpus.items() if g.pci_bus_id}
     fabric = node.rec.attempt("fabric", lambda: read_node_fabric(root, buses))
     if fabric is not None and fabric.gdr is not None:
-        dmabuf = {
-            "dmabuf_gpu": gpu_dmabuf(sorted(node.gpus)) if node.plan.device == "cupy" else {},
-            "dmabuf_nic": nic_dmabuf(),
-            "kernel": platform.release(),
-        }
-        fabric = fabric.model_copy(update={"gdr": fabric.gdr.model_copy(update=dmabuf)})
+        fabric = fabric.model_copy(update={"gdr": fabric.gdr.model_copy(update=_dmabuf(node))})
     if fabric is not None:
         node.emit("fabric", fabric)
     return fabric
+
+
+def _dmabuf(node: NodeRun) -> dict[str, object]:
+    """DMA-BUF asked of the GPUs and the NICs, with why any of them was not asked (never a guessed "no")."""
+    on_gpu = node.plan.device == "cupy"
+    gpus = gpu_dmabuf(sorted(node.gpus)) if on_gpu else {}
+    nics, nic_why = nic_dmabuf_facts()
+    unasked = {"nics": nic_why} if nic_why else {}
+    if len(gpus) < len(node.gpus):
+        unasked["gpus"] = (
+            "CuPy could not be imported, or the driver does not know CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED (CUDA 11.7+)"
+            if on_gpu
+            else "the probe ran on the NumPy device (no CUDA to ask)"
+        )
+    return {"dmabuf_gpu": gpus, "dmabuf_nic": nics, "kernel": platform.release(), "unasked": unasked}
 
 
 def _identify(node: NodeRun, count: int) -> SystemFacts:

@@ -33,11 +33,20 @@ class MeasurePlan:
     # pods measure its own pool's rails, pairs are of one pool
     rails: Mapping[str, FabricRails] = field(default_factory=dict)
     pools: Mapping[str, str] = field(default_factory=dict)
+    # each fabric pool's RDMA device plugin resource (its rails.resource): what a pod touching its NICs requests
+    rdma: Mapping[str, str] = field(default_factory=dict)
 
     def rails_for(self, node: str) -> FabricRails | None:
         """The rails of the node's pool (None: its pool has no fabric section, or the node is in no pool)."""
         pool = self.pools.get(node)
         return self.rails.get(pool) if pool is not None else None
+
+    def rdma_for(self, node: str, fallback: Mapping[str, str]) -> dict[str, str]:
+        """What a pod on `node` that touches its pool's NICs requests: one of its pool's RDMA device plugin resource
+        (rails.resource, which puts /dev/infiniband in the container), else `fallback` (target.fabricResources)."""
+        pool = self.pools.get(node)
+        resource = self.rdma.get(pool) if pool is not None else None
+        return {resource: "1"} if resource else dict(fallback)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -3,7 +3,8 @@
 One Indexed Job per group of nodes (a pod per node, held to the chosen nodes by node affinity and to one per node
 by anti-affinity) with a headless Service, so process 0 answers at `<job>-0.<service>` for the rendezvous; process
 0's log carries the multi-node evidence. What NCCL needs to use the fabric from inside a pod:
-- the RDMA device plugin's resource (`target.fabricResources`), which puts /dev/infiniband in the pod;
+- the RDMA device plugin's resource (the pool's `fabric.rails.resource`, else `target.fabricResources`), which puts
+  /dev/infiniband (the verbs devices libibverbs opens) in the pod;
 - with RDMA, IPC_LOCK, to pin (register) the buffers the adapters read and write: Linux grants an added capability
   only to root in a container, so this pod then runs as root with every other capability dropped (Pod Security
   `privileged`; without RDMA or the host's network it meets `restricted`, as the probe pods do);
@@ -63,18 +64,30 @@ class FabricJobs(ProbeJobs):
         if pool is not None and pool in self.plan.rails:
             args += ["--pool", pool]  # the pool's rails (the plan's pool_rails): its own HCAs, never another's
         rank = {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}
+        rdma = self.rdma_of(nodes)
         pod = self.probe_pod(
             name,
             args,
             env=[{"name": "RANK", "valueFrom": rank}],
-            limits=t.fabric_resources,
+            limits=rdma,
             ports=[{"name": "rendezvous", "containerPort": DEFAULT_PORT}],
+            gpus=self.gpus_of(nodes),
         )
-        pod["containers"][0]["securityContext"] = fabric_security(t)
+        pod["containers"][0]["securityContext"] = fabric_security(t, rdma=bool(rdma))
         if t.fabric_host_network:
             pod["hostNetwork"] = True
             pod["dnsPolicy"] = "ClusterFirstWithHostNet"  # the rendezvous name is a cluster DNS name
         return pod
+
+    def gpus_of(self, nodes: list[str]) -> int:
+        """The GPUs each pod of a collective across `nodes` requests: their pool's count (a collective is of one
+        pool; should its nodes' pools differ, the least of them, which every node has)."""
+        return min((self.gpus_for(n) for n in nodes), default=self.gpus_per_node)
+
+    def rdma_of(self, nodes: list[str]) -> dict[str, str]:
+        """The RDMA resource each pod of a collective across `nodes` requests: their pool's rails.resource, else
+        target.fabricResources."""
+        return self.plan.rdma_for(nodes[0], self.cluster.options.fabric_resources) if nodes else {}
 
     def fabric_bodies(
         self, name: str, nodes: list[str], owner_uid: str, rendezvous: str | None = None
@@ -130,7 +143,7 @@ class FabricJobs(ProbeJobs):
             started=t,
             finished=t,
             nodes=run.nodes,
-            gpus_per_node=self.gpus_per_node,
+            gpus_per_node=self.gpus_of(run.nodes),
             collected=False,
             errors=[ProbeError(probe="nccl", message=message)],
         )
@@ -232,7 +245,7 @@ class FabricJobs(ProbeJobs):
         runs: dict[str, _FabricRun] = {}
         said = self.fabric_refused(groups[0]) if groups else ""
         if said:  # admission refuses the all-reduce pods: every group's error, at once, and nothing created
-            level = fabric_level(self.cluster.options)[0]
+            level = fabric_level(self.cluster.options, rdma=bool(self.rdma_of(groups[0])))[0]
             message = admission_fix(said, self.ns, level, "the all-reduce pods")
             for nodes in groups:
                 runs[",".join(nodes)] = run = _FabricRun(name="", nodes=nodes, created=self.clock())

@@ -224,8 +224,15 @@ class ProbeJobs:
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [on_node]}}
         }
         meta = self.owned_meta(name, self.cm_name, owner_uid, labels, **{"gpucert.io/node": node})
-        pod = {"affinity": affinity, **self.probe_pod(self.cm_name, gpus=self.gpus_for(node))}
+        pod = {"affinity": affinity, **self.probe_pod(self.cm_name, gpus=self.gpus_for(node), limits=self.nics(node))}
         return self.job(meta, labels, pod, self.deadline_for(node))
+
+    def nics(self, node: str) -> dict[str, str] | None:
+        """The probe pod's RDMA resource, on a node of a fabric pool: it reads the NICs' DMA-BUF support
+        (fabric.gdr), which libibverbs asks through /dev/infiniband, there only where the device plugin put it."""
+        if not self.plan.fabric or self.plan.rails_for(node) is None:
+            return None
+        return self.plan.rdma_for(node, self.cluster.options.fabric_resources) or None
 
     def gpus_for(self, node: str) -> int:
         """All the GPUs the node's pool expects (several pools may expect different counts)."""

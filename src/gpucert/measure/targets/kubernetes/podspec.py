@@ -73,19 +73,22 @@ def spec_tolerations(spec: ClusterSpec) -> list[dict[str, str]]:
     return out
 
 
-def fabric_level(options: KubernetesTargetSpec) -> tuple[str, str]:
-    """The Pod Security level the all-reduce pods need, and why."""
+def fabric_level(options: KubernetesTargetSpec, rdma: bool | None = None) -> tuple[str, str]:
+    """The Pod Security level the all-reduce pods need, and why (`rdma`: they request an RDMA resource; by default
+    when target.fabricResources names one)."""
     why = []
-    if options.fabric_resources:
-        why.append("IPC_LOCK for RDMA (target.fabricResources)")
+    if options.fabric_resources if rdma is None else rdma:
+        named = "target.fabricResources" if rdma is None else "the pool's fabric.rails.resource"
+        why.append(f"IPC_LOCK for RDMA ({named})")
     if options.fabric_host_network:
         why.append("hostNetwork (target.fabricHostNetwork)")
     return ("privileged", " and ".join(why)) if why else ("restricted", "")
 
 
-def fabric_security(options: KubernetesTargetSpec) -> dict[str, Any]:
-    """The all-reduce container's securityContext: the probe's, or root with IPC_LOCK alone for RDMA."""
-    if not options.fabric_resources:
+def fabric_security(options: KubernetesTargetSpec, rdma: bool | None = None) -> dict[str, Any]:
+    """The all-reduce container's securityContext: the probe's, or root with IPC_LOCK alone for RDMA (`rdma`: it
+    requests an RDMA resource; by default when target.fabricResources names one)."""
+    if not (options.fabric_resources if rdma is None else rdma):
         return dict(RESTRICTED_CONTAINER)
     return {
         "runAsUser": 0,

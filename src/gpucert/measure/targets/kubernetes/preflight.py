@@ -157,8 +157,8 @@ class Preflight:
         labels = (obj.get("metadata") or {}).get("labels") or {}
         enforce = labels.get(PSA_LABEL, "")  # "": the cluster's default (its AdmissionConfiguration), unknown here
         kinds = [("the probe pods", "restricted", self.probe_pod())]
-        if self.spec.certify.multinode is not None:
-            level, why = fabric_level(self.t)
+        if self.spec.certify.multinode is not None or self._pool_rdma():
+            level, why = fabric_level(self.t, rdma=True if self._pool_rdma() else None)
             kinds.append((f"the all-reduce pods{f' ({why})' if why else ''}", level, self.fabric_pod()))
         for what, level, pod in kinds:
             self.admits(what, level, enforce, pod, dry_run)
@@ -168,17 +168,23 @@ class Preflight:
             self.t, spec_tolerations(self.spec), "gpucert-preflight", self.spec.pools[0].expect.gpus_per_node
         )
 
+    def _pool_rdma(self) -> dict[str, str]:
+        """The first fabric pool's RDMA resource request (its pairs' pods carry it), {} where none names one."""
+        named = next((p.fabric.rails.resource for p in self.spec.pools if p.fabric and p.fabric.rails.resource), None)
+        return {named: "1"} if named else {}
+
     def fabric_pod(self) -> dict[str, Any]:
         from gpucert.measure.targets.kubernetes.podspec import fabric_security
 
+        limits = self._pool_rdma() or self.t.fabric_resources
         pod = pod_spec(
             self.t,
             spec_tolerations(self.spec),
             "gpucert-preflight",
             self.spec.pools[0].expect.gpus_per_node,
-            limits=self.t.fabric_resources,
+            limits=limits,
         )
-        pod["containers"][0]["securityContext"] = fabric_security(self.t)
+        pod["containers"][0]["securityContext"] = fabric_security(self.t, rdma=bool(limits))
         if self.t.fabric_host_network:
             pod["hostNetwork"] = True
         return pod
