@@ -63,9 +63,13 @@ def _record_problem(
 def _hca_problem(r: RdmaBandwidth, hca: Callable[[str, int], str | None]) -> str | None:
     for node, port in ((r.client, r.client_hca), (r.server, r.server_hca)):
         want = hca(node, r.rail)
-        if want is not None and port != want:
+        if port != want and want is not None:
             return f"{r.client} + {r.server} on rail {r.rail}: {node}'s end is {port}, not the rail's {want}"
     return None
+
+
+def _inside(client: str, server: str, doc: Sequence[str], inside: Collection[str]) -> list[str]:
+    return [n for n in dict.fromkeys((client, server, *doc)) if n in inside]
 
 
 def check_schedule(
@@ -81,28 +85,44 @@ def check_schedule(
     an unmeasured member is believed, not required); `hca(node, rail)`: the port key the rail uses on the node
     (None: not known, its fabric.port finding says why). Records naming no node of the pool are another pool's."""
     out = Schedule(kept={r: [] for r in range(rails)})
+    known: dict[tuple[str, int], str | None] = {}
+
+    def port_of(node: str, rail: int) -> str | None:  # asked twice a record: 8 million times at 1,024 x 8
+        key = (node, rail)
+        if key not in known:
+            known[key] = hca(node, rail)
+        return known[key]
+
     inside = set(members)
     seen: dict[int, dict[str, set[str]]] = {r: {} for r in range(rails)}
     for doc, r in records:
-        mine = [n for n in dict.fromkeys((r.client, r.server, *doc)) if n in inside]
-        if not mine:
-            continue
-        why = _record_problem(doc, r, pool, inside, rails)
+        client, server, rail = r.client, r.server, r.rail
+        if client not in inside and server not in inside and not any(n in inside for n in doc):
+            continue  # another pool's pair
+        fits = client != server and client in inside and server in inside and 0 <= rail < rails
+        why = None if fits and {client, server} == set(doc) else _record_problem(doc, r, pool, inside, rails)
         if why is not None:
-            out._add(mine, [r.rail] if 0 <= r.rail < rails else range(rails), why)
+            out._add(_inside(client, server, doc, inside), [rail] if 0 <= rail < rails else range(rails), why)
             continue
-        why = _hca_problem(r, hca)
-        if why is None and r.server in seen[r.rail].get(r.client, ()):
-            why = f"{r.client} + {r.server} is measured more than once on rail {r.rail}"
+        peers = seen[rail].setdefault(client, set())
+        if r.client_hca != port_of(client, rail) or r.server_hca != port_of(server, rail):
+            why = _hca_problem(r, port_of)
+        if why is None and server in peers:
+            why = f"{client} + {server} is measured more than once on rail {rail}"
         if why is not None:
-            out._add(mine, [r.rail], why)
+            out._add(_inside(client, server, doc, inside), [rail], why)
             continue
-        seen[r.rail].setdefault(r.client, set()).add(r.server)
-        seen[r.rail].setdefault(r.server, set()).add(r.client)
-        out.kept[r.rail].append(r)
-    order = [n for n in members if n in measured]
+        peers.add(server)
+        seen[rail].setdefault(server, set()).add(client)
+        out.kept[rail].append(r)
+    _missing(out, seen, [n for n in members if n in measured])
+    return out
+
+
+def _missing(out: Schedule, seen: dict[int, dict[str, set[str]]], order: list[str]) -> None:
+    """Each measured node's scheduled pairs that are not there, by rail (`order`: the measured nodes)."""
     scheduled = set(order)
-    for rail in range(rails):
+    for rail in seen:
         for node in order:
             peers = seen[rail].get(node, set())
             if len(peers & scheduled) == len(order) - 1:  # the common case, in C: 1,024 nodes x 8 rails
@@ -110,4 +130,3 @@ def check_schedule(
             missing = [n for n in order if n != node and n not in peers]
             why = f"no pair with {_listed(missing)} ({len(missing)} of its {len(order) - 1} scheduled pairs)"
             out._add([node], [rail], why)
-    return out
