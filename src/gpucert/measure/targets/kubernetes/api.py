@@ -21,6 +21,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -158,10 +159,11 @@ class KubeApi:
         # four read timeouts per try, and the "N tries" of our messages untrue
         configuration.retries = False
         try:
-            api = config.new_client_from_config(
-                config_file=kubeconfig, context=context, client_configuration=configuration
-            )
-            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            with _kubeconfig_read(kubeconfig):
+                api = config.new_client_from_config(
+                    config_file=kubeconfig, context=context, client_configuration=configuration
+                )
+                contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
             ctx = next((c for c in contexts if c["name"] == context), active)
             identity = f"user {ctx['context'].get('user', '?')} of context {ctx['name']}"
         except (ConfigException, FileNotFoundError, TypeError) as kube_exc:
@@ -281,6 +283,36 @@ class KubeApi:
         """The client-side timeout of a watch of `seconds`: a hung API server ends the slice, not the run."""
         connect, read = self.timeout_s
         return (connect, seconds + read)
+
+
+@contextmanager
+def _kubeconfig_read(kubeconfig: str) -> Iterator[None]:
+    """A kubeconfig that is not YAML, or not UTF-8 text, as one line naming it (ConfigError, exit 2), not a
+    traceback. The client (kubernetes 37.0.2, config/kube_config.py, KubeConfigMerger.load_config) opens each
+    $KUBECONFIG file as text and hands it to yaml.safe_load, and lets yaml.YAMLError and UnicodeDecodeError out;
+    it catches neither, and neither is its ConfigException. Not a reason to try this pod's service account: the
+    file that was named is broken."""
+    import yaml
+
+    try:
+        yield
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        why = f"it is not YAML ({getattr(exc, 'problem', None) or type(exc).__name__}{where})"
+        raise _broken_kubeconfig(kubeconfig, why) from None
+    except UnicodeDecodeError as exc:
+        raise _broken_kubeconfig(kubeconfig, f"it is not UTF-8 text (byte {exc.start} is not)") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise _broken_kubeconfig(kubeconfig, f"it cannot be read ({exc.strerror})") from None
+
+
+def _broken_kubeconfig(kubeconfig: str, why: str) -> ConfigError:
+    return ConfigError(
+        f"the kubeconfig cannot be used: {why}; fix the file, or point $KUBECONFIG at the cluster's kubeconfig",
+        path=Path(kubeconfig),
+        key="KUBECONFIG",
+    )
 
 
 @dataclass
