@@ -157,10 +157,10 @@ def test_a_node_that_failed_leaves_and_rejoins_with_its_clock_from_zero(tmp_path
     run = _run_dir(tmp_path / "reports")
     progress = json.loads((run / "soak" / "progress.json").read_text(encoding="utf-8"))
     assert progress["round"] == 5
-    assert progress["nodes"]["gpu-node-2"] | {"eta": None} == {
+    assert progress["nodes"]["gpu-node-2"] == {  # issue 26: the 3 rounds it ran (0-2), and no ETA once it left
         "status": "left",
         "pool": "default",
-        "rounds": 0,
+        "rounds": 3,
         "cleanHours": 2.0,
         "leftRound": 2,
         "rejoined": 0,
@@ -229,6 +229,23 @@ def test_the_soak_command_on_the_example(tmp_path: Path, capsys: pytest.CaptureF
     assert "gpu-node-2,3," in rows
     assert "soak.drift.memory.bandwidth" in rows
     assert "soak.xid" in rows
+    # issue 26: a soak's row takes its kind's severity (the XID, hardware, before the drift, performance) and the
+    # board as the rounds read it
+    assert main(["punchlist", str(run), "--format", "json"]) == 1
+    punch = json.loads(capsys.readouterr().out)["rows"]
+    assert [(r["severity"], r["node"], r["gpu"]) for r in punch[:2]] == [
+        ("hardware", "gpu-node-4", 6),
+        ("performance", "gpu-node-2", 3),
+    ]
+    raw = json.loads((run / "soak" / "rounds" / "0000" / "gpu-node-4.json").read_text(encoding="utf-8"))
+    board = next(g for g in raw["gpus"] if g["index"] == 6)
+    assert (punch[0]["serial"], punch[0]["uuid"], punch[0]["pci_bus_id"]) == (
+        board["serial"],
+        board["uuid"],
+        board["pci_bus_id"],
+    )
+    assert punch[0]["serial"]  # the simulated soak's rounds read no PCI bus id
+    assert punch[0]["uuid"]
     assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--resume", str(run)]) == 2
     assert main(["soak", str(ROOT / "examples" / "soak.yaml"), "--duration", "5h", "--round", "2h"]) == 2
     err = capsys.readouterr().err

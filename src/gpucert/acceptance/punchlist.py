@@ -1,12 +1,13 @@
 """The punch list (`gpucert punchlist RUN_DIR`): one row per failing node and GPU, with what a repair ticket needs.
 
-Each row names the node and GPU, the board (serial, UUID, PCI bus id, VBIOS, as the probe read them), every check
-that failed there with what was observed against what was expected (and the limit), the DCGM error ids where DCGM
-gave them, and the evidence file. Rows are sorted by severity: hardware health (NVML health, DCGM diagnostics) before
-a node or GPU that is missing, before performance (against the baseline, or unstable where its peers are not),
-before stragglers, before configuration; within a severity by node in natural order (gpu-node-2 before
-gpu-node-10), then GPU. Figures in CSV and Markdown have 3 significant digits (JSON keeps them as measured).
-Waived findings are not on it (they are accepted, see the verdict); errors are (the check could not be decided).
+Each row names the node and GPU, the board (serial, UUID, PCI bus id, VBIOS, as the probe read them; a soak's as its
+newest round read them), every check that failed there with what was observed against what was expected (and the
+limit), the DCGM error ids where DCGM gave them, and the evidence file. Rows are sorted by severity: hardware health
+(NVML health, DCGM diagnostics) before a node or GPU that is missing, before performance (against the baseline, or
+unstable where its peers are not), before stragglers, before configuration; within a severity by node in natural
+order (gpu-node-2 before gpu-node-10), then GPU. Figures in CSV and Markdown have 3 significant digits (JSON keeps
+them as measured). Waived findings are not on it (they are accepted, see the verdict); errors are (the check could
+not be decided).
 
 Reads a run folder (verdict.json and the evidence) through RunFolder; writes nothing.
 """
@@ -22,11 +23,13 @@ from typing import Any
 
 from gpucert.errors import EvidenceError
 from gpucert.evaluate.rules.fabric_ports import link_of
-from gpucert.measure.evidence import NodeEvidence
+from gpucert.fleet.soak.folder import SoakFolder
+from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.plan.checks import Family, family_of
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.html import natural_key
 from gpucert.report.verdict_model import VerdictFinding, read_verdict
+from gpucert.spec.names import NameError_
 
 __all__ = ["FORMATS", "PunchRow", "figure", "punch_list", "render", "severity_of"]
 
@@ -63,8 +66,27 @@ def figure(value: Any) -> str:
     return f"{rounded:.{max(digits, 0)}f}"
 
 
+# a soak's checks ranked as certify ranks their like: the GPU's health and DCGM (health.*, dcgm.*) hardware, a round
+# that did not measure the node whole (a GPU gone or changed, the pod restarted) missing, drift and baseline
+# performance; another soak.* id is "other"
+SOAK_SEVERITY = {
+    "xid": "hardware",
+    "ecc": "hardware",
+    "remapped_rows": "hardware",
+    "temperature": "hardware",
+    "throttle": "hardware",
+    "dcgm": "hardware",
+    "round": "missing",
+    "restarts": "missing",
+    "drift": "performance",
+    "baseline": "performance",
+}
+
+
 def severity_of(check: str) -> str:
     """The severity class of a failed check (hardware health first)."""
+    if check.startswith("soak."):
+        return SOAK_SEVERITY.get(check.split(".")[1], "other")
     try:
         family = family_of(check)
     except ValueError:
@@ -164,6 +186,23 @@ def _fleet_rows(findings: list[VerdictFinding]) -> list[PunchRow]:
     ]
 
 
+def _soak_board(run_dir: RunFolder, node: str, gpu: int | None) -> GpuEvidence | None:
+    """A soak's board as its newest round that read it recorded it (a soak keeps no certify evidence)."""
+    soak = SoakFolder(run_dir)
+    rounds = soak.path / "rounds"
+    if gpu is None or not rounds.is_dir():
+        return None
+    for index in sorted((int(d.name) for d in rounds.iterdir() if d.name.isdigit()), reverse=True):
+        try:
+            raw = soak.read_raw(index, node)
+        except (EvidenceError, NameError_):
+            continue  # a damaged round tells nothing of the board; an older one may
+        board = next((g for g in raw.gpus if g.index == gpu), None) if raw is not None else None
+        if board is not None:
+            return board
+    return None
+
+
 def punch_list(run_dir: RunFolder) -> list[PunchRow]:
     """The rows of a run's punch list, worst first."""
     verdict = read_verdict(run_dir)
@@ -178,7 +217,7 @@ def punch_list(run_dir: RunFolder) -> list[PunchRow]:
             ev = run_dir.read_evidence(node)
         except EvidenceError:
             ev = None
-        board = ev.gpu(gpu) if ev is not None and gpu is not None else None
+        board = ev.gpu(gpu) if ev is not None and gpu is not None else _soak_board(run_dir, node, gpu)
         path = run_dir.evidence_path(node)
         rows.append(
             PunchRow(

@@ -61,6 +61,7 @@ class NodeSoak:
     left_round: int | None = None
     findings: list[dict[str, Any]] = field(default_factory=list)
     rejoined: int = 0  # times its clock restarted
+    rounds: int = 0  # rounds it ran, the one it left in and those before a rejoin among them
 
 
 class SoakController:
@@ -122,6 +123,7 @@ class SoakController:
     def _apply(self, r: NodeRound, findings: list[dict[str, Any]]) -> None:
         n = self.nodes[r.node]
         assert n.history is not None
+        n.rounds += 1
         if findings:
             n.status, n.left_round, n.findings = LEFT, r.round, findings
             n.clean_hours = r.start_h - n.history.clock_h
@@ -256,7 +258,7 @@ class SoakController:
             n.node: {
                 "status": n.status,
                 "pool": n.pool,
-                "rounds": n.history.rounds if n.history is not None else 0,
+                "rounds": n.rounds,
                 "cleanHours": round(n.clean_hours, 3),
                 "leftRound": n.left_round,
                 "rejoined": n.rejoined,

@@ -53,7 +53,10 @@ def write_soak_metrics(path: Path, run: str, spec: str, progress: Progress, eta_
         "gpucert_soak_node_running", "1 while a node is in the soak, 0 once it left", node_labels, registry=registry
     )
     rounds = Gauge(
-        "gpucert_soak_node_rounds", "rounds a node passed since its clock started", node_labels, registry=registry
+        "gpucert_soak_node_rounds",
+        "rounds a node ran in the soak (the one it left in among them)",
+        node_labels,
+        registry=registry,
     )
     for node, v in progress.nodes.items():
         key = (run, spec, node, str(v["pool"]))
