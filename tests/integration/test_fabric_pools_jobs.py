@@ -103,3 +103,35 @@ def test_each_pools_pods_request_its_own_rdma_resource_and_gpu_count(
             "capabilities" not in container["securityContext"]
             or "add" not in container["securityContext"]["capabilities"]
         )  # the probe pod stays `restricted`: asking for DMA-BUF registers no memory
+
+
+def test_a_soaks_all_reduce_requests_its_pools_rdma_resource(
+    served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The soak's all-reduce across nodes is a fabric pod too: its plan carries each node's pool and the pool's
+    RDMA resource, which the pods request (fabric.py rdma_of), where only target.fabricResources reached it."""
+    from gpucert.fleet.soak import start
+    from gpucert.measure.targets.base import MeasurePlan
+    from gpucert.measure.targets.kubernetes.target import KubernetesTarget
+
+    doc = {
+        "apiVersion": "gpucert.io/v1alpha2",
+        "kind": "ClusterSpec",
+        "metadata": {"name": "fabric-soak"},
+        "target": {"kind": "kubernetes", "context": "fake", "namespace": "gpucert", "image": "r@sha256:" + "c" * 64},
+        "pools": [_pool("infer", H200, 2, 4, "H200-SXM-141GB.yaml", INFER_RDMA)],
+        "certify": {"probes": ["health"], "multinode": {}},
+        "soak": {"duration": "1s", "round": "1s", "probes": ["health", "nccl"]},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    spec = load_spec(tmp_path / "spec.yaml")
+    assert spec.soak is not None
+    seen: list[MeasurePlan] = []
+    monkeypatch.setattr(KubernetesTarget, "measure_fabrics", lambda self, groups, plan: seen.append(plan) or [])
+    nodes = [{"node": "gpu-03", "pool": "infer"}, {"node": "gpu-04", "pool": "infer"}]
+    soak = start._round_target(spec, spec.soak, "run-1", nodes)
+    with pytest.raises(ValueError, match="not enough values"):  # the patched target returns no document
+        soak.fabric_round(["gpu-03", "gpu-04"], 0, 0.0, 1.0)
+    [plan] = seen
+    assert plan.rdma_for("gpu-03", {}) == {INFER_RDMA: "1"}
+    assert plan.gpus == {"gpu-03": 4, "gpu-04": 4}

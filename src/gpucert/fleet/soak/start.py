@@ -47,7 +47,11 @@ def _round_target(
 
         # a probe pod, and a process of the all-reduce, requests every GPU its node's pool expects
         gpus = {n["node"]: spec.pool(n["pool"]).expect.gpus_per_node for n in nodes if n["pool"] is not None}
-        return KubernetesSoak(KubernetesTarget.from_spec(spec), soak.probes, run_id, soak.round_s, gpus)
+        # and the all-reduce's pods request their pool's RDMA resource (rails.resource, else fabricResources)
+        pools = {n["node"]: n["pool"] for n in nodes if n["pool"] is not None}
+        rdma = {p.name: p.fabric.rails.resource for p in spec.pools if p.fabric is not None and p.fabric.rails.resource}
+        target = KubernetesTarget.from_spec(spec)
+        return KubernetesSoak(target, soak.probes, run_id, soak.round_s, gpus, pools=pools, rdma=rdma)
     if not isinstance(spec.target, SimulatedTargetSpec):
         raise ConfigError(
             f"a soak runs rounds on a cluster: a {spec.target.kind} target has none; use a kubernetes or simulated "

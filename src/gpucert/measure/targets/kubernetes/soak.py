@@ -46,12 +46,19 @@ class KubernetesSoak:
         run_id: str,
         round_s: float,
         gpus: Mapping[str, int] | None = None,
+        *,
+        pools: Mapping[str, str] | None = None,
+        rdma: Mapping[str, str] | None = None,
     ) -> None:
         self.target = target
         self.probes = tuple(Probe(p) for p in probes)
         self.run_id = run_id
         self.round_s = round_s
         self.gpus = dict(gpus or {})  # the GPUs each node's pool expects (a pod requests them all)
+        self.pools = dict(pools or {})  # each node's pool
+        self.rdma = dict(
+            rdma or {}
+        )  # each fabric pool's RDMA resource (its rails.resource): the all-reduce requests it
         self._marked: set[str] = set()
         self._round_ends = 0.0  # when the round run_round began ends (time.monotonic)
 
@@ -126,7 +133,9 @@ class KubernetesSoak:
         node, with its watchdog; its bus bandwidth at the largest size is the round's figure."""
         if len(nodes) < 2:
             return FabricRound(index, start_h, end_h, tuple(nodes), None, (), ("fewer than two nodes run",))
-        plan = MeasurePlan(run_id=self.run_id, probes=(Probe.NCCL,), dcgm_level=1, gpus=self.gpus)
+        plan = MeasurePlan(
+            run_id=self.run_id, probes=(Probe.NCCL,), dcgm_level=1, gpus=self.gpus, pools=self.pools, rdma=self.rdma
+        )
         (fabric,) = self.target.measure_fabrics([list(nodes)], plan)
         return fabric_as_round(fabric, index, start_h, end_h)
 
