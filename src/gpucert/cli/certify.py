@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,6 +147,34 @@ class _KeepVerdict:
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.verdict = config.stash.get(WRITTEN, None)
+
+    config: pytest.Config | None = None
+
+    def pytest_configure(self, config: pytest.Config) -> None:
+        self.config = config
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Generator[None, None, None]:
+        """Ctrl-C stays an interrupted session (exit 3, its INCOMPLETE verdict printed), even when pytest fails to
+        describe it. pytest 9.1.1's TerminalReporter.pytest_keyboard_interrupt (terminal.py) renders the interrupt
+        with excinfo.getrepr(), which raises TypeError (_code/code.py TracebackEntry.lineno: tb_lineno is None)
+        when the interrupt landed in a hook wrapper's teardown (pytest-html 4.2.0's pytest_runtest_makereport);
+        raised in wrap_session's `except KeyboardInterrupt` (main.py), it left pytest.main as a traceback and exit
+        1. The reporter is then given a plain interrupt to describe: its session summary needs one."""
+        try:
+            yield
+        except Exception:
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter") if self.config else None
+            if reporter is not None:
+                reporter.pytest_keyboard_interrupt(_plain_interrupt())
+        return None
+
+
+def _plain_interrupt() -> pytest.ExceptionInfo[BaseException]:
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        return pytest.ExceptionInfo.from_current()
 
 
 def _styled(text: str, style: str | None) -> str:

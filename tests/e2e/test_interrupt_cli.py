@@ -1,0 +1,56 @@
+"""Ctrl-C during evaluation is exit 3 and one line, even where pytest cannot describe the interrupt.
+
+A hostile-input sweep (SIGINT 5.9 s into `gpucert certify`, once in ~35 tries) saw a 130-line traceback and exit 1:
+the interrupt landed in pytest-html 4.2.0's pytest_runtest_makereport hook wrapper, and pytest 9.1.1's
+TerminalReporter.pytest_keyboard_interrupt (terminal.py: excinfo.getrepr(funcargs=True)) then raised TypeError
+('NoneType' - 'int' in _code/code.py TracebackEntry.lineno, tb_lineno None) inside wrap_session's
+`except KeyboardInterrupt` (main.py). Both are injected here at that point, not by timing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from _pytest.terminal import TerminalReporter
+
+from gpucert.cli.main import main
+
+from .conftest import fleet_doc, spec_doc
+
+
+class _InterruptFirstCheck:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown":
+            raise KeyboardInterrupt
+
+
+_describe = TerminalReporter.pytest_keyboard_interrupt
+
+
+def _undescribable(self: TerminalReporter, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    """pytest's own, failing as it does on an interrupt whose traceback has an entry without a line."""
+    if any(e.name == "pytest_runtest_logreport" for e in excinfo.traceback):
+        raise TypeError("unsupported operand type(s) for -: 'NoneType' and 'int'")  # code.py, tb_lineno None
+    _describe(self, excinfo)
+
+
+def test_an_interrupt_pytest_cannot_describe_is_exit_3_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=1, gpus=1)))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_doc()))
+    real_main = pytest.main
+
+    def interrupted_main(args: list[str], plugins: list[object] | None = None) -> int:
+        return real_main(args, plugins=[*(plugins or []), _InterruptFirstCheck()])
+
+    monkeypatch.setattr(pytest, "main", interrupted_main)
+    monkeypatch.setattr(TerminalReporter, "pytest_keyboard_interrupt", _undescribable)
+    code = main(["certify", str(tmp_path / "spec.yaml"), "--reports", str(tmp_path / "reports"), "--skip-preflight"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("gpucert: error: interrupted during evaluation")
+    (run,) = (tmp_path / "reports").iterdir()
+    assert '"result": "incomplete"' in (run / "verdict.json").read_text()
