@@ -294,6 +294,17 @@ def test_an_image_without_the_rdma_tools_is_the_preflight_finding(
     assert "deploy/Dockerfile" in fix
 
 
+def test_an_image_without_ibv_devinfo_names_it_and_its_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fabric.port's MTU is ibv_devinfo's (port sysfs has none): an image with perftest but without rdma-core's
+    ibverbs-utils (the Debian/Ubuntu package whose debian/ibverbs-utils.install ships usr/bin/ibv_devinfo) fails."""
+    fake_tools(tmp_path, monkeypatch, "      --use_cuda=<cuda device id> Use CUDA specific device", ("ib_write_bw",))
+    ok, detail, fix = only(fabric_only(tmp_path), "rdma")
+    assert not ok
+    assert detail == "FileNotFoundError: ibv_devinfo not found on PATH"
+    assert fix is not None
+    assert "ibverbs-utils" in fix
+
+
 def test_perftest_without_cuda_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_tools(tmp_path, monkeypatch, "      --tclass=<value>  Set the Traffic Class", preflight.RDMA_TOOLS)
     ok, detail, _ = only(fabric_only(tmp_path), "rdma")

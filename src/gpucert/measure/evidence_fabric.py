@@ -98,6 +98,7 @@ class HcaPort(Model):
     netdev: str | None = None  # the port's network interface (RoCE's Ethernet port; IPoIB on InfiniBand)
     netdev_mtu: int | None = None  # /sys/class/net/<netdev>/mtu: bounds RoCE's MTU
     active_mtu: int | None = None  # the port's active MTU in bytes (ibv_devinfo's active_mtu), None: not read
+    max_mtu: int | None = None  # the largest MTU the port supports in bytes (ibv_devinfo's max_mtu), None: not read
     gids: list[GidEntry] = Field(default_factory=list)  # non-zero GID table entries (RoCE)
     gid_index: int | None = None  # the GID index the RDMA traffic was told to use (NCCL_IB_GID_INDEX), None: default
     unreadable: dict[str, str] = Field(default_factory=dict)  # sysfs file -> why it could not be read

@@ -5,8 +5,9 @@ tests), so the probe reads the node it runs on and the tests a tree they built; 
 The files and their formats are the kernel's (drivers/infiniband/core/sysfs.c): `state` "4: ACTIVE",
 `phys_state` "5: LinkUp", `rate` "400 Gb/sec (4X NDR)" ("%d%s Gb/sec (%dX%s)"), `link_layer` InfiniBand or
 Ethernet, and a counter the adapter cannot report reads "N/A (no PMA)". The PCIe relation of a GPU and an HCA is
-derived from where /sys/bus/pci/devices/<bdf> resolves under /sys/devices (see `relation`). Imports nothing of
-the harness but the evidence models.
+derived from where /sys/bus/pci/devices/<bdf> resolves under /sys/devices (see `relation`). Port sysfs has no
+MTU: the RDMA MTU is ibv_devinfo's (fabric_devinfo), merged in by the caller's `mtus`. Imports nothing of the
+harness but the evidence models.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gpucert.measure.evidence_fabric import (
     port_key,
     rate_of,
 )
+from gpucert.measure.probes.fabric_devinfo import DevinfoPorts
 
 __all__ = [
     "PEERMEM_FILES",
@@ -114,9 +116,12 @@ def _gids(port_dir: Path) -> list[GidEntry]:
     return found
 
 
-def _port(root: Path, hca: Path, port_dir: Path) -> HcaPort:
+def _port(root: Path, hca: Path, port_dir: Path, mtus: DevinfoPorts | None) -> HcaPort:
     bad: dict[str, str] = {}
     port = int(port_dir.name)
+    mtu = mtus.of(hca.name, port) if mtus is not None else None
+    if mtu is not None and mtu.error is not None:
+        bad["active_mtu"] = mtu.error
     rate = _read(port_dir / "rate", bad, "rate")
     netdev = _netdev(hca, port)
     device = hca / "device"
@@ -134,19 +139,22 @@ def _port(root: Path, hca: Path, port_dir: Path) -> HcaPort:
         numa_node=_int(_read(device / "numa_node", {}, "numa_node")),
         netdev=netdev,
         netdev_mtu=_int(_read(root / "class" / "net" / netdev / "mtu", bad, "netdev mtu")) if netdev else None,
+        active_mtu=mtu.active if mtu is not None else None,
+        max_mtu=mtu.maximum if mtu is not None else None,
         gids=_gids(port_dir),
         unreadable=bad,
     )
 
 
-def read_ports(root: Path) -> list[HcaPort]:
-    """Every port of every RDMA adapter under `root`/class/infiniband, by adapter then port."""
+def read_ports(root: Path, mtus: DevinfoPorts | None = None) -> list[HcaPort]:
+    """Every port of every RDMA adapter under `root`/class/infiniband, by adapter then port, with its MTUs from
+    `mtus` (ibv_devinfo's; None: not asked, the MTUs stay unread)."""
     ports = []
     for hca in _hcas(root):
         dirs = hca / "ports"
         for port_dir in sorted(dirs.iterdir(), key=lambda p: int(p.name)) if dirs.is_dir() else []:
             if port_dir.name.isdigit():
-                ports.append(_port(root, hca, port_dir))
+                ports.append(_port(root, hca, port_dir, mtus))
     return ports
 
 
@@ -271,10 +279,12 @@ def read_gdr(root: Path) -> GdrFacts:
     return GdrFacts(peermem=present, peermem_version=version)
 
 
-def read_node_fabric(root: Path, gpus: Mapping[int, str], window: CounterWindow | None = None) -> NodeFabric:
-    """The node's fabric as sysfs shows it: ports, the GPU-HCA relations, the peer-memory module, and the
-    counters' window the caller read around the load."""
-    ports = read_ports(root)
+def read_node_fabric(
+    root: Path, gpus: Mapping[int, str], window: CounterWindow | None = None, mtus: DevinfoPorts | None = None
+) -> NodeFabric:
+    """The node's fabric as sysfs shows it: ports (with ibv_devinfo's MTUs where `mtus` is given), the GPU-HCA
+    relations, the peer-memory module, and the counters' window the caller read around the load."""
+    ports = read_ports(root, mtus)
     hcas = {p.hca: p.pci_address for p in ports if p.pci_address is not None}
     pci, affinity, bad = read_affinity(root, gpus, hcas)
     return NodeFabric(ports=ports, counters=window, pci=pci, affinity=affinity, gdr=read_gdr(root), unreadable=bad)

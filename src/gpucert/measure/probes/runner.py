@@ -35,6 +35,7 @@ from gpucert.measure.probes.between_gpus import between_gpus
 from gpucert.measure.probes.boards import start_in_board_order
 from gpucert.measure.probes.deadline import dcgm_seconds
 from gpucert.measure.probes.device import CupyDevice, Device, NumpyDevice, missing_gpu_extra, prepare_cuda_environment
+from gpucert.measure.probes.fabric_devinfo import read_devinfo
 from gpucert.measure.probes.fabric_gdr import gpu_dmabuf, nic_dmabuf_facts
 from gpucert.measure.probes.fabric_sysfs import read_node_fabric
 from gpucert.measure.probes.node_run import NodeRun
@@ -156,12 +157,12 @@ def run_plan(
 
 
 def _fabric(node: NodeRun) -> NodeFabric | None:
-    """The node's RDMA ports, where its GPUs and HCAs sit on PCIe and the peer-memory module, read from sysfs
-    ($GPUCERT_SYSFS, /sys by default): a fabric plan's node-side reading (the counters' window is the fabric
-    stage's, around its traffic)."""
+    """The node's RDMA ports (their MTUs from one `ibv_devinfo`), where its GPUs and HCAs sit on PCIe and the
+    peer-memory module, read from sysfs ($GPUCERT_SYSFS, /sys by default): a fabric plan's node-side reading
+    (the counters' window is the fabric stage's, around its traffic)."""
     root = Path(os.environ.get("GPUCERT_SYSFS", "/sys"))
     buses = {i: g.pci_bus_id for i, g in node.gpus.items() if g.pci_bus_id}
-    fabric = node.rec.attempt("fabric", lambda: read_node_fabric(root, buses))
+    fabric = node.rec.attempt("fabric", lambda: read_node_fabric(root, buses, mtus=read_devinfo()))
     if fabric is not None and fabric.gdr is not None:
         fabric = fabric.model_copy(update={"gdr": fabric.gdr.model_copy(update=_dmabuf(node))})
     if fabric is not None:

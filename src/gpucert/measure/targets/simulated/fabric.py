@@ -193,6 +193,7 @@ def _port(world: World, node: str, rail: int, pci: PciDevice) -> HcaPort:
         netdev=netdev,
         netdev_mtu=9000 if roce else 4092,
         active_mtu=fabric.mtu,
+        max_mtu=4096,  # ibv_devinfo's max_mtu, beside active_mtu as the probe now puts it
         gids=gids,
         gid_index=3 if roce else None,
     )
