@@ -80,6 +80,10 @@ def test_a_port_that_is_not_there_fails_and_one_not_read_is_an_error() -> None:
     assert judge_port("n1", 7, None, SPEC).status is FAIL
     assert judge_port("n1", 3, port(unreadable={"rate": "EIO"}), SPEC).status is ERROR
     assert judge_port("n1", 3, port(active_mtu=None), SPEC).status is ERROR
+    # the active MTU comes from ibv_devinfo, not sysfs: the message names what was not read, not where from
+    devinfo = judge_port("n1", 3, port(unreadable={"active_mtu": "ibv_devinfo printed no port 1 of mlx5_3"}), SPEC)
+    assert (devinfo.status, "sysfs" in devinfo.message) == (ERROR, False)
+    assert "active_mtu: ibv_devinfo printed no port 1 of mlx5_3" in devinfo.message
 
 
 def test_a_roce_port_needs_a_roce_v2_gid_where_its_traffic_goes() -> None:

@@ -90,7 +90,7 @@ def _missing(node: str, rail: int, spec: FabricSpec) -> Finding:
 def _unread(port: HcaPort, spec: FabricSpec) -> str | None:
     """What of the port could not be read, so that it cannot be judged (None: everything needed was read)."""
     if port.unreadable:
-        return "sysfs could not be read: " + "; ".join(f"{k}: {v}" for k, v in sorted(port.unreadable.items()))
+        return "could not be read: " + "; ".join(f"{k}: {v}" for k, v in sorted(port.unreadable.items()))
     if port.rate_gbps is None:
         return f"the port's rate was not read ({port.rate!r})"
     if port_mtu(port, spec) is None:
