@@ -53,6 +53,7 @@ class EvidenceError(GpucertError):
 
     def __init__(self, message: str, *, path: Path | str | None = None) -> None:
         self.path = Path(path) if path is not None else None
+        self.message = message  # without the path: for a caller that names the file itself
         super().__init__(f"{self.path}: {message}" if self.path is not None else message)
 
 

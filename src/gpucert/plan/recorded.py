@@ -70,7 +70,7 @@ def _check_recorded(folder: RunFolder) -> None:
         try:
             folder.read_evidence(path.stem)
         except EvidenceError as exc:
-            raise EvidenceError(str(exc).removeprefix(f"{folder.evidence_dir}: "), path=path) from None
+            raise EvidenceError(exc.message, path=path) from None  # the file named once
 
 
 def import_evidence(source: Path, folder: RunFolder) -> None:

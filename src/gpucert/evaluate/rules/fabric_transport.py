@@ -69,7 +69,9 @@ def judge_transport(
     read = [c for c in collectives if c.transport is not None and c.transport.lines > 0]
     unread = sorted(set(members) - {n for c in read for n in c.nodes}, key=list(members).index)
     if not read or unread:
-        who = f"{len(unread)} nodes ({', '.join(unread[:5])})" if read else "its nodes"
+        more = f" and {len(unread) - 5} more" if len(unread) > 5 else ""
+        named = ", ".join(unread[:5]) + more
+        who = (f"node {named}" if len(unread) == 1 else f"{len(unread)} nodes ({named})") if read else "its nodes"
         message = f"pool {pool}: no NCCL_DEBUG=INFO output of a collective across nodes was read for {who}"
         return Finding(TRANSPORT, ERROR, None, None, message)
     seen = _read(read)

@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpucert.errors import EvidenceError, GpucertError
 from gpucert.evaluate.soak_round import FabricRound, RoundEvidence
 from gpucert.files import process_alive, read_json_object, write_atomic, write_json
@@ -114,7 +116,7 @@ class SoakFolder:
         try:
             return RoundEvidence.model_validate_json(path.read_bytes())
         except ValueError as exc:
-            raise EvidenceError(f"is not a soak round gpucert wrote ({exc.__class__.__name__})", path=path) from None
+            raise EvidenceError(_damaged_raw(exc, self.run.path), path=path) from None
 
     def write_fabric(self, f: FabricRound, ring: str = "") -> None:
         """The round's all-reduce across nodes as it finished: a controller killed before the round's commit
@@ -193,3 +195,16 @@ class SoakFolder:
         with contextlib.suppress(FileNotFoundError):
             os.rename(self.lock_path, stale)  # only one taker wins the rename
             stale.unlink()
+
+
+def _damaged_raw(exc: ValueError, run: Path) -> str:
+    """One node's raw round that is not what gpucert wrote: the key at fault and what to do. A round not yet
+    committed takes a node's raw file where one is left, else measures the node again (controller._measure)."""
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    first = errors[0] if errors else None
+    key = ".".join(str(p) for p in first["loc"]) if first else ""
+    why = f"{first['msg']} at {key or 'the top'}" if first else exc.__class__.__name__
+    return (
+        f"is not a soak round gpucert wrote ({why}); move the file out of the run folder and run "
+        f"`gpucert soak --resume {run}` again: the node's round is measured again"
+    )
