@@ -295,8 +295,10 @@ class FakeKubelet:
         into `frames` as it is measured)."""
         if self.simulator is not None:
             from gpucert.measure.targets.base import MeasurePlan
+            from gpucert.spec.cluster import Probe
 
-            probes = tuple(self.simulator.spec.certify.probes)
+            # the probes the pod's plan names, as the probe runner runs them (a soak round's DCGM only when due)
+            probes = tuple(Probe(p) for p in plan["probes"]) if "probes" in plan else self.simulator.spec.certify.probes
             evidence = self.simulator.measure_node(node, MeasurePlan(plan["run_id"], probes, plan["dcgm"]["level"]))
             return evidence.model_copy(update={"target": "kubernetes"})
         env = {"HOME": "/dev/null/home"} if what == "preflight" else None  # not creatable, not even by root
