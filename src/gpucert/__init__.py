@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from gpucert.errors import ClusterAccessError, ConfigError, EvidenceError, GpucertError
     from gpucert.evaluate.evaluation import Evaluation, GpuSlot
     from gpucert.plan.checks import GEMM_DTYPES, GPU_METRICS, CheckKey, CheckStatus, Finding
-    from gpucert.pytest.collection import check_key
+    from gpucert.pytest.collection import NodeGpus, check_key, check_keys, decision_of
     from gpucert.pytest.context import run_context
+    from gpucert.pytest.gpus import GpuChecks
     from gpucert.pytest.outcomes import CheckFailed, expect
     from gpucert.spec.cluster import ClusterSpec, load_spec
 
@@ -33,10 +34,14 @@ __all__ = [
     "Evaluation",
     "EvidenceError",
     "Finding",
+    "GpuChecks",
     "GpuSlot",
     "GpucertError",
+    "NodeGpus",
     "__version__",
     "check_key",
+    "check_keys",
+    "decision_of",
     "expect",
     "load_spec",
     "run_context",
@@ -56,6 +61,10 @@ _WHERE = {
     "GpuSlot": "gpucert.evaluate.evaluation",
     "CheckFailed": "gpucert.pytest.outcomes",
     "check_key": "gpucert.pytest.collection",
+    "check_keys": "gpucert.pytest.collection",
+    "decision_of": "gpucert.pytest.collection",
+    "NodeGpus": "gpucert.pytest.collection",
+    "GpuChecks": "gpucert.pytest.gpus",
     "expect": "gpucert.pytest.outcomes",
     "run_context": "gpucert.pytest.context",
     "ClusterSpec": "gpucert.spec.cluster",

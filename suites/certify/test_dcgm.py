@@ -2,10 +2,10 @@
 
 import pytest
 
-from gpucert import Finding, GpuSlot, expect
+from gpucert import GpuChecks, NodeGpus, expect
 
 
 @pytest.mark.check("dcgm.{dcgm_test}")
-def test_dcgm(gpu: GpuSlot, dcgm_test: str, decision: Finding) -> None:
+def test_dcgm(gpus: NodeGpus, dcgm_test: str, decision: GpuChecks) -> None:
     """DCGM ran the test at the spec's level and it passed on this GPU (a warning, printed as Fail, fails it)."""
     expect(decision)

@@ -8,31 +8,31 @@ node-level `straggler.<metric>` finding, and its GPUs' checks of that metric ski
 
 import pytest
 
-from gpucert import GEMM_DTYPES, GPU_METRICS, Finding, GpuSlot, expect
+from gpucert import GEMM_DTYPES, GPU_METRICS, Finding, GpuChecks, NodeGpus, expect
 
 
 @pytest.mark.check("memory.bandwidth")
-def test_memory_bandwidth(gpu: GpuSlot, decision: Finding) -> None:
+def test_memory_bandwidth(gpus: NodeGpus, decision: GpuChecks) -> None:
     """HBM copy bandwidth at least the baseline's limit, and in line with the GPU's peers."""
     expect(decision)
 
 
 @pytest.mark.parametrize("dtype", GEMM_DTYPES)
 @pytest.mark.check("compute.gemm.{dtype}")
-def test_gemm(gpu: GpuSlot, dtype: str, decision: Finding) -> None:
+def test_gemm(gpus: NodeGpus, dtype: str, decision: GpuChecks) -> None:
     """GEMM throughput of each dtype at least the baseline's limit, and in line with the GPU's peers."""
     expect(decision)
 
 
 @pytest.mark.parametrize("direction", ["h2d", "d2h"])
 @pytest.mark.check("pcie.{direction}")
-def test_pcie_bandwidth(gpu: GpuSlot, direction: str, decision: Finding) -> None:
+def test_pcie_bandwidth(gpus: NodeGpus, direction: str, decision: GpuChecks) -> None:
     """Pinned host-to-device and device-to-host copies at least the baseline's limit, in line with the peers."""
     expect(decision)
 
 
 @pytest.mark.check("p2p.bandwidth")
-def test_p2p_bandwidth(gpu: GpuSlot, decision: Finding) -> None:
+def test_p2p_bandwidth(gpus: NodeGpus, decision: GpuChecks) -> None:
     """Peer copies to and from the GPU's peers (NVLink) at least the baseline's limit, in line with the peers."""
     expect(decision)
 
@@ -72,7 +72,7 @@ def test_node_keeps_pace(node: str, metric: str, decision: Finding) -> None:
 
 
 @pytest.mark.check("straggler.combined")
-def test_gpu_keeps_pace_on_every_metric_at_once(gpu: GpuSlot, decision: Finding) -> None:
+def test_gpu_keeps_pace_on_every_metric_at_once(gpus: NodeGpus, decision: GpuChecks) -> None:
     """The GPU's robust z against its node's peers, over every per-GPU metric at once (Stouffer's z with the
     metrics' measured correlation), not behind by more than the bar for every GPU judged: a board a few percent slow
     on every metric is one finding, and its per-metric stragglers follow from it."""

@@ -83,15 +83,56 @@ def assert_round_trip(run_dir: Path) -> None:
             assert json.dumps(typed.to_json(), indent=1) + "\n" == written, name
 
 
+OUTCOME = {"pass": "passed", "waived": "xfailed", "skip": "skipped", "fail": "failed", "error": "failed"}
+RANK = ("pass", "waived", "skip", "fail", "error")
+
+
+class ItemChecks:
+    """Each test item's pytest outcome and the statuses of the checks it decided (one, or a per-GPU check's on each
+    GPU of its node), as the session's reports carry them to the controller."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, tuple[str, list[str]]] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "gpucert", None)
+        if data is not None:
+            outcome = "xfailed" if report.skipped and hasattr(report, "wasxfail") else report.outcome
+            self.items[report.nodeid] = (outcome, [c["finding"]["status"] for c in data["checks"]])
+
+    def assert_agree(self, result: pytest.RunResult, verdict: dict[str, Any]) -> dict[str, int]:
+        """Every item's outcome is the status that says most of its checks', the checks' statuses are the verdict's
+        counts, and pytest's outcome line counts the items: returns those item counts."""
+        checks: dict[str, int] = {}
+        items: dict[str, int] = {}
+        for nodeid, (outcome, statuses) in self.items.items():
+            worst = max(statuses, key=RANK.index)
+            assert outcome == OUTCOME[worst], (nodeid, outcome, statuses)
+            items[outcome] = items.get(outcome, 0) + 1
+            for status in statuses:
+                checks[status] = checks.get(status, 0) + 1
+        s = verdict["summary"]
+        said = {"pass": s["passed"], "fail": s["failed"], "error": s["errors"], "skip": s["skipped"]}
+        said["waived"] = s["waived"]
+        assert checks == {k: v for k, v in said.items() if v}
+        result.assert_outcomes(**items)
+        return items
+
+
 @dataclass
 class Certification:
     result: pytest.RunResult
     run_dir: Path
     verdict: dict[str, Any]
+    items: ItemChecks
 
     @property
     def findings(self) -> set[FindingKey]:
         return {(f["check"], f["node"], f["gpu"]) for f in self.verdict["findings"]}
+
+    def items_agree(self) -> dict[str, int]:
+        """pytest's outcomes agree with the verdict, item by item (ItemChecks.assert_agree): the item counts."""
+        return self.items.assert_agree(self.result, self.verdict)
 
 
 @pytest.fixture
@@ -105,6 +146,7 @@ def certify(pytester: pytest.Pytester):
         (pytester.path / "fleet.yaml").write_text(yaml.safe_dump(fleet))
         (pytester.path / "spec.yaml").write_text(yaml.safe_dump(spec or spec_doc()))
         reports = pytester.path / "reports"
+        items = ItemChecks()
         result = pytester.runpytest(
             *(str(SUITES / s) for s in suites),
             "--spec",
@@ -114,11 +156,12 @@ def certify(pytester: pytest.Pytester):
             "-p",
             "no:cacheprovider",
             *args,
+            plugins=[items],
         )
         runs = sorted(reports.iterdir())
         assert len(runs) == 1, f"expected exactly one run folder, got {runs}"
         verdict = json.loads((runs[0] / "verdict.json").read_text())
         assert_round_trip(runs[0])
-        return Certification(result, runs[0], verdict)
+        return Certification(result, runs[0], verdict, items)
 
     return run

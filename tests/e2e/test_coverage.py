@@ -21,6 +21,7 @@ from .conftest import SUITES, fleet_doc, gpucert, spec_doc
 
 CLEAN_CHECKS = 742  # a clean 4 x 8 fleet under the demo spec: every check the plan requires (4 probe.preflight,
 # 32 straggler.combined)
+CLEAN_ITEMS = 182  # the pytest items that decide them: a per-GPU check is one item per check and node (issue 28)
 
 
 def write_inputs(path: Path, fleet: dict[str, Any] | None = None, **certify: Any) -> Path:
@@ -76,7 +77,7 @@ def test_a_clean_fleet_runs_every_required_check(pytester: pytest.Pytester) -> N
         True,
     )
     assert result.ret == 0
-    result.assert_outcomes(passed=CLEAN_CHECKS)
+    result.assert_outcomes(passed=CLEAN_ITEMS)
     result.stdout.fnmatch_lines([f"CERTIFICATION PASS: {CLEAN_CHECKS} of {CLEAN_CHECKS} required checks ran*"])
 
 
@@ -84,7 +85,8 @@ def test_a_clean_fleet_runs_every_required_check(pytester: pytest.Pytester) -> N
     ("args", "ran"),
     [
         (("-k", "ecc and gpu-node-2"), 8),
-        (("--deselect", "suites/certify/test_health.py::test_ecc[gpu-node-1/gpu0]"), CLEAN_CHECKS - 1),
+        # one item, every GPU of the node: its 8 checks
+        (("--deselect", "suites/certify/test_health.py::test_ecc[gpu-node-1]"), CLEAN_CHECKS - 8),
         (("-m", "not check"), 0),
     ],
 )
@@ -155,33 +157,37 @@ def test_last_failed_reruns_only_what_failed_and_cannot_pass(pytester: pytest.Py
     (pytester.path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc()))
     result = pytester.runpytest(*args, "--reports", str(pytester.path / "reports"), "--lf")
     v = verdict_of(the_run(pytester))
-    assert v["coverage"]["ran"] == 1
+    assert v["coverage"]["ran"] == 8  # the failed item: the check on each GPU of the node
+    assert v["summary"]["passed"] == 8
     assert v["result"] == "incomplete"
     assert result.ret == 1
 
 
 class Interrupt:
-    """Ctrl-C after `after` checks have reported, as a user does during evaluation."""
+    """Ctrl-C after `after` items have reported, as a user does during evaluation; counts the checks they decided
+    (an item of a per-GPU check decides it on each GPU of its node)."""
 
     def __init__(self, after: int) -> None:
-        self.after, self.seen = after, 0
+        self.after, self.seen, self.checks = after, 0, 0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.checks += len(getattr(report, "gpucert", {}).get("checks", []))
         if report.when == "teardown":
             self.seen += 1
             if self.seen == self.after:
                 raise KeyboardInterrupt
 
 
-@pytest.mark.parametrize("after", [1, 300, CLEAN_CHECKS - 1])
+@pytest.mark.parametrize("after", [1, 100, CLEAN_ITEMS - 1])
 def test_an_interrupt_during_evaluation_writes_an_incomplete_verdict(pytester: pytest.Pytester, after: int) -> None:
-    result = run_suites(pytester, plugins=[Interrupt(after)])
+    interrupt = Interrupt(after)
+    result = run_suites(pytester, plugins=[interrupt])
     assert result.ret == pytest.ExitCode.INTERRUPTED
     run = the_run(pytester)
     v = verdict_of(run)
     assert v["result"] == "incomplete"
-    assert v["coverage"]["ran"] == after
-    assert v["coverage"]["notReached"] == CLEAN_CHECKS - after
+    assert v["coverage"]["ran"] == interrupt.checks
+    assert v["coverage"]["notReached"] == CLEAN_CHECKS - interrupt.checks
     assert v["coverage"]["stopped"] == "interrupted"
     html = (run / "report.html").read_text()
     assert "Certification INCOMPLETE" in html
@@ -258,7 +264,7 @@ def test_collect_only_on_recorded_evidence_lists_the_checks_in_place(pytester: p
     result = pytester.runpytest(
         str(SUITES / "certify"), "--spec", str(pytester.path / "spec.yaml"), "--evidence", str(run), "--co", "-q"
     )
-    result.stdout.fnmatch_lines(["*test_ecc?gpu-node-3/gpu7?*"])
+    result.stdout.fnmatch_lines(["*test_ecc?gpu-node-3?*"])  # one item per check and node
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # read in place, nothing written
     assert len(list((pytester.path / "reports").iterdir())) == 1
 

@@ -107,11 +107,15 @@ def test_failures_carry_their_evidence(demo_run: Path) -> None:
     data = json.loads(htmlmod.unescape(blob))
     ecc = [t for tid, runs in data["tests"].items() for t in runs if "test_ecc" in tid and t["result"] == "Failed"]
     assert len(ecc) == 1
-    (extra,) = [e for e in ecc[0]["extras"] if e["name"] == "evidence"]
+    # one item per check and node (issue 28): the evidence of each GPU of it that did not pass, named by the GPU
+    (extra,) = [e for e in ecc[0]["extras"] if e["name"].startswith("evidence")]
+    assert extra["name"] == "evidence gpu-node-1/gpu5"
     assert extra["format_type"] == "json"
-    # the failure reads as the check and why: no exception class, no frames of gpucert's own
+    # the failure reads as the check and why, a line for each GPU that did not pass: no exception class, no frames
+    # of gpucert's own
     log = ecc[0]["log"]
-    assert log.strip().startswith("[health.ecc] gpu-node-1/gpu5: 2 uncorrected ECC errors")
+    assert log.strip().startswith("[health.ecc] gpu-node-1: 1 of 8 GPUs did not pass (1 fail)")
+    assert "\n  gpu5 fail: gpu-node-1/gpu5: 2 uncorrected ECC errors" in log
     assert "CheckFailed" not in log
     assert "gpucert/pytest/" not in log
     assert "Traceback" not in log

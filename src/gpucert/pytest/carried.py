@@ -14,8 +14,8 @@ import time
 from typing import TYPE_CHECKING
 
 from gpucert.errors import GpucertError
-from gpucert.evaluate.skips import skip_stands
-from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.checks import CheckStatus
+from gpucert.pytest.gpus import decided
 from gpucert.report import details
 from gpucert.report.verdict import Outcome
 
@@ -23,18 +23,6 @@ if TYPE_CHECKING:
     from gpucert.pytest.context import RunContext
 
 __all__ = ["decide_carried"]
-
-
-def _decided(ctx: RunContext, key: CheckKey) -> Finding:
-    """As a test item would decide `key`: the rule's finding, fail closed, waived where a waiver covers it."""
-    try:
-        finding = ctx.evaluation.decide(key)
-    except Exception as exc:  # a test item would report any exception as the check's error
-        text = f"the check could not run: {type(exc).__name__}: {exc}"  # as outcomes.py words an item's error
-        return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, text)
-    if finding.status is CheckStatus.SKIP and finding.cause is None:
-        finding = skip_stands(finding, None)  # a check that did not run, with no failing cause, has not passed
-    return ctx.evaluation.waive(finding, key) if finding.status is CheckStatus.FAIL else finding
 
 
 def decide_carried(ctx: RunContext) -> int:
@@ -46,7 +34,7 @@ def decide_carried(ctx: RunContext) -> int:
     keys = [k for k in ctx.evaluation.plan.required if k.node in carried]
     for key in keys:
         start = time.time()
-        finding = _decided(ctx, key)
+        finding = decided(ctx, key)
         ctx.outcomes[key] = Outcome(finding, start, time.time())
         if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
             try:

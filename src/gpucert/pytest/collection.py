@@ -1,28 +1,59 @@
-"""Collection: the suites' tests parametrized over the run's inventory (nodes, GPUs, rails, components, DCGM
-tests, waivers; and, from the plan, the static gate's inputs, pools and rack pairs), the check each item decides
-(`check_key`), and the items the plan requires.
+"""Collection: the suites' tests parametrized over the run's inventory (nodes, a node's GPUs, rails, components,
+DCGM tests, waivers; and, from the plan, the static gate's inputs, pools and rack pairs), the checks each item
+decides (`check_keys`), and the items the plan requires.
+
+A per-GPU check is one item per check and node (a test that takes `gpus: NodeGpus`): the item decides the check
+on each of the node's GPUs, and every GPU's check stays its own key in the verdict (issue 28: one item per GPU
+check was most of a fleet run's cost, pytest's own work per item). `-k`, `--lf` and `--deselect` select by check
+and node. A test that takes `gpu: GpuSlot` is still one item per GPU.
 
 Every xdist worker parametrizes from the same inventory.json, so all of them collect the same items."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gpucert.evaluate.evaluation import GpuSlot
-from gpucert.plan.checks import CheckKey
+from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.fabric_checks import rail_detail
+from gpucert.pytest.context import run_context
+from gpucert.pytest.gpus import GpuChecks, decide_gpus
 
 if TYPE_CHECKING:
     from gpucert.pytest.context import RunContext
 
-__all__ = ["NO_SPEC", "check_key", "keep_required", "parametrize", "record_selected", "refuse_suites_without_spec"]
+__all__ = [
+    "NO_SPEC",
+    "NodeGpus",
+    "check_key",
+    "check_keys",
+    "decision_of",
+    "keep_required",
+    "of_gpus",
+    "parametrize",
+    "record_selected",
+    "refuse_suites_without_spec",
+]
 
 NO_SPEC = "gpucert suites need a spec: pytest suites --spec SPEC (or run `gpucert certify SPEC`)"
 # the parameters that name a check's detail: those of a node, and those of the fleet (parametrized from the plan)
 FLEET_DETAILS = ("gate_input", "pool", "racks")
 DETAILS = ("component", "waiver", "rail", *FLEET_DETAILS)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGpus:
+    """The GPUs of one node a per-GPU check's item decides: what `gpus` tests are parametrized over (one item per
+    check and node; its id is the node's name)."""
+
+    node: str
+    count: int
+
+    def __repr__(self) -> str:
+        return self.node
 
 
 def parametrize(metafunc: pytest.Metafunc, ctx: RunContext) -> None:
@@ -42,10 +73,12 @@ def parametrize(metafunc: pytest.Metafunc, ctx: RunContext) -> None:
         if details:
             metafunc.parametrize(fleet_detail, details, ids=details)
         return
-    if not ({"node", "gpu"} & set(names)):
+    if not ({"node", "gpu", "gpus"} & set(names)):
         return
     nodes = [n for n in ev.inventory.names if n not in ctx.carried]  # a re-test's carried nodes: no items (carried.py)
-    if "gpu" in names:
+    if "gpus" in names:
+        metafunc.parametrize("gpus", [NodeGpus(n, ev.pools.gpus_per_node(n)) for n in nodes], ids=nodes)
+    elif "gpu" in names:
         slots = [GpuSlot(n, i) for n in nodes for i in range(ev.pools.gpus_per_node(n))]
         metafunc.parametrize("gpu", slots, ids=[repr(s) for s in slots])
     elif "rail" in names:  # a node's rails: those of its pool's fabric
@@ -60,37 +93,69 @@ def parametrize(metafunc: pytest.Metafunc, ctx: RunContext) -> None:
         metafunc.parametrize("dcgm_test", ev.dcgm_tests())
 
 
-_KEY = pytest.StashKey[CheckKey | None]()
+_KEYS = pytest.StashKey[tuple[CheckKey, ...]]()
+
+
+def check_keys(item: pytest.Item) -> tuple[CheckKey, ...]:
+    """The checks a test item decides, from its `check` marker and its parameters: one, or for a `gpus` item the
+    check on each of its node's GPUs that the plan requires (none: the item decides nothing). Built once per item
+    (collection, the `decision` fixture and each phase's report ask for them; at fleet scale rebuilding them was a
+    cost per item)."""
+    stash: pytest.Stash | None = getattr(item, "stash", None)
+    if stash is None:
+        return _check_keys(item)
+    if _KEYS not in stash:
+        stash[_KEYS] = _check_keys(item)
+    return stash[_KEYS]
 
 
 def check_key(item: pytest.Item) -> CheckKey | None:
-    """The check a test item decides, from its `check` marker and its parameters: built once per item (collection,
-    the `decision` fixture and each phase's report ask for it; at fleet scale rebuilding it was a cost per item)."""
-    stash: pytest.Stash | None = getattr(item, "stash", None)
-    if stash is None:
-        return _check_key(item)
-    if _KEY not in stash:
-        stash[_KEY] = _check_key(item)
-    return stash[_KEY]
+    """The check a test item decides when it decides one (a node's, the fleet's, one GPU's); None when it decides
+    none, or several (a `gpus` item: `check_keys`)."""
+    keys = check_keys(item)
+    return keys[0] if len(keys) == 1 and not of_gpus(item) else None
 
 
-def _check_key(item: pytest.Item) -> CheckKey | None:
+def _params(item: pytest.Item) -> dict[str, Any]:
+    params: dict[str, Any] = getattr(getattr(item, "callspec", None), "params", {})
+    return params
+
+
+def of_gpus(item: pytest.Item) -> bool:
+    return isinstance(_params(item).get("gpus"), NodeGpus)
+
+
+def decision_of(ctx: RunContext, item: pytest.Item) -> Finding | GpuChecks | None:
+    """What gpucert decided for the item's check (a `gpus` item: on each of its node's GPUs); None when the item
+    names no check. An exception in a rule of one check is that check's error: the item's, or the one GPU's."""
+    keys = check_keys(item)
+    if not keys:
+        return None
+    return decide_gpus(ctx, keys) if of_gpus(item) else ctx.evaluation.decide(keys[0])
+
+
+def _check_keys(item: pytest.Item) -> tuple[CheckKey, ...]:
     marker = item.get_closest_marker("check")
     if marker is None:
-        return None
-    params: dict[str, Any] = getattr(getattr(item, "callspec", None), "params", {})
+        return ()
+    params = _params(item)
     try:
         check = str(marker.args[0]).format(**params)
     except (KeyError, IndexError):
-        return None  # not parametrized by gpucert (no spec): the test skips and decides nothing
-    gpu = params.get("gpu")
+        return ()  # not parametrized by gpucert (no spec): the test skips and decides nothing
     detail = next((params[p] for p in DETAILS if isinstance(params.get(p), str)), None)
     if detail is None and set(FLEET_DETAILS) & set(getattr(item, "fixturenames", ())):
-        return None  # the gate was given nothing for this check: no item decides it
+        return ()  # the gate was given nothing for this check: no item decides it
+    gpus, gpu = params.get("gpus"), params.get("gpu")
+    if isinstance(gpus, NodeGpus):
+        keys = (CheckKey(check, gpus.node, i, detail) for i in range(gpus.count))
+        ctx = run_context(item.config)
+        plan = ctx.evaluation.plan if ctx is not None else None
+        return tuple(k for k in keys if plan is None or k in plan)
     if isinstance(gpu, GpuSlot):
-        return CheckKey(check, gpu.node, gpu.index, detail)
+        return (CheckKey(check, gpu.node, gpu.index, detail),)
     node = params.get("node")
-    return CheckKey(check, node if isinstance(node, str) else None, None, detail)
+    return (CheckKey(check, node if isinstance(node, str) else None, None, detail),)
 
 
 def keep_required(ctx: RunContext, items: list[pytest.Item]) -> None:
@@ -99,11 +164,17 @@ def keep_required(ctx: RunContext, items: list[pytest.Item]) -> None:
     kept = [
         item
         for item in items
-        if ((key := check_key(item)) is None and not set(FLEET_DETAILS) & set(getattr(item, "fixturenames", ())))
-        or (key is not None and key in plan)
+        if (not (keys := check_keys(item)) and not _decides(item))
+        or (keys and (of_gpus(item) or keys[0] in plan))  # a `gpus` item's keys are the required ones already
     ]
     ctx.left_out = len(items) - len(kept)
     items[:] = kept
+
+
+def _decides(item: pytest.Item) -> bool:
+    """Whether the item is one of gpucert's checks that should decide something (a fleet detail, a node's GPUs):
+    with no key, the plan requires nothing of it and it is left out."""
+    return bool(set(FLEET_DETAILS) & set(getattr(item, "fixturenames", ()))) or of_gpus(item)
 
 
 def refuse_suites_without_spec(items: list[pytest.Item]) -> None:
@@ -114,7 +185,7 @@ def refuse_suites_without_spec(items: list[pytest.Item]) -> None:
 
 def record_selected(session: pytest.Session, ctx: RunContext) -> None:
     """The keys this session (or this worker) collected, after -k, --lf, --deselect: the verdict's coverage."""
-    keys = [k for k in map(check_key, session.items) if k is not None]
+    keys = [k for item in session.items for k in check_keys(item)]
     ctx.selected = set(keys)
     ctx.collected = len(session.items)
     workeroutput = getattr(session.config, "workeroutput", None)

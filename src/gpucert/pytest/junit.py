@@ -5,9 +5,11 @@ certification), so a CI system that reads only junit.xml sees a failed or incomp
 At fleet scale one testcase per passed check made junit.xml ~105 bytes a check (72.6 MiB at 4,096 x 8), so the
 checks that passed are summarised: one testcase per node and check family (`classname="gpucert.passed.<family>"`,
 `name="<node>"`, property `checks` = how many passed checks it stands for); every check that did not pass keeps its
-own testcase with its message. CI systems count testcases, so the testsuite's `tests` counts the summaries plus the
-checks that did not pass; the number of checks is the property `gpucert_checks` (with `gpucert_passed`), and the
-verdict's coverage properties say the rest."""
+test item's testcase with its message (a per-GPU check's item is one per check and node: its message has a line
+for each GPU that did not pass, and the GPUs of it that passed are counted in the node's summary). CI systems
+count testcases, so the testsuite's `tests` counts the summaries plus the items that did not pass; the number of
+checks is the property `gpucert_checks` (with `gpucert_passed`), and the verdict's coverage properties say the
+rest."""
 
 from __future__ import annotations
 
@@ -87,27 +89,33 @@ class PassedSummary:
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
-        self.passing: dict[str, CheckKey] = {}  # nodeid of an item whose check passed, until its teardown
+        self.passing: dict[str, list[CheckKey]] = {}  # nodeid of an item whose checks passed, until its teardown
         self.counts: Counter[tuple[str, str]] = Counter()  # (node or "fleet", family) -> passed checks
         self.seconds: dict[tuple[str, str], float] = {}
 
-    def passed(self, report: pytest.TestReport, key: CheckKey, status: CheckStatus) -> None:
-        """The controller's word on a decisive report: a check that passed (its call passed too)."""
-        if status is CheckStatus.PASS and report.passed and report.when == "call":
-            self.passing[report.nodeid] = key
+    def passed(self, report: pytest.TestReport, decided: list[tuple[CheckKey, CheckStatus]]) -> None:
+        """The controller's word on a decisive report: the checks it decided (one, or each GPU's of a `gpus` item).
+        An item whose checks all passed (its call passed too) is summarised at its teardown; the GPUs that passed
+        in an item that did not are counted in their summary now (the item's own testcase says the others)."""
+        keys = [key for key, status in decided if status is CheckStatus.PASS]
+        if len(keys) == len(decided) and report.passed and report.when == "call":
+            self.passing[report.nodeid] = keys
+            return
+        for key in keys:
+            self.counts[(key.node or "fleet", family_of(key.check).value)] += 1
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None]:
         """Around LogXML's: the passed item's reporter taken before its teardown (LogXML's finalize() empties it),
         and after, the passed check's testcase taken out of junit.xml and counted in its summary."""
-        key = self.passing.pop(report.nodeid, None) if report.when == "teardown" else None
-        xml = _xml(self.config) if key is not None else None
+        keys = self.passing.pop(report.nodeid, None) if report.when == "teardown" else None
+        xml = _xml(self.config) if keys else None
         reporter = None if xml is None else xml.node_reporters.get((report.nodeid, getattr(report, "node", None)))
         yield
-        if reporter is not None and key is not None and report.passed:
-            self._drop(xml, reporter, key)
+        if reporter is not None and keys and report.passed:
+            self._drop(xml, reporter, keys)
 
-    def _drop(self, xml: Any, reporter: Any, key: CheckKey) -> None:
+    def _drop(self, xml: Any, reporter: Any, keys: list[CheckKey]) -> None:
         ordered = xml.node_reporters_ordered
         # the item's reporter is the last one appended, except under xdist, whose reports interleave
         last = max(len(ordered) - 256, 0)
@@ -117,8 +125,8 @@ class PassedSummary:
             return
         del ordered[at]
         xml.stats["passed"] -= 1
-        group = (key.node or "fleet", family_of(key.check).value)
-        self.counts[group] += 1
+        group = (keys[0].node or "fleet", family_of(keys[0].check).value)  # an item's checks: one node, one check
+        self.counts[group] += len(keys)
         self.seconds[group] = self.seconds.get(group, 0.0) + float(testcase.get("time", 0))
 
     @pytest.hookimpl(tryfirst=True)

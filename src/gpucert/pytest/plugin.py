@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from gpucert.pytest import collection, outcomes
-from gpucert.pytest.collection import check_key
+from gpucert.pytest.collection import NodeGpus, check_key, check_keys, of_gpus
 from gpucert.pytest.context import RunContext, run_context
 from gpucert.pytest.options import add_options, options_of, parse_options
 from gpucert.pytest.outcomes import CheckFailed, CheckSkipped, expect
 from gpucert.pytest.session import open_run, start
 from gpucert.report import alluredir
 
-__all__ = ["CheckFailed", "CheckSkipped", "RunContext", "check_key", "expect", "run_context"]
+__all__ = ["CheckFailed", "CheckSkipped", "NodeGpus", "RunContext", "check_key", "check_keys", "expect", "run_context"]
 
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
@@ -91,7 +91,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
     ctx = run_context(item.config)
-    key = check_key(item) if ctx is not None else None
-    if ctx is not None and key is not None:
-        outcomes.judge_report(item, call, report, ctx, key)
+    keys = check_keys(item) if ctx is not None else ()
+    if ctx is not None and keys:
+        outcomes.judge_report(item, call, report, ctx, keys, of_gpus=of_gpus(item))
     return report

@@ -27,6 +27,7 @@ from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest import junit
 from gpucert.pytest.carried import decide_carried
 from gpucert.pytest.context import RunContext, context_key
+from gpucert.pytest.gpus import RANK
 from gpucert.pytest.options import Options
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
@@ -131,8 +132,6 @@ def start(config: pytest.Config, ctx: RunContext, options: Options) -> None:
 
 
 # ---- the controller, and the end of the session --------------------------------------------------------------
-
-_RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckStatus.FAIL: 3, CheckStatus.ERROR: 4}
 
 
 def _stopped(session: pytest.Session, exitstatus: int) -> str | None:
@@ -244,15 +243,19 @@ class Controller:
         data = getattr(report, "gpucert", None)
         if data is None:
             return
-        key = CheckKey.from_json(data["key"])
-        outcome = Outcome(Finding.from_json(data["finding"]), float(data["start"]), float(data["stop"]))
-        before = self.ctx.outcomes.get(key)
-        if before is None or _RANK[outcome.finding.status] >= _RANK[before.finding.status]:
-            self.ctx.outcomes[key] = outcome
-        if "evidence" in data:
-            self.ctx.evidence_of[key] = data["evidence"]
+        start, stop = float(data["start"]), float(data["stop"])
+        decided: list[tuple[CheckKey, CheckStatus]] = []
+        for check in data["checks"]:  # one, or each GPU's of a `gpus` item
+            key = CheckKey.from_json(check["key"])
+            outcome = Outcome(Finding.from_json(check["finding"]), start, stop)
+            before = self.ctx.outcomes.get(key)
+            if before is None or RANK[outcome.finding.status] >= RANK[before.finding.status]:
+                self.ctx.outcomes[key] = outcome
+            if "evidence" in check:
+                self.ctx.evidence_of[key] = check["evidence"]
+            decided.append((key, outcome.finding.status))
         if self.passed is not None:
-            self.passed.passed(report, key, outcome.finding.status)
+            self.passed.passed(report, decided)
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:

@@ -77,7 +77,8 @@ class HtmlSummary:
         if report.passed and self._many():
             del cells[:]
             return
-        check = getattr(report, "gpucert", {}).get("finding", {}).get("check", "")
+        checks = getattr(report, "gpucert", {}).get("checks") or [{}]  # a `gpus` item's: one check on each GPU
+        check = checks[0].get("finding", {}).get("check", "")
         cells.insert(1, f'<td class="col-check">{escape(check)}</td>')
 
     def pytest_html_results_table_html(self, report: Any, data: list[str]) -> None:

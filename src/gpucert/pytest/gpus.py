@@ -1,0 +1,90 @@
+"""A per-GPU check decided on each of a node's GPUs inside one test item (issue 28): the item's GPUs' findings,
+each as the controller counts it, and the words the item's outcome says them in.
+
+Each GPU's finding is what a test item of its own would have decided (`decided`): the rule's finding, a skip
+without a failing cause turned into an error (fail closed), a failure offered to the waivers, an exception in the
+rule the check's error. The item then fails when any GPU's check failed or could not run, else skips when any
+skipped for a cause, else is an expected failure (xfail) when any was waived, else passes; its message names every
+GPU that did not pass, one line each. The verdict counts every GPU's finding as its own check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpucert.evaluate.skips import skip_stands
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+
+if TYPE_CHECKING:
+    from gpucert.pytest.context import RunContext
+
+__all__ = ["RANK", "GpuChecks", "decide_gpus", "decided", "final"]
+
+# how much a status says: an item (and the controller, between an item's reports) keeps the one that says most
+RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckStatus.FAIL: 3, CheckStatus.ERROR: 4}
+
+
+def final(ctx: RunContext, finding: Finding, key: CheckKey) -> Finding:
+    """A finding (the decision of `key`) as the controller counts it: a skip without a failing cause is an error (it
+    has not passed), a failure a waiver in force accepts is waived."""
+    if finding.status is CheckStatus.SKIP and finding.cause is None:
+        return skip_stands(finding, None)
+    return ctx.evaluation.waive(finding, key) if finding.status is CheckStatus.FAIL else finding
+
+
+def decided(ctx: RunContext, key: CheckKey) -> Finding:
+    """As a test item of its own would decide `key`: the rule's finding, fail closed, waived where a waiver covers
+    it; an exception in the rule is the check's error, worded as a test item's error is (outcomes.py)."""
+    try:
+        finding = ctx.evaluation.decide(key)
+    except Exception as exc:  # a test item reports any exception as the check's error
+        text = f"the check could not run: {type(exc).__name__}: {exc}"
+        return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, text)
+    return final(ctx, finding, key)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuChecks:
+    """What one check decided on each of a node's GPUs: the `decision` of a `gpus` test item."""
+
+    check: str
+    node: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def status(self) -> CheckStatus:
+        """The item's word: the GPU status that says most (pass only when every GPU passed)."""
+        return max((f.status for f in self.findings), key=RANK.__getitem__, default=CheckStatus.PASS)
+
+    def summary(self) -> Finding:
+        """One finding for the item, its message naming each GPU that did not pass (what pytest's reports show)."""
+        return Finding(self.check, self.status, self.node, None, gpu_lines(self.node, self.findings))
+
+
+def gpu_lines(node: str, findings: tuple[Finding, ...]) -> str:
+    """`gpu-node-1: 2 of 8 GPUs did not pass (1 fail, 1 waived)` and one line for each of those GPUs with its why."""
+    bad = [f for f in findings if f.status is not CheckStatus.PASS]
+    counts: dict[str, int] = {}
+    for f in bad:
+        counts[f.status.value] = counts.get(f.status.value, 0) + 1
+    said = ", ".join(f"{n} {status}" for status, n in counts.items())
+    lines = [f"{node}: {len(bad)} of {len(findings)} GPUs did not pass ({said})"]
+    for f in bad:
+        why = f.message or f.status.value
+        if f.cause is not None:
+            why += f" (follows from {f.cause})"
+        lines.append(f"  gpu{f.gpu} {f.status.value}: {why}")
+    return "\n".join(lines)
+
+
+def decide_gpus(ctx: RunContext, keys: tuple[CheckKey, ...]) -> GpuChecks:
+    """Decide the check on each GPU `keys` names (one node's): a GPU that passed has the bare pass finding a passed
+    test item reports (outcomes.py), every other GPU its decided finding."""
+    findings = []
+    for key in keys:
+        finding = decided(ctx, key)
+        if finding.status is CheckStatus.PASS:
+            finding = Finding(key.check, CheckStatus.PASS, key.node, key.gpu)
+        findings.append(finding)
+    first = keys[0]
+    return GpuChecks(first.check, first.node or "", tuple(findings))
