@@ -30,3 +30,8 @@ def test_a_soak_xid_is_worked_before_configuration_and_drift_is_performance() ->
     assert severity_of("soak.drift.memory.bandwidth") == "performance"
     assert severity_of("soak.restarts") == "missing"
     assert severity_of("soak.something_new") == "other"
+
+
+@pytest.mark.parametrize("check", ["drift.memory.bandwidth", "drift.compute.gemm.bf16", "drift.combined"])
+def test_a_gpu_fallen_against_its_own_history_is_a_performance_fault(check: str) -> None:
+    assert severity_of(check) == severity_of("memory.bandwidth") == "performance"

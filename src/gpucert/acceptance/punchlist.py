@@ -95,7 +95,8 @@ def severity_of(check: str) -> str:
         return "hardware"
     if check in ("node.reachable", "probe.preflight", "inventory.gpus", "handover.identity"):
         return "missing"
-    if family in (Family.PERFORMANCE, Family.HANDOVER, Family.STABILITY):  # an unstable GPU is a performance fault
+    # an unstable GPU, or one fallen against its own history, is a performance fault
+    if family in (Family.PERFORMANCE, Family.HANDOVER, Family.STABILITY, Family.DRIFT):
         return "performance"
     if family is Family.STRAGGLER:
         return "straggler"
