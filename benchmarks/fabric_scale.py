@@ -1,15 +1,17 @@
-"""The fabric stage's cost at fleet scale: rounds of the pairing schedule x the time of one round, and the
-controller's cost of isolating slow links over every pair of every rail.
+"""The fabric stage's cost at fleet scale: rounds of the pairing schedule x the time of one round, what a round
+asks of the API server, and the controller's cost of isolating slow links over every pair of every rail.
 
-    python benchmarks/fabric_scale.py [--nodes 64 256 1024] [--rails 8] [--per-round 20] [--max-parallel 32]
+    python benchmarks/fabric_scale.py [--nodes 64 256 1024] [--rails 8] [--per-round 20] [--request-ms 10]
+                                      [--fabric-parallel 32]
 
 A round's pairs are apart (each node in at most one pair: plan/pairs.py), every rail of a pair runs at once (each
-rail its own NIC), so with every pair of a round at once the stage takes rounds x per-round time whatever the
-number of pairs. On Kubernetes a round runs at most `target.maxParallel` nodes at once (maxParallel // 2 pairs a
-batch, the batches one after another, as the per-node phase), so past maxParallel nodes a round takes
-ceil(pairs of the round / (maxParallel // 2)) batches: the stage grows with pairs / (maxParallel // 2), not with
-rounds. Both are printed. The time of one batch is an input (`--per-round`, seconds: the pods' start,
-ib_write_bw's connection setup and its timed repetitions); the schedule and the isolation are measured.
+rail its own NIC), and on Kubernetes every pair of a round runs at once (measure/targets/kubernetes/target.py
+measure_fabrics; `target.fabricParallel` may bound it), so the stage takes rounds x the time of one round whatever
+the number of pairs. A round's time is an input (`--per-round`, seconds: the pods' start, ib_write_bw's connection
+setup and its timed repetitions) plus its API requests, which the controller sends one after another
+(REQUESTS_PER_PAIR each, `--request-ms` each). With `--fabric-parallel` set (nodes at once), a round runs in
+ceil(pairs / (fabricParallel // 2)) batches one after another, so the stage grows with pairs: both are printed. The
+schedule and the isolation are measured.
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ def _hms(seconds: float) -> str:
     return f"{h} h {rest // 60:02d} min" if h else f"{rest // 60} min {rest % 60:02d} s"
 
 
-def batches(nodes: int, max_parallel: int) -> int:
-    """How many batches one round of `nodes` runs in, at most `max_parallel` nodes busy at once
+# the requests a pair costs the controller (tests/integration/test_fabric_round_whole.py counts them against the
+# fake API): its ConfigMap, Service and Job created; process 0's log read; at the cleanup its Job, two pods,
+# Service and ConfigMap deleted. A batch adds about ten (the admission dry run, the watch, the cleanup's lists)
+REQUESTS_PER_PAIR = 3 + 1 + 5
+
+
+def batches(nodes: int, fabric_parallel: int) -> int:
+    """How many batches one round of `nodes` runs in, at most `fabric_parallel` nodes busy at once
     (measure/targets/kubernetes/target.py measure_fabrics)."""
     pairs = nodes // 2
-    return max(1, -(-pairs // max(1, max_parallel // 2)))
+    return max(1, -(-pairs // max(1, fabric_parallel // 2)))
 
 
 def main() -> int:
@@ -40,14 +48,17 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])
     ap.add_argument("--rails", type=int, default=8)
     ap.add_argument("--per-round", type=float, default=20.0, help="seconds one batch of pairs takes on the cluster")
-    ap.add_argument("--max-parallel", type=int, default=32, help="target.maxParallel (Kubernetes; default 32)")
+    ap.add_argument("--request-ms", type=float, default=10.0, help="milliseconds one API request takes")
+    ap.add_argument("--fabric-parallel", type=int, default=32, help="a target.fabricParallel to compare (nodes)")
     args = ap.parse_args()
-    head = f"stage at {args.per_round:g} s a round, maxParallel >= nodes"
-    cap = f"stage at maxParallel {args.max_parallel}"
+    req_s = args.request_ms / 1000
+    head = f"stage, each round whole ({args.per_round:g} s + its requests)"
+    cap = f"stage at fabricParallel {args.fabric_parallel}"
     print(
-        f"| nodes | rounds | pairs per rail | {head} | {cap} | schedule | isolation, one clean rail | one faulty rail |"
+        f"| nodes | rounds | pairs per rail | requests a round | {head} | {cap} | schedule | isolation, one clean rail "
+        "| one faulty rail |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.nodes:
         nodes = [f"node-{i:04d}" for i in range(n)]
         racks = {node: f"rack-{i // 32}" for i, node in enumerate(nodes)}
@@ -72,10 +83,12 @@ def main() -> int:
         t_faulty = time.perf_counter() - t0
         assert list(iso.racks) == [tuple(sorted(bad))], iso.racks
         assert list(iso.nodes) == [nodes[1]], iso.nodes
-        stage = round_count(n) * args.per_round
-        capped = stage * batches(n, args.max_parallel)
+        requests = REQUESTS_PER_PAIR * (n // 2)
+        stage = round_count(n) * (args.per_round + requests * req_s)
+        capped = round_count(n) * (batches(n, args.fabric_parallel) * args.per_round + requests * req_s)
         print(
-            f"| {n} | {round_count(n)} | {pair_count(n):,} | {_hms(stage)} | {_hms(capped)} | {t_schedule:.2f} s | "
+            f"| {n} | {round_count(n)} | {pair_count(n):,} | {requests:,} | {_hms(stage)} | {_hms(capped)} | "
+            f"{t_schedule:.2f} s | "
             f"{t_isolate:.2f} s | {t_faulty:.2f} s |"
         )
     print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

@@ -237,13 +237,13 @@ def test_a_local_queue_that_does_not_exist_is_said_and_nothing_is_made(
 
 
 def test_jobset_and_kueue_are_detected_once_a_run_not_once_a_batch(served_cluster: FakeCluster, tmp_path: Path) -> None:
-    """Issue 28: two rounds of two batches (maxParallel 2: one pair at a time) ask for the two CRDs once."""
+    """Issue 28: two rounds of two batches (fabricParallel 2: one pair at a time) ask for the two CRDs once."""
     FakeGang(served_cluster).install(queue=None)  # no LocalQueue: each all-reduce is refused before anything is made
     for n in NODES:
         served_cluster.put("nodes", node(n))
     path = spec_file(tmp_path, GANG)
     doc = yaml.safe_load(path.read_text())
-    doc["target"]["maxParallel"] = 2
+    doc["target"]["fabricParallel"] = 2  # issue 25: maxParallel no longer cuts a fabric round into batches
     path.write_text(yaml.safe_dump(doc))
     target = open_target(load_spec(path))
     plan = MeasurePlan(run_id="gang-1", probes=(Probe.NCCL,), dcgm_level=1)

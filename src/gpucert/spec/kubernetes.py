@@ -105,6 +105,9 @@ class KubernetesTargetSpec(Document):
     image_pin: Literal["digest", "tag"] = Field("digest", alias="imagePin")
     image_pull_secrets: list[str] = Field(default_factory=list, alias="imagePullSecrets")
     max_parallel: Annotated[int, Field(ge=1, le=1024)] = Field(32, alias="maxParallel")
+    # the most nodes the fabric stage measures at once (its pairs, two nodes each); None: every pair of a round at
+    # once. maxParallel does not bound it: the run already holds every node then, and a round has each node once
+    fabric_parallel: Annotated[int, Field(ge=2)] | None = Field(None, alias="fabricParallel")
     tolerations: list[dict[str, str]] = Field(
         default_factory=lambda: [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
     )

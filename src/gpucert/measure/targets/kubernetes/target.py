@@ -95,10 +95,13 @@ class KubernetesTarget:
 
         first = groups[0][0] if groups and groups[0] else ""
         jobs = FabricJobs(self.cluster, plan, lambda ev: None, gpus_per_node=self._gpus(first, plan))
+        # a round whole by default: its groups share no node, and the run holds every node by now, so the operator's
+        # bound on probe Jobs at once (maxParallel) is not this stage's; target.fabricParallel bounds it if set
+        bound = self.options.fabric_parallel or sum(map(len, groups))
         out: list[FabricEvidence] = []
         batch: list[list[str]] = []
-        for group in groups:  # at most maxParallel nodes busy at once, as in the per-node phase
-            if batch and sum(map(len, batch)) + len(group) > self.options.max_parallel:
+        for group in groups:
+            if batch and sum(map(len, batch)) + len(group) > bound:
                 out += jobs.run_fabrics(batch)
                 batch = []
             batch.append(group)
