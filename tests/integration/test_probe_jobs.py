@@ -336,7 +336,9 @@ def test_pairs_of_neighbours_run_side_by_side(cluster: FakeCluster, tmp_path: Pa
         elif etype == "DELETED":
             live.discard(obj["metadata"]["name"])
         most = max(most, len(live))
-    assert most == 2  # a round's pairs ran side by side, but never more nodes than maxParallel (4)
+    # a round's three pairs ran side by side, whole: maxParallel (4) bounds probe Jobs, not a round (issue 25;
+    # target.fabricParallel bounds it: tests/integration/test_fabric_round_whole.py)
+    assert most == 3
     # judged (not skipped) on the loopback figures; which way depends on this machine's load, not on a fault
     assert ev.fabric_straggler("gpu-03").status.value in ("pass", "fail")
     assert leftovers(cluster) == {"jobs": 0, "pods": 0, "configmaps": 0, "services": 0}
