@@ -181,6 +181,20 @@ class FakeCluster:
             self.cond.notify_all()
             return obj
 
+    def update(self, kind: str, obj: dict[str, Any], event: str = "MODIFIED") -> dict[str, Any] | None:
+        """Replace `obj` only while that very object (its uid) is still stored, as an update does (a controller's
+        PUT or PATCH, the kubelet's pod status update): one deleted meanwhile is 404 Not Found, never created again
+        (`put` stores whatever it is given). None when it was gone. The real ones: kubernetes
+        pkg/registry/core/pod/strategy.go (podStrategy.AllowCreateOnUpdate is false, so the generic store's Update
+        of a missing pod is NotFound), and pkg/kubelet/status/status_manager.go syncPod (on IsNotFound: "Pod does
+        not exist on the server", the status update is dropped)."""
+        with self.cond:
+            meta = obj["metadata"]
+            current = self.objects.get((kind, meta.get("namespace"), meta["name"]))
+            if current is None or current["metadata"]["uid"] != meta.get("uid", current["metadata"]["uid"]):
+                return None
+            return self.put(kind, obj, event)
+
     def delete(self, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
         with self.cond:
             obj = self.objects.pop((kind, ns, name), None)
@@ -351,7 +365,10 @@ class FakeCluster:
             current = body
         else:
             _merge(current, body)
-        return Response(json.dumps(self.put(kind, current, "MODIFIED")), content_type="application/json")
+        stored = self.update(kind, current)
+        if stored is None:  # deleted since it was read
+            return _status(404, f'{kind} "{name}" not found')
+        return Response(json.dumps(stored), content_type="application/json")
 
     def _delete(self, request: Request, kind: str, ns: str | None, name: str | None) -> Response:
         """One object, or every object a label selector picks (a collection delete)."""

@@ -97,7 +97,7 @@ class FakeGang:
         if needed <= free:
             self.admitted[js["metadata"]["uid"]] = needed
             js["spec"]["suspend"] = False
-            self.cluster.put("jobsets", js, "MODIFIED")
+            self.cluster.update("jobsets", js)  # a JobSet deleted since the listing stays deleted
             return
         ns, uid = js["metadata"]["namespace"], js["metadata"]["uid"]
         if self.cluster.list("workloads", ns, f"kueue.x-k8s.io/job-uid={uid}"):

@@ -123,19 +123,31 @@ class FakeKubelet:
 
     def _loop(self) -> None:
         while not self.stop.is_set():
-            for job in self.cluster.list("jobs"):
-                ns, jname = job["metadata"]["namespace"], job["metadata"]["name"]
-                if not any(p["metadata"]["labels"].get("job-name") == jname for p in self.cluster.list("pods", ns)):
-                    said = self.cluster.admit(ns, self._pod(job))
-                    if said:  # the Job controller's pod is refused: a FailedCreate event, no pod
-                        self.refused.setdefault((ns, jname), f"Error creating: {said}")
-                    elif job["spec"].get("completionMode") == "Indexed":
-                        self._run_indexed(job)
-                    else:
-                        self.cluster.put("pods", self._pod(job))
-                        self.pending[(ns, f"{jname}")] = job
+            self.sync_jobs()
             self._schedule()
             self.stop.wait(0.01)
+
+    def sync_jobs(self) -> None:
+        """The Job controller's pass: a pod for each Job that has none. Each Job is read again as it is now, under
+        the store's lock: one deleted since the listing gets no pod (the real controller's pods name their Job as
+        owner, and the garbage collector deletes a pod whose owner is gone; the sweep that deleted the Job has
+        already listed the pods, so a pod made here for it would be left behind)."""
+        for job in self.cluster.list("jobs"):
+            ns, jname = job["metadata"]["namespace"], job["metadata"]["name"]
+            with self.cluster.cond:
+                now = self.cluster.get("jobs", ns, jname)
+                if now is None or now["metadata"]["uid"] != job["metadata"]["uid"]:
+                    continue
+                if any(p["metadata"]["labels"].get("job-name") == jname for p in self.cluster.list("pods", ns)):
+                    continue
+                said = self.cluster.admit(ns, self._pod(job))
+                if said:  # the Job controller's pod is refused: a FailedCreate event, no pod
+                    self.refused.setdefault((ns, jname), f"Error creating: {said}")
+                elif job["spec"].get("completionMode") == "Indexed":
+                    self._run_indexed(job)
+                else:
+                    self.cluster.put("pods", self._pod(job))
+                    self.pending[(ns, f"{jname}")] = job
 
     # ---- the scheduler -------------------------------------------------------------------------------------------
 
@@ -184,13 +196,13 @@ class FakeKubelet:
                 cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
                 if (pod.get("status") or {}).get("conditions") != [cond]:
                     pod["status"] = {"phase": "Pending", "conditions": [cond]}
-                    self.cluster.put("pods", pod, "MODIFIED")
+                    self.cluster.update("pods", pod)
                 continue
             del self.pending[(ns, prefix)]
             pod["spec"]["nodeName"] = node
             pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "True"}]}
-            self.cluster.put("pods", pod, "MODIFIED")
-            self._run_pod(job, pod, node)
+            if self.cluster.update("pods", pod) is not None:  # not bound if deleted since it was listed
+                self._run_pod(job, pod, node)
 
     def _pod(self, job: dict[str, Any]) -> dict[str, Any]:
         tmpl = job["spec"]["template"]
@@ -227,7 +239,7 @@ class FakeKubelet:
             }
             image = pod["spec"]["containers"][0]["image"]
             pod["status"]["containerStatuses"] = [container_status(image, {"waiting": waiting})]
-            self.cluster.put("pods", pod, "MODIFIED")
+            self.cluster.update("pods", pod)
             return
         threading.Thread(target=self._execute, args=(job, pod, node, what), daemon=True).start()
 
@@ -249,10 +261,8 @@ class FakeKubelet:
         return plan
 
     def _set(self, pod: dict[str, Any], **status: Any) -> None:
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        if self.cluster.get("pods", ns, name) is not None:
-            pod["status"] = {**pod["status"], **status}
-            self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
+        pod["status"] = {**pod["status"], **status}
+        self.cluster.update("pods", copy.deepcopy(pod))  # a pod deleted meanwhile stays deleted
 
     def _execute(self, job: dict[str, Any], pod: dict[str, Any], node: str, what: str) -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
@@ -337,7 +347,7 @@ class FakeKubelet:
                         }
                     ]
                 }
-                self.cluster.put("jobs", j, "MODIFIED")
+                self.cluster.update("jobs", j)
         else:
             cond = {
                 "type": "DisruptionTarget",
@@ -429,12 +439,13 @@ class FakeKubelet:
         rank = int(pod["metadata"]["annotations"][INDEX])
         running = {"running": {"startedAt": "2026-12-02T00:00:00Z"}}
         pod["status"] = {"phase": "Running", "containerStatuses": [container_status(image, running, ready=True)]}
-        self.cluster.put("pods", copy.deepcopy(pod), "MODIFIED")
+        if self.cluster.update("pods", copy.deepcopy(pod)) is None:
+            return  # deleted before its process started: the kubelet's status update is 404, nothing runs
         if self.fabric_behaviour.get(node) == "oom":
             self.cluster.logs[(ns, name)] = "probe: starting\nprobe: nccl 8 GiB buffers\n"
             terminated = {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}
             pod["status"] = {"phase": "Failed", "containerStatuses": [container_status(image, terminated)]}
-            self.cluster.put("pods", pod, "MODIFIED")
+            self.cluster.update("pods", pod)
             return
         if what in ("hang", "deadline"):
             self._hung(job, pod, what)
@@ -462,8 +473,7 @@ class FakeKubelet:
             phase, state = "Failed", {"terminated": {"exitCode": 3, "reason": "Error"}}
         self.cluster.logs[(ns, name)] = log
         pod["status"] = {"phase": phase, "containerStatuses": [container_status(image, state)]}
-        if self.cluster.get("pods", ns, name) is not None:
-            self.cluster.put("pods", pod, "MODIFIED")
+        self.cluster.update("pods", pod)
 
     def _simulated_fabric(self, job: dict[str, Any], plan: dict[str, Any], what: str) -> FabricEvidence:
         """The simulator's all-reduce across the Job's nodes, as process 0 reports it; "slow:<factor>" scales its
