@@ -162,6 +162,8 @@ class FakeCluster:
     # kind -> what its schema refuses in a created object (a custom resource's CRD): refused with 422 Invalid
     validators: dict[str, Callable[[dict[str, Any]], list[str]]] = field(default_factory=dict)
     rv: int = 1000
+    in_flight: dict[str, int] = field(default_factory=dict)  # method -> requests being answered now
+    most_in_flight: dict[str, int] = field(default_factory=dict)  # method -> the most answered at once
     cond: threading.Condition = field(default_factory=threading.Condition)
 
     # ---- the store -------------------------------------------------------------------------------------------------
@@ -235,6 +237,16 @@ class FakeCluster:
     # ---- HTTP ----------------------------------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response:
+        with self.cond:
+            now = self.in_flight[request.method] = self.in_flight.get(request.method, 0) + 1
+            self.most_in_flight[request.method] = max(now, self.most_in_flight.get(request.method, 0))
+        try:
+            return self._handle(request)
+        finally:
+            with self.cond:
+                self.in_flight[request.method] -= 1
+
+    def _handle(self, request: Request) -> Response:
         self.requests.append((request.method, request.full_path))
         if self.on_request is not None:
             self.on_request(request.method, request.path)
@@ -265,13 +277,17 @@ class FakeCluster:
 
     def _injected(self, method: str, kind: str) -> Response | None:
         """The failure the test queued for this request (`fail`), after the delay it queued (`hang`)."""
-        pending = self.failures.get((method, kind))
-        if pending:
-            code, message, headers = pending.pop(0)
+        with self.cond:  # requests are answered at once (a fabric round's creates)
+            pending = self.failures.get((method, kind))
+            failure = pending.pop(0) if pending else None
+        if failure is not None:
+            code, message, headers = failure
             return _status(code, message or f"injected {code}", headers)
-        stall = self.hangs.get((method, kind))
-        if stall:
-            time.sleep(stall.pop(0))
+        with self.cond:
+            stall = self.hangs.get((method, kind))
+            seconds = stall.pop(0) if stall else 0.0
+        if seconds:
+            time.sleep(seconds)
         return None
 
     def _get(self, request: Request, kind: str, ns: str | None, name: str | None, groups: dict[str, Any]) -> Response:

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpucert.errors import ClusterAccessError
+from gpucert.measure.evidence import FabricEvidence
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import MeasurePlan
+from gpucert.measure.targets.kubernetes import runs
 from gpucert.measure.targets.kubernetes.fabric import FabricJobs
 from gpucert.spec.cluster import Probe, load_spec
 
@@ -82,3 +85,43 @@ def test_fabric_parallel_bounds_the_nodes_of_a_round_at_once(
     served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert batches(served_cluster, tmp_path, monkeypatch, maxParallel=32, fabricParallel=4) == [2, 2]
+
+
+def run_round(cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[FabricEvidence]:
+    monkeypatch.setattr(FabricJobs, "_fabric_expire", lambda self, run: self._fabric_failed(run, "stopped by the test"))
+    for n in NODES:
+        cluster.put("nodes", node(n))
+    target = open_target(load_spec(spec_file(tmp_path)))
+    return target.measure_fabrics(ROUND, MeasurePlan(run_id="round-1", probes=(Probe.NCCL,), dcgm_level=1))
+
+
+def test_a_rounds_creates_and_deletes_are_in_flight_together_bounded_each_pair_in_order(
+    served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue 25: a round's 9 requests a pair went one after another (512 pairs: 4,608 x 10 ms = 46 s a round)
+    monkeypatch.setattr(runs, "IN_FLIGHT", 3)
+    served_cluster.hang("POST", "configmaps", 0.1, times=4)  # each create slow enough to overlap the others
+    served_cluster.hang("DELETE", "services", 0.1, times=4)
+    fabrics = run_round(served_cluster, tmp_path, monkeypatch)
+    assert [f.nodes for f in fabrics] == ROUND
+    assert served_cluster.most_in_flight["POST"] == 3  # overlapped, and never more than the bound
+    assert served_cluster.most_in_flight["DELETE"] == 3
+    # each pair's ConfigMap before its Service and Job (they name it their owner)
+    made = [(kind, obj["metadata"]["name"]) for _, kind, _, event, obj in served_cluster.events if event == "ADDED"]
+    names = {n for kind, n in made if kind == "configmaps" and n.startswith("gpucert-")}
+    assert len(names) == 4
+    for name in names:
+        order = [kind for kind, n in made if n == name and kind in ("configmaps", "services", "jobs")]
+        assert order == ["configmaps", "services", "jobs"]
+    assert not [o for kind in ("configmaps", "services", "jobs", "pods") for o in served_cluster.list(kind, "gpucert")]
+
+
+def test_an_error_in_one_pairs_create_leaves_no_pair_behind(
+    served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served_cluster.hang("POST", "configmaps", 0.1, times=4)  # the other pairs' creates are in flight meanwhile
+    served_cluster.fail("POST", "jobs", 422, message="Job.batch is invalid")
+    with pytest.raises(ClusterAccessError, match=r"Job\.batch is invalid"):
+        run_round(served_cluster, tmp_path, monkeypatch)
+    assert served_cluster.most_in_flight["POST"] >= 2
+    assert not [o for kind in ("configmaps", "services", "jobs", "pods") for o in served_cluster.list(kind, "gpucert")]

@@ -31,7 +31,7 @@ from gpucert.measure.targets.kubernetes.gang import Gang
 from gpucert.measure.targets.kubernetes.jobs import ProbeJobs
 from gpucert.measure.targets.kubernetes.pods import IMAGE_ERRORS, container_state, stop_reason, unschedulable
 from gpucert.measure.targets.kubernetes.podspec import fabric_level, fabric_security
-from gpucert.measure.targets.kubernetes.runs import cleanup_runs, now, short
+from gpucert.measure.targets.kubernetes.runs import at_once, cleanup_runs, now, short
 
 __all__ = ["FabricJobs"]
 
@@ -218,6 +218,21 @@ class FabricJobs(ProbeJobs):
             out += f"; processes {', '.join(map(str, started))} ({on}) started and waited for them until stopped"
         return out
 
+    def _create_pair(self, run: _FabricRun) -> None:
+        """The pair's ConfigMap, then the headless Service and Indexed Job it owns."""
+        service, job = self.fabric_bodies(run.name, run.nodes, self.create_configmap(run.name))
+        kube = self.cluster.kube
+        kube.call(
+            "create",
+            f"services in namespace {self.ns}",
+            self.core.create_namespaced_service,
+            namespace=self.ns,
+            body=service,
+        )
+        kube.call(
+            "create", f"jobs in namespace {self.ns}", self.batch.create_namespaced_job, namespace=self.ns, body=job
+        )
+
     def _submit_gang(self, gang: Gang, run: _FabricRun) -> None:
         """The all-reduce as a JobSet for Kueue to admit whole, or its error when it could not be (no queue, nodes
         across topology domains), with nothing made."""
@@ -258,23 +273,8 @@ class FabricJobs(ProbeJobs):
                 runs[name] = _FabricRun(name=name, nodes=nodes, created=self.clock())
                 if gang is not None:
                     self._submit_gang(gang, runs[name])
-                    continue
-                owner = self.create_configmap(name)
-                service, job = self.fabric_bodies(name, nodes, owner)
-                self.cluster.kube.call(
-                    "create",
-                    f"services in namespace {self.ns}",
-                    self.core.create_namespaced_service,
-                    namespace=self.ns,
-                    body=service,
-                )
-                self.cluster.kube.call(
-                    "create",
-                    f"jobs in namespace {self.ns}",
-                    self.batch.create_namespaced_job,
-                    namespace=self.ns,
-                    body=job,
-                )
+            if gang is None:  # the pairs' creates at once (each pair's in order); the first error makes no more
+                at_once(self._create_pair, list(runs.values()), stop_on_error=True)
 
             def step() -> bool:
                 waiting = [r for r in runs.values() if r.result is None]

@@ -4,9 +4,10 @@ the evidence of a node nothing could be measured on. kubernetes_jobs.py and kube
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ALL_COMPLETED, FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from gpucert._version import __version__
 from gpucert.errors import ClusterAccessError
@@ -15,9 +16,11 @@ from gpucert.measure.targets.kubernetes.api import KubeApi, status_of
 
 __all__ = [
     "HOSTNAME",
+    "IN_FLIGHT",
     "LABEL_MANAGED",
     "LABEL_NODE",
     "LABEL_RUN",
+    "at_once",
     "cleanup_runs",
     "failed_evidence",
     "now",
@@ -29,6 +32,29 @@ LABEL_RUN = "gpucert.io/run"
 LABEL_NODE = "gpucert.io/node"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 HOSTNAME = "kubernetes.io/hostname"
+IN_FLIGHT = 16  # API requests of one round (creates, deletes) in flight at once
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def at_once(fn: Callable[[T], R], items: Sequence[T], *, stop_on_error: bool, bound: int | None = None) -> list[R]:
+    """`fn` over `items`, at most `bound` (IN_FLIGHT) calls in flight, each still through KubeApi.call (its retry
+    budget is locked, its backoff per call). Every call that started has ended before this returns or raises, so a
+    cleanup after it finds all it made; with `stop_on_error` the first error (or Ctrl-C) starts no more. The first
+    error is raised once all have ended; else the results, in the order of `items`."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    pool = ThreadPoolExecutor(max_workers=min(bound or IN_FLIGHT, len(items)), thread_name_prefix="gpucert-api")
+    try:
+        futures = [pool.submit(fn, item) for item in items]
+        wait(futures, return_when=FIRST_EXCEPTION if stop_on_error else ALL_COMPLETED)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    for f in futures:
+        if not f.cancelled() and f.exception() is not None:
+            raise f.exception()  # type: ignore[misc]
+    return [f.result() for f in futures]
 
 
 def run_label(run_id: str) -> str:
@@ -64,17 +90,24 @@ def cleanup_runs(kube: KubeApi, namespace: str, label: str | None = None) -> int
         ("services", core.list_namespaced_service, core.delete_namespaced_service),
         ("configmaps", core.list_namespaced_config_map, core.delete_namespaced_config_map),
     ]
-    for kind, lister, deleter in kinds:
-        for obj in list(
-            kube.pages("list", f"{kind} in namespace {namespace}", lister, namespace=namespace, label_selector=selector)
-        ):
-            name = obj["metadata"]["name"]
+    for kind, lister, deleter in kinds:  # a kind's deletes at once, all of them even where one fails
+        names = [
+            obj["metadata"]["name"]
+            for obj in kube.pages(
+                "list", f"{kind} in namespace {namespace}", lister, namespace=namespace, label_selector=selector
+            )
+        ]
+
+        def delete(name: str, kind: str = kind, deleter: Callable[..., Any] = deleter) -> bool:
             try:
                 kube.call(
                     "delete", f"{kind} {name}", deleter, name=name, namespace=namespace, propagation_policy="Background"
                 )
-                deleted += 1
             except ClusterAccessError as exc:
                 if status_of(exc) != 404:
                     raise
+                return False
+            return True
+
+        deleted += sum(at_once(delete, names, stop_on_error=False))
     return deleted
