@@ -2,16 +2,18 @@
 asks of the API server, and the controller's cost of isolating slow links over every pair of every rail.
 
     python benchmarks/fabric_scale.py [--nodes 64 256 1024] [--rails 8] [--per-round 20] [--request-ms 10]
-                                      [--fabric-parallel 32]
+                                      [--fabric-parallel 32] [--in-flight 16]
 
 A round's pairs are apart (each node in at most one pair: plan/pairs.py), every rail of a pair runs at once (each
 rail its own NIC), and on Kubernetes every pair of a round runs at once (measure/targets/kubernetes/target.py
 measure_fabrics; `target.fabricParallel` may bound it), so the stage takes rounds x the time of one round whatever
 the number of pairs. A round's time is an input (`--per-round`, seconds: the pods' start, ib_write_bw's connection
-setup and its timed repetitions) plus its API requests, which the controller sends one after another
-(REQUESTS_PER_PAIR each, `--request-ms` each). With `--fabric-parallel` set (nodes at once), a round runs in
-ceil(pairs / (fabricParallel // 2)) batches one after another, so the stage grows with pairs: both are printed. The
-schedule and the isolation are measured.
+setup and its timed repetitions) plus its API requests (REQUESTS_PER_PAIR each, `--request-ms` each): the pairs'
+creates and the cleanup's deletes go `--in-flight` at once (measure/targets/kubernetes/runs.py IN_FLIGHT; a pair's
+three creates in order, the deletes kind by kind), process 0's log reads one after another (the pod watch reads
+each as its pod ends), so `request_time` counts the requests' round trips one after another. With
+`--fabric-parallel` set (nodes at once), a round runs in ceil(pairs / (fabricParallel // 2)) batches one after
+another, so the stage grows with pairs: both are printed. The schedule and the isolation are measured.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ def batches(nodes: int, fabric_parallel: int) -> int:
     return max(1, -(-pairs // max(1, fabric_parallel // 2)))
 
 
+def request_time(pairs: int, in_flight: int) -> int:
+    """Round trips one after another for a round of `pairs`: three creates a pair in waves of `in_flight` pairs, one
+    log read a pair, and the deletes kind by kind (Jobs, two pods a pair, Services, ConfigMaps) in waves."""
+    waves = -(-pairs // in_flight)
+    return 3 * waves + pairs + 3 * waves + -(-2 * pairs // in_flight)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])
@@ -50,15 +59,17 @@ def main() -> int:
     ap.add_argument("--per-round", type=float, default=20.0, help="seconds one batch of pairs takes on the cluster")
     ap.add_argument("--request-ms", type=float, default=10.0, help="milliseconds one API request takes")
     ap.add_argument("--fabric-parallel", type=int, default=32, help="a target.fabricParallel to compare (nodes)")
+    ap.add_argument("--in-flight", type=int, default=16, help="API requests of a round in flight at once")
     args = ap.parse_args()
     req_s = args.request_ms / 1000
-    head = f"stage, each round whole ({args.per_round:g} s + its requests)"
+    head = f"stage, each round whole ({args.per_round:g} s + its requests, {args.in_flight} in flight)"
+    serial = "stage, requests one at a time (before)"
     cap = f"stage at fabricParallel {args.fabric_parallel}"
     print(
-        f"| nodes | rounds | pairs per rail | requests a round | {head} | {cap} | schedule | isolation, one clean rail "
-        "| one faulty rail |"
+        f"| nodes | rounds | pairs per rail | requests a round | round trips a round | {head} | {serial} | {cap} "
+        "| schedule | isolation, one clean rail | one faulty rail |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for n in args.nodes:
         nodes = [f"node-{i:04d}" for i in range(n)]
         racks = {node: f"rack-{i // 32}" for i, node in enumerate(nodes)}
@@ -84,10 +95,13 @@ def main() -> int:
         assert list(iso.racks) == [tuple(sorted(bad))], iso.racks
         assert list(iso.nodes) == [nodes[1]], iso.nodes
         requests = REQUESTS_PER_PAIR * (n // 2)
-        stage = round_count(n) * (args.per_round + requests * req_s)
-        capped = round_count(n) * (batches(n, args.fabric_parallel) * args.per_round + requests * req_s)
+        trips = request_time(n // 2, args.in_flight)
+        stage = round_count(n) * (args.per_round + trips * req_s)
+        before = round_count(n) * (args.per_round + requests * req_s)
+        capped = round_count(n) * (batches(n, args.fabric_parallel) * args.per_round + trips * req_s)
         print(
-            f"| {n} | {round_count(n)} | {pair_count(n):,} | {requests:,} | {_hms(stage)} | {_hms(capped)} | "
+            f"| {n} | {round_count(n)} | {pair_count(n):,} | {requests:,} | {trips:,} | {_hms(stage)} | "
+            f"{_hms(before)} | {_hms(capped)} | "
             f"{t_schedule:.2f} s | "
             f"{t_isolate:.2f} s | {t_faulty:.2f} s |"
         )
