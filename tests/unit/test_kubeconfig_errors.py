@@ -38,3 +38,27 @@ def test_a_kubeconfig_that_cannot_be_read_is_one_line_naming_it(
     assert "\n" not in message
     assert "fix the file, or point $KUBECONFIG at the cluster's kubeconfig" in message
     assert re.search(why, message)
+
+
+def test_the_client_keeps_a_connection_for_every_request_a_round_has_in_flight(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubernetes 37.0.2 client/configuration.py sizes the connection pool at cpu_count() * 5 (10 on a 2-core
+    controller) and urllib3 2.x drops every connection past it with a "Connection pool is full" warning: a fabric
+    round's creates and deletes (runs.IN_FLIGHT at once) beside the watch and log reads need more."""
+    import multiprocessing
+
+    from gpucert.measure.targets.kubernetes.runs import IN_FLIGHT
+
+    monkeypatch.setattr(multiprocessing, "cpu_count", lambda: 2)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    api = KubeApi.connect(None, tmp_path / "spec.yaml")
+    kept = api.client.rest_client.pool_manager.connection_pool_kw["maxsize"]
+    assert kept > IN_FLIGHT + 2  # a round's requests, the run's watch and a log read

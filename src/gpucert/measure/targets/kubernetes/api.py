@@ -122,6 +122,9 @@ def _group(name: str) -> cached_property[Any]:
     return cached_property(group)
 
 
+CONNECTIONS = 32  # the API connections kept open: more than the requests a run has in flight at once
+
+
 class KubeApi:
     """One API server, with the identity gpucert talks to it as."""
 
@@ -158,6 +161,11 @@ class KubeApi:
         # one retry loop, ours (`call`): urllib3's own would make each of our tries up to four, a hung API server
         # four read timeouts per try, and the "N tries" of our messages untrue
         configuration.retries = False
+        # a connection for every request in flight at once (a fabric round's creates and deletes, runs.IN_FLIGHT,
+        # beside the run's watch and log reads): the client's default is 5 a CPU (kubernetes 37.0.2,
+        # client/configuration.py), 10 on a 2-core controller, and urllib3 2.x discards each connection past it
+        # with a "Connection pool is full" warning (connectionpool.py, _put_conn)
+        configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, CONNECTIONS)
         try:
             with _kubeconfig_read(kubeconfig):
                 api = config.new_client_from_config(
