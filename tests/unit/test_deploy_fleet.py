@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from gpucert.cli import args as cli_args
 from gpucert.cli import fleet as fleet_commands
 from gpucert.cli import main as cli
 from gpucert.spec.cluster import KubernetesTargetSpec, load_spec
@@ -25,6 +26,32 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 KUBERNETES = "1.30.0"  # the oldest Kubernetes the examples' specs accept (stack.kubernetes.minVersion)
 DIGEST = "sha256:" + "1" * 64
+
+
+# where the manifests' paths are: the pod's mounted volumes and the controller image's checkout
+CONTAINER_PATHS = ("/etc/gpucert/", "/opt/gpucert/", "/var/lib/gpucert/")
+
+
+@pytest.fixture(autouse=True)
+def _paths_as_the_container_has_them(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The command lines the manifests run name paths that exist in the container (mounted volumes, the image's
+    checkout), not on this machine: the parser's check that a path is there (cli/args._path) is answered for them
+    from a stand-in of the container's tree (a name with a suffix a file, else a folder); each test asserts the path
+    is mounted, and every other path is checked as ever."""
+    real = cli_args._path
+
+    def in_container(text: str) -> Path:
+        if not text.startswith(CONTAINER_PATHS):
+            return real(text)
+        there = tmp_path / "container" / text.lstrip("/")
+        if there.suffix:
+            there.parent.mkdir(parents=True, exist_ok=True)
+            there.touch()
+        else:
+            there.mkdir(parents=True, exist_ok=True)
+        return there
+
+    monkeypatch.setattr(cli_args, "_path", in_container)
 
 
 def kustomization() -> dict[str, Any]:
