@@ -5,10 +5,18 @@
 refuses. Kueue here: a suspended JobSet of the queue is admitted (unsuspended) when the ClusterQueue's GPU quota
 has room for all its pods at once, else it stays suspended and its Workload says why in a QuotaReserved=False
 condition, in Kueue v0.10.6's words (pkg/scheduler/flavorassigner/flavorassigner.go: "couldn't assign flavors to
-pod set ...: insufficient unused quota for ... in flavor ..., N more needed"). The JobSet controller: an admitted
-JobSet gets its one child Job per replicated job (`<jobset>-<rjob>-<index>`, its pods in the JobSet's subdomain
-and labelled `jobset.sigs.k8s.io/jobset-name`) and the headless Service of that subdomain, all owned by the
-JobSet (jobset v0.8.2 pkg/controllers/jobset_controller.go); the fake kubelet then runs the Indexed Job."""
+pod set ...: insufficient unused quota for ... in flavor ..., N more needed").
+
+The JobSet controller, as JobSet v0.8.2's reconcile does it (kubernetes-sigs/jobset v0.8.2, commit bba74dba,
+pkg/controllers/jobset_controller.go): every JobSet, suspended or not, gets the headless Service of its subdomain
+(createHeadlessSvcIfNecessary) and its child Jobs (`<jobset>-<rjob>-<index>`, reconcileReplicatedJobs) at once,
+each created with `spec.suspend` equal to the JobSet's (constructJob, lines 724-726: "if Suspend is set, then we
+assume all jobs will be suspended also"), its pods in the JobSet's subdomain and labelled
+`jobset.sigs.k8s.io/jobset-name` and `jobset.sigs.k8s.io/replicatedjob-name`, all owned by the JobSet. Once Kueue
+unsuspends the JobSet, the controller resumes each suspended child Job (resumeJobsIfNecessary and resumeJob, lines
+406-511: `Suspend` false). The fake kubelet's Job controller makes no pod for a suspended Job (kubernetes
+pkg/controller/job/job_controller.go, manageJob: a suspended Job's active pods are deleted and none created).
+`resumes=False` is a JobSet controller that never gets to resume them (stopped, or crash-looping)."""
 
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ from . import crds
 from .fakecluster import FakeCluster
 
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+RJOB_NAME = "jobset.sigs.k8s.io/replicatedjob-name"
 GPU = "nvidia.com/gpu"
 
 
@@ -45,6 +54,7 @@ class FakeGang:
     quota_gpus: int = 1 << 20  # the ClusterQueue's nominal nvidia.com/gpu behind the LocalQueue
     flavor: str = "default-flavor"
     takes_jobsets: bool = True  # False: Kueue configured without the jobset.x-k8s.io/jobset integration
+    resumes: bool = True  # False: the JobSet controller never resumes the suspended child Jobs of an admitted JobSet
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     admitted: dict[str, int] = field(default_factory=dict)  # JobSet uid -> the GPUs it holds
@@ -75,16 +85,9 @@ class FakeGang:
             live = set()
             for js in self.cluster.list("jobsets"):
                 live.add(js["metadata"]["uid"])
-                if js["spec"].get("suspend"):
-                    if self.takes_jobsets:
-                        self._queue(js)
-                else:
-                    with self.cluster.cond:  # the JobSet as it is now: one deleted since the listing makes nothing
-                        meta = js["metadata"]
-                        if self.cluster.get("jobsets", meta["namespace"], meta["name"]) is not None and not (
-                            self.cluster.list("jobs", meta["namespace"], f"{JOBSET_NAME}={meta['name']}")
-                        ):
-                            self._start(js)
+                self._reconcile(js)  # JobSet's controller sees it first: Kueue's webhook made it suspended
+                if js["spec"].get("suspend") and self.takes_jobsets:
+                    self._queue(js)
             for uid in set(self.admitted) - live:  # a deleted JobSet's quota is free again
                 del self.admitted[uid]
             self.stop.wait(0.02)
@@ -126,6 +129,23 @@ class FakeGang:
 
     # ---- the JobSet controller -------------------------------------------------------------------------------------
 
+    def _reconcile(self, js: dict[str, Any]) -> None:
+        """The JobSet as it is now (one deleted since the listing makes nothing): its Service and child Jobs if it
+        has none, suspended as it is; once it is no longer suspended, its suspended Jobs resumed."""
+        meta = js["metadata"]
+        with self.cluster.cond:
+            now = self.cluster.get("jobsets", meta["namespace"], meta["name"])
+            if now is None or now["metadata"]["uid"] != meta["uid"]:
+                return
+            jobs = self.cluster.list("jobs", meta["namespace"], f"{JOBSET_NAME}={meta['name']}")
+            if not jobs:
+                self._start(now)
+            elif not now["spec"].get("suspend") and self.resumes:
+                for job in jobs:
+                    if job["spec"].get("suspend"):
+                        job["spec"]["suspend"] = False
+                        self.cluster.update("jobs", job)
+
     def _start(self, js: dict[str, Any]) -> None:
         meta, spec = js["metadata"], js["spec"]
         ns, name = meta["namespace"], meta["name"]
@@ -142,10 +162,11 @@ class FakeGang:
         for rjob in spec["replicatedJobs"]:
             for index in range(rjob.get("replicas", 1)):
                 tmpl = copy.deepcopy(rjob["template"])
-                labels = {**(tmpl.get("metadata") or {}).get("labels", {}), JOBSET_NAME: name}
+                labels = {**(tmpl.get("metadata") or {}).get("labels", {}), JOBSET_NAME: name, RJOB_NAME: rjob["name"]}
                 job_spec = tmpl["spec"]
                 job_spec["template"]["metadata"]["labels"] = {**job_spec["template"]["metadata"]["labels"], **labels}
                 job_spec["template"]["spec"]["subdomain"] = subdomain
+                job_spec["suspend"] = bool(spec.get("suspend"))  # constructJob: the JobSet's own
                 job = {
                     "apiVersion": "batch/v1",
                     "kind": "Job",

@@ -138,6 +138,8 @@ class FakeKubelet:
                 now = self.cluster.get("jobs", ns, jname)
                 if now is None or now["metadata"]["uid"] != job["metadata"]["uid"]:
                     continue
+                if now["spec"].get("suspend"):  # manageJob: a suspended Job gets no pod until it is resumed
+                    continue
                 if any(p["metadata"]["labels"].get("job-name") == jname for p in self.cluster.list("pods", ns)):
                     continue
                 said = self.cluster.admit(ns, self._pod(job))

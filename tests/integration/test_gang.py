@@ -195,6 +195,10 @@ def test_not_admitted_in_time_is_the_all_reduce_error_no_rank_started_and_nothin
     (js,) = created(served_cluster, "jobsets")
     assert EXCLUSIVE_TOPOLOGY not in js["metadata"]["annotations"]  # no topologyKey: placed wherever the nodes are
     assert seconds < 15  # the admission deadline, not the Pending timeout or a rendezvous left waiting
+    # JobSet v0.8.2 makes the child Job with the JobSet, suspended as it is (fakegang.py): it made no pod
+    (job,) = created(served_cluster, "jobs")
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "JobSet"
     assert created(served_cluster, "pods") == []  # all ranks or none: no rank waited for peers
     assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
     used = {verb(m, p) for m, p in served_cluster.requests}
@@ -204,6 +208,34 @@ def test_not_admitted_in_time_is_the_all_reduce_error_no_rank_started_and_nothin
     spec = load_spec(tmp_path / "spec.yaml")
     asked = {a for a in needed_access(spec) if a[0] in groups}
     assert asked == {u for u in used if u[0] in groups}  # what `gpucert preflight` checks it may do
+
+
+def test_an_admitted_jobset_whose_job_stays_suspended_says_so_and_counts_no_rank_as_started(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """JobSet v0.8.2 creates the child Job suspended before Kueue admits the JobSet and resumes it after
+    (jobset_controller.go, constructJob lines 724-726, resumeJobsIfNecessary): a JobSet controller that never
+    resumes it leaves an admitted JobSet whose suspended Job made no pod. That is no rank started, and the finding
+    says which Job is still suspended."""
+    gang = FakeGang(served_cluster, resumes=False).install().start()
+    try:
+        fabric, seconds = all_reduce(served_cluster, tmp_path, GANG, pending_s=1)
+    finally:
+        gang.close()
+    (error,) = fabric.errors
+    assert "still Pending after 1 s: Kueue admitted JobSet gpucert-" in error.message
+    said = "-ranks-0 is still suspended, so no rank was started: the JobSet controller did not resume it"
+    assert said in error.message
+    assert "process 0 (no pod was created)" in error.message
+    assert "started and waited" not in error.message
+    assert "no process reached gpu-01, gpu-02, gpu-03, gpu-04" in error.message
+    (js,) = [e[4] for e in served_cluster.events if e[1] == "jobsets" and e[3] == "MODIFIED"][-1:]
+    assert js["spec"]["suspend"] is False  # Kueue did admit it
+    (job,) = created(served_cluster, "jobs")
+    assert job["spec"]["suspend"] is True
+    assert created(served_cluster, "pods") == []
+    assert seconds < 10
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
 
 
 def test_a_jobset_kueue_never_takes_up_is_said_to_be_one(served_cluster: FakeCluster, tmp_path: Path) -> None:

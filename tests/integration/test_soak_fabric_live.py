@@ -200,7 +200,14 @@ def test_a_collective_kueue_does_not_admit_in_time_is_its_rounds_finding(
     assert finding["check"] == "soak.round"
     assert "not admitted by Kueue in 1 s" in finding["message"]
     assert "insufficient unused quota" in finding["message"]
-    assert _made(sim_cluster, indexed=True) == []  # no rank started
+    # JobSet v0.8.2 makes the child Job with the JobSet, suspended as it is (fakegang.py): a Job, and no rank started
+    assert [j["spec"]["suspend"] for j in _made(sim_cluster, indexed=True)] == [True]
+    ranks = [
+        e
+        for e in sim_cluster.events
+        if e[1] == "pods" and "jobset.sigs.k8s.io/jobset-name" in e[4]["metadata"]["labels"]
+    ]
+    assert ranks == []
     assert _left(sim_cluster) | {"jobsets": len(sim_cluster.list("jobsets", NS))} == {
         **dict.fromkeys(LEFT, 0),
         "jobsets": 0,

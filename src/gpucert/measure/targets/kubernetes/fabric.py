@@ -176,7 +176,7 @@ class FabricJobs(ProbeJobs):
                 self._fabric_failed(run, f"{where} cannot start: {waiting['reason']}: {waiting.get('message', '')}")
         return run.result is not None
 
-    def _fabric_expire(self, run: _FabricRun) -> None:
+    def _fabric_expire(self, run: _FabricRun, gang: Gang | None = None) -> None:
         t = self.cluster.options
         age = self.clock() - run.created
         pending = sorted(
@@ -185,9 +185,11 @@ class FabricJobs(ProbeJobs):
             if (run.pods.get(i, {}).get("status") or {}).get("phase", "Pending") == "Pending"
         )
         if pending and age > t.pending_timeout_seconds:
+            stalled = gang.stalled(run.name) if gang is not None and not run.pods else ""
             self._fabric_failed(
                 run,
                 f"the all-reduce across nodes was still Pending after {t.pending_timeout_seconds} s: "
+                + (f"{stalled}; " if stalled else "")
                 + self._never_came(run, pending),
             )
         elif age > self.deadline_for(None) + 60:
@@ -280,7 +282,7 @@ class FabricJobs(ProbeJobs):
                 waiting = [r for r in runs.values() if r.result is None]
                 for r in waiting:
                     if gang is None or self._admitted(gang, r):
-                        self._fabric_expire(r)
+                        self._fabric_expire(r, gang)
                 return any(r.result is None for r in waiting)
 
             self.follow(lambda pod, deleted: self._on_fabric_pod(runs, pod, deleted), step)

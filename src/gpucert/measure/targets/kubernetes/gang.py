@@ -254,6 +254,26 @@ class Gang:
             + "; free the quota, or let it wait longer with target.gang.admissionTimeoutSeconds"
         )
 
+    def stalled(self, name: str) -> str:
+        """Why the admitted JobSet `name` has no pod: its child Job is still suspended ("" when it is not, or
+        cannot be read). JobSet v0.8.2 creates the child Jobs suspended with the JobSet (jobset_controller.go,
+        constructJob, lines 724-726) and resumes them once Kueue unsuspends it (resumeJobsIfNecessary); a suspended
+        Job makes no pod (kubernetes pkg/controller/job/job_controller.go, manageJob), so none of its ranks
+        started, whatever the JobSet says."""
+        t = self.jobs.cluster.options
+        kube = self.jobs.cluster.kube
+        job = f"{name}-{RANKS}-0"
+        try:
+            obj = kube.json("get", f"job {job}", kube.batch.read_namespaced_job, name=job, namespace=t.namespace)
+        except (ClusterAccessError, IncompleteRunError):
+            return ""
+        if not (obj.get("spec") or {}).get("suspend", False):
+            return ""
+        return (
+            f"Kueue admitted JobSet {name}, but its Job {job} is still suspended, so no rank was started: the JobSet "
+            "controller did not resume it (is JobSet's controller manager running? kubectl get pods -n jobset-system)"
+        )
+
     def _workload_says(self, uid: str) -> str:
         """Kueue's reason for not admitting the JobSet with `uid`: its Workload's QuotaReserved condition."""
         t = self.jobs.cluster.options
