@@ -170,6 +170,30 @@ def test_without_gang_admission_ranks_that_waited_for_a_busy_node_end_with_who_n
     assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)  # the waiting ranks' pods went with the Job
 
 
+def test_kueue_admits_quota_not_nodes_so_a_rank_on_a_node_busy_outside_the_queue_ends_with_who_never_came(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """Kueue reserves a ClusterQueue's quota, not nodes (Kueue v0.10.6: flavorassigner.go counts the quota's free
+    units; nothing there looks at a node): with gpu-03's GPUs held by a pod that is not the ClusterQueue's, Kueue
+    admits the JobSet whole, three ranks start, and the one pinned to gpu-03 cannot be placed. The Pending timeout,
+    counted from the admission, ends it with who never came, as on the Indexed Job; nothing is left."""
+    served_cluster.put("pods", gpu_pod("trainer-0", "gpu-03"))
+    gang = FakeGang(served_cluster).install().start()  # quota for every rank: admitted at once
+    try:
+        fabric, seconds = all_reduce(served_cluster, tmp_path, GANG, pending_s=2)
+    finally:
+        gang.close()
+    (error,) = fabric.errors
+    assert "still Pending after 2 s: process 3 (Unschedulable: 0/4 nodes are available:" in error.message
+    assert "Insufficient nvidia.com/gpu" in error.message
+    assert "no process reached gpu-03" in error.message
+    assert "processes 0, 1, 2 (gpu-01, gpu-02, gpu-04) started and waited for them until stopped" in error.message
+    assert len(created(served_cluster, "jobsets")) == 1  # the gang path: its Job made suspended, resumed on admission
+    assert [e[4]["spec"]["suspend"] for e in served_cluster.events if e[1] == "jobs"][:2] == [True, False]
+    assert seconds < 12
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
+
+
 def test_without_target_gang_no_crd_is_asked_for(served_cluster: FakeCluster, tmp_path: Path) -> None:
     FakeGang(served_cluster).install()
     target = open_target(load_spec(spec_file(tmp_path, None)))

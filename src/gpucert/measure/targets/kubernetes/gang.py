@@ -3,7 +3,9 @@ has both and the spec names a LocalQueue (`target.gang`); fabric.py's Indexed Jo
 
 Why: an Indexed Job's pods are scheduled one by one, so with part of the pool busy some ranks start and wait at the
 rendezvous for peers that never come. Kueue admits a workload only when the quota for all its pods is free, and
-while it waits the JobSet stays suspended: no pod exists, nothing holds a GPU, nothing waits at a rendezvous. A
+while it waits the JobSet stays suspended: no pod exists, nothing holds a GPU, nothing waits at a rendezvous.
+Kueue counts quota, not nodes: a node busy with a pod outside the ClusterQueue still leaves its rank Pending after
+admission, and the Pending timeout (counted from the admission) ends it as on the Indexed Job. A
 JobSet not admitted within `admissionTimeoutSeconds` is the all-reduce's error ("not admitted in N s", with
 Kueue's own reason from its Workload), never a hang, and it is deleted.
 
