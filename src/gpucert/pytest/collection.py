@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from gpucert.evaluate.evaluation import GpuSlot
+from gpucert.evaluate.rules.performance_checks import decided_as
 from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.fabric_checks import rail_detail
 from gpucert.pytest.context import run_context
@@ -32,6 +33,7 @@ __all__ = [
     "check_keys",
     "decision_of",
     "keep_required",
+    "keyword_checks",
     "of_gpus",
     "parametrize",
     "record_selected",
@@ -156,6 +158,17 @@ def _check_keys(item: pytest.Item) -> tuple[CheckKey, ...]:
         return (CheckKey(check, gpu.node, gpu.index, detail),)
     node = params.get("node")
     return (CheckKey(check, node if isinstance(node, str) else None, None, detail),)
+
+
+def keyword_checks(item: pytest.Item) -> None:
+    """Make every check id an item decides one of its `-k` keywords. pytest 9.1.1's `-k` matches a case-insensitive
+    substring of an item's names, its markers' names and `Node.listextrakeywords()` (the `extra_keyword_matches` of
+    the item and its parents: `_pytest/mark/__init__.py`, `KeywordMatcher.from_item`), never a marker's arguments;
+    an identifier of its grammar takes dots, colons, dashes, slashes and brackets (`_pytest/mark/expression.py`,
+    `ident`), so `-k health.ecc` is written as the verdict names the check. Runs before `-k` deselects (plugin.py)."""
+    keys = check_keys(item)
+    if keys:
+        item.extra_keyword_matches.update(decided_as(keys[0].check))
 
 
 def keep_required(ctx: RunContext, items: list[pytest.Item]) -> None:

@@ -72,6 +72,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         collection.parametrize(metafunc, ctx)
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """As each item is collected, before `-k` deselects (pytest_collection_modifyitems): every check id it decides."""
+    if run_context(item.config) is not None:
+        collection.keyword_checks(item)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     ctx = run_context(config)

@@ -20,9 +20,9 @@ from gpucert.evaluate.rules.performance import against_baseline
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import NodeEvidence
-from gpucert.plan.checks import GPU_METRICS, CheckKey, CheckStatus, Finding
+from gpucert.plan.checks import FABRIC_METRICS, GPU_METRICS, METRICS, CheckKey, CheckStatus, Finding
 
-__all__ = ["decide_metric", "decide_node_straggler", "judge_metric", "node_straggler"]
+__all__ = ["decide_metric", "decide_node_straggler", "decided_as", "judge_metric", "node_straggler"]
 
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
 
@@ -56,6 +56,15 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
             return found
     notes = index.notes((node, gpu), stability=unstable_is_judged(metric))  # comparisons too few peers allow
     return dataclasses.replace(base, message="; ".join([base.message, *notes])) if notes else base
+
+
+def decided_as(check: str) -> tuple[str, ...]:
+    """The check ids a key of `check` may be decided as: a measured figure's (`memory.bandwidth`) is its own, or the
+    GPU's (or node's) `straggler.<metric>` behind its peers, or `stability.<metric>` where samples over time are
+    judged (`judge_metric`); any other check is decided as itself."""
+    if check not in METRICS or check in FABRIC_METRICS:  # the figure across nodes: multinode.py's, its own id
+        return (check,)
+    return (check, f"straggler.{check}", *((f"stability.{check}",) if unstable_is_judged(check) else ()))
 
 
 def decide_metric(view: RunView, key: CheckKey) -> Finding:
