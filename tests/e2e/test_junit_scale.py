@@ -44,7 +44,13 @@ def test_passed_checks_are_one_testcase_per_node_and_family(demo: tuple[ET.Eleme
     assert all(len(c) for c in own), [c.get("name") for c in own if not len(c)]
     groups = {(c.get("classname"), c.get("name")) for c in summaries}
     assert len(groups) == len(summaries)  # one per node and family
-    assert ("gpucert.passed.health", "gpu-node-1") in groups
+    # the name a CI page lists says how many checks the testcase stands for (gpu-node-1's 8 x 7 health checks,
+    # less its ECC and PCIe-link failures)
+    assert ("gpucert.passed.health", "gpu-node-1: 54 checks passed (health)") in groups
+    for c in summaries:
+        n = int(c.find("properties/property[@name='checks']").get("value"))
+        family = c.get("classname").removeprefix("gpucert.passed.")
+        assert c.get("name", "").endswith(f": {n} check{'' if n == 1 else 's'} passed ({family})"), c.get("name")
     counted = sum(int(c.find("properties/property[@name='checks']").get("value")) for c in summaries)
     s = verdict["summary"]
     assert counted == s["passed"]
@@ -53,6 +59,11 @@ def test_passed_checks_are_one_testcase_per_node_and_family(demo: tuple[ET.Eleme
     assert len(own) == 12
     # CI counts testcases: the summaries, the items that did not pass, and the certification's own
     assert int(suite.get("tests")) == len(cases) == len(summaries) + len(own) + 1
+    # a CI parser that checks the testsuite's counts against its testcases finds them equal
+    said = {kind: sum(1 for c in cases if c.find(kind) is not None) for kind in ("failure", "error", "skipped")}
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == tuple(
+        str(said[kind]) for kind in ("failure", "error", "skipped")
+    )
     props = {p.get("name"): p.get("value") for p in suite.findall("properties/property")}
     assert props["gpucert_checks"] == str(s["checks"])
     assert props["gpucert_passed"] == str(s["passed"])

@@ -4,12 +4,14 @@ certification), so a CI system that reads only junit.xml sees a failed or incomp
 
 At fleet scale one testcase per passed check made junit.xml ~105 bytes a check (72.6 MiB at 4,096 x 8), so the
 checks that passed are summarised: one testcase per node and check family (`classname="gpucert.passed.<family>"`,
-`name="<node>"`, property `checks` = how many passed checks it stands for); every check that did not pass keeps its
-test item's testcase with its message (a per-GPU check's item is one per check and node: its message has a line
-for each GPU that did not pass, and the GPUs of it that passed are counted in the node's summary). CI systems
-count testcases, so the testsuite's `tests` counts the summaries plus the items that did not pass; the number of
-checks is the property `gpucert_checks` (with `gpucert_passed`), and the verdict's coverage properties say the
-rest."""
+`name="gpu-node-3: 80 checks passed (health)"`, property `checks` = how many passed checks it stands for); every
+check that did not pass keeps its test item's testcase with its message (a per-GPU check's item is one per check
+and node: its message has a line for each GPU that did not pass, and the GPUs of it that passed are counted in the
+node's summary). CI systems (Jenkins, GitLab) count testcases, so the testsuite's `tests`, `failures`, `errors` and
+`skipped` count the testcases present (the summaries, the items that did not pass, the certification's own): a CI
+parser that checks them against the testcases finds no mismatch. The number of checks is the property
+`gpucert_checks` (with `gpucert_passed`), each summary's name says how many checks it stands for, and the verdict's
+coverage properties say the rest."""
 
 from __future__ import annotations
 
@@ -24,7 +26,12 @@ from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict import headline, headline_parts
 from gpucert.report.verdict_model import Verdict
 
-__all__ = ["PassedSummary", "default_path", "tell_junit"]
+__all__ = ["PassedSummary", "default_path", "summary_name", "tell_junit"]
+
+
+def summary_name(node: str, family: str, checks: int) -> str:
+    """A summary testcase's name, which a CI page lists: whose checks, how many it stands for, of which family."""
+    return f"{node}: {checks} check{'' if checks == 1 else 's'} passed ({family})"
 
 
 def default_path(config: pytest.Config, folder: RunFolder) -> None:
@@ -139,7 +146,7 @@ class PassedSummary:
 
         for (node, family), n in sorted(self.counts.items()):
             reporter = _NodeReporter(f"gpucert.passed.{family}::{node}", xml)
-            reporter.attrs = {"classname": f"gpucert.passed.{family}", "name": node}
+            reporter.attrs = {"classname": f"gpucert.passed.{family}", "name": summary_name(node, family, n)}
             reporter.duration = self.seconds.get((node, family), 0.0)
             reporter.add_property("checks", n)
             xml.node_reporters_ordered.append(reporter)
