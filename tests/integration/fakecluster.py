@@ -155,6 +155,12 @@ class FakeCluster:
     dropped_watches: int = 0  # the next N watches end after their first event (a proxy cutting the stream)
     failed_watches: int = 0  # the next N watches are answered 503 (an API server that lists but cannot watch)
     hang_s: float = 0.0
+    # a deleted pod stays, Terminating (deletionTimestamp set), through this many lists of pods before it is gone: 0
+    # removes it at once. A cluster's Background deletion of a Job removes the Job at once and leaves its pods to
+    # the garbage collector, which deletes them later (attemptToDeleteItem), and a running pod's delete is graceful,
+    # the kubelet's to finish (kubernetes pkg/registry/core/pod/strategy.go, CheckGracefulDelete)
+    grace_lists: int = 0
+    terminating: dict[tuple[str, str | None, str], int] = field(default_factory=dict)  # pod -> the lists it has left
     requests: list[tuple[str, str]] = field(default_factory=list)
     on_request: Callable[[str, str], None] | None = None  # (method, path), before the request is answered
     max_jobs: int = 0
@@ -195,10 +201,37 @@ class FakeCluster:
             current = self.objects.get((kind, meta.get("namespace"), meta["name"]))
             if current is None or current["metadata"]["uid"] != meta.get("uid", current["metadata"]["uid"]):
                 return None
+            if current["metadata"].get("deletionTimestamp"):  # an update never takes a deletion back
+                meta["deletionTimestamp"] = current["metadata"]["deletionTimestamp"]
             return self.put(kind, obj, event)
 
     def delete(self, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
+        """Delete an object and, at once, its dependents; with `grace_lists`, a pod only becomes Terminating (a
+        second delete of it changes nothing, as kube-apiserver's Store.Delete answers a pending graceful deletion)."""
         with self.cond:
+            key = (kind, ns, name)
+            obj = self.objects.get(key)
+            if obj is None or kind != "pods" or not self.grace_lists:
+                return self._remove(kind, ns, name)
+            if key not in self.terminating:
+                self.terminating[key] = self.grace_lists
+                obj["metadata"]["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                self.put(kind, obj, "MODIFIED")
+            return copy.deepcopy(obj)
+
+    def listed_pods(self) -> None:
+        """A list of pods was answered: each Terminating pod has one list fewer left, and goes after its last."""
+        with self.cond:
+            for key, left in list(self.terminating.items()):
+                if left > 1:
+                    self.terminating[key] = left - 1
+                else:
+                    del self.terminating[key]
+                    self._remove(*key)
+
+    def _remove(self, kind: str, ns: str | None, name: str) -> dict[str, Any] | None:
+        with self.cond:
+            self.terminating.pop((kind, ns, name), None)
             obj = self.objects.pop((kind, ns, name), None)
             if obj is None:
                 return None
@@ -329,6 +362,8 @@ class FakeCluster:
         items = self.list(kind, ns, args.get("labelSelector", ""), args.get("fieldSelector", ""))
         start, limit = int(args.get("continue") or 0), int(args.get("limit") or 0) or len(items) or 1
         meta: dict[str, Any] = {"resourceVersion": str(self.rv)}
+        if kind == "pods":
+            self.listed_pods()
         if start + limit < len(items):
             meta["continue"] = str(start + limit)
         return Response(

@@ -51,6 +51,11 @@ def no_round_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def sim_cluster(served_cluster: FakeCluster) -> FakeCluster:
+    """The served cluster, its deleted pods going as a cluster's do: Terminating through two more lists of pods (the
+    garbage collector comes to a deleted Job's pods after it, and a running pod's delete is graceful;
+    test_terminating_pods.py cites both), so a round's, or a killed controller's, pods are still there as the sweep's
+    deletes are answered."""
+    served_cluster.grace_lists = 2
     return served_cluster
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from gpucert.measure.targets.kubernetes.pods import (
 from gpucert.measure.targets.kubernetes.podspec import pod_spec
 from gpucert.measure.targets.kubernetes.runs import (
     HOSTNAME,
+    LABEL_ATTEMPT,
     LABEL_MANAGED,
     LABEL_NODE,
     LABEL_RUN,
@@ -98,7 +100,8 @@ class ProbeJobs:
         self.core = self.cluster.kube.core
         self.batch = self.cluster.kube.batch
         self.label = run_label(self.plan.run_id)
-        self.labels = {LABEL_RUN: self.label, LABEL_MANAGED: "gpucert"}
+        self.attempt = uuid.uuid4().hex[:12]  # this pass's pods (LABEL_ATTEMPT)
+        self.labels = {LABEL_RUN: self.label, LABEL_MANAGED: "gpucert", LABEL_ATTEMPT: self.attempt}
         self.cm_name = f"gpucert-{self.label}"
         self.probe_plan = ProbePlan(
             run_id=self.plan.run_id,
@@ -411,8 +414,10 @@ class ProbeJobs:
     # ---- the loop ------------------------------------------------------------------------------------------------
 
     def follow(self, handler: PodHandler, step: Callable[[], bool]) -> None:
-        """Watch the run's pods with `handler` while `step()` (called between watch slices) says there is more."""
-        PodWatch(self.cluster, self.ns, f"{LABEL_RUN}={self.label}").follow(handler, step)
+        """Watch this pass's pods with `handler` while `step()` (called between watch slices) says there is more:
+        not a pod an earlier pass of the run left going (a soak's previous round, whose Jobs had the same names)."""
+        selector = f"{LABEL_RUN}={self.label},{LABEL_ATTEMPT}={self.attempt}"
+        PodWatch(self.cluster, self.ns, selector).follow(handler, step)
 
     def run(self, nodes: list[str]) -> None:
         queue = deque(refuse(self, nodes))

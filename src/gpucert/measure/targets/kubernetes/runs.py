@@ -1,9 +1,19 @@
 """What every gpucert run's objects share: the labels that find them, names, and the sweep that deletes them; and
-the evidence of a node nothing could be measured on. kubernetes_jobs.py and kubernetes_fabric.py use them."""
+the evidence of a node nothing could be measured on. kubernetes_jobs.py and kubernetes_fabric.py use them.
+
+A sweep is done when the run's pods are gone, not when their deletes were answered. On a cluster a Job deleted with
+propagationPolicy Background is removed at once and its pods are left to the garbage collector, which deletes them
+afterwards from its queue (kubernetes pkg/controller/garbagecollector/garbagecollector.go, attemptToDeleteItem: an
+object with no owner left is deleted, Background by default); a running pod's delete is graceful, so it stays,
+Terminating, until its kubelet has stopped it, up to its terminationGracePeriodSeconds (30 s unless set:
+pkg/registry/core/pod/strategy.go, CheckGracefulDelete; staging/src/k8s.io/apiserver/pkg/registry/generic/registry/
+store.go, Store.Delete keeps an object whose grace period is not spent). A list right after the deletes still shows
+them, and they still hold their GPUs: the sweep waits for them (bounded by GONE_TIMEOUT_S)."""
 
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ALL_COMPLETED, FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
@@ -15,12 +25,15 @@ from gpucert.measure.evidence import NodeEvidence, ProbeError
 from gpucert.measure.targets.kubernetes.api import KubeApi, status_of
 
 __all__ = [
+    "GONE_TIMEOUT_S",
     "HOSTNAME",
     "IN_FLIGHT",
+    "LABEL_ATTEMPT",
     "LABEL_MANAGED",
     "LABEL_NODE",
     "LABEL_RUN",
     "at_once",
+    "await_pods_gone",
     "cleanup_runs",
     "failed_evidence",
     "now",
@@ -29,10 +42,16 @@ __all__ = [
 ]
 
 LABEL_RUN = "gpucert.io/run"
+# which of the run's passes over its nodes (a certify stage, a soak round) a pod is of: a pass's watch sees its own
+# pods only, never a pod of an earlier pass of the same run (its Jobs had the same names) that is still going
+LABEL_ATTEMPT = "gpucert.io/attempt"
 LABEL_NODE = "gpucert.io/node"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 HOSTNAME = "kubernetes.io/hostname"
 IN_FLIGHT = 16  # API requests of one round (creates, deletes) in flight at once
+# how long a sweep waits for its deleted pods to go: a pod's default grace period (30 s) twice over, and the
+# garbage collector's lag on a busy cluster. A pod past it (its node down, its kubelet gone) is left to the cluster
+GONE_TIMEOUT_S = 90.0
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -110,4 +129,28 @@ def cleanup_runs(kube: KubeApi, namespace: str, label: str | None = None) -> int
             return True
 
         deleted += sum(at_once(delete, names, stop_on_error=False))
+    await_pods_gone(kube, namespace, selector)
     return deleted
+
+
+def await_pods_gone(kube: KubeApi, namespace: str, selector: str, timeout_s: float = GONE_TIMEOUT_S) -> list[str]:
+    """Wait until no pod `selector` picks is left (deleted ones go after their grace period, or once the garbage
+    collector comes to them), listing them at growing intervals, at most `timeout_s`; the names still there then."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.05
+    while True:
+        left = [
+            pod["metadata"]["name"]
+            for pod in kube.pages(
+                "list",
+                f"pods in namespace {namespace}",
+                kube.core.list_namespaced_pod,
+                namespace=namespace,
+                label_selector=selector,
+            )
+        ]
+        wait = deadline - time.monotonic()
+        if not left or wait <= 0:
+            return left
+        time.sleep(min(pause, wait))
+        pause = min(2 * pause, 2.0)
