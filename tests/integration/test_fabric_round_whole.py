@@ -47,7 +47,9 @@ def spec_file(tmp_path: Path, **target: int) -> Path:
 
 def batches(cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **target: int) -> list[int]:
     """How many Jobs each batch of the round created before its cleanup deleted them."""
-    monkeypatch.setattr(FabricJobs, "_fabric_expire", lambda self, run: self._fabric_failed(run, "stopped by the test"))
+    monkeypatch.setattr(
+        FabricJobs, "_fabric_expire", lambda self, run, gang=None: self._fabric_failed(run, "stopped by the test")
+    )
     for n in NODES:
         cluster.put("nodes", node(n))
     fabrics = open_target(load_spec(spec_file(tmp_path, **target))).measure_fabrics(
@@ -88,7 +90,9 @@ def test_fabric_parallel_bounds_the_nodes_of_a_round_at_once(
 
 
 def run_round(cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[FabricEvidence]:
-    monkeypatch.setattr(FabricJobs, "_fabric_expire", lambda self, run: self._fabric_failed(run, "stopped by the test"))
+    monkeypatch.setattr(
+        FabricJobs, "_fabric_expire", lambda self, run, gang=None: self._fabric_failed(run, "stopped by the test")
+    )
     for n in NODES:
         cluster.put("nodes", node(n))
     target = open_target(load_spec(spec_file(tmp_path)))
