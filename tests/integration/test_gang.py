@@ -19,7 +19,7 @@ from gpucert.measure.targets.base import MeasurePlan
 from gpucert.measure.targets.kubernetes import watch
 from gpucert.measure.targets.kubernetes.fabric import FabricJobs
 from gpucert.measure.targets.kubernetes.gang import EXCLUSIVE_TOPOLOGY, QUEUE_LABEL, Gang
-from gpucert.measure.targets.kubernetes.preflight import needed_access
+from gpucert.measure.targets.kubernetes.preflight import GROUPS, Preflight, needed_access
 from gpucert.spec.cluster import Probe, load_spec
 
 from . import crds
@@ -114,6 +114,7 @@ def test_with_jobset_and_kueue_the_all_reduce_is_one_jobset_that_kueue_admits_wh
     assert fabric.nccl is not None
     assert fabric.nccl.correct
     assert fabric.nccl.ranks == 8
+    assert fabric.admission == "kueue"  # how it was admitted, in its evidence (issue 28)
     (js,) = created(served_cluster, "jobsets")
     assert crds.problems(js) == []  # the pinned JobSet CRD's schema (the fake API refused it otherwise)
     assert js["metadata"]["labels"][QUEUE_LABEL] == "gpucert"
@@ -144,6 +145,7 @@ def test_with_jobset_and_kueue_the_all_reduce_is_one_jobset_that_kueue_admits_wh
 def test_without_the_crds_the_all_reduce_is_the_indexed_job_it_was(served_cluster: FakeCluster, tmp_path: Path) -> None:
     fabric, _ = all_reduce(served_cluster, tmp_path, GANG)  # the spec asks; the cluster has no JobSet, no Kueue
     assert fabric.errors == [], fabric.errors
+    assert fabric.admission == "indexed job"  # the fallback is in the evidence, not silent
     assert created(served_cluster, "jobsets") == []
     (job,) = created(served_cluster, "jobs")
     assert job["spec"]["completionMode"] == "Indexed"
@@ -192,6 +194,43 @@ def test_kueue_admits_quota_not_nodes_so_a_rank_on_a_node_busy_outside_the_queue
     assert [e[4]["spec"]["suspend"] for e in served_cluster.events if e[1] == "jobs"][:2] == [True, False]
     assert seconds < 12
     assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
+
+
+@pytest.mark.parametrize(
+    ("installed", "queue", "status", "says"),
+    [
+        (False, None, "warn", "target.gang is set but the jobsets.jobset.x-k8s.io and workloads.kueue.x-k8s.io CRDs "
+         "are absent: the run falls back to an Indexed Job (no gang admission)"),
+        (True, None, "fail", "Kueue has no LocalQueue 'gpucert' in namespace gpucert"),
+        (True, "gpucert", "ok", "JobSet and Kueue are installed: the all-reduce across nodes is one JobSet"),
+    ],
+)  # fmt: skip
+def test_preflight_says_whether_the_all_reduce_is_gang_admitted_or_falls_back_to_an_indexed_job(
+    served_cluster: FakeCluster, tmp_path: Path, installed: bool, queue: str | None, status: str, says: str
+) -> None:
+    if installed:
+        FakeGang(served_cluster).install(queue=queue)
+    spec = load_spec(spec_file(tmp_path, GANG))
+    check = Preflight(spec, open_target(spec).kube)  # type: ignore[attr-defined]
+    check.gang()
+    (row,) = check.checks
+    assert (row.group, row.item, row.status) == (GROUPS[1], "gang admission (target.gang, LocalQueue gpucert)", status)
+    assert says in row.detail
+
+
+def test_gpucert_preflight_runs_the_gang_check(
+    served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpucert preflight` (Preflight.run) has the gang row; its other checks, tested in test_preflight.py and
+    seconds long against the fake, are left out here."""
+    for step in ("access", "namespace", "node_checks", "image"):
+        monkeypatch.setattr(Preflight, step, lambda self, *a, **k: None)
+    monkeypatch.setattr(Preflight, "runtime_class", lambda self: True)
+    spec = load_spec(spec_file(tmp_path, GANG))
+    (row,) = Preflight(spec, open_target(spec).kube).run()  # type: ignore[attr-defined]
+    assert (row.item, row.status) == ("gang admission (target.gang, LocalQueue gpucert)", "warn")
+    assert "the run falls back to an Indexed Job (no gang admission)" in row.detail
+    assert "install JobSet v0.8.2 and Kueue v0.10.6" in row.fix
 
 
 def test_without_target_gang_no_crd_is_asked_for(served_cluster: FakeCluster, tmp_path: Path) -> None:

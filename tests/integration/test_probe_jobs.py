@@ -305,6 +305,9 @@ def test_all_reduce_across_nodes_as_an_indexed_job(cluster: FakeCluster, tmp_pat
     assert finding.status.value == "fail"
     assert finding.node is None
     assert "4 nodes x 2 GPUs (gpu-01, gpu-03, gpu-04, gpu-05)" in finding.message
+    # how it was admitted is in its evidence and its finding: no target.gang, so no gang admission (issue 28)
+    assert fabric["admission"] == "indexed job"
+    assert "gpu-05) as an Indexed Job (no gang admission: its ranks scheduled one by one):" in finding.message
     assert "below the baseline 350" in finding.message
     job = next(e[4] for e in cluster.events if e[1] == "jobs" and e[4]["spec"].get("completionMode") == "Indexed")
     svc = next(e[4] for e in cluster.events if e[1] == "services")

@@ -10,7 +10,7 @@ import hashlib
 import weakref
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -356,6 +356,9 @@ class FabricEvidence(_Model):
     rdma: list[RdmaBandwidth] = Field(default_factory=list)  # a pair's ib_write_bw per rail
     # each node's port counters around this collective's traffic (the pair's RDMA and all-reduce), by node
     counters: dict[str, CounterWindow] = Field(default_factory=dict)
+    # how a Kubernetes run's collective was admitted: `kueue` (one JobSet Kueue admitted whole, target.gang) or
+    # `indexed job` (no gang admission: the ranks were scheduled one by one); None: not on Kubernetes, or older
+    admission: Literal["kueue", "indexed job"] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

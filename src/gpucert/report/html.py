@@ -185,7 +185,10 @@ class HtmlSummary:
             )  # the pool's fabric.ncclBusbw first, as the check judges it
             if across is not None and fabric.nccl is not None:
                 curve = [(pt.size_bytes, median(pt.busbw)) for pt in fabric.nccl.points if pt.busbw]
-                label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs"
+                label = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs" + {
+                    "kueue": ", admitted by Kueue",
+                    "indexed job": ", an Indexed Job",
+                }.get(fabric.admission or "", "")
                 title = "NCCL all-reduce across nodes" + (f" (pool {name})" if several else "")
                 out.append(plots.lines(title, "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"

@@ -28,6 +28,7 @@ from gpucert.spec.baseline import MetricBaseline
 __all__ = [
     "MULTINODE",
     "PAIRS_CHECK",
+    "admitted",
     "decide_multinode",
     "decide_pairs",
     "fabric_straggler",
@@ -47,7 +48,7 @@ def judge_multinode(fabric: FabricEvidence, baseline: MetricBaseline) -> Finding
     """A collective that ran, against the baseline's multi-node figure (one finding for the set, node None)."""
     if fabric.nccl is None or not fabric.nccl.points:
         return Finding(MULTINODE, CheckStatus.ERROR, None, None, "the all-reduce across nodes recorded no samples")
-    where = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs ({', '.join(fabric.nodes)}):"
+    where = f"{len(fabric.nodes)} nodes x {fabric.gpus_per_node} GPUs ({', '.join(fabric.nodes)}){admitted(fabric)}:"
     if not fabric.nccl.correct:
         return Finding(MULTINODE, CheckStatus.FAIL, None, None, f"{where} the reduced values were wrong")
     busbw = top_busbw(fabric.nccl)
@@ -66,6 +67,18 @@ def judge_multinode(fabric: FabricEvidence, baseline: MetricBaseline) -> Finding
         unit=found.unit,
         limit=found.limit,
     )
+
+
+ADMISSION = {
+    "kueue": " as a JobSet through Kueue (target.gang)",
+    "indexed job": " as an Indexed Job (no gang admission: its ranks scheduled one by one)",
+}
+
+
+def admitted(fabric: FabricEvidence) -> str:
+    """How the collective was admitted on Kubernetes, as the finding says it ("" where the evidence does not say:
+    another target, or evidence written before it was recorded)."""
+    return ADMISSION.get(fabric.admission or "", "")
 
 
 def pair_figures(pairs: FabricPairs) -> tuple[dict[str, float], dict[str, list[str]]]:
@@ -164,7 +177,8 @@ def _multinode(view: RunView, pool_name: str) -> Finding:
         return Finding(MULTINODE, ERROR, None, None, f"the multi-node evidence cannot be believed: {odd}")
     err = next(iter(fabric.errors), None)
     if err is not None:
-        why = f"the all-reduce across nodes did not run: {err.message}"
+        how = admitted(fabric)
+        why = f"the all-reduce across nodes{f',{how},' if how else ''} did not run: {err.message}"
         cause = unmeasured(view)
         if cause is not None and len(fabric.nodes) < 2:
             return skip(MULTINODE, None, None, f"{why} (see {CheckKey.parse(cause).check})", cause)

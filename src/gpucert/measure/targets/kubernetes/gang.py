@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpucert.errors import ClusterAccessError, IncompleteRunError
-from gpucert.measure.targets.kubernetes.api import Cluster, KubeApi, status_of
+from gpucert.measure.targets.kubernetes.api import RBAC_HINT, Cluster, KubeApi, status_of
 from gpucert.spec.kubernetes import GangSpec
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "RANKS",
     "Gang",
     "delete_jobsets",
+    "gang_readiness",
     "installed",
 ]
 
@@ -89,6 +90,45 @@ def installed(kube: KubeApi, crd: str) -> bool:
             ) from exc
         raise
     return True
+
+
+def queue_missing(kube: KubeApi, namespace: str, spec: GangSpec) -> str:
+    """Why the LocalQueue target.gang names cannot take the run (it does not exist), "" when it can."""
+    try:
+        kube.call(
+            "get",
+            f"localqueue {spec.local_queue} in namespace {namespace}",
+            kube.custom.get_namespaced_custom_object,
+            namespace=namespace,
+            name=spec.local_queue,
+            **LOCALQUEUE,
+        )
+    except ClusterAccessError as exc:
+        if status_of(exc) != 404:
+            raise
+        return f"Kueue has no LocalQueue {spec.local_queue!r} in namespace {namespace}"
+    return ""
+
+
+def gang_readiness(kube: KubeApi, namespace: str, spec: GangSpec) -> tuple[str, str, str]:
+    """`gpucert preflight`'s row for target.gang: (ok | warn | fail, what it found, the fix). The CRDs absent is a
+    warning, not a failure: the run goes ahead as the Indexed Job (and its evidence says so)."""
+    try:
+        missing = [crd for crd in (JOBSET_CRD, KUEUE_CRD) if not installed(kube, crd)]
+        queue = "" if missing else queue_missing(kube, namespace, spec)
+    except ClusterAccessError as exc:
+        return "warn", f"not known: {exc}", RBAC_HINT
+    if missing:
+        said = " and ".join(missing)
+        absent = f"the {said} CRD{'s are' if len(missing) > 1 else ' is'} absent"
+        return (
+            "warn",
+            f"target.gang is set but {absent}: the run falls back to an Indexed Job (no gang admission)",
+            "install JobSet v0.8.2 and Kueue v0.10.6 (docs/probes.md, Gang admission), or remove target.gang",
+        )
+    if queue:
+        return "fail", queue, "kubectl apply -f deploy/kueue/localqueue.yaml, or name an existing one in target.gang"
+    return "ok", "JobSet and Kueue are installed: the all-reduce across nodes is one JobSet that Kueue admits", ""
 
 
 def delete_jobsets(kube: KubeApi, namespace: str, names: list[str]) -> int:
@@ -177,25 +217,12 @@ class Gang:
         return self.queue_said or self._spread(nodes)
 
     def _queue_problem(self) -> str:
-        t = self.jobs.cluster.options
-        kube = self.jobs.cluster.kube
-        try:
-            kube.call(
-                "get",
-                f"localqueue {self.spec.local_queue} in namespace {t.namespace}",
-                kube.custom.get_namespaced_custom_object,
-                namespace=t.namespace,
-                name=self.spec.local_queue,
-                **LOCALQUEUE,
-            )
-        except ClusterAccessError as exc:
-            if status_of(exc) != 404:
-                raise
-            return (
-                f"Kueue has no LocalQueue {self.spec.local_queue!r} in namespace {t.namespace}: create it "
-                "(deploy/kueue/localqueue.yaml) or name an existing one in target.gang.localQueue"
-            )
-        return ""
+        said = queue_missing(self.jobs.cluster.kube, self.jobs.cluster.options.namespace, self.spec)
+        return (
+            f"{said}: create it (deploy/kueue/localqueue.yaml) or name an existing one in target.gang.localQueue"
+            if said
+            else ""
+        )
 
     def _spread(self, nodes: list[str]) -> str:
         """Exclusive placement puts every rank in one domain of the topology label: nodes in several cannot run."""

@@ -17,6 +17,7 @@ from typing import Any
 from gpucert.errors import AdmissionError, ClusterAccessError, IncompleteRunError
 from gpucert.measure.targets.kubernetes.admission import PSA_LABEL, admission_fix, dry_run_pod
 from gpucert.measure.targets.kubernetes.api import RBAC_HINT, KubeApi, status_of
+from gpucert.measure.targets.kubernetes.gang import gang_readiness
 from gpucert.measure.targets.kubernetes.nodes import holds_gpus
 from gpucert.measure.targets.kubernetes.podspec import CORDON_TOLERATION, fabric_level, pod_spec, spec_tolerations
 from gpucert.measure.targets.kubernetes.sharing import refusal
@@ -98,6 +99,7 @@ class Preflight:
             self.access()
             runtime_class = self.runtime_class()  # a missing one refuses every pod: the dry runs would say only that
             self.namespace(dry_run=runtime_class)
+            self.gang()
             self.node_checks(nodes)
             self.image()
         except (ClusterAccessError, IncompleteRunError) as exc:
@@ -162,6 +164,13 @@ class Preflight:
             kinds.append((f"the all-reduce pods{f' ({why})' if why else ''}", level, self.fabric_pod()))
         for what, level, pod in kinds:
             self.admits(what, level, enforce, pod, dry_run)
+
+    def gang(self) -> None:
+        """Where target.gang is set: a JobSet Kueue admits, the Indexed Job it falls back to, or no queue."""
+        g = self.t.gang
+        if g is not None and self.spec.certify.multinode is not None:
+            status, detail, fix = gang_readiness(self.kube, self.t.namespace, g)
+            self.add(1, f"gang admission (target.gang, LocalQueue {g.local_queue})", status, detail, fix)
 
     def probe_pod(self) -> dict[str, Any]:
         return pod_spec(
