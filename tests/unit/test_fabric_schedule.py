@@ -12,11 +12,13 @@ import pytest
 import yaml
 
 from gpucert.evaluate.evaluation import Evaluation
+from gpucert.evaluate.rules.fabric_schedule import check_schedule
 from gpucert.measure.evidence import FabricPairs
+from gpucert.measure.evidence_fabric import RdmaBandwidth
 from gpucert.plan.checks import CheckKey, CheckStatus
 from gpucert.plan.fabric_checks import rail_detail
 from gpucert.plan.layout import Mode
-from gpucert.plan.pairs import rounds
+from gpucert.plan.pairs import retest_rounds, rounds
 from gpucert.plan.run import prepare
 from gpucert.spec.baseline import load_baseline
 from gpucert.spec.cluster import load_spec
@@ -174,3 +176,42 @@ def test_a_node_whose_every_figure_on_a_rail_cannot_be_believed_is_an_error_not_
     assert node.status is CheckStatus.ERROR, node
     assert "most of its pairs have no figure that can be believed" in node.message, node.message
     assert "slow" not in node.message
+
+
+def _port(node: str, rail: int) -> str:
+    return f"mlx5_{rail}/1"
+
+
+def _records(pairs: list[tuple[str, str]], rails: int) -> list[tuple[list[str], RdmaBandwidth]]:
+    return [
+        ([a, b], RdmaBandwidth(rail=r, client=a, server=b, client_hca=f"mlx5_{r}/1", server_hca=f"mlx5_{r}/1"))
+        for a, b in pairs
+        for r in range(rails)
+    ]
+
+
+def test_a_retest_is_held_to_its_carried_pairs_and_the_pairs_it_measured_again() -> None:
+    """Issue 28: in a re-test that carried its source's pairs, each carried node needs a pair with every other
+    carried node and each node measured again RETEST_PEERS carried peers; a pair neither carried nor measured is
+    an error on its nodes' rails, never a pass."""
+    nodes = [f"gpu-node-{i}" for i in range(1, 13)]
+    again = {"gpu-node-3", "gpu-node-9"}
+    carried = [n for n in nodes if n not in again]
+    carried_pairs = [p for rnd in rounds(carried) for p in rnd]
+    measured = [p for rnd in retest_rounds(nodes, frozenset(carried)) for p in rnd]
+
+    def check(pairs: list[tuple[str, str]]) -> dict[tuple[str, int], list[str]]:
+        records = _records(pairs, RAILS)
+        return check_schedule(records, "train", nodes, set(nodes), RAILS, _port, carried).problems
+
+    assert check(carried_pairs + measured) == {}
+    without = [p for p in measured if p != measured[0]]  # one pair of gpu-node-3's left out
+    node = next(n for n in measured[0] if n in again)
+    problems = check(carried_pairs + without)
+    assert set(problems) == {(node, r) for r in range(RAILS)}, problems
+    assert "pairs with 7 carried nodes: a re-test pairs each node measured again with 8 of them" in problems[(node, 0)]
+    gone = carried_pairs[0]  # a carried pair left out: both its nodes
+    assert set(check(carried_pairs[1:] + measured)) == {(n, r) for n in gone for r in range(RAILS)}
+    # the same records held to a full run's schedule: the nodes measured again lack most of their pairs
+    full = check_schedule(_records(carried_pairs + measured, RAILS), "train", nodes, set(nodes), RAILS, _port)
+    assert again <= {n for n, _ in full.problems}

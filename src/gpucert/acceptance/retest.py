@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from gpucert.acceptance.retest_pairs import carried_pairs_problems, carry_pairs
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.targets.base import MeasurePlan, Target
@@ -293,6 +294,8 @@ def prepare_retest(
     shutil.copyfile(source.folder.envelope_path, folder.retest_source_path)
     for node in carried:
         folder.carry_evidence(node, source.folder.evidence_path(node))
+    # the pairs of two carried nodes too: the fabric stage then measures only the pairs with a node measured again
+    carry_pairs(source.folder, source.run, source.signed, spec, folder, [n for n in inventory.names if n in carried])
     record = RetestRecord(
         source=RetestSource(
             run=source.run, certificate=source.certificate, result=source.verdict.result, signer=source.signer
@@ -336,7 +339,7 @@ def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
     passed = statement.get("predicate", {}).get("nodes", {})
     for node, entry in sorted(record.carried.items()):
         problems += _carried_problems(folder, source.run, node, entry, signed, passed.get(node))
-    return problems
+    return problems + carried_pairs_problems(folder, record, signed)
 
 
 def _carried_problems(

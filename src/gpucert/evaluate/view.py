@@ -21,6 +21,7 @@ from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
 from gpucert.evaluate.rules.performance import Sampled, believable
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, read_evidence
+from gpucert.plan.carried_pairs import read_carried, read_pairs
 from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.history_records import Snapshot
 from gpucert.plan.inputs import run_inputs
@@ -174,7 +175,16 @@ class RunView:
 
     @cached_property
     def fabric_pairs(self) -> FabricPairs | None:
-        return self.folder.read_fabric_pairs()
+        """Every pair the run holds: its own and, for a re-test, those of two carried nodes (plan/carried_pairs.py)."""
+        return read_pairs(self.folder)
+
+    @cached_property
+    def pairs_carried_for(self) -> frozenset[str]:
+        """The nodes whose pairs with each other a re-test carried from its source run (none for any other run):
+        the pair schedule asks each of them for a pair with every other, and each node measured again for its
+        re-test's pairs (rules/fabric_schedule.py)."""
+        carried = read_carried(self.folder)
+        return frozenset(carried.nodes) if carried is not None else frozenset()
 
     # ---- each node's evidence --------------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from gpucert.errors import GpucertError
 from gpucert.evaluate.rules.fabric_ports import rail_port
 from gpucert.measure.evidence import RdmaBandwidth
 from gpucert.measure.evidence_fabric import HcaPort, NodeFabric
+from gpucert.plan.carried_pairs import read_pairs
 from gpucert.plan.rings import read_rings
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.fabric import FabricSpec
@@ -58,7 +59,7 @@ class FabricSeries:
         if folder.id not in self._multinode:
             found: list[RdmaBandwidth] = []
             try:
-                rings, pairs = read_rings(folder), folder.read_fabric_pairs()
+                rings, pairs = read_rings(folder), read_pairs(folder)  # a re-test: its carried pairs too
                 found = [r for ring in rings.values() for r in ring.rdma]
                 found += [r for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
             except (GpucertError, OSError):

@@ -10,7 +10,8 @@ summary.md                                       the static gate's result in Mar
 inventory.json, stack.json                       what the cluster reported (plan)
 evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure): multinode/
                                                  <pool>/nccl.json each pool's all-reduce across its nodes (before
-                                                 pools: multinode/nccl.json), multinode/pairs.json the pairs'
+                                                 pools: multinode/nccl.json), multinode/pairs.json the pairs';
+                                                 a re-test's carried pairs: multinode/carried.json, carried-<i>.json
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
 retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
 retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
@@ -108,6 +109,10 @@ EVIDENCE = "evidence"
 MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<node>.json`
 FABRIC = "nccl.json"
 PAIRS = "pairs.json"
+# a re-test's pairs carried from its source run: multinode/carried.json names the carried nodes and the source's
+# pairs documents, copied byte for byte as multinode/carried-<i>.json (files: a folder there would be a pool's)
+CARRIED_PAIRS = "carried.json"
+CARRIED_PAIRS_FILE = "carried-{}.json"
 
 
 def multinode_file(pool: str | None) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 from gpucert.errors import EvidenceError
+from gpucert.plan.carried_pairs import read_pairs
 from gpucert.plan.records import read_run_info
 from gpucert.plan.rings import read_rings
 from gpucert.plan.runfolder import Mode, RunFolder
@@ -61,7 +62,7 @@ def _check_recorded(folder: RunFolder) -> None:
     folder.read_inventory()
     folder.read_stack()
     read_rings(folder)
-    folder.read_fabric_pairs()
+    read_pairs(folder)  # a re-test's carried pairs too
     for path in sorted(folder.evidence_dir.iterdir()):
         if path == folder.pairs_path.parent:
             continue

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,8 +25,10 @@ from gpucert.measure.evidence import CounterWindow, FabricEvidence, FabricPairs,
 from gpucert.measure.evidence_fabric import merge_windows
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
+from gpucert.plan.carried_pairs import read_carried
 from gpucert.plan.inputs import load_inputs, waivers_path
 from gpucert.plan.inventory import Inventory
+from gpucert.plan.pairs import retest_rounds
 from gpucert.plan.pairs import rounds as pair_rounds
 from gpucert.plan.recorded import import_evidence, recorded_mode, recorded_run
 from gpucert.plan.runfolder import Mode, RunFolder
@@ -255,8 +257,9 @@ def measure(
 ) -> None:
     """Measure every node of the inventory (or `nodes` of it) that is in exactly one pool (a node in none or
     several has no expectations to measure against: `pool.membership` is its finding); each node's evidence lands
-    on disk the moment it arrives. `peers` (carried over by a re-test) join the all-reduce across nodes: the
-    fabric is measured whole."""
+    on disk the moment it arrives. `peers` (carried over by a re-test) join each pool's all-reduce across its nodes
+    (run whole again, one job a pool) and are the peers of the pairs measured again; the pairs of two of them are
+    carried, where the re-test carried its source's pairs."""
     folder.evidence_dir.mkdir(exist_ok=True)
     stack = folder.read_stack()
     pools = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names)
@@ -279,7 +282,9 @@ def measure(
     order = {n: i for i, n in enumerate(inventory.names)}
     collected = sorted(collected, key=order.__getitem__)
     across, neighbours = measure_rings(target, folder, pools, collected, measure_plan)
-    schedule = fabric_rounds(pools, collected) or neighbours
+    carried = read_carried(folder)  # a re-test: the pairs of two carried nodes are the source's (carried_pairs.py)
+    schedule = fabric_rounds(pools, collected, carried.nodes if carried is not None else ())
+    schedule = schedule or (neighbours if carried is None else [])
     if schedule and isinstance(target, FabricTarget):
         done: list[FabricEvidence] = []
         for rnd in schedule:
@@ -354,14 +359,17 @@ def rails_plan(spec: ClusterSpec) -> dict[str, FabricRails]:
     }
 
 
-def fabric_rounds(pools: PoolMap, nodes: list[str]) -> list[list[list[str]]]:
+def fabric_rounds(pools: PoolMap, nodes: list[str], carried: Collection[str] = ()) -> list[list[list[str]]]:
     """Every pair of the measured nodes of each pool with a fabric section, in the rounds of a round-robin
     tournament (plan/pairs.py): no node in two pairs at once, the pools' rounds run side by side (their nodes are
-    apart). A pair's document carries its all-reduce, its RDMA bandwidth per rail and NCCL's transport."""
+    apart). A pair's document carries its all-reduce, its RDMA bandwidth per rail and NCCL's transport. A re-test
+    whose pairs of two `carried` nodes come from its source measures only the pairs with a node measured again
+    (plan/pairs.py `retest_rounds`: each against RETEST_PEERS carried peers where the pool has them)."""
     per_pool = [
-        pair_rounds([n for n in nodes if pools.name_of(n) == pool.name])
+        (retest_rounds(mine, frozenset(carried)) if carried else pair_rounds(mine))
         for pool in pools.spec.pools
         if pool.fabric is not None
+        for mine in ([n for n in nodes if pools.name_of(n) == pool.name],)
     ]
     longest = max((len(r) for r in per_pool), default=0)
     return [[list(p) for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]

@@ -161,14 +161,21 @@ class FabricView:
         return judge_gdr(node, nf.gdr, hcas, list(range(self.ev.pools.gpus_per_node(node))))
 
     def schedule(self) -> Schedule:
-        """The pool's pairs' RDMA records held to the round-robin schedule of its measured nodes, once (the
-        all-reduce across the pool is no pair of the schedule: a two-node pool's ring is its one pair again)."""
+        """The pool's pairs' RDMA records held to the round-robin schedule of its measured nodes (a re-test's: its
+        carried pairs and those it measured again), once (the all-reduce across the pool is no pair of the
+        schedule: a two-node pool's ring is its one pair again)."""
         if self._schedule is None:
             pairs = self.ev.fabric_pairs
             records = [(p.nodes, r) for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
             measured = [n for n in self.members if (u := self.ev.usable(n)) is not None and u.collected and u.gpus]
             self._schedule = check_schedule(
-                records, self.pool.name, self.members, set(measured), self.spec.rails.count, self._hca
+                records,
+                self.pool.name,
+                self.members,
+                set(measured),
+                self.spec.rails.count,
+                self._hca,
+                carried=self.ev.pairs_carried_for,
             )
         return self._schedule
 

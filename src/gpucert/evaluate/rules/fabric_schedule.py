@@ -6,6 +6,11 @@ a node with one fast pair on a rail would pass it. So before any figure is judge
 are counted against the schedule; a missing pair, one measured twice, one with a node of no pool of this fabric or
 with itself, one on a rail the pool does not have or on another HCA than the rail's, makes that node's rail an
 error naming the pair. Only the pairs that fit (each the first time it is seen) go on to be judged.
+
+A re-test that carried its source's pairs (plan/carried_pairs.py) is held to its own schedule (plan/pairs.py
+`retest_rounds`): each carried node to a pair with every other carried node (the source's), each node measured
+again to a pair with RETEST_PEERS carried nodes where the pool has them, else with every other node. A pair neither
+carried nor measured is missing there as here.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gpucert.measure.evidence_fabric import RdmaBandwidth
+from gpucert.plan.pairs import RETEST_PEERS, retest_bounded
 
 __all__ = ["Schedule", "check_schedule"]
 
@@ -79,11 +85,13 @@ def check_schedule(
     measured: Collection[str],
     rails: int,
     hca: Callable[[str, int], str | None],
+    carried: Collection[str] = (),
 ) -> Schedule:
     """Hold the RDMA records (each with the nodes of the pair document it came from) to the schedule of `pool`:
     every pair of its `measured` nodes once on each of its `rails`. `members`: every node of the pool (a pair with
     an unmeasured member is believed, not required); `hca(node, rail)`: the port key the rail uses on the node
-    (None: not known, its fabric.port finding says why). Records naming no node of the pool are another pool's."""
+    (None: not known, its fabric.port finding says why). Records naming no node of the pool are another pool's.
+    `carried`: a re-test's nodes whose pairs with each other came from its source (its schedule, above)."""
     out = Schedule(kept={r: [] for r in range(rails)})
     known: dict[tuple[str, int], str | None] = {}
 
@@ -115,12 +123,18 @@ def check_schedule(
         peers.add(server)
         seen[rail].setdefault(server, set()).add(client)
         out.kept[rail].append(r)
-    _missing(out, seen, [n for n in members if n in measured])
+    order = [n for n in members if n in measured]
+    kept = [n for n in order if n in carried]
+    if retest_bounded(len(order) - len(kept), len(kept)):
+        _missing(out, seen, kept)  # the carried nodes among themselves (their pairs with the others: below)
+        _too_few(out, seen, [n for n in order if n not in carried], set(kept))
+    else:
+        _missing(out, seen, order)
     return out
 
 
 def _missing(out: Schedule, seen: dict[int, dict[str, set[str]]], order: list[str]) -> None:
-    """Each measured node's scheduled pairs that are not there, by rail (`order`: the measured nodes)."""
+    """Each of the `order` nodes' pairs with each other that are not there, by rail."""
     scheduled = set(order)
     for rail in seen:
         for node in order:
@@ -130,3 +144,16 @@ def _missing(out: Schedule, seen: dict[int, dict[str, set[str]]], order: list[st
             missing = [n for n in order if n != node and n not in peers]
             why = f"no pair with {_listed(missing)} ({len(missing)} of its {len(order) - 1} scheduled pairs)"
             out._add([node], [rail], why)
+
+
+def _too_few(out: Schedule, seen: dict[int, dict[str, set[str]]], again: list[str], kept: set[str]) -> None:
+    """A re-test's nodes measured again with fewer than RETEST_PEERS carried peers on a rail."""
+    for rail in seen:
+        for node in again:
+            have = len(seen[rail].get(node, set()) & kept)
+            if have < RETEST_PEERS:
+                why = (
+                    f"pairs with {have} carried nodes: a re-test pairs each node measured again with "
+                    f"{RETEST_PEERS} of them"
+                )
+                out._add([node], [rail], why)

@@ -1,0 +1,120 @@
+"""A re-test's fabric pairs carried from its source run (issue 28: a re-test pays for what it re-measures).
+
+A re-test measures only the pairs with a node measured again (plan/pairs.py `retest_rounds`); a pair of two carried
+nodes keeps its evidence from the source run. The source's pairs documents are copied byte for byte into
+`evidence/multinode/carried-<i>.json` (their digests stay the ones the source signed: `verify` checks them,
+acceptance/retest_pairs.py), and `evidence/multinode/carried.json` names them and the carried nodes. The run's
+pairs are then its own `pairs.json` and, of the carried documents, each pair of two carried nodes: a pair with a
+node measured again is never carried, whatever the files hold. Both lie under evidence/, so the same evidence
+re-evaluated elsewhere (`--evidence`) reads the same pairs and holds them to the same schedule.
+
+Reads and writes through RunFolder's paths; nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from pydantic import Field
+
+from gpucert.errors import EvidenceError
+from gpucert.files import read_json_object, write_json
+from gpucert.measure.evidence import FabricPairs, read_fabric_pairs
+from gpucert.plan import layout
+from gpucert.plan.records import Part, Str, parse_record
+from gpucert.plan.runfolder import RunFolder
+from gpucert.spec.names import NameError_, inside
+
+__all__ = ["CARRIED_PAIRS_SCHEMA", "CarriedPairs", "CarriedPairsFile", "carry_files", "read_carried", "read_pairs"]
+
+CARRIED_PAIRS_SCHEMA = "gpucert.io/carried-pairs/v1"
+
+
+class CarriedPairsFile(Part):
+    """One pairs document carried: its name in this run's evidence/multinode/, its name in the source run (what
+    the source signed) and its sha256 there, and the nodes whose pairs in it held in the source (None: every pair
+    of it, measured there; a document the source itself carried held only for the source's carried nodes)."""
+
+    file: Str
+    source: Str
+    sha256: Str
+    nodes: tuple[Str, ...] | None = None
+
+
+class CarriedPairs(Part):
+    """evidence/multinode/carried.json: the source run, the carried nodes (a pair of two of them is carried), and
+    the pairs documents copied from the source."""
+
+    schema_: Str = Field(CARRIED_PAIRS_SCHEMA, alias="schema")
+    run: Str
+    nodes: tuple[Str, ...] = ()
+    files: tuple[CarriedPairsFile, ...] = ()
+
+
+def _index(folder: RunFolder) -> Path:
+    return folder.pairs_path.parent / layout.CARRIED_PAIRS
+
+
+def read_carried(folder: RunFolder) -> CarriedPairs | None:
+    """The run's carried pairs index; None when it carried none. EvidenceError naming the file and the key when it
+    is not one gpucert writes."""
+    path = _index(folder)
+    if not folder.measured or not path.exists():
+        return None
+    doc = parse_record(CarriedPairs, read_json_object(path), path, "a carried pairs index")
+    if doc.schema_ != CARRIED_PAIRS_SCHEMA:
+        raise EvidenceError(f"schema is {doc.schema_!r}, expected {CARRIED_PAIRS_SCHEMA!r}", path=path)
+    return doc
+
+
+def carried_file(folder: RunFolder, entry: CarriedPairsFile) -> Path:
+    """Where a carried pairs document lies: in evidence/multinode/ and nowhere else (EvidenceError otherwise)."""
+    base = folder.pairs_path.parent
+    try:
+        path = inside(base, entry.file)
+    except NameError_ as exc:
+        raise EvidenceError(str(exc), path=_index(folder)) from None
+    if path.parent != base.resolve():
+        raise EvidenceError(f"{entry.file!r} is not a file of evidence/multinode/", path=_index(folder))
+    return path
+
+
+def read_pairs(folder: RunFolder) -> FabricPairs | None:
+    """Every pair of the run: those it measured (pairs.json) and, for a re-test, each carried pair of two carried
+    nodes. None when it has neither. A carried document that is missing or not gpucert's is an EvidenceError."""
+    own = folder.read_fabric_pairs()
+    carried = read_carried(folder)
+    if carried is None:
+        return own
+    docs = []
+    for entry in carried.files:
+        path = carried_file(folder, entry)
+        doc = read_fabric_pairs(path)
+        if doc is None:
+            raise EvidenceError("a carried pairs document named by carried.json is missing", path=path)
+        keep = frozenset(carried.nodes) & frozenset(entry.nodes if entry.nodes is not None else carried.nodes)
+        docs += [p for p in doc.pairs if keep.issuperset(p.nodes)]
+    return FabricPairs(pairs=[*docs, *(own.pairs if own is not None else [])])
+
+
+def carry_files(
+    folder: RunFolder, run: str, nodes: list[str], files: list[tuple[Path, CarriedPairsFile]]
+) -> CarriedPairs:
+    """Copy the source's pairs documents (each its path there and its entry, `file` still to be named) byte for
+    byte into the run and write the index naming them and the carried `nodes`."""
+    base = folder.pairs_path.parent
+    base.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for i, (path, entry) in enumerate(files):
+        target = base / layout.CARRIED_PAIRS_FILE.format(i)
+        partial = target.with_name(target.name + ".partial")
+        shutil.copyfile(path, partial)  # streamed: a fleet's pairs run to gigabytes
+        with open(partial, "rb") as f:
+            os.fsync(f.fileno())
+        partial.replace(target)
+        entries.append(entry.model_copy(update={"file": target.name}))
+    index = CarriedPairs(run=run, nodes=tuple(nodes), files=tuple(entries))
+    write_json(_index(folder), index.to_json())
+    return index
