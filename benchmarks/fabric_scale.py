@@ -2,7 +2,7 @@
 asks of the API server, and the controller's cost of isolating slow links over every pair of every rail.
 
     python benchmarks/fabric_scale.py [--nodes 64 256 1024] [--rails 8] [--per-round 20] [--request-ms 10]
-                                      [--fabric-parallel 32] [--in-flight 16]
+                                      [--fabric-parallel 32] [--in-flight 16] [--retest 3]
 
 A round's pairs are apart (each node in at most one pair: plan/pairs.py), every rail of a pair runs at once (each
 rail its own NIC), and on Kubernetes every pair of a round runs at once (measure/targets/kubernetes/target.py
@@ -14,6 +14,11 @@ three creates in order, the deletes kind by kind), process 0's log reads one aft
 each as its pod ends), so `request_time` counts the requests' round trips one after another. With
 `--fabric-parallel` set (nodes at once), a round runs in ceil(pairs / (fabricParallel // 2)) batches one after
 another, so the stage grows with pairs: both are printed. The schedule and the isolation are measured.
+
+`--retest K`: a re-test of the fleet with K nodes measured again (spread over it), against the full run: the pairs
+it measures (plan/pairs.py `retest_rounds`: each of the K against RETEST_PEERS carried peers) and those it carries,
+its rounds and stage time, and the controller's cost of holding one rail's pairs (carried and new) to the
+re-test's schedule (evaluate/rules/fabric_schedule.py), which must find nothing missing.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import resource
 import time
 
 from gpucert.evaluate.rules.fabric_isolation import PairFigure, isolate_rail
-from gpucert.plan.pairs import pair_count, round_count, rounds
+from gpucert.evaluate.rules.fabric_schedule import check_schedule
+from gpucert.measure.evidence_fabric import RdmaBandwidth
+from gpucert.plan.pairs import pair_count, retest_rounds, round_count, rounds
 
 
 def _hms(seconds: float) -> str:
@@ -52,6 +59,44 @@ def request_time(pairs: int, in_flight: int) -> int:
     return 3 * waves + pairs + 3 * waves + -(-2 * pairs // in_flight)
 
 
+def _port(node: str, rail: int) -> str:
+    return f"mlx5_{rail}/1"
+
+
+def retest(sizes: list[int], again: int, args: argparse.Namespace) -> None:
+    """The re-test's fabric stage against the full run's, per fleet size."""
+    req_s = args.request_ms / 1000
+    print(
+        f"\n| nodes | full run: rounds, pairs | re-test of {again}: rounds | pairs measured | pairs carried "
+        "| measured / full | stage, full | stage, re-test | schedule | schedule check, one rail |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in sizes:
+        nodes = [f"node-{i:04d}" for i in range(n)]
+        repaired = set(nodes[n // (2 * again) :: max(1, n // again)][:again])
+        carried = frozenset(x for x in nodes if x not in repaired)
+        t0 = time.perf_counter()
+        schedule = retest_rounds(nodes, carried)
+        t_schedule = time.perf_counter() - t0
+        measured = [p for r in schedule for p in r]
+        kept = [p for r in rounds(sorted(carried, key=nodes.index)) for p in r]
+        records = [
+            ([a, b], RdmaBandwidth(rail=0, client=a, server=b, client_hca="mlx5_0/1", server_hca="mlx5_0/1"))
+            for a, b in kept + measured
+        ]
+        t0 = time.perf_counter()
+        found = check_schedule(records, "pool", nodes, set(nodes), 1, _port, carried)
+        t_check = time.perf_counter() - t0
+        assert not found.problems, list(found.problems.items())[:3]
+        full = round_count(n) * (args.per_round + request_time(n // 2, args.in_flight) * req_s)
+        mine = sum(args.per_round + request_time(len(r), args.in_flight) * req_s for r in schedule)
+        print(
+            f"| {n} | {round_count(n)}, {pair_count(n):,} | {len(schedule)} | {len(measured)} | {len(kept):,} "
+            f"| {100 * len(measured) / pair_count(n):.2g}% | {_hms(full)} | {_hms(mine)} | {t_schedule:.3f} s "
+            f"| {t_check:.2f} s |"
+        )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, nargs="+", default=[64, 256, 1024])
@@ -60,7 +105,12 @@ def main() -> int:
     ap.add_argument("--request-ms", type=float, default=10.0, help="milliseconds one API request takes")
     ap.add_argument("--fabric-parallel", type=int, default=32, help="a target.fabricParallel to compare (nodes)")
     ap.add_argument("--in-flight", type=int, default=16, help="API requests of a round in flight at once")
+    ap.add_argument("--retest", type=int, metavar="K", help="a re-test of K nodes against the full run, only")
     args = ap.parse_args()
+    if args.retest:
+        retest(args.nodes, args.retest, args)
+        print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+        return 0
     req_s = args.request_ms / 1000
     head = f"stage, each round whole ({args.per_round:g} s + its requests, {args.in_flight} in flight)"
     serial = "stage, requests one at a time (before)"

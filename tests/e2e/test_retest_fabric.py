@@ -110,6 +110,7 @@ def test_verify_refuses_a_carried_pairs_document_that_is_not_the_one_signed(
     tmp, _, run2 = runs
     keys = str(tmp / "keys" / "gpucert.pub")
     assert cli.main(["verify", str(run2), "--key", keys]) == 0
+    assert "carried evidence: 9 nodes and 1 of their fabric pairs documents" in capsys.readouterr().out
     altered = tmp / "altered"
     shutil.copytree(run2, altered)
     copy = altered / "evidence/multinode/carried-0.json"

@@ -93,7 +93,12 @@ def cmd_verify(a: argparse.Namespace) -> int:
         # verify_carried read the record already: one it could not read is among v.other
         record = read_retest_record(RunFolder(Path(a.run_dir))) if not v.other else None
         if record is not None and record.carried:
-            console.print(f"carried evidence: {len(record.carried)} nodes, each file as its source run signed it")
+            from gpucert.plan.carried_pairs import read_carried
+
+            pairs = read_carried(RunFolder(Path(a.run_dir)))
+            also = f" and {len(pairs.files)} of their fabric pairs documents" if pairs is not None else ""
+            said = f"carried evidence: {len(record.carried)} nodes{also}, each file as its source run signed it"
+            console.print(said, soft_wrap=True)
         pred = v.statement.get("predicate", {})
         files = len(v.statement.get("subject", []))
         if v.statement.get("predicateType") == attest.PREDICATE_TYPE:
