@@ -284,3 +284,16 @@ def test_fleet_pool_mistakes_name_the_key(
         load_fleet(path)
     assert exc.value.key == key, str(exc.value)
     assert says in str(exc.value)
+
+
+def test_a_v1alpha1_spec_refuses_a_multinode_pool_other_than_its_one(tmp_path: Path) -> None:
+    """A v1alpha1 spec's one pool is `default`: `certify.multinode.pools: {train: {}}` named no pool of it, so the
+    all-reduce was listed as not required and the run passed (hostile sweep of 93f6c9a, item 1)."""
+    text = demo_text().replace("multinode: {pairs: true}", "multinode: {pairs: true, pools: {train: {}}}")
+    with pytest.raises(ConfigError) as exc:
+        load_spec(write(tmp_path, text))
+    assert exc.value.key == "certify.multinode.pools.train", str(exc.value)
+    assert "'train' is not a pool of this spec (default)" in str(exc.value)
+    assert "\n" not in str(exc.value)
+    named = demo_text().replace("multinode: {pairs: true}", "multinode: {pairs: true, pools: {default: {}}}")
+    assert load_spec(write(tmp_path, named)).certify.multinode is not None  # its own pool's name still loads

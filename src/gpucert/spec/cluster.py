@@ -344,7 +344,7 @@ def _versioned(spec: ClusterSpec) -> list[Problem]:
             problems.append((("expect",), f"{missing} (or declare pools under apiVersion {API_VERSION})"))
         if spec.certify.baseline is None:
             problems.append((("certify", "baseline"), missing))
-        return problems
+        return problems + _multinode_pools(spec, [DEFAULT_POOL])
     moved = "in v1alpha2 each pool has its own: move it under pools[]"
     problems = []
     if spec.expect is not None:
@@ -397,12 +397,21 @@ def _pool_problems(spec: ClusterSpec) -> list[Problem]:
             problems.append((("pools", i, "nodeSelector"), message))
         selectors.setdefault(key, pool.name)
         problems += _pin_problems(i, pool, declared)
+    return problems + _multinode_pools(spec, list(seen))
+
+
+def _multinode_pools(spec: ClusterSpec, pools: list[str]) -> list[Problem]:
+    """Every pool `certify.multinode.pools` names is one of `pools` (a v1alpha1 spec's one is `default`): a misspelt
+    name would leave every pool without its all-reduce, listed as not required, and the run could pass."""
     multinode = spec.certify.multinode
+    problems: list[Problem] = []
     for name in (multinode.pools if multinode is not None else None) or {}:
-        if name not in seen:
-            close = difflib.get_close_matches(name, list(seen), n=1)
+        if name not in pools:
+            close = difflib.get_close_matches(name, pools, n=1)
             fix = f"did you mean {close[0]!r}?" if close else "name one of them, or remove it"
-            message = f"{name!r} is not a pool of this spec ({', '.join(seen)}): {fix}"
+            if spec.api_version == V1ALPHA1:
+                fix = f"a {V1ALPHA1} spec has one pool, {DEFAULT_POOL!r}: name it, or remove `pools`"
+            message = f"{name!r} is not a pool of this spec ({', '.join(pools)}): {fix}"
             problems.append((("certify", "multinode", "pools", name), message))
     return problems
 
