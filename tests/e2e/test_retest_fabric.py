@@ -1,11 +1,13 @@
 """A re-test's fabric stage measures only the pairs with a node measured again (issue 28: a re-test pays for what it
 re-measures), carries the others' pairs with their signed digests, and says what a full re-evaluation says.
 
-A 10-node pool with two rails, in two racks: gpu-node-3's rail 1 port trained down fails the first run; repaired,
-the re-test measures gpu-node-3 again against 8 carried peers (8 pairs in 8 rounds, not 45 in 9) and carries the
-36 pairs of the nine others from the first run. The first run's pairs of gpu-node-3 (slow on rail 1) are in the
-carried copy too: had they been carried, they would be judged twice. A pair left out of a re-test's schedule is an
-error: tests/unit/test_fabric_schedule.py."""
+A 10-node pool with two rails, in two racks. The first run fails gpu-node-3 and gpu-node-6 (a rail's port trained
+down on each). Only gpu-node-3 is repaired: the re-test measures both again, each against 8 carried peers (16 pairs
+in 8 rounds, not 45 in 9), carries the 28 pairs of the eight others from the first run, and still fails gpu-node-6
+on its port. The first run's pairs of the two (slow on their rail) are in the carried copy too: had they been
+carried, they would be judged twice. gpu-node-6 repaired, a re-test of that re-test carries gpu-node-3's evidence
+but measures its pairs again (it met 8 peers, not the pool), with gpu-node-6's. A pair left out of a re-test's
+schedule is an error: tests/unit/test_fabric_schedule.py."""
 
 from __future__ import annotations
 
@@ -61,58 +63,83 @@ def _pairs(path: Path) -> list[tuple[str, ...]]:
     return [tuple(p["nodes"]) for p in json.loads(path.read_text())["pairs"]]
 
 
+Runs = tuple[Path, Path, Path, Path]
+PORT = {"kind": "port-rate", "rail": 1, "gbps": 200}
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     tmp = tmp_path_factory.mktemp("fabric-retest")
-    first = _write(tmp, "first", [{"kind": "port-rate", "node": "gpu-node-3", "rail": 1, "gbps": 200}])
-    repaired = _write(tmp, "repaired", [])
+    first = _write(tmp, "first", [dict(PORT, node="gpu-node-3"), dict(PORT, node="gpu-node-6")])
+    second = _write(tmp, "second", [dict(PORT, node="gpu-node-6")])
+    third = _write(tmp, "third", [])
     assert cli.main(["keygen", str(tmp / "keys")]) == 0
     key = str(tmp / "keys" / "gpucert.key")
     reports = tmp / "reports"
     run1 = _run(reports, "certify", str(first), "--sign-key", key, code=1)
-    run2 = _run(reports, "certify", str(repaired), "--sign-key", key, "--retest", str(run1), code=0)
-    return tmp, run1, run2
+    run2 = _run(reports, "certify", str(second), "--sign-key", key, "--retest", str(run1), code=1)
+    run3 = _run(reports, "certify", str(third), "--sign-key", key, "--retest", str(run2), code=0)
+    return tmp, run1, run2, run3
 
 
-def test_a_retest_measures_only_the_pairs_of_the_node_measured_again(runs: tuple[Path, Path, Path]) -> None:
-    _, run1, run2 = runs
-    assert ("fabric.port", "gpu-node-3", "fail") in {
-        (f["check"], f["node"], f["status"]) for f in _verdict(run1)["findings"]
-    }
+def _measured_pairs(run: Path, again: set[str]) -> None:
+    measured = _pairs(run / "evidence/multinode/pairs.json")
+    assert len(measured) == 8 * len(again)
+    for node in again:
+        peers = {n for p in measured if node in p for n in p} - {node}
+        assert len(peers) == 8
+        assert not peers & again  # against carried peers only
+    index = json.loads((run / "evidence/multinode/carried.json").read_text())
+    assert set(index["nodes"]) == {f"gpu-node-{i}" for i in range(1, NODES + 1)} - again
+
+
+def _failed(run: Path) -> set[tuple[str, str, str]]:
+    return {(f["check"], f["node"], f["status"]) for f in _verdict(run)["findings"]}
+
+
+def test_a_retest_measures_only_the_pairs_of_the_nodes_measured_again(runs: Runs) -> None:
+    _, run1, run2, _ = runs
+    assert _failed(run1) == {("fabric.port", "gpu-node-3", "fail"), ("fabric.port", "gpu-node-6", "fail")}
     assert len(_pairs(run1 / "evidence/multinode/pairs.json")) == NODES * (NODES - 1) // 2
-    measured = _pairs(run2 / "evidence/multinode/pairs.json")
-    assert len(measured) == 8
-    assert all("gpu-node-3" in p for p in measured)
-    assert len({n for p in measured for n in p}) == 9
-    index = json.loads((run2 / "evidence/multinode/carried.json").read_text())
-    assert "gpu-node-3" not in index["nodes"]
-    assert len(index["nodes"]) == NODES - 1
-    retest = _verdict(run2)
+    _measured_pairs(run2, {"gpu-node-3", "gpu-node-6"})
+    assert set(_verdict(run2)["retest"]["measured"]) == {"gpu-node-3", "gpu-node-6"}
+    assert _failed(run2) == {("fabric.port", "gpu-node-6", "fail")}  # the fault not repaired, found again
+
+
+def test_a_retest_of_a_retest_measures_again_the_pairs_its_source_measured_against_eight_peers(runs: Runs) -> None:
+    _, run1, _, run3 = runs
+    retest = _verdict(run3)
     assert retest["result"] == "pass"
-    assert set(retest["retest"]["measured"]) == {"gpu-node-3"}
+    assert set(retest["retest"]["measured"]) == {"gpu-node-6"}
+    assert "gpu-node-3" in retest["retest"]["carried"]  # its evidence carried, its pairs measured again
+    _measured_pairs(run3, {"gpu-node-3", "gpu-node-6"})
+    carried = run3 / "evidence/multinode/carried-0.json"  # the first run's pairs, carried twice, byte for byte
+    assert carried.read_bytes() == (run1 / "evidence/multinode/pairs.json").read_bytes()
+    assert not (run3 / "evidence/multinode/carried-1.json").exists()
 
 
-def test_the_retest_says_what_re_evaluating_its_evidence_says(runs: tuple[Path, Path, Path]) -> None:
-    tmp, _, run2 = runs
+def test_the_retest_says_what_re_evaluating_its_evidence_says(runs: Runs) -> None:
+    tmp, _, run2, _ = runs
     plain = tmp / "plain"  # every check an item: the same evidence without the re-test's record
     shutil.copytree(run2 / "evidence", plain / "evidence")
     for name in ("inventory.json", "stack.json"):
         shutil.copyfile(run2 / name, plain / name)
-    run3 = _run(tmp / "reports", "evaluate", str(tmp / "repaired.yaml"), "--evidence", str(plain / "evidence"), code=0)
-    assert "retest" not in _verdict(run3)
-    assert judged(_verdict(run2)) == judged(_verdict(run3))
+    full = _run(tmp / "reports", "evaluate", str(tmp / "second.yaml"), "--evidence", str(plain / "evidence"), code=1)
+    assert "retest" not in _verdict(full)
+    assert judged(_verdict(run2)) == judged(_verdict(full))
 
 
 def test_verify_refuses_a_carried_pairs_document_that_is_not_the_one_signed(
-    runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
+    runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Even signed again by the re-test's own key: the carried copy must be what the source run signed."""
-    tmp, _, run2 = runs
+    """Even signed again by the re-test's own key: the carried copy must be what the source run signed (in a
+    re-test of a re-test: the source's own carried copy)."""
+    tmp, _, _, run3 = runs
     keys = str(tmp / "keys" / "gpucert.pub")
-    assert cli.main(["verify", str(run2), "--key", keys]) == 0
+    assert cli.main(["verify", str(run3), "--key", keys]) == 0
     assert "carried evidence: 9 nodes and 1 of their fabric pairs documents" in capsys.readouterr().out
     altered = tmp / "altered"
-    shutil.copytree(run2, altered)
+    shutil.copytree(run3, altered)
     copy = altered / "evidence/multinode/carried-0.json"
     copy.write_text(copy.read_text().replace('"gpu-node-1"', '"gpu-node-1" ', 1))
     (altered / "certificate.intoto.json").unlink()

@@ -32,27 +32,26 @@ def _same_fabrics(source: RunFolder, spec: ClusterSpec) -> bool:
 def carry_pairs(
     source: RunFolder, run: str, signed: dict[str, str], spec: ClusterSpec, folder: RunFolder, nodes: list[str]
 ) -> CarriedPairs | None:
-    """Carry the source run's pairs documents (its own pairs.json and those it carried itself), byte for byte, for
-    the carried `nodes`; None (every pair measured again) when the spec declares no fabric, the source has no
-    signed pairs, or a pool's fabric declaration changed since the source."""
+    """Carry the source run's pairs documents byte for byte, for those of the carried `nodes` whose pairs with each
+    other the source holds whole: a full run's every node (its pairs.json), a re-test's nodes whose pairs it
+    carried (the documents it carried; a node it measured again met only RETEST_PEERS peers there, so its pairs
+    are measured again now, even where its own evidence is carried). None (every pair measured again) when the
+    spec declares no fabric, a pool's fabric declaration changed since the source, or the source did not sign
+    the documents."""
     if not nodes or not any(p.fabric is not None for p in spec.pools) or not _same_fabrics(source, spec):
         return None
-    files: list[tuple[Path, CarriedPairsFile]] = []
-    own = _name(source, source.pairs_path) if source.pairs_path.is_file() else None
-    if own is not None and own in signed:
-        files.append((source.pairs_path, CarriedPairsFile(file="", source=own, sha256=signed[own])))
-    before = read_carried(source)  # a re-test of a re-test: what the source carried, for the nodes it held there
-    if before is not None:
-        for entry in before.files:
-            path = carried_file(source, entry)
-            name = _name(source, path)
-            held = set(before.nodes) & set(entry.nodes if entry.nodes is not None else before.nodes)
-            if name in signed:
-                carried = CarriedPairsFile(file="", source=name, sha256=signed[name], nodes=tuple(sorted(held)))
-                files.append((path, carried))
-    if not files:
+    before = read_carried(source)
+    if before is None:
+        paths = [source.pairs_path] if source.pairs_path.is_file() else []
+    else:
+        held = set(before.nodes)
+        nodes = [n for n in nodes if n in held]
+        paths = [carried_file(source, entry) for entry in before.files]
+    names = [_name(source, path) for path in paths]
+    if not paths or not nodes or any(name not in signed for name in names):
         return None
-    return carry_files(folder, run, nodes, files)
+    entries = [CarriedPairsFile(file="", source=name, sha256=signed[name]) for name in names]
+    return carry_files(folder, run, nodes, list(zip(paths, entries, strict=True)))
 
 
 def _sha256(path: Path) -> str | None:
@@ -64,7 +63,7 @@ def _sha256(path: Path) -> str | None:
 
 def carried_pairs_problems(folder: RunFolder, record: RetestRecord, signed: dict[str, str]) -> list[str]:
     """Problems with a re-test's carried pairs: each document is, byte for byte, what the source run signed under
-    its name there, and the pairs are carried for exactly the nodes the re-test carried. [] for none carried."""
+    its name there, and the pairs are carried only for nodes the re-test carried. [] for none carried."""
     try:
         index = read_carried(folder)
     except EvidenceError as exc:
@@ -74,9 +73,9 @@ def carried_pairs_problems(folder: RunFolder, record: RetestRecord, signed: dict
     problems = []
     if index.run != record.source.run:
         problems.append(f"carried: the pairs are carried from {index.run}, the re-test's source is {record.source.run}")
-    if set(index.nodes) != set(record.carried):
-        odd = sorted(set(index.nodes) ^ set(record.carried))
-        problems.append(f"carried: the pairs are carried for other nodes than the re-test carried ({', '.join(odd)})")
+    if not set(index.nodes) <= set(record.carried):
+        odd = sorted(set(index.nodes) - set(record.carried))
+        problems.append(f"carried: the pairs of {', '.join(odd)} are carried, yet the re-test did not carry the node")
     for entry in index.files:
         try:
             path = carried_file(folder, entry)

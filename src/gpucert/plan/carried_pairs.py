@@ -34,18 +34,17 @@ CARRIED_PAIRS_SCHEMA = "gpucert.io/carried-pairs/v1"
 
 class CarriedPairsFile(Part):
     """One pairs document carried: its name in this run's evidence/multinode/, its name in the source run (what
-    the source signed) and its sha256 there, and the nodes whose pairs in it held in the source (None: every pair
-    of it, measured there; a document the source itself carried held only for the source's carried nodes)."""
+    the source signed) and its sha256 there."""
 
     file: Str
     source: Str
     sha256: Str
-    nodes: tuple[Str, ...] | None = None
 
 
 class CarriedPairs(Part):
-    """evidence/multinode/carried.json: the source run, the carried nodes (a pair of two of them is carried), and
-    the pairs documents copied from the source."""
+    """evidence/multinode/carried.json: the source run, the nodes whose pairs with each other are carried (carried
+    nodes whose pairs the source holds whole; every other node's pairs are measured again), and the pairs
+    documents copied from the source."""
 
     schema_: Str = Field(CARRIED_PAIRS_SCHEMA, alias="schema")
     run: Str
@@ -88,13 +87,13 @@ def read_pairs(folder: RunFolder) -> FabricPairs | None:
     carried = read_carried(folder)
     if carried is None:
         return own
+    keep = frozenset(carried.nodes)
     docs = []
     for entry in carried.files:
         path = carried_file(folder, entry)
         doc = read_fabric_pairs(path)
         if doc is None:
             raise EvidenceError("a carried pairs document named by carried.json is missing", path=path)
-        keep = frozenset(carried.nodes) & frozenset(entry.nodes if entry.nodes is not None else carried.nodes)
         docs += [p for p in doc.pairs if keep.issuperset(p.nodes)]
     return FabricPairs(pairs=[*docs, *(own.pairs if own is not None else [])])
 
