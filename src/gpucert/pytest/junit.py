@@ -35,8 +35,9 @@ def summary_name(node: str, family: str, checks: int) -> str:
 
 
 def default_path(config: pytest.Config, folder: RunFolder) -> None:
-    """junit.xml in the run folder, unless --junit-xml named another file."""
-    if config.option.xmlpath is None:
+    """junit.xml in the run folder, unless --junit-xml named another file; none when `-p no:junitxml` blocked
+    pytest's JUnit plugin (its option is not there): the verdict and the other reports are still written."""
+    if getattr(config.option, "xmlpath", "") is None:
         config.option.xmlpath = str(folder.junit_path)
 
 

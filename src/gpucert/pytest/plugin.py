@@ -17,7 +17,7 @@ from gpucert.pytest.collection import NodeGpus, check_key, check_keys, of_gpus
 from gpucert.pytest.context import RunContext, run_context
 from gpucert.pytest.options import add_options, options_of, parse_options
 from gpucert.pytest.outcomes import CheckFailed, CheckSkipped, expect
-from gpucert.pytest.session import open_run, start
+from gpucert.pytest.session import open_run, refuse_blocked, start
 from gpucert.report import alluredir
 
 __all__ = ["CheckFailed", "CheckSkipped", "NodeGpus", "RunContext", "check_key", "check_keys", "expect", "run_context"]
@@ -36,6 +36,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     options = parse_options(config)
+    if not hasattr(config, "workerinput"):  # before any run folder is made: a worker's controller has said it
+        refuse_blocked(config)
     ctx = open_run(config, options)
     if ctx is not None:
         start(config, ctx, options)

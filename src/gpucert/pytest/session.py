@@ -37,7 +37,12 @@ from gpucert.report.terminal import WRITTEN, terminal_summary
 from gpucert.report.verdict import Outcome, build_verdict, kind_of
 from gpucert.report.verdict_model import Verdict
 
-__all__ = ["open_run", "start"]
+__all__ = ["OWN_PLUGINS", "open_run", "refuse_blocked", "start"]
+
+# the names gpucert registers its session's plugins under (start): `-p no:NAME` blocks a registration by name
+# (pytest 9.1.1 _pytest/config/__init__.py, PytestPluginManager.consider_pluginarg -> pluggy 1.7 set_blocked), and
+# pluggy's register() then returns None without a word: the run would end with no verdict, junit.xml all passing
+OWN_PLUGINS = ("gpucert-junit-passed", "gpucert-controller", "gpucert-verdict", "gpucert-html")
 
 
 # ---- opening the run, at configure time ----------------------------------------------------------------------
@@ -92,6 +97,24 @@ def _open(config: pytest.Config, options: Options) -> RunContext | None:
     return RunContext(
         Evaluation.from_run(runner.prepare(spec, options.reports, _mode(options), evidence=options.evidence))
     )
+
+
+def refuse_blocked(config: pytest.Config) -> None:
+    """A usage error when `-p no:` blocks one of gpucert's own plugins, or pytest-metadata while pytest-html would
+    write report.html: pytest-html 4.2.0 reads pytest-metadata's stash key at session start (pytest_html/
+    basereport.py:77, `_generate_environment`) and ends the session with an INTERNALERROR before any verdict."""
+    pm = config.pluginmanager
+    blocked = [name for name in OWN_PLUGINS if pm.is_blocked(name)]
+    if blocked:
+        raise pytest.UsageError(
+            f"-p no:{blocked[0]} blocks a plugin of gpucert's own: without it the run has no verdict (or a verdict "
+            "JUnit and report.html do not say); remove -p no:" + ", -p no:".join(blocked)
+        )
+    if pm.is_blocked("metadata") and pm.hasplugin("html"):
+        raise pytest.UsageError(
+            "-p no:metadata: pytest-html needs pytest-metadata to write report.html; remove -p no:metadata, or add "
+            "-p no:html as well to run without report.html"
+        )
 
 
 def open_run(config: pytest.Config, options: Options) -> RunContext | None:
