@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,22 +130,49 @@ def test_the_retest_says_what_re_evaluating_its_evidence_says(runs: Runs) -> Non
     assert judged(_verdict(run2)) == judged(_verdict(full))
 
 
-def test_verify_refuses_a_carried_pairs_document_that_is_not_the_one_signed(
-    runs: Runs, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """Even signed again by the re-test's own key: the carried copy must be what the source run signed (in a
-    re-test of a re-test: the source's own carried copy)."""
+def _edit(runs: Runs, name: str, path: str, change: Callable[[str], str]) -> Path:
+    """A copy of the chained re-test with one file changed and signed again by the re-test's own key."""
     tmp, _, _, run3 = runs
-    keys = str(tmp / "keys" / "gpucert.pub")
-    assert cli.main(["verify", str(run3), "--key", keys]) == 0
-    assert "carried evidence: 9 nodes and 1 of their fabric pairs documents" in capsys.readouterr().out
-    altered = tmp / "altered"
+    altered = tmp / name
     shutil.copytree(run3, altered)
-    copy = altered / "evidence/multinode/carried-0.json"
-    copy.write_text(copy.read_text().replace('"gpu-node-1"', '"gpu-node-1" ', 1))
+    (altered / path).write_text(change((altered / path).read_text()))
     (altered / "certificate.intoto.json").unlink()
     assert cli.main(["sign", str(altered), "--key", str(tmp / "keys" / "gpucert.key")]) == 0
+    return altered
+
+
+def _index_with_node_6(text: str) -> str:
+    doc = json.loads(text)
+    doc["nodes"].append("gpu-node-6")
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("path", "change", "said"),
+    [
+        (
+            "evidence/multinode/carried-0.json",
+            lambda t: t.replace('"gpu-node-1"', '"gpu-node-1" ', 1),
+            "evidence/multinode/carried-0.json is not the pairs document run",
+        ),
+        (  # the first run's pairs of gpu-node-6, whose port failed there, brought back
+            "evidence/multinode/carried.json",
+            _index_with_node_6,
+            "the pairs of gpu-node-6 are carried, yet the re-test did not carry the node",
+        ),
+    ],
+    ids=["document-altered", "node-not-carried"],
+)
+def test_verify_refuses_carried_pairs_that_are_not_what_the_source_signed(
+    runs: Runs, capsys: pytest.CaptureFixture[str], path: str, change: Callable[[str], str], said: str
+) -> None:
+    """Even signed again by the re-test's own key: the carried copy must be what the source run signed (in a
+    re-test of a re-test: the source's own carried copy), for nodes the re-test carried."""
+    keys = str(runs[0] / "keys" / "gpucert.pub")
+    assert cli.main(["verify", str(runs[3]), "--key", keys]) == 0
+    assert "carried evidence: 9 nodes and 1 of their fabric pairs documents" in capsys.readouterr().out
+    altered = _edit(runs, f"altered-{Path(path).stem}", path, change)
     capsys.readouterr()
     assert cli.main(["verify", str(altered), "--key", keys]) == 1
-    said = capsys.readouterr()
-    assert "carried-0.json is not the pairs document run" in said.out + said.err
+    out = capsys.readouterr()
+    assert said in out.out + out.err
