@@ -156,21 +156,44 @@ def test_allure_overview_does_not_read_as_a_pass_on_a_fail(demo_run: Path) -> No
     results = [json.loads(p.read_text()) for p in folder.glob("*-result.json")]
     passed = [r for r in results if r["status"] == "passed"]
     assert len(passed) / len(results) < 0.5
-    # on a run that did not pass, the passed checks are one result, each node a step: one green result per passing
-    # node outweighed the failures of a large cluster (docs/acceptance.md's 16-node handover: 17 of 22 results green)
-    (folded,) = passed
-    assert folded["fullName"] == "gpucert.passed"
-    assert folded["name"].startswith("checks that passed, on 4 nodes and the fleet")
-    nodes = {s["name"].split(" checks passed on ")[1]: s for s in folded["steps"]}
+    assert json.loads((folder / "executor.json").read_text())["reportName"].startswith("Certification FAIL (")
+
+
+def test_allure_has_a_result_per_node_counted_as_the_verdict_counts(demo_run: Path) -> None:
+    """Issue 28: on a run that did not pass too, each node's passed checks are one result of its own, found by the
+    node's name; it counts checks as the verdict does (each GPU's check is one) and names the kinds (check ids)
+    beside it, so the overview's results relate to the verdict's nodes."""
+    verdict = json.loads((demo_run / "verdict.json").read_text())
+    results = [json.loads(p.read_text()) for p in (demo_run / "allure-results").glob("*-result.json")]
+    nodes = {
+        r["fullName"].removeprefix("gpucert.passed[")[:-1]: r for r in results if r["labels"][0]["value"] == "passed"
+    }
     assert sorted(nodes) == ["fleet", *(f"gpu-node-{i}" for i in range(1, 5))]
+    for node, r in nodes.items():
+        said = verdict["fleet"] if node == "fleet" else verdict["nodes"][node]
+        steps = [c for f in r["steps"] for c in f["steps"]]
+        # each GPU's check one, and each detail's (a component's stack.version)
+        n = sum(len(c["parameters"][0]["value"].split(",")) if c.get("parameters") else 1 for c in steps)
+        assert n == said["passed"], node  # the verdict's count
+        where = "the fleet" if node == "fleet" else node
+        kinds = f"{len(steps)} kind{'s' if len(steps) != 1 else ''}"
+        assert r["name"].startswith(f"{n} check{'s' if n != 1 else ''} passed on {where} ({kinds})"), r["name"]
+        assert " 1 checks" not in r["name"]
+        assert "(1 kinds)" not in r["name"]
+        assert r["status"] == "passed"  # every node of the demo ran every check; each failed
+        assert r["name"].endswith("; the node FAILED (see its failing checks)") == (said["result"] == "fail")
     node1 = nodes["gpu-node-1"]
-    # a node's passed checks by family (issue 28: per node and check family), each check a step of its family
+    # a node's passed checks by family, each check a step of its family with the GPUs it passed on
     families = {s["name"].split(":")[0]: s for s in node1["steps"]}
     assert {"health", "performance"} <= set(families)
-    assert "memory.bandwidth (8 GPUs)" in {c["name"] for c in families["performance"]["steps"]}
-    steps = {c["name"] for f in node1["steps"] for c in f["steps"]}
-    assert not any(s.startswith("health.ecc") for s in steps)  # it failed there: its own failed result
-    assert json.loads((folder / "executor.json").read_text())["reportName"].startswith("Certification FAIL (")
+    memory = {c["name"]: c for c in families["performance"]["steps"]}["memory.bandwidth (8 GPUs)"]
+    assert memory["parameters"] == [{"name": "gpus", "value": "0,1,2,3,4,5,6,7"}]
+    # gpu5's ECC failed (its own failed result): the node's other 7 GPUs passed health.ecc and are counted here
+    ecc = {c["name"]: c for c in families["health"]["steps"]}["health.ecc (7 GPUs)"]
+    assert ecc["parameters"] == [{"name": "gpus", "value": "0,1,2,3,4,6,7"}]
+    assert families["health"]["name"].startswith("health: ")
+    (failed,) = [r for r in results if r["name"] == "health.ecc on gpu-node-1"]
+    assert failed["status"] == "failed"
 
 
 def test_allure_report_without_the_commandline_says_how_to_install(

@@ -1,12 +1,13 @@
 """Allure results: the certification first; one result per (check, node) that did not pass, with the GPUs as
-steps; and per node one result for all its checks that passed (a step per check family, each check a step of it
-with how many GPUs it passed on), so a fleet-scale run stays small: the files are the certification, one result per
-check and node that did not pass (and its evidence attached), and one per node (one in all on a run that did not
-pass), plus three fixed files.
+steps (its failing findings' evidence attached); and per node one result for all its checks that passed
+(allure_passed.py), on a run that passed and on one that did not, so the overview counts the nodes the verdict
+lists. The files: the certification, one result per node with a passed check (and one for the fleet's own checks),
+one per check id and node that did not pass, one attachment per failed, errored or waived check with evidence, and
+three fixed files (environment, categories, executor).
 
 allure-pytest writes four files per test item (131,073 files for 32,768 items, measured); a certification of
-~10^5 items groups instead, and keeps every failing GPU's message. Summarising a node's passed checks also keeps
-Allure's overview honest: its donut is the share of passed results, and one result per passed check made a FAIL
+~10^5 checks groups instead, and keeps every failing GPU's message. Summarising a node's passed checks also keeps
+Allure's overview readable: its donut is the share of passed results, and one result per passed check made a FAIL
 read as 92.85% green; per node, it reads as the nodes and findings that passed and failed.
 """
 
@@ -36,6 +37,7 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.plan.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.allure_history import carry_in
+from gpucert.report.allure_passed import passed_on
 from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
@@ -147,27 +149,22 @@ def write_allure(
     logger = AllureFileLogger(str(results_dir))
     logger.report_result(_certification(verdict, started_ms, stopped_ms))
     groups: dict[tuple[str, str], _Group] = defaultdict(list)
-    for key, o in outcomes.items():
-        groups[(o.finding.check, o.finding.node or "fleet")].append((key, o))
-    passed: dict[str, list[tuple[str, _Group]]] = defaultdict(list)
+    for key, o in outcomes.items():  # by the node the verdict counts the check on, and the check's id
+        groups[(o.finding.check, key.node or "fleet")].append((key, o))
+    passed: dict[str, dict[str, _Group]] = defaultdict(dict)
+    not_passed = 0
     for (check, node), items in sorted(groups.items()):
-        if max((o.finding for _, o in items), key=lambda f: _RANK[f.status]).status is CheckStatus.PASS:
-            passed[node].append((check, items))
-            continue
-        logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
-    per_node = []
+        ok = [(k, o) for k, o in items if o.finding.status is CheckStatus.PASS]
+        if ok:  # counted where the verdict counts it: the node's passed checks (also a failed check's other GPUs)
+            passed[node][check] = ok
+        if len(ok) < len(items):
+            logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
+            not_passed += 1
     for node, checks in passed.items():
         said = verdict.fleet if node == "fleet" else verdict.nodes.get(node)
-        per_node.append(
-            _passed_on(node, checks, started_ms, incomplete=said is not None and said.result == "incomplete")
-        )
-    # Allure's donut is the share of passed results: on a run that did not pass, one green result per passing node
-    # outweighs a few failures (16 nodes, one bad GPU: 89% green), so the passed checks are one result there
-    passed_results = per_node if verdict.passed or len(per_node) < 2 else [_folded(per_node)]
-    for r in passed_results:
-        logger.report_result(r)
+        logger.report_result(passed_on(node, checks, started_ms, said))
     _environment(results_dir, verdict)
-    return len(groups) - sum(len(c) for c in passed.values()) + len(passed_results) + 1
+    return 1 + not_passed + len(passed)
 
 
 def _not_passed(
@@ -251,77 +248,6 @@ def _environment(results_dir: Path, verdict: Verdict) -> None:
             indent=1,
         ),
         encoding="utf-8",
-    )
-
-
-def _folded(per_node: list[TestResult]) -> TestResult:
-    """The passed checks of every node as one result, each node a step (as its own result would have been)."""
-    broken = any(r.status == Status.BROKEN for r in per_node)
-    nodes = sum(r.fullName != "gpucert.passed[fleet]" for r in per_node)
-    fleet = " and the fleet" if nodes < len(per_node) else ""
-    return TestResult(
-        uuid=str(uuid.uuid4()),
-        name=f"checks that passed, on {nodes} nodes{fleet} (the run did not pass: see the other results)",
-        fullName="gpucert.passed",
-        historyId="passed",
-        status=Status.BROKEN if broken else Status.PASSED,
-        statusDetails=StatusDetails(message="a node is INCOMPLETE: not every required check ran") if broken else None,
-        start=min(r.start for r in per_node),
-        stop=max(r.stop for r in per_node),
-        steps=[
-            TestStepResult(
-                name=r.name, status=r.status, statusDetails=r.statusDetails, start=r.start, stop=r.stop, steps=r.steps
-            )
-            for r in per_node
-        ],
-        labels=[Label("epic", "passed"), Label("feature", "passed checks"), Label("suite", "passed checks")],
-    )
-
-
-def _check_step(check: str, items: _Group, default_ms: int) -> TestStepResult:
-    """One passed check on a node: how many GPUs it passed on, from its first test's start to its last's end."""
-    begin = min((int(o.start * 1000) for _, o in items if o.start), default=default_ms)
-    end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
-    gpus = sum(o.finding.gpu is not None for _, o in items)
-    name = check + (f" ({gpus} GPU{'s' if gpus != 1 else ''})" if gpus else "")
-    return TestStepResult(name=name, status=Status.PASSED, start=begin, stop=end)
-
-
-def _passed_on(node: str, checks: list[tuple[str, _Group]], default_ms: int, *, incomplete: bool) -> TestResult:
-    """One passed result for every check that passed on a node: a step per check family, each check a step of it
-    (with how many GPUs); broken where the node is incomplete (not every required check ran on it), so Allure's
-    donut does not count it a pass."""
-    by_family: dict[str, list[TestStepResult]] = defaultdict(list)
-    for check, items in checks:
-        by_family[family_of(check).value].append(_check_step(check, items, default_ms))
-    steps = [
-        TestStepResult(
-            name=f"{family}: {len(inner)} check{'s' if len(inner) != 1 else ''} passed",
-            status=Status.PASSED,
-            start=min(s.start for s in inner),
-            stop=max(s.stop for s in inner),
-            steps=inner,
-        )
-        for family, inner in by_family.items()
-    ]
-    why = f"{node} is INCOMPLETE: not every required check ran on it (see the certification's coverage)"
-    return TestResult(
-        uuid=str(uuid.uuid4()),
-        name=f"{len(checks)} checks passed on {node}" + (" (INCOMPLETE: not every check ran)" if incomplete else ""),
-        fullName=f"gpucert.passed[{node}]",
-        historyId=f"passed[{node}]",
-        status=Status.BROKEN if incomplete else Status.PASSED,
-        statusDetails=StatusDetails(message=why) if incomplete else None,
-        start=min(s.start for s in steps),
-        stop=max(s.stop for s in steps),
-        steps=steps,
-        labels=[
-            Label("epic", "passed"),
-            Label("feature", "passed checks"),
-            Label("story", node),
-            Label("suite", "passed checks"),
-        ],
-        parameters=[Parameter("node", node)],
     )
 
 
