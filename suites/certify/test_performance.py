@@ -53,7 +53,8 @@ def test_nccl_all_reduce_multinode(decision: Finding) -> None:
 @pytest.mark.check("nccl.all_reduce.multinode")
 def test_pool_nccl_all_reduce_multinode(pool: str, decision: Finding) -> None:
     """With several pools, each pool's all-reduce across its nodes at least its own figure (the pool's
-    fabric.ncclBusbw, else its baseline's), with correct results."""
+    fabric.ncclBusbw, else its baseline's), with correct results; with target.gang.topologyKey, each domain's
+    (`domain r1`, `train domain r1`), and the nodes in no domain (`no domain`) an error naming them."""
     expect(decision)
 
 

@@ -5,6 +5,7 @@ sends one JobSet that Kueue admits for every rank or none; without the CRDs it s
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
+from gpucert.cli import main as cli
 from gpucert.errors import ClusterAccessError, ConfigError
+from gpucert.evaluate.evaluation import Evaluation
 from gpucert.measure.evidence import FabricEvidence
 from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import MeasurePlan
@@ -20,6 +23,9 @@ from gpucert.measure.targets.kubernetes import watch
 from gpucert.measure.targets.kubernetes.fabric import FabricJobs
 from gpucert.measure.targets.kubernetes.gang import EXCLUSIVE_TOPOLOGY, QUEUE_LABEL, Gang
 from gpucert.measure.targets.kubernetes.preflight import GROUPS, Preflight, needed_access
+from gpucert.plan import run as runner
+from gpucert.plan.checks import CheckKey
+from gpucert.spec.baseline import load_baseline
 from gpucert.spec.cluster import Probe, load_spec
 
 from . import crds
@@ -350,14 +356,76 @@ def test_jobset_and_kueue_are_detected_once_a_run_not_once_a_batch(served_cluste
     assert asked == [f"{at}/jobsets.jobset.x-k8s.io", f"{at}/workloads.kueue.x-k8s.io"]  # it was 4 batches x 2
 
 
-def test_nodes_across_topology_domains_are_refused_before_anything_is_made(
+def test_with_a_topology_key_each_domain_runs_its_own_all_reduce_and_a_node_without_the_label_is_a_finding(
     served_cluster: FakeCluster, tmp_path: Path
 ) -> None:
+    """docs/probes.md: with target.gang.topologyKey, one all-reduce per domain of the label. gpu-01 and gpu-02 are
+    rack r1 (one JobSet, placed in r1 alone), gpu-03 is alone in r2 (no ring can run: its check says so), gpu-04
+    has no rack label (its own finding, never a silent drop). Each domain's ring has its own key and evidence."""
+    racks = {"gpu-01": "r1", "gpu-02": "r1", "gpu-03": "r2"}
+    for n in NODES:
+        served_cluster.put("nodes", node(n, extra_labels={RACK: racks[n]} if n in racks else None))
+    spec = load_spec(spec_file(tmp_path, {**GANG, "topologyKey": RACK}))
+    with runner.new_run(tmp_path / "reports", spec, "measure") as folder:
+        pass
+    target = open_target(spec)
+    gang, kubelet = FakeGang(served_cluster).install().start(), FakeKubelet(served_cluster).start()
+    try:
+        runner.measure(target, runner.plan(target, spec, folder), spec, folder)
+    finally:
+        kubelet.close()
+        gang.close()
+    ev = Evaluation(folder, spec, load_baseline(spec.resolve(spec.pools[0].baseline)))
+    keys = sorted(str(k) for k in ev.plan.required if k.check == "nccl.all_reduce.multinode")
+    assert keys == [f"nccl.all_reduce.multinode@fleet[{d}]" for d in ("domain r1", "domain r2", "no domain")]
+    (js,) = created(served_cluster, "jobsets")  # r1's ring alone: r2 has one node, gpu-04 no domain
+    assert js["metadata"]["annotations"][EXCLUSIVE_TOPOLOGY] == RACK
+    assert js["metadata"]["annotations"]["gpucert.io/nodes"] == "gpu-01,gpu-02"
+    domains = folder.path / "evidence" / "multinode" / "default" / "domains"
+    r1 = FabricEvidence.model_validate_json((domains / "r1" / "nccl.json").read_text())
+    assert (r1.nodes, r1.errors, r1.admission) == (["gpu-01", "gpu-02"], [], "kueue")
+    assert not (folder.path / "evidence" / "multinode" / "default" / "nccl.json").exists()  # no ring across racks
+    found = {d: ev.decide(CheckKey("nccl.all_reduce.multinode", None, None, d)) for d in ("domain r1", "domain r2")}
+    assert found["domain r1"].message.startswith(f"{RACK}=r1: 2 nodes x ")
+    assert "(gpu-01, gpu-02) as a JobSet through Kueue (target.gang):" in found["domain r1"].message
+    assert found["domain r2"].status.value == "error"
+    assert found["domain r2"].message == (
+        f"{RACK}=r2: the all-reduce across nodes did not run: 1 node(s) could be measured: an all-reduce across "
+        "nodes needs at least two"
+    )
+    lone = ev.decide(CheckKey("nccl.all_reduce.multinode", None, None, "no domain"))
+    assert lone.status.value == "error"
+    assert lone.message.startswith(f"gpu-04 has no {RACK} label (target.gang.topologyKey): in no topology domain")
+    assert f"kubectl label node NODE {RACK}=DOMAIN" in lone.message
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
+    # the suites decide each ring's key (test_pool_nccl_all_reduce_multinode[domain r1], ...): the verdict has them
+    argv = ["evaluate", str(tmp_path / "spec.yaml"), "--evidence", str(folder.path), "--reports", str(tmp_path / "e")]
+    cli.main(argv)
+    (verdict,) = (tmp_path / "e").glob("*/verdict.json")
+    said = {f["message"].partition(":")[0] for f in json.loads(verdict.read_text())["findings"]}
+    assert said >= {f"{RACK}=r1", f"{RACK}=r2", f"gpu-04 has no {RACK} label (target.gang.topologyKey)"}
+
+
+def test_exclusive_placement_only_where_every_node_is_in_one_domain(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """A collective across domains (a fabric pair between racks, the soak's ring of a pool) runs on its named nodes
+    without JobSet's exclusive-topology annotation, which no placement across domains could meet; where the label
+    says one domain, it is placed there alone. Nothing is refused for the topology."""
     FakeGang(served_cluster).install()
-    fabric, _ = all_reduce(served_cluster, tmp_path, {**GANG, "topologyKey": RACK}, racks={"gpu-03": "r2"})
-    (error,) = fabric.errors
-    assert f"not in one domain of {RACK} (r1: gpu-01, gpu-02, gpu-04; r2: gpu-03)" in error.message
-    assert created(served_cluster, "jobsets") == []
+    racks = {"gpu-01": "r1", "gpu-02": "r1", "gpu-03": "r2"}
+    for n in NODES:
+        served_cluster.put("nodes", node(n, extra_labels={RACK: racks[n]} if n in racks else None))
+    target = open_target(load_spec(spec_file(tmp_path, {**GANG, "topologyKey": RACK})))
+    plan = MeasurePlan(run_id="gang-1", probes=(Probe.NCCL,), dcgm_level=1)
+    jobs = FabricJobs(target.cluster, plan, lambda ev: None, gpus_per_node=8)  # type: ignore[attr-defined]
+    gang = Gang(jobs, target.cluster.options.gang)  # type: ignore[attr-defined]
+    annotated = {
+        ",".join(nodes): EXCLUSIVE_TOPOLOGY in gang.body("x", nodes, "")["metadata"]["annotations"]
+        for nodes in (["gpu-01", "gpu-02"], ["gpu-02", "gpu-03"], ["gpu-03", "gpu-04"])
+    }
+    assert annotated == {"gpu-01,gpu-02": True, "gpu-02,gpu-03": False, "gpu-03,gpu-04": False}
+    assert gang.problem() == ""  # the LocalQueue is asked, the topology refuses nothing
 
 
 def test_the_crd_schema_refuses_what_the_api_would_drop_or_reject() -> None:

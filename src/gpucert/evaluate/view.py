@@ -29,7 +29,7 @@ from gpucert.plan.inventory import Inventory
 from gpucert.plan.layout import run_id_time
 from gpucert.plan.records import RecertifyRecord, read_recertify_record
 from gpucert.plan.required import Plan, dcgm_tests, plan_checks
-from gpucert.plan.rings import read_rings
+from gpucert.plan.rings import read_domain_rings, read_rings
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import ClusterSpec, Pool
@@ -172,6 +172,11 @@ class RunView:
         if len(self.spec.pools) == 1 and self.spec.pools[0].name not in rings and None in rings:
             rings[self.spec.pools[0].name] = rings[None]
         return {p: f for p, f in rings.items() if p is not None and p in self.spec.pool_names}
+
+    @cached_property
+    def domain_fabrics(self) -> dict[tuple[str, str], FabricEvidence]:
+        """Each topology domain's all-reduce across its nodes, by (pool, domain) (target.gang.topologyKey)."""
+        return {k: f for k, f in read_domain_rings(self.folder).items() if k[0] in self.spec.pool_names}
 
     @cached_property
     def fabric_pairs(self) -> FabricPairs | None:

@@ -115,9 +115,16 @@ CARRIED_PAIRS = "carried.json"
 CARRIED_PAIRS_FILE = "carried-{}.json"
 
 
-def multinode_file(pool: str | None) -> tuple[str, ...]:
+DOMAINS = "domains"  # multinode/<pool>/domains/<domain>/: a pool's rings, one per topology domain
+
+
+def multinode_file(pool: str | None, domain: str | None = None) -> tuple[str, ...]:
     """The all-reduce across a pool's nodes, under evidence/: `multinode/<pool>/nccl.json` (a pool name is a DNS
-    label: never `pairs.json`, never a path); None: where a run before pools kept its one ring."""
+    label: never `pairs.json`, never a path); None: where a run before pools kept its one ring. With `domain` (the
+    value of target.gang.topologyKey on its nodes: a label value, never empty, `.`, `..` or a path), that
+    domain's ring: `multinode/<pool>/domains/<domain>/nccl.json`."""
+    if pool is not None and domain is not None:
+        return (MULTINODE, pool, DOMAINS, domain, FABRIC)
     return (MULTINODE, FABRIC) if pool is None else (MULTINODE, pool, FABRIC)
 
 

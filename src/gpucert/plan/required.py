@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.plan.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, PCIE_DIRECTIONS, CheckKey
+from gpucert.plan.domains import by_domain, ring_detail
 from gpucert.plan.fabric_checks import fabric_certify_keys, fabric_configure_keys
 from gpucert.spec.cluster import ClusterSpec, Probe
 from gpucert.spec.pools import PoolMap
@@ -169,21 +170,40 @@ def _certify(spec: ClusterSpec, pools: PoolMap, b: _Builder, fleet_peers: int) -
         b.skip("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked")
         return
     rings = multinode.rings(spec.pool_names)
+    key = spec.topology_key
     for name, max_nodes in rings:
         if not pools.members(name) and len(spec.pools) > 1:
             b.skip("nccl.all_reduce.multinode", f"pool {name} has no node in this run")
             continue
-        _multinode(name if len(spec.pools) > 1 else None, pools.members(name), max_nodes, multinode.pairs, b)
+        detail = name if len(spec.pools) > 1 else None
+        domains = None
+        if key is not None:  # one ring per domain of the label; the nodes without it are a finding of their own
+            domains, unlabelled = by_domain(pools.members(name), lambda n: pools.label(n, key))
+            if unlabelled:
+                b.add([CheckKey("nccl.all_reduce.multinode", None, None, ring_detail(detail, None, unlabelled=True))])
+        _multinode(detail, pools.members(name), max_nodes, multinode.pairs, b, domains)
     left = [p for p in spec.pool_names if p not in dict(rings)]
     if left:
         b.skip("nccl.all_reduce.multinode", f"pools not in certify.multinode.pools: {', '.join(left)}")
 
 
-def _multinode(detail: str | None, nodes: list[str], max_nodes: int | None, pairs: bool, b: _Builder) -> None:
-    """One pool's all-reduce across its nodes (the pool its detail where the spec has several) and, with pairs,
-    the node that slows its ring."""
-    b.add([CheckKey("nccl.all_reduce.multinode", None, None, detail)])
-    ring = nodes[:max_nodes]
+def _multinode(
+    detail: str | None,
+    nodes: list[str],
+    max_nodes: int | None,
+    pairs: bool,
+    b: _Builder,
+    domains: dict[str, list[str]] | None = None,
+) -> None:
+    """One pool's all-reduce across its nodes (the pool its detail where the spec has several), or one per
+    topology domain of its nodes (`domains`, with target.gang.topologyKey), and, with pairs, the node that slows its
+    ring (a domain's pairs are its own ring's neighbours: a domain of one node has none)."""
+    if domains is None:
+        b.add([CheckKey("nccl.all_reduce.multinode", None, None, detail)])
+        ring = nodes[:max_nodes]
+    else:
+        b.add(CheckKey("nccl.all_reduce.multinode", None, None, ring_detail(detail, d)) for d in domains)
+        ring = [n for members in domains.values() if len(members) > 1 for n in members[:max_nodes]]
     where = f"pool {detail}: " if detail else ""
     if not pairs:
         b.skip("straggler.nccl.all_reduce.multinode", "certify.multinode.pairs is not set")
@@ -195,7 +215,8 @@ def _multinode(detail: str | None, nodes: list[str], max_nodes: int | None, pair
     else:
         b.add(CheckKey("straggler.nccl.all_reduce.multinode", n) for n in ring)
         if len(ring) < len(nodes):
-            b.skip("straggler.nccl.all_reduce.multinode", f"{where}nodes past certify.multinode.maxNodes ({len(ring)})")
+            why = "nodes past certify.multinode.maxNodes" if domains is None else "nodes on no topology domain's ring"
+            b.skip("straggler.nccl.all_reduce.multinode", f"{where}{why} ({len(ring)})")
 
 
 def _one_gpu(spec: ClusterSpec, pool: str) -> str:

@@ -26,6 +26,7 @@ from gpucert.measure.evidence_fabric import merge_windows
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.carried_pairs import read_carried
+from gpucert.plan.domains import by_domain
 from gpucert.plan.inputs import load_inputs, waivers_path
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.pairs import retest_rounds
@@ -52,6 +53,7 @@ __all__ = [
     "neighbour_pairs",
     "new_run",
     "plan",
+    "pool_rings",
     "prepare",
     "recorded_run",
 ]
@@ -309,13 +311,27 @@ def measure_rings(
     for pool, max_nodes in multinode.rings(pools.spec.pool_names):
         if not pools.members(pool) and len(pools.spec.pools) > 1:
             continue  # none of the pool's nodes is in this run (a recertification of another pool's node)
-        ring = [n for n in collected if pools.name_of(n) == pool][:max_nodes]
-        rings.append(measure_fabric(target, ring, plan))
-        folder.write_fabric(rings[-1], pool)
-        if multinode.pairs and len(ring) >= 3:
-            per_pool.append(neighbour_pairs(ring))
+        for domain, ring, least in pool_rings(pools, pool, collected, max_nodes):
+            rings.append(measure_fabric(target, ring, plan))
+            folder.write_fabric(rings[-1], pool, domain)
+            if multinode.pairs and len(ring) >= least:
+                per_pool.append(neighbour_pairs(ring))
     longest = max((len(r) for r in per_pool), default=0)
     return rings, [[p for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]
+
+
+def pool_rings(
+    pools: PoolMap, pool: str, collected: list[str], max_nodes: int | None
+) -> list[tuple[str | None, list[str], int]]:
+    """The pool's rings: (domain, its measured nodes, the fewest nodes whose neighbours make pairs). One ring of
+    the pool's nodes; with target.gang.topologyKey one per domain of the label, one after another, as the pools'
+    (a domain's nodes without the label are on none: their finding is the plan's `no domain` key)."""
+    mine = [n for n in collected if pools.name_of(n) == pool]
+    key = pools.spec.topology_key
+    if key is None:
+        return [(None, mine[:max_nodes], 3)]
+    domains = by_domain(pools.members(pool), lambda n: pools.label(n, key))[0]
+    return [(d, [n for n in mine if n in set(members)][:max_nodes], 2) for d, members in domains.items()]
 
 
 def attach_windows(folder: RunFolder, docs: list[FabricEvidence]) -> None:

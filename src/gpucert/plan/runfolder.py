@@ -273,12 +273,12 @@ class RunFolder:
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_document(path, ev)
 
-    def read_fabric(self, pool: str | None) -> FabricEvidence | None:
-        """A pool's all-reduce across its nodes (None: the one ring of a run before pools, layout.multinode_file)."""
-        return read_fabric(self.evidence_dir.joinpath(*layout.multinode_file(pool))) if self.measured else None
+    def read_fabric(self, pool: str | None, domain: str | None = None) -> FabricEvidence | None:
+        """A pool's (or its topology domain's) all-reduce across its nodes (None: a run before pools, layout)."""
+        return read_fabric(self.evidence_dir.joinpath(*layout.multinode_file(pool, domain))) if self.measured else None
 
-    def write_fabric(self, ev: FabricEvidence, pool: str) -> Path:
-        return write_document(self.evidence_dir.joinpath(*layout.multinode_file(pool)), ev)
+    def write_fabric(self, ev: FabricEvidence, pool: str, domain: str | None = None) -> Path:
+        return write_document(self.evidence_dir.joinpath(*layout.multinode_file(pool, domain)), ev)
 
     def read_fabric_pairs(self) -> FabricPairs | None:
         return read_fabric_pairs(self.pairs_path) if self.measured else None

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from gpucert.evaluate.stats import median
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import FABRIC_METRICS, GPU_METRICS, Family, Finding, family_of
+from gpucert.plan.domains import ring_prefix
 
 if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
@@ -57,9 +58,12 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
 def _beyond_a_node(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     """A fabric finding's readings (a node pair's, for a straggler), a gate's inputs, or the fleet's nodes."""
     if finding.check in FABRIC_METRICS:
-        rings = ev.fabrics  # the finding's pool: the one of the spec, or the one its message names
-        pool = next((p for p in rings if len(ev.spec.pools) == 1 or finding.message.startswith(f"pool {p}: ")), None)
-        return rings[pool].model_dump(mode="json") if pool is not None else None
+        several, key = len(ev.spec.pools) > 1, ev.spec.topology_key
+        rings = {ring_prefix(p if several else None, None, key): f for p, f in ev.fabrics.items()}
+        rings |= {ring_prefix(p if several else None, d, key): f for (p, d), f in ev.domain_fabrics.items()}
+        # the finding's ring: the one its message begins with (the one pool's own: "")
+        ring = max((r for r in rings if finding.message.startswith(r)), key=len, default=None)
+        return rings[ring].model_dump(mode="json") if ring is not None else None
     if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
         mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if finding.node in p.nodes]
         return {"pairs": [p.model_dump(mode="json") for p in mine]}

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from gpucert.evaluate.rules.fabric_checks import multinode_figure
 from gpucert.evaluate.stats import median
 from gpucert.plan.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
+from gpucert.plan.domains import ring_prefix
 from gpucert.report import details, plots
 from gpucert.report.fabric_html import fabric_section
 from gpucert.report.html_top import LAYOUT, failures_table, signature_hint
@@ -22,6 +23,7 @@ from gpucert.spec.baseline import GpuBaseline, MetricBaseline
 
 if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
+    from gpucert.measure.evidence import FabricEvidence
     from gpucert.plan.checks import CheckKey
     from gpucert.plan.runfolder import RunFolder
     from gpucert.report.verdict import Outcome
@@ -179,7 +181,9 @@ class HtmlSummary:
                 out += self._pool_plots(
                     ev.baselines[pool.name], nodes, flagged, f" (pool {pool.name})" if several else ""
                 )
-        for name, fabric in ev.fabrics.items():  # each pool's ring, against its baseline's figure
+        rings: list[tuple[str, str | None, FabricEvidence]] = [(name, None, f) for name, f in ev.fabrics.items()]
+        rings += [(name, domain, f) for (name, domain), f in ev.domain_fabrics.items()]
+        for name, domain, fabric in rings:  # each pool's ring (or domain's), against its baseline's figure
             across = multinode_figure(ev.spec.pool(name)) or ev.baselines[name].metrics.get(
                 "nccl.all_reduce.multinode"
             )  # the pool's fabric.ncclBusbw first, as the check judges it
@@ -189,7 +193,8 @@ class HtmlSummary:
                     "kueue": ", admitted by Kueue",
                     "indexed job": ", an Indexed Job",
                 }.get(fabric.admission or "", "")
-                title = "NCCL all-reduce across nodes" + (f" (pool {name})" if several else "")
+                where = ring_prefix(name if several else None, domain, ev.spec.topology_key).removesuffix(": ")
+                title = "NCCL all-reduce across nodes" + (f" ({where})" if where else "")
                 out.append(plots.lines(title, "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"
 

@@ -69,8 +69,9 @@ class GangSpec(Document):
     Indexed Job it always was (measure/targets/kubernetes/gang.py)."""
 
     local_queue: str = Field(alias="localQueue")
-    # a node label naming a topology domain (a rack, a block): every rank in one domain, one all-reduce per domain
-    # (JobSet's exclusive placement); absent: the ranks go wherever their nodes are
+    # a node label naming a topology domain (a rack, a block): each pool's nodes grouped by it, one all-reduce per
+    # domain, each its own check (plan/domains.py) placed there alone (JobSet's exclusive placement); absent: one
+    # ring of the pool's nodes, wherever they are
     topology_key: str | None = Field(None, alias="topologyKey")
     # how long the JobSet may wait suspended for Kueue's admission before the all-reduce is reported not admitted
     admission_timeout_seconds: Annotated[int, Field(ge=1)] = Field(600, alias="admissionTimeoutSeconds")

@@ -336,7 +336,7 @@ def _transport(ev: RunView, pool_name: str) -> Finding:
     pool = ev.spec.pool(pool_name)
     members = ev.pools.members(pool_name)
     pairs = ev.fabric_pairs
-    ran = [*ev.fabrics.values(), *(pairs.pairs if pairs is not None else [])]
+    ran = [*ev.fabrics.values(), *ev.domain_fabrics.values(), *(pairs.pairs if pairs is not None else [])]
     collectives = [
         Collective(f.nodes, f.gpus_per_node or pool.expect.gpus_per_node, f.transport)
         for f in ran

@@ -22,6 +22,7 @@ from gpucert.evaluate.stats import Summary, median, summarize
 from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import FabricEvidence, FabricPairs
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.domains import parse_ring, ring_prefix
 from gpucert.plan.layout import multinode_file
 from gpucert.spec.baseline import MetricBaseline
 
@@ -38,6 +39,7 @@ __all__ = [
     "multinode",
     "pair_figures",
     "pairs_problem",
+    "unlabelled",
 ]
 
 MULTINODE = "nccl.all_reduce.multinode"
@@ -151,16 +153,16 @@ def pairs_problem(pairs: FabricPairs, inventory: list[str]) -> str | None:
 ERROR, SKIP = CheckStatus.ERROR, CheckStatus.SKIP
 
 
-def multinode(view: RunView, pool_name: str | None = None) -> Finding:
-    """A pool's all-reduce across its nodes against its figure (one finding for the set; `pool_name` None: the
-    spec's one pool, whose key names no pool)."""
-    found = _multinode(view, pool_name or view.spec.pools[0].name)
-    if pool_name is None or len(view.spec.pools) == 1:
-        return found
-    return replace(found, message=f"pool {pool_name}: {found.message}")
+def multinode(view: RunView, pool_name: str | None = None, domain: str | None = None) -> Finding:
+    """A pool's all-reduce across its nodes (or its topology domain's: `domain`) against its figure (one finding
+    for the set; `pool_name` None: the spec's one pool, whose key names no pool)."""
+    found = _multinode(view, pool_name or view.spec.pools[0].name, domain)
+    pool = pool_name if pool_name is not None and len(view.spec.pools) > 1 else None
+    prefix = ring_prefix(pool, domain, view.spec.topology_key)
+    return replace(found, message=f"{prefix}{found.message}") if prefix else found
 
 
-def _multinode(view: RunView, pool_name: str) -> Finding:
+def _multinode(view: RunView, pool_name: str, domain: str | None = None) -> Finding:
     if view.spec.certify.multinode is None:
         return Finding(MULTINODE, SKIP, None, None, "certify.multinode is not set: no all-reduce across nodes")
     pool = view.spec.pool(pool_name)
@@ -168,11 +170,15 @@ def _multinode(view: RunView, pool_name: str) -> Finding:
     figure = multinode_figure(pool) or baseline.metrics.get(MULTINODE)  # the pool's fabric first
     if figure is None:
         return Finding(MULTINODE, ERROR, None, None, f"the baseline {baseline.sku} has no figure for it")
-    fabric = view.fabrics.get(pool.name)
+    fabric = view.fabrics.get(pool.name) if domain is None else view.domain_fabrics.get((pool.name, domain))
     if fabric is None:
-        where = "/".join(("evidence", *multinode_file(pool.name)))
+        where = "/".join(("evidence", *multinode_file(pool.name, domain)))
         return Finding(MULTINODE, ERROR, None, None, f"no multi-node evidence was written ({where})")
-    odd = members_problem(fabric.nodes, view.inventory.names) or _strangers(view, pool.name, fabric.nodes)
+    odd = (
+        members_problem(fabric.nodes, view.inventory.names)
+        or _strangers(view, pool.name, fabric.nodes)
+        or _outsiders(view, domain, fabric.nodes)
+    )
     if odd:
         return Finding(MULTINODE, ERROR, None, None, f"the multi-node evidence cannot be believed: {odd}")
     err = next(iter(fabric.errors), None)
@@ -186,6 +192,38 @@ def _multinode(view: RunView, pool_name: str) -> Finding:
     return judge_multinode(fabric, figure)
 
 
+def _outsiders(view: RunView, domain: str | None, nodes: list[str]) -> str | None:
+    """Why a domain's ring is not its own: a node of another domain of the topology label (or of none) on it."""
+    key = view.spec.topology_key
+    if domain is None or key is None:
+        return None
+    others = [n for n in nodes if view.pools.label(n, key) != domain]
+    return f"{', '.join(others)} not in {key}={domain}" if others else None
+
+
+def unlabelled(view: RunView, pool_name: str | None) -> Finding:
+    """The pool's nodes without the topology label: in no domain, so on no ring; the finding names them."""
+    key = view.spec.topology_key
+    pool = pool_name or view.spec.pools[0].name
+    nodes = [n for n in view.pools.members(pool) if not (key and view.pools.label(n, key))]
+    where = f"pool {pool_name}: " if pool_name is not None and len(view.spec.pools) > 1 else ""
+    if key is None or not nodes:
+        why = "no target.gang.topologyKey" if key is None else f"every node carries {key}"
+        return Finding(MULTINODE, ERROR, None, None, f"{where}a ring of the nodes without a domain, yet {why}")
+    them = "it" if len(nodes) == 1 else "them"
+    return Finding(
+        MULTINODE,
+        ERROR,
+        None,
+        None,
+        f"{where}{', '.join(nodes)} {'has' if len(nodes) == 1 else 'have'} no {key} label "
+        f"(target.gang.topologyKey): in no topology domain, so no all-reduce across nodes measured {them}; label "
+        f"{them} (kubectl label node NODE {key}=DOMAIN) or remove target.gang.topologyKey",
+        observed=len(nodes),
+        expected=0,
+    )
+
+
 def _strangers(view: RunView, pool: str, nodes: list[str]) -> str | None:
     """Why a pool's ring is not its own: a node of another pool (or of none) on it."""
     others = [n for n in nodes if view.pools.name_of(n) != pool]
@@ -195,7 +233,8 @@ def _strangers(view: RunView, pool: str, nodes: list[str]) -> str | None:
 def decide_multinode(view: RunView, key: CheckKey) -> Finding:
     if key.check != MULTINODE:
         raise no_rule(key)
-    return multinode(view, key.detail)
+    pool, domain, no_domain = parse_ring(key.detail)
+    return unlabelled(view, pool) if no_domain else multinode(view, pool, domain)
 
 
 Pairs = tuple[str | None, dict[str, float], dict[str, list[str]], Summary | None]

@@ -236,9 +236,9 @@ class FabricJobs(ProbeJobs):
         )
 
     def _submit_gang(self, gang: Gang, run: _FabricRun) -> None:
-        """The all-reduce as a JobSet for Kueue to admit whole, or its error when it could not be (no queue, nodes
-        across topology domains), with nothing made."""
-        said = gang.problem(run.nodes)
+        """The all-reduce as a JobSet for Kueue to admit whole, or its error when it could not be (no LocalQueue),
+        with nothing made."""
+        said = gang.problem()
         if said:
             self._fabric_failed(run, said)
             return

@@ -15,7 +15,8 @@ What the pinned releases say (their CRDs are tests/fixtures/gang/):
   the JobSet controller creates (pkg/controllers/jobset_controller.go, createHeadlessSvcIfNecessary; publishing
   not-ready addresses by default). Exclusive placement is the annotation `alpha.jobset.sigs.k8s.io/exclusive-topology`
   (api/jobset/v1alpha2/jobset_types.go, ExclusiveKey): every pod of a child Job in one domain of the label, and
-  no other JobSet's Job in that domain.
+  no other JobSet's Job in that domain. It is set only where every node of the collective is in one domain: the
+  certification's rings are one per domain (plan/run.py); a pair across racks could never be placed so.
 - Kueue v0.10.6 (kubernetes-sigs/kueue): a JobSet joins a LocalQueue by the label `kueue.x-k8s.io/queue-name`
   (pkg/controller/constants/constants.go, QueueLabel); its Workload carries `kueue.x-k8s.io/job-uid` (JobUIDLabel)
   and says why it waits in its QuotaReserved condition (pkg/workload/workload.go,
@@ -189,8 +190,8 @@ class Gang:
         job_spec["template"] = {"metadata": {"labels": labels}, "spec": pod}
         job_spec.pop("ttlSecondsAfterFinished", None)  # the JobSet's, for all it made
         annotations = dict(meta["annotations"])
-        if self.spec.topology_key:
-            annotations[EXCLUSIVE_TOPOLOGY] = self.spec.topology_key
+        if self._one_domain(nodes):
+            annotations[EXCLUSIVE_TOPOLOGY] = str(self.spec.topology_key)
         return {
             "apiVersion": f"{JOBSET['group']}/{JOBSET['version']}",
             "kind": "JobSet",
@@ -210,11 +211,11 @@ class Gang:
             },
         }
 
-    def problem(self, nodes: list[str]) -> str:
-        """Why the JobSet across `nodes` cannot be admitted or placed, before anything is made; "" if it can."""
+    def problem(self) -> str:
+        """Why no JobSet can be admitted (no LocalQueue), before anything is made; "" if it can."""
         if self.queue_said is None:  # once for all the groups of this batch
             self.queue_said = self._queue_problem()
-        return self.queue_said or self._spread(nodes)
+        return self.queue_said
 
     def _queue_problem(self) -> str:
         said = queue_missing(self.jobs.cluster.kube, self.jobs.cluster.options.namespace, self.spec)
@@ -224,22 +225,18 @@ class Gang:
             else ""
         )
 
-    def _spread(self, nodes: list[str]) -> str:
-        """Exclusive placement puts every rank in one domain of the topology label: nodes in several cannot run."""
+    def _one_domain(self, nodes: list[str]) -> bool:
+        """Whether every node is in one domain of the topology label: then the JobSet is placed there exclusively.
+        The certification's rings are one per domain (plan/run.py); a collective across domains (a fabric pair
+        between racks, the soak's ring of a pool) runs on its named nodes without the annotation, which no
+        placement across domains could satisfy."""
         key = self.spec.topology_key
         if not key:
-            return ""
-        domains: dict[str, list[str]] = {}
+            return False
         for n in nodes:
             self.jobs.hostname(n)  # reads the node's labels when the listing did not
-            domains.setdefault(self.jobs.cluster.labels.get(n, {}).get(key, ""), []).append(n)
-        if len(domains) == 1 and "" not in domains:
-            return ""
-        said = "; ".join(f"{d or '(no label)'}: {', '.join(ns)}" for d, ns in sorted(domains.items()))
-        return (
-            f"the nodes are not in one domain of {key} ({said}), and target.gang.topologyKey places every rank in "
-            "one: label the nodes, measure the nodes of one domain (certify.multinode.maxNodes), or remove the key"
-        )
+        domains = {self.jobs.cluster.labels.get(n, {}).get(key, "") for n in nodes}
+        return len(domains) == 1 and "" not in domains
 
     def submit(self, name: str, nodes: list[str], owner_uid: str) -> None:
         t = self.jobs.cluster.options
