@@ -16,6 +16,7 @@ from gpucert.plan.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, P
 from gpucert.plan.domains import by_domain, ring_detail
 from gpucert.plan.fabric_checks import fabric_certify_keys, fabric_configure_keys
 from gpucert.spec.cluster import ClusterSpec, Probe
+from gpucert.spec.kubernetes import topology_key
 from gpucert.spec.pools import PoolMap
 
 __all__ = [
@@ -170,7 +171,7 @@ def _certify(spec: ClusterSpec, pools: PoolMap, b: _Builder, fleet_peers: int) -
         b.skip("nccl.all_reduce.multinode", "certify.multinode is not set: no all-reduce across nodes was asked")
         return
     rings = multinode.rings(spec.pool_names)
-    key = spec.topology_key
+    key = topology_key(spec.target)
     for name, max_nodes in rings:
         if not pools.members(name) and len(spec.pools) > 1:
             b.skip("nccl.all_reduce.multinode", f"pool {name} has no node in this run")

@@ -34,6 +34,7 @@ from gpucert.plan.pairs import rounds as pair_rounds
 from gpucert.plan.recorded import import_evidence, recorded_mode, recorded_run
 from gpucert.plan.runfolder import Mode, RunFolder
 from gpucert.spec.cluster import ClusterSpec, ReplayTargetSpec
+from gpucert.spec.kubernetes import topology_key
 from gpucert.spec.names import NameError_, check_node_name
 from gpucert.spec.pools import PoolMap
 from gpucert.stack.gate_inputs import GateInputs, record_gate
@@ -327,7 +328,7 @@ def pool_rings(
     the pool's nodes; with target.gang.topologyKey one per domain of the label, one after another, as the pools'
     (a domain's nodes without the label are on none: their finding is the plan's `no domain` key)."""
     mine = [n for n in collected if pools.name_of(n) == pool]
-    key = pools.spec.topology_key
+    key = topology_key(pools.spec.target)
     if key is None:
         return [(None, mine[:max_nodes], 3)]
     domains = by_domain(pools.members(pool), lambda n: pools.label(n, key))[0]

@@ -10,6 +10,7 @@ from gpucert.evaluate.stats import median
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import FABRIC_METRICS, GPU_METRICS, Family, Finding, family_of
 from gpucert.plan.domains import ring_prefix
+from gpucert.spec.kubernetes import topology_key
 
 if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
@@ -58,7 +59,7 @@ def evidence_for(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
 def _beyond_a_node(ev: Evaluation, finding: Finding) -> dict[str, object] | None:
     """A fabric finding's readings (a node pair's, for a straggler), a gate's inputs, or the fleet's nodes."""
     if finding.check in FABRIC_METRICS:
-        several, key = len(ev.spec.pools) > 1, ev.spec.topology_key
+        several, key = len(ev.spec.pools) > 1, topology_key(ev.spec.target)
         rings = {ring_prefix(p if several else None, None, key): f for p, f in ev.fabrics.items()}
         rings |= {ring_prefix(p if several else None, d, key): f for (p, d), f in ev.domain_fabrics.items()}
         # the finding's ring: the one its message begins with (the one pool's own: "")

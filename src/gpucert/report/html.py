@@ -20,6 +20,7 @@ from gpucert.report.trend import node_trend
 from gpucert.report.verdict import headline
 from gpucert.report.verdict_model import Group, NodeSummary, PoolSummary, Verdict
 from gpucert.spec.baseline import GpuBaseline, MetricBaseline
+from gpucert.spec.kubernetes import topology_key
 
 if TYPE_CHECKING:
     from gpucert.evaluate.evaluation import Evaluation
@@ -193,7 +194,7 @@ class HtmlSummary:
                     "kueue": ", admitted by Kueue",
                     "indexed job": ", an Indexed Job",
                 }.get(fabric.admission or "", "")
-                where = ring_prefix(name if several else None, domain, ev.spec.topology_key).removesuffix(": ")
+                where = ring_prefix(name if several else None, domain, topology_key(ev.spec.target)).removesuffix(": ")
                 title = "NCCL all-reduce across nodes" + (f" ({where})" if where else "")
                 out.append(plots.lines(title, "GB/s", [(label, curve)], across.expected))
         return "<div id='gpucert-plots' style='display:flex;flex-wrap:wrap;gap:8px'>" + "".join(out) + "</div>"

@@ -19,7 +19,7 @@ from gpucert.errors import ConfigError
 from gpucert.spec.documents import Document, Key, Problem, load_document
 from gpucert.spec.durations import DURATION_UNITS, duration_seconds
 from gpucert.spec.fabric import FabricSpec
-from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint
+from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint, topology_key
 from gpucert.spec.recipe import Component, PoolStack, StackSpec
 from gpucert.spec.soak import SoakSpec
 
@@ -299,16 +299,10 @@ class ClusterSpec(Document):
         """Every node label a pool selects on: the plan keeps them in stack.json, so membership re-evaluates."""
         return {k for p in self.pools for k in p.node_selector}
 
-    @property
-    def topology_key(self) -> str | None:
-        """The node label whose domains each get their own all-reduce across nodes (target.gang.topologyKey)."""
-        gang = getattr(self.target, "gang", None)
-        return gang.topology_key if gang is not None else None
-
     def kept_labels(self) -> set[str]:
         """Every node label the evaluation reads: the pools' selectors, their fabrics' rack labels, the topology key."""
         racks = {p.fabric.rack_label for p in self.pools if p.fabric and p.fabric.rack_label}
-        return self.selector_labels() | racks | ({self.topology_key} if self.topology_key else set())
+        return self.selector_labels() | racks | set(filter(None, [topology_key(self.target)]))
 
     def resolve(self, relative: str, key: str = "") -> Path:
         """A path the spec names, relative to the spec's own folder (ConfigError when it cannot be resolved)."""

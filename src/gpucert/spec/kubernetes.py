@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 
 from gpucert.spec.documents import Document
 
-__all__ = ["GangSpec", "GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint"]
+__all__ = ["GangSpec", "GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint", "topology_key"]
 
 # a Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a number and an optional suffix
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -149,3 +149,10 @@ class KubernetesTargetSpec(Document):
             if not t.get("key") and op != "Exists":
                 raise ValueError(f"toleration {i}: operator must be Exists when key is empty (it matches every taint)")
         return v
+
+
+def topology_key(target: object) -> str | None:
+    """The node label whose domains each get their own all-reduce across nodes (target.gang.topologyKey of a
+    kubernetes target; None for any other target, or without the key)."""
+    gang = getattr(target, "gang", None)
+    return gang.topology_key if isinstance(gang, GangSpec) else None

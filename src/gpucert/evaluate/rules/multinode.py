@@ -25,6 +25,7 @@ from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.domains import parse_ring, ring_prefix
 from gpucert.plan.layout import multinode_file
 from gpucert.spec.baseline import MetricBaseline
+from gpucert.spec.kubernetes import topology_key
 
 __all__ = [
     "MULTINODE",
@@ -158,7 +159,7 @@ def multinode(view: RunView, pool_name: str | None = None, domain: str | None = 
     for the set; `pool_name` None: the spec's one pool, whose key names no pool)."""
     found = _multinode(view, pool_name or view.spec.pools[0].name, domain)
     pool = pool_name if pool_name is not None and len(view.spec.pools) > 1 else None
-    prefix = ring_prefix(pool, domain, view.spec.topology_key)
+    prefix = ring_prefix(pool, domain, topology_key(view.spec.target))
     return replace(found, message=f"{prefix}{found.message}") if prefix else found
 
 
@@ -194,7 +195,7 @@ def _multinode(view: RunView, pool_name: str, domain: str | None = None) -> Find
 
 def _outsiders(view: RunView, domain: str | None, nodes: list[str]) -> str | None:
     """Why a domain's ring is not its own: a node of another domain of the topology label (or of none) on it."""
-    key = view.spec.topology_key
+    key = topology_key(view.spec.target)
     if domain is None or key is None:
         return None
     others = [n for n in nodes if view.pools.label(n, key) != domain]
@@ -203,7 +204,7 @@ def _outsiders(view: RunView, domain: str | None, nodes: list[str]) -> str | Non
 
 def unlabelled(view: RunView, pool_name: str | None) -> Finding:
     """The pool's nodes without the topology label: in no domain, so on no ring; the finding names them."""
-    key = view.spec.topology_key
+    key = topology_key(view.spec.target)
     pool = pool_name or view.spec.pools[0].name
     nodes = [n for n in view.pools.members(pool) if not (key and view.pools.label(n, key))]
     where = f"pool {pool_name}: " if pool_name is not None and len(view.spec.pools) > 1 else ""
