@@ -205,6 +205,16 @@ def test_every_wrong_value_names_the_file_the_key_and_the_fix(no_yaml: dict[str,
         (lambda d: d["expect"].update(nodes=2**60), "more than 2^53"),
         # a key in the wrong section is told where it goes
         (lambda d: d["expect"].update(gang={}), "expect.gang: unknown key here; gang belongs under target: move it"),
+        # hostile sweep of 93f6c9a, item 6: a duration said as "text", and a zero one without its least value
+        (
+            lambda d: d.update(acceptance={"maxEvidenceAge": 30}),
+            "acceptance.maxEvidenceAge: 30 is a number; write a duration such as 30d",
+        ),
+        (
+            lambda d: d.update(acceptance={"maxEvidenceAge": "0d"}),
+            "acceptance.maxEvidenceAge: '0d' is not a duration of 1 or more: the least value is 1d",
+        ),
+        (lambda d: d.update(soak={"duration": 72}), "soak.duration: 72 is a number; write a duration such as 30d"),
     ],
 )
 def test_the_sweeps_instances_are_said_plainly(tmp_path: Path, change: Callable[[Any], None], words: str) -> None:
@@ -214,6 +224,34 @@ def test_the_sweeps_instances_are_said_plainly(tmp_path: Path, change: Callable[
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
     with pytest.raises(ConfigError) as exc:
         load_spec(path)
+    assert words in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("gang", "multinode", "words"),
+    [
+        (None, True, "target.gang: it is empty: give its localQueue"),  # `gang:` left empty read as no gang
+        ({"localQueue": "q"}, False, "target.gang: gang admits the all-reduce across nodes, which this spec does not"),
+        ({"localQueue": "q"}, True, None),
+    ],
+)
+def test_a_gang_that_would_do_nothing_is_refused(
+    tmp_path: Path, gang: dict[str, str] | None, multinode: bool, words: str | None
+) -> None:
+    """Hostile sweep of 93f6c9a, item 6: `gang:` left empty, or a gang with no all-reduce across nodes to admit,
+    loaded without a word; the user would believe the collective gang-admitted."""
+    doc = load(ROOT / "examples/demo.yaml")
+    doc["target"] = {"kind": "kubernetes", "gang": gang}
+    if not multinode:
+        doc["certify"].pop("multinode")
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    if words is None:
+        assert load_spec(path).target.gang is not None  # type: ignore[union-attr]
+        return
+    with pytest.raises(ConfigError) as exc:
+        load_spec(path)
+    assert exc.value.key == "target.gang"
     assert words in str(exc.value)
 
 

@@ -140,7 +140,7 @@ def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:
             )
     then = load_spec(folder.spec_copy)
     for key, was, now in (
-        ("certify.probes", sorted(then.certify.probes), sorted(spec.certify.probes)),
+        ("certify.probes", _probes(then), _probes(spec)),
         ("certify.dcgm.level", then.certify.dcgm.level, spec.certify.dcgm.level),
         ("pools", _expectations(then), _expectations(spec)),
     ):
@@ -151,6 +151,11 @@ def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:
                 path=spec.path,
                 key=key,
             )
+
+
+def _probes(spec: ClusterSpec) -> str:
+    """The spec's probes as YAML says them (`[compute, health]`), never as Python's enum reprs."""
+    return f"[{', '.join(sorted(p.value for p in spec.certify.probes))}]"
 
 
 def _expectations(spec: ClusterSpec) -> dict[str, tuple[dict[str, str], int, str]]:

@@ -16,11 +16,11 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, PrivateAttr, field_validator, model_validator
 
 from gpucert.errors import ConfigError
-from gpucert.spec.documents import Document, Key, Problem, load_document
-from gpucert.spec.durations import DURATION_UNITS, duration_seconds
+from gpucert.spec.documents import Document, Problem, load_document
+from gpucert.spec.durations import DURATION_UNITS, Duration, duration_seconds
 from gpucert.spec.fabric import FabricSpec
-from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint, topology_key
-from gpucert.spec.recipe import Component, PoolStack, StackSpec
+from gpucert.spec.kubernetes import GpuSharing, KubernetesTargetSpec, Taint, gang_unused, topology_key
+from gpucert.spec.recipe import Component, PoolStack, StackSpec, after_problems
 from gpucert.spec.soak import SoakSpec
 
 __all__ = [
@@ -208,16 +208,9 @@ class AcceptanceSpec(Document):
     # who may approve a waiver: every name a waiver's approvedBy gives must be one of these (when set)
     approvers: list[Annotated[str, Field(min_length=1)]] | None = None
     # a re-test (`gpucert certify --retest RUN`) measures again any passing node whose evidence is older than this
-    max_evidence_age: str | None = Field(None, alias="maxEvidenceAge")
+    max_evidence_age: Duration | None = Field(None, alias="maxEvidenceAge")
     # `gpucert accept` requires a passing soak (`gpucert soak`) of at least this many clean hours per node
     soak_hours: Annotated[int, Field(ge=1)] | None = Field(None, alias="soakHours")
-
-    @field_validator("max_evidence_age")
-    @classmethod
-    def _is_duration(cls, v: str | None) -> str | None:
-        if v is not None:
-            duration_seconds(v)
-        return v
 
     @property
     def max_evidence_age_s(self) -> int | None:
@@ -316,22 +309,6 @@ class ClusterSpec(Document):
         """Each pool's SKU baseline file, resolved relative to the spec."""
         key = "certify.baseline" if self.api_version == V1ALPHA1 else "pools[{}].baseline"
         return {p.name: self.resolve(p.baseline, key.format(i)) for i, p in enumerate(self.pools)}
-
-
-def _after_names(spec: ClusterSpec) -> list[Problem]:
-    """Every `after` names a declared component other than itself: a misspelt name is an error, never dropped."""
-    declared = [c.name for c in spec.stack.components]
-    problems: list[Problem] = []
-    for i, c in enumerate(spec.stack.components):
-        for j, dep in enumerate(c.after):
-            key: Key = ("stack", "components", i, "after", j)
-            if dep == c.name:
-                problems.append((key, f"component {c.name!r} is `after` itself; remove it from its own `after`"))
-            elif dep not in declared:
-                close = difflib.get_close_matches(dep, declared, n=1)
-                hint = f"did you mean {close[0]!r}?" if close else f"declared components: {', '.join(declared)}"
-                problems.append((key, f"`after` names {dep!r}, which the spec does not declare; {hint}"))
-    return problems
 
 
 def _versioned(spec: ClusterSpec) -> list[Problem]:
@@ -441,7 +418,9 @@ def load_spec(path: Path | str) -> ClusterSpec:
     p = Path(path)
 
     def check(spec: ClusterSpec) -> list[Problem]:
-        return _versioned(spec) + _after_names(spec)
+        target, multinode = spec.target, spec.certify.multinode is not None
+        gang = gang_unused(target, multinode) if isinstance(target, KubernetesTargetSpec) else []
+        return _versioned(spec) + after_problems(spec.stack.components) + gang
 
     spec = _as_pools(load_document(p, ClusterSpec, check=check))
     spec._path = p.resolve()

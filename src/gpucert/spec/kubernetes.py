@@ -9,9 +9,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from gpucert.spec.documents import Document
+from gpucert.spec.documents import Document, Problem
 
-__all__ = ["GangSpec", "GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint", "topology_key"]
+__all__ = ["GangSpec", "GpuSharing", "KubernetesTargetSpec", "ProbeResources", "Taint", "gang_unused", "topology_key"]
 
 # a Kubernetes resource quantity (k8s.io/apimachinery resource.Quantity): a number and an optional suffix
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -130,6 +130,14 @@ class KubernetesTargetSpec(Document):
     # the all-reduce across nodes admitted whole through Kueue (a JobSet), where the cluster has JobSet and Kueue
     gang: GangSpec | None = None
 
+    @field_validator("gang", mode="before")
+    @classmethod
+    def _gang_written(cls, v: object) -> object:
+        """`gang:` left empty is YAML's null: it read as no gang admission at all, without a word."""
+        if v is None:
+            raise ValueError("it is empty: give its localQueue (e.g. `gang: {localQueue: gpucert}`), or remove gang")
+        return v
+
     @field_validator("tolerations")
     @classmethod
     def _tolerations_the_api_accepts(cls, v: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -156,3 +164,12 @@ def topology_key(target: object) -> str | None:
     kubernetes target; None for any other target, or without the key)."""
     gang = getattr(target, "gang", None)
     return gang.topology_key if isinstance(gang, GangSpec) else None
+
+
+def gang_unused(target: KubernetesTargetSpec, multinode: bool) -> list[Problem]:
+    """`target.gang` admits the all-reduce across nodes only (certify's, and a soak round's): in a spec without
+    certify.multinode it would be read and do nothing, and the user believe the collective gang-admitted."""
+    if target.gang is None or multinode:
+        return []
+    why = "gang admits the all-reduce across nodes, which this spec does not run: add certify.multinode, or remove it"
+    return [(("target", "gang"), why)]

@@ -20,6 +20,8 @@ from pydantic import BaseModel, Tag
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticUndefined
 
+from gpucert.spec.durations import Said
+
 __all__ = [
     "bounds",
     "describe",
@@ -213,7 +215,8 @@ def _scalar(tp: type, meta: list[Any]) -> str:
     if tp is bool:
         return "true or false"
     if tp is str:
-        return "text" + _length(meta, "character")
+        said = next((m.words for m in meta if isinstance(m, Said)), None)
+        return said or "text" + _length(meta, "character")
     limits = bounds(meta)
     return f"{'a whole number' if tp is int else 'a number'}{' ' + limits if limits else ''}"
 

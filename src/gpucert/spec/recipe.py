@@ -3,15 +3,25 @@ each one's version is read, the Kubernetes and container-runtime minimums, and a
 
 from __future__ import annotations
 
+import difflib
 from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gpucert.spec.documents import Document
+from gpucert.spec.documents import Document, Key, Problem
 from gpucert.spec.versions import checked_version
 from gpucert.stack.components import DEFAULT_SOURCES, ComponentSource
 
-__all__ = ["Component", "ContainerRuntime", "MinVersion", "PoolPin", "PoolStack", "StackSpec", "VersionSource"]
+__all__ = [
+    "Component",
+    "ContainerRuntime",
+    "MinVersion",
+    "PoolPin",
+    "PoolStack",
+    "StackSpec",
+    "VersionSource",
+    "after_problems",
+]
 
 
 class VersionSource(Document):
@@ -98,3 +108,20 @@ class PoolPin(Document):
 
 class PoolStack(Document):
     components: Annotated[list[PoolPin], Field(min_length=1)]
+
+
+def after_problems(components: list[Component]) -> list[Problem]:
+    """Every `after` of stack.components names a declared component other than itself: a misspelt name is an
+    error, never dropped."""
+    declared = [c.name for c in components]
+    problems: list[Problem] = []
+    for i, c in enumerate(components):
+        for j, dep in enumerate(c.after):
+            key: Key = ("stack", "components", i, "after", j)
+            if dep == c.name:
+                problems.append((key, f"component {c.name!r} is `after` itself; remove it from its own `after`"))
+            elif dep not in declared:
+                close = difflib.get_close_matches(dep, declared, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"declared components: {', '.join(declared)}"
+                problems.append((key, f"`after` names {dep!r}, which the spec does not declare; {hint}"))
+    return problems

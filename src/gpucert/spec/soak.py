@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gpucert.spec.documents import Document
-from gpucert.spec.durations import duration_seconds
+from gpucert.spec.durations import Duration, duration_seconds
 
 __all__ = [
     "CRITERIA_SOURCES",
@@ -56,11 +56,6 @@ CRITERIA_SOURCES: dict[str, str] = {
 }
 
 
-def _duration(text: str) -> str:
-    duration_seconds(text)
-    return text
-
-
 class SoakCriteria(Document):
     """What a node must hold to every round; a round that breaks any of them takes the node out of the soak."""
 
@@ -83,8 +78,8 @@ class SoakDcgm(Document):
 class SoakSpec(Document):
     """`soak:` of a ClusterSpec: the burn-in `gpucert soak` runs."""
 
-    duration: str = "72h"
-    round: str = "1h"
+    duration: Duration = "72h"
+    round: Duration = "1h"
     probes: list[SoakProbe] = Field(default_factory=lambda: list(SOAK_PROBES))
     dcgm: SoakDcgm | None = None  # no diagnostic in the rounds when absent
     criteria: SoakCriteria = Field(default_factory=SoakCriteria)
@@ -96,8 +91,6 @@ class SoakSpec(Document):
             return None
         every = self.dcgm.every_hours
         return self.dcgm.level if math.floor(end_h / every) > math.floor(start_h / every) else None
-
-    _d = field_validator("duration", "round")(_duration)
 
     @field_validator("probes")
     @classmethod
@@ -159,9 +152,7 @@ class DegradeFault(_TimedFault):
     gpu: Annotated[int, Field(ge=0, le=63)]
     metric: str
     factor: Annotated[float, Field(gt=0, lt=1)]
-    after: str
-
-    _d = field_validator("after")(_duration)
+    after: Duration
 
 
 class XidAtFault(_TimedFault):
@@ -170,9 +161,7 @@ class XidAtFault(_TimedFault):
     kind: Literal["xid"]
     gpu: Annotated[int, Field(ge=0, le=63)]
     code: Annotated[int, Field(ge=1)]
-    at: str
-
-    _d = field_validator("at")(_duration)
+    at: Duration
 
 
 class ThermalCreepFault(_TimedFault):
@@ -181,9 +170,7 @@ class ThermalCreepFault(_TimedFault):
     kind: Literal["thermal-creep"]
     gpu: Annotated[int, Field(ge=0, le=63)]
     per_hour_c: Annotated[float, Field(gt=0, le=50)] = Field(alias="perHourC")
-    after: str
-
-    _d = field_validator("after")(_duration)
+    after: Duration
 
 
 class EccStormFault(_TimedFault):
@@ -192,9 +179,7 @@ class EccStormFault(_TimedFault):
     kind: Literal["ecc-storm"]
     gpu: Annotated[int, Field(ge=0, le=63)]
     per_hour: Annotated[int, Field(ge=1)] = Field(alias="perHour")
-    after: str
-
-    _d = field_validator("after")(_duration)
+    after: Duration
 
 
 class DcgmAtFault(_TimedFault):
@@ -203,18 +188,14 @@ class DcgmAtFault(_TimedFault):
     kind: Literal["dcgm-fail"]
     gpu: Annotated[int, Field(ge=0, le=63)]
     test: Annotated[str, Field(pattern=r"^[a-z_]+$")]
-    at: str
-
-    _d = field_validator("at")(_duration)
+    at: Duration
 
 
 class PodRestartFault(_TimedFault):
     """The round's pod on the node restarts once at a time (an OOM kill, a container runtime hiccup)."""
 
     kind: Literal["pod-restart"]
-    at: str
-
-    _d = field_validator("at")(_duration)
+    at: Duration
 
 
 class LinkSlowFault(_TimedFault):
@@ -224,9 +205,7 @@ class LinkSlowFault(_TimedFault):
 
     kind: Literal["link-slow"]
     factor: Annotated[float, Field(gt=0, lt=1)]
-    after: str
-
-    _d = field_validator("after")(_duration)
+    after: Duration
 
 
 SoakFault = Annotated[
