@@ -16,12 +16,15 @@ assume all jobs will be suspended also"), its pods in the JobSet's subdomain and
 unsuspends the JobSet, the controller resumes each suspended child Job (resumeJobsIfNecessary and resumeJob, lines
 406-511: `Suspend` false). The fake kubelet's Job controller makes no pod for a suspended Job (kubernetes
 pkg/controller/job/job_controller.go, manageJob: a suspended Job's active pods are deleted and none created).
-`resumes=False` is a JobSet controller that never gets to resume them (stopped, or crash-looping)."""
+A JobSet suspended again (Kueue's eviction) has its active Jobs suspended (suspendJobs), and a suspended Job's pods
+are deleted. `resumes=False` is a JobSet controller that never gets to resume them (stopped, or crash-looping);
+`pods_ready_timeout` is Kueue's waitForPodsReady (`_pods_ready`)."""
 
 from __future__ import annotations
 
 import copy
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +61,11 @@ class FakeGang:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     admitted: dict[str, int] = field(default_factory=dict)  # JobSet uid -> the GPUs it holds
+    # Kueue's waitForPodsReady.timeout in seconds (None: not enabled, Kueue's default): an admitted JobSet whose pods
+    # are not all Running within it is evicted (module docstring)
+    pods_ready_timeout: float | None = None
+    admitted_at: dict[str, float] = field(default_factory=dict)  # JobSet uid -> when it was admitted
+    evicted: set[str] = field(default_factory=set)  # JobSet uids evicted: requeued after a backoff beyond any test
 
     def install(self, namespace: str = "gpucert", queue: str | None = "gpucert") -> FakeGang:
         for name in crds.FILES:
@@ -86,8 +94,10 @@ class FakeGang:
             for js in self.cluster.list("jobsets"):
                 live.add(js["metadata"]["uid"])
                 self._reconcile(js)  # JobSet's controller sees it first: Kueue's webhook made it suspended
-                if js["spec"].get("suspend") and self.takes_jobsets:
+                if js["spec"].get("suspend") and self.takes_jobsets and js["metadata"]["uid"] not in self.evicted:
                     self._queue(js)
+                elif self.pods_ready_timeout is not None and js["metadata"]["uid"] in self.admitted:
+                    self._pods_ready(js)
             for uid in set(self.admitted) - live:  # a deleted JobSet's quota is free again
                 del self.admitted[uid]
             self.stop.wait(0.02)
@@ -99,6 +109,7 @@ class FakeGang:
         free = self.quota_gpus - sum(self.admitted.values())
         if needed <= free:
             self.admitted[js["metadata"]["uid"]] = needed
+            self.admitted_at[js["metadata"]["uid"]] = time.monotonic()
             js["spec"]["suspend"] = False
             self.cluster.update("jobsets", js)  # a JobSet deleted since the listing stays deleted
             return
@@ -127,6 +138,48 @@ class FakeGang:
             },
         )
 
+    def _pods_ready(self, js: dict[str, Any]) -> None:
+        """waitForPodsReady (Kueue v0.10.6 pkg/controller/core/workload_controller.go, reconcileNotReadyTimeout): an
+        admitted workload whose pods are not all ready within the timeout gets the condition Evicted, reason
+        PodsReadyTimeout, "Exceeded the PodsReady timeout <namespace>/<workload>", its quota is freed, and its job
+        is suspended again (the JobSet integration sets spec.suspend); it is requeued after a backoff."""
+        meta = js["metadata"]
+        uid, ns, name = meta["uid"], meta["namespace"], meta["name"]
+        pods = self.cluster.list("pods", ns, f"{JOBSET_NAME}={name}")
+        wanted = sum(
+            r["template"]["spec"].get("parallelism", 1) * r.get("replicas", 1) for r in js["spec"]["replicatedJobs"]
+        )
+        ready = sum((p.get("status") or {}).get("phase") in ("Running", "Succeeded") for p in pods)
+        if ready >= wanted or time.monotonic() - self.admitted_at[uid] <= float(self.pods_ready_timeout or 0):
+            return
+        del self.admitted[uid]
+        self.evicted.add(uid)
+        js["spec"]["suspend"] = True
+        if self.cluster.update("jobsets", js) is None:
+            return
+        workload = f"jobset-{name}-{uid[:5]}"
+        cond = {
+            "type": "Evicted",
+            "status": "True",
+            "reason": "PodsReadyTimeout",
+            "message": f"Exceeded the PodsReady timeout {ns}/{workload}",
+        }
+        self.cluster.put(
+            "workloads",
+            {
+                "apiVersion": "kueue.x-k8s.io/v1beta1",
+                "kind": "Workload",
+                "metadata": {
+                    "name": workload,
+                    "namespace": ns,
+                    "labels": {"kueue.x-k8s.io/job-uid": uid},
+                    "ownerReferences": _owned_by(js),
+                },
+                "spec": {"queueName": meta["labels"]["kueue.x-k8s.io/queue-name"]},
+                "status": {"conditions": [cond]},
+            },
+        )
+
     # ---- the JobSet controller -------------------------------------------------------------------------------------
 
     def _reconcile(self, js: dict[str, Any]) -> None:
@@ -144,6 +197,11 @@ class FakeGang:
                 for job in jobs:
                     if job["spec"].get("suspend"):
                         job["spec"]["suspend"] = False
+                        self.cluster.update("jobs", job)
+            elif now["spec"].get("suspend"):  # suspendJobs: a JobSet suspended again suspends its active Jobs
+                for job in jobs:
+                    if not job["spec"].get("suspend"):
+                        job["spec"]["suspend"] = True
                         self.cluster.update("jobs", job)
 
     def _start(self, js: dict[str, Any]) -> None:

@@ -138,7 +138,10 @@ class FakeKubelet:
                 now = self.cluster.get("jobs", ns, jname)
                 if now is None or now["metadata"]["uid"] != job["metadata"]["uid"]:
                     continue
-                if now["spec"].get("suspend"):  # manageJob: a suspended Job gets no pod until it is resumed
+                if now["spec"].get("suspend"):  # manageJob: a suspended Job's active pods go, none is made
+                    for pod in self.cluster.list("pods", ns, f"job-name={jname}"):
+                        if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                            self.cluster.delete("pods", ns, pod["metadata"]["name"])
                     continue
                 if any(p["metadata"]["labels"].get("job-name") == jname for p in self.cluster.list("pods", ns)):
                     continue

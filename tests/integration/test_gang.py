@@ -239,6 +239,31 @@ def test_gpucert_preflight_runs_the_gang_check(
     assert "install JobSet v0.8.2 and Kueue v0.10.6" in row.fix
 
 
+def test_a_jobset_kueue_evicts_under_wait_for_pods_ready_says_so_and_who_never_came(
+    served_cluster: FakeCluster, tmp_path: Path
+) -> None:
+    """docs/probes.md recommends Kueue's waitForPodsReady: with its timeout (1 s here) shorter than the Pending
+    timeout (5 s), Kueue evicts the JobSet first (Kueue v0.10.6 workload_controller.go, reconcileNotReadyTimeout:
+    Evicted, PodsReadyTimeout), JobSet suspends its Job and the Job controller deletes the pods. The finding says
+    Kueue evicted it, with the Workload's words, and who had not come when it did."""
+    served_cluster.put("pods", gpu_pod("trainer-0", "gpu-03"))
+    gang = FakeGang(served_cluster, pods_ready_timeout=1.0).install().start()
+    try:
+        fabric, seconds = all_reduce(served_cluster, tmp_path, GANG, pending_s=5)
+    finally:
+        gang.close()
+    (error,) = fabric.errors
+    assert "Kueue evicted JobSet gpucert-" in error.message
+    assert "(PodsReadyTimeout: Exceeded the PodsReady timeout gpucert/jobset-gpucert-" in error.message
+    assert "not every rank was ready within Kueue's waitForPodsReady.timeout" in error.message
+    assert "process 3 (Unschedulable: 0/4 nodes are available:" in error.message
+    assert "no process reached gpu-03" in error.message
+    assert "processes 0, 1, 2 (gpu-01, gpu-02, gpu-04) started and waited for them until stopped" in error.message
+    assert "still Pending" not in error.message  # Kueue's timeout came first, not gpucert's
+    assert seconds < 5
+    assert leftovers(served_cluster) == dict.fromkeys(LEFT, 0)
+
+
 def test_without_target_gang_no_crd_is_asked_for(served_cluster: FakeCluster, tmp_path: Path) -> None:
     FakeGang(served_cluster).install()
     target = open_target(load_spec(spec_file(tmp_path, None)))

@@ -231,8 +231,10 @@ def _stop_in_second_collective(monkeypatch: pytest.MonkeyPatch, kubelet: FakeKub
     holder = KubernetesNodeControl.holder
     stopped = threading.Event()
 
-    def on_pod(self: FabricJobs, runs: dict[str, Any], pod: dict[str, Any], deleted: bool) -> bool:
-        done = seen(self, runs, pod, deleted)
+    def on_pod(
+        self: FabricJobs, runs: dict[str, Any], pod: dict[str, Any], deleted: bool, gang: Gang | None = None
+    ) -> bool:
+        done = seen(self, runs, pod, deleted, gang)
         (run,) = runs.values()
         running = [p for p in run.pods.values() if (p.get("status") or {}).get("phase") == "Running"]
         if kubelet.collectives_made == 2 and len(running) == len(run.nodes):

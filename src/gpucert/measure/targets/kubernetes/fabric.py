@@ -148,12 +148,18 @@ class FabricJobs(ProbeJobs):
             errors=[ProbeError(probe="nccl", message=message)],
         )
 
-    def _on_fabric_pod(self, runs: dict[str, _FabricRun], pod: dict[str, Any], deleted: bool) -> bool:
+    def _on_fabric_pod(
+        self, runs: dict[str, _FabricRun], pod: dict[str, Any], deleted: bool, gang: Gang | None = None
+    ) -> bool:
         meta = pod["metadata"]
         run = runs.get((meta.get("labels") or {}).get(LABEL_FABRIC, ""))
         if run is None or run.result is not None:
             return False
         index = int((meta.get("annotations") or {}).get(INDEX_ANNOTATION, "-1"))
+        evicted = gang.evicted(run.name) if gang is not None and deleted else ""
+        if evicted:  # Kueue took the admission back (waitForPodsReady): who had not come, as they stood
+            self._fabric_failed(run, f"{evicted}; " + self._never_came(run, self._pending(run)))
+            return True
         run.pods[index] = pod
         status = pod.get("status") or {}
         phase = status.get("phase")
@@ -176,14 +182,19 @@ class FabricJobs(ProbeJobs):
                 self._fabric_failed(run, f"{where} cannot start: {waiting['reason']}: {waiting.get('message', '')}")
         return run.result is not None
 
-    def _fabric_expire(self, run: _FabricRun, gang: Gang | None = None) -> None:
-        t = self.cluster.options
-        age = self.clock() - run.created
-        pending = sorted(
+    @staticmethod
+    def _pending(run: _FabricRun) -> list[int]:
+        """The processes not started: no pod yet, or a pod still Pending."""
+        return sorted(
             i
             for i in range(len(run.nodes))
             if (run.pods.get(i, {}).get("status") or {}).get("phase", "Pending") == "Pending"
         )
+
+    def _fabric_expire(self, run: _FabricRun, gang: Gang | None = None) -> None:
+        t = self.cluster.options
+        age = self.clock() - run.created
+        pending = self._pending(run)
         if pending and age > t.pending_timeout_seconds:
             stalled = gang.stalled(run.name) if gang is not None and not run.pods else ""
             self._fabric_failed(
@@ -285,7 +296,7 @@ class FabricJobs(ProbeJobs):
                         self._fabric_expire(r, gang)
                 return any(r.result is None for r in waiting)
 
-            self.follow(lambda pod, deleted: self._on_fabric_pod(runs, pod, deleted), step)
+            self.follow(lambda pod, deleted: self._on_fabric_pod(runs, pod, deleted, gang), step)
         finally:
             if gang is not None:
                 gang.delete()

@@ -280,6 +280,29 @@ class Gang:
             + "; free the quota, or let it wait longer with target.gang.admissionTimeoutSeconds"
         )
 
+    def evicted(self, name: str) -> str:
+        """Why a pod of the admitted JobSet `name` went: Kueue evicted it (suspended again, its Workload Evicted, e.g.
+        PodsReadyTimeout under waitForPodsReady), or "" (not admitted yet, still admitted, or gone)."""
+        if name not in self.admitted:
+            return ""
+        t = self.jobs.cluster.options
+        kube = self.jobs.cluster.kube
+        try:
+            obj = kube.json(
+                "get", f"jobset {name}", kube.custom.get_namespaced_custom_object, namespace=t.namespace, name=name,
+                **JOBSET,
+            )  # fmt: skip
+        except (ClusterAccessError, IncompleteRunError):
+            return ""
+        if not (obj.get("spec") or {}).get("suspend", False):
+            return ""
+        said = self._workload_says(str(obj["metadata"].get("uid", "")), "Evicted", "True")
+        said = "" if said.startswith("Kueue made no Workload") else said  # it had one: it admitted the JobSet
+        return (
+            f"Kueue evicted JobSet {name} after admitting it" + (f" ({said})" if said else "")
+            + ": not every rank was ready within Kueue's waitForPodsReady.timeout, and its pods were deleted"
+        )  # fmt: skip
+
     def stalled(self, name: str) -> str:
         """Why the admitted JobSet `name` has no pod: its child Job is still suspended ("" when it is not, or
         cannot be read). JobSet v0.8.2 creates the child Jobs suspended with the JobSet (jobset_controller.go,
@@ -300,8 +323,9 @@ class Gang:
             "controller did not resume it (is JobSet's controller manager running? kubectl get pods -n jobset-system)"
         )
 
-    def _workload_says(self, uid: str) -> str:
-        """Kueue's reason for not admitting the JobSet with `uid`: its Workload's QuotaReserved condition."""
+    def _workload_says(self, uid: str, condition: str = "QuotaReserved", status: str = "False") -> str:
+        """Kueue's reason for not admitting the JobSet with `uid` (its Workload's QuotaReserved condition), or for
+        taking the admission back (`Evicted`, True)."""
         t = self.jobs.cluster.options
         kube = self.jobs.cluster.kube
         try:
@@ -325,7 +349,7 @@ class Gang:
             )
         for wl in items:
             for cond in (wl.get("status") or {}).get("conditions") or []:
-                if cond.get("type") == "QuotaReserved" and cond.get("status") == "False":
+                if cond.get("type") == condition and cond.get("status") == status:
                     return f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
         return ""
 
