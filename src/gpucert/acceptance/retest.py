@@ -5,7 +5,9 @@ UUID, VBIOS or bus id, the count of its GPUs, or the driver, read from the stack
 every node to be carried), or its evidence is older than `acceptance.maxEvidenceAge`. Every other node's evidence is
 carried over byte for byte, with its provenance (source run, file digest, when it was measured, its age), together
 with the source run's signed envelope: the new folder is complete for evaluation, and `verify` checks each carried
-file against the digest the source run signed for it. The source must verify before anything is carried.
+file against the digest the source run signed for it. The source must verify before anything is carried. The
+fabric's pairs of two carried nodes are carried too, so the fabric stage measures only the pairs with a node measured
+again (acceptance/retest_pairs.py).
 
 Touches the run folders (through RunFolder) and, for the identity read, the target; the choices are pure functions.
 """
