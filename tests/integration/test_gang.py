@@ -382,7 +382,7 @@ def test_jobset_and_kueue_are_detected_once_a_run_not_once_a_batch(served_cluste
 
 
 def test_with_a_topology_key_each_domain_runs_its_own_all_reduce_and_a_node_without_the_label_is_a_finding(
-    served_cluster: FakeCluster, tmp_path: Path
+    served_cluster: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """docs/probes.md: with target.gang.topologyKey, one all-reduce per domain of the label. gpu-01 and gpu-02 are
     rack r1 (one JobSet, placed in r1 alone), gpu-03 is alone in r2 (no ring can run: its check says so), gpu-04
@@ -429,6 +429,11 @@ def test_with_a_topology_key_each_domain_runs_its_own_all_reduce_and_a_node_with
     (verdict,) = (tmp_path / "e").glob("*/verdict.json")
     said = {f["message"].partition(":")[0] for f in json.loads(verdict.read_text())["findings"]}
     assert said >= {f"{RACK}=r1", f"{RACK}=r2", f"gpu-04 has no {RACK} label (target.gang.topologyKey)"}
+    # recorded evidence is checked as it is imported: a domain's ring that is not one is refused, naming the
+    # recorded file (not the copy in the new run folder, as when the evaluation found it later)
+    (domains / "r1" / "nccl.json").write_text("{}")
+    assert cli.main([*argv[:-1], str(tmp_path / "e2")]) == 2
+    assert f"{domains / 'r1' / 'nccl.json'}: schema is None" in capsys.readouterr().err  # the user's file
 
 
 def test_exclusive_placement_only_where_every_node_is_in_one_domain(

@@ -11,7 +11,7 @@ from pathlib import Path
 from gpucert.errors import EvidenceError
 from gpucert.plan.carried_pairs import read_pairs
 from gpucert.plan.records import read_run_info
-from gpucert.plan.rings import read_rings
+from gpucert.plan.rings import read_domain_rings, read_rings
 from gpucert.plan.runfolder import Mode, RunFolder
 
 __all__ = ["import_evidence", "recorded_mode", "recorded_run"]
@@ -62,6 +62,7 @@ def _check_recorded(folder: RunFolder) -> None:
     folder.read_inventory()
     folder.read_stack()
     read_rings(folder)
+    read_domain_rings(folder)
     read_pairs(folder)  # a re-test's carried pairs too
     for path in sorted(folder.evidence_dir.iterdir()):
         if path == folder.pairs_path.parent:
