@@ -141,10 +141,13 @@ def _edit(runs: Runs, name: str, path: str, change: Callable[[str], str]) -> Pat
     return altered
 
 
-def _index_with_node_6(text: str) -> str:
-    doc = json.loads(text)
-    doc["nodes"].append("gpu-node-6")
-    return json.dumps(doc)
+def _index_with(node: str) -> Callable[[str], str]:
+    def change(text: str) -> str:
+        doc = json.loads(text)
+        doc["nodes"].append(node)
+        return json.dumps(doc)
+
+    return change
 
 
 @pytest.mark.parametrize(
@@ -157,11 +160,16 @@ def _index_with_node_6(text: str) -> str:
         ),
         (  # the first run's pairs of gpu-node-6, whose port failed there, brought back
             "evidence/multinode/carried.json",
-            _index_with_node_6,
+            _index_with("gpu-node-6"),
             "the pairs of gpu-node-6 are carried, yet the re-test did not carry the node",
         ),
+        (  # gpu-node-3 is carried, but was measured again (and repaired) after the first run measured its pairs
+            "evidence/multinode/carried.json",
+            _index_with("gpu-node-3"),
+            "are carried for nodes measured again after them: gpu-node-3 (measured in",
+        ),
     ],
-    ids=["document-altered", "node-not-carried"],
+    ids=["document-altered", "node-not-carried", "node-measured-since"],
 )
 def test_verify_refuses_carried_pairs_that_are_not_what_the_source_signed(
     runs: Runs, capsys: pytest.CaptureFixture[str], path: str, change: Callable[[str], str], said: str
@@ -171,7 +179,7 @@ def test_verify_refuses_carried_pairs_that_are_not_what_the_source_signed(
     keys = str(runs[0] / "keys" / "gpucert.pub")
     assert cli.main(["verify", str(runs[3]), "--key", keys]) == 0
     assert "carried evidence: 9 nodes and 1 of their fabric pairs documents" in capsys.readouterr().out
-    altered = _edit(runs, f"altered-{Path(path).stem}", path, change)
+    altered = _edit(runs, f"altered-{len(list(runs[0].glob('altered-*')))}", path, change)
     capsys.readouterr()
     assert cli.main(["verify", str(altered), "--key", keys]) == 1
     out = capsys.readouterr()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpucert.errors import EvidenceError
 from gpucert.plan.carried_pairs import CarriedPairs, CarriedPairsFile, carried_file, carry_files, read_carried
+from gpucert.plan.layout import run_id_time
 from gpucert.plan.records import RetestRecord
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.cluster import ClusterSpec, load_spec
@@ -42,16 +43,16 @@ def carry_pairs(
         return None
     before = read_carried(source)
     if before is None:
-        paths = [source.pairs_path] if source.pairs_path.is_file() else []
+        paths, measured_in = [source.pairs_path] if source.pairs_path.is_file() else [], run
     else:
         held = set(before.nodes)
         nodes = [n for n in nodes if n in held]
-        paths = [carried_file(source, entry) for entry in before.files]
+        paths, measured_in = [carried_file(source, entry) for entry in before.files], before.measured_in
     names = [_name(source, path) for path in paths]
     if not paths or not nodes or any(name not in signed for name in names):
         return None
     entries = [CarriedPairsFile(file="", source=name, sha256=signed[name]) for name in names]
-    return carry_files(folder, run, nodes, list(zip(paths, entries, strict=True)))
+    return carry_files(folder, run, measured_in, nodes, list(zip(paths, entries, strict=True)))
 
 
 def _sha256(path: Path) -> str | None:
@@ -61,9 +62,32 @@ def _sha256(path: Path) -> str | None:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def _stale(index: CarriedPairs, record: RetestRecord) -> list[str]:
+    """Nodes whose pairs are carried though the re-test did not carry the node, or though the node was measured again
+    after the carried pairs were (its pairs there were against RETEST_PEERS peers, or from before a repair)."""
+    odd = sorted(set(index.nodes) - set(record.carried))
+    problems = (
+        [f"carried: the pairs of {', '.join(odd)} are carried, yet the re-test did not carry the node"] if odd else []
+    )
+    pairs_at = run_id_time(index.measured_in)
+    later = [
+        f"{n} (measured in {c.measured_in})"
+        for n in index.nodes
+        if (c := record.carried.get(n)) is not None
+        and (pairs_at is None or (at := run_id_time(c.measured_in)) is None or at > pairs_at)
+    ]
+    if later:
+        problems.append(
+            f"carried: the pairs measured in {index.measured_in} are carried for nodes measured again after them: "
+            + ", ".join(later)
+        )
+    return problems
+
+
 def carried_pairs_problems(folder: RunFolder, record: RetestRecord, signed: dict[str, str]) -> list[str]:
     """Problems with a re-test's carried pairs: each document is, byte for byte, what the source run signed under
-    its name there, and the pairs are carried only for nodes the re-test carried. [] for none carried."""
+    its name there, and the pairs are carried only for nodes the re-test carried and that were not measured again
+    after the pairs were. [] for none carried."""
     try:
         index = read_carried(folder)
     except EvidenceError as exc:
@@ -73,9 +97,7 @@ def carried_pairs_problems(folder: RunFolder, record: RetestRecord, signed: dict
     problems = []
     if index.run != record.source.run:
         problems.append(f"carried: the pairs are carried from {index.run}, the re-test's source is {record.source.run}")
-    if not set(index.nodes) <= set(record.carried):
-        odd = sorted(set(index.nodes) - set(record.carried))
-        problems.append(f"carried: the pairs of {', '.join(odd)} are carried, yet the re-test did not carry the node")
+    problems += _stale(index, record)
     for entry in index.files:
         try:
             path = carried_file(folder, entry)

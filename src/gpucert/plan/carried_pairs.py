@@ -42,12 +42,13 @@ class CarriedPairsFile(Part):
 
 
 class CarriedPairs(Part):
-    """evidence/multinode/carried.json: the source run, the nodes whose pairs with each other are carried (carried
-    nodes whose pairs the source holds whole; every other node's pairs are measured again), and the pairs
-    documents copied from the source."""
+    """evidence/multinode/carried.json: the source run and the run that measured the pairs, the nodes whose pairs
+    with each other are carried (carried nodes whose pairs the source holds whole; every other node's pairs are
+    measured again), and the pairs documents copied from the source."""
 
     schema_: Str = Field(CARRIED_PAIRS_SCHEMA, alias="schema")
     run: Str
+    measured_in: Str  # the run whose fabric stage measured them (the source, or the run the source carried them from)
     nodes: tuple[Str, ...] = ()
     files: tuple[CarriedPairsFile, ...] = ()
 
@@ -99,7 +100,7 @@ def read_pairs(folder: RunFolder) -> FabricPairs | None:
 
 
 def carry_files(
-    folder: RunFolder, run: str, nodes: list[str], files: list[tuple[Path, CarriedPairsFile]]
+    folder: RunFolder, run: str, measured_in: str, nodes: list[str], files: list[tuple[Path, CarriedPairsFile]]
 ) -> CarriedPairs:
     """Copy the source's pairs documents (each its path there and its entry, `file` still to be named) byte for
     byte into the run and write the index naming them and the carried `nodes`."""
@@ -114,6 +115,6 @@ def carry_files(
             os.fsync(f.fileno())
         partial.replace(target)
         entries.append(entry.model_copy(update={"file": target.name}))
-    index = CarriedPairs(run=run, nodes=tuple(nodes), files=tuple(entries))
+    index = CarriedPairs(run=run, measured_in=measured_in, nodes=tuple(nodes), files=tuple(entries))
     write_json(_index(folder), index.to_json())
     return index
