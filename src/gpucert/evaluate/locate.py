@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from gpucert.evaluate.rules.performance import Sampled, believable, evidence_problem, samples_of
+from gpucert.evaluate.rules.performance import Sampled, evidence_problem
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding, family_of
@@ -119,9 +119,9 @@ def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | 
     wrong = evidence_problem(node_ev, metric, view.baseline_of(node).metrics[metric].unit, gpu)
     if wrong is not None:
         return Finding(metric, wrong[0], node, gpu, f"{where}: {wrong[1]}")
-    if not samples_of(node_ev, metric, gpu):
+    found = view.believed(metric, node, gpu)
+    if found is None:
         return Finding(metric, ERROR, node, gpu, f"{where}: the probe recorded no samples of {metric}")
-    found = believable(node_ev, metric, gpu, view.expected(node, metric), view.min_samples(metric))
     if not isinstance(found, Sampled):
         return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {found}")
     return found

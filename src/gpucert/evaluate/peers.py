@@ -21,7 +21,10 @@ from gpucert.plan.checks import NODE_METRICS, REPEATED_METRICS
 from gpucert.spec.baseline import Comparison, GpuBaseline
 from gpucert.spec.cluster import ClusterSpec
 
-__all__ = ["PeerComparisons", "probe_of_metric", "unstable_is_judged"]
+__all__ = ["Believe", "PeerComparisons", "probe_of_metric", "unstable_is_judged"]
+
+# (evidence, metric, GPU, the SKU figure, the samples needed) -> the figure, or why it cannot be believed
+Believe = Callable[[NodeEvidence, str, int | None, float | None, int], Sampled | str]
 
 
 def probe_of_metric(metric: str) -> str:
@@ -43,8 +46,11 @@ class PeerComparisons:
         evidence: Callable[[str], Sequence[NodeEvidence]],
         spec: ClusterSpec,
         baselines: Mapping[str, GpuBaseline],
+        *,
+        believe: Believe = believable,
     ) -> None:
         self._evidence = evidence  # a pool's name -> the evidence of its nodes (and its fleet peers)
+        self._believe = believe  # rules.performance.believable, or the view's answer of it, kept once per GPU
         self.spec = spec
         self.baselines = baselines
         self._index: dict[tuple[str, str], PeerIndex] = {}
@@ -74,7 +80,7 @@ class PeerComparisons:
                     continue
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
-                    s = believable(ev, metric, idx, expected, least)
+                    s = self._believe(ev, metric, idx, expected, least)
                     if isinstance(s, Sampled):
                         values[(ev.node, idx)] = s
                         samples[(ev.node, idx)] = samples_of(ev, metric, idx)

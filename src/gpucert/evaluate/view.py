@@ -19,7 +19,7 @@ from typing import Any, Self, TypeVar, cast
 from gpucert.errors import EvidenceError
 from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
-from gpucert.evaluate.rules.performance import Sampled, believable
+from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, NodeEvidence, read_evidence
 from gpucert.plan.carried_pairs import read_carried, read_pairs
 from gpucert.plan.checks import CheckKey, Finding
@@ -74,7 +74,9 @@ class RunView:
         self._problems: dict[str, str] = {}
         self._usable: dict[str, NodeEvidence | None] = {}
         self._once: dict[str, Any] = {}
-        self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines)
+        # per node, each (metric, GPU)'s believable figure, or why not (None: no samples): a float and a count each
+        self._figures: dict[str, dict[tuple[str, int | None], Sampled | str | None]] = {}
+        self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines, believe=self._believe_peer)
 
     @classmethod
     def from_run(cls, run_dir: Path | RunFolder) -> Self:
@@ -210,6 +212,7 @@ class RunView:
         keeps only what it derived, so a fleet's evidence is never in memory at once (the exporter)."""
         self._evidence.pop(node, None)
         self._usable.pop(node, None)
+        self._figures.pop(node, None)
 
     def evidence_problem(self, node: str) -> str | None:
         """Why the node's evidence cannot be used (unreadable, not gpucert's, another node's), or None."""
@@ -247,8 +250,35 @@ class RunView:
         ev = self.usable(node)
         if ev is None or not ev.collected:
             return None
-        found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric))
+        found = self.believed(metric, node, gpu)
         return found if isinstance(found, Sampled) else None
+
+    def believed(self, metric: str, node: str, gpu: int | None) -> Sampled | str | None:
+        """rules.performance.believable of the node's usable evidence (the figure, or why it cannot be believed), or
+        None when the probe recorded no samples of it: once per node, metric and GPU, for the evidence is immutable
+        once read and its check, its peers' index, the exporter and the reports all ask. The node's evidence must be
+        usable (ValueError otherwise: a rule asks only after node_evidence said so)."""
+        figures = self._figures.get(node)
+        if figures is None:
+            figures = self._figures[node] = {}
+        key = (metric, gpu)
+        if key not in figures:
+            ev = self.usable(node)
+            if ev is None:
+                raise ValueError(f"{node} has no usable evidence: no figure of {metric} to believe")
+            found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric))
+            figures[key] = None if isinstance(found, str) and not samples_of(ev, metric, gpu) else found
+        return figures[key]
+
+    def _believe_peer(
+        self, ev: NodeEvidence, metric: str, gpu: int | None, expected: float | None, least: int
+    ) -> Sampled | str:
+        """`believable` as the peer index asks it: the view's figure where `ev` is one of its nodes' evidence (the
+        same question the check asks), computed where it is a fleet peer's."""
+        if self._usable.get(ev.node) is ev and expected == self.expected(ev.node, metric):
+            found = self.believed(metric, ev.node, gpu)
+            return found if found is not None else believable(ev, metric, gpu, expected, least)
+        return believable(ev, metric, gpu, expected, least)
 
     def min_samples(self, metric: str) -> int:
         """The samples a figure of `metric` needs: the spec's count for its probe (certify.samples)."""

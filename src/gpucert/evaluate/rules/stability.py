@@ -1,5 +1,5 @@
 """`stability.<metric>`: a GPU (or node) whose samples are slow now and then where its peers' are not. Pure:
-samples in, the statistic out; `PeerIndex.stability` words the finding.
+samples in, the statistic and the finding's words out (`judge_stability`, which `PeerIndex.stability` asks).
 
 A sample is slow when it is more than `maxDeviation` below (worse than) the GPU's own median. How slow matters as
 much as how many: three samples 20% down are rarer among healthy GPUs than three 6% down. The test weighs both
@@ -33,17 +33,31 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpucert.evaluate.stats import hypergeometric_tail, median, quantile, tail_z
+from gpucert.plan.checks import CheckStatus, Finding
 
 __all__ = [
     "DEPTHS_TESTED",
     "MIN_SLOW_SAMPLES",
     "DepthScan",
+    "Rules",
     "SlowSamples",
     "TailPool",
+    "judge_stability",
     "scan",
     "slow_samples",
     "verdict",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """The spec's knobs (`certify.stragglers`) for one metric's peer rules, and which way is worse for it."""
+
+    max_deviation: float
+    min_z: float = 3.5
+    higher_is_better: bool = True
+    metrics: int = 1  # how many metrics the pool's stability rule judges: its bar holds for all of them at once
+
 
 MIN_SLOW_SAMPLES = 3  # the fewest slow samples tested: two are 1 / GPUs likely among the pool's deepest anyway
 SHALLOWEST_FROM = 5  # with this many slow samples or more, all of them are tested too (at the shallowest's depth)
@@ -135,3 +149,56 @@ def verdict(found: DepthScan | None, gpus: int, metrics: int, min_z: float) -> t
     anywhere = min(1.0, found.chance * DEPTHS_TESTED * gpus * max(metrics, 1)) if found is not None else 1.0
     z = tail_z(anywhere)
     return anywhere, z, found is not None and z >= min_z
+
+
+def _where(key: tuple[str, int | None]) -> str:
+    return key[0] if key[1] is None else f"{key[0]}/gpu{key[1]}"
+
+
+def judge_stability(
+    check: str, key: tuple[str, int | None], mine: SlowSamples, tails: TailPool, rules: Rules, unit: str
+) -> Finding:
+    """`check` (`stability.<metric>`) of the GPU (or node) `key`, whose slow samples are `mine` among its pool's
+    `tails` (its own included): pass, or fail when `verdict` says so, with the figures the reader needs."""
+    metric = check.removeprefix("stability.")
+    sign = 1.0 if rules.higher_is_better else -1.0
+    word = "below" if sign > 0 else "above"
+    peers = tails.members - 1
+    k_peers, n_peers = tails.k - mine.k, tails.n - mine.n
+    figures = (
+        f"{mine.k} of {mine.n} samples are more than {rules.max_deviation:.1%} {word} its own median "
+        f"{mine.median:.4g} {unit} ({'lowest' if sign > 0 else 'highest'} {mine.worst:.4g}, "
+        f"{'10th' if sign > 0 else '90th'} percentile {mine.low:.4g}); its {peers} peers: {k_peers} "
+        f"of {n_peers} samples ({k_peers / n_peers if n_peers else 0:.2%})"
+    )
+    found = scan(mine, tails)
+    judged = peers + 1
+    anywhere, z, bad = verdict(found, judged, rules.metrics, rules.min_z)
+    status = CheckStatus.FAIL if bad else CheckStatus.PASS
+    message = f"{_where(key)} {metric}: {figures}"
+    if found is not None:
+        why = (
+            f"{found.own} of its samples are at least {found.depth:.1%} {word} its median, where "
+            f"{found.as_deep - found.own} of its peers' {n_peers} are: so many that deep by chance p = "
+            f"{found.chance:.1e} per GPU (rank test over its and its peers' samples), {anywhere:.1e} for any "
+            f"of {judged} GPUs x {rules.metrics} metrics at {DEPTHS_TESTED} depths (z {z:.1f}, limit minZ "
+            f"{rules.min_z:g})"
+        )
+        message = (
+            f"{_where(key)} {metric} is unstable where its peers are not: {figures}; {why}"
+            if status is CheckStatus.FAIL
+            else f"{message}; {why}"
+        )
+    elif mine.k:
+        message += f"; fewer than {MIN_SLOW_SAMPLES} slow samples are never a pattern"
+    return Finding(
+        check,
+        status,
+        key[0],
+        key[1],
+        message,
+        observed=round(mine.low, 4),
+        expected=round(mine.median, 4),
+        unit=unit,
+        limit=round(mine.median * (1 - sign * rules.max_deviation), 4),
+    )

@@ -36,13 +36,12 @@ from statistics import NormalDist
 
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.rules.stability import (
-    DEPTHS_TESTED,
     MIN_SLOW_SAMPLES,
+    Rules,
     SlowSamples,
     TailPool,
-    scan,
+    judge_stability,
     slow_samples,
-    verdict,
 )
 from gpucert.evaluate.stats import (
     MAD_TO_SIGMA,
@@ -71,16 +70,6 @@ NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY = (
 COMPARISONS = (NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY)
 Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
 FLEET = "fleet"
-
-
-@dataclass(frozen=True, slots=True)
-class Rules:
-    """The spec's knobs, and which way is worse for this metric."""
-
-    max_deviation: float
-    min_z: float = 3.5
-    higher_is_better: bool = True
-    metrics: int = 1  # how many metrics the pool's stability rule judges: its bar holds for all of them at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +201,7 @@ class PeerIndex:
             out.append(
                 f"not compared with the {self.pool_of(key[0])}: {others} other {what}, the rule needs {MIN_PEERS}"
             )
-        if stability and self.stability(key) is None:
+        if stability and not self.stability_told(key):
             out.append(f"stability not judged: {others} peers with samples, the rule needs {MIN_PEERS}")
         return out
 
@@ -361,53 +350,23 @@ class PeerIndex:
             limit=round(nodes.median - self.sign * min(bar * sigma, self.rules.max_deviation * nodes.median), 4),
         )
 
+    def stability_told(self, key: Key) -> bool:
+        """Whether `stability` judges the GPU (its samples were given and it has peers enough), without judging it."""
+        mine = self._slow.get(key)
+        return mine is not None and self._tails[self.pool_of(key[0])].members - 1 >= MIN_PEERS
+
     def stability(self, key: Key) -> Finding | None:
         """`stability.<metric>`: pass or fail on the count and depth of the GPU's slow samples against its peers'
-        (rules/stability.py); None when the GPU's samples were not given or it has too few peers."""
-        check = f"stability.{self.metric}"
-        mine = self._slow.get(key)
-        tails = self._tails[self.pool_of(key[0])]
-        peers = tails.members - (1 if mine is not None else 0)
-        if mine is None or peers < MIN_PEERS:
+        (rules/stability.py words it); None when the GPU's samples were not given or it has too few peers."""
+        if not self.stability_told(key):
             return None
-        k_peers, n_peers = tails.k - mine.k, tails.n - mine.n
-        unit = self.values[key].unit
-        figures = (
-            f"{mine.k} of {mine.n} samples are more than {self.rules.max_deviation:.1%} {self._word()} its own median "
-            f"{mine.median:.4g} {unit} ({'lowest' if self.sign > 0 else 'highest'} {mine.worst:.4g}, "
-            f"{'10th' if self.sign > 0 else '90th'} percentile {mine.low:.4g}); its {peers} peers: {k_peers} "
-            f"of {n_peers} samples ({k_peers / n_peers if n_peers else 0:.2%})"
-        )
-        found = scan(mine, tails)
-        judged = peers + 1
-        anywhere, z, bad = verdict(found, judged, self.rules.metrics, self.rules.min_z)
-        status = CheckStatus.FAIL if bad else CheckStatus.PASS
-        message = f"{_where(key)} {self.metric}: {figures}"
-        if found is not None:
-            why = (
-                f"{found.own} of its samples are at least {found.depth:.1%} {self._word()} its median, where "
-                f"{found.as_deep - found.own} of its peers' {n_peers} are: so many that deep by chance p = "
-                f"{found.chance:.1e} per GPU (rank test over its and its peers' samples), {anywhere:.1e} for any "
-                f"of {judged} GPUs x {self.rules.metrics} metrics at {DEPTHS_TESTED} depths (z {z:.1f}, limit minZ "
-                f"{self.rules.min_z:g})"
-            )
-            message = (
-                f"{_where(key)} {self.metric} is unstable where its peers are not: {figures}; {why}"
-                if status is CheckStatus.FAIL
-                else f"{message}; {why}"
-            )
-        elif mine.k:
-            message += f"; fewer than {MIN_SLOW_SAMPLES} slow samples are never a pattern"
-        return Finding(
-            check,
-            status,
-            key[0],
-            key[1],
-            message,
-            observed=round(mine.low, 4),
-            expected=round(mine.median, 4),
-            unit=unit,
-            limit=round(mine.median * (1 - self.sign * self.rules.max_deviation), 4),
+        return judge_stability(
+            f"stability.{self.metric}",
+            key,
+            self._slow[key],
+            self._tails[self.pool_of(key[0])],
+            self.rules,
+            self.values[key].unit,
         )
 
     # ---- what the verdict says beside the checks ---------------------------------------------------------------
