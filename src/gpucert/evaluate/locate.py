@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from gpucert.evaluate.rules.performance import Sampled, evidence_problem
+from gpucert.evaluate.rules.performance import Sampled, evidence_problem, p2p_problems
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding, family_of
@@ -60,7 +60,11 @@ def unmeasured_skip(view: RunView, check: str, node: str, gpu: int | None = None
 
 def unmeasured(view: RunView) -> str | None:
     """The first inventory node that was not measured or showed no GPU, as a cause (a collective across nodes needs
-    every node, and each with its GPUs)."""
+    every node, and each with its GPUs). Once per run: every node's pairs check asks."""
+    return view.once("locate.unmeasured", lambda: _unmeasured(view))
+
+
+def _unmeasured(view: RunView) -> str | None:
     for node in view.inventory.names:
         ev = view.usable(node)
         if ev is None or not ev.collected:
@@ -97,7 +101,7 @@ def gpu_evidence(view: RunView, check: str, gpu: GpuSlot) -> GpuEvidence | Findi
     ev = node_evidence(view, check, gpu.node)
     if isinstance(ev, Finding):
         return dataclasses.replace(ev, node=gpu.node, gpu=gpu.index)
-    g = ev.gpu(gpu.index)
+    g = view.gpu_of(gpu.node, gpu.index) if ev is view.usable(gpu.node) else ev.gpu(gpu.index)
     if g is None:
         message = f"{gpu!r} is not present: the node shows {len(ev.gpus)} GPUs (see inventory.gpus)"
         return skip(check, gpu.node, gpu.index, message, because("inventory.gpus", gpu.node))
@@ -116,7 +120,10 @@ def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | 
     node_ev = view.evidence(node)
     assert node_ev is not None
     where = node if gpu is None else f"{node}/gpu{gpu}"
-    wrong = evidence_problem(node_ev, metric, view.baseline_of(node).metrics[metric].unit, gpu)
+    unit = view.baseline_of(node).metrics[metric].unit
+    g = ev if isinstance(ev, GpuEvidence) else None
+    matrix = view.once(f"p2p.matrix/{node}", lambda: p2p_problems(node_ev)) if metric == "p2p.bandwidth" else None
+    wrong = evidence_problem(node_ev, metric, unit, gpu, found=g, matrix=matrix)
     if wrong is not None:
         return Finding(metric, wrong[0], node, gpu, f"{where}: {wrong[1]}")
     found = view.believed(metric, node, gpu)

@@ -45,6 +45,7 @@ class Registry:
 
     def __init__(self) -> None:
         self._rules: dict[str, Rule] = {}
+        self._found: dict[str, Rule] = {}  # rule_for's answers: a few dozen check ids, asked by every check
 
     def register(self, family: str, decide: RuleFn, *, pooled: bool = True) -> None:
         """Register `decide` for every check id that is `family` or starts with `family.` (and has no longer
@@ -54,13 +55,18 @@ class Registry:
         if family in self._rules:
             raise ValueError(f"check family {family!r} is registered twice")
         self._rules[family] = Rule(family, decide, pooled)
+        self._found.clear()  # a longer prefix may now decide an id found before
 
     def rule_for(self, check: str) -> Rule:
         """The rule that decides `check`; ValueError for an id no family covers."""
+        rule = self._found.get(check)
+        if rule is not None:
+            return rule
         parts = check.split(".")
         for n in range(len(parts), 0, -1):
             rule = self._rules.get(".".join(parts[:n]))
             if rule is not None:
+                self._found[check] = rule
                 return rule
         raise ValueError(f"no rule decides {check!r}: not a check of gpucert's vocabulary")
 

@@ -21,9 +21,11 @@ __all__ = [
     "hypergeometric_tail",
     "mad",
     "median",
+    "median_of_sorted",
     "node_spread",
     "pooled_spread",
     "quantile",
+    "quantile_of_sorted",
     "relative_spread",
     "summarize",
     "t_quantile",
@@ -37,8 +39,14 @@ MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal
 def median(values: Sequence[float]) -> float:
     if not values:
         raise ValueError("median of no values")
-    s = sorted(values)
+    return median_of_sorted(sorted(values))
+
+
+def median_of_sorted(s: Sequence[float]) -> float:
+    """`median` of values already sorted (what `sorted` gave): one sort where a median and a quantile are asked."""
     n = len(s)
+    if not n:
+        raise ValueError("median of no values")
     mid = n // 2
     return s[mid] if n % 2 else (s[mid - 1] + s[mid]) / 2
 
@@ -47,7 +55,13 @@ def quantile(values: Sequence[float], q: float) -> float:
     """The q-quantile (0..1), interpolated linearly between the order statistics (numpy's default)."""
     if not values:
         raise ValueError("quantile of no values")
-    s = sorted(values)
+    return quantile_of_sorted(sorted(values), q)
+
+
+def quantile_of_sorted(s: Sequence[float], q: float) -> float:
+    """`quantile` of values already sorted."""
+    if not s:
+        raise ValueError("quantile of no values")
     pos = q * (len(s) - 1)
     lo = int(pos)
     hi = min(lo + 1, len(s) - 1)

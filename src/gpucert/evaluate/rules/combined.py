@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpucert.evaluate.stats import MAD_TO_SIGMA, mad, median
 from gpucert.plan.checks import CheckStatus, Finding
@@ -78,12 +78,16 @@ def correlations(zs: Mapping[str, Mapping[Key, float]]) -> dict[tuple[str, str],
     return out
 
 
-def combine(z: Mapping[str, float], corr: Mapping[tuple[str, str], float], cap: float) -> tuple[float, float]:
+def combine(
+    z: Mapping[str, float], corr: Mapping[tuple[str, str], float], cap: float, variance: float | None = None
+) -> tuple[float, float]:
     """The combined z of one GPU's per-metric z (worse is negative), each capped at +-`cap`, and the sum of the
-    correlations it was divided by (k for k independent metrics, k^2 for k copies of one)."""
+    correlations it was divided by (k for k independent metrics, k^2 for k copies of one; `variance`: that sum,
+    where the caller keeps it for these metrics in this order)."""
     metrics = list(z)
     capped = [max(-cap, min(cap, z[m])) for m in metrics]
-    variance = sum(corr.get((a, b), 1.0) for a in metrics for b in metrics)
+    if variance is None:
+        variance = sum(corr.get((a, b), 1.0) for a in metrics for b in metrics)
     return sum(capped) / math.sqrt(variance), variance
 
 
@@ -104,6 +108,8 @@ class Combined:
     corr: Mapping[tuple[str, str], float]
     cap: float
     count: int  # how many GPUs have a combined z (the multiplicity of the check)
+    # the sum of the correlations per set of metrics told (in their order): most GPUs have the same set
+    variances: dict[tuple[str, ...], float] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, zs: Mapping[str, Mapping[Key, float]], cap: float) -> Combined:
@@ -114,7 +120,9 @@ class Combined:
         mine = {m: per[key] for m, per in self.zs.items() if key in per and math.isfinite(per[key])}
         if len(mine) < 2:
             return None
-        z, variance = combine(mine, self.corr, self.cap)
+        told = tuple(mine)
+        z, variance = combine(mine, self.corr, self.cap, self.variances.get(told))
+        self.variances[told] = variance
         return mine, z, variance
 
 

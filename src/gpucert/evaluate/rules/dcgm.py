@@ -78,8 +78,18 @@ def _not_run(node: str, d: DcgmEvidence, level: int) -> str | None:
     return None
 
 
-def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, serial: str | None = None) -> Finding:
-    """The finding of `dcgm.<test>` for GPU `gpu` of `node`, from a diagnostic that should have run `level`."""
+def judge_dcgm(
+    test: str,
+    node: str,
+    gpu: int,
+    d: DcgmEvidence,
+    level: int,
+    serial: str | None = None,
+    *,
+    unexplained: bool | None = None,
+) -> Finding:
+    """The finding of `dcgm.<test>` for GPU `gpu` of `node`, from a diagnostic that should have run `level`.
+    `unexplained`: `_exit_unexplained(d)` where the caller keeps it (the whole diagnostic's, asked by every check)."""
     check, where = f"dcgm.{test}", f"{node}/gpu{gpu}"
 
     def error(message: str) -> Finding:
@@ -108,7 +118,7 @@ def judge_dcgm(test: str, node: str, gpu: int, d: DcgmEvidence, level: int, seri
     status = _status(test, result, mine, d)
     if status not in ("Pass", "Skip"):
         return error(f"{where}: {status}: it cannot be judged")
-    if _exit_unexplained(d):
+    if _exit_unexplained(d) if unexplained is None else unexplained:
         return error(f"{where}: dcgmi diag exited {d.exit_code} though no test failed: its results are not whole")
     if status == "Skip":
         why = "; ".join([*(mine.warnings if mine else []), *result.info]) or "DCGM gave no reason"
@@ -130,4 +140,6 @@ def decide_dcgm(view: RunView, key: CheckKey) -> Finding:
     if ev is None or ev.dcgm is None:
         return Finding(key.check, CheckStatus.ERROR, node, gpu, f"{node}: no DCGM diagnostic was recorded")
     test = key.check.removeprefix("dcgm.")
-    return judge_dcgm(test, node, gpu, ev.dcgm, view.spec.certify.dcgm.level, serial=g.serial)
+    d = ev.dcgm
+    unexplained = view.once(f"dcgm.exit_unexplained/{node}", lambda: _exit_unexplained(d))  # once per node
+    return judge_dcgm(test, node, gpu, d, view.spec.certify.dcgm.level, serial=g.serial, unexplained=unexplained)

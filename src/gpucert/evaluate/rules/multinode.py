@@ -39,6 +39,7 @@ __all__ = [
     "members_problem",
     "multinode",
     "pair_figures",
+    "pairs_by_node",
     "pairs_problem",
     "unlabelled",
 ]
@@ -102,12 +103,18 @@ def pair_figures(pairs: FabricPairs) -> tuple[dict[str, float], dict[str, list[s
 
 
 def judge_pairs(
-    node: str, values: dict[str, float], max_deviation: float, min_z: float = 3.5, peers: Summary | None = None
+    node: str,
+    values: dict[str, float],
+    max_deviation: float,
+    min_z: float = 3.5,
+    peers: Summary | None = None,
+    mine: dict[str, float] | None = None,
 ) -> Finding:
     """`straggler.nccl.all_reduce.multinode` for `node`, from the figures of every pair (at least MIN_PEERS + 1
     of them, and `node` in one: the caller says why not when there are fewer). `peers` is the summary of every
-    pair's figure, when the caller judges every node against the same pairs (computed here otherwise)."""
-    mine = {name: v for name, v in values.items() if node in name.split(" + ")}
+    pair's figure, when the caller judges every node against the same pairs (computed here otherwise); `mine`
+    the pairs `node` is in, in `values`' order, when the caller has them (`pairs_by_node`)."""
+    mine = mine if mine is not None else {name: v for name, v in values.items() if node in name.split(" + ")}
     peers = peers if peers is not None else summarize(list(values.values()))
     behind = {k: v for k, v in mine.items() if v / peers.median - 1 < -max_deviation and peers.z(v) < -min_z}
     detail = ", ".join(f"{k} {v:.4g} GB/s ({v / peers.median - 1:+.1%})" for k, v in mine.items())
@@ -125,6 +132,16 @@ def judge_pairs(
             limit=round(peers.median * (1 - max_deviation), 4),
         )
     return Finding(PAIRS_CHECK, CheckStatus.PASS, node, None, f"{node}'s pairs: {detail}; {where}")
+
+
+def pairs_by_node(values: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Each node's pairs (named "a + b") and their figures, in `values`' order: what judge_pairs finds for one node,
+    for every node in one pass."""
+    out: dict[str, dict[str, float]] = {}
+    for name, v in values.items():
+        for node in dict.fromkeys(name.split(" + ")):
+            out.setdefault(node, {})[name] = v
+    return out
 
 
 def enough_pairs(values: dict[str, float]) -> bool:
@@ -238,7 +255,8 @@ def decide_multinode(view: RunView, key: CheckKey) -> Finding:
     return unlabelled(view, pool) if no_domain else multinode(view, pool, domain)
 
 
-Pairs = tuple[str | None, dict[str, float], dict[str, list[str]], Summary | None]
+# why the pairs cannot be believed, each pair's figure, the failed pairs by node, their summary, the pairs by node
+Pairs = tuple[str | None, dict[str, float], dict[str, list[str]], Summary | None, dict[str, dict[str, float]]]
 
 
 def _pairs(view: RunView, pool: str | None) -> Pairs:
@@ -251,7 +269,7 @@ def _pairs(view: RunView, pool: str | None) -> Pairs:
         odd = pairs_problem(view.fabric_pairs, view.inventory.names)
         mine = [p for p in view.fabric_pairs.pairs if all(view.pools.name_of(n) == pool for n in p.nodes)]
         values, failed = pair_figures(view.fabric_pairs.model_copy(update={"pairs": mine}))
-        return odd, values, failed, summarize(list(values.values())) if values else None
+        return odd, values, failed, summarize(list(values.values())) if values else None, pairs_by_node(values)
 
     return view.once(f"{PAIRS_CHECK}[{pool}]", judged)
 
@@ -273,20 +291,20 @@ def fabric_straggler(view: RunView, node: str) -> Finding:
             return skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
         return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")
     pool = view.pools.name_of(node)
-    odd, values, failures, peers = _pairs(view, pool)
+    odd, values, failures, peers, by_node = _pairs(view, pool)
     if odd:
         return Finding(check, ERROR, node, None, f"the pairs' evidence cannot be believed: {odd}")
     failed = failures.get(node, [])
     if failed:
         return Finding(check, ERROR, node, None, f"the all-reduce of {node}'s pairs did not run: {' | '.join(failed)}")
-    mine = [name for name in values if node in name.split(" + ")]
+    mine = by_node.get(node, {})
     if not mine or not enough_pairs(values):
         why = f"{node} was in no pair" if not mine else f"{len(values)} pairs are too few to tell a slow node"
         if cause is not None:
             return skip(check, node, None, f"{why}: not every node was measured", cause)
         return Finding(check, ERROR, node, None, f"{why}, though every node was measured")
     s = view.spec.stragglers_for(pool or view.spec.pools[0].name)
-    return judge_pairs(node, values, s.max_deviation, s.min_z, peers)
+    return judge_pairs(node, values, s.max_deviation, s.min_z, peers, mine)
 
 
 def decide_pairs(view: RunView, key: CheckKey) -> Finding:

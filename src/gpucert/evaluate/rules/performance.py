@@ -5,10 +5,11 @@ believed at all, and the figure against the SKU baseline. The comparisons with p
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpucert.evaluate.stats import median
-from gpucert.measure.evidence import Measurement, NcclEvidence, NodeEvidence, P2pPair
+from gpucert.measure.evidence import GpuEvidence, Measurement, NcclEvidence, NodeEvidence, P2pPair
 from gpucert.plan.checks import CheckStatus, Finding
 from gpucert.spec.baseline import Comparison, MetricBaseline
 from gpucert.spec.cluster import MIN_SAMPLES as SPEC_MIN_SAMPLES
@@ -22,6 +23,7 @@ __all__ = [
     "evidence_problem",
     "figure_of",
     "p2p_problem",
+    "p2p_problems",
     "sample_problem",
     "samples_of",
     "top_busbw",
@@ -92,11 +94,18 @@ def samples_of(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
 
 
 def evidence_problem(
-    ev: NodeEvidence, metric: str, unit: str, gpu: int | None = None
+    ev: NodeEvidence,
+    metric: str,
+    unit: str,
+    gpu: int | None = None,
+    *,
+    found: GpuEvidence | None = None,
+    matrix: Mapping[int, str | None] | None = None,
 ) -> tuple[CheckStatus, str] | None:
     """What in a node's evidence for `metric` contradicts a measurement (the status it gives and why), or None: an
     all-reduce that returned wrong values fails; one over another number of ranks than the node's GPUs, or a
-    figure in another unit than the baseline's, cannot be judged."""
+    figure in another unit than the baseline's, cannot be judged. Where the caller has them: `found`, `ev.gpu(gpu)`;
+    `matrix`, `p2p_problems(ev)`."""
     if metric == "nccl.all_reduce" and ev.nccl is not None:
         if not ev.nccl.correct:
             return CheckStatus.FAIL, "the all-reduce returned wrong values"
@@ -106,12 +115,12 @@ def evidence_problem(
                 f"the all-reduce ran over {ev.nccl.ranks} ranks, the node shows {len(ev.gpus)} GPUs",
             )
     if metric == "p2p.bandwidth":
-        matrix = p2p_problem(ev, gpu)
-        if matrix is not None:
-            return CheckStatus.ERROR, matrix
+        wrong = matrix[gpu] if matrix is not None and gpu is not None and gpu in matrix else p2p_problem(ev, gpu)
+        if wrong is not None:
+            return CheckStatus.ERROR, wrong
         units = {ev.p2p.unit} if ev.p2p is not None else set()
     else:
-        g = ev.gpu(gpu) if gpu is not None else None
+        g = found if found is not None else ev.gpu(gpu) if gpu is not None else None
         m = g.measurements.get(metric) if g is not None else None
         units = {m.unit} if m is not None else set()
     if units - {unit}:
@@ -127,20 +136,41 @@ def p2p_problem(ev: NodeEvidence, gpu: int | None) -> str | None:
     if ev.p2p is None or gpu is None:
         return None
     indices = {g.index for g in ev.gpus}
-    seen: set[tuple[int, int]] = set()
-    for p in ev.p2p.pairs:
-        if p.src == p.dst:
-            return f"the P2P matrix pairs GPU {p.src} with itself"
-        if not {p.src, p.dst} <= indices:
-            return f"the P2P matrix has a pair {p.src}->{p.dst} of a GPU the node does not show"
-        if (p.src, p.dst) in seen:
-            return f"the P2P matrix holds the pair {p.src}->{p.dst} twice"
-        seen.add((p.src, p.dst))
+    whole, seen = _matrix(ev, indices)
+    return whole if whole is not None else _gpu_pairs_problem(ev, gpu, sorted(indices), seen)
+
+
+def p2p_problems(ev: NodeEvidence) -> dict[int, str | None]:
+    """`p2p_problem` of every GPU the node shows, its matrix looked over once (each GPU's check asks)."""
+    if ev.p2p is None:
+        return {}
+    indices = {g.index for g in ev.gpus}
+    whole, seen = _matrix(ev, indices)
     order = sorted(indices)
+    return {i: whole if whole is not None else _gpu_pairs_problem(ev, i, order, seen) for i in order}
+
+
+def _matrix(ev: NodeEvidence, indices: set[int]) -> tuple[str | None, set[tuple[int, int]]]:
+    """Why the node's P2P matrix as a whole cannot be judged (None when it can), and the pairs it holds."""
+    seen: set[tuple[int, int]] = set()
+    for p in ev.p2p.pairs if ev.p2p is not None else ():
+        if p.src == p.dst:
+            return f"the P2P matrix pairs GPU {p.src} with itself", seen
+        if not {p.src, p.dst} <= indices:
+            return f"the P2P matrix has a pair {p.src}->{p.dst} of a GPU the node does not show", seen
+        if (p.src, p.dst) in seen:
+            return f"the P2P matrix holds the pair {p.src}->{p.dst} twice", seen
+        seen.add((p.src, p.dst))
+    return None, seen
+
+
+def _gpu_pairs_problem(ev: NodeEvidence, gpu: int, order: list[int], seen: set[tuple[int, int]]) -> str | None:
+    """Why `gpu`'s pairs of a whole matrix cannot be judged: one is missing, or went through the host."""
     missing = [f"{a}->{b}" for a in order for b in order if a != b and gpu in (a, b) and (a, b) not in seen]
     if missing:
         return f"the P2P matrix lacks the pairs {', '.join(missing)}"
-    staged = [f"{p.src}->{p.dst}" for p in ev.p2p.pairs if gpu in (p.src, p.dst) and not p.peer_access and not p.error]
+    pairs = ev.p2p.pairs if ev.p2p is not None else []
+    staged = [f"{p.src}->{p.dst}" for p in pairs if gpu in (p.src, p.dst) and not p.peer_access and not p.error]
     if staged:
         return f"no peer access between GPUs {', '.join(staged)}: the copies went through the host, not GPU to GPU"
     return None
@@ -176,6 +206,15 @@ def believable(
 ) -> Sampled | str:
     """The figure of one measurement when its samples can be believed, else why not: the one answer to "is this
     figure believable" that the checks, the peers, the handover record and the exporter all ask."""
+    if metric == "p2p.bandwidth":  # figure_of's figure from the pairs in hand
+        pairs = _pairs_of(ev, gpu)
+        problem = sample_problem([x for p in pairs for x in p.samples], expected, min_samples)
+        if problem is not None:
+            return problem
+        if pairs and ev.p2p is not None:
+            n = sum(len(p.samples) for p in pairs)
+            return Sampled(median([median(p.samples) for p in pairs]), n, ev.p2p.unit)
+        return f"{metric} was not measured"
     m = _measurement(ev, metric, gpu) if metric not in _OWN_FIGURES else None
     samples = list(m.samples) if m is not None else samples_of(ev, metric, gpu)
     problem = sample_problem(samples, expected, min_samples)

@@ -46,14 +46,18 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
     if whole is not None and whole.status is FAIL:
         message = f"{node} as a whole is behind the other nodes on {metric} (see straggler.{metric}@{node})"
         return _skip(metric, node, gpu, message, CheckKey(f"straggler.{metric}", node))
-    stable = index.stability((node, gpu)) if unstable_is_judged(metric) else None
-    behind = index.judge((node, gpu))
-    if gpu is not None and base.status is PASS and behind.status is FAIL and combined_fails(view, node, gpu):
+    # the one finding the check gives is worded; the others are only weighed (most GPUs pass all three)
+    behind = index.behind((node, gpu))
+    if gpu is not None and base.status is PASS and behind and combined_fails(view, node, gpu):
         message = f"{node}/gpu{gpu} is behind on several metrics at once (see {COMBINED}@{node}/gpu{gpu})"
-        return _skip(metric, node, gpu, f"{message}; on {metric}: {behind.message}", CheckKey(COMBINED, node, gpu))
-    for found in (base, behind, stable):
-        if found is not None and found.status is not PASS:
-            return found
+        on = index.judge((node, gpu)).message
+        return _skip(metric, node, gpu, f"{message}; on {metric}: {on}", CheckKey(COMBINED, node, gpu))
+    if base.status is not PASS:
+        return base
+    if behind:
+        return index.judge((node, gpu))
+    if unstable_is_judged(metric) and index.unstable((node, gpu)):
+        return index.stability((node, gpu)) or base
     notes = index.notes((node, gpu), stability=unstable_is_judged(metric))  # comparisons too few peers allow
     return dataclasses.replace(base, message="; ".join([base.message, *notes])) if notes else base
 

@@ -29,10 +29,11 @@ ignored depth, and its rate estimated from the data made it lenient by about j! 
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpucert.evaluate.stats import hypergeometric_tail, median, quantile, tail_z
+from gpucert.evaluate.stats import hypergeometric_tail, median_of_sorted, quantile_of_sorted, tail_z
 from gpucert.plan.checks import CheckStatus, Finding
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "judge_stability",
     "scan",
     "slow_samples",
+    "unstable",
     "verdict",
 ]
 
@@ -80,11 +82,21 @@ def slow_samples(samples: Sequence[float], sign: float, max_deviation: float) ->
     """The samples' slow ones (`sign` +1 where higher is better, -1 where lower is), None without samples."""
     if not samples:
         return None
-    m = median(samples)
+    ordered = sorted(samples)  # once, for the median and the quantile both
+    m = median_of_sorted(ordered)
     if m <= 0:
         return None
-    depths = sorted((-sign * (x / m - 1) for x in samples if sign * (x / m - 1) < -max_deviation), reverse=True)
-    low = quantile(samples, 0.1 if sign > 0 else 0.9)
+    if math.isfinite(sum(ordered)):  # numbers all: the slow ones are at the worse end of the sorted samples
+        depths = []
+        for x in ordered if sign > 0 else reversed(ordered):
+            r = x / m - 1
+            if not sign * r < -max_deviation:
+                break
+            depths.append(-sign * r)
+        depths.sort(reverse=True)
+    else:
+        depths = sorted((-sign * r for r in [x / m - 1 for x in samples] if sign * r < -max_deviation), reverse=True)
+    low = quantile_of_sorted(ordered, 0.1 if sign > 0 else 0.9)
     worst = min(samples) if sign > 0 else max(samples)
     return SlowSamples(len(depths), len(samples), m, low, worst, tuple(depths))
 
@@ -151,6 +163,11 @@ def verdict(found: DepthScan | None, gpus: int, metrics: int, min_z: float) -> t
     return anywhere, z, found is not None and z >= min_z
 
 
+def unstable(mine: SlowSamples, tails: TailPool, rules: Rules) -> bool:
+    """Whether `judge_stability` fails the GPU whose slow samples are `mine` among its pool's `tails`, unworded."""
+    return verdict(scan(mine, tails), tails.members, rules.metrics, rules.min_z)[2]
+
+
 def _where(key: tuple[str, int | None]) -> str:
     return key[0] if key[1] is None else f"{key[0]}/gpu{key[1]}"
 
@@ -172,7 +189,7 @@ def judge_stability(
         f"of {n_peers} samples ({k_peers / n_peers if n_peers else 0:.2%})"
     )
     found = scan(mine, tails)
-    judged = peers + 1
+    judged = tails.members
     anywhere, z, bad = verdict(found, judged, rules.metrics, rules.min_z)
     status = CheckStatus.FAIL if bad else CheckStatus.PASS
     message = f"{_where(key)} {metric}: {figures}"

@@ -42,6 +42,7 @@ from gpucert.evaluate.rules.stability import (
     TailPool,
     judge_stability,
     slow_samples,
+    unstable,
 )
 from gpucert.evaluate.stats import (
     MAD_TO_SIGMA,
@@ -107,6 +108,8 @@ class PeerIndex:
         self.rules = rules
         self.sign = 1.0 if rules.higher_is_better else -1.0
         self._pool_of = pool_of
+        self._pool_by_node: dict[str, str] = {}  # pool_of's answers: asked several times by every check
+        self._bars: dict[int, float] = {}
         self._others = others  # a pool -> the other metrics' `relative_spread`s of its nodes, to pool with
         self.pools: dict[str, list[Key]] = defaultdict(list)
         self.by_node: dict[str, list[Key]] = defaultdict(list)
@@ -133,7 +136,10 @@ class PeerIndex:
 
     def pool_of(self, node: str) -> str:
         """The group of nodes a node is compared with: the whole fleet unless the caller says otherwise."""
-        return self._pool_of(node) if self._pool_of is not None else FLEET
+        pool = self._pool_by_node.get(node)
+        if pool is None:
+            pool = self._pool_by_node[node] = self._pool_of(node) if self._pool_of is not None else FLEET
+        return pool
 
     def peers_of(self, key: Key) -> list[Key]:
         """The GPUs (or nodes, for a node-level metric) `key` is compared with in the fleet: its pool, less itself."""
@@ -180,7 +186,12 @@ class PeerIndex:
         """The robust z a figure must reach when `compared` figures are held to the same peers: `minZ` for one,
         higher for more, so that the chance that any of a healthy fleet's figures reaches it stays that of one
         figure reaching `minZ` (a fleet of thousands has a -4 sd board somewhere; it is no straggler)."""
-        return max(self.rules.min_z, tail_z(NormalDist().cdf(-self.rules.min_z) / max(compared, 1)))
+        bar = self._bars.get(compared)
+        if bar is None:
+            bar = self._bars[compared] = max(
+                self.rules.min_z, tail_z(NormalDist().cdf(-self.rules.min_z) / max(compared, 1))
+            )
+        return bar
 
     def _behind(self, deviation: float, z: float, compared: int) -> bool:
         return self.sign * deviation < -self.rules.max_deviation and self.sign * z < -self.bar(compared)
@@ -205,34 +216,52 @@ class PeerIndex:
             out.append(f"stability not judged: {others} peers with samples, the rule needs {MIN_PEERS}")
         return out
 
+    def _behind_on(self, key: Key) -> tuple[float | None, float | None]:
+        """The GPU's robust z against its node's others and against its pool, each where it is behind on it (None
+        where it is not, or the comparison is not made): what `judge` words."""
+        pool = self.pool_of(key[0])
+        r = self._residuals.get(key)
+        within = self._within.get(pool)
+        node_z = None
+        if key[1] is not None and r is not None and within is not None:
+            z = within.z(r)
+            node_z = z if self._behind(r - within.median, z, within.n) else None
+        fleet_z = None
+        if self._peer_count(key) >= MIN_PEERS:
+            fleet = self.fleet[pool]
+            value = self.values[key].value
+            z = fleet.z(value)
+            fleet_z = z if self._behind(value / fleet.median - 1, z, fleet.n) else None
+        return node_z, fleet_z
+
+    def behind(self, key: Key) -> bool:
+        """Whether `judge` fails the GPU, without wording it (a check words one finding of the several it weighs)."""
+        return self._behind_on(key) != (None, None)
+
     def judge(self, key: Key) -> Finding:
         """Pass, or `straggler.<metric>` failing: by how much, against whom, on how many samples. A pass says
         which comparison could not be made for too few peers."""
         check = f"straggler.{self.metric}"
         s = self.values[key]
         reasons: list[str] = []
-        r = self._residuals.get(key)
-        within = self._within.get(self.pool_of(key[0]))
-        if key[1] is not None and r is not None and within is not None:
-            z = within.z(r)
-            if self._behind(r - within.median, z, within.n):
-                peers = self.node_peers_of(key)
-                ref = median([self.values[k].value for k in peers])
-                reasons.append(
-                    f"{abs(r):.1%} {self._word()} the median of its {len(peers)} peers on {key[0]} "
-                    f"({ref:.4g} {s.unit}; robust z {z:.1f} against the spread of every GPU from its own node's "
-                    f"others, beyond {self.bar(within.n):.1f} for any of {within.n} GPUs)"
-                )
+        node_z, fleet_z = self._behind_on(key)
+        if node_z is not None:
+            r, within = self._residuals[key], self._within[self.pool_of(key[0])]
+            peers = self.node_peers_of(key)
+            ref = median([self.values[k].value for k in peers])
+            reasons.append(
+                f"{abs(r):.1%} {self._word()} the median of its {len(peers)} peers on {key[0]} "
+                f"({ref:.4g} {s.unit}; robust z {node_z:.1f} against the spread of every GPU from its own node's "
+                f"others, beyond {self.bar(within.n):.1f} for any of {within.n} GPUs)"
+            )
         fleet = self.fleet[self.pool_of(key[0])]
         what = "GPUs" if key[1] is not None else "nodes"
-        if self._peer_count(key) >= MIN_PEERS:
+        if fleet_z is not None:
             deviation = s.value / fleet.median - 1
-            z = fleet.z(s.value)
-            if self._behind(deviation, z, fleet.n):
-                reasons.append(
-                    f"{abs(deviation):.1%} {self._word()} the {self.pool_of(key[0])} median over {fleet.n} {what} "
-                    f"({fleet.median:.4g} {s.unit}, robust z {z:.1f}, beyond {self.bar(fleet.n):.1f} for any of them)"
-                )
+            reasons.append(
+                f"{abs(deviation):.1%} {self._word()} the {self.pool_of(key[0])} median over {fleet.n} {what} "
+                f"({fleet.median:.4g} {s.unit}, robust z {fleet_z:.1f}, beyond {self.bar(fleet.n):.1f} for any of them)"
+            )
         if not reasons:
             message = f"{_where(key)} {self.metric} {s.value:.4g} {s.unit} is in line with its peers"
             return Finding(
@@ -354,6 +383,10 @@ class PeerIndex:
         """Whether `stability` judges the GPU (its samples were given and it has peers enough), without judging it."""
         mine = self._slow.get(key)
         return mine is not None and self._tails[self.pool_of(key[0])].members - 1 >= MIN_PEERS
+
+    def unstable(self, key: Key) -> bool:
+        """Whether `stability` fails the GPU, without wording it."""
+        return self.stability_told(key) and unstable(self._slow[key], self._tails[self.pool_of(key[0])], self.rules)
 
     def stability(self, key: Key) -> Finding | None:
         """`stability.<metric>`: pass or fail on the count and depth of the GPU's slow samples against its peers'
