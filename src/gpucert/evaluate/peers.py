@@ -75,21 +75,26 @@ class PeerComparisons:
             samples: dict[tuple[str, int | None], list[float]] = {}
             expected = self.baselines[pool].metrics[metric].expected
             least = self.spec.certify.min_samples(probe_of_metric(metric))
+            stable = unstable_is_judged(metric)
             for ev in self._evidence(pool):
                 if not ev.collected:
                     continue
+                first = {} if metric in NODE_METRICS else {g.index: g for g in reversed(ev.gpus)}  # ev.gpu's
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
                     s = self._believe(ev, metric, idx, expected, least)
                     if isinstance(s, Sampled):
                         values[(ev.node, idx)] = s
-                        samples[(ev.node, idx)] = samples_of(ev, metric, idx)
+                        if stable:  # the samples only where stability is judged
+                            samples[(ev.node, idx)] = samples_of(
+                                ev, metric, idx, first.get(idx) if idx is not None else None
+                            )
             label = self.label(pool)
             self._index[(metric, pool)] = PeerIndex(
                 metric,
                 values,
                 self.rules(metric, pool),
-                samples=samples if unstable_is_judged(metric) else None,
+                samples=samples if stable else None,
                 pool_of=lambda _node: label,
                 others=lambda _label: self._other_spreads(metric, pool),
             )

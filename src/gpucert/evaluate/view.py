@@ -280,8 +280,9 @@ class RunView:
             ev = self.usable(node)
             if ev is None:
                 raise ValueError(f"{node} has no usable evidence: no figure of {metric} to believe")
-            found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric))
-            figures[key] = None if isinstance(found, str) and not samples_of(ev, metric, gpu) else found
+            g = self.gpu_of(node, gpu) if gpu is not None else None
+            found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric), g)
+            figures[key] = None if isinstance(found, str) and not samples_of(ev, metric, gpu, g) else found
         return figures[key]
 
     def _believe_peer(

@@ -60,8 +60,10 @@ def _pairs_of(ev: NodeEvidence, index: int | None) -> list[P2pPair]:
 _OWN_FIGURES = frozenset(("nccl.all_reduce", "p2p.bandwidth"))  # figures not one measurement's median (figure_of)
 
 
-def _measurement(ev: NodeEvidence, metric: str, index: int | None) -> Measurement | None:
-    g = ev.gpu(index) if index is not None else None
+def _measurement(
+    ev: NodeEvidence, metric: str, index: int | None, found: GpuEvidence | None = None
+) -> Measurement | None:
+    g = found if found is not None else ev.gpu(index) if index is not None else None
     m = g.measurements.get(metric) if g is not None else None
     return m if m is not None and m.samples else None
 
@@ -83,13 +85,14 @@ def figure_of(ev: NodeEvidence, metric: str, index: int | None) -> Sampled | Non
     return Sampled(median(m.samples), len(m.samples), m.unit) if m is not None else None
 
 
-def samples_of(ev: NodeEvidence, metric: str, index: int | None) -> list[float]:
-    """Every sample behind `figure_of`'s figure (P2P: those of every pair the GPU is part of)."""
+def samples_of(ev: NodeEvidence, metric: str, index: int | None, found: GpuEvidence | None = None) -> list[float]:
+    """Every sample behind `figure_of`'s figure (P2P: those of every pair the GPU is part of). `found`:
+    `ev.gpu(index)`, where the caller has it."""
     if metric == "nccl.all_reduce":
         return top_busbw(ev.nccl) if ev.nccl is not None else []
     if metric == "p2p.bandwidth":
         return [x for p in _pairs_of(ev, index) for x in p.samples]
-    m = _measurement(ev, metric, index)
+    m = _measurement(ev, metric, index, found)
     return list(m.samples) if m is not None else []
 
 
@@ -202,10 +205,16 @@ def sample_problem(samples: list[float], expected: float | None, min_samples: in
 
 
 def believable(
-    ev: NodeEvidence, metric: str, gpu: int | None, expected: float | None, min_samples: int = MIN_SAMPLES
+    ev: NodeEvidence,
+    metric: str,
+    gpu: int | None,
+    expected: float | None,
+    min_samples: int = MIN_SAMPLES,
+    found: GpuEvidence | None = None,
 ) -> Sampled | str:
     """The figure of one measurement when its samples can be believed, else why not: the one answer to "is this
-    figure believable" that the checks, the peers, the handover record and the exporter all ask."""
+    figure believable" that the checks, the peers, the handover record and the exporter all ask. `found`:
+    `ev.gpu(gpu)`, where the caller has it."""
     if metric == "p2p.bandwidth":  # figure_of's figure from the pairs in hand
         pairs = _pairs_of(ev, gpu)
         problem = sample_problem([x for p in pairs for x in p.samples], expected, min_samples)
@@ -215,8 +224,8 @@ def believable(
             n = sum(len(p.samples) for p in pairs)
             return Sampled(median([median(p.samples) for p in pairs]), n, ev.p2p.unit)
         return f"{metric} was not measured"
-    m = _measurement(ev, metric, gpu) if metric not in _OWN_FIGURES else None
-    samples = list(m.samples) if m is not None else samples_of(ev, metric, gpu)
+    m = _measurement(ev, metric, gpu, found) if metric not in _OWN_FIGURES else None
+    samples = list(m.samples) if m is not None else samples_of(ev, metric, gpu, found)
     problem = sample_problem(samples, expected, min_samples)
     if problem is not None:
         return problem
