@@ -15,6 +15,7 @@ __all__ = [
     "GpucertError",
     "IncompleteRunError",
     "NodeBusyError",
+    "RunInterrupted",
 ]
 
 
@@ -82,3 +83,18 @@ class NodeBusyError(GpucertError):
     """Another recertification holds the node's lease: this one refuses to start (nothing was changed)."""
 
     exit_code = 3
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A Ctrl-C (or SIGTERM) during a run, saying which run folder it left: `folder` is None when none was kept (the
+    run was stopped before its folder was made, or before any node was measured: the folder went again)."""
+
+    def __init__(self, folder: Path | None) -> None:
+        self.folder = folder
+        super().__init__(str(folder) if folder is not None else "")
+
+    def said(self) -> str:
+        """What the command prints: where the evidence is, or that there is none to look for."""
+        if self.folder is None:
+            return "interrupted before any node was measured: no run folder was kept; run the command again"
+        return f"interrupted; the evidence measured so far is in {self.folder}"

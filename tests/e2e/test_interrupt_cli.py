@@ -9,6 +9,7 @@ TerminalReporter.pytest_keyboard_interrupt (terminal.py: excinfo.getrepr(funcarg
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -54,3 +55,39 @@ def test_an_interrupt_pytest_cannot_describe_is_exit_3_and_one_line(
     assert err.strip().splitlines()[-1].startswith("gpucert: error: interrupted during evaluation")
     (run,) = (tmp_path / "reports").iterdir()
     assert '"result": "incomplete"' in (run / "verdict.json").read_text()
+
+
+def _certify_interrupted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, capsys: Any) -> tuple[int, str]:
+    """`gpucert certify` of a one-node fleet, Ctrl-C raised in `where` (module:function)."""
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=1, gpus=1)))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_doc()))
+
+    def interrupt(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(where, interrupt)
+    code = main(["certify", str(tmp_path / "spec.yaml"), "--reports", str(tmp_path / "reports"), "--skip-preflight"])
+    return code, capsys.readouterr().err
+
+
+def test_an_interrupt_before_any_evidence_says_no_run_folder_was_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Hostile sweep of 93f6c9a, item 5: a re-test stopped at ~3 s said "the evidence measured so far is in the run
+    folder" while its folder had gone (new_run removes a folder that holds no evidence) and named none."""
+    code, err = _certify_interrupted(tmp_path, monkeypatch, "gpucert.plan.run.measure", capsys)
+    assert code == 3
+    assert err.strip().splitlines()[-1] == (
+        "gpucert: interrupted before any node was measured: no run folder was kept; run the command again"
+    )
+    assert not (tmp_path / "reports").exists()
+
+
+def test_an_interrupt_after_the_measure_names_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = _certify_interrupted(tmp_path, monkeypatch, "gpucert.cli.certify.evaluate_run", capsys)
+    (run,) = (tmp_path / "reports").iterdir()
+    assert code == 3
+    assert err.strip().splitlines()[-1] == f"gpucert: interrupted; the evidence measured so far is in {run}"
+    assert list((run / "evidence").iterdir())

@@ -30,7 +30,7 @@ from gpucert.cli.args import (
     write_output,
 )
 from gpucert.cli.preflight import before_run
-from gpucert.errors import ConfigError, IncompleteRunError
+from gpucert.errors import ConfigError, IncompleteRunError, RunInterrupted
 from gpucert.fleet.history import record_run, use_history
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan import run as runner
@@ -232,27 +232,48 @@ def _run(
     skip_preflight: bool = False,
 ) -> tuple[int, RunFolder]:
     spec, _ = load_inputs(spec_path)
-    checked = before_run(spec, console, skip=skip_preflight) if mode is runner.Mode.MEASURE else None
-    source = None
-    if retest is not None:
-        from gpucert.acceptance.retest import open_source
-
-        keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
-        source = open_source(Path(retest), spec, keys)  # refused before anything is planned or measured
-        mode = runner.Mode.RETEST
-    folder = _prepare(spec, reports, mode, evidence, source, gate)
-    if checked is not None:
-        folder.write_preflight(checked)
-    if mode is runner.Mode.MEASURE:
-        keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
-        use_history(folder, Path(reports), spec.metadata.name, keys, console.print)
-    result = evaluate_run(folder, workers=workers, quiet=quiet, signer=signer)
-    if sign_key is not None:
-        path, fp = attest.sign_run(folder.path, sign_key)
-        console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+    folder: RunFolder | None = None
+    try:
+        checked = before_run(spec, console, skip=skip_preflight) if mode is runner.Mode.MEASURE else None
+        source = None
+        if retest is not None:
+            source = _source(retest, reports, spec, sign_key)  # refused before anything is planned or measured
+            mode = runner.Mode.RETEST
+        folder = _prepare(spec, reports, mode, evidence, source, gate)
+        if checked is not None:
+            folder.write_preflight(checked)
         if mode is runner.Mode.MEASURE:
-            record_run(folder, Path(reports))  # each node's history gains this run's figures
+            keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
+            use_history(folder, Path(reports), spec.metadata.name, keys, console.print)
+        result = evaluate_run(folder, workers=workers, quiet=quiet, signer=signer)
+        if sign_key is not None:
+            path, fp = attest.sign_run(folder.path, sign_key)
+            console.print(f"  {'certificate':<15} {path} (signed by {fp})")
+            if mode is runner.Mode.MEASURE:
+                record_run(folder, Path(reports))  # each node's history gains this run's figures
+    except KeyboardInterrupt as exc:
+        # the CLI says which run folder the interrupt left, or that none was kept (new_run says it of its own)
+        if isinstance(exc, RunInterrupted):
+            raise
+        raise RunInterrupted(folder.path if folder is not None else None) from None
     return result, folder
+
+
+def _source(retest: str, reports: str, spec: ClusterSpec, sign_key: Path | None) -> Source:
+    """The re-test's source run, opened and verified; a --reports inside it is refused: the new run would be
+    written into the signed folder, whose certificate would then no longer verify."""
+    from gpucert.acceptance.retest import open_source
+
+    keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
+    source = open_source(Path(retest), spec, keys)
+    into = Path(reports).resolve()
+    if into.is_relative_to(source.folder.path.resolve()):
+        raise ConfigError(
+            f"{reports} is inside the re-test's source run {source.folder.path}: the new run would be "
+            "written into a signed folder and break its certificate; name a folder outside it (e.g. reports)",
+            key="--reports",
+        )
+    return source
 
 
 def cmd_demo(a: argparse.Namespace) -> int:

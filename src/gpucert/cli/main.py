@@ -22,7 +22,7 @@ from gpucert.cli.history import add_history_command
 from gpucert.cli.preflight import add_preflight_command
 from gpucert.cli.reports import add_report_commands
 from gpucert.cli.soak import add_soak_command
-from gpucert.errors import GpucertError
+from gpucert.errors import GpucertError, RunInterrupted
 
 __all__ = ["before_exit", "main"]
 
@@ -61,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a path the system refuses that no code path named: still one line, never a traceback
         print(f"gpucert: error: {os_error(exc)}", file=sys.stderr)
         return EXIT_USAGE if exc.errno in PATH_ERRNOS else EXIT_INCOMPLETE
+    except RunInterrupted as exc:
+        print(f"gpucert: {exc.said()}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     except KeyboardInterrupt:
         print("gpucert: interrupted; the evidence measured so far is in the run folder", file=sys.stderr)
         return EXIT_INCOMPLETE

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpucert._version import __version__
-from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
+from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError, RunInterrupted
 from gpucert.measure.evidence import CounterWindow, FabricEvidence, FabricPairs, NodeEvidence, ProbeError
 from gpucert.measure.evidence_fabric import merge_windows
 from gpucert.measure.probes.probe_plan import FabricRails
@@ -90,12 +90,15 @@ def new_run(
     )
     try:
         yield folder
-    except BaseException:
-        if not folder.holds_evidence:
+    except BaseException as exc:
+        kept = folder.holds_evidence
+        if not kept:
             shutil.rmtree(folder.path, ignore_errors=True)
             if not existed:
                 with contextlib.suppress(OSError):
                     reports.rmdir()  # only if empty: a reports folder this run created for nothing goes too
+        if isinstance(exc, KeyboardInterrupt) and not isinstance(exc, RunInterrupted):
+            raise RunInterrupted(folder.path if kept else None) from None  # the CLI says which folder, or none
         raise
 
 

@@ -159,7 +159,9 @@ def _predicate(folder: RunFolder, verdict: Verdict) -> dict[str, Any]:
         extra["waivers"] = {"sha256": _sha256(folder.waivers_copy), "waived": verdict.summary.waived}
     if verdict.retest is not None:
         retest = verdict.retest.to_json()
-        extra["retest"] = {k: retest[k] for k in ("source", "sourceCertificate", "measured", "carried")}
+        extra["retest"] = {
+            k: retest[k] for k in ("source", "sourceCertificate", "measured", "carried", "absent") if k in retest
+        }
     coverage = verdict.coverage.to_json()
     return {
         "spec": {"name": verdict.spec, "sha256": _sha256(spec_file) if spec_file.exists() else None},

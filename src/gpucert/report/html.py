@@ -320,6 +320,8 @@ class HtmlSummary:
                 f"({', '.join(sorted(retest.measured, key=natural_key))}), "
                 f"{len(retest.carried)} carried over with their signed evidence"
             )
+            if retest.absent:
+                line += f"; not in the fleet now, so not re-tested: {', '.join(retest.absent)}"
         if not c.complete:
             line += (
                 f". INCOMPLETE: {c.deselected} required checks were not collected (-k, --deselect, --lf or a "

@@ -91,6 +91,11 @@ def summary_lines(
                 indent=1,
             )
         )
+        if retest.absent:
+            gone = ", ".join(retest.absent)
+            lines.append(
+                Line(f"re-test: not in the fleet now, so not re-tested: {gone} (in {retest.source})", "note", 1)
+            )
     lines += _incomplete(verdict)
     if left_out:
         lines.append(Line(f"{left_out} test items the spec does not require were left out", indent=1))

@@ -246,6 +246,7 @@ def _retest_summary(retest: RetestRecord | None) -> RetestSummary | None:
         measured=tuple(retest.measured),
         carried=tuple(retest.carried),
         why=dict(retest.measured),
+        absent=retest.absent or None,
     )
 
 

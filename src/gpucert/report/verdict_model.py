@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, Strict
 
@@ -186,6 +186,11 @@ class RetestSummary(Part):
     measured: tuple[Str, ...] = ()
     carried: tuple[Str, ...] = ()
     why: dict[str, Str] = Field(default_factory=dict)
+    # the source run's nodes the re-test's fleet no longer has (additive to v3; absent when none is gone): a re-test
+    # of fewer nodes can pass, and must say which of the certified ones it no longer speaks for
+    absent: tuple[Str, ...] | None = None
+
+    OMITTED_WHEN_NONE: ClassVar[frozenset[str]] = frozenset({"absent"})
 
 
 class AgainstSku(Part):
