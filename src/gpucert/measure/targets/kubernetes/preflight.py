@@ -22,6 +22,7 @@ from gpucert.measure.targets.kubernetes.nodes import holds_gpus
 from gpucert.measure.targets.kubernetes.podspec import CORDON_TOLERATION, fabric_level, pod_spec, spec_tolerations
 from gpucert.measure.targets.kubernetes.sharing import refusal
 from gpucert.spec.cluster import ClusterSpec, KubernetesTargetSpec, Pool
+from gpucert.spec.kubernetes import topology_key
 
 __all__ = ["GROUPS", "Check", "Preflight", "needed_access"]
 
@@ -291,6 +292,10 @@ class Preflight:
                 if _count(alloc.get(res)) < _count(amount):
                     fix = f"install the RDMA device plugin for {res} on the node, or correct target.fabricResources"
                     out.append(("RDMA", f"allocatable {res} {_count(alloc.get(res))} of the {amount} needed", fix))
+            key = topology_key(self.t)
+            if key and not labels.get(key):  # in no domain: on no ring (the run's `no domain` error)
+                fix = f"kubectl label node {name} {key}=DOMAIN, or remove target.gang.topologyKey"
+                out.append(("topology domain", f"no {key} label: no all-reduce across nodes would measure it", fix))
         return out
 
     def _untolerated(self, name: str, pool_index: int, taints: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
