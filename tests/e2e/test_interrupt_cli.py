@@ -8,6 +8,7 @@ TerminalReporter.pytest_keyboard_interrupt (terminal.py: excinfo.getrepr(funcarg
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -91,3 +92,50 @@ def test_an_interrupt_after_the_measure_names_the_run_folder(
     assert code == 3
     assert err.strip().splitlines()[-1] == f"gpucert: interrupted; the evidence measured so far is in {run}"
     assert list((run / "evidence").iterdir())
+
+
+class _InterruptCollection:
+    """Ctrl-C while the items are being collected (after a few), as a hostile sweep pressed it ~4 s into a 32-node
+    `gpucert certify`."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        self.seen += 1
+        if self.seen == 20:
+            raise KeyboardInterrupt
+
+
+def test_an_interrupt_during_collection_reads_as_not_reached_never_deselected(pytester: pytest.Pytester) -> None:
+    """Hostile sweep of 93f6c9a, item 4: the verdict counted 6,753 checks deselected and none not reached, and
+    report.html blamed "-k, --deselect, --lf or a suite left out" for the user's Ctrl-C."""
+    from .conftest import SUITES
+
+    (pytester.path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=2, gpus=2)))
+    doc = spec_doc()
+    doc["expect"].update(nodes=2, gpusPerNode=2)
+    (pytester.path / "spec.yaml").write_text(yaml.safe_dump(doc))
+    reports = pytester.path / "reports"
+    result = pytester.inline_run(  # pytester re-raises a Ctrl-C unless told not to
+        str(SUITES / "certify"),
+        "--spec",
+        "spec.yaml",
+        "--reports",
+        str(reports),
+        "-p",
+        "no:cacheprovider",
+        plugins=[_InterruptCollection()],
+        no_reraise_ctrlc=True,
+    )
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    (run,) = [p for p in reports.iterdir() if not p.name.startswith(".")]
+    verdict = json.loads((run / "verdict.json").read_text())
+    coverage = verdict["coverage"]
+    assert verdict["result"] == "incomplete"
+    assert (coverage["deselected"], coverage["ran"]) == (0, 0)
+    assert coverage["notReached"] == coverage["required"] > 0
+    assert coverage["stopped"] == "interrupted"
+    html = (run / "report.html").read_text()
+    assert f"INCOMPLETE: of the required checks, {coverage['required']} not reached (interrupted)" in html
+    assert "--deselect" not in html

@@ -197,7 +197,12 @@ def refuse_suites_without_spec(items: list[pytest.Item]) -> None:
 
 
 def record_selected(session: pytest.Session, ctx: RunContext) -> None:
-    """The keys this session (or this worker) collected, after -k, --lf, --deselect: the verdict's coverage."""
+    """The keys this session (or this worker) collected, after -k, --lf, --deselect: the verdict's coverage. None
+    for a collection a Ctrl-C cut short: pytest 9.1.1 calls pytest_collection_finish in Session.perform_collect's
+    `finally` (_pytest/main.py), with the items collected so far and before -k or the spec's selection ran; those
+    would count every other check as deselected, as if the user had left it out, where it was never reached."""
+    if not ctx.collection_done:
+        return
     keys = [k for item in session.items for k in check_keys(item)]
     ctx.selected = set(keys)
     ctx.collected = len(session.items)

@@ -27,6 +27,7 @@ class RunContext:
     readonly: bool = False  # a session that only lists or shows (--co): reads the run folder, writes nothing
     outcomes: dict[CheckKey, Outcome] = field(default_factory=dict)
     selected: set[CheckKey] | None = None  # the keys the session collected, after -k, --lf, --deselect
+    collection_done: bool = False  # the whole collection ran (not cut short by Ctrl-C): `selected` may be recorded
     collected: int = 0
     left_out: int = 0  # items whose check the spec does not require
     evidence_of: dict[CheckKey, Any] = field(default_factory=dict)

@@ -85,6 +85,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ctx = run_context(config)
     if ctx is not None:
         collection.keep_required(ctx, items)
+        ctx.collection_done = True
     elif options_of(config).runs_tests:
         collection.refuse_suites_without_spec(items)
 

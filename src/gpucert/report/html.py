@@ -17,7 +17,7 @@ from gpucert.report import details, plots
 from gpucert.report.fabric_html import fabric_section
 from gpucert.report.html_top import LAYOUT, failures_table, signature_hint
 from gpucert.report.trend import node_trend
-from gpucert.report.verdict import headline
+from gpucert.report.verdict import headline, incomplete_parts
 from gpucert.report.verdict_model import Group, NodeSummary, PoolSummary, Verdict
 from gpucert.spec.baseline import GpuBaseline, MetricBaseline
 from gpucert.spec.kubernetes import topology_key
@@ -323,11 +323,7 @@ class HtmlSummary:
             if retest.absent:
                 line += f"; not in the fleet now, so not re-tested: {', '.join(retest.absent)}"
         if not c.complete:
-            line += (
-                f". INCOMPLETE: {c.deselected} required checks were not collected (-k, --deselect, --lf or a "
-                f"suite left out), {c.not_reached} were not reached ({c.stopped or 'the session ended'}), "
-                f"{c.skipped_without_cause} were skipped for a cause that did not run"
-            )
+            line += f". INCOMPLETE: of the required checks, {', '.join(incomplete_parts(c))}"
         return (
             f"<h2 id='gpucert-result' style='color:{RESULT_COLOURS.get(verdict.result, '#c0392b')}'>"
             f"{escape(headline(verdict))}</h2><p id='gpucert-coverage'>{escape(line)}</p>"

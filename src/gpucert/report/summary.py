@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpucert.report.html import natural_key
-from gpucert.report.verdict import headline_parts, side_notes
+from gpucert.report.verdict import headline_parts, incomplete_parts, side_notes
 from gpucert.report.verdict_model import Group, Verdict
 
 __all__ = ["LISTED", "Line", "Table", "summary_lines", "summary_tables"]
@@ -64,11 +64,9 @@ def _incomplete(verdict: Verdict) -> list[Line]:
     c = verdict.coverage
     if c.complete:
         return []
-    stopped = f" ({c.stopped})" if c.stopped else ""
     said = Line(
-        f"incomplete: {c.deselected} required checks not collected (-k, --deselect, --lf, or a suite left out), "
-        f"{c.not_reached} not reached{stopped}, {c.skipped_without_cause} skipped for a cause that did not run; "
-        "a run is PASS only when every required check ran",
+        f"incomplete: of the required checks, {', '.join(incomplete_parts(c))}; a run is PASS only when every "
+        "required check ran",
         "incomplete",
         1,
     )

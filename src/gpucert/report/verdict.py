@@ -52,6 +52,7 @@ __all__ = [
     "count_problems",
     "headline",
     "headline_parts",
+    "incomplete_parts",
     "kind_of",
     "node_passed",
     "node_result",
@@ -334,3 +335,14 @@ def side_notes(verdict: Verdict) -> list[tuple[str, str]]:
     if (verdict.preflight or {}).get("skipped"):
         notes.append(("preflight", "skipped (--skip-preflight): the cluster's prerequisites were not checked first"))
     return notes
+
+
+def incomplete_parts(c: Coverage) -> list[str]:
+    """Why the required checks that did not run did not, the non-zero causes only: a Ctrl-C's checks are not
+    reached, and are never said in the words of the user's own deselection (-k, --deselect, --lf)."""
+    parts = [
+        f"{c.deselected} not collected (-k, --deselect, --lf, or a suite left out)" if c.deselected else "",
+        f"{c.not_reached} not reached ({c.stopped or 'the session ended'})" if c.not_reached else "",
+        f"{c.skipped_without_cause} skipped for a cause that did not run" if c.skipped_without_cause else "",
+    ]
+    return [p for p in parts if p]
