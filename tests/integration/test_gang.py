@@ -440,6 +440,9 @@ def test_with_a_topology_key_each_domain_runs_its_own_all_reduce_and_a_node_with
     (verdict,) = (tmp_path / "e").glob("*/verdict.json")
     said = {f["message"].partition(":")[0] for f in json.loads(verdict.read_text())["findings"]}
     assert said >= {f"{RACK}=r1", f"{RACK}=r2", f"gpu-04 has no {RACK} label (target.gang.topologyKey)"}
+    html = verdict.with_name("report.html").read_text()  # the domain's curve, saying how it was admitted
+    assert f"NCCL all-reduce across nodes ({RACK}=r1)" in html
+    assert "2 nodes x 2 GPUs, admitted by Kueue" in html
     # recorded evidence is checked as it is imported: a domain's ring that is not one is refused, naming the
     # recorded file (not the copy in the new run folder, as when the evaluation found it later)
     (domains / "r1" / "nccl.json").write_text("{}")
