@@ -139,3 +139,17 @@ def test_an_interrupt_during_collection_reads_as_not_reached_never_deselected(py
     html = (run / "report.html").read_text()
     assert f"INCOMPLETE: of the required checks, {coverage['required']} not reached (interrupted)" in html
     assert "--deselect" not in html
+
+
+def test_an_interrupt_before_the_session_had_a_verdict_names_the_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ctrl-C while pytest was still starting (6 s into a 32-node certify) said "pytest stopped with exit code 2"."""
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=1, gpus=1)))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_doc()))
+    monkeypatch.setattr("gpucert.cli.certify._pytest", lambda *a, **k: pytest.ExitCode.INTERRUPTED)
+    code = main(["certify", str(tmp_path / "spec.yaml"), "--reports", str(tmp_path / "reports"), "--skip-preflight"])
+    err = capsys.readouterr().err
+    assert code == 3
+    (run,) = (tmp_path / "reports").iterdir()
+    assert err.strip().splitlines()[-1] == f"gpucert: interrupted; the evidence measured so far is in {run}"

@@ -210,6 +210,8 @@ def evaluate_run(folder: RunFolder, *, workers: int | None, quiet: bool, signer:
     if code == pytest.ExitCode.INTERRUPTED and kept.verdict is not None:
         _print_verdict(kept.verdict, folder)
         raise IncompleteRunError(f"interrupted during evaluation: the verdict in {folder.path} says INCOMPLETE")
+    if code == pytest.ExitCode.INTERRUPTED:  # before the session had a verdict (pytest still starting): no word
+        raise RunInterrupted(folder.path)  # of its exit code 2, the folder with the evidence instead
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
         raise IncompleteRunError(
             f"pytest stopped with exit code {code}; the run folder {folder.path} keeps the evidence measured so far"
