@@ -67,3 +67,11 @@ def test_blocking_pytest_metadata_under_pytest_html_is_a_usage_error(pytester: p
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     (run,) = runs(pytester)
     assert (run / "verdict.json").is_file()
+
+
+def test_a_session_without_a_gpucert_run_may_block_what_it_likes(pytester: pytest.Pytester) -> None:
+    """gpucert's plugin is loaded in every session of this environment (its pytest11 entry point): a session that
+    evaluates no run (no --spec, no --run-dir) is not gpucert's to refuse."""
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest("-p", "no:metadata", "-p", "no:gpucert-controller", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

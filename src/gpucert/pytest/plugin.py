@@ -36,8 +36,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Pa
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     options = parse_options(config)
-    if not hasattr(config, "workerinput"):  # before any run folder is made: a worker's controller has said it
-        refuse_blocked(config)
+    if not hasattr(config, "workerinput") and (options.spec is not None or options.run_dir is not None):
+        refuse_blocked(config)  # before any run folder is made (a worker's controller has said it)
     ctx = open_run(config, options)
     if ctx is not None:
         start(config, ctx, options)
