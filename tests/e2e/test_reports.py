@@ -115,7 +115,7 @@ def test_failures_carry_their_evidence(demo_run: Path) -> None:
     # of gpucert's own
     log = ecc[0]["log"]
     assert log.strip().startswith("[health.ecc] gpu-node-1: 1 of 8 GPUs did not pass (1 fail)")
-    assert "\n  gpu5 fail: gpu-node-1/gpu5: 2 uncorrected ECC errors" in log
+    assert "\n  [health.ecc] gpu5 fail: gpu-node-1/gpu5: 2 uncorrected ECC errors" in log
     assert "CheckFailed" not in log
     assert "gpucert/pytest/" not in log
     assert "Traceback" not in log

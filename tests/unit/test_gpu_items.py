@@ -115,7 +115,33 @@ def test_the_message_names_every_gpu_that_did_not_pass_one_line_each() -> None:
         expect(checks)
     assert str(exc.value).splitlines() == [
         f"[{CHECK}] {NODE}: 3 of 8 GPUs did not pass (1 fail, 1 waived, 1 skip)",
-        "  gpu1 fail: gpu-node-3/gpu1 2487 GB/s below the limit 2668",
-        "  gpu5 waived: gpu-node-3/gpu5 2600 GB/s, accepted",
-        f"  gpu6 skip: behind as a node (follows from straggler.memory.bandwidth@{NODE})",
+        f"  [{CHECK}] gpu1 fail: gpu-node-3/gpu1 2487 GB/s below the limit 2668",
+        f"  [{CHECK}] gpu5 waived: gpu-node-3/gpu5 2600 GB/s, accepted",
+        f"  [{CHECK}] gpu6 skip: behind as a node (follows from straggler.memory.bandwidth@{NODE})",
     ]
+
+
+def test_each_gpu_line_and_the_label_name_the_check_that_gpu_was_decided_as() -> None:
+    """A GPU behind its peers fails `straggler.<metric>`, one unstable `stability.<metric>`, in the item of the
+    metric's check: the message's label names the checks that failed, each GPU's line its own (a waiver written
+    from the message names the check the verdict lists)."""
+    straggler, stability = f"straggler.{CHECK}", f"stability.{CHECK}"
+    checks = decide(
+        {
+            2: Finding(stability, FAIL, NODE, 2, "gpu-node-3/gpu2 unstable"),
+            6: Finding(straggler, FAIL, NODE, 6, "gpu-node-3/gpu6 behind its peers"),
+            7: finding(7, SKIP, "behind as a node", cause=f"straggler.{CHECK}@{NODE}"),
+        }
+    )
+    with pytest.raises(CheckFailed) as exc:
+        expect(checks)
+    assert str(exc.value).splitlines() == [
+        f"[{stability}, {straggler}] {NODE}: 3 of 8 GPUs did not pass (2 fail, 1 skip)",
+        f"  [{stability}] gpu2 fail: gpu-node-3/gpu2 unstable",
+        f"  [{straggler}] gpu6 fail: gpu-node-3/gpu6 behind its peers",
+        f"  [{CHECK}] gpu7 skip: behind as a node (follows from straggler.{CHECK}@{NODE})",
+    ]
+    one = decide({6: Finding(straggler, FAIL, NODE, 6, "gpu-node-3/gpu6 behind its peers")})
+    with pytest.raises(CheckFailed) as exc:
+        expect(one)
+    assert str(exc.value).startswith(f"[{straggler}] {NODE}: 1 of 8 GPUs did not pass (1 fail)\n  [{straggler}] gpu6")

@@ -57,12 +57,17 @@ class GpuChecks:
         return max((f.status for f in self.findings), key=RANK.__getitem__, default=CheckStatus.PASS)
 
     def summary(self) -> Finding:
-        """One finding for the item, its message naming each GPU that did not pass (what pytest's reports show)."""
-        return Finding(self.check, self.status, self.node, None, gpu_lines(self.node, self.findings))
+        """One finding for the item, its message naming each GPU that did not pass (what pytest's reports show),
+        labelled by the check ids its GPUs of the item's status were decided as: a GPU behind its peers fails
+        `straggler.<metric>`, not the item's `<metric>`, and a waiver written from the label must name that."""
+        status = self.status
+        said = sorted({f.check for f in self.findings if f.status is status}) or [self.check]
+        return Finding(", ".join(said), status, self.node, None, gpu_lines(self.node, self.findings))
 
 
 def gpu_lines(node: str, findings: tuple[Finding, ...]) -> str:
-    """`gpu-node-1: 2 of 8 GPUs did not pass (1 fail, 1 waived)` and one line for each of those GPUs with its why."""
+    """`gpu-node-1: 2 of 8 GPUs did not pass (1 fail, 1 waived)` and one line for each of those GPUs with its check
+    id and why (`[straggler.compute.gemm.bf16] gpu6 fail: ...`): the GPUs of one item may fail different checks."""
     bad = [f for f in findings if f.status is not CheckStatus.PASS]
     counts: dict[str, int] = {}
     for f in bad:
@@ -73,7 +78,7 @@ def gpu_lines(node: str, findings: tuple[Finding, ...]) -> str:
         why = f.message or f.status.value
         if f.cause is not None:
             why += f" (follows from {f.cause})"
-        lines.append(f"  gpu{f.gpu} {f.status.value}: {why}")
+        lines.append(f"  [{f.check}] gpu{f.gpu} {f.status.value}: {why}")
     return "\n".join(lines)
 
 
