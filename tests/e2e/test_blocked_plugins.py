@@ -37,7 +37,9 @@ def runs(pytester: pytest.Pytester) -> list[Path]:
 
 
 # the names src/gpucert/pytest/session.py start() registers its plugins under
-@pytest.mark.parametrize("name", ["gpucert-junit-passed", "gpucert-controller", "gpucert-verdict", "gpucert-html"])
+@pytest.mark.parametrize(
+    "name", ["gpucert-junit-passed", "gpucert-junit-waived", "gpucert-controller", "gpucert-verdict", "gpucert-html"]
+)
 def test_blocking_a_plugin_of_gpucerts_own_is_a_usage_error(pytester: pytest.Pytester, name: str) -> None:
     result = static_gate(pytester, "-p", f"no:{name}")
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str()

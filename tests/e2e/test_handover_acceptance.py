@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import date, timedelta
 from pathlib import Path
@@ -205,10 +206,22 @@ def test_the_waived_straggler_is_judged_against_the_whole_fleet_and_waived(flow:
 
 def test_every_report_says_the_check_was_waived(flow: Flow) -> None:
     junit = (flow.run2 / "junit.xml").read_text()
-    assert junit.count('type="pytest.xfail"') == 1
-    assert "WAIVED by waivers[0]" in junit
     assert '<property name="gpucert_waived" value="1" />' in junit
     assert '<property name="gpucert_result" value="pass" />' in junit
+    # JUnit has no word for waived: the item's testcase passes (as the certification does) and says its waiver, never
+    # a skip (the verdict skipped nothing)
+    assert 'type="pytest.xfail"' not in junit
+    suite = ET.fromstring(junit).find("testsuite")
+    assert suite is not None
+    assert suite.get("skipped") == "0"
+    (waived,) = [c for c in suite.iter("testcase") if c.find("properties/property[@name='gpucert_waived']") is not None]
+    assert waived.get("name") == "test_gemm[gpu-node-14-bf16]"
+    assert not [child for child in waived if child.tag in ("skipped", "failure", "error")]
+    assert waived.find("properties/property[@name='gpucert_waived']").get("value") == "waivers[0]"  # type: ignore[union-attr]
+    said = waived.findtext("system-out") or ""
+    assert said.startswith(f"WAIVED: [{STRAGGLER}] gpu-node-14: 1 of 8 GPUs did not pass (1 waived)")
+    assert f"\n  [{STRAGGLER}] gpu6 waived: " in said
+    assert "WAIVED by waivers[0]" in said
     results = [json.loads(p.read_text()) for p in (flow.run2 / "allure-results").glob("*-result.json")]
     (waived,) = [r for r in results if r["status"] != "passed"]
     assert waived["status"] == "skipped"
@@ -356,6 +369,58 @@ def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from
     assert v["summary"]["waived"] == 1
     r = ok(gpucert("verify", str(run3), "--key", flow.key("vendor"), cwd=project))
     assert "carried evidence: 15 nodes, each file as its source run signed it" in r.stdout
+    # junit.xml covers the carried nodes as measured ones (issue 28): their passed checks in the summaries, the
+    # carried waived board's check a passed testcase that says its waiver and where it was carried from
+    suite = junit_suite(run3)
+    assert summed(suite) == v["summary"]["passed"]
+    (waived,) = [c for c in suite.iter("testcase") if prop(c, "gpucert_waived")]
+    assert (waived.get("classname"), waived.get("name")) == ("gpucert.carried.performance", GEMM_14)
+    assert (prop(waived, "gpucert_waived"), prop(waived, "gpucert_carried_from")) == ("waivers[0]", flow.run2.name)
+    # the waiver expired since: the carried board's check fails, and junit.xml says it as its item would, naming
+    # the node, the GPU and the check that failed (a waiver renewed from it names the verdict's check)
+    set_expiry(project, date.today() - timedelta(days=1))
+    before = runs(project / "reports")
+    ok(gpucert("evaluate", AFTER, "--evidence", str(run3), "-q", cwd=project), 1)
+    expired = new_run(project / "reports", before)
+    v = flow.verdict(expired)
+    assert {(f["check"], f["node"], f["gpu"], f["status"]) for f in v["findings"]} == {
+        ("waiver.expired", None, None, "fail"),
+        (STRAGGLER, "gpu-node-14", 6, "fail"),
+    }
+    assert "gpu-node-14" in v["retest"]["carried"]
+    suite = junit_suite(expired)
+    assert summed(suite) == v["summary"]["passed"]
+    (carried,) = [c for c in suite.iter("testcase") if c.get("classname", "").startswith("gpucert.carried.")]
+    assert carried.get("name") == GEMM_14
+    message = carried.find("failure").get("message", "").splitlines()  # type: ignore[union-attr]
+    assert message[0] == f"[{STRAGGLER}] gpu-node-14: 1 of 8 GPUs did not pass (1 fail)"
+    assert message[1].startswith(f"  [{STRAGGLER}] gpu6 fail: gpu-node-14/gpu6 compute.gemm.bf16 ")
+    # CI counts testcases: the expired waiver's, the carried board's and the run's own fail; the waiver's match skips
+    s = v["summary"]
+    assert (suite.get("failures"), suite.get("errors"), suite.get("skipped")) == (str(s["failed"] + 1), "0", "1")
+
+
+GEMM_14 = "compute.gemm.bf16[gpu-node-14]"
+
+
+def junit_suite(run: Path) -> ET.Element:
+    suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    return suite
+
+
+def prop(case: ET.Element, name: str) -> str | None:
+    found = case.find(f"properties/property[@name='{name}']")
+    return None if found is None else found.get("value")
+
+
+def summed(suite: ET.Element) -> int:
+    """How many passed checks the testsuite's summaries stand for."""
+    return sum(
+        int(prop(c, "checks") or 0)
+        for c in suite.iter("testcase")
+        if c.get("classname", "").startswith("gpucert.passed.")
+    )
 
 
 def test_a_run_that_measured_nothing_cannot_cover_a_node(flow: Flow, tmp_path: Path) -> None:

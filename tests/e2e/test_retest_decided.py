@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,31 @@ def test_a_retest_says_what_re_evaluating_everything_says(tmp_path: Path) -> Non
     # (a node's 160 checks since straggler.combined; its per-GPU checks one item per check and node, issue 28)
     assert items(run2, "gpu-node-5") == 0
     assert 0 < items(run3, "gpu-node-5") == items(run2, "gpu-node-3") == items(run3, "gpu-node-3") < 160
+    # and junit.xml says what it says for the run that had every check an item: the same testcases, failures and
+    # skips for CI to count, the same summaries of passed checks (carried nodes' too), each check that did not pass
+    # a testcase (the carried waived board's among them, as a passed testcase that says its waiver)
+    assert junit_said(run2) == junit_said(run3)
+    assert sum(junit_said(run2)["summaries"].values()) == retest["summary"]["passed"]
+
+
+def junit_said(run: Path) -> dict[str, Any]:
+    """What a CI system reads of a run's junit.xml: the testsuite's counts, the summaries' names and the checks they
+    stand for, and the testcases that did not pass (or were waived) by how they end."""
+    suite = ET.parse(run / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    cases = suite.findall("testcase")
+    summaries = {
+        c.get("name"): int(c.find("properties/property[@name='checks']").get("value"))  # type: ignore[union-attr,arg-type]
+        for c in cases
+        if c.get("classname", "").startswith("gpucert.passed.")
+    }
+    ends = sorted(
+        "waived" if c.find("properties/property[@name='gpucert_waived']") is not None else c[-1].tag
+        for c in cases
+        if not c.get("classname", "").startswith("gpucert.passed.") and len(c)
+    )
+    counts = {k: suite.get(k) for k in ("tests", "failures", "errors", "skipped")}
+    return {"counts": counts, "summaries": summaries, "ends": ends}
 
 
 def items(run: Path, node: str) -> int:

@@ -28,6 +28,7 @@ from gpucert.pytest import junit
 from gpucert.pytest.carried import decide_carried
 from gpucert.pytest.context import RunContext, context_key
 from gpucert.pytest.gpus import RANK
+from gpucert.pytest.junit_cases import WaivedCases, carried_cases
 from gpucert.pytest.options import Options
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
@@ -42,7 +43,13 @@ __all__ = ["OWN_PLUGINS", "open_run", "refuse_blocked", "start"]
 # the names gpucert registers its session's plugins under (start): `-p no:NAME` blocks a registration by name
 # (pytest 9.1.1 _pytest/config/__init__.py, PytestPluginManager.consider_pluginarg -> pluggy 1.7 set_blocked), and
 # pluggy's register() then returns None without a word: the run would end with no verdict, junit.xml all passing
-OWN_PLUGINS = ("gpucert-junit-passed", "gpucert-controller", "gpucert-verdict", "gpucert-html")
+OWN_PLUGINS = (
+    "gpucert-junit-passed",
+    "gpucert-junit-waived",
+    "gpucert-controller",
+    "gpucert-verdict",
+    "gpucert-html",
+)
 
 
 # ---- opening the run, at configure time ----------------------------------------------------------------------
@@ -141,6 +148,9 @@ def start(config: pytest.Config, ctx: RunContext, options: Options) -> None:
         return
     passed = junit.PassedSummary(config)
     config.pluginmanager.register(passed, "gpucert-junit-passed")
+    config.pluginmanager.register(WaivedCases(config), "gpucert-junit-waived")
+    # registered after PassedSummary: of two tryfirst pytest_sessionfinish, pluggy calls the later registered one
+    # first, so the controller counts the carried nodes' passed checks before PassedSummary writes its summaries
     config.pluginmanager.register(Controller(ctx, passed), "gpucert-controller")
     config.pluginmanager.register(VerdictWriter(ctx), "gpucert-verdict")
     opt = config.option
@@ -297,6 +307,7 @@ class Controller:
         verdict = _verdict(ctx, _stopped(session, exitstatus))
         ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
         _write_records(ctx, session.config, verdict)
+        carried_cases(session.config, ctx, self.passed)
         junit.tell_junit(session.config, verdict)
         if session.config.pluginmanager.hasplugin("html"):
             from gpucert.report.html import count_checks_in_footer, measurement_times
