@@ -127,6 +127,30 @@ def test_deselected_checks_make_the_run_incomplete(pytester: pytest.Pytester, ar
     assert any(r["status"] == "broken" for r in passed.values()) if ran else not passed
 
 
+def test_an_incomplete_runs_allure_overview_does_not_read_as_passed(pytester: pytest.Pytester) -> None:
+    """`-k gpu-node-2` runs every check of one node of four: Allure wrote the certification (broken) and that node's
+    passed checks (passed), and its overview read 50% green for a quarter of the checks. Each node (and the fleet)
+    with checks that did not run has a skipped result saying how many (allure_notrun.py)."""
+    run_suites(pytester, "-k", "gpu-node-2")
+    run = the_run(pytester)
+    v = verdict_of(run)
+    assert (v["result"], v["nodes"]["gpu-node-2"]["result"]) == ("incomplete", "pass")
+    allure = [json.loads(p.read_text()) for p in (run / "allure-results").glob("*-result.json")]
+    # Allure's donut says passed / total (allure-generator 2.x PieChartView.getChartTitle)
+    assert 2 * sum(r["status"] == "passed" for r in allure) < len(allure)
+    not_run = {r["fullName"]: r for r in allure if r["fullName"].startswith("gpucert.not_run")}
+    assert set(not_run) == {f"gpucert.not_run[{n}]" for n in ("gpu-node-1", "gpu-node-3", "gpu-node-4", "fleet")}
+    assert all(r["status"] == "skipped" for r in not_run.values())
+    counted = {
+        r["fullName"]: int(next(p["value"] for p in r["parameters"] if p["name"] == "checks")) for r in not_run.values()
+    }
+    assert sum(counted.values()) == v["coverage"]["deselected"]
+    node1 = not_run["gpucert.not_run[gpu-node-1]"]
+    n = counted["gpucert.not_run[gpu-node-1]"]
+    assert node1["statusDetails"]["message"].startswith(f"gpu-node-1: {n} required checks did not run ({n} deselected)")
+    assert sum(int(s["name"].split(": ")[1].split()[0]) for s in node1["steps"]) == n  # a step per family
+
+
 def test_a_suite_left_off_the_command_line_is_not_run(pytester: pytest.Pytester) -> None:
     result = run_suites(pytester, suites=("certify",))
     v = verdict_of(the_run(pytester))

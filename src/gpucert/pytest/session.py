@@ -33,6 +33,7 @@ from gpucert.pytest.options import Options
 from gpucert.report import alluredir, details
 from gpucert.report.allure import write_allure
 from gpucert.report.allure_history import carry_in, kept_history
+from gpucert.report.allure_notrun import not_run
 from gpucert.report.markdown import summary_markdown
 from gpucert.report.terminal import WRITTEN, terminal_summary
 from gpucert.report.verdict import Outcome, build_verdict, kind_of
@@ -248,6 +249,7 @@ def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> 
         dirs.append(extra)
     # the trend so far: the spec's history kept from its latest earlier report (report/allure_history.py)
     history, notes = kept_history(ctx.folder.path.parent, ctx.spec.metadata.name, ctx.folder.id)
+    missing = not_run(ev.plan.required, ctx.outcomes, ctx.selected)
     for results in dirs:
         write_allure(
             results,
@@ -256,6 +258,7 @@ def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> 
             verdict=verdict,
             started_ms=int(ctx.started * 1000),
             stopped_ms=int(finished * 1000),
+            missing=missing,
         )
         carry_in(results, history, replace=False)
     reporter = config.pluginmanager.get_plugin("terminalreporter")

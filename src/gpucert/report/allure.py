@@ -37,6 +37,7 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError
 from gpucert.plan.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Family, check_category, family_of
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.allure_history import carry_in
+from gpucert.report.allure_notrun import NOT_RUN_CATEGORY, not_run_results
 from gpucert.report.allure_passed import passed_on
 from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.report.verdict_model import Verdict
@@ -86,7 +87,7 @@ def _categories() -> list[dict[str, object]]:
         }
         for category, names in prefixes.items()
     ]
-    return [WAIVED_CATEGORY, *by_family]
+    return [WAIVED_CATEGORY, NOT_RUN_CATEGORY, *by_family]
 
 
 def _certification(verdict: Verdict, started_ms: int, stopped_ms: int) -> TestResult:
@@ -143,8 +144,10 @@ def write_allure(
     verdict: Verdict,
     started_ms: int,
     stopped_ms: int,
+    missing: Mapping[CheckKey, str] | None = None,
 ) -> int:
-    """Write the results of a run (the certification first, then one per check and node); returns how many."""
+    """Write the results of a run (the certification first, then one per check and node, then one per node whose
+    `missing` checks did not run: allure_notrun.py); returns how many."""
     results_dir.mkdir(parents=True, exist_ok=True)
     logger = AllureFileLogger(str(results_dir))
     logger.report_result(_certification(verdict, started_ms, stopped_ms))
@@ -163,8 +166,11 @@ def write_allure(
     for node, checks in passed.items():
         said = verdict.fleet if node == "fleet" else verdict.nodes.get(node)
         logger.report_result(passed_on(node, checks, started_ms, said))
+    not_run = not_run_results(missing or {}, started_ms, stopped_ms)
+    for r in not_run:
+        logger.report_result(r)
     _environment(results_dir, verdict)
-    return 1 + not_passed + len(passed)
+    return 1 + not_passed + len(passed) + len(not_run)
 
 
 def _not_passed(
