@@ -18,6 +18,7 @@ and skips as for a run that measured every node."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections import defaultdict
 from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -82,13 +83,29 @@ class WaivedCases:
         say_waived(xml, reporter, waivers, str(report.wasxfail))
 
 
-def _groups(keys: Iterable[CheckKey]) -> dict[tuple[str, str, str | None, bool], list[CheckKey]]:
-    """The carried keys as test items would decide them: a GPU's check with its node's other GPUs (one item per
-    check and node, collection.py), any other check on its own."""
-    groups: dict[tuple[str, str, str | None, bool], list[CheckKey]] = {}
-    for key in sorted(keys, key=CheckKey.sort_key):
-        groups.setdefault((key.check, key.node or "", key.detail, key.gpu is not None), []).append(key)
-    return groups
+_Group = tuple[str, str, str | None, bool]  # check, node, detail, whether per GPU: what one test item decides
+
+
+def _not_passed(ctx: RunContext, passed: PassedSummary | None) -> list[tuple[_Group, list[CheckKey]]]:
+    """Count the carried nodes' passed checks in `passed`'s summaries (by node and family, as PassedSummary counts
+    an item's), and return the groups of their keys a test item would have decided (a GPU's check with its node's
+    other GPUs, one item per check and node: collection.py; any other check on its own) that did not all pass, in
+    order. Once over the outcomes, no sort of them all: a re-test of 3 nodes of 1,024 carries ~170,000 checks."""
+    family: dict[str, str] = {}
+    groups: dict[_Group, list[CheckKey]] = defaultdict(list)
+    bad: set[_Group] = set()
+    for key, outcome in ctx.outcomes.items():
+        if key.node not in ctx.carried:
+            continue
+        group = (key.check, key.node, key.detail, key.gpu is not None)
+        groups[group].append(key)
+        if outcome.finding.status is not CheckStatus.PASS:
+            bad.add(group)
+        elif passed is not None:
+            if key.check not in family:
+                family[key.check] = family_of(key.check).value
+            passed.counts[(key.node, family[key.check])] += 1
+    return [(g, sorted(groups[g], key=CheckKey.sort_key)) for g in sorted(bad, key=lambda g: (g[1], g[0], g[2] or ""))]
 
 
 def carried_cases(config: pytest.Config, ctx: RunContext, passed: PassedSummary | None) -> int:
@@ -102,14 +119,8 @@ def carried_cases(config: pytest.Config, ctx: RunContext, passed: PassedSummary 
     record = read_retest_record(ctx.folder)
     sources = record.carried if record is not None else {}
     written = 0
-    for (check, node, detail, of_gpus), group in _groups(k for k in ctx.outcomes if k.node in ctx.carried).items():
+    for (check, node, detail, of_gpus), group in _not_passed(ctx, passed):
         findings = [ctx.outcomes[k].finding for k in group]
-        passing = [k for k, f in zip(group, findings, strict=True) if f.status is CheckStatus.PASS]
-        if passed is not None:
-            for key in passing:
-                passed.counts[(node, family_of(key.check).value)] += 1
-        if len(passing) == len(group):
-            continue
         source = sources.get(node)
         file = f"{source.measured_in}/{source.file}" if source is not None else "gpucert"
         where = f"{node}/{detail}" if detail else node
