@@ -3,10 +3,14 @@ re-test's carried nodes (which have no test item: carried.py).
 
 A waived check passes the certification with its waiver on record (verdict `waived`, never `skipped`), and JUnit has
 no such word. pytest writes an xfail as `<skipped type="pytest.xfail">`, which CI systems count and show as a test
-that did not run; gpucert writes the waived item's testcase as a passed one instead, with the property
-`gpucert_waived` (the waiver ids) and a `<system-out>` carrying the waived finding and the waiver's terms: Jenkins'
-JUnit plugin and GitLab's test report show a passed test's system-out on its page, a CI gate does not fail on it
-(neither does the verdict), and the testsuite's `skipped` stays the count of checks skipped for a failing cause.
+that did not run; gpucert writes the waived item's testcase as a passed one instead (a CI gate does not fail on
+it, nor does the verdict), with the property `gpucert_waived` (the waiver ids) and a `<system-out>` carrying the
+waived finding and the waiver's terms, and the testsuite's `skipped` stays the count of checks skipped for a failing
+cause. Jenkins' JUnit plugin keeps a passed test's system-out and shows it on the test's page (hudson/tasks/junit/
+CaseResult.java, possiblyTrimStdio: the head and tail of it by default); GitLab's parser reads the text of a
+failure, error or skipped element only (lib/gitlab/ci/parsers/test/junit.rb, create_test_case), so there the waived
+check reads as a success, and the testsuite property `gpucert_waived` and the verdict say it was waived. The
+testcase keeps its item's name: CI history follows a check across runs by name, waived or not.
 
 A carried node's checks are written as a measured node's are: its passed checks counted in the summaries per node
 and family (junit.PassedSummary), each check that did not pass as the testcase its test item would be (a per-GPU
