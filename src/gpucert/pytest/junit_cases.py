@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from collections.abc import Generator, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
@@ -67,15 +67,15 @@ def say_waived(xml: Any, reporter: Any, waivers: Iterable[str], text: str) -> No
 
 
 class WaivedCases:
-    """Around LogXML's report of an item: a waived item's testcase, written as an xfail, made a passed testcase
-    that says its waiver."""
+    """After LogXML's report of an item: a waived item's testcase, written as an xfail, made a passed testcase
+    that says its waiver. A plain hook, trylast (after LogXML's): a wrapper's generator per report was a cost per
+    item at fleet scale."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> Generator[None]:
-        yield
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "gpucert", None)
         if data is None or report.when != "call" or not report.skipped or not hasattr(report, "wasxfail"):
             return
