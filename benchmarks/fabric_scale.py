@@ -15,6 +15,9 @@ each as its pod ends), so `request_time` counts the requests' round trips one af
 `--fabric-parallel` set (nodes at once), a round runs in ceil(pairs / (fabricParallel // 2)) batches one after
 another, so the stage grows with pairs: both are printed. The schedule and the isolation are measured.
 
+`--evidence`: the pairs' evidence documents (benchmarks/fabric_evidence.py): bytes written per round and in all,
+one document a round against one pairs.json rewritten after every round, and the peak RSS of reading them.
+
 `--retest K`: a re-test of the fleet with K nodes measured again (spread over it), against the full run: the pairs
 it measures (plan/pairs.py `retest_rounds`: each of the K against RETEST_PEERS carried peers) and those it carries,
 its rounds and stage time, and the controller's cost of holding one rail's pairs (carried and new) to the
@@ -27,6 +30,8 @@ import argparse
 import random
 import resource
 import time
+
+import fabric_evidence
 
 from gpucert.evaluate.rules.fabric_isolation import PairFigure, isolate_rail
 from gpucert.evaluate.rules.fabric_schedule import check_schedule
@@ -106,7 +111,12 @@ def main() -> int:
     ap.add_argument("--fabric-parallel", type=int, default=32, help="a target.fabricParallel to compare (nodes)")
     ap.add_argument("--in-flight", type=int, default=16, help="API requests of a round in flight at once")
     ap.add_argument("--retest", type=int, metavar="K", help="a re-test of K nodes against the full run, only")
+    ap.add_argument("--evidence", action="store_true", help="the pairs' evidence: bytes written, reading's peak RSS")
+    ap.add_argument("--read", choices=("none", "now", "both"), default="now", help="with --evidence: what to read")
     args = ap.parse_args()
+    if args.evidence:
+        fabric_evidence.main(args.nodes, read_old=args.read == "both", read_new=args.read != "none")
+        return 0
     if args.retest:
         retest(args.nodes, args.retest, args)
         print(f"\npeak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")

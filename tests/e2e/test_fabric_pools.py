@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from gpucert.plan.pairs_files import pairs_files
+
 from .conftest import BASELINES, ROOT
 
 RDMA = "fabric.rdma_bw"
@@ -54,20 +56,21 @@ def test_a_slow_link_on_the_second_pools_rail_is_one_finding_naming_its_node_rai
     [found] = run.verdict["findings"]
     assert found["status"] == "fail"
     assert found["message"].startswith("h200-1 rail 1 (mlx5_5/1): the link to h200-2 on this rail is slow")
-    path = run.run_dir / "evidence" / "multinode" / "pairs.json"
-    doc = json.loads(path.read_text())
+    docs = {f.name: json.loads(f.read_text()) for f in pairs_files(run.run_dir / "evidence" / "multinode")}
     ports = {pool: {f"{h}/1" for h in hcas} for pool, hcas in (("h100", TRAIN_HCAS), ("h200", INFER_HCAS))}
-    for pair in doc["pairs"]:
+    for pair in (p for doc in docs.values() for p in doc["pairs"]):
         [pool] = {n.split("-")[0] for n in pair["nodes"]}  # never a pair across pools
         assert {r["client_hca"] for r in pair["rdma"]} == ports[pool]  # every rail of its own pool's, no other
         assert {r["server_hca"] for r in pair["rdma"]} == ports[pool]
 
-    [pair] = [p for p in doc["pairs"] if sorted(p["nodes"]) == ["h200-1", "h200-3"]]
+    [(name, doc, pair)] = [
+        (f, d, p) for f, d in docs.items() for p in d["pairs"] if sorted(p["nodes"]) == ["h200-1", "h200-3"]
+    ]
     [rail0] = [r for r in pair["rdma"] if r["rail"] == 0]
     rail0["client_hca"] = rail0["server_hca"] = "mlx5_0/1"
     edited = pytester.path / "edited"
     shutil.copytree(run.run_dir, edited)
-    (edited / "evidence" / "multinode" / "pairs.json").write_text(json.dumps(doc))
+    (edited / "evidence" / "multinode" / name).write_text(json.dumps(doc))  # the round document holding the pair
     shutil.rmtree(pytester.path / "reports")
     again = certify(two_fabrics_fleet([SLOW]), "--evidence", str(edited / "evidence"), spec=two_fabrics_spec())
     found = {f["message"].split(":")[0]: f for f in again.verdict["findings"] if f["check"] == RDMA}

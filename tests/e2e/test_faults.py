@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+from gpucert.plan.pairs_files import pairs_files
+
 from .conftest import fleet_doc
 
 CASES = [
@@ -211,7 +213,7 @@ def test_pairs_of_neighbours_say_which_node_slows_the_ring(certify) -> None:
         ("straggler.nccl.all_reduce.multinode", "gpu-node-3", None),
     }
     assert not {f for f in run.findings if f[0].startswith("straggler.nccl") and f[1] != "gpu-node-3"}
-    pairs = json.loads((run.run_dir / "evidence" / "multinode" / "pairs.json").read_text())["pairs"]
+    pairs = [p for f in pairs_files(run.run_dir / "evidence" / "multinode") for p in json.loads(f.read_text())["pairs"]]
     assert [p["nodes"] for p in pairs] == [
         ["gpu-node-1", "gpu-node-2"],
         ["gpu-node-3", "gpu-node-4"],

@@ -256,8 +256,8 @@ def test_evidence_that_contradicts_itself_is_never_a_pass(
     [
         ("default/nccl.json", lambda d: d.update(nodes=["gpu-node-1", "gpu-node-1"]), "named twice"),
         ("default/nccl.json", lambda d: d.update(nodes=["gpu-node-1", "intruder"]), "intruder not in this run"),
-        ("pairs.json", lambda d: d["pairs"][0].update(nodes=["gpu-node-1", "stranger"]), "stranger not in"),
-        ("pairs.json", lambda d: d["pairs"].append(d["pairs"][0]), "measured twice"),
+        ("pairs-0001.json", lambda d: d["pairs"][0].update(nodes=["gpu-node-1", "stranger"]), "stranger not in"),
+        ("pairs-0001.json", lambda d: d["pairs"].append(d["pairs"][0]), "measured twice"),
     ],
 )
 def test_fabric_evidence_of_other_nodes_is_an_error(

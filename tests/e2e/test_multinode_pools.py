@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from gpucert.plan.pairs_files import pairs_files
+
 from .conftest import BASELINES, ROOT, fleet_doc, spec_doc
 
 MULTINODE = "nccl.all_reduce.multinode"
@@ -99,7 +101,7 @@ def test_a_node_that_slows_its_pools_ring_is_found_among_its_pools_pairs_alone(c
     assert run.findings == {(MULTINODE, None, None), (f"straggler.{MULTINODE}", "h200-2", None)}
     rings = sorted(f["message"].split(":")[0] for f in run.verdict["findings"] if f["check"] == MULTINODE)
     assert rings == ["pool infer", "pool train"]
-    pairs = json.loads((run.run_dir / "evidence" / "multinode" / "pairs.json").read_text())["pairs"]
+    pairs = [p for f in pairs_files(run.run_dir / "evidence" / "multinode") for p in json.loads(f.read_text())["pairs"]]
     pools = {"h100": "train", "h200": "infer"}
     assert all(len({pools[n.split("-")[0]] for n in p["nodes"]}) == 1 for p in pairs)  # never a pair across pools
     assert len(pairs) == 4 + 6

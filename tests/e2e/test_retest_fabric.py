@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from gpucert.cli import main as cli
+from gpucert.plan.pairs_files import pairs_files
 
 from .conftest import BASELINES, ROOT, fleet_doc
 from .test_retest_decided import judged
@@ -60,8 +61,9 @@ def _verdict(run: Path) -> dict[str, Any]:
     return data
 
 
-def _pairs(path: Path) -> list[tuple[str, ...]]:
-    return [tuple(p["nodes"]) for p in json.loads(path.read_text())["pairs"]]
+def _pairs(multinode: Path) -> list[tuple[str, ...]]:
+    """The pairs a run measured: those of its round documents."""
+    return [tuple(p["nodes"]) for f in pairs_files(multinode) for p in json.loads(f.read_text())["pairs"]]
 
 
 Runs = tuple[Path, Path, Path, Path]
@@ -84,7 +86,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
 
 
 def _measured_pairs(run: Path, again: set[str]) -> None:
-    measured = _pairs(run / "evidence/multinode/pairs.json")
+    measured = _pairs(run / "evidence/multinode")
     assert len(measured) == 8 * len(again)
     for node in again:
         peers = {n for p in measured if node in p for n in p} - {node}
@@ -101,7 +103,7 @@ def _failed(run: Path) -> set[tuple[str, str, str]]:
 def test_a_retest_measures_only_the_pairs_of_the_nodes_measured_again(runs: Runs) -> None:
     _, run1, run2, _ = runs
     assert _failed(run1) == {("fabric.port", "gpu-node-3", "fail"), ("fabric.port", "gpu-node-6", "fail")}
-    assert len(_pairs(run1 / "evidence/multinode/pairs.json")) == NODES * (NODES - 1) // 2
+    assert len(_pairs(run1 / "evidence/multinode")) == NODES * (NODES - 1) // 2
     _measured_pairs(run2, {"gpu-node-3", "gpu-node-6"})
     assert set(_verdict(run2)["retest"]["measured"]) == {"gpu-node-3", "gpu-node-6"}
     assert _failed(run2) == {("fabric.port", "gpu-node-6", "fail")}  # the fault not repaired, found again
@@ -114,9 +116,10 @@ def test_a_retest_of_a_retest_measures_again_the_pairs_its_source_measured_again
     assert set(retest["retest"]["measured"]) == {"gpu-node-6"}
     assert "gpu-node-3" in retest["retest"]["carried"]  # its evidence carried, its pairs measured again
     _measured_pairs(run3, {"gpu-node-3", "gpu-node-6"})
-    carried = run3 / "evidence/multinode/carried-0.json"  # the first run's pairs, carried twice, byte for byte
-    assert carried.read_bytes() == (run1 / "evidence/multinode/pairs.json").read_bytes()
-    assert not (run3 / "evidence/multinode/carried-1.json").exists()
+    rounds = pairs_files(run1 / "evidence/multinode")  # the first run's pairs, carried twice, byte for byte
+    carried = [run3 / f"evidence/multinode/carried-{i}.json" for i in range(len(rounds))]  # document by document
+    assert [c.read_bytes() for c in carried] == [r.read_bytes() for r in rounds]
+    assert not (run3 / f"evidence/multinode/carried-{len(rounds)}.json").exists()
 
 
 def test_the_retest_says_what_re_evaluating_its_evidence_says(runs: Runs) -> None:
@@ -178,7 +181,7 @@ def test_verify_refuses_carried_pairs_that_are_not_what_the_source_signed(
     re-test of a re-test: the source's own carried copy), for nodes the re-test carried."""
     keys = str(runs[0] / "keys" / "gpucert.pub")
     assert cli.main(["verify", str(runs[3]), "--key", keys]) == 0
-    assert "carried evidence: 9 nodes and 1 of their fabric pairs documents" in capsys.readouterr().out
+    assert "carried evidence: 9 nodes and 9 of their fabric pairs documents" in capsys.readouterr().out
     altered = _edit(runs, f"altered-{len(list(runs[0].glob('altered-*')))}", path, change)
     capsys.readouterr()
     assert cli.main(["verify", str(altered), "--key", keys]) == 1

@@ -14,6 +14,7 @@ from pathlib import Path
 from gpucert.errors import EvidenceError
 from gpucert.plan.carried_pairs import CarriedPairs, CarriedPairsFile, carried_file, carry_files, read_carried
 from gpucert.plan.layout import run_id_time
+from gpucert.plan.pairs_files import pairs_files
 from gpucert.plan.records import RetestRecord
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.cluster import ClusterSpec, load_spec
@@ -34,16 +35,16 @@ def carry_pairs(
     source: RunFolder, run: str, signed: dict[str, str], spec: ClusterSpec, folder: RunFolder, nodes: list[str]
 ) -> CarriedPairs | None:
     """Carry the source run's pairs documents byte for byte, for those of the carried `nodes` whose pairs with each
-    other the source holds whole: a full run's every node (its pairs.json), a re-test's nodes whose pairs it
-    carried (the documents it carried; a node it measured again met only RETEST_PEERS peers there, so its pairs
-    are measured again now, even where its own evidence is carried). None (every pair measured again) when the
-    spec declares no fabric, a pool's fabric declaration changed since the source, or the source did not sign
-    the documents."""
+    other the source holds whole: a full run's every node (its round documents, one by one, or an older run's one
+    pairs.json), a re-test's nodes whose pairs it carried (the documents it carried; a node it measured again met
+    only RETEST_PEERS peers there, so its pairs are measured again now, even where its own evidence is carried).
+    None (every pair measured again) when the spec declares no fabric, a pool's fabric declaration changed since
+    the source, or the source did not sign the documents."""
     if not nodes or not any(p.fabric is not None for p in spec.pools) or not _same_fabrics(source, spec):
         return None
     before = read_carried(source)
     if before is None:
-        paths, measured_in = [source.pairs_path] if source.pairs_path.is_file() else [], run
+        paths, measured_in = pairs_files(source.pairs_path.parent), run
     else:
         held = set(before.nodes)
         nodes = [n for n in nodes if n in held]

@@ -55,7 +55,7 @@ class FabricSeries:
     _multinode: dict[str, list[RdmaBandwidth]] = field(default_factory=dict)
 
     def _rdma(self, folder: RunFolder) -> list[RdmaBandwidth]:
-        """Every RDMA figure of the run: the fabric stage's pairs (pairs.json) and the collective's own."""
+        """Every RDMA figure of the run: the fabric stage's pairs (its round documents) and the collective's own."""
         if folder.id not in self._multinode:
             found: list[RdmaBandwidth] = []
             try:

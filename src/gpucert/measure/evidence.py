@@ -369,10 +369,13 @@ def write_document(path: Path, document: BaseModel) -> Path:
 
 
 class FabricPairs(_Model):
-    """The all-reduce of every pair of neighbouring nodes (`evidence/multinode/pairs.json`), as each round ends."""
+    """The pairs of one round of the fabric stage (`evidence/multinode/pairs-<round>.json`, plan/pairs_files.py);
+    in a run written before rounds had their own documents, every pair (`evidence/multinode/pairs.json`)."""
 
     schema_: str = Field(EVIDENCE_SCHEMA, alias="schema")
     pairs: list[FabricEvidence] = Field(default_factory=list)
+    round: int | None = None  # 1-based; None: the one document of every pair (the older layout), or a reading
+    rounds: int | None = None  # how many rounds the stage planned
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -1,11 +1,12 @@
 """A re-test's fabric pairs carried from its source run (issue 28: a re-test pays for what it re-measures).
 
 A re-test measures only the pairs with a node measured again (plan/pairs.py `retest_rounds`); a pair of two carried
-nodes keeps its evidence from the source run. The source's pairs documents are copied byte for byte into
-`evidence/multinode/carried-<i>.json` (their digests stay the ones the source signed: `verify` checks them,
-acceptance/retest_pairs.py), and `evidence/multinode/carried.json` names them and the carried nodes. The run's
-pairs are then its own `pairs.json` and, of the carried documents, each pair of two carried nodes: a pair with a
-node measured again is never carried, whatever the files hold. Both lie under evidence/, so the same evidence
+nodes keeps its evidence from the source run. The source's pairs documents (one a round, or a run's older one
+`pairs.json`: plan/pairs_files.py) are copied byte for byte, one by one, into `evidence/multinode/carried-<i>.json`
+(their digests stay the ones the source signed: `verify` checks each, acceptance/retest_pairs.py), and
+`evidence/multinode/carried.json` names them and the carried nodes. The run's pairs are then its own round
+documents and, of the carried documents, each pair of two carried nodes: a pair with a node measured again is never
+carried, whatever the files hold. Both lie under evidence/, so the same evidence
 re-evaluated elsewhere (`--evidence`) reads the same pairs and holds them to the same schedule.
 
 Reads and writes through RunFolder's paths; nothing else.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from pydantic import Field
@@ -27,7 +29,15 @@ from gpucert.plan.records import Part, Str, parse_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.names import NameError_, inside
 
-__all__ = ["CARRIED_PAIRS_SCHEMA", "CarriedPairs", "CarriedPairsFile", "carry_files", "read_carried", "read_pairs"]
+__all__ = [
+    "CARRIED_PAIRS_SCHEMA",
+    "CarriedPairs",
+    "CarriedPairsFile",
+    "carry_files",
+    "iter_carried",
+    "read_carried",
+    "read_pairs",
+]
 
 CARRIED_PAIRS_SCHEMA = "gpucert.io/carried-pairs/v1"
 
@@ -81,22 +91,29 @@ def carried_file(folder: RunFolder, entry: CarriedPairsFile) -> Path:
     return path
 
 
-def read_pairs(folder: RunFolder) -> FabricPairs | None:
-    """Every pair of the run: those it measured (pairs.json) and, for a re-test, each carried pair of two carried
-    nodes. None when it has neither. A carried document that is missing or not gpucert's is an EvidenceError."""
-    own = folder.read_fabric_pairs()
+def iter_carried(folder: RunFolder) -> Iterator[FabricPairs]:
+    """Each carried document, read one at a time, holding only its pairs of two carried nodes (none for a run that
+    carried none). A carried document that is missing or not gpucert's is an EvidenceError."""
     carried = read_carried(folder)
     if carried is None:
-        return own
+        return
     keep = frozenset(carried.nodes)
-    docs = []
     for entry in carried.files:
         path = carried_file(folder, entry)
         doc = read_fabric_pairs(path)
         if doc is None:
             raise EvidenceError("a carried pairs document named by carried.json is missing", path=path)
-        docs += [p for p in doc.pairs if keep.issuperset(p.nodes)]
-    return FabricPairs(pairs=[*docs, *(own.pairs if own is not None else [])])
+        yield doc.model_copy(update={"pairs": [p for p in doc.pairs if keep.issuperset(p.nodes)]})
+
+
+def read_pairs(folder: RunFolder) -> FabricPairs | None:
+    """Every pair of the run: those it measured (its round documents, or an older run's pairs.json) and, for a
+    re-test, each carried pair of two carried nodes. None when it has neither."""
+    carried = [p for doc in iter_carried(folder) for p in doc.pairs]
+    own = folder.read_fabric_pairs()
+    if own is None and read_carried(folder) is None:
+        return None
+    return FabricPairs(pairs=[*carried, *(own.pairs if own is not None else [])])
 
 
 def carry_files(

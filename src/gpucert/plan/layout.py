@@ -10,7 +10,8 @@ summary.md                                       the static gate's result in Mar
 inventory.json, stack.json                       what the cluster reported (plan)
 evidence/<node>.json, evidence/multinode/        what was measured, written as it arrives (measure): multinode/
                                                  <pool>/nccl.json each pool's all-reduce across its nodes (before
-                                                 pools: multinode/nccl.json), multinode/pairs.json the pairs';
+                                                 pools: multinode/nccl.json), multinode/pairs-<round>.json
+                                                 the pairs of each round (before: multinode/pairs.json, all);
                                                  a re-test's carried pairs: multinode/carried.json, carried-<i>.json
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
 retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
@@ -108,7 +109,8 @@ STACK = "stack.json"
 EVIDENCE = "evidence"
 MULTINODE = "multinode"  # a folder, so it can never collide with a node's `<node>.json`
 FABRIC = "nccl.json"
-PAIRS = "pairs.json"
+PAIRS = "pairs.json"  # every pair in one document: runs written before a document per round
+PAIRS_ROUND = "pairs-{:04d}.json"  # the pairs of one round of the fabric stage (1-based; never a pool's folder name)
 # a re-test's pairs carried from its source run: multinode/carried.json names the carried nodes and the source's
 # pairs documents, copied byte for byte as multinode/carried-<i>.json (files: a folder there would be a pool's)
 CARRIED_PAIRS = "carried.json"

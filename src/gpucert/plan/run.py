@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError, RunInterrupted
-from gpucert.measure.evidence import CounterWindow, FabricEvidence, FabricPairs, NodeEvidence, ProbeError
-from gpucert.measure.evidence_fabric import merge_windows
+from gpucert.measure.evidence import FabricEvidence, NodeEvidence, ProbeError
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.carried_pairs import read_carried
 from gpucert.plan.domains import by_domain
+from gpucert.plan.fabric_stage import StageWindows, attach_windows, measure_pairs
 from gpucert.plan.inputs import load_inputs, waivers_path
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.pairs import retest_rounds
@@ -291,13 +291,11 @@ def measure(
     carried = read_carried(folder)  # a re-test: the pairs of two carried nodes are the source's (carried_pairs.py)
     schedule = fabric_rounds(pools, collected, carried.nodes if carried is not None else ())
     schedule = schedule or (neighbours if carried is None else [])
+    seen = StageWindows()
+    seen.add(across)
     if schedule and isinstance(target, FabricTarget):
-        done: list[FabricEvidence] = []
-        for rnd in schedule:
-            done += target.measure_fabrics(rnd, measure_plan)
-            folder.write_fabric_pairs(FabricPairs(pairs=done))
-        across += done
-    attach_windows(folder, across)
+        measure_pairs(target, folder, schedule, measure_plan, seen)
+    attach_windows(folder, seen)
 
 
 def measure_rings(
@@ -336,22 +334,6 @@ def pool_rings(
         return [(None, mine[:max_nodes], 3)]
     domains = by_domain(pools.members(pool), lambda n: pools.label(n, key))[0]
     return [(d, [n for n in mine if n in set(members)][:max_nodes], 2) for d, members in domains.items()]
-
-
-def attach_windows(folder: RunFolder, docs: list[FabricEvidence]) -> None:
-    """Each node's port counters over the fabric stage (from the first reading of its first pair or all-reduce to
-    the last of its last) into its evidence, where its own fabric reading has no window yet (the fabric pods read
-    the counters around their traffic; the node's probe pod ran before it)."""
-    found: dict[str, list[CounterWindow]] = {}
-    for doc in docs:
-        for node, window in doc.counters.items():
-            found.setdefault(node, []).append(window)
-    for node, windows in found.items():
-        ev = folder.read_evidence(node)
-        merged = merge_windows(windows)
-        if ev is None or ev.fabric is None or ev.fabric.counters is not None or merged is None:
-            continue
-        folder.write_evidence(ev.model_copy(update={"fabric": ev.fabric.model_copy(update={"counters": merged})}))
 
 
 def plan_of(spec: ClusterSpec, run_id: str, pools: PoolMap) -> MeasurePlan:

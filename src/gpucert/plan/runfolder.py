@@ -21,12 +21,12 @@ from gpucert.measure.evidence import (
     evidence_target,
     read_evidence,
     read_fabric,
-    read_fabric_pairs,
     write_document,
 )
 from gpucert.plan import layout
 from gpucert.plan.inventory import Inventory, read_inventory, write_inventory
 from gpucert.plan.layout import ENVELOPE, Mode, run_id
+from gpucert.plan.pairs_files import read_all_pairs
 from gpucert.plan.records import read_recertify_record, read_run_info
 from gpucert.spec.names import NameError_, check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
@@ -281,10 +281,8 @@ class RunFolder:
         return write_document(self.evidence_dir.joinpath(*layout.multinode_file(pool, domain)), ev)
 
     def read_fabric_pairs(self) -> FabricPairs | None:
-        return read_fabric_pairs(self.pairs_path) if self.measured else None
-
-    def write_fabric_pairs(self, pairs: FabricPairs) -> Path:
-        return write_document(self.pairs_path, pairs)
+        """Every pair the run measured, from its round documents (or its one pairs.json: plan/pairs_files.py)."""
+        return read_all_pairs(self.pairs_path.parent) if self.measured else None
 
     def read_recertify(self) -> dict[str, Any] | None:
         """What `gpucert recertify` wrote about the run, or None for a certification."""
