@@ -115,3 +115,67 @@ def test_the_same_bytes_are_validated_once_while_a_reader_holds_them(
     gc.collect()
     read_evidence(source)
     assert validated == [source, copy, source]
+
+
+def test_a_good_document_is_validated_in_one_pass_from_its_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28: a re-test reads every carried node's document; pydantic's JSON mode validates the bytes in one pass
+    (half the cost of json.loads and validating the objects it gives). A good document is never parsed by json."""
+    from gpucert import files
+    from gpucert.measure import evidence
+
+    path = write_document(tmp_path / "n1.json", _node())
+
+    def no_parse(*args: object) -> None:
+        raise AssertionError("parsed with json.loads")
+
+    monkeypatch.setattr(files, "parse_json", no_parse)
+    monkeypatch.setattr(evidence, "parse_json", no_parse)
+    assert read_evidence(path) == _node()
+
+
+def _variant(change: str) -> bytes:
+    doc = json.loads(_node().model_dump_json(by_alias=True))
+    if change == "python name of schema":
+        doc["schema_"] = doc.pop("schema")
+    elif change == "no schema":
+        del doc["schema"]
+    elif change == "other schema, bad key":
+        doc["schema"], doc["gpus"][0]["index"] = "gpucert.io/evidence/v0", "1"
+    elif change == "a list":
+        return b"[1]"
+    elif change == "cut off":
+        return json.dumps(doc).encode()[:-9]
+    elif change == "a key twice, the last bad":
+        return json.dumps(doc).encode()[:-1] + b', "collected": 1}'
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ("python name of schema", "schema is None, expected 'gpucert.io/evidence/v1'"),
+        ("no schema", "schema is None, expected 'gpucert.io/evidence/v1'"),
+        ("other schema, bad key", "schema is 'gpucert.io/evidence/v0', expected 'gpucert.io/evidence/v1'"),
+        ("a list", "expected a JSON object, got list"),
+        ("cut off", "not JSON (line 1, column"),
+        ("a key twice, the last bad", "collected: Input should be a valid boolean"),
+    ],
+)
+def test_a_refused_document_is_refused_as_the_two_step_read_refused_it(tmp_path: Path, change: str, said: str) -> None:
+    """What is wrong before any key is said first (not JSON, not an object, another schema), then the first bad key,
+    in the words json.loads and the strict Python validation gave: the one-pass read falls back to them."""
+    path = tmp_path / "n1.json"
+    path.write_bytes(_variant(change))
+    with pytest.raises(EvidenceError) as exc:
+        read_evidence(path)
+    assert said in str(exc.value)
+    assert str(path) in str(exc.value)
+
+
+def test_a_document_only_json_loads_reads_still_reads(tmp_path: Path) -> None:
+    """JSON in UTF-16 (json.loads detects it; pydantic's JSON mode reads UTF-8 only) reads as it always did."""
+    path = tmp_path / "n1.json"
+    path.write_bytes(_node().model_dump_json(by_alias=True).encode("utf-16"))
+    assert read_evidence(path) == _node()

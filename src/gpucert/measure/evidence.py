@@ -15,7 +15,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert.errors import EvidenceError
-from gpucert.files import parse_json, read_bytes, read_json, validate, write_atomic
+from gpucert.files import parse_json, read_bytes, validate, write_atomic
 from gpucert.measure.evidence_base import GpuKey, SampleArray, Samples, compact
 from gpucert.measure.evidence_base import Model as _Model
 from gpucert.measure.evidence_fabric import (
@@ -77,7 +77,6 @@ __all__ = [
 ]
 
 EVIDENCE_SCHEMA = "gpucert.io/evidence/v1"
-M = TypeVar("M", bound=BaseModel)
 
 
 class Measurement(_Model):
@@ -383,22 +382,37 @@ class FabricPairs(_Model):
 _MISSING = "no evidence for this node; measure it or pass the evidence folder"
 
 
-def _load_json(path: Path) -> Any:
-    return read_json(path, missing=_MISSING)
+D = TypeVar("D", NodeEvidence, FabricEvidence, FabricPairs)  # the documents evidence/ holds, each with its schema
 
 
-def _validate(path: Path, data: Any, model: type[M]) -> M:
+def _document(path: Path, data: Any) -> None:
+    """What a document must be before its keys are read: a JSON object of this evidence schema."""
     if not isinstance(data, dict):
         raise EvidenceError(f"expected a JSON object, got {type(data).__name__}", path=path)
     if data.get("schema") != EVIDENCE_SCHEMA:
         raise EvidenceError(f"schema is {data.get('schema')!r}, expected {EVIDENCE_SCHEMA!r}", path=path)
-    return validate(path, data, model)  # strict: in JSON a bool or a string is never a number
 
 
-def _read_model(path: Path, model: type[M]) -> M | None:
+def _validate(path: Path, data: bytes, model: type[D]) -> D:
+    """The document's bytes as `model`, in one pass (files.validate). A document refused is refused as it always was:
+    not JSON, then not an object, then another schema, then its first bad key (strict: in JSON a bool or a string is
+    never a number)."""
+    try:
+        doc = validate(path, data, model)
+    except EvidenceError:
+        _document(path, parse_json(path, data))  # what is wrong before any key, said first
+        raise
+    if doc.schema_ != EVIDENCE_SCHEMA or "schema_" not in doc.model_fields_set:  # a model reads any schema
+        parsed = parse_json(path, data)
+        _document(path, parsed)
+        return validate(path, parsed, model)
+    return doc
+
+
+def _read_model(path: Path, model: type[D]) -> D | None:
     if not path.exists() and not path.is_symlink():
         return None
-    return _validate(path, _load_json(path), model)
+    return _validate(path, read_bytes(path, missing=_MISSING), model)
 
 
 def read_fabric(path: Path) -> FabricEvidence | None:
@@ -435,6 +449,6 @@ def read_evidence(path: Path) -> NodeEvidence:
     digest = hashlib.sha256(data).digest()
     ev = _VALIDATED.get(digest)
     if ev is None:
-        ev = compact(_validate(path, parse_json(path, data), NodeEvidence))
+        ev = compact(_validate(path, data, NodeEvidence))
         _VALIDATED[digest] = ev
     return ev
