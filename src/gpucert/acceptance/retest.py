@@ -255,12 +255,12 @@ def read_retest_record(folder: RunFolder) -> RetestRecord | None:
     return None if raw is None else parse_record(RetestRecord, raw, folder.retest_record_path, "a re-test record")
 
 
-def _provenance(source: Source, node: str, now: datetime) -> Carried:
+def _provenance(source: Source, node: str, now: datetime, before: RetestRecord | None) -> Carried:
+    """Where a carried node's evidence comes from; `before` is the source's own re-test record (None: a full run)."""
     path = source.folder.evidence_path(node)
     ev = source.evidence(node)
     assert ev is not None
-    before = read_retest_record(source.folder)  # carried again: it was first measured where the source had it from
-    earlier = before.carried.get(node) if before is not None else None
+    earlier = before.carried.get(node) if before is not None else None  # carried again: first measured there
     measured = _when(ev.finished)
     return Carried(
         run=source.run,
@@ -289,6 +289,7 @@ def prepare_retest(
         plan = MeasurePlan(run_id=folder.id, probes=(Probe.HEALTH,), dcgm_level=spec.certify.dcgm.level)
         target.measure(candidates, plan, sink)
     carried: dict[str, Carried] = {}
+    before = read_retest_record(source.folder)  # once, not once a node: a re-test's record names every carried node
     for node in candidates:
         then = source.evidence(node)
         assert then is not None
@@ -296,7 +297,7 @@ def prepare_retest(
         if why is not None:
             measure[node] = why
         else:
-            carried[node] = _provenance(source, node, now)
+            carried[node] = _provenance(source, node, now, before)
     folder.retest_dir.mkdir(exist_ok=True)
     shutil.copyfile(source.folder.envelope_path, folder.retest_source_path)
     for node in carried:
