@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .conftest import ROOT, gpucert
+from .conftest import ROOT, fleet_doc, gpucert, spec_doc
 from .test_handover_acceptance import AFTER, new_run, ok, project_copy, runs, set_expiry
 
 REPAIRED = "examples/handover/fleet-repaired.yaml"
@@ -94,6 +94,47 @@ def test_a_retest_says_what_re_evaluating_everything_says(tmp_path: Path) -> Non
     # a testcase (the carried waived board's among them, as a passed testcase that says its waiver)
     assert junit_said(run2) == junit_said(run3)
     assert sum(junit_said(run2)["summaries"].values()) == retest["summary"]["passed"]
+
+
+def test_a_carried_nodes_check_against_its_peers_is_decided_again_not_carried(tmp_path: Path) -> None:
+    """A carried node keeps its evidence, not its decisions: a check that compares it with its peers is decided again
+    over the re-test's fleet. Four nodes on one kernel, three of them failing with an ECC error; repaired, those three
+    come back on a newer kernel. gpu-node-4 passed and is carried, and is now the one node on the old kernel:
+    stack.skew, which passed it in the first run, fails it in the re-test, as re-evaluating everything says."""
+    ecc = [{"kind": "ecc", "node": f"gpu-node-{i}", "gpu": 0, "uncorrected": 1} for i in (1, 2, 3)]
+    kernel = [
+        {"kind": "version", "node": f"gpu-node-{i}", "component": "kernel", "version": "6.8.0"} for i in (1, 2, 3)
+    ]
+    for name, faults in (("first", ecc), ("repaired", kernel)):
+        (tmp_path / f"fleet-{name}.yaml").write_text(yaml.safe_dump(fleet_doc(faults, gpus=2)))
+        spec = spec_doc(probes=["health"])  # the ECC error and the stack: nothing more to measure
+        del spec["certify"]["multinode"]
+        spec["target"]["fleet"] = f"fleet-{name}.yaml"
+        spec["expect"]["gpusPerNode"] = 2
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
+    reports = tmp_path / "reports"
+    ok(gpucert("keygen", "keys", cwd=tmp_path))
+    ok(gpucert("certify", "first.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=tmp_path), 1)
+    (run1,) = runs(reports)
+    assert ("stack.skew", "gpu-node-4") not in failing(verdict(run1))
+    assert verdict(run1)["nodes"]["gpu-node-4"]["result"] == "pass"
+    args = ("certify", "repaired.yaml", "-q", "--sign-key", "keys/gpucert.key", "--retest", str(run1))
+    ok(gpucert(*args, cwd=tmp_path), 1)
+    run2 = new_run(reports, {run1})
+    retest = verdict(run2)
+    assert retest["retest"]["carried"] == ["gpu-node-4"]
+    assert failing(retest) == {("stack.skew", "gpu-node-4")}  # the three repaired nodes pass now
+    plain = tmp_path / "plain"
+    shutil.copytree(run2 / "evidence", plain / "evidence")
+    for name in ("inventory.json", "stack.json"):
+        shutil.copyfile(run2 / name, plain / name)
+    ok(gpucert("evaluate", "repaired.yaml", "--evidence", str(plain / "evidence"), "-q", cwd=tmp_path), 1)
+    run3 = new_run(reports, {run1, run2})
+    assert judged(retest) == judged(verdict(run3))
+
+
+def failing(v: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(f["check"], f["node"]) for f in v["findings"] if f["status"] in ("fail", "error")}
 
 
 def junit_said(run: Path) -> dict[str, Any]:
