@@ -46,18 +46,28 @@ def _scale(values: Sequence[float]) -> float:
     return MAD_TO_SIGMA * mad(values)
 
 
-def robust_correlation(u: Sequence[float], v: Sequence[float]) -> float:
+Located = tuple[float, float]  # a list's median and robust scale (`_scale`)
+
+
+def _located(values: Sequence[float]) -> Located:
+    return median(values), _scale(values)
+
+
+def robust_correlation(
+    u: Sequence[float], v: Sequence[float], u_at: Located | None = None, v_at: Located | None = None
+) -> float:
     """Gnanadesikan-Kettenring correlation on the MAD: (s(u+v)^2 - s(u-v)^2) / (s(u+v)^2 + s(u-v)^2) of the two
     standardized by their own robust scale. 1.0 with fewer than MIN_FOR_CORRELATION pairs or no spread (the
-    conservative answer: a perfectly correlated metric adds nothing)."""
+    conservative answer: a perfectly correlated metric adds nothing). `u_at`, `v_at`: `_located(u)` and
+    `_located(v)`, where the caller keeps them (a metric's whole list is paired with every other metric's)."""
     if len(u) != len(v):
         raise ValueError("robust_correlation needs pairs")
     if len(u) < MIN_FOR_CORRELATION:
         return 1.0
-    su, sv = _scale(u), _scale(v)
+    mu, su = u_at if u_at is not None else _located(u)
+    mv, sv = v_at if v_at is not None else _located(v)
     if su <= 0 or sv <= 0:
         return 1.0
-    mu, mv = median(u), median(v)
     a = [(x - mu) / su for x in u]
     b = [(y - mv) / sv for y in v]
     plus = _scale([x + y for x, y in zip(a, b, strict=True)]) ** 2
@@ -69,11 +79,22 @@ def correlations(zs: Mapping[str, Mapping[Key, float]]) -> dict[tuple[str, str],
     """Every pair of metrics' robust correlation over the GPUs that have both, floored at 0 (and 1 on the diagonal)."""
     metrics = sorted(zs)
     out: dict[tuple[str, str], float] = {}
+    whole: dict[str, Located] = {}  # each metric's list over all its GPUs, located once
+
+    def located(m: str, both: list[Key]) -> Located | None:
+        """`_located` of metric m's list over `both`, kept where that is m's whole list in its own order."""
+        if len(both) != len(zs[m]) or len(both) < MIN_FOR_CORRELATION or both != list(zs[m]):
+            return None
+        if m not in whole:
+            whole[m] = _located(list(zs[m].values()))
+        return whole[m]
+
     for i, a in enumerate(metrics):
         out[(a, a)] = 1.0
         for b in metrics[i + 1 :]:
             both = [k for k in zs[a] if k in zs[b]]
-            r = max(0.0, min(1.0, robust_correlation([zs[a][k] for k in both], [zs[b][k] for k in both])))
+            u, v = [zs[a][k] for k in both], [zs[b][k] for k in both]
+            r = max(0.0, min(1.0, robust_correlation(u, v, located(a, both), located(b, both))))
             out[(a, b)] = out[(b, a)] = r
     return out
 
