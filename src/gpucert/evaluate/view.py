@@ -76,6 +76,7 @@ class RunView:
         self._once: dict[str, Any] = {}
         # per node, each (metric, GPU)'s believable figure, or why not (None: no samples): a float and a count each
         self._figures: dict[str, dict[tuple[str, int | None], Sampled | str | None]] = {}
+        self._figure_keys: dict[tuple[str, int | None], tuple[str, int | None]] = {}  # one (metric, GPU) for all nodes
         self._gpus: dict[str, dict[int, GpuEvidence]] = {}  # per node, its usable evidence's GPUs by index
         self._baseline_of: dict[str, GpuBaseline] = {}
         self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines, believe=self._believe_peer)
@@ -277,6 +278,7 @@ class RunView:
             figures = self._figures[node] = {}
         key = (metric, gpu)
         if key not in figures:
+            key = self._figure_keys.setdefault(key, key)  # every node's dict holds the same key objects
             ev = self.usable(node)
             if ev is None:
                 raise ValueError(f"{node} has no usable evidence: no figure of {metric} to believe")
