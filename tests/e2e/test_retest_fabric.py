@@ -21,7 +21,9 @@ import pytest
 import yaml
 
 from gpucert.cli import main as cli
+from gpucert.plan.carried_pairs import carried_nodes, read_pairs
 from gpucert.plan.pairs_files import pairs_files
+from gpucert.plan.runfolder import RunFolder
 
 from .conftest import BASELINES, ROOT, fleet_doc
 from .test_retest_decided import judged
@@ -122,15 +124,65 @@ def test_a_retest_of_a_retest_measures_again_the_pairs_its_source_measured_again
     assert not (run3 / f"evidence/multinode/carried-{len(rounds)}.json").exists()
 
 
-def test_the_retest_says_what_re_evaluating_its_evidence_says(runs: Runs) -> None:
+def test_the_retest_says_what_re_evaluating_its_folder_says(runs: Runs) -> None:
     tmp, _, run2, _ = runs
-    plain = tmp / "plain"  # every check an item: the same evidence without the re-test's record
+    again = _run(tmp / "reports", "evaluate", str(tmp / "second.yaml"), "--evidence", str(run2), code=1)
+    assert _verdict(again)["retest"] == _verdict(run2)["retest"]
+    assert judged(_verdict(run2)) == judged(_verdict(again))
+
+
+def test_carried_pairs_without_their_retest_record_are_refused(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
+    """carried.json says which nodes' pairs stand; only the re-test's record can bear it out (below), so evidence
+    holding carried pairs without it is refused, naming the file, not judged to a schedule it may have made up."""
+    tmp, _, run2, _ = runs
+    plain = tmp / "plain"
     shutil.copytree(run2 / "evidence", plain / "evidence")
     for name in ("inventory.json", "stack.json"):
         shutil.copyfile(run2 / name, plain / name)
-    full = _run(tmp / "reports", "evaluate", str(tmp / "second.yaml"), "--evidence", str(plain / "evidence"), code=1)
-    assert "retest" not in _verdict(full)
-    assert judged(_verdict(run2)) == judged(_verdict(full))
+    capsys.readouterr()
+    args = ["evaluate", str(tmp / "second.yaml"), "--evidence", str(plain / "evidence"), "-q"]
+    assert cli.main([*args, "--reports", str(tmp / "refused")]) == 2
+    said = capsys.readouterr().err
+    assert f"{plain}/evidence/multinode/carried.json: carried pairs belong to a re-test" in said
+    assert "no re-test record" in said
+    assert not _folders(tmp / "refused")
+
+
+def _with_carried(runs: Runs, run: Path, node: str, *, drop_fresh: bool = False) -> Path:
+    """A copy of a re-test whose carried.json names `node` too (and, with `drop_fresh`, without the pairs the
+    re-test measured for it)."""
+    copy = runs[0] / f"carried-{len(list(runs[0].glob('carried-*')))}"
+    shutil.copytree(run, copy)
+    index = copy / "evidence/multinode/carried.json"
+    index.write_text(_index_with(node)(index.read_text()))
+    for path in pairs_files(copy / "evidence/multinode") if drop_fresh else []:
+        doc = json.loads(path.read_text())
+        doc["pairs"] = [p for p in doc["pairs"] if node not in p["nodes"]]
+        path.write_text(json.dumps(doc))
+    return copy
+
+
+@pytest.mark.parametrize("which", [2, 3], ids=["measured-again", "measured-since"])
+def test_carried_pairs_stand_only_for_nodes_the_retest_record_carried(runs: Runs, which: int) -> None:
+    """gpu-node-3, its port down in the first run, was measured again (and repaired) in the first re-test; the
+    second carried its evidence from there, after the first run measured the pairs it carries. Named in carried.json
+    either way, its first-run pairs are not its pairs: only the 8 its re-test measured are."""
+    folder = RunFolder(_with_carried(runs, runs[which], "gpu-node-3"))
+    held = carried_nodes(folder)
+    assert held == {f"gpu-node-{i}" for i in range(1, NODES + 1)} - {"gpu-node-3", "gpu-node-6"}
+    pairs = read_pairs(folder)
+    assert pairs is not None
+    assert len([p for p in pairs.pairs if "gpu-node-3" in p.nodes]) == 8
+
+
+def test_a_node_carried_json_names_alone_is_held_to_the_pairs_its_retest_measured(runs: Runs) -> None:
+    """The second re-test with gpu-node-3 in carried.json and its 8 fresh pairs gone: its first-run pairs do not
+    stand in for them (they would fill the schedule of a carried node); each rail of gpu-node-3 is an error."""
+    tmp, _, _, run3 = runs
+    altered = _with_carried(runs, run3, "gpu-node-3", drop_fresh=True)
+    again = _run(tmp / "reports", "evaluate", str(tmp / "third.yaml"), "--evidence", str(altered), code=1)
+    rails = [f for f in _verdict(again)["findings"] if f["node"] == "gpu-node-3" and f["check"] == "fabric.rdma_bw"]
+    assert [(f["status"], "pairs with 0 carried nodes" in f["message"]) for f in rails] == [("error", True)] * 2
 
 
 def _edit(runs: Runs, name: str, path: str, change: Callable[[str], str]) -> Path:
@@ -187,3 +239,20 @@ def test_verify_refuses_carried_pairs_that_are_not_what_the_source_signed(
     assert cli.main(["verify", str(altered), "--key", keys]) == 1
     out = capsys.readouterr()
     assert said in out.out + out.err
+
+
+def test_verify_refuses_carried_pairs_without_a_retest_record(runs: Runs, capsys: pytest.CaptureFixture[str]) -> None:
+    """The re-test made a plain certification (its record gone, run.json's mode changed) and signed again by the
+    re-test's own key: nothing bears the carried pairs out, and `verify` says so (it checked carried evidence only
+    against a re-test record before)."""
+    tmp = runs[0]
+    altered = tmp / "unrecorded"
+    shutil.copytree(runs[3], altered)
+    (altered / "run.json").write_text((altered / "run.json").read_text().replace('"retest"', '"measure"'))
+    shutil.rmtree(altered / "retest")
+    (altered / "certificate.intoto.json").unlink()
+    assert cli.main(["sign", str(altered), "--key", str(tmp / "keys" / "gpucert.key")]) == 0
+    capsys.readouterr()
+    assert cli.main(["verify", str(altered), "--key", str(tmp / "keys" / "gpucert.pub")]) == 1
+    out = capsys.readouterr()
+    assert "carried.json: carried pairs belong to a re-test, and this run has no re-test record" in out.out + out.err

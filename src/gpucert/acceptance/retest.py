@@ -26,8 +26,9 @@ from gpucert.acceptance.retest_pairs import carried_pairs_problems, carry_pairs
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.targets.base import MeasurePlan, Target
+from gpucert.plan.carried_pairs import read_carried
 from gpucert.plan.inventory import Inventory
-from gpucert.plan.records import RETEST_SCHEMA, Carried, RetestRecord, RetestSource, parse_record
+from gpucert.plan.records import RETEST_SCHEMA, Carried, RetestRecord, RetestSource, read_retest_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.verdict import node_passed
@@ -248,13 +249,6 @@ def choose(
     return measure, candidates
 
 
-def read_retest_record(folder: RunFolder) -> RetestRecord | None:
-    """The folder's re-test record (retest/record.json), typed; None for a run that is no re-test. EvidenceError
-    naming the file and the key when it is not one gpucert writes."""
-    raw = folder.read_retest()
-    return None if raw is None else parse_record(RetestRecord, raw, folder.retest_record_path, "a re-test record")
-
-
 def _provenance(source: Source, node: str, now: datetime, before: RetestRecord | None) -> Carried:
     """Where a carried node's evidence comes from; `before` is the source's own re-test record (None: a full run)."""
     path = source.folder.evidence_path(node)
@@ -321,13 +315,17 @@ def prepare_retest(
 def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey]) -> list[str]:
     """Problems with a re-test's carried evidence: each carried file must be, byte for byte, what its source run
     signed for that node (its envelope travels in retest/), signed by one of `keys`, and a node that passed there.
-    [] for a run that carried nothing."""
+    [] for a run that carried nothing (carried pairs without a re-test record are a problem)."""
     folder = RunFolder(run_dir)
     try:
         record = read_retest_record(folder)
     except EvidenceError as exc:
         return [f"carried: the re-test record cannot be read: {exc}"]
     if record is None:
+        try:
+            read_carried(folder)  # carried pairs of no re-test: an error naming carried.json
+        except EvidenceError as exc:
+            return [f"carried: {exc}"]
         return []
     try:
         env = attest.read_envelope(folder.retest_source_path)

@@ -12,8 +12,15 @@ import hashlib
 from pathlib import Path
 
 from gpucert.errors import EvidenceError
-from gpucert.plan.carried_pairs import CarriedPairs, CarriedPairsFile, carried_file, carry_files, read_carried
-from gpucert.plan.layout import run_id_time
+from gpucert.plan.carried_pairs import (
+    CarriedPairs,
+    CarriedPairsFile,
+    carried_file,
+    carried_nodes,
+    carry_files,
+    measured_since,
+    read_carried,
+)
 from gpucert.plan.pairs_files import pairs_files
 from gpucert.plan.records import RetestRecord
 from gpucert.plan.runfolder import RunFolder
@@ -46,7 +53,7 @@ def carry_pairs(
     if before is None:
         paths, measured_in = pairs_files(source.pairs_path.parent), run
     else:
-        held = set(before.nodes)
+        held = carried_nodes(source)  # as far as the source's re-test record bears its carried.json out
         nodes = [n for n in nodes if n in held]
         paths, measured_in = [carried_file(source, entry) for entry in before.files], before.measured_in
     names = [_name(source, path) for path in paths]
@@ -64,18 +71,17 @@ def _sha256(path: Path) -> str | None:
 
 
 def _stale(index: CarriedPairs, record: RetestRecord) -> list[str]:
-    """Nodes whose pairs are carried though the re-test did not carry the node, or though the node was measured again
-    after the carried pairs were (its pairs there were against RETEST_PEERS peers, or from before a repair)."""
-    odd = sorted(set(index.nodes) - set(record.carried))
+    """Nodes whose pairs are carried though the re-test did not carry the node (or measured it again), or though
+    the node was measured again after the carried pairs were (its pairs there were against RETEST_PEERS peers, or
+    from before a repair): the evaluation holds each to the pairs the re-test measured (carried_pairs `trusted`)."""
+    odd = sorted(n for n in index.nodes if n not in record.carried or n in record.measured)
     problems = (
         [f"carried: the pairs of {', '.join(odd)} are carried, yet the re-test did not carry the node"] if odd else []
     )
-    pairs_at = run_id_time(index.measured_in)
     later = [
         f"{n} (measured in {c.measured_in})"
         for n in index.nodes
-        if (c := record.carried.get(n)) is not None
-        and (pairs_at is None or (at := run_id_time(c.measured_in)) is None or at > pairs_at)
+        if (c := record.carried.get(n)) is not None and measured_since(index, c)
     ]
     if later:
         problems.append(

@@ -21,7 +21,7 @@ from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
 from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence, read_evidence
-from gpucert.plan.carried_pairs import read_carried, read_pairs
+from gpucert.plan.carried_pairs import carried_nodes, read_pairs
 from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.history_records import Snapshot
 from gpucert.plan.inputs import run_inputs
@@ -190,11 +190,11 @@ class RunView:
 
     @cached_property
     def pairs_carried_for(self) -> frozenset[str]:
-        """The nodes whose pairs with each other a re-test carried from its source run (none for any other run):
-        the pair schedule asks each of them for a pair with every other, and each node measured again for its
-        re-test's pairs (rules/fabric_schedule.py)."""
-        carried = read_carried(self.folder)
-        return frozenset(carried.nodes) if carried is not None else frozenset()
+        """The nodes whose pairs with each other a re-test carried from its source run (none for any other run), as
+        far as its re-test record bears carried.json out (plan/carried_pairs.py `carried_nodes`): the pair schedule
+        asks each of them for a pair with every other, and each node measured again for its re-test's pairs
+        (rules/fabric_schedule.py)."""
+        return carried_nodes(self.folder)
 
     # ---- each node's evidence --------------------------------------------------------------------------------
 

@@ -9,6 +9,11 @@ documents and, of the carried documents, each pair of two carried nodes: a pair 
 carried, whatever the files hold. Both lie under evidence/, so the same evidence
 re-evaluated elsewhere (`--evidence`) reads the same pairs and holds them to the same schedule.
 
+carried.json is not believed alone: a node it names is carried only where the run's re-test record
+(retest/record.json) names it carried, neither measured again nor measured after the pairs were (`carried_nodes`);
+any other node is held to the pairs its re-test measured, whatever carried.json says, and `verify` names it. A
+carried.json without a re-test record is an error.
+
 Reads and writes through RunFolder's paths; nothing else.
 """
 
@@ -25,7 +30,8 @@ from gpucert.errors import EvidenceError
 from gpucert.files import read_json_object, write_json
 from gpucert.measure.evidence import FabricPairs, read_fabric_pairs
 from gpucert.plan import layout
-from gpucert.plan.records import Part, Str, parse_record
+from gpucert.plan.layout import run_id_time
+from gpucert.plan.records import Carried, Part, RetestRecord, Str, parse_record, read_retest_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.names import NameError_, inside
 
@@ -33,10 +39,13 @@ __all__ = [
     "CARRIED_PAIRS_SCHEMA",
     "CarriedPairs",
     "CarriedPairsFile",
+    "carried_nodes",
     "carry_files",
     "iter_carried",
+    "measured_since",
     "read_carried",
     "read_pairs",
+    "trusted",
 ]
 
 CARRIED_PAIRS_SCHEMA = "gpucert.io/carried-pairs/v1"
@@ -76,7 +85,42 @@ def read_carried(folder: RunFolder) -> CarriedPairs | None:
     doc = parse_record(CarriedPairs, read_json_object(path), path, "a carried pairs index")
     if doc.schema_ != CARRIED_PAIRS_SCHEMA:
         raise EvidenceError(f"schema is {doc.schema_!r}, expected {CARRIED_PAIRS_SCHEMA!r}", path=path)
+    if not folder.retest_record_path.exists():
+        raise EvidenceError(
+            "carried pairs belong to a re-test, and this run has no re-test record (retest/record.json) to bear "
+            "them out: pass the re-test's whole run folder, retest/ with it",
+            path=path,
+        )
     return doc
+
+
+def measured_since(index: CarriedPairs, carried: Carried) -> bool:
+    """Whether a carried node was measured after the carried pairs were, or when either was cannot be told (a run
+    id without its time): its pairs there are from before a repair, or against RETEST_PEERS peers only."""
+    pairs_at, at = run_id_time(index.measured_in), run_id_time(carried.measured_in)
+    return pairs_at is None or at is None or at > pairs_at
+
+
+def trusted(index: CarriedPairs, record: RetestRecord) -> frozenset[str]:
+    """The nodes of `index` whose carried pairs stand: those the re-test `record` carried, did not measure again,
+    and that were not measured since the pairs were."""
+    return frozenset(
+        n
+        for n in index.nodes
+        if (c := record.carried.get(n)) is not None and n not in record.measured and not measured_since(index, c)
+    )
+
+
+def carried_nodes(folder: RunFolder) -> frozenset[str]:
+    """The nodes whose pairs with each other the run carried, as far as its re-test record bears carried.json out
+    (`trusted`); none for a run that carried none. EvidenceError naming the file when either cannot be read."""
+    index = read_carried(folder)
+    if index is None:
+        return frozenset()
+    record = read_retest_record(folder)
+    if record is None:  # gone between the two reads
+        raise EvidenceError("the re-test record of these carried pairs is missing", path=_index(folder))
+    return trusted(index, record)
 
 
 def carried_file(folder: RunFolder, entry: CarriedPairsFile) -> Path:
@@ -92,12 +136,12 @@ def carried_file(folder: RunFolder, entry: CarriedPairsFile) -> Path:
 
 
 def iter_carried(folder: RunFolder) -> Iterator[FabricPairs]:
-    """Each carried document, read one at a time, holding only its pairs of two carried nodes (none for a run that
-    carried none). A carried document that is missing or not gpucert's is an EvidenceError."""
+    """Each carried document, read one at a time, holding only its pairs of two carried nodes (`carried_nodes`; none
+    for a run that carried none). A carried document that is missing or not gpucert's is an EvidenceError."""
     carried = read_carried(folder)
     if carried is None:
         return
-    keep = frozenset(carried.nodes)
+    keep = carried_nodes(folder)
     for entry in carried.files:
         path = carried_file(folder, entry)
         doc = read_fabric_pairs(path)

@@ -63,7 +63,7 @@ def _check_recorded(folder: RunFolder) -> None:
     folder.read_stack()
     read_rings(folder)
     read_domain_rings(folder)
-    read_pairs(folder)  # a re-test's carried pairs too
+    read_pairs(folder)  # a re-test's carried pairs too (carried.json without a re-test record: an error)
     for path in sorted(folder.evidence_dir.iterdir()):
         if path == folder.pairs_path.parent:
             continue
@@ -84,9 +84,9 @@ def import_evidence(source: Path, folder: RunFolder) -> None:
                 raise EvidenceError(f"missing {src.name}; pass a complete run folder", path=recorded.path)
             _copy_regular(src, dst)
         _copy_regular(recorded.evidence_dir, folder.evidence_dir)
-        _check_recorded(folder)
         if recorded.retest_dir.is_dir():  # a re-test's run: where its carried evidence came from comes along
             _copy_regular(recorded.retest_dir, folder.retest_dir)
+        _check_recorded(folder)  # after retest/: carried pairs are believed only as far as its record bears out
         if recorded.history_copy.exists():  # the history its GPUs were held to (drift.<metric>) comes along
             folder.history_copy.parent.mkdir(parents=True, exist_ok=True)
             _copy_regular(recorded.history_copy, folder.history_copy)

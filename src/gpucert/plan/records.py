@@ -36,6 +36,7 @@ __all__ = [
     "Str",
     "parse_record",
     "read_recertify_record",
+    "read_retest_record",
     "read_run_info",
 ]
 
@@ -125,9 +126,14 @@ class RecordFolder(Protocol):
     @property
     def recertify_path(self) -> Path: ...
 
+    @property
+    def retest_record_path(self) -> Path: ...
+
     def read_run_info(self) -> dict[str, Any]: ...
 
     def read_recertify(self) -> dict[str, Any] | None: ...
+
+    def read_retest(self) -> dict[str, Any] | None: ...
 
 
 def read_run_info(folder: RecordFolder) -> RunInfo:
@@ -173,6 +179,13 @@ class RetestRecord(Part):
     measured: dict[str, Str] = Field(default_factory=dict)
     carried: dict[str, Carried] = Field(default_factory=dict)
     absent: tuple[Str, ...] = ()
+
+
+def read_retest_record(folder: RecordFolder) -> RetestRecord | None:
+    """The folder's re-test record (retest/record.json), typed; None for a run that is no re-test. EvidenceError
+    naming the file and the key when it is not one gpucert writes."""
+    raw = folder.read_retest()
+    return None if raw is None else parse_record(RetestRecord, raw, folder.retest_record_path, "a re-test record")
 
 
 class RecertifyRecord(Part):

@@ -24,7 +24,7 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError, RunIn
 from gpucert.measure.evidence import FabricEvidence, NodeEvidence, ProbeError
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
-from gpucert.plan.carried_pairs import read_carried
+from gpucert.plan.carried_pairs import carried_nodes, read_carried
 from gpucert.plan.domains import by_domain
 from gpucert.plan.fabric_stage import StageWindows, attach_windows, measure_pairs
 from gpucert.plan.inputs import load_inputs, waivers_path
@@ -288,9 +288,9 @@ def measure(
     order = {n: i for i, n in enumerate(inventory.names)}
     collected = sorted(collected, key=order.__getitem__)
     across, neighbours = measure_rings(target, folder, pools, collected, measure_plan)
-    carried = read_carried(folder)  # a re-test: the pairs of two carried nodes are the source's (carried_pairs.py)
-    schedule = fabric_rounds(pools, collected, carried.nodes if carried is not None else ())
-    schedule = schedule or (neighbours if carried is None else [])
+    retest = read_carried(folder) is not None  # a re-test: the pairs of two carried nodes are the source's
+    schedule = fabric_rounds(pools, collected, carried_nodes(folder))  # those the evaluation holds (carried_pairs.py)
+    schedule = schedule or ([] if retest else neighbours)
     seen = StageWindows()
     seen.add(across)
     if schedule and isinstance(target, FabricTarget):
