@@ -5,14 +5,16 @@ never spans two domains. Without the key, the keys are those they always were.""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from gpucert.plan import run
 from gpucert.plan.checks import CheckKey
-from gpucert.plan.domains import parse_ring, ring_detail
+from gpucert.plan.domains import by_domain, parse_ring, ring_detail
 from gpucert.plan.required import plan_checks
 from gpucert.plan.run import neighbour_pairs, pool_rings
 from gpucert.spec.cluster import load_spec
@@ -80,6 +82,32 @@ def test_the_rings_measured_are_the_domains_each_within_max_nodes_and_their_pair
     for _, ring, _ in rings:
         for rnd in neighbour_pairs(ring):
             assert all({RACKS[a], RACKS[b]} == {RACKS[ring[0]]} for a, b in rnd)
+
+
+class _Counted(list[str]):
+    """A domain's nodes that count how often they are walked."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[str]:
+        self.walks += 1
+        return super().__iter__()
+
+
+def test_the_rings_are_found_in_one_walk_of_each_domain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each domain's nodes walked once, not once per measured node of the pool (a set of them built again for each:
+    1,024 sets of 1,024 nodes for a domain of 1,024)."""
+    pools, _ = _plan(tmp_path, pairs=True)
+    seen: list[_Counted] = []
+
+    def counted(nodes: Sequence[str], value_of: Callable[[str], str | None]) -> tuple[dict[str, list[str]], list[str]]:
+        domains, unlabelled = by_domain(nodes, value_of)
+        seen.extend(_Counted(m) for m in domains.values())
+        return dict(zip(domains, seen, strict=True)), unlabelled
+
+    monkeypatch.setattr(run, "by_domain", counted)
+    assert pool_rings(pools, "train", list(RACKS), None) == [("r1", ["t1", "t2", "t3"], 2), ("r2", ["t4", "t5"], 2)]
+    assert [d.walks for d in seen] == [1, 1]
 
 
 @pytest.mark.parametrize(

@@ -282,7 +282,8 @@ def measure(
         if progress is not None:
             progress(ev)
 
-    chosen = pools.placed if nodes is None else [n for n in pools.placed if n in set(nodes)]
+    wanted = None if nodes is None else set(nodes)  # once: a re-test's nodes, asked of every placed node
+    chosen = pools.placed if wanted is None else [n for n in pools.placed if n in wanted]
     if chosen:
         target.measure(chosen, measure_plan, sink)
     order = {n: i for i, n in enumerate(inventory.names)}
@@ -333,7 +334,12 @@ def pool_rings(
     if key is None:
         return [(None, mine[:max_nodes], 3)]
     domains = by_domain(pools.members(pool), lambda n: pools.label(n, key))[0]
-    return [(d, [n for n in mine if n in set(members)][:max_nodes], 2) for d, members in domains.items()]
+    where = {n: d for d, members in domains.items() for n in members}  # one pass: linear in the pool's nodes
+    rings: dict[str, list[str]] = {d: [] for d in domains}
+    for n in mine:
+        if (d := where.get(n)) is not None:
+            rings[d].append(n)
+    return [(d, ring[:max_nodes], 2) for d, ring in rings.items()]
 
 
 def plan_of(spec: ClusterSpec, run_id: str, pools: PoolMap) -> MeasurePlan:
