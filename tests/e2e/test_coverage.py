@@ -116,6 +116,7 @@ def test_deselected_checks_make_the_run_incomplete(pytester: pytest.Pytester, ar
     allure = [json.loads(p.read_text()) for p in (run / "allure-results").glob("*-result.json")]
     (cert,) = [r for r in allure if r["fullName"] == "gpucert.certification"]
     assert cert["status"] == "broken"
+    _within_the_documented_bound(run / "allure-results", allure, nodes=4, beyond_a_complete_runs=ran > 0)
     # Allure's donut is the share of passed results: a node whose checks did not all run is not a green result
     # (each node's passed checks are one result of its own, issue 28)
     passed = {r["fullName"]: r for r in allure if r["labels"][0]["value"] == "passed"}
@@ -125,6 +126,24 @@ def test_deselected_checks_make_the_run_incomplete(pytester: pytest.Pytester, ar
         assert r["status"] == ("broken" if said["result"] == "incomplete" else "passed"), (node, said["result"])
     # a node of each run is incomplete; a run that ran nothing has no passed checks to show
     assert any(r["status"] == "broken" for r in passed.values()) if ran else not passed
+
+
+ALLURE_BOUND = "at most 4 + 2(N + 1) + G + F files when it did not"  # docs/verdict.md, an incomplete run's
+
+
+def _within_the_documented_bound(
+    results: Path, allure: list[dict[str, Any]], *, nodes: int, beyond_a_complete_runs: bool
+) -> None:
+    """An incomplete run's Allure files are within the bound docs/verdict.md gives: a node's passed checks and its
+    checks that did not run are two results, so a run that ran some checks goes beyond the bound of a run that ran
+    every check (`--deselect` of one node's item: five results of passed checks, and that node's not run)."""
+    assert ALLURE_BOUND in (SUITES.parent / "docs" / "verdict.md").read_text()
+    files = [p for p in results.iterdir() if p.is_file()]
+    own = ("gpucert.certification", "gpucert.passed[", "gpucert.not_run[")
+    g = sum(not r["fullName"].startswith(own) for r in allure)  # (check id, node) pairs that did not pass
+    f = len(list(results.glob("*-attachment*")))
+    assert len(files) <= 4 + 2 * (nodes + 1) + g + f
+    assert (len(files) > 4 + (nodes + 1) + g + f) is beyond_a_complete_runs
 
 
 def test_an_incomplete_runs_allure_overview_does_not_read_as_passed(pytester: pytest.Pytester) -> None:
