@@ -84,6 +84,23 @@ def test_the_rings_measured_are_the_domains_each_within_max_nodes_and_their_pair
             assert all({RACKS[a], RACKS[b]} == {RACKS[ring[0]]} for a, b in rnd)
 
 
+def test_only_a_domain_of_one_node_says_it_is_one_and_how_to_fix_it(tmp_path: Path) -> None:
+    """A domain of one node is the spec's labels, and its ring's evidence says the fix (tests/integration/
+    test_gang.py); a domain of two, one of them not measured, is a measurement that did not happen, and says that
+    (plan/run.py measure_fabric)."""
+    spec = load_spec(_spec(tmp_path, pairs=True))
+
+    def lone(racks: dict[str, str | None]) -> str | None:
+        labels = _labels(racks)
+        return run.lone_domain(PoolMap(spec, labels, list(labels)), "train", "r2")
+
+    assert lone(RACKS) is None  # r2: t4 and t5
+    assert lone(RACKS | {"t5": "r3"}) == (
+        "the topology domain has one node (t4), and an all-reduce across nodes needs two: label another node into "
+        f"it (kubectl label node NODE {RACK}=r2) or remove target.gang.topologyKey"
+    )
+
+
 class _Counted(list[str]):
     """A domain's nodes that count how often they are walked."""
 

@@ -315,7 +315,8 @@ def measure_rings(
         if not pools.members(pool) and len(pools.spec.pools) > 1:
             continue  # none of the pool's nodes is in this run (a recertification of another pool's node)
         for domain, ring, least in pool_rings(pools, pool, collected, max_nodes):
-            rings.append(measure_fabric(target, ring, plan))
+            lone = lone_domain(pools, pool, domain) if len(ring) < 2 else None
+            rings.append(measure_fabric(target, ring, plan, lone))
             folder.write_fabric(rings[-1], pool, domain)
             if multinode.pairs and len(ring) >= least:
                 per_pool.append(neighbour_pairs(ring))
@@ -340,6 +341,21 @@ def pool_rings(
         if (d := where.get(n)) is not None:
             rings[d].append(n)
     return [(d, ring[:max_nodes], 2) for d, ring in rings.items()]
+
+
+def lone_domain(pools: PoolMap, pool: str, domain: str | None) -> str | None:
+    """Why a topology domain's ring cannot run where the domain itself holds one node of the pool (not where its
+    other nodes could not be measured): the spec's labels, not a measurement, and the words say the fix."""
+    key = topology_key(pools.spec.target)
+    if domain is None or key is None:
+        return None
+    members = [n for n in pools.members(pool) if pools.label(n, key) == domain]
+    if len(members) != 1:
+        return None
+    return (
+        f"the topology domain has one node ({members[0]}), and an all-reduce across nodes needs two: label another "
+        f"node into it (kubectl label node NODE {key}={domain}) or remove target.gang.topologyKey"
+    )
 
 
 def plan_of(spec: ClusterSpec, run_id: str, pools: PoolMap) -> MeasurePlan:
@@ -396,12 +412,13 @@ def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:
     return rounds
 
 
-def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan) -> FabricEvidence:
-    """The all-reduce across `nodes`, or a document that says why it could not run."""
+def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan, lone: str | None = None) -> FabricEvidence:
+    """The all-reduce across `nodes`, or a document that says why it could not run (`lone`: why, for a topology
+    domain of one node: lone_domain)."""
     if len(nodes) >= 2 and isinstance(target, FabricTarget):
         return target.measure_fabrics([nodes], plan)[0]
     why = (
-        f"{len(nodes)} node(s) could be measured: an all-reduce across nodes needs at least two"
+        (lone or f"{len(nodes)} node(s) could be measured: an all-reduce across nodes needs at least two")
         if len(nodes) < 2
         else f"the {target.kind} target measures one host: there is no fabric between nodes to measure"
     )
