@@ -28,6 +28,7 @@ from gpucert.plan.layout import Mode, run_id
 from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
+from gpucert.report.derivation import verdict_differences
 from gpucert.report.html import natural_key
 from gpucert.report.verdict import node_passed, verdict_problems
 from gpucert.report.verdict_model import Verdict, VerdictFinding, parse_verdict
@@ -103,6 +104,13 @@ def open_run(path: Path, keys: list[Ed25519PublicKey]) -> SeenRun:
             path=path,
         )
     verdict = parse_verdict(raw, folder.verdict_path)
+    differences = verdict_differences(folder, verdict)
+    if differences:
+        raise EvidenceError(
+            f"its signed verdict.json does not follow from its evidence ({'; '.join(differences.named()[:3])}): it "
+            "is not accepted",
+            path=path,
+        )
     started = read_run_info(folder).started or ""
     terms = signed_waivers(folder)
     return SeenRun(folder, verdict, attest.certificate_digest(folder.path) or "", signers, started, terms)

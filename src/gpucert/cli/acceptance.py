@@ -170,7 +170,7 @@ def cmd_keygen(a: argparse.Namespace) -> int:
 
 
 def cmd_sign(a: argparse.Namespace) -> int:
-    path, fp = attest.sign_run(Path(a.run_dir), Path(a.key))
+    path, fp = attest.sign_run(Path(a.run_dir), Path(a.key), replace=a.replace)
     console.print(f"signed {a.run_dir} with {fp}: {path}")
     return 0
 
@@ -204,6 +204,11 @@ def add_acceptance_commands(sub: Any) -> None:
     sg = sub.add_parser("sign", help="sign a completed run folder (certificate.intoto.json)")
     sg.add_argument("run_dir", type=existing_folder)
     sg.add_argument("--key", type=existing_file, required=True, help="the private key from `gpucert keygen`")
+    sg.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the folder's certificate (only while every file still matches it; drops its signatures)",
+    )
     sg.set_defaults(func=cmd_sign)
 
     v = sub.add_parser("verify", help="check a signed folder's signatures (each with its key) and every file's digest")

@@ -19,14 +19,12 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.files import read_json_object, write_json
 from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import ENVELOPE, RunFolder
+from gpucert.report.envelope import PAYLOAD_TYPE, Envelope, SignatureCheck, pae, read_envelope
 from gpucert.report.keys import PRIVATE_KEY, PUBLIC_KEY, fingerprint, generate_key, load_private_key, load_public_key
 from gpucert.report.verdict import headline as verdict_headline
 from gpucert.report.verdict import verdict_problems
@@ -59,15 +57,8 @@ __all__ = [
     "verify_run",
 ]
 
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://gpucert.io/certification/v1"
-
-
-def pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE v1 pre-authentication encoding: what is actually signed."""
-    t = payload_type.encode()
-    return b"DSSEv1 %d %b %d %b" % (len(t), t, len(payload), payload)
 
 
 def sha256_file(path: Path) -> str:
@@ -185,15 +176,48 @@ def certificate_digest(run_dir: Path) -> str | None:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else None
 
 
-def sign_run(run_dir: Path, key_path: Path) -> tuple[Path, str]:
-    """Write `certificate.intoto.json` into the run folder; returns its path and the signer's fingerprint."""
+def sign_run(run_dir: Path, key_path: Path, *, replace: bool = False, rederive: bool = True) -> tuple[Path, str]:
+    """Write `certificate.intoto.json` into the run folder; returns its path and the signer's fingerprint.
+
+    Signed only when its verdict follows from its evidence (VerdictContradicted naming the differences otherwise;
+    `rederive=False` only where this process built the verdict from the same evidence a moment before). A folder
+    that holds a certificate already is signed again only with `replace` and only while every file still matches it
+    (a folder changed after it was signed is a new run's to certify, not a signature's to cover)."""
     run_dir = run_dir.resolve()
     folder = RunFolder(run_dir)
     if key_path.resolve().is_relative_to(run_dir):
         raise ConfigError("the private key must not live inside the run folder it signs", path=key_path)
     load_private_key(key_path)  # a bad key is said before the folder is judged
     verdict = _ready_to_sign(folder)
+    if folder.envelope_path.exists() or folder.envelope_path.is_symlink():
+        _may_sign_again(folder, replace)
+    from gpucert.report.derivation import VerdictContradicted, verdict_differences  # the rules: loaded when used
+
+    if rederive and (differences := verdict_differences(folder, verdict)):
+        raise VerdictContradicted(differences, path=folder.path)
     return sign_folder(run_dir, key_path, PREDICATE_TYPE, _predicate(folder, verdict))
+
+
+def _may_sign_again(folder: RunFolder, replace: bool) -> None:
+    """Refuse to overwrite a run's certificate unless asked (`replace`) and every file still matches it: a changed
+    folder would otherwise get a fresh signature over its changes without a word."""
+    env = read_envelope(folder.envelope_path)
+    wrong = sorted(n for group in compare_files(folder.path, env) for n in group)
+    if wrong:
+        raise EvidenceError(
+            f"is signed already, and {', '.join(wrong[:4])}{' ...' if len(wrong) > 4 else ''} no longer match its "
+            "certificate: a folder changed after it was signed is not signed again; certify the evidence anew "
+            "(`gpucert evaluate SPEC --evidence DIR` writes a new run folder) and sign that",
+            path=folder.path,
+        )
+    if not replace:
+        n = len(env.signatures)
+        raise ConfigError(
+            f"is signed already ({n} signature{'s' if n != 1 else ''} in {ENVELOPE}): to add yours, `gpucert "
+            "countersign`; to replace the certificate by one with this key's signature alone (every other signature "
+            "is dropped), `gpucert sign --replace`",
+            path=folder.path,
+        )
 
 
 def sign_folder(folder: Path, key_path: Path, predicate_type: str, predicate: dict[str, Any]) -> tuple[Path, str]:
@@ -219,79 +243,6 @@ def sign_folder(folder: Path, key_path: Path, predicate_type: str, predicate: di
     return write_json(folder / ENVELOPE, envelope), fp
 
 
-@dataclass(frozen=True, slots=True)
-class SignatureCheck:
-    """One signature of an envelope: its position, the key id it states (a hint, never trusted), and the
-    fingerprint of the given key that verifies it (None: no key given verifies it)."""
-
-    index: int
-    keyid: str | None
-    verified_by: str | None
-
-
-@dataclass(frozen=True)
-class Envelope:
-    """A DSSE envelope as read from disk: nothing of its payload is to be believed before a signature is."""
-
-    path: Path
-    payload_type: str
-    payload: bytes
-    signatures: tuple[tuple[str | None, bytes], ...]  # (keyid, sig)
-
-    def check(self, keys: list[Ed25519PublicKey]) -> list[SignatureCheck]:
-        """Each signature with the given key that verifies it over the PAE of this payload type and payload."""
-        message = pae(self.payload_type, self.payload)
-        out = []
-        for i, (keyid, sig) in enumerate(self.signatures):
-            by = None
-            for key in keys if self.payload_type == PAYLOAD_TYPE else []:
-                try:
-                    key.verify(sig, message)
-                except InvalidSignature:
-                    continue
-                by = fingerprint(key)
-                break
-            out.append(SignatureCheck(i, keyid, by))
-        return out
-
-    def statement(self) -> dict[str, Any]:
-        """The in-toto statement (read it once a signature is verified, or only to compare digests with files)."""
-        try:
-            statement = json.loads(self.payload)
-            if not isinstance(statement, dict) or not isinstance(statement["subject"], list):
-                raise TypeError("no subject list")
-            for sub in statement["subject"]:
-                if not isinstance(sub["name"], str) or not isinstance(sub["digest"]["sha256"], str):
-                    raise TypeError("a subject without a name or sha256")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise EvidenceError(f"the envelope's payload is not an in-toto statement ({exc})", path=self.path) from None
-        return statement
-
-    def signed_digests(self) -> dict[str, str]:
-        return {s["name"]: s["digest"]["sha256"] for s in self.statement()["subject"]}
-
-
-def read_envelope(path: Path) -> Envelope:
-    """The envelope at `path` (EvidenceError when it is missing, a link, or not a DSSE envelope)."""
-    if path.is_symlink():
-        raise EvidenceError("the envelope is a link: a certificate is a plain file in its folder", path=path)
-    if not path.exists():
-        raise EvidenceError(f"no {path.name}: this folder was not signed (`gpucert sign`)", path=path.parent)
-    data = read_json_object(path, missing="this folder was not signed (`gpucert sign`)")
-    try:
-        payload = base64.b64decode(data["payload"], validate=True)
-        sigs = tuple(
-            (s.get("keyid") if isinstance(s.get("keyid"), str) else None, base64.b64decode(s["sig"], validate=True))
-            for s in data["signatures"]
-        )
-        payload_type = data["payloadType"]
-        if not isinstance(payload_type, str):
-            raise TypeError("payloadType is not a string")
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise EvidenceError(f"not a DSSE envelope ({exc})", path=path) from None
-    return Envelope(path, payload_type, payload, sigs)
-
-
 @dataclass
 class Verification:
     signature_ok: bool
@@ -306,11 +257,13 @@ class Verification:
     signatures: list[SignatureCheck] = field(default_factory=list)
     unsigned_keys: list[str] = field(default_factory=list)  # given keys no signature was made with
     inconsistent: list[str] = field(default_factory=list)
+    contradicted: list[str] = field(default_factory=list)  # where the verdict says what its evidence does not
     other: list[str] = field(default_factory=list)  # further problems (carried evidence of a re-test)
 
     @property
     def ok(self) -> bool:
-        bad = self.changed or self.missing or self.added or self.odd or self.inconsistent or self.other
+        bad = self.changed or self.missing or self.added or self.odd or self.inconsistent or self.contradicted
+        bad = bad or self.other
         return self.signature_ok and not bad
 
     def _unsigned(self, fp: str) -> str:
@@ -337,6 +290,7 @@ class Verification:
         out += [f"added: {n}" for n in self.added]
         out += [f"not a plain file: {n}" for n in self.odd]
         out += [f"the signed verdict.json is not one gpucert writes: {why}" for why in self.inconsistent]
+        out += [f"the verdict does not follow from the evidence: {why}" for why in self.contradicted]
         out += self.other
         return out
 
@@ -376,6 +330,10 @@ def verify(folder: Path, pub_paths: list[Path]) -> Verification:
                 result.inconsistent = [str(exc)]
         else:
             result.inconsistent = ["there is no verdict.json"]
+        if not (result.changed or result.missing or result.added or result.odd or result.inconsistent):
+            from gpucert.report.derivation import verdict_differences
+
+            result.contradicted = verdict_differences(run).named()
     return result
 
 

@@ -42,6 +42,7 @@ from gpucert.report.verdict_model import (
 
 __all__ = [
     "KINDS",
+    "MISSING_LISTED",
     "NODE_RESULTS",
     "READABLE_SCHEMAS",
     "RESULTS",
@@ -53,6 +54,7 @@ __all__ = [
     "headline",
     "headline_parts",
     "incomplete_parts",
+    "judge_skips",
     "kind_of",
     "node_passed",
     "node_result",
@@ -119,7 +121,7 @@ def _sort_key(f: Finding) -> tuple[str, str, int, str]:
     return (f.node or "", f.check, -1 if f.gpu is None else f.gpu, f.message)
 
 
-def _judge_skips(
+def judge_skips(
     outcomes: Mapping[CheckKey, Outcome],
 ) -> tuple[dict[CheckKey, Finding], set[CheckKey], list[Finding]]:
     """Each outcome's finding with unjustified skips turned into errors; the skips whose cause did not run; and
@@ -279,7 +281,7 @@ def build_verdict(
     over its nodes (additive to v2). `beside` holds what the verdict says beside the checks, as verdict.json names
     it: `fleetAgainstSku`, `undecided`, and where there was one, `preflight` and `recertify`.
     """
-    judged, cause_not_run, _ = _judge_skips(outcomes)
+    judged, cause_not_run, _ = judge_skips(outcomes)
     unsettled = cause_not_run & plan.required
     coverage = _coverage(plan, judged, unsettled, selected, stopped)
     counts = _summary(list(judged.values()))
