@@ -122,7 +122,7 @@ def test_deselected_checks_make_the_run_incomplete(pytester: pytest.Pytester, ar
     passed = {r["fullName"]: r for r in allure if r["labels"][0]["value"] == "passed"}
     for name, r in passed.items():
         node = name.removeprefix("gpucert.passed[").removesuffix("]")
-        said = (v.get("fleet") or {}) if node == "fleet" else v["nodes"][node]
+        said = (v.get("fleet") or {}) if node == "@fleet" else v["nodes"][node]
         assert r["status"] == ("broken" if said["result"] == "incomplete" else "passed"), (node, said["result"])
     # a node of each run is incomplete; a run that ran nothing has no passed checks to show
     assert any(r["status"] == "broken" for r in passed.values()) if ran else not passed
@@ -158,7 +158,7 @@ def test_an_incomplete_runs_allure_overview_does_not_read_as_passed(pytester: py
     # Allure's donut says passed / total (allure-generator 2.x PieChartView.getChartTitle)
     assert 2 * sum(r["status"] == "passed" for r in allure) < len(allure)
     not_run = {r["fullName"]: r for r in allure if r["fullName"].startswith("gpucert.not_run")}
-    assert set(not_run) == {f"gpucert.not_run[{n}]" for n in ("gpu-node-1", "gpu-node-3", "gpu-node-4", "fleet")}
+    assert set(not_run) == {f"gpucert.not_run[{n}]" for n in ("gpu-node-1", "gpu-node-3", "gpu-node-4", "@fleet")}
     assert all(r["status"] == "skipped" for r in not_run.values())
     counted = {
         r["fullName"]: int(next(p["value"] for p in r["parameters"] if p["name"] == "checks")) for r in not_run.values()

@@ -168,14 +168,14 @@ def test_allure_has_a_result_per_node_counted_as_the_verdict_counts(demo_run: Pa
     nodes = {
         r["fullName"].removeprefix("gpucert.passed[")[:-1]: r for r in results if r["labels"][0]["value"] == "passed"
     }
-    assert sorted(nodes) == ["fleet", *(f"gpu-node-{i}" for i in range(1, 5))]
+    assert sorted(nodes) == ["@fleet", *(f"gpu-node-{i}" for i in range(1, 5))]  # '@': no node's name
     for node, r in nodes.items():
-        said = verdict["fleet"] if node == "fleet" else verdict["nodes"][node]
+        said = verdict["fleet"] if node == "@fleet" else verdict["nodes"][node]
         steps = [c for f in r["steps"] for c in f["steps"]]
         # each GPU's check one, and each detail's (a component's stack.version)
         n = sum(len(c["parameters"][0]["value"].split(",")) if c.get("parameters") else 1 for c in steps)
         assert n == said["passed"], node  # the verdict's count
-        where = "the fleet" if node == "fleet" else node
+        where = "the fleet" if node == "@fleet" else node
         kinds = f"{len(steps)} kind{'s' if len(steps) != 1 else ''}"
         assert r["name"].startswith(f"{n} check{'s' if n != 1 else ''} passed on {where} ({kinds})"), r["name"]
         assert " 1 checks" not in r["name"]

@@ -39,7 +39,7 @@ from gpucert.plan.checks import PERFORMANCE_PREFIXES, CheckKey, CheckStatus, Fam
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.allure_history import carry_in
 from gpucert.report.allure_notrun import NOT_RUN_CATEGORY, not_run_results
-from gpucert.report.allure_passed import passed_on
+from gpucert.report.allure_passed import passed_on, shown, spoken
 from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
@@ -171,12 +171,12 @@ def write_allure(
     results_dir.mkdir(parents=True, exist_ok=True)
     logger: AllureFileLogger = ResultsLogger(str(results_dir))
     logger.report_result(_certification(verdict, started_ms, stopped_ms))
-    groups: dict[tuple[str, str], _Group] = defaultdict(list)
-    for key, o in outcomes.items():  # by the node the verdict counts the check on, and the check's id
-        groups[(o.finding.check, key.node or "fleet")].append((key, o))
-    passed: dict[str, dict[str, _Group]] = defaultdict(dict)
+    groups: dict[tuple[str, str | None], _Group] = defaultdict(list)
+    for key, o in outcomes.items():  # by the node the verdict counts the check on (None: the fleet), and the check
+        groups[(o.finding.check, key.node)].append((key, o))
+    passed: dict[str | None, dict[str, _Group]] = defaultdict(dict)
     not_passed = 0
-    for (check, node), items in sorted(groups.items()):
+    for (check, node), items in sorted(groups.items(), key=lambda g: (g[0][0], shown(g[0][1]))):
         ok = [(k, o) for k, o in items if o.finding.status is CheckStatus.PASS]
         if ok:  # counted where the verdict counts it: the node's passed checks (also a failed check's other GPUs)
             passed[node][check] = ok
@@ -184,7 +184,7 @@ def write_allure(
             logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
             not_passed += 1
     for node, checks in passed.items():
-        said = verdict.fleet if node == "fleet" else verdict.nodes.get(node)
+        said = verdict.fleet if node is None else verdict.nodes.get(node)
         logger.report_result(passed_on(node, checks, started_ms, said))
     not_run = not_run_results(missing or {}, started_ms, stopped_ms)
     for r in not_run:
@@ -194,10 +194,16 @@ def write_allure(
 
 
 def _not_passed(
-    logger: AllureFileLogger, check: str, node: str, items: _Group, evidence: Mapping[CheckKey, Any], started_ms: int
+    logger: AllureFileLogger,
+    check: str,
+    where: str | None,
+    items: _Group,
+    evidence: Mapping[CheckKey, Any],
+    started_ms: int,
 ) -> TestResult:
-    """One check on one node that did not pass: its worst status, the failing findings' messages and evidence
-    (attached), and each GPU a step."""
+    """One check on one node (None: the fleet) that did not pass: its worst status, the failing findings' messages
+    and evidence (attached), and each GPU a step."""
+    node = shown(where)
     findings = [o.finding for _, o in items]
     worst = max(findings, key=lambda f: _RANK[f.status]).status
     noted = (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED)
@@ -207,7 +213,7 @@ def _not_passed(
     end = max((int(o.stop * 1000) for _, o in items if o.stop), default=begin)
     result = TestResult(
         uuid=str(uuid.uuid4()),
-        name=f"{check} on {node}" + (" (waived)" if worst is CheckStatus.WAIVED else ""),
+        name=f"{check} on {spoken(where)}" + (" (waived)" if worst is CheckStatus.WAIVED else ""),
         fullName=f"{suite_of(check)}.{check}[{node}]",
         historyId=f"{check}[{node}]",
         status=_STATUS[worst],

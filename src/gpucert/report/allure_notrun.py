@@ -1,4 +1,5 @@
-"""Allure results for the required checks a run did not run: one per node (and one for the fleet's own checks),
+"""Allure results for the required checks a run did not run: one per node (and one for the fleet's own checks, named
+apart from any node: allure_passed.py FLEET),
 `skipped`, with how many of its checks were deselected or not reached, a step per check family and each check a
 step of it.
 
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from allure_commons.model2 import Label, Parameter, Status, StatusDetails, TestResult, TestStepResult
 
 from gpucert.plan.checks import CheckKey, family_of
+from gpucert.report.allure_passed import shown, spoken
 from gpucert.report.verdict import Outcome
 
 __all__ = ["DESELECTED", "NOT_REACHED", "NOT_RUN_CATEGORY", "not_run", "not_run_results"]
@@ -42,19 +44,20 @@ def not_run(
 
 def not_run_results(missing: Mapping[CheckKey, str], started_ms: int, stopped_ms: int) -> list[TestResult]:
     """One skipped result per node (or the fleet) with required checks that did not run."""
-    by_node: dict[str, list[tuple[CheckKey, str]]] = defaultdict(list)
+    by_node: dict[str | None, list[tuple[CheckKey, str]]] = defaultdict(list)
     for key, why in missing.items():
-        by_node[key.node or "fleet"].append((key, why))
-    return [_result(node, items, started_ms, stopped_ms) for node, items in sorted(by_node.items())]
+        by_node[key.node].append((key, why))  # None: the fleet's own, apart from a node named `fleet`
+    ordered = sorted(by_node.items(), key=lambda item: shown(item[0]))
+    return [_result(node, items, started_ms, stopped_ms) for node, items in ordered]
 
 
-def _result(node: str, items: list[tuple[CheckKey, str]], started_ms: int, stopped_ms: int) -> TestResult:
+def _result(where: str | None, items: list[tuple[CheckKey, str]], started_ms: int, stopped_ms: int) -> TestResult:
     why: dict[str, int] = {DESELECTED: 0, NOT_REACHED: 0}
     checks: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))  # family -> check -> keys
     for key, said in items:
         why[said] += 1
         checks[family_of(key.check).value][key.check] += 1
-    n = len(items)
+    n, node, token = len(items), spoken(where), shown(where)
     counted = ", ".join(f"{k} {w}" for w, k in why.items() if k)
     message = (
         f"{node}: {n} required check{'s' if n != 1 else ''} did not run ({counted}): the run is INCOMPLETE, and "
@@ -77,8 +80,8 @@ def _result(node: str, items: list[tuple[CheckKey, str]], started_ms: int, stopp
     return TestResult(
         uuid=str(uuid.uuid4()),
         name=f"{n} required check{'s' if n != 1 else ''} did not run on {node}",
-        fullName=f"gpucert.not_run[{node}]",
-        historyId=f"not_run[{node}]",
+        fullName=f"gpucert.not_run[{token}]",
+        historyId=f"not_run[{token}]",
         status=Status.SKIPPED,
         statusDetails=StatusDetails(message=message),
         start=started_ms,
@@ -87,8 +90,8 @@ def _result(node: str, items: list[tuple[CheckKey, str]], started_ms: int, stopp
         labels=[
             Label("epic", "not run"),
             Label("feature", "checks that did not run"),
-            Label("story", node),
+            Label("story", token),
             Label("suite", "not run"),
         ],
-        parameters=[Parameter("node", node), Parameter("checks", str(n))],
+        parameters=[Parameter("node", token), Parameter("checks", str(n))],
     )

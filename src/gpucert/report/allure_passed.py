@@ -22,11 +22,25 @@ from gpucert.plan.checks import CheckKey, family_of
 from gpucert.report.verdict import Outcome
 from gpucert.report.verdict_model import Group
 
-__all__ = ["counted", "passed_on"]
+__all__ = ["FLEET", "counted", "passed_on", "shown", "spoken"]
+
+FLEET = "@fleet"  # the fleet's own checks in Allure's ids ('@' is in no node name, DNS-1123: a node named `fleet` is
+# a result of its own, not a retry of the fleet's; CheckKey's `check@fleet` names it the same way)
 
 # one check's passed outcomes on one node: one per GPU, or the node's (fleet's) one, or one per detail (a component's
 # stack.version, a rail's fabric.port)
 Passed = Sequence[tuple[CheckKey, Outcome]]
+
+
+def shown(node: str | None) -> str:
+    """Where a result's checks ran, in its ids (fullName, historyId, story, the `node` parameter): the node's name,
+    or FLEET for the fleet's own checks (None)."""
+    return FLEET if node is None else node
+
+
+def spoken(node: str | None) -> str:
+    """Where a result's checks ran, in its name: the node's name, or "the fleet"."""
+    return "the fleet" if node is None else node
 
 
 def counted(n: int, word: str) -> str:
@@ -60,8 +74,8 @@ _SAID = {"fail": "; the node FAILED (see its failing checks)", "waived": "; the 
 _INCOMPLETE = " (INCOMPLETE: not every check ran)"
 
 
-def passed_on(node: str, checks: Mapping[str, Passed], default_ms: int, said: Group | None) -> TestResult:
-    """One result for every check that passed on `node` ("fleet": the fleet's own checks), as `said` (the verdict's
+def passed_on(node: str | None, checks: Mapping[str, Passed], default_ms: int, said: Group | None) -> TestResult:
+    """One result for every check that passed on `node` (None: the fleet's own checks), as `said` (the verdict's
     group of the node) counts them: a step per check family, each check a step of it."""
     by_family: dict[str, list[tuple[int, TestStepResult]]] = defaultdict(list)
     for check, outcomes in sorted(checks.items()):
@@ -77,16 +91,16 @@ def passed_on(node: str, checks: Mapping[str, Passed], default_ms: int, said: Gr
         for family, inner in by_family.items()
     ]
     n = sum(len(o) for o in checks.values())
-    where = "the fleet" if node == "fleet" else node
+    where, token = spoken(node), shown(node)
     result = said.result if said is not None else "pass"
     incomplete = result == "incomplete"
-    why = f"{node} is INCOMPLETE: not every required check ran on it (see the certification's coverage)"
+    why = f"{where} is INCOMPLETE: not every required check ran on it (see the certification's coverage)"
     return TestResult(
         uuid=str(uuid.uuid4()),
         name=f"{counted(n, 'check')} passed on {where} ({counted(len(checks), 'kind')})"
         + (_INCOMPLETE if incomplete else _SAID.get(result, "")),
-        fullName=f"gpucert.passed[{node}]",
-        historyId=f"passed[{node}]",
+        fullName=f"gpucert.passed[{token}]",
+        historyId=f"passed[{token}]",
         status=Status.BROKEN if incomplete else Status.PASSED,
         statusDetails=StatusDetails(message=why) if incomplete else None,
         start=min(s.start for s in steps),
@@ -95,8 +109,8 @@ def passed_on(node: str, checks: Mapping[str, Passed], default_ms: int, said: Gr
         labels=[
             Label("epic", "passed"),
             Label("feature", "passed checks"),
-            Label("story", node),
+            Label("story", token),
             Label("suite", "passed checks"),
         ],
-        parameters=[Parameter("node", node)],
+        parameters=[Parameter("node", token)],
     )
