@@ -196,3 +196,30 @@ def test_an_honest_static_gate_signs_and_verifies(work: Path) -> None:
     assert main(["sign", str(run), "--key", key(work)]) == 0
     assert not verdict_differences(RunFolder(run))
     assert main(["verify", str(run), "--key", key(work, public=True)]) == 0
+
+
+def test_a_node_said_to_pass_in_a_run_that_names_only_some_missing_checks_is_still_decided(work: Path) -> None:
+    """More checks missing than the verdict names (MISSING_LISTED): which ran is not known, yet a node said to pass
+    must have run and passed every one of its checks, and every finding listed must be the evidence's."""
+    from gpucert.evaluate.evaluation import Evaluation
+    from gpucert.plan.checks import CheckKey
+    from gpucert.report.verdict import MISSING_LISTED
+    from gpucert.report.verdict_model import parse_verdict
+
+    run = run_in(work / "reports" / "certify")
+    doc = json.loads((run / "verdict.json").read_text())
+    open_nodes = ("gpu-node-2", OTHER_BAD)  # the nodes whose checks are named missing: not said to pass
+    named = [k for k in Evaluation.from_run(run).plan.required if k.node in open_nodes]
+    assert len(named) > MISSING_LISTED
+    named = sorted(named, key=CheckKey.sort_key)[:MISSING_LISTED]
+    cut = MISSING_LISTED + 10
+    doc["coverage"].update(ran=doc["coverage"]["ran"] - cut, deselected=cut, complete=False)
+    doc["coverage"]["missing"] = [str(k) for k in named]
+    doc["nodes"]["gpu-node-2"]["result"] = "incomplete"
+    honest = parse_verdict(doc, run / "verdict.json")
+    assert not verdict_differences(RunFolder(run), honest)
+    node_passes(doc)
+    lines = verdict_differences(RunFolder(run), parse_verdict(doc, run / "verdict.json")).named()
+    # whether its ECC check ran is not known here (not listed as missing is no proof with the list cut), but a pass
+    # needs it run and passed
+    assert lines[0] == f"{BAD_NODE}: the verdict says pass, the evidence fail", lines
