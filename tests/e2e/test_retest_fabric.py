@@ -262,3 +262,25 @@ def test_verify_refuses_carried_pairs_without_a_retest_record(runs: Runs, capsys
     assert cli.main(["verify", str(altered), "--key", str(tmp / "keys" / "gpucert.pub")]) == 1
     out = capsys.readouterr()
     assert "carried.json: carried pairs belong to a re-test, and this run has no re-test record" in out.out + out.err
+
+
+def test_a_run_written_before_with_one_pairs_json_verifies_and_is_carried(runs: Runs) -> None:
+    """The first run as a run written before a document per round kept its pairs (one pairs.json), signed as such:
+    it verifies, and a re-test of it carries that one document by its signed digest and says what it said."""
+    tmp, run1, _, _ = runs
+    old = tmp / "old-layout"
+    shutil.copytree(run1, old)
+    multinode = old / "evidence/multinode"
+    pairs = [p for f in pairs_files(multinode) for p in json.loads(f.read_text())["pairs"]]
+    for f in pairs_files(multinode):
+        f.unlink()
+    (multinode / "pairs.json").write_text(json.dumps({"schema": "gpucert.io/evidence/v1", "pairs": pairs}))
+    (old / "certificate.intoto.json").unlink()
+    key = str(tmp / "keys" / "gpucert.key")
+    assert cli.main(["sign", str(old), "--key", key]) == 0
+    assert cli.main(["verify", str(old), "--key", str(tmp / "keys" / "gpucert.pub")]) == 0
+    retest = _run(tmp / "reports", "certify", str(tmp / "second.yaml"), "--sign-key", key, "--retest", str(old), code=1)
+    index = json.loads((retest / "evidence/multinode/carried.json").read_text())
+    assert [f["source"] for f in index["files"]] == ["evidence/multinode/pairs.json"]
+    assert (retest / "evidence/multinode/carried-0.json").read_bytes() == (multinode / "pairs.json").read_bytes()
+    assert _failed(retest) == {("fabric.port", "gpu-node-6", "fail")}

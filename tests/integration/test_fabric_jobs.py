@@ -5,7 +5,6 @@ Job of two pods, in round-robin rounds, each pair bringing its RDMA per rail (a 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,6 @@ from gpucert.measure.probes import fabric_collective
 from gpucert.measure.probes.fabric_pair import PairPlan
 from gpucert.measure.targets import open_target
 from gpucert.plan import run as runner
-from gpucert.plan.pairs_files import pairs_files
 from gpucert.spec.cluster import load_spec
 
 from ..unit.test_fabric_sysfs import NIC0, NIC1, make_hca
@@ -102,7 +100,9 @@ def test_every_pair_of_the_fabric_runs_as_a_job_and_brings_its_rdma_and_counters
         assert [p.key for p in ev.fabric.ports] == ["mlx5_0/1", "mlx5_1/1"]
         assert ev.fabric.counters is not None  # the pairs' windows, folded in
         assert ev.fabric.counters.deltas("mlx5_0/1")["symbol_error"] == 0
-    pairs = [p for f in pairs_files(folder.pairs_path.parent) for p in json.loads(f.read_text())["pairs"]]
+    read = folder.read_fabric_pairs()  # the round documents as read (a field at its default is left out on disk)
+    assert read is not None
+    pairs = [p.model_dump(mode="json") for p in read.pairs]
     assert sorted(tuple(sorted(p["nodes"])) for p in pairs) == [
         (a, b) for i, a in enumerate(nodes) for b in nodes[i + 1 :]
     ]  # every pair once, in three rounds of two

@@ -21,7 +21,7 @@ from gpucert.errors import ConfigError
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.measure.targets import open_target
 from gpucert.plan import run as runner
-from gpucert.plan.pairs_files import pairs_files
+from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import load_baseline
 from gpucert.spec.cluster import load_spec
 
@@ -325,7 +325,9 @@ def test_pairs_of_neighbours_run_side_by_side(cluster: FakeCluster, tmp_path: Pa
         run_dir, ev, _ = measure(tmp_path, multinode={"maxNodes": 7, "pairs": True}, maxParallel=4)
     finally:
         kubelet.close()
-    pairs = [p for f in pairs_files(run_dir / "evidence" / "multinode") for p in json.loads(f.read_text())["pairs"]]
+    read = RunFolder(run_dir).read_fabric_pairs()  # the round documents as read (defaults are left out on disk)
+    assert read is not None
+    pairs = [p.model_dump(mode="json") for p in read.pairs]
     # the ring of seven in three rounds, no node in two pairs at once: 1-2 3-4 5-6 | 2-3 4-5 6-7 | 7-1
     ring = [[1, 2], [3, 4], [5, 6], [2, 3], [4, 5], [6, 7], [7, 1]]
     assert [p["nodes"] for p in pairs] == [[f"gpu-{a:02d}", f"gpu-{b:02d}"] for a, b in ring]

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from gpucert.evaluate.evaluation import Evaluation
+from gpucert.evaluate.pairs_index import index_pairs
 from gpucert.evaluate.rules.fabric_schedule import check_schedule
 from gpucert.measure.evidence import FabricPairs
 from gpucert.measure.evidence_fabric import RdmaBandwidth
@@ -52,7 +53,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Evaluation:
 def _judged(ev: Evaluation, pairs: FabricPairs) -> dict[tuple[str, int], Any]:
     """Every node-rail's fabric.rdma_bw on a fresh view of the run whose pairs.json reads as `pairs`."""
     view = Evaluation(ev.folder, ev.spec, ev.baselines)
-    view.__dict__["fabric_pairs"] = pairs  # the cached document, as if the file held it
+    view.__dict__["pairs_index"] = index_pairs([pairs])  # the cached index, as if the files held `pairs`
     return {
         (n, r): view.decide(CheckKey("fabric.rdma_bw", n, None, rail_detail(r))) for n in NODES for r in range(RAILS)
     }

@@ -15,17 +15,20 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from gpucert.acceptance.retest_pairs import carry_pairs
 from gpucert.errors import EvidenceError
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.measure import evidence
+from gpucert.measure.evidence import NcclChannel
+from gpucert.plan import pairs_files as pairs_files_module
 from gpucert.plan.carried_pairs import read_pairs
 from gpucert.plan.checks import CheckKey, CheckStatus
 from gpucert.plan.fabric_checks import rail_detail
 from gpucert.plan.layout import Mode
 from gpucert.plan.pairs import rounds
-from gpucert.plan.pairs_files import pairs_files
+from gpucert.plan.pairs_files import pairs_files, write_round
 from gpucert.plan.run import prepare
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import load_baseline
@@ -62,7 +65,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Evaluation, Coun
         return real(path, text)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(evidence, "write_atomic", counted)
+        mp.setattr(evidence, "write_atomic", counted)  # every evidence document
+        mp.setattr(pairs_files_module, "write_atomic", counted)  # the pairs' round documents
         folder = prepare(spec, tmp / "reports", Mode.MEASURE)
     return Evaluation(folder, spec, load_baseline(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")), writes
 
@@ -181,3 +185,39 @@ def test_the_last_rounds_missing_leave_their_pairs_missing(
             found = stopped.decide(CheckKey("fabric.rdma_bw", node, None, rail_detail(rail)))
             assert found.status is CheckStatus.ERROR
             assert "no pair with" in found.message, found
+
+
+def test_a_round_document_keeps_the_network_channels_and_leaves_out_defaults(
+    measured: tuple[Evaluation, Counter[str]], tmp_path: Path
+) -> None:
+    """A pair's NCCL lines inside a node (P2P, SHM) are no evidence of its fabric (the pool's all-reduce keeps
+    them); fields at their default are left out and read back as they were."""
+    pairs = read_pairs(measured[0].folder)
+    assert pairs is not None
+    pair = pairs.pairs[0]
+    assert pair.transport is not None
+    inside = NcclChannel(channel=0, src_rank=0, src_dev=0, dst_rank=1, dst_dev=1, transport="P2P/IPC")
+    with_p2p = pair.model_copy(
+        update={"transport": pair.transport.model_copy(update={"channels": [inside, *pair.transport.channels]})}
+    )
+    path = write_round(tmp_path, 1, 1, [with_p2p])
+    text = path.read_text()
+    assert text.startswith('{"schema":"gpucert.io/evidence/v1",')
+    assert "P2P/IPC" not in text
+    assert '"errors":[]' not in text
+    assert '"proxy_rank":null' not in text
+    back = evidence.read_fabric_pairs(path)
+    assert back is not None
+    assert back.pairs == [pair]
+    assert (back.round, back.rounds) == (1, 1)
+
+
+def test_the_rules_read_an_index_of_numbers_not_the_pairs_models(measured: tuple[Evaluation, Counter[str]]) -> None:
+    index = measured[0].pairs_index
+    assert index is not None
+    assert (len(index.pairs), len(index.rdma)) == (6, 12)
+    rows: list[Any] = [*index.pairs, *index.rdma]
+    for row in rows:
+        for name in row.__slots__:
+            assert not isinstance(getattr(row, name), BaseModel), (name, row)
+    assert {r.median is not None and r.problem is None for r in index.rdma} == {True}

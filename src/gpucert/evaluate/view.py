@@ -13,20 +13,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cached_property
+from itertools import chain
 from pathlib import Path
 from typing import Any, Self, TypeVar, cast
 
 from gpucert.errors import EvidenceError
+from gpucert.evaluate.pairs_index import PairsIndex, index_pairs
 from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
 from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
 from gpucert.measure.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence, read_evidence
-from gpucert.plan.carried_pairs import carried_nodes, read_pairs
+from gpucert.plan.carried_pairs import carried_nodes, iter_carried, read_carried, read_pairs
 from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.history_records import Snapshot
 from gpucert.plan.inputs import run_inputs
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.layout import run_id_time
+from gpucert.plan.pairs_files import iter_pairs, pairs_files
 from gpucert.plan.records import RecertifyRecord, read_recertify_record
 from gpucert.plan.required import Plan, dcgm_tests, plan_checks
 from gpucert.plan.rings import read_domain_rings, read_rings
@@ -187,6 +190,15 @@ class RunView:
     def fabric_pairs(self) -> FabricPairs | None:
         """Every pair the run holds: its own and, for a re-test, those of two carried nodes (plan/carried_pairs.py)."""
         return read_pairs(self.folder)
+
+    @cached_property
+    def pairs_index(self) -> PairsIndex | None:
+        """Every pair the run holds, as `fabric_pairs`, indexed once and read one document at a time (the rules read
+        this: a fleet's pairs as models do not fit in memory); None when it holds none."""
+        multinode = self.folder.pairs_path.parent
+        if not self.folder.measured or (read_carried(self.folder) is None and not pairs_files(multinode)):
+            return None
+        return index_pairs(chain(iter_carried(self.folder), iter_pairs(multinode)))
 
     @cached_property
     def pairs_carried_for(self) -> frozenset[str]:

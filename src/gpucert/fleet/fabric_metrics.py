@@ -9,14 +9,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import chain
 
 from prometheus_client.core import GaugeMetricFamily
 
 from gpucert.errors import GpucertError
+from gpucert.evaluate.pairs_index import RdmaRow, index_pairs
 from gpucert.evaluate.rules.fabric_ports import rail_port
 from gpucert.measure.evidence import RdmaBandwidth
 from gpucert.measure.evidence_fabric import HcaPort, NodeFabric
-from gpucert.plan.carried_pairs import read_pairs
+from gpucert.plan.carried_pairs import iter_carried
+from gpucert.plan.pairs_files import iter_pairs
 from gpucert.plan.rings import read_rings
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.fabric import FabricSpec
@@ -52,16 +55,16 @@ class FabricSeries:
     """The fabric families of one scrape, with a cache of each (run, node)'s readings."""
 
     _cache: dict[tuple[str, str], list[PortReading]] = field(default_factory=dict)
-    _multinode: dict[str, list[RdmaBandwidth]] = field(default_factory=dict)
+    _multinode: dict[str, list[RdmaBandwidth | RdmaRow]] = field(default_factory=dict)
 
-    def _rdma(self, folder: RunFolder) -> list[RdmaBandwidth]:
+    def _rdma(self, folder: RunFolder) -> list[RdmaBandwidth | RdmaRow]:
         """Every RDMA figure of the run: the fabric stage's pairs (its round documents) and the collective's own."""
         if folder.id not in self._multinode:
-            found: list[RdmaBandwidth] = []
+            found: list[RdmaBandwidth | RdmaRow] = []
             try:
-                rings, pairs = read_rings(folder), read_pairs(folder)  # a re-test: its carried pairs too
-                found = [r for ring in rings.values() for r in ring.rdma]
-                found += [r for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
+                found = [r for ring in read_rings(folder).values() for r in ring.rdma]
+                # the pairs one document at a time (a re-test: its carried pairs too), as the evaluation reads them
+                found += index_pairs(chain(iter_carried(folder), iter_pairs(folder.pairs_path.parent))).rdma
             except (GpucertError, OSError):
                 found = []
             self._multinode[folder.id] = found
@@ -77,10 +80,13 @@ class FabricSeries:
             nf = ev.fabric if ev is not None and ev.collected else None
             figures: dict[str, dict[int, list[float]]] = {}
             for r in self._rdma(folder):
-                if r.error or not r.samples or r.unit != "Gb/s" or node not in (r.client, r.server):
+                if r.error or r.unit != "Gb/s" or node not in (r.client, r.server):
+                    continue
+                figure = r.median if isinstance(r, RdmaRow) else statistics.median(r.samples) if r.samples else None
+                if figure is None:
                     continue
                 port = r.client_hca if node == r.client else r.server_hca
-                figures.setdefault(port, {}).setdefault(r.rail, []).append(statistics.median(r.samples))
+                figures.setdefault(port, {}).setdefault(r.rail, []).append(figure)
             self._cache[key] = [
                 PortReading(
                     p.hca,

@@ -13,12 +13,14 @@ missing at the end (a stage stopped early) leave pairs missing, which the schedu
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from gpucert.errors import EvidenceError
-from gpucert.measure.evidence import FabricEvidence, FabricPairs, read_fabric_pairs, write_document
+from gpucert.files import write_atomic
+from gpucert.measure.evidence import FabricEvidence, FabricPairs, read_fabric_pairs
 from gpucert.plan import layout
 
 __all__ = ["iter_pairs", "pairs_files", "read_all_pairs", "round_path", "write_round"]
@@ -31,10 +33,25 @@ def round_path(multinode: Path, number: int) -> Path:
     return multinode / layout.PAIRS_ROUND.format(number)
 
 
+def _network_only(pair: FabricEvidence) -> FabricEvidence:
+    """The pair with NCCL's network channel lines (NET/IB, NET/Socket: what fabric.nccl_transport judges) and not
+    its ranks' lines inside a node (P2P, SHM: 14 of every 16 hops of a ring of 2 x 8 GPUs), which the pool's own
+    all-reduce document keeps."""
+    t = pair.transport
+    if t is None or all(ch.transport.startswith("NET/") for ch in t.channels):
+        return pair
+    channels = [ch for ch in t.channels if ch.transport.startswith("NET/")]
+    return pair.model_copy(update={"transport": t.model_copy(update={"channels": channels})})
+
+
 def write_round(multinode: Path, number: int, rounds: int, pairs: list[FabricEvidence]) -> Path:
-    """The pairs of one round, written once when it ends (atomically, as every evidence document)."""
+    """The pairs of one round, written once when it ends (atomically, as every evidence document). Fields at their
+    default (an empty error list, a null, `collected: true`) are left out: a reader reads them as the defaults they
+    are, and at 1,024 x 8 they were a sixth of the stage's bytes. The schema is always written."""
     multinode.mkdir(parents=True, exist_ok=True)
-    return write_document(round_path(multinode, number), FabricPairs(round=number, rounds=rounds, pairs=pairs))
+    doc = FabricPairs(round=number, rounds=rounds, pairs=[_network_only(p) for p in pairs])
+    text = doc.model_dump_json(by_alias=True, exclude_defaults=True)
+    return write_atomic(round_path(multinode, number), f'{{"schema":{json.dumps(doc.schema_)},{text[1:]}')
 
 
 def _numbered(multinode: Path) -> list[tuple[int, Path]]:

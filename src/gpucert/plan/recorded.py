@@ -6,10 +6,12 @@ reads nothing from outside the recorded folder.
 from __future__ import annotations
 
 import shutil
+from itertools import chain
 from pathlib import Path
 
 from gpucert.errors import EvidenceError
-from gpucert.plan.carried_pairs import read_pairs
+from gpucert.plan.carried_pairs import iter_carried
+from gpucert.plan.pairs_files import iter_pairs
 from gpucert.plan.records import read_run_info
 from gpucert.plan.rings import read_domain_rings, read_rings
 from gpucert.plan.runfolder import Mode, RunFolder
@@ -63,7 +65,9 @@ def _check_recorded(folder: RunFolder) -> None:
     folder.read_stack()
     read_rings(folder)
     read_domain_rings(folder)
-    read_pairs(folder)  # a re-test's carried pairs too (carried.json without a re-test record: an error)
+    for _ in chain(iter_carried(folder), iter_pairs(folder.pairs_path.parent)):
+        pass  # every pairs document read and let go (a fleet's do not fit in memory); a re-test's carried ones
+        # too (carried.json without a re-test record: an error)
     for path in sorted(folder.evidence_dir.iterdir()):
         if path == folder.pairs_path.parent:
             continue

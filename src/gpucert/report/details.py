@@ -66,8 +66,10 @@ def _beyond_a_node(ev: Evaluation, finding: Finding) -> dict[str, object] | None
         ring = max((r for r in rings if finding.message.startswith(r)), key=len, default=None)
         return rings[ring].model_dump(mode="json") if ring is not None else None
     if finding.check.removeprefix("straggler.") in FABRIC_METRICS:
-        mine = [p for p in (ev.fabric_pairs.pairs if ev.fabric_pairs else []) if finding.node in p.nodes]
-        return {"pairs": [p.model_dump(mode="json") for p in mine]}
+        # each of its pairs' figure as judged, or why it has none (their samples: evidence/multinode/pairs-*.json)
+        index = ev.pairs_index
+        mine = [p for p in (index.pairs if index is not None else []) if finding.node in p.nodes]
+        return {"pairs": [{"nodes": list(p.nodes), "busbw": p.busbw, "unit": "GB/s", "error": p.why} for p in mine]}
     if ev.inventory.target == "static":
         return {"gate": ev.folder.read_gate(), "spec": ev.spec.metadata.name}  # what the gate was given
     return {"nodes": ev.inventory.names}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
+from gpucert.evaluate.pairs_index import RdmaRow
 from gpucert.evaluate.rules.fabric_config import POOL_FABRIC, Contradiction, contradiction, judge_pool_fabric
 from gpucert.evaluate.rules.fabric_isolation import PairFigure, RailIsolation, describe, isolate_rail
 from gpucert.evaluate.rules.fabric_ports import (
@@ -25,10 +26,10 @@ from gpucert.evaluate.rules.fabric_ports import (
     rail_where,
 )
 from gpucert.evaluate.rules.fabric_schedule import Schedule, check_schedule
-from gpucert.evaluate.rules.fabric_transport import TRANSPORT, Collective, judge_transport
-from gpucert.evaluate.rules.performance import sample_problem
+from gpucert.evaluate.rules.fabric_transport import TRANSPORT, Collective, Seen, judge_transport
+from gpucert.evaluate.rules.performance import absurd_problem
 from gpucert.evaluate.view import RunView
-from gpucert.measure.evidence_fabric import NodeFabric, RdmaBandwidth
+from gpucert.measure.evidence_fabric import NodeFabric
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.fabric_checks import rail_detail, rail_of
 from gpucert.spec.baseline import MetricBaseline
@@ -63,16 +64,16 @@ def pool_fabric(ev: RunView, pool_name: str) -> Finding:
     return found
 
 
-def _pair_figure(r: RdmaBandwidth, expected: float) -> PairFigure:
+def _pair_figure(r: RdmaRow, expected: float) -> PairFigure:
     a, b = sorted((r.client, r.server))
     if r.error:
         return PairFigure(r.rail, a, b, None, f"did not run: {r.error}")
     if r.unit != "Gb/s":
         return PairFigure(r.rail, a, b, None, f"recorded in {r.unit}, not Gb/s")
-    problem = sample_problem(list(r.samples), expected)
-    if problem:
+    problem = r.problem or (absurd_problem(r.top, expected) if r.top is not None else None)
+    if problem or r.median is None:
         return PairFigure(r.rail, a, b, None, f"samples cannot be believed: {problem}")
-    return PairFigure(r.rail, a, b, statistics.median(r.samples))
+    return PairFigure(r.rail, a, b, r.median)
 
 
 class FabricView:
@@ -83,7 +84,7 @@ class FabricView:
         self.ev, self.pool, self.spec = ev, pool, pool.fabric
         self.members = ev.pools.members(pool.name)
         self._rails: dict[int, RailIsolation] = {}
-        self._schedule: Schedule | None = None
+        self._schedule: Schedule[RdmaRow] | None = None
 
     def node(self, node: str) -> NodeFabric | None:
         usable = self.ev.usable(node)
@@ -160,13 +161,13 @@ class FabricView:
         hcas = [p.hca for r in rails if (p := rail_port(nf, self.spec, r)) is not None]
         return judge_gdr(node, nf.gdr, hcas, list(range(self.ev.pools.gpus_per_node(node))))
 
-    def schedule(self) -> Schedule:
+    def schedule(self) -> Schedule[RdmaRow]:
         """The pool's pairs' RDMA records held to the round-robin schedule of its measured nodes (a re-test's: its
         carried pairs and those it measured again), once (the all-reduce across the pool is no pair of the
         schedule: a two-node pool's ring is its one pair again)."""
         if self._schedule is None:
-            pairs = self.ev.fabric_pairs
-            records = [(p.nodes, r) for p in (pairs.pairs if pairs is not None else []) for r in p.rdma]
+            index = self.ev.pairs_index
+            records = ((r.doc, r) for r in (index.rdma if index is not None else []))
             measured = [n for n in self.members if (u := self.ev.usable(n)) is not None and u.collected and u.gpus]
             self._schedule = check_schedule(
                 records,
@@ -335,13 +336,20 @@ def _transport(ev: RunView, pool_name: str) -> Finding:
     """Every collective across the pool's nodes: the all-reduce across them all and each pair's."""
     pool = ev.spec.pool(pool_name)
     members = ev.pools.members(pool_name)
-    pairs = ev.fabric_pairs
-    ran = [*ev.fabrics.values(), *ev.domain_fabrics.values(), *(pairs.pairs if pairs is not None else [])]
-    collectives = [
+    index = ev.pairs_index
+    inside = set(members)
+    ran = [*ev.fabrics.values(), *ev.domain_fabrics.values()]
+    collectives: list[Collective | Seen] = [
         Collective(f.nodes, f.gpus_per_node or pool.expect.gpus_per_node, f.transport)
         for f in ran
-        if set(f.nodes) <= set(members)
+        if set(f.nodes) <= inside
     ]
+    for row in index.pairs if index is not None else []:
+        seen = row.transport
+        if seen is None or not inside.issuperset(row.nodes):
+            continue  # nothing of NCCL's output read (judge_transport names the nodes no collective covers)
+        gpus = pool.expect.gpus_per_node  # a pair that names no GPU count: its pool's, as for the rings
+        collectives.append(Collective(seen.nodes, gpus, seen.transport) if isinstance(seen, Collective) else seen)
     gdr_off = [n for n in members if ev.decide(CheckKey("fabric.gdr", n)).status is FAIL]
     return judge_transport(pool_name, collectives, members, gdr_off)
 

@@ -17,21 +17,39 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
 
-from gpucert.measure.evidence_fabric import RdmaBandwidth
 from gpucert.plan.pairs import RETEST_PEERS, retest_bounded
 
-__all__ = ["Schedule", "check_schedule"]
+__all__ = ["RdmaRecord", "Schedule", "check_schedule"]
+
+
+class RdmaRecord(Protocol):
+    """What the schedule reads of an RDMA record: evidence_fabric.RdmaBandwidth, or the pairs index's row."""
+
+    @property
+    def rail(self) -> int: ...
+    @property
+    def client(self) -> str: ...
+    @property
+    def server(self) -> str: ...
+    @property
+    def client_hca(self) -> str: ...
+    @property
+    def server_hca(self) -> str: ...
+
+
+R = TypeVar("R", bound=RdmaRecord)
 
 SHOWN = 5  # pairs named in one message before "and N more"
 
 
 @dataclass
-class Schedule:
+class Schedule(Generic[R]):
     """One pool's RDMA records against its schedule: the records that fit, by rail, and what is wrong, by node and
     rail (a node-rail with problems is an error, whatever its figures say)."""
 
-    kept: dict[int, list[RdmaBandwidth]] = field(default_factory=dict)
+    kept: dict[int, list[R]] = field(default_factory=dict)
     problems: dict[tuple[str, int], list[str]] = field(default_factory=dict)
 
     def of(self, node: str, rail: int) -> list[str]:
@@ -50,9 +68,7 @@ def _listed(names: Sequence[str]) -> str:
     return ", ".join(names[:SHOWN]) + more
 
 
-def _record_problem(
-    doc: Sequence[str], r: RdmaBandwidth, pool: str, members: Collection[str], rails: int
-) -> str | None:
+def _record_problem(doc: Sequence[str], r: RdmaRecord, pool: str, members: Collection[str], rails: int) -> str | None:
     name = f"{r.client} + {r.server}"
     if r.client == r.server:
         return f"{r.client} is paired with itself on rail {r.rail}"
@@ -66,7 +82,7 @@ def _record_problem(
     return None
 
 
-def _hca_problem(r: RdmaBandwidth, hca: Callable[[str, int], str | None]) -> str | None:
+def _hca_problem(r: RdmaRecord, hca: Callable[[str, int], str | None]) -> str | None:
     for node, port in ((r.client, r.client_hca), (r.server, r.server_hca)):
         want = hca(node, r.rail)
         if port != want and want is not None:
@@ -79,20 +95,20 @@ def _inside(client: str, server: str, doc: Sequence[str], inside: Collection[str
 
 
 def check_schedule(
-    records: Iterable[tuple[Sequence[str], RdmaBandwidth]],
+    records: Iterable[tuple[Sequence[str], R]],
     pool: str,
     members: Sequence[str],
     measured: Collection[str],
     rails: int,
     hca: Callable[[str, int], str | None],
     carried: Collection[str] = (),
-) -> Schedule:
+) -> Schedule[R]:
     """Hold the RDMA records (each with the nodes of the pair document it came from) to the schedule of `pool`:
     every pair of its `measured` nodes once on each of its `rails`. `members`: every node of the pool (a pair with
     an unmeasured member is believed, not required); `hca(node, rail)`: the port key the rail uses on the node
     (None: not known, its fabric.port finding says why). Records naming no node of the pool are another pool's.
     `carried`: a re-test's nodes whose pairs with each other came from its source (its schedule, above)."""
-    out = Schedule(kept={r: [] for r in range(rails)})
+    out: Schedule[R] = Schedule(kept={r: [] for r in range(rails)})
     known: dict[tuple[str, int], str | None] = {}
 
     def port_of(node: str, rail: int) -> str | None:  # asked twice a record: 8 million times at 1,024 x 8
@@ -133,7 +149,7 @@ def check_schedule(
     return out
 
 
-def _missing(out: Schedule, seen: dict[int, dict[str, set[str]]], order: list[str]) -> None:
+def _missing(out: Schedule[R], seen: dict[int, dict[str, set[str]]], order: list[str]) -> None:
     """Each of the `order` nodes' pairs with each other that are not there, by rail."""
     scheduled = set(order)
     for rail in seen:
@@ -146,7 +162,7 @@ def _missing(out: Schedule, seen: dict[int, dict[str, set[str]]], order: list[st
             out._add([node], [rail], why)
 
 
-def _too_few(out: Schedule, seen: dict[int, dict[str, set[str]]], again: list[str], kept: set[str]) -> None:
+def _too_few(out: Schedule[R], seen: dict[int, dict[str, set[str]]], again: list[str], kept: set[str]) -> None:
     """A re-test's nodes measured again with fewer than RETEST_PEERS carried peers on a rail."""
     for rail in seen:
         for node in again:

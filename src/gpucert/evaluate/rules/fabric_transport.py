@@ -17,10 +17,25 @@ from dataclasses import dataclass
 from gpucert.measure.evidence_fabric import NcclTransport
 from gpucert.plan.checks import CheckStatus, Finding
 
-__all__ = ["TRANSPORT", "Collective", "judge_transport"]
+__all__ = ["TRANSPORT", "Collective", "Seen", "judge_transport"]
 
 TRANSPORT = "fabric.nccl_transport"
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
+
+
+SOCKET, FABRIC, NO_GDR = 1, 2, 4  # what a node's channels in one collective were: sockets, the fabric, no GDRDMA
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What NCCL's output of one collective says, by node (the logging rank's: NcclChannel.local_rank): each node's
+    marks (SOCKET | FABRIC | NO_GDR), its network channels, the NET devices named. What judge_transport reads of a
+    collective, kept for every pair of a fleet (plan: a few hundred bytes a pair, not its channel lines)."""
+
+    nodes: tuple[str, ...]
+    marks: tuple[tuple[str, int], ...]
+    channels: int
+    devices: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +45,23 @@ class Collective:
     nodes: list[str]
     gpus_per_node: int
     transport: NcclTransport | None
+
+    def seen(self) -> Seen | None:
+        """What its output says (None: no NCCL_DEBUG=INFO output was read)."""
+        t = self.transport
+        if t is None or t.lines <= 0:
+            return None
+        marks: dict[str, int] = {}
+        channels = 0
+        for ch in (ch for ch in t.channels if ch.transport.startswith("NET/")):
+            channels += 1
+            node = _node_of(ch.local_rank, self.nodes, self.gpus_per_node)
+            if ch.transport.startswith("NET/Socket") or t.network == "Socket":
+                marks[node] = marks.get(node, 0) | SOCKET
+                continue
+            marks[node] = marks.get(node, 0) | FABRIC | (0 if ch.gdr else NO_GDR)
+        devices = frozenset(f"{d.hca}:{d.port}" for d in t.devices)
+        return Seen(tuple(self.nodes), tuple(marks.items()), channels, devices)
 
 
 def _node_of(rank: int, nodes: list[str], gpus_per_node: int) -> str:
@@ -45,28 +77,24 @@ class _Seen:
     channels: int = 0
 
 
-def _read(collectives: Sequence[Collective]) -> _Seen:
+def _read(collectives: Sequence[Seen]) -> _Seen:
     seen = _Seen(set(), set(), set())
     for c in collectives:
-        assert c.transport is not None
-        for ch in (ch for ch in c.transport.channels if ch.transport.startswith("NET/")):
-            seen.channels += 1
-            node = _node_of(ch.local_rank, c.nodes, c.gpus_per_node)
-            if ch.transport.startswith("NET/Socket") or c.transport.network == "Socket":
-                seen.socket.add(node)
-                continue
-            seen.fabric.add(node)
-            if not ch.gdr:
-                seen.no_gdr.add(node)
+        seen.channels += c.channels
+        for node, mark in c.marks:
+            for bit, into in ((SOCKET, seen.socket), (FABRIC, seen.fabric), (NO_GDR, seen.no_gdr)):
+                if mark & bit:
+                    into.add(node)
     return seen
 
 
 def judge_transport(
-    pool: str, collectives: Sequence[Collective], members: Sequence[str], gdr_off: Collection[str] = ()
+    pool: str, collectives: Sequence[Collective | Seen], members: Sequence[str], gdr_off: Collection[str] = ()
 ) -> Finding:
-    """The channels of every collective across the pool's nodes (`members`). `gdr_off`: the nodes whose
-    `fabric.gdr` failed: their channels without GDRDMA follow from that finding (the first is named as the cause)."""
-    read = [c for c in collectives if c.transport is not None and c.transport.lines > 0]
+    """The channels of every collective across the pool's nodes (`members`), or what each said (`Seen`, None where
+    nothing was read). `gdr_off`: the nodes whose `fabric.gdr` failed: their channels without GDRDMA follow from
+    that finding (the first is named as the cause)."""
+    read = [s for c in collectives if (s := c.seen() if isinstance(c, Collective) else c) is not None]
     unread = sorted(set(members) - {n for c in read for n in c.nodes}, key=list(members).index)
     if not read or unread:
         more = f" and {len(unread) - 5} more" if len(unread) > 5 else ""
@@ -90,7 +118,7 @@ def judge_transport(
         no_gdr = sorted(seen.no_gdr)
         message = f"{where} ran without GPUDirect RDMA on {', '.join(no_gdr)}, whose GDR is off (see fabric.gdr)"
         return Finding(TRANSPORT, SKIP, None, None, message, cause=f"fabric.gdr@{no_gdr[0]}")
-    devices = sorted({f"{d.hca}:{d.port}" for c in read if c.transport for d in c.transport.devices})
+    devices = sorted({d for c in read for d in c.devices})
     said = ", ".join(devices) or "devices unnamed"
     message = f"{where}: {seen.channels} network channels over NET/IB with GDRDMA ({said})"
     return Finding(TRANSPORT, PASS, None, None, message)

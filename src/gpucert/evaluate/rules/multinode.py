@@ -10,10 +10,11 @@ their spread, robust z) is the one.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 
 from gpucert.evaluate.locate import because, skip, unmeasured, unmeasured_skip
+from gpucert.evaluate.pairs_index import PairRow
 from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.fabric_checks import multinode_figure
 from gpucert.evaluate.rules.performance import Sampled, against_baseline, sample_problem, top_busbw
@@ -157,15 +158,31 @@ def members_problem(nodes: list[str], inventory: Collection[str]) -> str | None:
     return f"{', '.join(strangers)} not in this run's inventory" if strangers else None
 
 
-def pairs_problem(pairs: FabricPairs, inventory: list[str]) -> str | None:
-    """Why the pairs' evidence is not what this run measures: each pair two distinct nodes of the inventory, once."""
+def pairs_problem(pairs: FabricPairs | Iterable[Sequence[str]], inventory: list[str]) -> str | None:
+    """Why the pairs' evidence (the documents, or each pair's nodes) is not what this run measures: each pair two
+    distinct nodes of the inventory, once."""
+    every = [p.nodes for p in pairs.pairs] if isinstance(pairs, FabricPairs) else list(pairs)
     known = frozenset(inventory)
-    for pair in pairs.pairs:
-        why = members_problem(pair.nodes, known) or (None if len(pair.nodes) == 2 else f"{pair.nodes} is no pair")
+    for nodes in every:
+        why = members_problem(list(nodes), known) or (None if len(nodes) == 2 else f"{list(nodes)} is no pair")
         if why:
             return why
-    names = [tuple(sorted(p.nodes)) for p in pairs.pairs]
-    return "a pair is measured twice" if len(set(names)) != len(names) else None
+    names = {tuple(sorted(n)) for n in every}
+    return "a pair is measured twice" if len(names) != len(every) else None
+
+
+def _figures(rows: Iterable[PairRow]) -> tuple[dict[str, float], dict[str, list[str]]]:
+    """pair_figures of the index's rows."""
+    values: dict[str, float] = {}
+    failed: dict[str, list[str]] = {}
+    for row in rows:
+        name = " + ".join(row.nodes)
+        if row.busbw is None:
+            for node in row.nodes:
+                failed.setdefault(node, []).append(f"{name}: {row.why}")
+            continue
+        values[name] = row.busbw
+    return values, failed
 
 
 ERROR, SKIP = CheckStatus.ERROR, CheckStatus.SKIP
@@ -265,10 +282,10 @@ def _pairs(view: RunView, pool: str | None) -> Pairs:
     the same pairs; never to another pool's, whose GPUs and fabric differ)."""
 
     def judged() -> Pairs:
-        assert view.fabric_pairs is not None
-        odd = pairs_problem(view.fabric_pairs, view.inventory.names)
-        mine = [p for p in view.fabric_pairs.pairs if all(view.pools.name_of(n) == pool for n in p.nodes)]
-        values, failed = pair_figures(view.fabric_pairs.model_copy(update={"pairs": mine}))
+        index = view.pairs_index
+        assert index is not None
+        odd = pairs_problem((p.nodes for p in index.pairs), view.inventory.names)
+        values, failed = _figures(p for p in index.pairs if all(view.pools.name_of(n) == pool for n in p.nodes))
         return odd, values, failed, summarize(list(values.values())) if values else None, pairs_by_node(values)
 
     return view.once(f"{PAIRS_CHECK}[{pool}]", judged)
@@ -286,7 +303,7 @@ def fabric_straggler(view: RunView, node: str) -> Finding:
     if not ev.gpus:
         return skip(check, node, None, f"{node} shows no GPU (see inventory.gpus)", because("inventory.gpus", node))
     cause = unmeasured(view)
-    if view.fabric_pairs is None:
+    if view.pairs_index is None:
         if cause is not None:
             return skip(check, node, None, "no pairs of nodes were measured: not every node was", cause)
         return Finding(check, ERROR, node, None, "no pairs of nodes were measured though the spec asks for them")

@@ -18,6 +18,7 @@ __all__ = [
     "ABSURD_FACTOR",
     "MIN_SAMPLES",
     "Sampled",
+    "absurd_problem",
     "against_baseline",
     "believable",
     "evidence_problem",
@@ -196,9 +197,15 @@ def sample_problem(samples: list[float], expected: float | None, min_samples: in
         low = [x for x in samples if x <= 0]
         if low:
             return f"{len(low)} of {len(samples)} samples are zero or negative ({low[0]})"
-    if expected is not None and max(samples) > ABSURD_FACTOR * expected:
+    return absurd_problem(max(samples), expected)
+
+
+def absurd_problem(top: float, expected: float | None) -> str | None:
+    """Why a measurement whose largest sample is `top` cannot be believed against the figure `expected`: orders of
+    magnitude beyond it (sample_problem's last question, for a reader that kept only the largest sample)."""
+    if expected is not None and top > ABSURD_FACTOR * expected:
         return (
-            f"a sample of {max(samples):.4g} is more than {ABSURD_FACTOR:.0f}x the baseline figure {expected:.4g}: "
+            f"a sample of {top:.4g} is more than {ABSURD_FACTOR:.0f}x the baseline figure {expected:.4g}: "
             "no GPU measures that"
         )
     return None
