@@ -223,3 +223,29 @@ def test_a_node_said_to_pass_in_a_run_that_names_only_some_missing_checks_is_sti
     # whether its ECC check ran is not known here (not listed as missing is no proof with the list cut), but a pass
     # needs it run and passed
     assert lines[0] == f"{BAD_NODE}: the verdict says pass, the evidence fail", lines
+
+
+def test_a_run_of_another_gpucert_verifies_without_re_deriving_and_is_not_accepted(
+    work: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another version's rules may decide a check otherwise: verify says the verdict was not re-derived and why (the
+    signature and every digest still decide VALID); sign and accept, which give trust now, refuse it naming both
+    versions. Made here by editing run.json's gpucert_version and signing as that version would have."""
+    from gpucert.report import attest
+
+    run = tmp_path / "run"
+    shutil.copytree(run_in(work / "reports" / "certify"), run)
+    (run / "certificate.intoto.json").unlink()
+    info = json.loads((run / "run.json").read_text())
+    info["gpucert_version"] = "0.0.9"
+    (run / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    capsys.readouterr()
+    assert main(["sign", str(run), "--key", key(work)]) == 1
+    assert "decided by gpucert 0.0.9, this is gpucert" in capsys.readouterr().err
+    attest.sign_run(run, Path(key(work)), rederive=False)
+    assert main(["verify", str(run), "--key", key(work, public=True)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict not re-derived: the run was decided by gpucert 0.0.9" in " ".join(out.split())
+    assert "VALID" in out
+    assert main(["accept", str(run), "--sign-key", key(work), "--out", str(tmp_path / "acceptance")]) == 2
+    assert "decided by gpucert 0.0.9" in " ".join(capsys.readouterr().err.split())

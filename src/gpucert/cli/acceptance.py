@@ -128,6 +128,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
                 f"acceptance {pred.get('id')} of spec {pred.get('spec')}: result {str(pred.get('result')).upper()}, "
                 f"{len(pred.get('runs', {}))} runs, {files} files"
             )
+    if v.not_rederived is not None:
+        console.print(f"[yellow]verdict not re-derived[/]: {v.not_rederived}", soft_wrap=True)
     if v.ok:
         signers = ", ".join(dict.fromkeys(s.verified_by for s in v.signatures if s.verified_by))
         console.print(f"[green]VALID[/]: signed by {signers}; every file matches its digest", soft_wrap=True)

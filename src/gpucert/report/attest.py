@@ -258,6 +258,7 @@ class Verification:
     unsigned_keys: list[str] = field(default_factory=list)  # given keys no signature was made with
     inconsistent: list[str] = field(default_factory=list)
     contradicted: list[str] = field(default_factory=list)  # where the verdict says what its evidence does not
+    not_rederived: str | None = None  # why the verdict was not re-derived (made by another gpucert): said, not a fault
     other: list[str] = field(default_factory=list)  # further problems (carried evidence of a re-test)
 
     @property
@@ -331,9 +332,11 @@ def verify(folder: Path, pub_paths: list[Path]) -> Verification:
         else:
             result.inconsistent = ["there is no verdict.json"]
         if not (result.changed or result.missing or result.added or result.odd or result.inconsistent):
-            from gpucert.report.derivation import verdict_differences
+            from gpucert.report.derivation import other_rules, verdict_differences
 
-            result.contradicted = verdict_differences(run).named()
+            result.not_rederived = other_rules(run)
+            if result.not_rederived is None:
+                result.contradicted = verdict_differences(run).named()
     return result
 
 

@@ -28,16 +28,26 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpucert._version import __version__
 from gpucert.errors import EvidenceError, GpucertError
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.evaluate.skips import skip_stands
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.layout import Mode
+from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict import MISSING_LISTED, Outcome, judge_skips
 from gpucert.report.verdict_model import Group, Verdict, read_verdict
 
-__all__ = ["DERIVED_MODES", "NAMED", "Differences", "VerdictContradicted", "decided", "verdict_differences"]
+__all__ = [
+    "DERIVED_MODES",
+    "NAMED",
+    "Differences",
+    "VerdictContradicted",
+    "decided",
+    "other_rules",
+    "verdict_differences",
+]
 
 DERIVED_MODES = tuple(Mode.recorded())  # static, plan (configure), measure, recertify, retest
 NAMED = 8  # differences named, the first ones; the count says how many more
@@ -223,6 +233,23 @@ def _summary_differences(verdict: Verdict, ev: Evaluation, judged: Mapping[Check
     return out
 
 
+def other_rules(folder: RunFolder) -> str | None:
+    """Why this gpucert cannot re-derive the folder's verdict (None when it can): the run was decided by another
+    version of gpucert (run.json's gpucert_version), whose rules may decide a check otherwise. A verdict that
+    followed from its evidence then would read as contradicted now: re-deriving is for the rules that made it."""
+    try:
+        made_by = read_run_info(folder).gpucert_version
+    except GpucertError as exc:
+        return f"its run.json cannot be read: {exc}"
+    if made_by == __version__:
+        return None
+    return (
+        f"the run was decided by gpucert {made_by or '(a version it does not name)'}, this is gpucert {__version__}: "
+        f"re-derive it with gpucert {made_by or 'of that run'}, or re-evaluate its evidence with this one (gpucert "
+        "evaluate) and sign that"
+    )
+
+
 def verdict_differences(folder: RunFolder, verdict: Verdict | None = None) -> Differences:
     """Where the run folder's verdict (`verdict`, or its verdict.json) says what its own evidence does not: empty
     when the verdict follows from the evidence. A folder whose inputs or evidence cannot be read is a difference
@@ -230,6 +257,8 @@ def verdict_differences(folder: RunFolder, verdict: Verdict | None = None) -> Di
     try:
         if folder.mode not in DERIVED_MODES:
             return Differences((f"a {folder.mode} run is not re-derived",), 1)
+        if (why := other_rules(folder)) is not None:
+            return Differences((why,), 1)
         verdict = verdict if verdict is not None else read_verdict(folder)
         ev = Evaluation.from_run(folder)
         required = set(ev.plan.required)
