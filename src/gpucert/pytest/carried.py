@@ -6,7 +6,7 @@ decided by the same rules as every other check (`Evaluation.decide`, skips witho
 errors, failures offered to the waivers), over the whole run's evidence: checks that compare with peers or pools
 still see every node. Only pytest's cost per item is saved: collection parametrizes over the nodes measured now,
 and the verdict counts the carried nodes' checks as ran, with these findings. So the verdict is the one a full
-re-evaluation gives (tests/e2e/test_retest_cost.py compares both)."""
+re-evaluation gives (tests/e2e/test_retest_decided.py compares both)."""
 
 from __future__ import annotations
 
