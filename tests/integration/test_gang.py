@@ -239,15 +239,39 @@ def test_gpucert_preflight_runs_the_gang_check(
     assert "install JobSet v0.8.2 and Kueue v0.10.6" in row.fix
 
 
+def hold_first_look_until_evicted(cluster: FakeCluster, gang: FakeGang) -> None:
+    """The run's first read of its JobSet is answered only once Kueue has admitted and evicted it and its ranks'
+    pods are gone (an API server slow to answer): the run never sees the JobSet admitted, only its pods come and
+    go. Under load this happened by chance (the run looks every watch.STEP_S = 1 s, the admission lasted 1 s)."""
+    held = False
+
+    def hold(method: str, path: str) -> None:
+        nonlocal held
+        if held or method != "GET" or "/jobsets/" not in path:
+            return
+        held = True
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+            gang.evicted and all(p["metadata"]["name"] == "trainer-0" for p in cluster.list("pods", NS))
+        ):
+            time.sleep(0.02)
+
+    cluster.on_request = hold
+
+
+@pytest.mark.parametrize("seen_admitted", [True, False], ids=["seen-admitted", "never-seen-admitted"])
 def test_a_jobset_kueue_evicts_under_wait_for_pods_ready_says_so_and_who_never_came(
-    served_cluster: FakeCluster, tmp_path: Path
+    served_cluster: FakeCluster, tmp_path: Path, seen_admitted: bool
 ) -> None:
     """docs/probes.md recommends Kueue's waitForPodsReady: with its timeout (1 s here) shorter than the Pending
     timeout (5 s), Kueue evicts the JobSet first (Kueue v0.10.6 workload_controller.go, reconcileNotReadyTimeout:
     Evicted, PodsReadyTimeout), JobSet suspends its Job and the Job controller deletes the pods. The finding says
-    Kueue evicted it, with the Workload's words, and who had not come when it did."""
+    Kueue evicted it, with the Workload's words, and who had not come when it did; also when the run never saw the
+    JobSet admitted (its pods' deletion, not its first look, is what it learns of the admission by)."""
     served_cluster.put("pods", gpu_pod("trainer-0", "gpu-03"))
     gang = FakeGang(served_cluster, pods_ready_timeout=1.0).install().start()
+    if not seen_admitted:
+        hold_first_look_until_evicted(served_cluster, gang)
     try:
         fabric, _ = all_reduce(served_cluster, tmp_path, GANG, pending_s=5)
     finally:

@@ -281,9 +281,14 @@ class Gang:
         )
 
     def evicted(self, name: str) -> str:
-        """Why a pod of the admitted JobSet `name` went: Kueue evicted it (suspended again, its Workload Evicted, e.g.
-        PodsReadyTimeout under waitForPodsReady), or "" (not admitted yet, still admitted, or gone)."""
-        if name not in self.admitted:
+        """Why a pod of the JobSet `name` went: Kueue evicted it (suspended again, its Workload Evicted, e.g.
+        PodsReadyTimeout under waitForPodsReady), or "" (still admitted, or gone). Asked of a pod that was deleted,
+        so the JobSet had been admitted whether or not `waiting` saw it so: it looks every STEP_S, and a
+        waitForPodsReady timeout as short as that admits and evicts between two looks. Kueue marks the Workload
+        Evicted before it suspends the JobSet (pkg/controller/jobframework/reconciler.go, ReconcileGenericJob,
+        "6. handle eviction": stopJob only once the Evicted condition is True), JobSet v0.8.2 then suspends the
+        child Jobs and the Job controller deletes their pods, so a deleted pod is never seen before the condition."""
+        if name not in self.submitted:
             return ""
         t = self.jobs.cluster.options
         kube = self.jobs.cluster.kube
