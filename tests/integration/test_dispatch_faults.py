@@ -23,7 +23,7 @@ from gpucert.spec.cluster import load_spec
 
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
-from .test_probe_jobs import NS, interrupt_certify, leftovers, measure, spec_file
+from .test_probe_jobs import NS, hold_after, interrupt_certify, leftovers, measure, spec_file
 
 DIED = {"gpu-02": "crash", "gpu-03": "deadline", "gpu-04": "evict"}
 
@@ -187,6 +187,8 @@ def test_hung_and_expired_watches_do_not_stop_the_run(
 
 def test_sigterm_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: Path) -> None:
     kubelet = FakeKubelet(cluster, slow_s=0.4).start()
+    sent = threading.Event()
+    hold_after(kubelet, 4, sent)
     spec = spec_file(tmp_path, maxParallel=2)
     proc, err = interrupt_certify(
         spec,
@@ -194,6 +196,7 @@ def test_sigterm_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: P
         kubelet,
         lambda: len(list((tmp_path / "reports").glob("*/evidence/*.json"))) >= 4,
         sig=signal.SIGTERM,
+        sent=sent,
     )
     assert proc.returncode == 3, err
     assert "interrupted" in err

@@ -3,14 +3,16 @@ kubelet that runs each probe pod's plan on the NumPy device and serves its log."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,24 @@ def measure(tmp_path: Path, multinode: dict[str, Any] | None = None, **target: A
     return folder.path, Evaluation(folder, spec, baseline), time.monotonic() - t0
 
 
+@contextlib.contextmanager
+def sigint_as_at_a_terminal() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in a child started in the block, however this suite was started. A shell
+    without job control (a script, `pytest ... &`) starts a background command with SIGINT ignored (bash(1),
+    SIGNALS: "asynchronous commands ignore SIGINT and SIGQUIT"); the ignoring is inherited through fork and exec, and
+    Python turns SIGINT into KeyboardInterrupt only "if the parent process has not changed it" (the `signal` module's
+    documentation), so `gpucert` never saw the test's Ctrl-C and ran to its verdict (exit 1, nothing on stderr). A
+    handler, unlike SIG_IGN, is reset to the default at exec: the child starts as under a terminal."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def interrupt_certify(
     spec: Path,
     tmp_path: Path,
@@ -79,15 +99,18 @@ def interrupt_certify(
     ready: Callable[[], bool],
     settle_s: float = 0.0,
     sig: signal.Signals = signal.SIGINT,
+    sent: threading.Event | None = None,
 ) -> tuple[subprocess.Popen[str], str]:
-    """`gpucert certify SPEC` in its own process, sent `sig` once `ready()`; returns it and its stderr."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gpucert.cli.main", "certify", str(spec), "--reports", str(tmp_path / "reports")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-    )
+    """`gpucert certify SPEC` in its own process, sent `sig` once `ready()` (then `sent` is set); returns it and its
+    stderr."""
+    with sigint_as_at_a_terminal():  # Popen returns once the child has exec'd: its signals are set by then
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gpucert.cli.main", "certify", str(spec), "--reports", str(tmp_path / "reports")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not ready() and proc.poll() is None:
@@ -95,12 +118,36 @@ def interrupt_certify(
         assert ready(), proc.stderr.read() if proc.poll() is not None else "not ready within 60 s"
         time.sleep(settle_s)
         proc.send_signal(sig)
+        if sent is not None:
+            sent.set()
         _, err = proc.communicate(timeout=60)
     finally:
+        if sent is not None:
+            sent.set()
         kubelet.close()
         if proc.poll() is None:
             proc.kill()
     return proc, err
+
+
+def hold_after(kubelet: FakeKubelet, started: int, release: threading.Event) -> None:
+    """The kubelet runs the first `started` probe pods through; each later one, once Running, waits for `release`
+    before it reads its plan, so the run cannot end before the test's signal however slowly the test polls (a loaded
+    machine). Running, not Pending: a pod held Pending past pendingTimeoutSeconds would be given up on."""
+    original = kubelet._plan
+    lock = threading.Lock()
+    count = 0
+
+    def held(ns: str, pod: dict[str, Any], node: str, sizes: Any) -> dict[str, Any] | None:
+        nonlocal count
+        with lock:
+            count += 1
+            mine = count
+        if mine > started:
+            release.wait(60)
+        return original(ns, pod, node, sizes)
+
+    kubelet._plan = held  # type: ignore[method-assign]
 
 
 def job_node(job: dict[str, Any]) -> str:
@@ -276,9 +323,11 @@ def test_measuring_needs_a_probe_image(cluster: FakeCluster, tmp_path: Path) -> 
 
 def test_sigint_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: Path) -> None:
     kubelet = FakeKubelet(cluster, slow_s=0.4).start()
+    sent = threading.Event()
+    hold_after(kubelet, 4, sent)
     spec = spec_file(tmp_path, maxParallel=2)
     proc, err = interrupt_certify(
-        spec, tmp_path, kubelet, lambda: len(list((tmp_path / "reports").glob("*/evidence/*.json"))) >= 4
+        spec, tmp_path, kubelet, lambda: len(list((tmp_path / "reports").glob("*/evidence/*.json"))) >= 4, sent=sent
     )
     assert proc.returncode == 3, err
     assert "interrupted" in err
@@ -286,6 +335,24 @@ def test_sigint_halfway_leaves_nothing_behind(cluster: FakeCluster, tmp_path: Pa
     kept = list((tmp_path / "reports").glob("*/evidence/*.json"))
     assert 4 <= len(kept) < 16
     assert all(json.loads(p.read_text())["collected"] for p in kept)
+
+
+def test_a_child_takes_ctrl_c_even_where_the_suite_ignores_it() -> None:
+    """The full suite run in the background by a script (SIGINT ignored, and inherited) failed both Ctrl-C tests
+    above: the run never saw the signal, ran to its FAIL verdict, exit 1 and nothing on stderr."""
+    said = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    probe = [sys.executable, "-c", said]
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        plain = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+        with sigint_as_at_a_terminal():
+            started = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+        after = signal.getsignal(signal.SIGINT)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert plain == "False"  # how it failed: a child of a suite that ignores SIGINT ignores it too
+    assert started == "True"
+    assert after is signal.SIG_IGN  # the suite's own disposition is left as it was
 
 
 def test_all_reduce_across_nodes_as_an_indexed_job(cluster: FakeCluster, tmp_path: Path) -> None:
