@@ -317,7 +317,9 @@ def test_a_carried_nodes_swapped_evidence_is_caught(flow: Flow, tmp_path: Path) 
     # even re-signed by the vendor's own key, the carried file is not what the source run signed for the node (a
     # changed folder is not signed over its certificate: the forger removes it first)
     (run2 / "certificate.intoto.json").unlink()
-    ok(gpucert("sign", str(run2), "--key", flow.key("vendor", True), cwd=tmp_path))
+    r = ok(gpucert("sign", str(run2), "--key", flow.key("vendor", True), cwd=tmp_path), 2)  # sign refuses it
+    assert f"carried: evidence/gpu-node-5.json is not the evidence run {flow.run1.name} signed" in r.stdout
+    attest.sign_run(run2, Path(flow.key("vendor", True)), rederive=False)  # as a gpucert without these checks
     r = ok(gpucert("verify", str(run2), "--key", flow.key("vendor"), cwd=tmp_path), 1)
     assert f"carried: evidence/gpu-node-5.json is not the evidence run {flow.run1.name} signed" in r.stdout
     r = ok(gpucert("accept", str(flow.run1), str(run2), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)

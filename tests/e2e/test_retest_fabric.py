@@ -193,8 +193,10 @@ def _edit(runs: Runs, name: str, path: str, change: Callable[[str], str]) -> Pat
     shutil.copytree(run3, altered)
     (altered / path).write_text(change((altered / path).read_text()))
     (altered / "certificate.intoto.json").unlink()
-    # signed as a gpucert that did not decide the verdict again signed it (`gpucert sign` now refuses a verdict
-    # the altered pairs contradict, test_verdict_derivation.py): verify must still catch the carried pairs
+    # `gpucert sign` refuses it: its carried files are not what the source signed (or what the record names)
+    assert cli.main(["sign", str(altered), "--key", str(tmp / "keys" / "gpucert.key")]) == 2
+    assert not (altered / "certificate.intoto.json").exists()
+    # signed as a gpucert that did not check them signed it: verify must still catch the carried pairs
     attest.sign_run(altered, tmp / "keys" / "gpucert.key", rederive=False)
     return altered
 
@@ -254,9 +256,10 @@ def test_verify_refuses_carried_pairs_without_a_retest_record(runs: Runs, capsys
     (altered / "run.json").write_text((altered / "run.json").read_text().replace('"retest"', '"measure"'))
     shutil.rmtree(altered / "retest")
     (altered / "certificate.intoto.json").unlink()
-    # `gpucert sign` refuses it now (the pairs it holds are not this run's: its verdict does not follow from them);
-    # signed as a gpucert that did not decide the verdict again signed it, verify's own carried check must catch it
-    assert cli.main(["sign", str(altered), "--key", str(tmp / "keys" / "gpucert.key")]) == 1
+    # `gpucert sign` refuses it (carried pairs of no re-test: exit 2, before deciding anything); signed as a gpucert
+    # that checked neither signed it, verify's own carried check must catch it
+    assert cli.main(["sign", str(altered), "--key", str(tmp / "keys" / "gpucert.key")]) == 2
+    assert "carried pairs belong to a re-test" in " ".join(capsys.readouterr().out.split())
     attest.sign_run(altered, tmp / "keys" / "gpucert.key", rederive=False)
     capsys.readouterr()
     assert cli.main(["verify", str(altered), "--key", str(tmp / "keys" / "gpucert.pub")]) == 1

@@ -80,6 +80,16 @@ SCOPES = {
 }
 
 
+def _valid(v: attest.Verification) -> str:
+    """The line of a folder that verifies: who signed it, and whether its verdict was decided again from its
+    evidence (a run of another gpucert version's rules is not: said, so VALID is never read as more than it is)."""
+    signers = ", ".join(dict.fromkeys(s.verified_by for s in v.signatures if s.verified_by))
+    derived = "; the verdict follows from its evidence" if v.rederived else ""
+    if v.not_rederived is not None:
+        derived = f" (signatures and digests only: the verdict was NOT re-derived: {v.not_rederived})"
+    return f"[green]VALID[/]: signed by {signers}; every file matches its digest{derived}"
+
+
 def cmd_verify(a: argparse.Namespace) -> int:
     from gpucert.acceptance.retest import read_retest_record, verify_carried
 
@@ -128,11 +138,8 @@ def cmd_verify(a: argparse.Namespace) -> int:
                 f"acceptance {pred.get('id')} of spec {pred.get('spec')}: result {str(pred.get('result')).upper()}, "
                 f"{len(pred.get('runs', {}))} runs, {files} files"
             )
-    if v.not_rederived is not None:
-        console.print(f"[yellow]verdict not re-derived[/]: {v.not_rederived}", soft_wrap=True)
     if v.ok:
-        signers = ", ".join(dict.fromkeys(s.verified_by for s in v.signatures if s.verified_by))
-        console.print(f"[green]VALID[/]: signed by {signers}; every file matches its digest", soft_wrap=True)
+        console.print(_valid(v), soft_wrap=True)
         return 0
     console.print("[red]INVALID[/]:")
     for problem in v.problems():
@@ -172,6 +179,17 @@ def cmd_keygen(a: argparse.Namespace) -> int:
 
 
 def cmd_sign(a: argparse.Namespace) -> int:
+    from gpucert.acceptance.retest import verify_carried
+
+    carried = verify_carried(Path(a.run_dir), None)  # a re-test's carried files as its source signed them
+    if carried:
+        for problem in carried:
+            console.print(f"  {problem}", markup=False, soft_wrap=True)
+        raise ConfigError(
+            "its carried evidence is not what its source run signed: not signed (verify would refuse it); re-test "
+            "from the source again",
+            path=a.run_dir,
+        )
     path, fp = attest.sign_run(Path(a.run_dir), Path(a.key), replace=a.replace)
     console.print(f"signed {a.run_dir} with {fp}: {path}")
     return 0

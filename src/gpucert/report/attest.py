@@ -259,6 +259,7 @@ class Verification:
     inconsistent: list[str] = field(default_factory=list)
     contradicted: list[str] = field(default_factory=list)  # where the verdict says what its evidence does not
     not_rederived: str | None = None  # why the verdict was not re-derived (made by another gpucert): said, not a fault
+    rederived: bool = False  # a run's verdict decided again from its evidence (and contradicted where it differs)
     other: list[str] = field(default_factory=list)  # further problems (carried evidence of a re-test)
 
     @property
@@ -337,6 +338,7 @@ def verify(folder: Path, pub_paths: list[Path]) -> Verification:
             result.not_rederived = other_rules(run)
             if result.not_rederived is None:
                 result.contradicted = verdict_differences(run).named()
+                result.rederived = True
     return result
 
 
