@@ -287,3 +287,19 @@ def test_a_run_written_before_with_one_pairs_json_verifies_and_is_carried(runs: 
     assert [f["source"] for f in index["files"]] == ["evidence/multinode/pairs.json"]
     assert (retest / "evidence/multinode/carried-0.json").read_bytes() == (multinode / "pairs.json").read_bytes()
     assert _failed(retest) == {("fabric.port", "gpu-node-6", "fail")}
+
+
+def test_a_failed_uplink_between_racks_is_measured_again_in_full(tmp_path: Path) -> None:
+    """The source failed the fabric between two racks (an uplink at 60%): that finding rests on pairs of nodes a
+    re-test carries, so the re-test carries no pairs and measures every pair again; once the uplink is repaired it
+    passes (a carried pre-repair pair would have failed it for good: sweep)."""
+    link = {"kind": "rack-link", "node": "gpu-node-1", "peer": "gpu-node-6", "factor": 0.6}
+    first = _write(tmp_path, "uplink", [link])
+    repaired = _write(tmp_path, "repaired", [])
+    assert cli.main(["keygen", str(tmp_path / "keys")]) == 0
+    key = str(tmp_path / "keys" / "gpucert.key")
+    run1 = _run(tmp_path / "reports", "certify", str(first), "--sign-key", key, code=1)
+    assert any(f["check"].startswith("fabric.") and f["node"] is None for f in _verdict(run1)["findings"])
+    run2 = _run(tmp_path / "reports", "certify", str(repaired), "--sign-key", key, "--retest", str(run1), code=0)
+    assert len(_pairs(run2 / "evidence/multinode")) == NODES * (NODES - 1) // 2
+    assert not (run2 / "evidence/multinode/carried.json").exists()

@@ -296,8 +296,12 @@ def prepare_retest(
     shutil.copyfile(source.folder.envelope_path, folder.retest_source_path)
     for node in carried:
         folder.carry_evidence(node, source.folder.evidence_path(node))
-    # the pairs of two carried nodes too: the fabric stage then measures only the pairs with a node measured again
-    carry_pairs(source.folder, source.run, source.signed, spec, folder, [n for n in inventory.names if n in carried])
+    # the pairs of two carried nodes too: the fabric stage then measures only the pairs with a node measured again;
+    # not where the source failed a check of the fabric as a whole (a pair of racks: their uplink), which rests on
+    # pairs of carried nodes that only measuring them again can clear
+    if not _fabric_failed_as_a_whole(source.verdict):
+        carried_nodes = [n for n in inventory.names if n in carried]
+        carry_pairs(source.folder, source.run, source.signed, spec, folder, carried_nodes)
     record = RetestRecord(
         source=RetestSource(
             run=source.run, certificate=source.certificate, result=source.verdict.result, signer=source.signer
@@ -310,6 +314,14 @@ def prepare_retest(
     )
     folder.write_retest(record.to_json())
     return measure
+
+
+def _fabric_failed_as_a_whole(verdict: Verdict) -> bool:
+    """Whether the run failed (or could not decide) a fabric check of no single node: a pair of racks' bandwidth,
+    a pool's transport."""
+    return any(
+        f.node is None and f.check.startswith("fabric.") and f.status in ("fail", "error") for f in verdict.findings
+    )
 
 
 def verify_carried(run_dir: Path, keys: list[Ed25519PublicKey] | None) -> list[str]:
