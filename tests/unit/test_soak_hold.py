@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucert.errors import NodeBusyError
 from gpucert.fleet.soak import start_soak
@@ -22,32 +21,11 @@ from gpucert.fleet.soak.controller import Progress
 from gpucert.measure.targets.simulated import SimulatedTarget
 from gpucert.spec.cluster import load_spec
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _spec(tmp: Path) -> Path:
-    fleet = {
-        "apiVersion": "gpucert.io/v1alpha1",
-        "kind": "SimulatedFleet",
-        "metadata": {"name": "soak"},
-        "sku": "H100-SXM5-80GB",
-        "nodes": {"count": 2, "namePrefix": "gpu-node-", "gpusPerNode": 8},
-        "noise": {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005},
-        "seed": 11,
-        "soak": {"timeScale": 0, "faults": []},
-    }
-    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet), encoding="utf-8")
-    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
-    spec["target"]["fleet"] = "fleet.yaml"
-    spec["expect"]["nodes"] = 2
-    spec["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
-    spec["soak"] = {"duration": "4h", "round": "1h"}
-    (tmp / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
-    return tmp / "spec.yaml"
+from .soak_spec import soak_spec
 
 
 def test_a_running_soak_refuses_a_recertification_and_a_second_soak(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
+    spec = soak_spec(tmp_path, {"duration": "4h", "round": "1h"})
     reports = tmp_path / "reports"
     control = SimulatedTarget.from_spec(load_spec(spec)).node_control(reports)  # what recertify locks
     refused: list[str] = []
@@ -73,7 +51,7 @@ def test_a_running_soak_refuses_a_recertification_and_a_second_soak(tmp_path: Pa
 
 
 def test_the_lock_of_a_controller_that_died_is_taken_over(tmp_path: Path) -> None:
-    spec = _spec(tmp_path)
+    spec = soak_spec(tmp_path, {"duration": "4h", "round": "1h"})
     reports = tmp_path / "reports"
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
     lock: dict[str, Any] = {

@@ -5,39 +5,15 @@ SKU's), and a soak no longer than referenceRounds cannot judge drift: every node
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from gpucert.fleet.soak import start_soak
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _spec(tmp: Path, soak: dict[str, Any], faults: list[dict[str, Any]]) -> Path:
-    fleet = {
-        "apiVersion": "gpucert.io/v1alpha1",
-        "kind": "SimulatedFleet",
-        "metadata": {"name": "soak"},
-        "sku": "H100-SXM5-80GB",
-        "nodes": {"count": 2, "namePrefix": "gpu-node-", "gpusPerNode": 8},
-        "noise": {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005},
-        "seed": 11,
-        "soak": {"timeScale": 0, "faults": faults},
-    }
-    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet), encoding="utf-8")
-    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
-    spec["target"]["fleet"] = "fleet.yaml"
-    spec["expect"]["nodes"] = 2
-    spec["certify"]["baseline"] = str(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml")
-    spec["soak"] = soak
-    (tmp / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
-    return tmp / "spec.yaml"
+from .soak_spec import soak_spec
 
 
 def test_a_board_7_percent_down_from_round_1_leaves_at_round_1(tmp_path: Path) -> None:
     fault = {"kind": "degrade", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.93}
-    spec = _spec(tmp_path, {"duration": "5h", "round": "1h"}, [fault | {"after": "1h"}])
+    spec = soak_spec(tmp_path, {"duration": "5h", "round": "1h"}, [fault | {"after": "1h"}])
     result = start_soak(spec, tmp_path / "reports")
     assert result.result == "fail"
     node = result.nodes["gpu-node-2"]
@@ -47,12 +23,12 @@ def test_a_board_7_percent_down_from_round_1_leaves_at_round_1(tmp_path: Path) -
 
 
 def test_a_soak_no_longer_than_its_reference_rounds_is_incomplete_not_pass(tmp_path: Path) -> None:
-    spec = _spec(tmp_path, {"duration": "3h", "round": "1h", "criteria": {"referenceRounds": 3}}, [])
+    spec = soak_spec(tmp_path, {"duration": "3h", "round": "1h", "criteria": {"referenceRounds": 3}}, [])
     result = start_soak(spec, tmp_path / "reports")
     assert result.result == "incomplete"
     assert {v["result"] for v in result.nodes.values()} == {"incomplete"}
     assert "needs at least 4 rounds (--duration, --round)" in result.nodes["gpu-node-1"]["notJudged"]
     verdict = (result.run / "verdict.json").read_text(encoding="utf-8")
     assert '"result": "incomplete"' in verdict
-    longer = _spec(tmp_path, {"duration": "4h", "round": "1h", "criteria": {"referenceRounds": 3}}, [])
+    longer = soak_spec(tmp_path, {"duration": "4h", "round": "1h", "criteria": {"referenceRounds": 3}}, [])
     assert start_soak(longer, tmp_path / "longer").result == "pass"

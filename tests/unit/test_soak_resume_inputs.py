@@ -5,46 +5,22 @@ started with --duration resumes as it started."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from gpucert.errors import ConfigError
 from gpucert.fleet.soak import resume_soak, start_soak
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _spec(tmp: Path, soak: dict[str, Any]) -> Path:
-    fleet = {
-        "apiVersion": "gpucert.io/v1alpha1",
-        "kind": "SimulatedFleet",
-        "metadata": {"name": "soak"},
-        "sku": "H100-SXM5-80GB",
-        "nodes": {"count": 2, "namePrefix": "gpu-node-", "gpusPerNode": 8},
-        "noise": {"cv": 0.01, "gpuSpread": 0.01, "nodeSpread": 0.005},
-        "seed": 11,
-        "soak": {"timeScale": 0, "faults": []},
-    }
-    (tmp / "fleet.yaml").write_text(yaml.safe_dump(fleet), encoding="utf-8")
-    shutil.copy(ROOT / "baselines" / "gpus" / "H100-SXM5-80GB.yaml", tmp / "H100-SXM5-80GB.yaml")
-    spec = yaml.safe_load((ROOT / "examples" / "clean.yaml").read_text(encoding="utf-8"))
-    spec["target"]["fleet"] = "fleet.yaml"
-    spec["expect"]["nodes"] = 2
-    spec["certify"]["baseline"] = "H100-SXM5-80GB.yaml"
-    spec["soak"] = soak
-    (tmp / "spec.yaml").write_text(yaml.safe_dump(spec), encoding="utf-8")
-    return tmp / "spec.yaml"
+from .soak_spec import soak_spec
 
 
 @pytest.fixture(scope="module")
 def soaked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """A finished 4 h soak of a spec that says 24 h, started with --duration 4h: (spec, run)."""
     tmp = tmp_path_factory.mktemp("soak")
-    spec = _spec(tmp, {"duration": "24h", "round": "1h"})
+    spec = soak_spec(tmp, {"duration": "24h", "round": "1h"}, local_baseline=True)
     result = start_soak(spec, tmp / "reports", duration="4h")
     assert result.result == "pass"
     return spec, result.run
