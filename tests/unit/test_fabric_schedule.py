@@ -16,6 +16,7 @@ from gpucert.evaluate.pairs_index import index_pairs
 from gpucert.evaluate.rules.fabric_schedule import check_schedule
 from gpucert.measure.evidence import FabricPairs
 from gpucert.measure.evidence_fabric import RdmaBandwidth
+from gpucert.plan.carried_pairs import read_pairs
 from gpucert.plan.checks import CheckKey, CheckStatus
 from gpucert.plan.fabric_checks import rail_detail
 from gpucert.plan.layout import Mode
@@ -60,7 +61,7 @@ def _judged(ev: Evaluation, pairs: FabricPairs) -> dict[tuple[str, int], Any]:
 
 
 def _edited(ev: Evaluation, change: Callable[[dict[str, Any]], None]) -> FabricPairs:
-    pairs = ev.fabric_pairs
+    pairs = read_pairs(ev.folder)
     assert pairs is not None
     doc = pairs.model_dump(mode="json", by_alias=True)
     change(doc)
@@ -68,7 +69,7 @@ def _edited(ev: Evaluation, change: Callable[[dict[str, Any]], None]) -> FabricP
 
 
 def test_the_clean_run_passes_every_node_rail(measured: Evaluation) -> None:
-    pairs = measured.fabric_pairs
+    pairs = read_pairs(measured.folder)
     assert pairs is not None
     assert len(pairs.pairs) == 6
     found = _judged(measured, pairs)
@@ -121,7 +122,7 @@ CHANGES: list[tuple[str, Callable[[dict[str, Any]], None], str, bool]] = [
 def test_pairs_that_are_not_the_schedules_are_an_error_naming_the_pair(
     measured: Evaluation, change: Callable[[dict[str, Any]], None], words: str, rail_1_only: bool
 ) -> None:
-    pairs = measured.fabric_pairs
+    pairs = read_pairs(measured.folder)
     assert pairs is not None
     a, _ = _pair(pairs.model_dump(mode="json", by_alias=True), 0)
     found = _judged(measured, _edited(measured, change))
@@ -153,7 +154,7 @@ def test_a_figure_that_cannot_be_believed_is_said_so_not_called_slow(
 ) -> None:
     """One pair's samples on rail 1 NaN or 1e300: an error whose message says the figure cannot be believed and
     why (it said "the link to gpu-node-9 on this rail is slow" under an error status)."""
-    pairs = measured.fabric_pairs
+    pairs = read_pairs(measured.folder)
     assert pairs is not None
     a, b = sorted(pairs.pairs[0].nodes)
     found = _judged(measured, _edited(measured, lambda d: _rdma(d, 0, 1).update(samples=[sample] * 5)))

@@ -8,7 +8,6 @@ re-test measures every pair again. Touches the run folders through RunFolder and
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from gpucert.errors import EvidenceError
@@ -24,6 +23,7 @@ from gpucert.plan.carried_pairs import (
 from gpucert.plan.pairs_files import pairs_files
 from gpucert.plan.records import RetestRecord
 from gpucert.plan.runfolder import RunFolder
+from gpucert.report.attest import sha256_file
 from gpucert.spec.cluster import ClusterSpec, load_spec
 
 __all__ = ["carried_pairs_problems", "carry_pairs"]
@@ -61,13 +61,6 @@ def carry_pairs(
         return None
     entries = [CarriedPairsFile(file="", source=name, sha256=signed[name]) for name in names]
     return carry_files(folder, run, measured_in, nodes, list(zip(paths, entries, strict=True)))
-
-
-def _sha256(path: Path) -> str | None:
-    if not path.is_file() or path.is_symlink():
-        return None
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _stale(index: CarriedPairs, record: RetestRecord) -> list[str]:
@@ -111,7 +104,7 @@ def carried_pairs_problems(folder: RunFolder, record: RetestRecord, signed: dict
         except EvidenceError as exc:
             problems.append(f"carried: {exc}")
             continue
-        actual = _sha256(path)
+        actual = sha256_file(path) if path.is_file() and not path.is_symlink() else None
         if actual is None or actual != signed.get(entry.source) or actual != entry.sha256:
             problems.append(
                 f"carried: evidence/multinode/{entry.file} is not the pairs document run {index.run} signed as "

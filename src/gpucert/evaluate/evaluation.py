@@ -20,7 +20,7 @@ from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.fabric_checks import rail_of
 
-__all__ = ["Evaluation", "GpuSlot"]
+__all__ = ["Evaluation", "GpuSlot", "counted", "settled"]
 
 
 class Evaluation(RunView):
@@ -71,3 +71,23 @@ class Evaluation(RunView):
     def fabric_straggler(self, node: str) -> Finding:
         """The node behind the ring: every pair of neighbours it is in is behind the pairs' median."""
         return fabric_straggler(self, node)
+
+
+def counted(ev: Evaluation, key: CheckKey) -> Finding:
+    """The check's finding as the session counts it, the one test item's outcome of it: the decision, an exception
+    in its rule the check's error, then `settled`. The session (pytest/gpus.py) and the re-derivation of a signed
+    verdict (report/derivation.py) both ask this, so they cannot decide otherwise."""
+    try:
+        found = ev.decide(key)
+    except Exception as exc:  # a test item reports any exception in its rule as the check's error
+        text = f"the check could not run: {type(exc).__name__}: {exc}"
+        return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, text)
+    return settled(ev, found, key)
+
+
+def settled(ev: Evaluation, finding: Finding, key: CheckKey) -> Finding:
+    """A finding (the decision of `key`) as the controller counts it: a skip without a failing cause is an error (it
+    has not passed), a failure a waiver in force accepts is waived."""
+    if finding.status is CheckStatus.SKIP and finding.cause is None:
+        return skip_stands(finding, None)
+    return ev.waive(finding, key) if finding.status is CheckStatus.FAIL else finding

@@ -4,14 +4,13 @@ and what NCCL said of its transport; per RDMA record its rail, ends and ports, i
 why its samples cannot be believed. No models and no samples are kept: at 1,024 nodes x 8 rails the pairs as models
 were tens of GiB (about 125 KiB a pair), the index under a KiB a pair. Pure: it is given the documents.
 
-What each field answers is what the rules asked of the models: rules/multinode.py `pair_figures`,
+What each field answers is what the rules asked of the models: rules/multinode.py `_figures`,
 rules/fabric_checks.py `_pair_figure` (sample_problem's last question, against the rail's bar, is asked then:
 `absurd_problem` of the largest sample), rules/fabric_transport.py `Collective.seen`.
 """
 
 from __future__ import annotations
 
-import statistics
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -90,7 +89,7 @@ def _rdma(r: RdmaBandwidth, doc: tuple[str, ...]) -> RdmaRow:
         _s(r.server_hca),
         _s(r.unit),
         r.error,
-        statistics.median(samples) if samples else None,
+        median(samples) if samples else None,
         max(samples) if samples else None,
         sample_problem(samples, None),
     )

@@ -79,7 +79,8 @@ class PeerComparisons:
             for ev in self._evidence(pool):
                 if not ev.collected:
                     continue
-                first = {} if metric in NODE_METRICS else {g.index: g for g in reversed(ev.gpus)}  # ev.gpu's
+                # ev.gpu's, only where the samples are kept
+                first = {g.index: g for g in reversed(ev.gpus)} if stable and metric not in NODE_METRICS else {}
                 indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
                 for idx in indices:
                     s = self._believe(ev, metric, idx, expected, least)

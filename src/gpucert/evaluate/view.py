@@ -22,8 +22,8 @@ from gpucert.evaluate.pairs_index import PairsIndex, index_pairs
 from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
 from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
 from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
-from gpucert.measure.evidence import FabricEvidence, FabricPairs, GpuEvidence, NodeEvidence, read_evidence
-from gpucert.plan.carried_pairs import carried_nodes, iter_carried, read_carried, read_pairs
+from gpucert.measure.evidence import FabricEvidence, GpuEvidence, NodeEvidence, read_evidence
+from gpucert.plan.carried_pairs import carried_nodes, iter_carried, read_carried
 from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.history_records import Snapshot
 from gpucert.plan.inputs import run_inputs
@@ -187,14 +187,10 @@ class RunView:
         return {k: f for k, f in read_domain_rings(self.folder).items() if k[0] in self.spec.pool_names}
 
     @cached_property
-    def fabric_pairs(self) -> FabricPairs | None:
-        """Every pair the run holds: its own and, for a re-test, those of two carried nodes (plan/carried_pairs.py)."""
-        return read_pairs(self.folder)
-
-    @cached_property
     def pairs_index(self) -> PairsIndex | None:
-        """Every pair the run holds, as `fabric_pairs`, indexed once and read one document at a time (the rules read
-        this: a fleet's pairs as models do not fit in memory); None when it holds none."""
+        """Every pair the run holds (its own and, for a re-test, those of two carried nodes: plan/carried_pairs.py),
+        indexed once and read one document at a time (the rules read this: a fleet's pairs as models do not fit in
+        memory); None when it holds none."""
         multinode = self.folder.pairs_path.parent
         if not self.folder.measured or (read_carried(self.folder) is None and not pairs_files(multinode)):
             return None

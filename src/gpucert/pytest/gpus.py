@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpucert.evaluate.skips import skip_stands
+from gpucert.evaluate.evaluation import counted, settled
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
 if TYPE_CHECKING:
@@ -25,22 +25,14 @@ RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckSt
 
 
 def final(ctx: RunContext, finding: Finding, key: CheckKey) -> Finding:
-    """A finding (the decision of `key`) as the controller counts it: a skip without a failing cause is an error (it
-    has not passed), a failure a waiver in force accepts is waived."""
-    if finding.status is CheckStatus.SKIP and finding.cause is None:
-        return skip_stands(finding, None)
-    return ctx.evaluation.waive(finding, key) if finding.status is CheckStatus.FAIL else finding
+    """A finding (the decision of `key`) as the controller counts it (evaluate/evaluation.py `settled`)."""
+    return settled(ctx.evaluation, finding, key)
 
 
 def decided(ctx: RunContext, key: CheckKey) -> Finding:
-    """As a test item of its own would decide `key`: the rule's finding, fail closed, waived where a waiver covers
-    it; an exception in the rule is the check's error, worded as a test item's error is (outcomes.py)."""
-    try:
-        finding = ctx.evaluation.decide(key)
-    except Exception as exc:  # a test item reports any exception as the check's error
-        text = f"the check could not run: {type(exc).__name__}: {exc}"
-        return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, text)
-    return final(ctx, finding, key)
+    """As a test item of its own would decide `key` (evaluate/evaluation.py `counted`: the rule's finding, fail
+    closed, waived where a waiver covers it; an exception in the rule the check's error)."""
+    return counted(ctx.evaluation, key)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ import pytest
 
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding, family_of
 from gpucert.pytest.gpus import GpuChecks
+from gpucert.pytest.junit import _xml
 
 if TYPE_CHECKING:
     from gpucert.pytest.context import RunContext
@@ -39,14 +40,6 @@ __all__ = ["WAIVED_PROPERTY", "WaivedCases", "carried_cases", "say_waived"]
 
 WAIVED_PROPERTY = "gpucert_waived"
 CARRIED_PROPERTY = "gpucert_carried_from"
-
-
-def _xml(config: pytest.Config) -> Any:
-    try:
-        from _pytest.junitxml import xml_key
-    except ImportError:  # pragma: no cover - pytest moved it
-        return None
-    return config.stash.get(xml_key, None)
 
 
 def say_waived(xml: Any, reporter: Any, waivers: Iterable[str], text: str) -> None:

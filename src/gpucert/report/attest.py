@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpucert._version import __version__
-from gpucert.errors import ConfigError, EvidenceError
+from gpucert.errors import ConfigError, EvidenceError, GpucertError
 from gpucert.files import read_json_object, write_json
 from gpucert.plan.records import read_run_info
 from gpucert.plan.runfolder import ENVELOPE, RunFolder
@@ -325,19 +325,27 @@ def verify(folder: Path, pub_paths: list[Path]) -> Verification:
     result.changed, result.missing, result.added, result.odd = compare_files(folder, env)
     if result.statement.get("predicateType") == PREDICATE_TYPE:  # a run's certificate: its verdict must be whole
         run = RunFolder(folder)
+        raw: dict[str, Any] | None = None
         if run.verdict_path.is_file() and "verdict.json" in env.signed_digests():
             try:
-                result.inconsistent = verdict_problems(run.read_verdict())
+                raw = run.read_verdict()
+                result.inconsistent = verdict_problems(raw)
             except EvidenceError as exc:
                 result.inconsistent = [str(exc)]
         else:
             result.inconsistent = ["there is no verdict.json"]
-        if not (result.changed or result.missing or result.added or result.odd or result.inconsistent):
+        if raw is not None and not (
+            result.changed or result.missing or result.added or result.odd or result.inconsistent
+        ):
             from gpucert.report.derivation import other_rules, verdict_differences
 
             result.not_rederived = other_rules(run)
             if result.not_rederived is None:
-                result.contradicted = verdict_differences(run).named()
+                try:  # the verdict read above, typed once (verdict_differences would read it again)
+                    verdict: Verdict | None = parse_verdict(raw, run.verdict_path)
+                except GpucertError:
+                    verdict = None  # verdict_differences says why it cannot be re-derived
+                result.contradicted = verdict_differences(run, verdict).named()
                 result.rederived = True
     return result
 

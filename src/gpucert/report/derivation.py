@@ -30,8 +30,7 @@ from pathlib import Path
 
 from gpucert._version import __version__
 from gpucert.errors import EvidenceError, GpucertError
-from gpucert.evaluate.evaluation import Evaluation
-from gpucert.evaluate.skips import skip_stands
+from gpucert.evaluate.evaluation import Evaluation, counted
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.layout import Mode
 from gpucert.plan.records import read_run_info
@@ -85,15 +84,8 @@ class VerdictContradicted(EvidenceError):
 
 
 def decided(ev: Evaluation, key: CheckKey) -> Finding:
-    """The check's finding as the session counts it (pytest/gpus.py `decided`: a test item's outcome)."""
-    try:
-        found = ev.decide(key)
-    except Exception as exc:  # a test item reports any exception in its rule as the check's error
-        text = f"the check could not run: {type(exc).__name__}: {exc}"
-        return Finding(key.check, CheckStatus.ERROR, key.node, key.gpu, text)
-    if found.status is CheckStatus.SKIP and found.cause is None:
-        return skip_stands(found, None)
-    return ev.waive(found, key) if found.status is CheckStatus.FAIL else found
+    """The check's finding as the session counts it (evaluate/evaluation.py `counted`, as pytest/gpus.py asks)."""
+    return counted(ev, key)
 
 
 def _where(f: Finding | object) -> Where:

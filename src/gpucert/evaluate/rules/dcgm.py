@@ -64,9 +64,12 @@ def _this_gpu(
 
 
 def _exit_unexplained(d: DcgmEvidence) -> bool:
-    """dcgmi diag exited non-zero and no test failed: its results are not whole."""
+    """dcgmi diag exited non-zero and no test failed: its results are not whole (the exit code first: a zero exit,
+    what nearly every diagnostic gives, needs no look at its results)."""
+    if d.exit_code in (None, 0):
+        return False
     failed = any(r.status == "Fail" for t in d.results.values() for r in t.entries())
-    return d.exit_code not in (None, 0) and not failed and not any(t.summary == "Fail" for t in d.results.values())
+    return not failed and not any(t.summary == "Fail" for t in d.results.values())
 
 
 def _not_run(node: str, d: DcgmEvidence, level: int) -> str | None:
@@ -85,11 +88,8 @@ def judge_dcgm(
     d: DcgmEvidence,
     level: int,
     serial: str | None = None,
-    *,
-    unexplained: bool | None = None,
 ) -> Finding:
-    """The finding of `dcgm.<test>` for GPU `gpu` of `node`, from a diagnostic that should have run `level`.
-    `unexplained`: `_exit_unexplained(d)` where the caller keeps it (the whole diagnostic's, asked by every check)."""
+    """The finding of `dcgm.<test>` for GPU `gpu` of `node`, from a diagnostic that should have run `level`."""
     check, where = f"dcgm.{test}", f"{node}/gpu{gpu}"
 
     def error(message: str) -> Finding:
@@ -118,7 +118,7 @@ def judge_dcgm(
     status = _status(test, result, mine, d)
     if status not in ("Pass", "Skip"):
         return error(f"{where}: {status}: it cannot be judged")
-    if _exit_unexplained(d) if unexplained is None else unexplained:
+    if _exit_unexplained(d):
         return error(f"{where}: dcgmi diag exited {d.exit_code} though no test failed: its results are not whole")
     if status == "Skip":
         why = "; ".join([*(mine.warnings if mine else []), *result.info]) or "DCGM gave no reason"
@@ -141,5 +141,4 @@ def decide_dcgm(view: RunView, key: CheckKey) -> Finding:
         return Finding(key.check, CheckStatus.ERROR, node, gpu, f"{node}: no DCGM diagnostic was recorded")
     test = key.check.removeprefix("dcgm.")
     d = ev.dcgm
-    unexplained = view.once(f"dcgm.exit_unexplained/{node}", lambda: _exit_unexplained(d))  # once per node
-    return judge_dcgm(test, node, gpu, d, view.spec.certify.dcgm.level, serial=g.serial, unexplained=unexplained)
+    return judge_dcgm(test, node, gpu, d, view.spec.certify.dcgm.level, serial=g.serial)

@@ -39,7 +39,6 @@ __all__ = [
     "judge_pairs",
     "members_problem",
     "multinode",
-    "pair_figures",
     "pairs_by_node",
     "pairs_problem",
     "unlabelled",
@@ -84,23 +83,6 @@ def admitted(fabric: FabricEvidence) -> str:
     """How the collective was admitted on Kubernetes, as the finding says it ("" where the evidence does not say:
     another target, or evidence written before it was recorded)."""
     return ADMISSION.get(fabric.admission or "", "")
-
-
-def pair_figures(pairs: FabricPairs) -> tuple[dict[str, float], dict[str, list[str]]]:
-    """Each pair's bus bandwidth at the largest message (by "a + b"), and per node the pairs it was in that did
-    not run."""
-    values: dict[str, float] = {}
-    failed: dict[str, list[str]] = {}
-    for pair in pairs.pairs:
-        name = " + ".join(pair.nodes)
-        busbw = top_busbw(pair.nccl) if pair.nccl is not None else []
-        if pair.errors or not busbw or not (pair.nccl and pair.nccl.correct) or sample_problem(busbw, None):
-            why = "; ".join(e.message for e in pair.errors) or "no correct samples"
-            for node in pair.nodes:
-                failed.setdefault(node, []).append(f"{name}: {why}")
-            continue
-        values[name] = median(busbw)
-    return values, failed
 
 
 def judge_pairs(
@@ -172,7 +154,8 @@ def pairs_problem(pairs: FabricPairs | Iterable[Sequence[str]], inventory: list[
 
 
 def _figures(rows: Iterable[PairRow]) -> tuple[dict[str, float], dict[str, list[str]]]:
-    """pair_figures of the index's rows."""
+    """Each pair's bus bandwidth at the largest message (by "a + b"), and per node the pairs it was in that did
+    not run, from the index's rows."""
     values: dict[str, float] = {}
     failed: dict[str, list[str]] = {}
     for row in rows:
