@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import NoReturn, TypeVar
 
 from gpucert.errors import ConfigError
+from gpucert.spec.cluster import POOL_NAME, SPEC_NAME
 from gpucert.spec.names import NameError_, check_node_name
 
 _Action = TypeVar("_Action", bound=argparse.Action)
@@ -164,8 +165,8 @@ def _shown(text: str) -> str:
 
 
 # a spec's metadata.name and a pool's name as the spec takes them (spec/cluster.py Metadata, Pool)
-_SPEC_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-_POOL_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_SPEC_NAME = re.compile(SPEC_NAME)
+_POOL_NAME = re.compile(POOL_NAME)
 
 
 def spec_name(text: str) -> str:

@@ -369,8 +369,14 @@ def plan_of(spec: ClusterSpec, run_id: str, pools: PoolMap) -> MeasurePlan:
         fabric=any(p.fabric is not None for p in spec.pools),
         rails=rails_plan(spec),
         pools={n: p for n in pools.placed if (p := pools.name_of(n)) is not None},
-        rdma={p.name: p.fabric.rails.resource for p in spec.pools if p.fabric is not None and p.fabric.rails.resource},
+        rdma=rdma_resources(spec),
     )
+
+
+def rdma_resources(spec: ClusterSpec) -> dict[str, str]:
+    """The RDMA device plugin resource each fabric pool's pods request (rails.resource; the others fall back to
+    target.fabricResources)."""
+    return {p.name: p.fabric.rails.resource for p in spec.pools if p.fabric is not None and p.fabric.rails.resource}
 
 
 def rails_plan(spec: ClusterSpec) -> dict[str, FabricRails]:

@@ -27,6 +27,8 @@ __all__ = [
     "API_VERSION",
     "API_VERSIONS",
     "DURATION_UNITS",
+    "POOL_NAME",
+    "SPEC_NAME",
     "AcceptanceSpec",
     "CertifySpec",
     "ClusterSpec",
@@ -63,8 +65,13 @@ class Probe(StrEnum):
     NCCL = "nccl"
 
 
+# a spec's metadata.name and a pool's name (cli/args.py takes them as these on the command line)
+SPEC_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+POOL_NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
 class Metadata(Document):
-    name: Annotated[str, Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+    name: Annotated[str, Field(min_length=1, pattern=SPEC_NAME)]
 
 
 class SimulatedTargetSpec(Document):
@@ -221,7 +228,7 @@ class Pool(Document):
     """One node pool: the nodes its selector (node labels, e.g. GFD's) picks, what they must be, and their
     baseline. Peers for straggler detection are the pool's nodes, never another pool's."""
 
-    name: Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+    name: Annotated[str, Field(min_length=1, max_length=63, pattern=POOL_NAME)]
     node_selector: dict[str, str] = Field(default_factory=dict, alias="nodeSelector")
     expect: Expect
     baseline: str

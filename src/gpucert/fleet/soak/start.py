@@ -49,7 +49,7 @@ def _round_target(
         gpus = {n["node"]: spec.pool(n["pool"]).expect.gpus_per_node for n in nodes if n["pool"] is not None}
         # and the all-reduce's pods request their pool's RDMA resource (rails.resource, else fabricResources)
         pools = {n["node"]: n["pool"] for n in nodes if n["pool"] is not None}
-        rdma = {p.name: p.fabric.rails.resource for p in spec.pools if p.fabric is not None and p.fabric.rails.resource}
+        rdma = runner.rdma_resources(spec)
         target = KubernetesTarget.from_spec(spec)
         return KubernetesSoak(target, soak.probes, run_id, soak.round_s, gpus, pools=pools, rdma=rdma)
     if not isinstance(spec.target, SimulatedTargetSpec):
