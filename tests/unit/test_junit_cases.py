@@ -7,7 +7,7 @@ run's context, no pytest session."""
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +23,11 @@ PASS, FAIL, SKIP, WAIVED = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.SKIP,
 NODE, MEASURED = "gpu-node-10", "gpu-node-3"
 
 
-class Folder:
-    def read_retest(self) -> None:  # no record: the testcases carry no source run
-        return None
-
-
 @dataclass
 class Ctx:
     outcomes: dict[CheckKey, Outcome]
     carried: frozenset[str] = frozenset({NODE})
-    folder: Any = field(default_factory=Folder)
+    retest: Any = None  # no record: the testcases carry no source run
 
 
 def outcomes() -> dict[CheckKey, Outcome]:

@@ -13,6 +13,7 @@ import pytest
 from gpucert.acceptance.retest import read_retest_record
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.checks import CheckKey
+from gpucert.plan.records import RetestRecord
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.verdict import Outcome
 from gpucert.report.verdict_model import Verdict
@@ -35,12 +36,13 @@ class RunContext:
     verdict: Verdict | None = None
     spec: ClusterSpec = field(init=False)
     folder: RunFolder = field(init=False)
+    retest: RetestRecord | None = field(init=False)  # the run's re-test record, read once (None: no re-test)
     carried: frozenset[str] = field(init=False)  # a re-test's carried nodes: decided without items (carried.py)
 
     def __post_init__(self) -> None:
         self.spec, self.folder = self.evaluation.spec, self.evaluation.folder
-        record = read_retest_record(self.folder)
-        self.carried = frozenset(record.carried) if record is not None else frozenset()
+        self.retest = read_retest_record(self.folder)
+        self.carried = frozenset(self.retest.carried) if self.retest is not None else frozenset()
 
 
 context_key = pytest.StashKey[RunContext]()

@@ -111,10 +111,7 @@ def carried_cases(config: pytest.Config, ctx: RunContext, passed: PassedSummary 
     xml = _xml(config)
     if xml is None or not ctx.carried:
         return 0
-    from gpucert.acceptance.retest import read_retest_record
-
-    record = read_retest_record(ctx.folder)
-    sources = record.carried if record is not None else {}
+    sources = ctx.retest.carried if ctx.retest is not None else {}
     written = 0
     for (check, node, detail, of_gpus), group in _not_passed(ctx, passed):
         findings = [ctx.outcomes[k].finding for k in group]

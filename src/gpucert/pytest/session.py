@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from gpucert.acceptance.retest import read_retest_record
 from gpucert.errors import GpucertError
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
@@ -217,7 +216,7 @@ def _verdict(ctx: RunContext, stopped: str | None) -> Verdict:
         stopped=stopped,
         measured=ev.measured_at(),
         waivers={wid: w.to_json() for wid, w in ev.waiver_book.by_id.items()} if ev.waiver_book else None,
-        retest=read_retest_record(ctx.folder),
+        retest=ctx.retest,
         node_pools={n: ev.pools.name_of(n) for n in ev.inventory.names},
         pools={
             p.name: {
