@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from gpucert.acceptance.retest_kept import keep_source_records
 from gpucert.acceptance.retest_pairs import carried_pairs_problems, carry_pairs
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.measure.evidence import NodeEvidence
@@ -294,6 +295,7 @@ def prepare_retest(
             carried[node] = _provenance(source, node, now, before)
     folder.retest_dir.mkdir(exist_ok=True)
     shutil.copyfile(source.folder.envelope_path, folder.retest_source_path)
+    keep_source_records(source.folder, folder)  # what its carried nodes' signed decisions are held to (retest_kept)
     for node in carried:
         folder.carry_evidence(node, source.folder.evidence_path(node))
     # the pairs of two carried nodes too: the fabric stage then measures only the pairs with a node measured again;

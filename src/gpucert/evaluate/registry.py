@@ -5,7 +5,10 @@ is the fabric's rule, `straggler.memory.bandwidth` the straggler family's). No i
 
 A rule is a function of the run's read-only view and the check's key, returning its Finding. Registered `pooled`
 (the default), its node-level checks are held to the node's pool: a node outside exactly one pool is skipped,
-naming pool.membership, before the rule is asked.
+naming pool.membership, before the rule is asked. Registered `local`, a node's check reads nothing but that node's
+own evidence, stack.json and inventory.json entries and the run's spec and baselines (never another node, a pool's
+members, the fleet, history, pairs, waivers or the time): a re-test's carried node may then keep its signed decision
+(acceptance/retest_kept.py). The default is not local: decided by the rules.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Rule:
     family: str
     decide: RuleFn
     pooled: bool = True
+    local: bool = False
 
 
 class Registry:
@@ -47,14 +51,15 @@ class Registry:
         self._rules: dict[str, Rule] = {}
         self._found: dict[str, Rule] = {}  # rule_for's answers: a few dozen check ids, asked by every check
 
-    def register(self, family: str, decide: RuleFn, *, pooled: bool = True) -> None:
+    def register(self, family: str, decide: RuleFn, *, pooled: bool = True, local: bool = False) -> None:
         """Register `decide` for every check id that is `family` or starts with `family.` (and has no longer
-        registered prefix). A family registered twice is a programming error."""
+        registered prefix); `local` only after reading the rule for everything it asks of the RunView. A family
+        registered twice is a programming error."""
         if not family or family != family.strip(".") or ".." in family:
             raise ValueError(f"{family!r} is not a check family: dotted parts of a check id, e.g. compute.gemm")
         if family in self._rules:
             raise ValueError(f"check family {family!r} is registered twice")
-        self._rules[family] = Rule(family, decide, pooled)
+        self._rules[family] = Rule(family, decide, pooled, local)
         self._found.clear()  # a longer prefix may now decide an id found before
 
     def rule_for(self, check: str) -> Rule:

@@ -16,6 +16,9 @@ evidence/<node>.json, evidence/multinode/        what was measured, written as i
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
 retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
 retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
+retest/source/                                   the source run's run.json, verdict.json, stack.json and
+                                                 inventory.json as it signed them: whether a carried node's checks
+                                                 keep their signed decisions (acceptance/retest_kept.py)
 verdict.json, run.json                           the result and when the run ran (evaluate)
 report.html, junit.xml, allure-results/          the reports
 certificate.intoto.json                          the signature over all of it (sign)
@@ -137,6 +140,7 @@ RETEST = "retest"
 RETEST_RECORD = "record.json"
 RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signed for the evidence carried over
 IDENTITY = "identity"
+RETEST_KEPT = "source"  # the source run's run.json, verdict.json, stack.json and inventory.json, byte for byte
 VERDICT = "verdict.json"
 RUN_INFO = "run.json"
 REPORT = "report.html"

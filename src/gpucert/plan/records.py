@@ -101,9 +101,10 @@ def parse_record(model: type[P], data: Mapping[str, Any] | Any, path: Path | str
 
 class RunInfo(Part):
     """run.json: what the run is (its mode decides the suites that judge it), of which spec, whether it was
-    prepared with waivers, and when it ran with which gpucert. `target` and `finished` come with the evaluation."""
+    prepared with waivers, and when it ran with which gpucert: its version, its checkout's commit and the digest of its
+    code (resources.code_digest; absent in runs before it). `target` and `finished` come with the evaluation."""
 
-    OMITTED_WHEN_NONE = frozenset({"target", "finished"})
+    OMITTED_WHEN_NONE = frozenset({"target", "finished", "gpucert_code"})
     run: Str | None = None
     spec: Str | None = None
     mode: Str | None = None
@@ -112,6 +113,7 @@ class RunInfo(Part):
     started: Str | None = None
     gpucert_version: Str | None = Field(None, alias="gpucert_version")
     git_commit: Str | None = Field(None, alias="git_commit")
+    gpucert_code: Str | None = Field(None, alias="gpucert_code")
     target: Str | None = None
     finished: Str | None = None
 

@@ -116,6 +116,7 @@ class RunFolder:
     retest_dir = _In(layout.RETEST)
     retest_record_path = _In(layout.RETEST, layout.RETEST_RECORD)
     retest_source_path = _In(layout.RETEST, layout.RETEST_SOURCE)
+    retest_kept_dir = _In(layout.RETEST, layout.RETEST_KEPT)
     verdict_path = _In(layout.VERDICT)
     run_info_path = _In(layout.RUN_INFO)
     report_path = _In(layout.REPORT)
@@ -353,8 +354,7 @@ class RunFolder:
         """run.json as the run is prepared: what it is (its mode decides the suites that judge it) and of which
         spec, and whether it was prepared with waivers (their own checks judge it then); a re-evaluation keeps the
         mode of the run it re-evaluates and names that run."""
-        from gpucert._version import __version__
-        from gpucert.resources import source_commit
+        from gpucert.resources import made_by
 
         if mode not in Mode.recorded():
             raise ValueError(f"run.json records what a run is, not how it was prepared: {mode!r}")
@@ -365,15 +365,13 @@ class RunFolder:
             "reevaluates": reevaluates,
             "waivers": waivers,
             "started": _iso(datetime.now(UTC)),
-            "gpucert_version": __version__,
-            "git_commit": source_commit(),
+            **made_by(),
         }
         write_json(self.run_info_path, info)
 
     def write_run_info(self, *, spec: str, target: str, started: float, finished: float) -> None:
         """run.json at the end of the evaluation: when the run ran and with which gpucert (its mode is kept)."""
-        from gpucert._version import __version__
-        from gpucert.resources import source_commit
+        from gpucert.resources import made_by
 
         info = {
             **self.read_run_info(),
@@ -382,8 +380,7 @@ class RunFolder:
             "target": target,
             "started": _iso(datetime.fromtimestamp(started, UTC)),
             "finished": _iso(datetime.fromtimestamp(finished, UTC)),
-            "gpucert_version": __version__,
-            "git_commit": source_commit(),
+            **made_by(),
         }
         write_json(self.run_info_path, info)
 

@@ -1,18 +1,21 @@
 """A re-test's carried nodes, decided in the controller without a test item each (issue 28: a re-test pays for what
 it re-measures).
 
-A carried node's evidence is the source run's, byte for byte and verified (acceptance/retest.py). Its checks are
-decided by the same rules as every other check (`Evaluation.decide`, skips without a failing cause turned into
-errors, failures offered to the waivers), over the whole run's evidence: checks that compare with peers or pools
-still see every node. Only pytest's cost per item is saved: collection parametrizes over the nodes measured now,
-and the verdict counts the carried nodes' checks as ran, with these findings. So the verdict is the one a full
-re-evaluation gives (tests/e2e/test_retest_decided.py compares both)."""
+A carried node's evidence is the source run's, byte for byte and verified (acceptance/retest.py). A check whose rule
+reads nothing but the node's own evidence, entries and the run's spec and baselines keeps the pass its source run
+signed where the same code decided it on the same inputs and the same node (acceptance/retest_kept.py says when);
+every other check is decided by the same rules as every other check (`Evaluation.decide`, skips without a failing
+cause turned into errors, failures offered to the waivers), over the whole run's evidence: checks that compare with
+peers or pools still see every node. Collection parametrizes over the nodes measured now, and the verdict counts
+the carried nodes' checks as ran, with these findings. So the verdict is the one a full re-evaluation gives
+(tests/e2e/test_retest_decided.py and test_retest_kept.py compare both)."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
 
+from gpucert.acceptance.retest_kept import Kept, kept_decisions
 from gpucert.errors import GpucertError
 from gpucert.plan.checks import CheckStatus
 from gpucert.pytest.gpus import decided
@@ -32,9 +35,11 @@ def decide_carried(ctx: RunContext) -> int:
     if not carried:
         return 0
     keys = [k for k in ctx.evaluation.plan.required if k.node in carried]
+    kept = kept_decisions(ctx.evaluation, ctx.retest) if ctx.retest is not None else Kept(refused="no re-test record")
+    ctx.kept = kept
     for key in keys:
         start = time.time()
-        finding = decided(ctx, key)
+        finding = kept.finding(key) if kept.keeps(key) else decided(ctx, key)
         ctx.outcomes[key] = Outcome(finding, start, time.time())
         if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
             try:

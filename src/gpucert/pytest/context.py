@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpucert.acceptance.retest import read_retest_record
+from gpucert.acceptance.retest_kept import Kept
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.checks import CheckKey
 from gpucert.plan.records import RetestRecord
@@ -38,6 +39,7 @@ class RunContext:
     folder: RunFolder = field(init=False)
     retest: RetestRecord | None = field(init=False)  # the run's re-test record, read once (None: no re-test)
     carried: frozenset[str] = field(init=False)  # a re-test's carried nodes: decided without items (carried.py)
+    kept: Kept | None = None  # which carried nodes kept their signed decisions, and why not (carried.py)
 
     def __post_init__(self) -> None:
         self.spec, self.folder = self.evaluation.spec, self.evaluation.folder

@@ -1,0 +1,202 @@
+"""The decisions a re-test keeps from its source run (issue 28: a re-test pays for what it re-measures).
+
+A carried node's check keeps the decision its source run signed (a pass: only a node that passed every check is
+carried) when, and only when, deciding it again provably cannot decide otherwise:
+
+1. the same code decided it: the source's run.json records the digest of gpucert's code (resources.code_digest),
+   and it is this process's (a source without one, written before it, keeps nothing);
+2. the same inputs: every file of the source's inputs/ (its spec, its SKU baselines; but inputs/history.json, which
+   only the drift checks read) is byte for byte this run's, by the digests its certificate signed, and neither run
+   has waivers (a waiver expires: with waivers every check is decided again);
+3. the same node: its evidence is the file the source signed (its digest checked again here), its stack.json and
+   inventory.json entries are the source's, and the source's verdict says it passed every check, as many as the
+   node must pass now (no failure, error, skip or waiver);
+4. the check's rule reads nothing but that node's own evidence, stack and inventory entries and the run's spec and
+   baselines: `Rule.local` (evaluate/catalog.py says which families, and why the others are not).
+
+The source's records are copied into retest/source/ when the re-test is prepared (`keep_source_records`); each is
+held to the digest the source's certificate (retest/source.intoto.json, the one the re-test record names) signed
+for it before anything is kept, and the re-test's own certificate covers the copies. Anything that cannot be read
+or does not match keeps nothing: those checks are decided by the rules (fail closed to the slow path, never to a
+pass the rules would not give).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpucert.errors import GpucertError
+from gpucert.evaluate.catalog import REGISTRY
+from gpucert.evaluate.view import RunView
+from gpucert.files import write_atomic
+from gpucert.plan import layout
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+from gpucert.plan.records import RetestRecord, parse_record
+from gpucert.plan.records import RunInfo as _RunInfo
+from gpucert.plan.runfolder import RunFolder
+from gpucert.report.envelope import read_envelope
+from gpucert.report.verdict_model import Group, parse_verdict
+from gpucert.resources import code_digest
+
+__all__ = ["KEPT_RECORDS", "Kept", "keep_source_records", "kept_decisions"]
+
+KEPT_RECORDS = (layout.RUN_INFO, layout.VERDICT, layout.STACK, layout.INVENTORY)
+HISTORY = f"{layout.INPUTS}/{layout.HISTORY}"  # the GPUs' history: read by the drift checks only, none of them local
+WAIVERS = f"{layout.INPUTS}/{layout.WAIVERS}"
+
+
+def keep_source_records(source: RunFolder, folder: RunFolder) -> None:
+    """Copy the source run's run.json, verdict.json, stack.json and inventory.json into the re-test's retest/source/,
+    byte for byte (what `kept_decisions` holds to the source's signed digests)."""
+    for name in KEPT_RECORDS:
+        path = source.path / name
+        if path.is_file():
+            write_atomic(folder.retest_kept_dir / name, path.read_bytes())
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Which carried nodes keep their local checks' signed decisions, from which run; `refused` says why none are
+    kept (the run's gates), `why_not` why a carried node is not (its own)."""
+
+    run: str = ""
+    nodes: frozenset[str] = frozenset()
+    refused: str | None = None
+    why_not: dict[str, str] = field(default_factory=dict)
+
+    def keeps(self, key: CheckKey) -> bool:
+        """Whether `key` keeps its signed decision: a check of a kept node whose rule is local."""
+        return key.node in self.nodes and REGISTRY.rule_for(key.check).local
+
+    def finding(self, key: CheckKey) -> Finding:
+        """The kept decision: a pass that says where it was decided (no figures: the source's pass messages are in
+        no signed document, and the reports show of a passed check its id and GPUs, never its message)."""
+        where = f"{key.node}/gpu{key.gpu}" if key.gpu is not None else str(key.node)
+        detail = f" ({key.detail})" if key.detail else ""
+        message = f"{where}{detail}: passed in {self.run}, kept: the same evidence, stack, inputs and gpucert code"
+        return Finding(key.check, CheckStatus.PASS, key.node, key.gpu, message)
+
+
+class _Unmatched(Exception):
+    """A kept record that is not what the source signed."""
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _inputs(folder: RunFolder) -> dict[str, str]:
+    """The run's inputs/ files by their name in the folder (`inputs/spec.yaml`), with their sha256."""
+    root = folder.inputs
+    files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
+    return {p.relative_to(folder.path).as_posix(): _sha256(p.read_bytes()) for p in files}
+
+
+def _judged_alike(folder: RunFolder, signed: dict[str, str], info: _RunInfo) -> str | None:
+    """Why the source was not judged as this run is (gates 1 and 2), or None."""
+    if info.gpucert_code is None:
+        return "the source's run.json records no digest of gpucert's code (a run before it)"
+    if info.gpucert_code != code_digest():
+        return f"the source was decided by other gpucert code ({info.gpucert_code}, this is {code_digest()})"
+    now = {n: d for n, d in _inputs(folder).items() if n != HISTORY}
+    then = {n: d for n, d in signed.items() if n.startswith(f"{layout.INPUTS}/") and n != HISTORY}
+    if WAIVERS in now or WAIVERS in then:
+        return "the run has waivers (a waiver expires): every check is decided again"
+    if now != then:
+        differ = sorted(n for n in now.keys() | then.keys() if now.get(n) != then.get(n))
+        return f"its inputs differ from the source's: {', '.join(differ)}"
+    return None
+
+
+def _records(folder: RunFolder, record: RetestRecord) -> tuple[dict[str, str], dict[str, bytes]]:
+    """The source's signed digests and its kept records' bytes, each held to its digest (_Unmatched otherwise)."""
+    envelope = read_envelope(folder.retest_source_path)
+    if "sha256:" + _sha256(folder.retest_source_path.read_bytes()) != record.source.certificate:
+        raise _Unmatched("retest/source.intoto.json is not the certificate the re-test record names")
+    signed = envelope.signed_digests()
+    kept: dict[str, bytes] = {}
+    for name in KEPT_RECORDS:
+        data = (folder.retest_kept_dir / name).read_bytes()
+        if signed.get(name) != _sha256(data):
+            raise _Unmatched(f"retest/source/{name} is not the {name} its source signed")
+        kept[name] = data
+    return signed, kept
+
+
+def _entries(doc: Any, key: str) -> dict[str, Any]:
+    """stack.json's or inventory.json's entry of each node, as written (a dict by node, or a list naming each)."""
+    nodes = doc.get("nodes") if isinstance(doc, dict) else None
+    if isinstance(nodes, dict):
+        return nodes
+    if isinstance(nodes, list):
+        return {n[key]: n for n in nodes if isinstance(n, dict) and isinstance(n.get(key), str)}
+    return {}
+
+
+@dataclass(frozen=True)
+class _Alike:
+    """What a carried node is held to: the source's and this run's entries of it, and what it must pass now."""
+
+    folder: RunFolder
+    signed: dict[str, str]
+    stack: tuple[dict[str, Any], dict[str, Any]]
+    inventory: tuple[dict[str, Any], dict[str, Any]]
+    verdict: Mapping[str, Group]
+    required: Counter[str | None]
+
+    def why_not(self, node: str, record: RetestRecord) -> str | None:
+        """Why the node keeps nothing (gate 3), or None."""
+        entry = record.carried[node]
+        path = self.folder.evidence_path(node)
+        data = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        if not (self.signed.get(entry.file) == entry.sha256 == _sha256(data)):
+            return "its evidence is not the file its source signed"
+        for what, (then, now) in (("stack.json", self.stack), ("inventory.json", self.inventory)):
+            if node not in then or then.get(node) != now.get(node):
+                return f"its {what} entry differs from the source's"
+        said = self.verdict.get(node)
+        if said is None or said.result != "pass" or said.passed != self.required[node]:
+            return "the source's verdict does not say it passed every check it must pass now"
+        if said.failed or said.errors or said.skipped or said.waived or said.failing or said.waived_checks:
+            return "the source's verdict says it did not pass every check"
+        return None
+
+
+def kept_decisions(view: RunView, record: RetestRecord) -> Kept:
+    """Which of the re-test's carried nodes keep their local checks' signed decisions (gates 1 to 3 above; gate 4
+    is `Kept.keeps`). Nothing kept, with why, where the source's records cannot be read or do not match."""
+    run = record.source.run
+    if not record.carried:
+        return Kept(run, refused="no node was carried")
+    folder = view.folder
+    try:
+        signed, kept = _records(folder, record)
+        info = parse_record(_RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
+        refused = _judged_alike(folder, signed, info)
+        if refused is not None:
+            return Kept(run, refused=refused)
+        verdict = parse_verdict(json.loads(kept[layout.VERDICT]), "retest/source/verdict.json")
+        if verdict.run != run:
+            return Kept(run, refused=f"retest/source/verdict.json is run {verdict.run}'s, not {run}'s")
+        alike = _Alike(
+            folder,
+            signed,
+            (_entries(json.loads(kept[layout.STACK]), "node"), _entries(_read(folder.stack_path), "node")),
+            (_entries(json.loads(kept[layout.INVENTORY]), "name"), _entries(_read(folder.inventory_path), "name")),
+            verdict.nodes,
+            Counter(k.node for k in view.plan.required),
+        )
+        why_not = {n: why for n in sorted(record.carried) if (why := alike.why_not(n, record)) is not None}
+    except (_Unmatched, GpucertError, OSError, ValueError, KeyError) as exc:  # decided by the rules, then
+        return Kept(run, refused=f"the source's records cannot be held to its certificate: {exc}")
+    return Kept(run, frozenset(record.carried) - why_not.keys(), None, why_not)
+
+
+def _read(path: Path) -> Any:
+    return json.loads(path.read_bytes())
