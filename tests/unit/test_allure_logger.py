@@ -16,6 +16,7 @@ from allure_commons.logger import AllureFileLogger
 from allure_commons.model2 import Label, Parameter, Status, StatusDetails
 from allure_commons.model2 import TestResult as Result
 from allure_commons.model2 import TestStepResult as Step
+from attr import asdict
 
 from gpucert.report.allure import ResultsLogger
 
@@ -59,3 +60,37 @@ def test_a_result_is_the_text_allure_commons_writes_without_its_slow_encoder(
     ResultsLogger(str(tmp_path / "ours")).report_result(_result())
     assert _written(tmp_path / "ours") == _written(tmp_path / "theirs")
     assert not list((tmp_path / "ours").glob("*.tmp"))
+
+
+def test_a_result_is_the_dict_attrs_asdict_makes_of_it() -> None:
+    """report/allure.py `_plain` is allure-commons' `asdict(item, filter=lambda _, v: v or v is False)` (allure_commons/
+    logger.py, 2.16.2) without attrs' generic walk: None, empty and zero attributes left out, False kept, nested
+    results, steps, attachments and links as dicts, in attribute order."""
+    from allure_commons.model2 import Attachment, Link
+
+    from gpucert.report.allure import _plain
+
+    inner = Step(
+        name="gpu3",
+        status=Status.FAILED,
+        statusDetails=StatusDetails(message="slow", known=False, flaky=True),
+        parameters=[Parameter("gpu", "3", excluded=False)],
+        start=0,
+        stop=5,
+        attachments=[Attachment(name="evidence", source="a.json", type="application/json")],
+    )
+    result = Result(
+        uuid="u",
+        name="memory.bandwidth on gpu-node-2",
+        status=Status.FAILED,
+        steps=[Step(name="outer", steps=[inner, Step(name="", status=Status.PASSED)]), inner],
+        labels=[Label("epic", "performance"), Label("tag", "")],
+        links=[Link(type="issue", url="https://example.invalid/1", name=None)],
+        parameters=(Parameter("node", "gpu-node-2"),),  # type: ignore[arg-type]  # a tuple is written as a list
+        descriptionHtml="<p>x</p>",
+        start=1.5,
+        stop=0.0,
+    )
+    expected = asdict(result, filter=lambda _, v: v or v is False)
+    assert _plain(result) == expected
+    assert json.dumps(_plain(result)) == json.dumps(expected)

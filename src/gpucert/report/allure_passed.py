@@ -49,17 +49,21 @@ def counted(n: int, word: str) -> str:
 
 
 def _span(outcomes: Passed, default_ms: int) -> tuple[int, int]:
-    """From the first test's start to the last one's end (`default_ms` when the times were not recorded)."""
-    begin = min((int(o.start * 1000) for _, o in outcomes if o.start), default=default_ms)
-    return begin, max((int(o.stop * 1000) for _, o in outcomes if o.stop), default=begin)
+    """From the first test's start to the last one's end (`default_ms` when the times were not recorded), in ms.
+    The earliest start in seconds, then in ms: int(x * 1000) never decreases as x grows, so it is the earliest of
+    the starts in ms, with one conversion instead of one a check (and the same for the end)."""
+    first = min([o.start for _, o in outcomes if o.start], default=None)
+    begin = default_ms if first is None else int(first * 1000)
+    last = max([o.stop for _, o in outcomes if o.stop], default=None)
+    return begin, begin if last is None else int(last * 1000)
 
 
 def _check_step(check: str, outcomes: Passed, default_ms: int) -> TestStepResult:
     """One check that passed on a node: on how many GPUs, and which (parameter `gpus`); or for how many details
     (parameter `details`: the components, rails, DCGM tests) where it has several."""
     begin, end = _span(outcomes, default_ms)
-    gpus = sorted(k.gpu for k, _ in outcomes if k.gpu is not None)
-    details = sorted(k.detail for k, _ in outcomes if k.gpu is None and k.detail)
+    gpus = sorted([k.gpu for k, _ in outcomes if k.gpu is not None])
+    details = sorted([k.detail for k, _ in outcomes if k.gpu is None and k.detail])
     name, parameters = check, []
     if gpus:
         name = f"{check} ({counted(len(gpus), 'GPU')})"
