@@ -39,7 +39,7 @@ def _nvlink_faults_fit(fleet: SimulatedFleet, skus: dict[str, GpuBaseline], path
     for i, f in enumerate(fleet.faults):
         if not isinstance(f, NvlinkDownFault | NvlinkErrorsFault):
             continue
-        sku = fleet.group_of(f.node).sku
+        sku = fleet.pool_of[f.node].sku
         nvlink = skus[sku].nvlink
         links = nvlink.links if nvlink is not None else 0
         key, wanted = ("links", f.links) if isinstance(f, NvlinkDownFault) else ("link", f.link + 1)

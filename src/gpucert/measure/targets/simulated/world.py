@@ -141,7 +141,7 @@ class World:
         self.fleet = fleet
         self.skus = baselines
         self.names = fleet.node_names()
-        self._group = {n: g for g in fleet.groups() for n in g.nodes.names()}
+        self._group = fleet.pool_of  # each node's group of the fleet, built once
         self.faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self.names}
         # what each node runs, unless a fault says otherwise: its group's versions over the fleet's, over the pins
         # of the spec's pool the node is in (else the spec's recipe), over a default node
