@@ -17,8 +17,9 @@ nodes say where their evidence comes from (`nodes[n].carriedFrom`, null for a no
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 from gpucert.evaluate.skips import skip_stands
@@ -121,32 +122,72 @@ def _sort_key(f: Finding) -> tuple[str, str, int, str]:
     return (f.node or "", f.check, -1 if f.gpu is None else f.gpu, f.message)
 
 
+def _cause_finder(outcomes: Mapping[CheckKey, Outcome]) -> Callable[[str], Finding | None]:
+    """The finding named by a skip's `cause` (`str(key)` of the check it follows from), as a map of every outcome
+    by its name would find it, built only where the name alone cannot: a run has a few hundred skips among ~10^5
+    checks (1,024 x 8), and naming every key was 0.5 s of a re-test's verdict. A name is parsed back to its key
+    (CheckKey.parse); the map is built once where the name does not read back to itself, or could name two keys
+    (`X@fleet`: the fleet's own check, or a node named `fleet`: the map keeps the later)."""
+    everything: dict[str, Finding] | None = None
+
+    def find(cause: str) -> Finding | None:
+        nonlocal everything
+        if not cause:  # no key's name is empty (each has an `@`)
+            return None
+        if everything is None:
+            try:
+                key: CheckKey | None = CheckKey.parse(cause)
+            except ValueError:  # not a key's name: `/gpuX` with X no number
+                key = None
+            if key is not None and str(key) == cause:
+                twin = replace(key, node="fleet") if key.node is None else None
+                twin = replace(key, node=None) if key.node == "fleet" else twin
+                if twin is None or twin not in outcomes:
+                    found = outcomes.get(key)
+                    return None if found is None else found.finding
+            everything = {str(k): o.finding for k, o in outcomes.items()}
+        return everything.get(cause)
+
+    return find
+
+
+def _judged(
+    outcomes: Mapping[CheckKey, Outcome],
+) -> tuple[list[tuple[CheckKey, Finding]], set[CheckKey], list[Finding]]:
+    """The findings that did not pass, in order, with unjustified skips turned into errors (a skip never becomes a
+    pass); the skips whose cause did not run; and the errors made. Every other finding is its outcome's, a pass."""
+    odd = [(k, o.finding) for k, o in outcomes.items() if o.finding.status is not CheckStatus.PASS]
+    cause_not_run: set[CheckKey] = set()
+    made: list[Finding] = []
+    find = _cause_finder(outcomes)
+    for i, (key, f) in enumerate(odd):
+        if f.status is not CheckStatus.SKIP:
+            continue
+        cause = find(f.cause or "")
+        if cause is None:
+            cause_not_run.add(key)
+        elif (stands := skip_stands(f, cause)) is not f:  # its cause did not fail: an error
+            odd[i] = (key, stands)
+            made.append(stands)
+    return odd, cause_not_run, made
+
+
 def judge_skips(
     outcomes: Mapping[CheckKey, Outcome],
 ) -> tuple[dict[CheckKey, Finding], set[CheckKey], list[Finding]]:
     """Each outcome's finding with unjustified skips turned into errors; the skips whose cause did not run; and
     the errors made."""
-    by_name = {str(k): o.finding for k, o in outcomes.items()}
-    judged: dict[CheckKey, Finding] = {}
-    cause_not_run: set[CheckKey] = set()
-    made: list[Finding] = []
-    for key, o in outcomes.items():
-        f = o.finding
-        if f.status is CheckStatus.SKIP:
-            cause = by_name.get(f.cause or "")
-            if cause is None:
-                cause_not_run.add(key)
-            elif (stands := skip_stands(f, cause)) is not f:  # its cause did not fail: an error
-                f = stands
-                made.append(f)
-        judged[key] = f
+    odd, cause_not_run, made = _judged(outcomes)
+    judged = {k: o.finding for k, o in outcomes.items()}
+    judged.update(odd)
     return judged, cause_not_run, made
 
 
-def _summary(findings: list[Finding]) -> dict[str, int]:
-    c = Counter(f.status for f in findings)
+def _counts(total: int, odd: list[Finding]) -> dict[str, int]:
+    """The counts of `total` findings of which `odd` are all those that did not pass."""
+    c = Counter(f.status for f in odd)
     return {
-        "passed": c[CheckStatus.PASS],
+        "passed": total - len(odd),
         "failed": c[CheckStatus.FAIL],
         "errors": c[CheckStatus.ERROR],
         "skipped": c[CheckStatus.SKIP],
@@ -168,22 +209,23 @@ def _node_result(counts: Mapping[str, int], complete: bool) -> str:
 
 def _coverage(
     plan: Plan,
-    judged: Mapping[CheckKey, Finding],
-    unsettled: set[CheckKey],
+    odd: list[Finding],
+    open_keys: tuple[set[CheckKey], set[CheckKey]],
     selected: set[CheckKey] | None,
     stopped: str | None,
 ) -> Coverage:
-    """Which required checks ran; the others as deselected, not reached, or skipped for a cause that did not run."""
-    missing = set(plan.required - judged.keys())
+    """Which required checks ran; the others as deselected, not reached, or skipped for a cause that did not run.
+    `open_keys`: the required keys with no finding, and the required skips whose cause did not run."""
+    missing, unsettled = open_keys
     if selected is None:  # the session never said what it collected (a worker died): none counts as deselected
         deselected, not_reached = set(), set(missing)
     else:
         deselected, not_reached = missing - selected, missing & selected
-    skip_causes = Counter(f.cause or "(none)" for f in judged.values() if f.status is CheckStatus.SKIP)
+    skip_causes = Counter(f.cause or "(none)" for f in odd if f.status is CheckStatus.SKIP)
     return Coverage(
         suites=tuple(plan.suites),
         required=len(plan.required),
-        ran=len(plan.required & judged.keys()),
+        ran=len(plan.required) - len(missing),  # the required keys with a finding
         deselected=len(deselected),
         not_reached=len(not_reached),
         skipped_without_cause=len(unsettled),
@@ -203,19 +245,20 @@ def _finding(f: Finding, stated: Mapping[str, Mapping[str, Any]]) -> VerdictFind
     return VerdictFinding.model_validate(out)
 
 
-def _group(mine: list[Finding], complete: bool) -> dict[str, Any]:
-    """The fields of a Group (the fleet's or a node's) over its checks."""
-    c = _summary(mine)
+def _group(total: int, odd: list[Finding], complete: bool) -> dict[str, Any]:
+    """The fields of a Group (the fleet's or a node's) over its `total` checks, `odd` those that did not pass."""
+    c = _counts(total, odd)
     return {
         "result": _node_result(c, complete),
         **c,
-        "failing": tuple(sorted({f.check for f in mine if f.status in BAD})),
-        "waived_checks": tuple(sorted({f.check for f in mine if f.status is CheckStatus.WAIVED})),
+        "failing": tuple(sorted({f.check for f in odd if f.status in BAD})),
+        "waived_checks": tuple(sorted({f.check for f in odd if f.status is CheckStatus.WAIVED})),
     }
 
 
 def _nodes(
-    judged: Mapping[CheckKey, Finding],
+    outcomes: Mapping[CheckKey, Outcome],
+    odd: list[tuple[CheckKey, Finding]],
     names: list[str],
     still_open: set[str | None],
     measured: Mapping[str, str | None],
@@ -223,21 +266,26 @@ def _nodes(
     pool_of: Mapping[str, str | None],
 ) -> tuple[Group, dict[str, NodeSummary]]:
     """The fleet's own checks as one group, and each node's (every node of the inventory, and any other a check
-    names) with when it was measured, where its evidence was carried from, and its pool."""
+    names) with when it was measured, where its evidence was carried from, and its pool. Counted per node: how
+    many checks each has, and its findings that did not pass (`odd`: a few among ~185 a node at 1,024 x 8)."""
+    total: Counter[str | None] = Counter(map(_node_of, outcomes))
     by_node: dict[str | None, list[Finding]] = defaultdict(list)
-    for k, f in judged.items():
+    for k, f in odd:
         by_node[k.node].append(f)
-    names = list(dict.fromkeys([*names, *sorted({k.node for k in judged if k.node is not None})]))
+    names = list(dict.fromkeys([*names, *sorted(n for n in total if n is not None)]))
     per_node = {
         n: NodeSummary(
-            **_group(by_node.get(n, []), n not in still_open),
+            **_group(total[n], by_node.get(n, []), n not in still_open),
             measured=measured.get(n),
             carried_from=carried.get(n),
             pool=pool_of.get(n),
         )
         for n in names
     }
-    return Group(**_group(by_node.get(None, []), None not in still_open)), per_node
+    return Group(**_group(total[None], by_node.get(None, []), None not in still_open)), per_node
+
+
+_node_of = attrgetter("node")
 
 
 def _retest_summary(retest: RetestRecord | None) -> RetestSummary | None:
@@ -281,14 +329,19 @@ def build_verdict(
     over its nodes (additive to v2). `beside` holds what the verdict says beside the checks, as verdict.json names
     it: `fleetAgainstSku`, `undecided`, and where there was one, `preflight` and `recertify`.
     """
-    judged, cause_not_run, _ = judge_skips(outcomes)
+    odd, cause_not_run, _ = _judged(outcomes)
+    findings_odd = [f for _, f in odd]
     unsettled = cause_not_run & plan.required
-    coverage = _coverage(plan, judged, unsettled, selected, stopped)
-    counts = _summary(list(judged.values()))
-    still_open = {k.node for k in (plan.required - judged.keys()) | unsettled}
+    # the required keys with no outcome: a dict's keys are taken with the hashes it keeps (set.difference_update),
+    # where `required - outcomes.keys()` hashed each of ~10^5 keys again in Python (a dataclass's __hash__)
+    missing = set(plan.required)
+    missing.difference_update(outcomes)
+    coverage = _coverage(plan, findings_odd, (missing, unsettled), selected, stopped)
+    counts = _counts(len(outcomes), findings_odd)
+    still_open = {k.node for k in missing | unsettled}
     carried = retest.carried if retest is not None else {}
-    fleet, per_node = _nodes(judged, nodes, still_open, measured or {}, carried, node_pools or {})
-    findings = sorted((f for f in judged.values() if f.status in (*BAD, CheckStatus.WAIVED)), key=_sort_key)
+    fleet, per_node = _nodes(outcomes, odd, nodes, still_open, measured or {}, carried, node_pools or {})
+    findings = sorted((f for f in findings_odd if f.status in (*BAD, CheckStatus.WAIVED)), key=_sort_key)
     return Verdict.model_validate(
         {
             "schema": VERDICT_SCHEMA,
@@ -298,7 +351,7 @@ def build_verdict(
             "target": target,
             "result": _result(counts, coverage.complete),
             "coverage": coverage,
-            "summary": Summary(nodes=len(nodes), gpus=gpus, checks=len(judged), **counts),
+            "summary": Summary(nodes=len(nodes), gpus=gpus, checks=len(outcomes), **counts),
             "findings": [_finding(f, waivers or {}) for f in findings],
             "fleet": fleet,
             "nodes": per_node,
