@@ -12,7 +12,9 @@ from typing import Annotated, Any, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, PlainValidator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, GetCoreSchemaHandler, GetJsonSchemaHandler, PlainSerializer
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -24,7 +26,12 @@ def _sample(value: Any) -> float:
     errors on that GPU ("not numbers") rather than the sample passing as 1.0 (a bool is an int to pydantic)."""
     if type(value) is float:  # what JSON and the probes give: no ABC check for each of a fleet's million samples
         return value
-    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else math.nan
+    if not isinstance(value, numbers.Real) or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:  # an integer past float64's range: infinite, as JSON's reader makes it (not a traceback)
+        return math.inf if value > 0 else -math.inf  # type: ignore[operator]
 
 
 class SampleArray(Sequence[float]):
@@ -76,16 +83,44 @@ class SampleArray(Sequence[float]):
 
 
 def _samples(value: Any) -> SampleArray:
-    """Every sample of a list, in one call (a validator per sample was half of reading a document), into one array.
-    Anything but a list (a tuple or an array from a probe, or samples already read) is refused as the list's own
-    validation refused it."""
+    """Samples that are not all numbers (kept as NaN, sample by sample), or given as a tuple or an array by a probe,
+    or already read. Anything else is refused as the list's own validation refused it."""
     if isinstance(value, SampleArray):
         return value
     if isinstance(value, list | tuple):
         return SampleArray([v if type(v) is float else _sample(v) for v in value])
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "fiu":
         return SampleArray(value)
-    raise ValueError("Input should be a valid list of numbers")
+    raise ValueError(_NOT_SAMPLES)
+
+
+_NOT_SAMPLES = "Input should be a valid list of numbers"
+
+
+def _numbers(value: list[float]) -> SampleArray:
+    return SampleArray(value)
+
+
+class _SamplesSchema:
+    """How a list of samples is read: a list of numbers (what every document and probe gives) is validated by
+    pydantic-core in Rust, a strict float each (JSON's `true` or "5" is not one), and handed to numpy whole; anything
+    else goes to `_samples`, which keeps a sample that is not a number as NaN. The JSON schema says a list of
+    numbers, as the contract always has."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        numbers_only = core_schema.list_schema(core_schema.float_schema(strict=True), strict=True)
+        return core_schema.union_schema(
+            [
+                core_schema.no_info_after_validator_function(_numbers, numbers_only),
+                core_schema.no_info_plain_validator_function(_samples),
+            ],
+            mode="left_to_right",
+            custom_error_type="samples_type",
+            custom_error_message=f"Value error, {_NOT_SAMPLES}",
+        )
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return handler(core_schema.list_schema(core_schema.float_schema()))
 
 
 def _json_key(value: Any) -> Any:
@@ -102,7 +137,7 @@ def _dump(samples: Sequence[float]) -> list[float]:
 # disk and in model_dump a list of numbers as before (the evidence contract does not change), in memory an array
 Samples = Annotated[
     SampleArray,
-    PlainValidator(_samples, json_schema_input_type=list[float]),
+    _SamplesSchema(),
     PlainSerializer(_dump, return_type=list[float]),
 ]
 GpuKey = Annotated[int, BeforeValidator(_json_key)]  # an index (a GPU's, a link's) as a JSON object key
