@@ -29,6 +29,7 @@ from gpucert.plan.records import read_retest_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest.carried import decide_carried
 from gpucert.pytest.context import RunContext
+from gpucert.report import attest
 from gpucert.report.derivation import verdict_differences
 from gpucert.resources import code_digest
 
@@ -183,3 +184,26 @@ def test_records_that_are_not_what_the_source_signed_keep_nothing(made: Runs) ->
     kept = kept_of(run)
     assert kept.nodes == frozenset()
     assert "retest/source/verdict.json is not the verdict.json its source signed" in str(kept.refused)
+
+
+def test_a_source_before_the_code_digest_keeps_nothing(made: Runs) -> None:
+    """A source whose run.json names no gpucert_code (a run before it; made here by taking it out and signing the
+    source again): the re-test cannot say the same code decided it, so every check is decided by the rules."""
+    older = made.work / "older-source"
+    shutil.copytree(made.source, older)
+    (older / "certificate.intoto.json").unlink()
+    info = json.loads((older / "run.json").read_text())
+    del info["gpucert_code"]
+    (older / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    attest.sign_run(older, made.work / "keys" / "gpucert.key")
+    run = copy_of(made, "from-older")
+    shutil.copyfile(older / "certificate.intoto.json", run / "retest" / "source.intoto.json")
+    shutil.copyfile(older / "run.json", run / "retest" / "source" / "run.json")
+    record = json.loads((run / "retest" / "record.json").read_text())
+    record["source"]["certificate"] = attest.certificate_digest(older)
+    (run / "retest" / "record.json").write_text(json.dumps(record))
+    kept = kept_of(run)
+    assert (kept.nodes, kept.refused) == (
+        frozenset(),
+        "the source's run.json records no digest of gpucert's code (a run before it)",
+    )
