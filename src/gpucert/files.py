@@ -29,6 +29,7 @@ __all__ = [
     "read_bytes",
     "read_json",
     "read_json_object",
+    "sync",
     "validate",
     "write_atomic",
     "write_json",
@@ -50,22 +51,35 @@ def _temporary(path: Path) -> tuple[Path, int]:
     raise FileExistsError(f"no free temporary name beside {path}")  # pragma: no cover - 2^32 names, 100 tries
 
 
-def write_atomic(path: Path, content: str | bytes) -> Path:
+def write_atomic(path: Path, content: str | bytes, *, durable: bool = True) -> Path:
     """Write `content` to `path` so that no reader, interrupt or crash ever finds half of it: the old file or the
-    new one. The temporary file is removed if the write fails (a crash may leave it: it is hidden, named `.*.tmp`)."""
+    new one. The temporary file is removed if the write fails (a crash may leave it: it is hidden, named `.*.tmp`).
+
+    `durable=False` leaves out the two fsyncs (the bytes, then the name in its folder), for one of a batch of files
+    that `sync()` makes durable together once the batch is written: still never half a file to a reader or after an
+    interrupt (Ctrl-C, a kill: what the rename published is in the system's cache and reaches the disk), but a crash
+    of the machine before that `sync()` may lose the file or leave it empty. Only for what can be written again."""
     data = content.encode("utf-8") if isinstance(content, str) else content
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp, fd = _temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    _sync_folder(path.parent)
+    if durable:
+        _sync_folder(path.parent)
     return path
+
+
+def sync() -> None:
+    """Everything written so far on the disk (os.sync, sync(2)): the one flush of a batch of files written with
+    `write_atomic(..., durable=False)`, before the document that names them is written (durably)."""
+    os.sync()
 
 
 def make_folder(path: Path, *, not_a_folder: str, cannot: str, key: str | None = None) -> Path:

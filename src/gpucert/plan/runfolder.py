@@ -34,10 +34,10 @@ from gpucert.stack.observe import StackObservation, read_stack, write_stack
 __all__ = ["ENVELOPE", "Mode", "RunFolder"]
 
 
-def _copy(source: Path, target: Path) -> None:
+def _copy(source: Path, target: Path, *, durable: bool = True) -> None:
     """A file copied into the run folder byte for byte (a carried document's digest stays the one signed where it
     was measured), through the one atomic writer: a crash mid-copy leaves no torn copy."""
-    write_atomic(target, source.read_bytes())
+    write_atomic(target, source.read_bytes(), durable=durable)
 
 
 def _iso(t: datetime) -> str:
@@ -319,9 +319,9 @@ class RunFolder:
         write_json(self.retest_record_path, record)
 
     def write_identity(self, ev: NodeEvidence) -> Path:
-        path = self.identity_path(ev.node)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return write_document(path, ev)
+        """A carried node's identity as the re-test read it, as it answers; durable with the carried copies at the
+        re-test's one sync before its record (files.write_atomic's durable=False)."""
+        return write_atomic(self.identity_path(ev.node), ev.model_dump_json(by_alias=True), durable=False)
 
     def read_identity(self, node: str) -> NodeEvidence | None:
         path = self.identity_path(node)
@@ -332,10 +332,10 @@ class RunFolder:
         return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
     def carry_evidence(self, node: str, source: Path) -> Path:
-        """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there)."""
+        """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there); a
+        copy of a signed file that can be copied again, made durable by the re-test's one sync before its record."""
         path = self.evidence_path(node)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _copy(source, path)
+        _copy(source, path, durable=False)
         return path
 
     def write_summary(self, markdown: str) -> None:
