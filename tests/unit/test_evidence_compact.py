@@ -52,3 +52,62 @@ def test_samples_read_as_the_list_they_replace() -> None:
     assert float(np.median(samples)) == 1.5
     with pytest.raises(ValueError, match="read-only"):
         samples.array[0] = 5.0
+
+
+def _node(gpu: dict[str, object], **more: object) -> NodeEvidence:
+    data = {
+        "schema": "gpucert.io/evidence/v1",
+        "node": "n",
+        "target": "simulated",
+        "probe_version": "1",
+        "started": "2026-12-05T00:00:00+00:00",
+        "finished": "2026-12-05T00:01:00+00:00",
+        "gpus": [{"index": 0, **gpu}],
+        **more,
+    }
+    return compact(NodeEvidence.model_validate_json(json.dumps(data), strict=True))
+
+
+def test_empty_lists_and_equal_counter_sets_are_held_once_across_documents() -> None:
+    """Most lists of a document are empty (no XID event, no DCGM warning, no error) and most counters are zeros:
+    one of each is kept, whatever field or document holds it (issue 28: each list the collector tracks is walked
+    again at each full collection)."""
+    health = {"xid": [], "not_supported": [], "throttle_under_load": [{"probe": "p", "seconds": 1.5}]}
+    dcgm = {"level": 2, "results": {"memory": {"gpus": {"0": {"status": "Pass"}}}}}
+    a, b = (
+        _node({"health": {**health, "nvlink_errors": {"seconds": 1, "links": {"0": {"replay": 0}}}}}, dcgm=dcgm)
+        for _ in range(2)
+    )
+    ha, hb = a.gpus[0].health, b.gpus[0].health
+    assert ha is not None
+    assert hb is not None
+    assert a.dcgm is not None
+    assert ha.xid is hb.xid is ha.not_supported is a.errors is a.dcgm.results["memory"].gpus[0].errors
+    assert ha.throttle_under_load[0].reasons_ns is hb.throttle_under_load[0].reasons_ns
+    assert ha.nvlink_errors is not None
+    assert hb.nvlink_errors is not None
+    assert ha.nvlink_errors.links[0] is hb.nvlink_errors.links[0]
+    assert a.model_dump_json() == b.model_dump_json()
+
+
+def test_a_counter_of_one_and_a_flag_of_true_are_never_the_same_dict() -> None:
+    """Fields whose schema makes every value an int (counters) or a bool (flags) are shared by their items and
+    that type: {"mlx5_0": 1} as counters and {"mlx5_0": true} as flags are equal in Python, not on disk."""
+    fabric = {"gdr": {"dmabuf_nic": {"mlx5_0": True}}}
+    window = {"probe": "p", "seconds": 1.5, "reasons_ns": {"mlx5_0": 1}}
+    doc = _node({"health": {"throttle_under_load": [window]}}, fabric=fabric)
+    health, gdr = doc.gpus[0].health, doc.fabric.gdr if doc.fabric else None
+    assert health is not None
+    assert gdr is not None
+    assert health.throttle_under_load[0].reasons_ns is not gdr.dmabuf_nic
+    dumped = json.loads(doc.model_dump_json())
+    assert dumped["fabric"]["gdr"]["dmabuf_nic"] == {"mlx5_0": True}
+    assert dumped["gpus"][0]["health"]["throttle_under_load"][0]["reasons_ns"] == {"mlx5_0": 1}
+    assert json.dumps(dumped["fabric"]["gdr"]["dmabuf_nic"]) == '{"mlx5_0": true}'
+
+
+def test_a_reading_of_minus_zero_is_not_held_as_zero() -> None:
+    """0.0 and -0.0 are equal in Python, not on disk: dicts of floats are kept as read."""
+    docs = [_doc(f"n{i}", {"offset": x}) for i, x in enumerate([0.0, -0.0])]
+    dumped = [json.loads(d.model_dump_json())["gpus"][0]["measurements"]["memory.bandwidth"]["params"] for d in docs]
+    assert [json.dumps(p) for p in dumped] == ['{"offset": 0.0}', '{"offset": -0.0}']

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 import numbers
-import sys
-from collections.abc import Iterator, Sequence
-from typing import Annotated, Any, TypeVar, overload
+from collections.abc import Callable, Iterator, Sequence
+from types import UnionType
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -150,30 +150,140 @@ class Model(BaseModel):
 
 
 # what compact() shares among the documents it is given: one set per distinct record of the fields a document gave,
-# one dict per distinct flat dict of numbers or words (NVML's counters, mostly zeros, repeat on every GPU and link)
+# one dict or list per distinct flat one of numbers or words (NVML's counters, mostly zeros, repeat on every GPU and
+# link; most lists of words are empty)
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
-_FLAT: dict[tuple[tuple[Any, ...], ...], dict[Any, Any]] = {}
+_FLAT: dict[tuple[Any, ...], Any] = {}
 _FLAT_MOST = 4096  # distinct counter sets kept for sharing (a few MiB): most repeat (zeros); the rest are kept as read
 _SCALARS = frozenset((int, float, str, bool, type(None)))
 
 
-def _shared_dict(value: dict[Any, Any]) -> dict[Any, Any] | None:
-    """The one dict kept for every flat dict of numbers or words with these items (a counter set); None for a dict
-    that holds more (models, lists: walked instead)."""
-    values = tuple(value.values())
-    kinds = tuple(map(type, values))
-    if len(values) > 64 or not _SCALARS.issuperset(kinds):
-        return None
-    key = (tuple(value), kinds, values)  # by type too: 1, 1.0 and true are equal in Python, not on disk
+def _shared(value: Any, kind: Any = None) -> Any:
+    """The one dict or list kept for every flat one of ints, words, flags or None with these items; `value` itself
+    when it holds more (models, lists; floats, which seldom repeat and whose 0.0 and -0.0 are equal) or the table is
+    full. `kind`: the one type the field's schema lets its values be (validated: no true among a field's ints), else
+    None and each value's type is part of the key (1 and true are equal in Python, not on disk)."""
+    held = value.items() if type(value) is dict else value
+    if len(value) > 64 or kind is float:
+        return value
+    if not value:  # one empty list (dict) for every field
+        kind = ()
+    elif kind is None:
+        kind = tuple(map(type, value.values() if type(value) is dict else value))
+        if float in kind or not _SCALARS.issuperset(kind):
+            return value
+    key = (type(value), kind, tuple(held))
     one = _FLAT.get(key)
-    if one is None and len(_FLAT) < _FLAT_MOST:
+    if one is None:
+        if len(_FLAT) >= _FLAT_MOST:
+            return value
         _FLAT[key] = one = value
-    return value if one is None else one
+    return one
+
+
+_Walk = Callable[[Any, list[BaseModel]], Any]
+
+
+def _visit(value: Any, models: list[BaseModel]) -> Any:
+    """`value` (a field's dict or list of any kind) with its flat dicts and lists shared, the models it holds queued."""
+    kind = type(value)
+    if kind is not dict and kind is not list:
+        if isinstance(value, BaseModel):
+            models.append(value)
+        return value
+    one = _shared(value)
+    if one is not value or not value:
+        return one
+    for key, item in value.items() if kind is dict else enumerate(value):
+        if type(item) not in _SCALARS and (found := _visit(item, models)) is not item:
+            value[key] = found
+    return value
+
+
+def _models(value: Any, models: list[BaseModel]) -> Any:
+    if not value:  # most lists of errors and events: one empty list for them all
+        return _shared(value)
+    models.extend(value)
+    return value
+
+
+def _model_map(value: Any, models: list[BaseModel]) -> Any:
+    if not value:
+        return _shared(value)
+    models.extend(value.values())
+    return value
+
+
+def _model(value: Any, models: list[BaseModel]) -> Any:
+    if value is not None:
+        models.append(value)
+    return value
+
+
+def _flat(kind: type | None) -> _Walk:
+    def walk(value: Any, models: list[BaseModel]) -> Any:
+        return _shared(value, kind)
+
+    return walk
+
+
+def _flat_map(kind: type | None) -> _Walk:
+    def walk(value: dict[Any, Any], models: list[BaseModel]) -> Any:
+        for key, item in value.items():
+            if (one := _shared(item, kind)) is not item:
+                value[key] = one
+        return value
+
+    return walk
+
+
+def _is(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """Whether every type a field so typed may hold is one of `kinds` (None aside)."""
+    if get_origin(annotation) in (Union, UnionType):
+        return all(arg is type(None) or _is(arg, kinds) for arg in get_args(annotation))
+    if get_origin(annotation) is Literal:
+        return all(type(arg) in kinds for arg in get_args(annotation))
+    return isinstance(annotation, type) and issubclass(annotation, kinds)
+
+
+def _walk_of(annotation: Any) -> _Walk | None:
+    """How compact() goes through a field of this type: None for numbers, words and samples (nothing to share)."""
+    scalars = (int, float, str, bool, type(None))
+    origin, args = get_origin(annotation), get_args(annotation)
+    if _is(annotation, (*scalars, SampleArray)):
+        return None
+    if _is(annotation, (BaseModel,)):
+        return _model
+    if origin is list and _is(args[0], (BaseModel,)):
+        return _models
+    if origin is dict and _is(args[1], (BaseModel,)):
+        return _model_map
+    if origin in (list, dict) and _is(args[-1], scalars):
+        return _flat(args[-1] if args[-1] in scalars else None)
+    if origin is dict and get_origin(args[1]) in (list, dict) and _is(inner := get_args(args[1])[-1], scalars):
+        return _flat_map(inner if inner in scalars else None)
+    return _visit  # anything (a dict of Any, a union of containers): looked at value by value
+
+
+_WALKS: dict[type[BaseModel], tuple[tuple[str, _Walk], ...]] = {}
+
+
+def _walks(cls: type[BaseModel]) -> tuple[tuple[str, _Walk], ...]:
+    walks = _WALKS.get(cls)
+    if walks is None:
+        found = ((name, _walk_of(f.annotation)) for name, f in cls.model_fields.items())
+        walks = _WALKS[cls] = tuple((name, walk) for name, walk in found if walk is not None)
+    return walks
+
+
+_FIELDS_OF: dict[type[BaseModel], set[str]] = {}  # the set of a model's fields last shared (most documents give one)
 
 
 def _share_fields(model: BaseModel) -> None:
     fields = model.__pydantic_fields_set__
-    shared = _FIELDS_SETS.setdefault(frozenset(fields), fields)
+    shared = _FIELDS_OF.get(type(model))
+    if shared is None or shared != fields:
+        shared = _FIELDS_OF[type(model)] = _FIELDS_SETS.setdefault(frozenset(fields), fields)
     if shared is not fields:
         object.__setattr__(model, "__pydantic_fields_set__", shared)
 
@@ -182,30 +292,19 @@ def compact(model: M) -> M:
     """`model` (a document just validated, held by nobody else) with what repeats in every document shared rather
     than kept once per model: pydantic's record of the fields a document gave (`__pydantic_fields_set__`, a set of
     at least 216 bytes in each of a node's some 300 models: a third of its evidence in memory), flat counter dicts
-    and short words. Safe for these frozen models, which nothing writes: pydantic only adds to the fields set on
-    assignment, which a frozen model refuses, and model_copy copies it before it updates it; a shared dict is a
-    reading like any other. Its output is unchanged (model_dump, model_dump_json, equality)."""
-    stack: list[Any] = [model]
-    while stack:
-        item = stack.pop()
-        held: dict[Any, Any]
-        if isinstance(item, BaseModel):
-            _share_fields(item)
-            held = item.__dict__
-        else:
-            held = item if type(item) is dict else dict(zip(range(len(item)), item, strict=True))  # a list: in place
-        slots = item.__dict__ if isinstance(item, BaseModel) else item
-        for key, value in held.items():
-            kind = type(value)
-            if kind is str:
-                if len(value) <= 64:
-                    slots[key] = sys.intern(value)
-            elif kind is dict:
-                one = _shared_dict(value)
-                if one is None:
-                    stack.append(value)
-                elif one is not value:
-                    slots[key] = one
-            elif kind is list or (kind not in _SCALARS and isinstance(value, BaseModel)):
-                stack.append(value)
+    and lists of words (most empty). Short words are shared already: pydantic's JSON reader keeps one string for
+    each it has seen (cache_strings). Safe for these frozen models, which nothing writes: pydantic only adds to the
+    fields set on assignment, which a frozen model refuses, and model_copy copies it before it updates it; a shared
+    dict or list is a reading like any other. Its output is unchanged (model_dump, model_dump_json, equality).
+    Each field is gone through as its type says (a model, a list or map of models, a flat dict); one holding only
+    numbers, words or samples is not looked at."""
+    models: list[BaseModel] = [model]
+    while models:
+        item = models.pop()
+        _share_fields(item)
+        held = item.__dict__
+        for name, walk in _walks(type(item)):
+            value = held[name]
+            if (found := walk(value, models)) is not value:
+                held[name] = found
     return model
