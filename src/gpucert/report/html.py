@@ -10,6 +10,7 @@ from html import escape
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucert.evaluate.rules.fabric_checks import multinode_figure
+from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.stats import median
 from gpucert.plan.checks import FABRIC_METRICS, NODE_METRICS, CheckStatus
 from gpucert.plan.domains import ring_prefix
@@ -228,25 +229,32 @@ class HtmlSummary:
         flagged: dict[tuple[str, str, int | None], str],
         suffix: str,
     ) -> str:
-        """Every GPU's figure of `metric`, grouped by node, marked by its finding."""
+        """Every GPU's figure of `metric`, grouped by node, marked by its finding. Per GPU only its figure: the
+        flagged GPUs of the metric are looked up per node, and a point's label (`node/gpuN`) is written only where
+        the plot shows it (every point of a strip of at most plots.LABELLED, else the flagged ones)."""
         ev = self.ctx.evaluation
-        points, groups = [], []
+        marks: dict[str, dict[int | None, str]] = defaultdict(dict)  # node -> GPU (None: the node) -> mark
+        for (m, node, gpu), kind in flagged.items():
+            if m == metric:
+                marks[node][gpu] = kind
+        found: list[tuple[str, int, float, str]] = []
+        groups = []
         for node in nodes:
             e = ev.usable(node)
             count = 0
+            mine = marks.get(node)
+            whole = "pass" if mine is None else mine.get(None, "pass")  # a node behind as a whole marks each GPU
             for g in e.gpus if e is not None and e.collected else []:
-                s = ev.sampled(metric, node, g.index)
-                if s is not None:
-                    points.append(
-                        plots.Point(
-                            f"{node}/gpu{g.index}",
-                            s.value,
-                            # a node behind as a whole (gpu null) marks each of its GPUs
-                            flagged.get((metric, node, g.index), flagged.get((metric, node, None), "pass")),
-                        )
-                    )
+                s = ev.believed(metric, node, g.index)  # RunView.sampled of a usable node measured
+                if isinstance(s, Sampled):
+                    found.append((node, g.index, s.value, whole if mine is None else mine.get(g.index, whole)))
                     count += 1
             groups.append((node, count))
+        every = len(found) <= plots.LABELLED
+        points = [
+            plots.Point(f"{node}/gpu{gpu}" if every or mark != "pass" else "", value, mark)
+            for node, gpu, value, mark in found
+        ]
         return plots.strip(f"{metric} per GPU{suffix}", b.unit, points, b.expected, b.threshold(), groups)
 
     def _nccl_curves(
