@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from gpucert.evaluate.rules.performance import Sampled, evidence_problem, p2p_problems
+from gpucert.evaluate.rules.performance import OWN_FIGURES, Sampled, evidence_problem, p2p_problems
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding, family_of
@@ -46,7 +46,7 @@ def _probe_of(check: str) -> Probe | None:
 
 def outside_pools(view: RunView, check: str, node: str, gpu: int | None = None) -> Finding | None:
     """A node in no pool or several has no expectations: its checks follow from pool.membership."""
-    if view.pools.name_of(node) is not None:
+    if view.pool_name_of(node) is not None:
         return None
     message = f"{node} is not in exactly one pool, so nothing is expected of it (see pool.membership)"
     return skip(check, node, gpu, message, because("pool.membership", node))
@@ -114,6 +114,9 @@ def gpu_evidence(view: RunView, check: str, gpu: GpuSlot) -> GpuEvidence | Findi
 
 def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | Finding:
     """The GPU's (or node's) figure for `metric`, or the Finding that says why there is none to judge."""
+    told = _told(view, metric, node, gpu)
+    if told is not None:
+        return told
     ev = node_evidence(view, metric, node) if gpu is None else gpu_evidence(view, metric, GpuSlot(node, gpu))
     if isinstance(ev, Finding):
         return ev
@@ -132,3 +135,26 @@ def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | 
     if not isinstance(found, Sampled):
         return Finding(metric, ERROR, node, gpu, f"{where}: the {metric} samples cannot be believed: {found}")
     return found
+
+
+def _told(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | None:
+    """`figure`'s answer where nothing can stand in its way, without asking each question: the GPU's measurement was
+    believed (most of a fleet's, by its peers' index), on a node whose probes recorded no error at all, measured by a
+    probe the spec asks for, in the baseline's unit. Else None (ask `figure`'s questions one by one). The P2P and
+    all-reduce figures are no one measurement's (their matrix and ranks are judged): never told here."""
+    if gpu is None or metric in OWN_FIGURES:
+        return None
+    ev = view.usable(node)
+    if ev is None or not ev.collected or ev.errors or _probe_of(metric) not in _asked(view):
+        return None
+    if view.gpu_of(node, gpu) is None:
+        return None
+    found = view.believed(metric, node, gpu)
+    if isinstance(found, Sampled) and found.unit == view.baseline_of(node).metrics[metric].unit:
+        return found  # its measurement's unit: evidence_problem has nothing to say
+    return None
+
+
+def _asked(view: RunView) -> frozenset[Probe]:
+    """The probes the spec asks for (certify.probes), as a set: every check asks."""
+    return view.once("locate.probes", lambda: frozenset(view.spec.certify.probes))

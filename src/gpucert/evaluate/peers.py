@@ -10,11 +10,13 @@ would move the median the others are held to).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from gpucert.evaluate.rules.combined import Combined, told
-from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
+from gpucert.evaluate.rules.performance import Sampled
+from gpucert.evaluate.rules.performance_batch import Believed, believe_all
+from gpucert.evaluate.rules.stability import SlowSamples
 from gpucert.evaluate.rules.stragglers import FLEET, PeerIndex, Rules
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import NODE_METRICS, REPEATED_METRICS
@@ -23,8 +25,9 @@ from gpucert.spec.cluster import ClusterSpec
 
 __all__ = ["Believe", "PeerComparisons", "probe_of_metric", "unstable_is_judged"]
 
-# (evidence, metric, GPU, the SKU figure, the samples needed) -> the figure, or why it cannot be believed
-Believe = Callable[[NodeEvidence, str, int | None, float | None, int], Sampled | str]
+# (the evidence of a pool's nodes, metric, the SKU figure, the samples needed, the sign and maxDeviation where
+# stability is judged) -> each GPU's (or node's) figure or why it cannot be believed, with its slow samples
+Believe = Callable[[Sequence[NodeEvidence], str, float | None, int, tuple[float, float] | None], Iterable[Believed]]
 
 
 def probe_of_metric(metric: str) -> str:
@@ -47,10 +50,10 @@ class PeerComparisons:
         spec: ClusterSpec,
         baselines: Mapping[str, GpuBaseline],
         *,
-        believe: Believe = believable,
+        believe: Believe = believe_all,
     ) -> None:
         self._evidence = evidence  # a pool's name -> the evidence of its nodes (and its fleet peers)
-        self._believe = believe  # rules.performance.believable, or the view's answer of it, kept once per GPU
+        self._believe = believe  # rules.performance_batch.believe_all, or the view's, which keeps its nodes' figures
         self.spec = spec
         self.baselines = baselines
         self._index: dict[tuple[str, str], PeerIndex] = {}
@@ -71,31 +74,25 @@ class PeerComparisons:
 
     def index(self, metric: str, pool: str) -> PeerIndex:
         if (metric, pool) not in self._index:
-            values: dict[tuple[str, int | None], Sampled] = {}
-            samples: dict[tuple[str, int | None], list[float]] = {}
             expected = self.baselines[pool].metrics[metric].expected
             least = self.spec.certify.min_samples(probe_of_metric(metric))
             stable = unstable_is_judged(metric)
-            for ev in self._evidence(pool):
-                if not ev.collected:
-                    continue
-                # ev.gpu's, only where the samples are kept
-                first = {g.index: g for g in reversed(ev.gpus)} if stable and metric not in NODE_METRICS else {}
-                indices: list[int | None] = [None] if metric in NODE_METRICS else [g.index for g in ev.gpus]
-                for idx in indices:
-                    s = self._believe(ev, metric, idx, expected, least)
-                    if isinstance(s, Sampled):
-                        values[(ev.node, idx)] = s
-                        if stable:  # the samples only where stability is judged
-                            samples[(ev.node, idx)] = samples_of(
-                                ev, metric, idx, first.get(idx) if idx is not None else None
-                            )
+            rules = self.rules(metric, pool)
+            values: dict[tuple[str, int | None], Sampled] = {}
+            slow: dict[tuple[str, int | None], SlowSamples] = {}
+            how = (1.0 if rules.higher_is_better else -1.0, rules.max_deviation) if stable else None
+            evidence = [ev for ev in self._evidence(pool) if ev.collected]
+            for ev, idx, found, mine in self._believe(evidence, metric, expected, least, how):
+                if isinstance(found, Sampled):
+                    values[(ev.node, idx)] = found
+                    if mine is not None:  # the slow samples only where stability is judged
+                        slow[(ev.node, idx)] = mine
             label = self.label(pool)
             self._index[(metric, pool)] = PeerIndex(
                 metric,
                 values,
-                self.rules(metric, pool),
-                samples=samples if stable else None,
+                rules,
+                slow=slow if stable else None,
                 pool_of=lambda _node: label,
                 others=lambda _label: self._other_spreads(metric, pool),
             )

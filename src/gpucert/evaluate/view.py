@@ -19,9 +19,10 @@ from typing import Any, Self, TypeVar, cast
 
 from gpucert.errors import EvidenceError
 from gpucert.evaluate.pairs_index import PairsIndex, index_pairs
-from gpucert.evaluate.peers import PeerComparisons, probe_of_metric
+from gpucert.evaluate.peers import PeerComparisons
 from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
-from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
+from gpucert.evaluate.rules.performance import Sampled
+from gpucert.evaluate.view_figures import ViewFigures
 from gpucert.measure.evidence import FabricEvidence, GpuEvidence, NodeEvidence, read_evidence
 from gpucert.plan.carried_pairs import carried_nodes, iter_carried, read_carried
 from gpucert.plan.checks import CheckKey, Finding
@@ -61,7 +62,7 @@ class GpuSlot:
         return f"{self.node}/gpu{self.index}"
 
 
-class RunView:
+class RunView(ViewFigures):
     """One run folder with the spec and baselines it is judged against, read once, never written."""
 
     def __init__(
@@ -82,7 +83,8 @@ class RunView:
         self._figure_keys: dict[tuple[str, int | None], tuple[str, int | None]] = {}  # one (metric, GPU) for all nodes
         self._gpus: dict[str, dict[int, GpuEvidence]] = {}  # per node, its usable evidence's GPUs by index
         self._baseline_of: dict[str, GpuBaseline] = {}
-        self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines, believe=self._believe_peer)
+        self._pool_names: dict[str, str | None] = {}
+        self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines, believe=self._believe_pool)
 
     @classmethod
     def from_run(cls, run_dir: Path | RunFolder) -> Self:
@@ -267,53 +269,6 @@ class RunView:
                 gpus.setdefault(g.index, g)  # the first of an index, as NodeEvidence.gpu answers
         return gpus.get(index)
 
-    def sampled(self, metric: str, node: str, gpu: int | None) -> Sampled | None:
-        """The median of one measurement and its sample count; None when not measured (or not to be believed: too
-        few samples for the spec's count of the probe, not numbers, absurd; see rules.performance.believable)."""
-        ev = self.usable(node)
-        if ev is None or not ev.collected:
-            return None
-        found = self.believed(metric, node, gpu)
-        return found if isinstance(found, Sampled) else None
-
-    def believed(self, metric: str, node: str, gpu: int | None) -> Sampled | str | None:
-        """rules.performance.believable of the node's usable evidence (the figure, or why it cannot be believed), or
-        None when the probe recorded no samples of it: once per node, metric and GPU, for the evidence is immutable
-        once read and its check, its peers' index, the exporter and the reports all ask. The node's evidence must be
-        usable (ValueError otherwise: a rule asks only after node_evidence said so)."""
-        figures = self._figures.get(node)
-        if figures is None:
-            figures = self._figures[node] = {}
-        key = (metric, gpu)
-        if key not in figures:
-            key = self._figure_keys.setdefault(key, key)  # every node's dict holds the same key objects
-            ev = self.usable(node)
-            if ev is None:
-                raise ValueError(f"{node} has no usable evidence: no figure of {metric} to believe")
-            g = self.gpu_of(node, gpu) if gpu is not None else None
-            found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric), g)
-            figures[key] = None if isinstance(found, str) and not samples_of(ev, metric, gpu, g) else found
-        return figures[key]
-
-    def _believe_peer(
-        self, ev: NodeEvidence, metric: str, gpu: int | None, expected: float | None, least: int
-    ) -> Sampled | str:
-        """`believable` as the peer index asks it: the view's figure where `ev` is one of its nodes' evidence (the
-        same question the check asks), computed where it is a fleet peer's."""
-        if self._usable.get(ev.node) is ev and expected == self.expected(ev.node, metric):
-            found = self.believed(metric, ev.node, gpu)
-            return found if found is not None else believable(ev, metric, gpu, expected, least)
-        return believable(ev, metric, gpu, expected, least)
-
-    def min_samples(self, metric: str) -> int:
-        """The samples a figure of `metric` needs: the spec's count for its probe (certify.samples)."""
-        return self.spec.certify.min_samples(probe_of_metric(metric))
-
-    def expected(self, node: str, metric: str) -> float | None:
-        """The SKU figure of `metric` for the node's pool; None when its baseline has none."""
-        b = self.baseline_of(node).metrics.get(metric)
-        return b.expected if b is not None else None
-
     # ---- pools, baselines, peers ----------------------------------------------------------------------------
 
     @cached_property
@@ -328,10 +283,16 @@ class RunView:
     def pool_name(self, node: str) -> str:
         """The pool of a node a pooled rule is asked about: the registry asks those rules only of nodes in exactly
         one pool (pool.membership judges the others)."""
-        pool = self.pools.name_of(node)
+        pool = self.pool_name_of(node)
         if pool is None:
             raise ValueError(f"a pooled rule was asked of {node}, which is not in exactly one pool")
         return pool
+
+    def pool_name_of(self, node: str) -> str | None:
+        """`pools.name_of(node)`, once per node: every check of the node asks."""
+        if node not in self._pool_names:
+            self._pool_names[node] = self.pools.name_of(node)
+        return self._pool_names[node]
 
     def rails_of(self, node: str) -> int:
         """How many rails the fabric of the node's pool has (0: its pool declares no fabric)."""
@@ -353,7 +314,8 @@ class RunView:
         """The evidence a node is compared with: its pool's measured nodes (and, on recertification, the fleet's
         latest evidence of that pool), never another pool's. The one place that says who the peers are."""
         members = self.pools.members(pool)
-        measured = [ev for node in members if (ev := self.measured_node(node)) is not None]
+        usable = (self.usable(node) for node in members) if self.measured else ()  # measured_node's, one stat
+        measured = [ev for ev in usable if ev is not None and ev.collected]
         return [*measured, *(self.fleet_peers if members else [])]
 
     # ---- what the run must decide ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from gpucert.spec.cluster import MIN_SAMPLES as SPEC_MIN_SAMPLES
 __all__ = [
     "ABSURD_FACTOR",
     "MIN_SAMPLES",
+    "OWN_FIGURES",
     "Sampled",
     "absurd_problem",
     "against_baseline",
@@ -58,7 +59,7 @@ def _pairs_of(ev: NodeEvidence, index: int | None) -> list[P2pPair]:
     return [p for p in ev.p2p.pairs if index in (p.src, p.dst) and p.samples]
 
 
-_OWN_FIGURES = frozenset(("nccl.all_reduce", "p2p.bandwidth"))  # figures not one measurement's median (figure_of)
+OWN_FIGURES = frozenset(("nccl.all_reduce", "p2p.bandwidth"))  # figures not one measurement's median (figure_of)
 
 
 def _measurement(
@@ -231,7 +232,7 @@ def believable(
             n = sum(len(p.samples) for p in pairs)
             return Sampled(median([median(p.samples) for p in pairs]), n, ev.p2p.unit)
         return f"{metric} was not measured"
-    m = _measurement(ev, metric, gpu, found) if metric not in _OWN_FIGURES else None
+    m = _measurement(ev, metric, gpu, found) if metric not in OWN_FIGURES else None
     samples = list(m.samples) if m is not None else samples_of(ev, metric, gpu, found)
     problem = sample_problem(samples, expected, min_samples)
     if problem is not None:

@@ -42,23 +42,26 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
         return sampled
     base = against_baseline(metric, (node, gpu), sampled, baseline.metrics[metric])
     index = view.peers.index(metric, view.pool_name(node))
-    whole = index.node_level(node) if gpu is not None and base.status is PASS else None
+    if base.status is not PASS:  # outside the baseline: its peers are not asked
+        return base
+    whole = index.node_level(node) if gpu is not None else None
     if whole is not None and whole.status is FAIL:
         message = f"{node} as a whole is behind the other nodes on {metric} (see straggler.{metric}@{node})"
         return _skip(metric, node, gpu, message, CheckKey(f"straggler.{metric}", node))
-    # the one finding the check gives is worded; the others are only weighed (most GPUs pass all three)
+    stability = unstable_is_judged(metric)
+    if index.quiet((node, gpu), stability=stability):  # in line with its peers, stable, nothing to note: most GPUs
+        return base
+    # the one finding the check gives is worded; the others are only weighed
     behind = index.behind((node, gpu))
-    if gpu is not None and base.status is PASS and behind and combined_fails(view, node, gpu):
+    if gpu is not None and behind and combined_fails(view, node, gpu):
         message = f"{node}/gpu{gpu} is behind on several metrics at once (see {COMBINED}@{node}/gpu{gpu})"
         on = index.judge((node, gpu)).message
         return _skip(metric, node, gpu, f"{message}; on {metric}: {on}", CheckKey(COMBINED, node, gpu))
-    if base.status is not PASS:
-        return base
     if behind:
         return index.judge((node, gpu))
-    if unstable_is_judged(metric) and index.unstable((node, gpu)):
+    if stability and index.unstable((node, gpu)):
         return index.stability((node, gpu)) or base
-    notes = index.notes((node, gpu), stability=unstable_is_judged(metric))  # comparisons too few peers allow
+    notes = index.notes((node, gpu), stability=stability)  # comparisons too few peers allow
     return dataclasses.replace(base, message="; ".join([base.message, *notes])) if notes else base
 
 

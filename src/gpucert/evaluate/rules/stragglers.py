@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from statistics import NormalDist
 
 from gpucert.evaluate.rules.performance import Sampled
@@ -44,6 +43,8 @@ from gpucert.evaluate.rules.stability import (
     slow_samples,
     unstable,
 )
+from gpucert.evaluate.rules.stragglers_told import MIN_PEERS, quiet_keys
+from gpucert.evaluate.rules.stragglers_undecided import COMPARISONS, Undecided, undecided_of
 from gpucert.evaluate.stats import (
     MAD_TO_SIGMA,
     Summary,
@@ -60,30 +61,8 @@ from gpucert.plan.checks import CheckStatus, Finding
 __all__ = ["COMPARISONS", "FLEET", "MIN_PEERS", "MIN_SLOW_SAMPLES", "PeerIndex", "Rules", "Undecided", "binomial_tail"]
 __all__ += ["tail_z"]
 
-MIN_PEERS = 3  # a comparison needs at least this many peers: a median of fewer is one of them
-# the comparisons a peer rule makes, as the verdict's `undecided` names them
-NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY = (
-    "against its node's peers",
-    "against the fleet",
-    "node as a whole",
-    "stability",
-)
-COMPARISONS = (NODE_PEERS, WITH_FLEET, NODE_LEVEL, STABILITY)
 Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
 FLEET = "fleet"
-
-
-@dataclass(frozen=True, slots=True)
-class Undecided:
-    """A comparison that was not made: too few peers for its rule."""
-
-    metric: str
-    comparison: str  # one of COMPARISONS
-    where: tuple[str, ...]
-    why: str
-
-    def to_json(self) -> dict[str, object]:
-        return {"metric": self.metric, "comparison": self.comparison, "where": list(self.where), "why": self.why}
 
 
 def _where(key: Key) -> str:
@@ -100,6 +79,7 @@ class PeerIndex:
         rules: Rules,
         *,
         samples: Mapping[Key, Sequence[float]] | None = None,
+        slow: Mapping[Key, SlowSamples] | None = None,
         pool_of: Callable[[str], str] | None = None,
         others: Callable[[str], Sequence[tuple[float, int]]] | None = None,
     ) -> None:
@@ -124,10 +104,12 @@ class PeerIndex:
         self._spreads: dict[str, tuple[float, int]] = {}
         self._within = self._within_node_spread()
         self._nodes = self._node_figures()
-        self._slow: dict[Key, SlowSamples] = {}
+        # each GPU's slow samples: given (`slow`, as `slow_samples` tells them), or told here from its `samples`
+        self._slow: dict[Key, SlowSamples] = {k: s for k, s in (slow or {}).items() if k in values}
         for k, v in (samples or {}).items():
             if k in values and (s := slow_samples(v, self.sign, rules.max_deviation)) is not None:
                 self._slow[k] = s
+        self._quiet: dict[bool, set[Key]] = {}
         self._tails: dict[str, TailPool] = defaultdict(TailPool)
         for k, s in self._slow.items():
             self._tails[self.pool_of(k[0])].add(s)
@@ -174,6 +156,27 @@ class PeerIndex:
         if not self.per_gpu:
             return {}
         return {node: median([self.values[k].value for k in keys]) for node, keys in self.by_node.items()}
+
+    def residual(self, key: Key) -> float | None:
+        """How far the GPU is from the median of its node's others (relative), None with too few of them."""
+        return self._residuals.get(key)
+
+    def within(self, pool: str) -> Summary | None:
+        """The pool's residuals' median and MAD (None with too few): what a GPU's node z is against."""
+        return self._within.get(pool)
+
+    def slow(self, key: Key) -> SlowSamples | None:
+        return self._slow.get(key)
+
+    def tails(self, pool: str) -> TailPool:
+        return self._tails[pool]
+
+    def quiet(self, key: Key, *, stability: bool) -> bool:
+        """Whether `judge` passes the key, its stability (where judged) passes, and `notes` says nothing: its check
+        is its baseline's finding (rules/stragglers_told.py tells every key at once)."""
+        if stability not in self._quiet:
+            self._quiet[stability] = quiet_keys(self, stability=stability)
+        return key in self._quiet[stability]
 
     def node_z(self, key: Key) -> float | None:
         """The GPU's robust z against its own node's others (their spread pooled over its pool), None untold."""
@@ -410,29 +413,4 @@ class PeerIndex:
 
     def undecided(self, *, stability: bool) -> list[Undecided]:
         """The comparisons this index cannot make for too few peers, grouped by reason."""
-        out: list[Undecided] = []
-        few: dict[int, list[str]] = defaultdict(list)
-        for node, keys in self.by_node.items():
-            if self.per_gpu and len(keys) - 1 < MIN_PEERS:
-                few[len(keys) - 1].append(node)
-        for n, nodes in sorted(few.items()):
-            out.append(
-                Undecided(
-                    self.metric,
-                    NODE_PEERS,
-                    tuple(sorted(nodes)),
-                    f"{n} other GPU(s) on the node: a GPU is compared with its node's peers from {MIN_PEERS}",
-                )
-            )
-        for pool, keys in sorted(self.pools.items()):
-            what = "GPUs" if self.per_gpu else "nodes"
-            if len(keys) - 1 < MIN_PEERS:
-                why = f"{len(keys)} {what} in the {pool}: a figure is compared with the {pool}'s from {MIN_PEERS + 1}"
-                out.append(Undecided(self.metric, WITH_FLEET, (pool,), why))
-                if stability:
-                    out.append(Undecided(self.metric, STABILITY, (pool,), why))
-            nodes = sorted({k[0] for k in keys})
-            if self.per_gpu and len(nodes) - 1 < MIN_PEERS:
-                why = f"{len(nodes)} node(s) in the {pool}: a node is compared with the others from {MIN_PEERS + 1}"
-                out.append(Undecided(self.metric, NODE_LEVEL, (pool,), why))
-        return out
+        return undecided_of(self, stability=stability)

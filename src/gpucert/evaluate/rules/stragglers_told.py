@@ -1,0 +1,100 @@
+"""What a PeerIndex (rules/stragglers.py) tells of every GPU of a pool at once, for the many it passes quietly
+(issue 28: most of a fleet's GPUs are in line with their peers, and a check asked one GPU at a time what the whole
+pool's arrays answer in one go). Pure: the index's figures in, a set of keys out.
+
+A key is quiet when `judge` would pass it (behind neither its node's peers nor its pool), its samples' stability is
+judged and would pass (where asked), and `notes` has nothing to say: its check's finding is its baseline's, word for
+word. The arrays repeat the index's own arithmetic, element by element in float64 (the robust z, the deviations, the
+comparisons with maxDeviation and the bar), so a key is quiet exactly when the one-key questions say so; anything
+else (a pool too small, no spread within nodes, a median of zero) is left to those questions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucert.evaluate.rules.performance import Sampled
+from gpucert.evaluate.rules.stability import MIN_SLOW_SAMPLES, Rules, SlowSamples, TailPool, unstable
+from gpucert.evaluate.stats import MAD_TO_SIGMA, Summary
+
+__all__ = ["MIN_PEERS", "quiet_keys"]
+
+Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
+
+
+class _Index(Protocol):
+    """What of rules/stragglers.py's PeerIndex the arrays read."""
+
+    @property
+    def values(self) -> Mapping[Key, Sampled]: ...
+    @property
+    def rules(self) -> Rules: ...
+    @property
+    def sign(self) -> float: ...
+    @property
+    def pools(self) -> Mapping[str, Sequence[Key]]: ...
+    @property
+    def fleet(self) -> Mapping[str, Summary]: ...
+
+    def bar(self, compared: int) -> float: ...
+    def within(self, pool: str) -> Summary | None: ...
+    def residual(self, key: Key) -> float | None: ...
+    def stability_told(self, key: Key) -> bool: ...
+    def slow(self, key: Key) -> SlowSamples | None: ...
+    def tails(self, pool: str) -> TailPool: ...
+
+
+MIN_PEERS = 3  # a comparison needs at least this many peers: a median of fewer is one of them
+
+
+def _z(summary: Summary, x: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """`Summary.z` of each value."""
+    sigma = summary.mad * MAD_TO_SIGMA
+    if sigma == 0:
+        return np.where(x == summary.median, 0.0, np.where(x > summary.median, math.inf, -math.inf))
+    return (x - summary.median) / sigma
+
+
+def _behind(
+    index: _Index, deviation: npt.NDArray[np.float64], z: npt.NDArray[np.float64], compared: int
+) -> npt.NDArray[np.bool_]:
+    """`PeerIndex._behind` of each (deviation, z)."""
+    sign = index.sign
+    return (sign * deviation < -index.rules.max_deviation) & (sign * z < -index.bar(compared))
+
+
+def quiet_keys(index: _Index, *, stability: bool) -> set[Key]:
+    """The keys `judge` passes, whose stability (`stability`: where it is judged) passes, and of which `notes` says
+    nothing: a check of one is its baseline's finding."""
+    out: set[Key] = set()
+    for pool, keys in index.pools.items():
+        fleet, within = index.fleet[pool], index.within(pool)
+        if len(keys) - 1 < MIN_PEERS or fleet.median == 0:  # every key has a note, or the arithmetic is odd
+            continue
+        values = np.array([index.values[k].value for k in keys], dtype=np.float64)
+        residuals = [index.residual(k) for k in keys]
+        with np.errstate(all="ignore"):
+            behind = _behind(index, values / fleet.median - 1, _z(fleet, values), fleet.n)
+            if within is not None:
+                r = np.array([math.nan if x is None else x for x in residuals], dtype=np.float64)
+                behind |= _behind(index, r - within.median, _z(within, r), within.n)  # NaN: no residual, False
+        for k, late, mine in zip(keys, behind.tolist(), residuals, strict=True):
+            if late or (k[1] is not None and (mine is None or within is None)):
+                continue
+            if stability and not _stable(index, k, pool):
+                continue
+            out.add(k)
+    return out
+
+
+def _stable(index: _Index, key: Key, pool: str) -> bool:
+    """Whether stability is judged for the key and passes it (`stability_told` and not `unstable`)."""
+    if not index.stability_told(key):
+        return False
+    mine = index.slow(key)
+    return mine is None or mine.k < MIN_SLOW_SAMPLES or not unstable(mine, index.tails(pool), index.rules)

@@ -1,0 +1,140 @@
+"""The peer-dependent checks told many at once (issue 28) say what the one-at-a-time rules say, to the bit:
+`figures_of_rows` and `believe_all` against `believable` and `slow_samples` on hostile samples (not numbers,
+infinities, zero, negative, absurd, too few, finite samples whose sum is not, ties, uneven counts), either way of
+better; `quiet_keys` against the index's own questions (judge, stability, notes) on pools with stragglers, unstable
+GPUs, small nodes and no spread."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from gpucert.evaluate.rules import stragglers_told
+from gpucert.evaluate.rules.performance import Sampled, believable
+from gpucert.evaluate.rules.performance_batch import believe_all, figures_of_rows
+from gpucert.evaluate.rules.stability import slow_samples
+from gpucert.evaluate.rules.stragglers import MIN_PEERS, PeerIndex, Rules
+from gpucert.measure.evidence import GpuEvidence, Measurement, NodeEvidence, P2pEvidence, P2pPair
+
+rng = random.Random(28)
+
+
+def _hostile_rows() -> list[list[float]]:
+    rows: list[list[float]] = []
+    for n in (3, 4, 5, 6, 7, 20, 21, 60):
+        for _ in range(6):
+            rows.append([100.0 * (1 + rng.gauss(0, 0.02)) for _ in range(n)])
+    base = [100.0 + i * 0.25 for i in range(20)]
+    for bad in (math.nan, math.inf, -math.inf, 0.0, -0.0, -3.0, 1e6, 999.9, 1000.1, 5e-324):
+        for at in (0, 7, 19):
+            row = list(base)
+            row[at] = bad
+            rows.append(row)
+    rows.append([1e308, 1e308, 50.0, 60.0, 70.0])  # finite, their sum is not
+    rows.append([100.0] * 9)  # ties, no spread
+    rows.append([100.0] * 8 + [60.0, 60.0, 61.0, 40.0])  # deep slow samples, ties among them
+    rows.append([100.0] * 8 + [140.0, 150.0, 160.0])  # slow where lower is better
+    rows.append([])
+    return rows
+
+
+@pytest.mark.parametrize("expected", [None, 100.0, 10.0])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_figures_of_rows_say_what_believable_and_slow_samples_say(expected: float | None, sign: float) -> None:
+    rows = _hostile_rows()
+    told = figures_of_rows([np.array(r, dtype=np.float64) for r in rows], expected, 5, (sign, 0.05))
+    for row, found in zip(rows, told, strict=True):
+        ev = _node("n", {0: row})
+        one = believable(ev, "m", 0, expected, 5)
+        if found is None:  # left to believable: it may refuse or believe (never believed here when it refuses)
+            continue
+        assert isinstance(one, Sampled), (row, one)
+        assert repr(found[0]) == repr(one.value)
+        assert found[1] == slow_samples(row, sign, 0.05)
+    # every clean row is told here, none that believable refuses
+    refused = [r for r in rows if not isinstance(believable(_node("n", {0: r}), "m", 0, expected, 5), Sampled)]
+    assert all(t is None for r, t in zip(rows, told, strict=True) if r in refused)
+
+
+def _node(name: str, rows: dict[int, list[float]], metric: str = "m", unit: str = "GB/s") -> NodeEvidence:
+    gpus = [GpuEvidence(index=i, measurements={metric: Measurement(unit=unit, samples=r)}) for i, r in rows.items()]
+    return NodeEvidence(node=name, target="t", probe_version="1", started="s", finished="f", gpus=gpus)
+
+
+def test_believe_all_is_believable_gpu_by_gpu_with_duplicates_and_p2p() -> None:
+    rows = _hostile_rows()
+    nodes = [_node(f"n{i}", {g: rows[(i * 8 + g) % len(rows)] for g in range(8)}) for i in range(len(rows) // 8 + 1)]
+    dup = nodes[0].model_copy(update={"gpus": [*nodes[0].gpus, nodes[1].gpus[0]]})  # index 0 listed twice
+    nodes[0] = dup
+    for expected in (None, 100.0):
+        found = believe_all(nodes, "m", expected, 5, (1.0, 0.05))
+        keys = [(ev.node, i) for ev, i, _f, _s in found]
+        assert len(keys) == len(set(keys)) == sum(len({g.index for g in ev.gpus}) for ev in nodes)
+        for ev, idx, figure, slow in found:
+            assert idx is not None
+            one = believable(ev, "m", idx, expected, 5, ev.gpu(idx))
+            assert repr(figure) == repr(one)
+            first = ev.gpu(idx)
+            assert first is not None
+            assert slow == (
+                slow_samples(list(first.measurements["m"].samples), 1.0, 0.05) if isinstance(one, Sampled) else None
+            )
+    pairs = [
+        P2pPair(src=a, dst=b, peer_access=True, samples=[50.0 + rng.random() for _ in range(5)])
+        for a in range(4)
+        for b in range(4)
+        if a != b
+    ]
+    pairs[2] = pairs[2].model_copy(update={"samples": [50.0, math.nan, 50.0, 50.0, 50.0]})
+    pairs[5] = pairs[5].model_copy(update={"samples": []})
+    p2p = NodeEvidence(
+        node="p", target="t", probe_version="1", started="s", finished="f",
+        gpus=[GpuEvidence(index=i) for i in range(4)], p2p=P2pEvidence(pairs=pairs),
+    )  # fmt: skip
+    for expected in (None, 50.0, 4.0):
+        for ev, idx, figure, _slow in believe_all([p2p], "p2p.bandwidth", expected, 5):
+            assert repr(figure) == repr(believable(ev, "p2p.bandwidth", idx, expected, 5))
+
+
+def _index(
+    values: dict[tuple[str, int | None], float], samples: dict[tuple[str, int | None], list[float]], sign: float
+) -> PeerIndex:
+    rules = Rules(0.05, higher_is_better=sign > 0, metrics=8)
+    return PeerIndex("m", {k: Sampled(v, 60, "GB/s") for k, v in values.items()}, rules, samples=samples)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("nodes", [2, 5, 40])
+def test_quiet_keys_are_exactly_those_the_index_passes_without_a_word(sign: float, nodes: int) -> None:
+    values: dict[tuple[str, int | None], float] = {}
+    samples: dict[tuple[str, int | None], list[float]] = {}
+    for n in range(nodes):
+        for g in range(8 if n % 7 else 3):  # every seventh node shows 3 GPUs: too few node peers
+            figure = 100.0 * (1 + rng.gauss(0, 0.01))
+            if (n, g) in ((1, 2), (3, 5)):
+                figure *= 0.8 if sign > 0 else 1.25  # stragglers
+            if n == 4:
+                figure *= 0.9 if sign > 0 else 1.1  # a whole node behind
+            values[(f"n{n}", g)] = figure
+            s = [figure * (1 + rng.gauss(0, 0.005)) for _ in range(60)]
+            if (n, g) in ((2, 1), (3, 3)):
+                s[::5] = [figure * (0.7 if sign > 0 else 1.4)] * 12  # unstable
+            samples[(f"n{n}", g)] = s
+    values[("n1", 7)] = values[("n1", 6)]  # ties
+    for stable in (True, False):
+        idx = _index(values, samples if stable else {}, sign)
+        quiet = stragglers_told.quiet_keys(idx, stability=stable)
+        for key in values:
+            alone = not idx.behind(key) and not (stable and idx.unstable(key)) and not idx.notes(key, stability=stable)
+            assert (key in quiet) == alone, key
+            assert idx.quiet(key, stability=stable) == alone
+    flat = _index({(f"n{n}", g): 100.0 for n in range(5) for g in range(8)}, {}, sign)  # no spread: z is 0 or inf
+    flat_quiet = stragglers_told.quiet_keys(flat, stability=False)
+    assert all((k in flat_quiet) == (not flat.behind(k) and not flat.notes(k, stability=False)) for k in flat.values)
+
+
+def test_min_peers_is_one_figure() -> None:
+    assert stragglers_told.MIN_PEERS is MIN_PEERS
