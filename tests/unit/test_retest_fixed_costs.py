@@ -4,13 +4,15 @@ it removed does not come back (a count that grew with the fleet grows no more)."
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
-from gpucert.acceptance.retest import Source, prepare_retest
+from gpucert.acceptance import retest
+from gpucert.acceptance.retest import Source, prepare_retest, read_retest_record
 from gpucert.plan.inventory import Inventory, Node
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.simulated_fleet import Nodes
@@ -31,11 +33,10 @@ def test_the_simulated_fleet_lists_its_node_names_once_not_per_question(
     assert calls == []  # the fleet's map of nodes to groups was built when it was loaded, once
 
 
-def _retest(tmp_path: Path, nodes: int, fsyncs: list[int]) -> tuple[RunFolder, Source]:
-    names = [f"n{i}" for i in range(1, nodes + 1)]
-    src = source(tmp_path / str(nodes), dict.fromkeys(names, "pass"))
+def _prepare(tmp_path: Path, src: Source, names: list[str], fsyncs: list[int] | None = None) -> RunFolder:
+    """A re-test of `src`'s nodes that all pass there and answer the identity read as they were measured."""
     src.folder.envelope_path.write_text("{}")
-    folder = RunFolder(tmp_path / str(nodes) / "run2")
+    folder = RunFolder(src.folder.path.parent / "run2")
     folder.path.mkdir()
     folder.write_stack(stack(dict.fromkeys(names, "570.124.06")))
     spec = SimpleNamespace(
@@ -44,9 +45,16 @@ def _retest(tmp_path: Path, nodes: int, fsyncs: list[int]) -> tuple[RunFolder, S
         pools=[],  # no fabric: no pairs to carry
     )
     inventory = Inventory("simulated", tuple(Node(n, 2, "H100", 2, True) for n in names))
-    fsyncs.clear()  # those of the re-test's preparation alone
+    if fsyncs is not None:
+        fsyncs.clear()  # those of the re-test's preparation alone
     assert prepare_retest(cast(Any, SameNodes()), inventory, cast(Any, spec), folder, src) == {}
-    return folder, src
+    return folder
+
+
+def _retest(tmp_path: Path, nodes: int, fsyncs: list[int]) -> tuple[RunFolder, Source]:
+    names = [f"n{i}" for i in range(1, nodes + 1)]
+    src = source(tmp_path / str(nodes), dict.fromkeys(names, "pass"))
+    return _prepare(tmp_path, src, names, fsyncs), src
 
 
 def test_a_retest_makes_its_carried_copies_and_identities_durable_with_one_sync_not_two_fsyncs_a_file(
@@ -70,3 +78,22 @@ def test_a_retest_makes_its_carried_copies_and_identities_durable_with_one_sync_
     assert counts[2] == counts[6]  # the record's and the source's records' own fsyncs, none a carried node
     assert syncs == [1, 1]  # one sync a re-test
     assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_a_carried_nodes_digest_is_the_one_its_source_signed_not_a_second_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """open_source found every signed file to match its digest moments before: the provenance names that digest
+    instead of reading and hashing each carried file again (a file signed by no digest is still hashed)."""
+    hashed: list[Path] = []
+    digest = retest._sha256
+    monkeypatch.setattr(retest, "_sha256", lambda path: hashed.append(path) or digest(path))
+    src = source(tmp_path, {"n1": "pass", "n2": "pass"})
+    signed = {"evidence/n1.json": digest(src.folder.evidence_path("n1"))}
+    folder = _prepare(tmp_path, replace(src, signed=signed), ["n1", "n2"])
+    record = read_retest_record(folder)
+    assert record is not None
+    assert record.carried["n1"].sha256 == signed["evidence/n1.json"]
+    assert record.carried["n2"].sha256 == digest(src.folder.evidence_path("n2"))
+    assert [p.name for p in hashed] == ["n2.json"]  # not n1's: its signed digest was taken
+    assert folder.evidence_path("n1").read_bytes() == src.folder.evidence_path("n1").read_bytes()

@@ -252,8 +252,10 @@ def choose(
 
 
 def _provenance(source: Source, node: str, now: datetime, before: RetestRecord | None) -> Carried:
-    """Where a carried node's evidence comes from; `before` is the source's own re-test record (None: a full run)."""
-    path = source.folder.evidence_path(node)
+    """Where a carried node's evidence comes from; `before` is the source's own re-test record (None: a full run).
+    Its digest is the one the source signed for the file, which open_source found the file to match: hashed again
+    here it was a second read of every carried file (a copy that then differs is refused by verify and sign)."""
+    name = source.folder.evidence_path(node).relative_to(source.folder.path).as_posix()
     ev = source.evidence(node)
     assert ev is not None
     earlier = before.carried.get(node) if before is not None else None  # carried again: first measured there
@@ -261,8 +263,8 @@ def _provenance(source: Source, node: str, now: datetime, before: RetestRecord |
     return Carried(
         run=source.run,
         measured_in=earlier.measured_in if earlier is not None else source.run,
-        file=path.relative_to(source.folder.path).as_posix(),
-        sha256=_sha256(path),
+        file=name,
+        sha256=source.signed.get(name) or _sha256(source.folder.path / name),
         measured=ev.finished,
         age_seconds=int((now - measured).total_seconds()) if measured is not None else None,
     )
@@ -297,8 +299,8 @@ def prepare_retest(
     folder.retest_dir.mkdir(exist_ok=True)
     shutil.copyfile(source.folder.envelope_path, folder.retest_source_path)
     keep_source_records(source.folder, folder)  # what its carried nodes' signed decisions are held to (retest_kept)
-    for node in carried:
-        folder.carry_evidence(node, source.folder.evidence_path(node))
+    for node, entry in carried.items():  # from the file its provenance names (found inside the source's evidence/)
+        folder.carry_evidence(node, source.folder.path / entry.file)
     # the pairs of two carried nodes too: the fabric stage then measures only the pairs with a node measured again;
     # not where the source failed a check of the fabric as a whole (a pair of racks: their uplink), which rests on
     # pairs of carried nodes that only measuring them again can clear
