@@ -210,25 +210,25 @@ def write_allure(
         if o.finding.status is not CheckStatus.PASS:
             bad.add(group)
     passed: dict[str | None, dict[str, _Group]] = defaultdict(dict)
-    not_passed = 0
-    for group, items in sorted(groups.items(), key=lambda g: (g[0][0], shown(g[0][1]))):
-        check, node = group
-        if group not in bad:  # every check passed: the node's passed checks, as they are
+    for (check, node), items in groups.items():
+        if (check, node) not in bad:  # every check passed: the node's passed checks, as they are
             passed[node][check] = items
-            continue
+    # written in order (a file's name is a random uuid: the order is the folder's, not the results'): the groups
+    # that did not all pass by check and node, then each node's passed checks (passed_on orders them by check)
+    for check, node in sorted(bad, key=lambda g: (g[0], shown(g[1]))):
+        items = groups[(check, node)]
         ok = [(k, o) for k, o in items if o.finding.status is CheckStatus.PASS]
         if ok:  # counted where the verdict counts it: the node's passed checks (also a failed check's other GPUs)
             passed[node][check] = ok
         logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
-        not_passed += 1
-    for node, checks in passed.items():
+    for node in sorted(passed, key=shown):
         said = verdict.fleet if node is None else verdict.nodes.get(node)
-        logger.report_result(passed_on(node, checks, started_ms, said))
+        logger.report_result(passed_on(node, passed[node], started_ms, said))
     not_run = not_run_results(missing or {}, started_ms, stopped_ms)
     for r in not_run:
         logger.report_result(r)
     _environment(results_dir, verdict)
-    return 1 + not_passed + len(passed) + len(not_run)
+    return 1 + len(bad) + len(passed) + len(not_run)
 
 
 def _not_passed(
