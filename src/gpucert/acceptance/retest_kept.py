@@ -53,11 +53,12 @@ WAIVERS = f"{layout.INPUTS}/{layout.WAIVERS}"
 
 def keep_source_records(source: RunFolder, folder: RunFolder) -> None:
     """Copy the source run's run.json, verdict.json, stack.json and inventory.json into the re-test's retest/source/,
-    byte for byte (what `kept_decisions` holds to the source's signed digests)."""
+    byte for byte (what `kept_decisions` holds to the source's signed digests); without an fsync each: the re-test's
+    preparation syncs them with its carried copies, before the record that names the source (files.sync)."""
     for name in KEPT_RECORDS:
         path = source.path / name
         if path.is_file():
-            write_atomic(folder.retest_kept_dir / name, path.read_bytes())
+            write_atomic(folder.retest_kept_dir / name, path.read_bytes(), durable=False)
 
 
 @dataclass(frozen=True)
