@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import gpucert
+from .conftest import gpucert_here
 
 FLEET = "examples/fleets/h100-4x8-faulty.yaml"
 DEMO = "examples/demo.yaml"
@@ -126,7 +126,7 @@ def faults(*items: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
 )
 def test_bad_documents_exit_2_in_one_line(project: Path, target: str, change: Any, expected: list[str]) -> None:
     edit_yaml(project / target, change)
-    r = gpucert("certify", DEMO, "-q", cwd=project)
+    r = gpucert_here("certify", DEMO, "-q", cwd=project)
     named = [] if "A100" in expected[0] else [Path(target).name]
     one_line_error(r, *named, *expected)
     no_run_folder(project)
@@ -134,7 +134,7 @@ def test_bad_documents_exit_2_in_one_line(project: Path, target: str, change: An
 
 def test_a_baseline_without_a_figure_for_a_requested_probe(project: Path) -> None:
     edit_yaml(project / "baselines" / "gpus" / "H100-SXM5-80GB.yaml", lambda d: d["metrics"].pop("pcie.d2h"))
-    r = gpucert("certify", DEMO, "-q", cwd=project)
+    r = gpucert_here("certify", DEMO, "-q", cwd=project)
     one_line_error(r, "H100-SXM5-80GB.yaml", "metrics:", "pcie.d2h (probe pcie)")
     no_run_folder(project)
 
@@ -151,7 +151,7 @@ def test_a_baseline_without_a_figure_for_a_requested_probe(project: Path) -> Non
 )
 def test_yaml_gpucert_does_not_accept(project: Path, text: str, expected: str) -> None:
     (project / "spec.yaml").write_text(text)
-    one_line_error(gpucert("certify", "spec.yaml", cwd=project), "spec.yaml", expected)
+    one_line_error(gpucert_here("certify", "spec.yaml", cwd=project), "spec.yaml", expected)
     no_run_folder(project)
 
 
@@ -162,7 +162,7 @@ def test_an_alias_bomb_is_refused_at_once(project: Path) -> None:
         lines.append(f"{chr(i)}: &{chr(i)} [" + ",".join([f"*{prev}"] * 9) + "]")
     (project / "bomb.yaml").write_text("\n".join(lines) + "\n")
     started = time.monotonic()
-    one_line_error(gpucert("certify", "bomb.yaml", cwd=project), "bomb.yaml:2", "aliases are not allowed")
+    one_line_error(gpucert_here("certify", "bomb.yaml", cwd=project), "bomb.yaml:2", "aliases are not allowed")
     assert time.monotonic() - started < 20  # it took 24 s and 2.2 GB before; the interpreter's start is most of it
 
 
@@ -170,13 +170,13 @@ def test_a_symlink_loop_as_baseline(project: Path) -> None:
     os.symlink("loop-b", project / "loop-a")
     os.symlink("loop-a", project / "loop-b")
     edit_yaml(project / DEMO, lambda d: d["certify"].update(baseline="../loop-a"))
-    one_line_error(gpucert("certify", DEMO, cwd=project), "demo.yaml", "certify.baseline", "cannot be resolved")
+    one_line_error(gpucert_here("certify", DEMO, cwd=project), "demo.yaml", "certify.baseline", "cannot be resolved")
     no_run_folder(project)
 
 
 def test_missing_gpu_on_every_gpu_of_a_node_is_one_finding(project: Path) -> None:
     edit_yaml(project / FLEET, faults(*({"kind": "missing-gpu", "node": "gpu-node-1", "gpu": i} for i in range(8))))
-    r = gpucert("certify", DEMO, "-q", cwd=project)
+    r = gpucert_here("certify", DEMO, "-q", cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr
     (run,) = (project / "reports").iterdir()
     verdict = json.loads((run / "verdict.json").read_text())
@@ -203,7 +203,7 @@ def test_a_waiver_without_people_is_refused(project: Path, approved_by: str, rea
         doc["waivers"][0].update(approvedBy=approved_by, reason=reason)
 
     edit_yaml(project / HANDOVER_WAIVERS, change)
-    r = gpucert("certify", "examples/handover/spec-after-repair.yaml", "-q", cwd=project)
+    r = gpucert_here("certify", "examples/handover/spec-after-repair.yaml", "-q", cwd=project)
     one_line_error(r, "waivers.yaml", expected)
     no_run_folder(project)
 
@@ -243,7 +243,7 @@ def test_a_number_written_as_a_bool_or_text_is_refused(
     project: Path, spec: str, target: str, change: Any, expected: str
 ) -> None:
     edit_yaml(project / target, change)
-    r = gpucert("certify", spec, "-q", cwd=project)
+    r = gpucert_here("certify", spec, "-q", cwd=project)
     one_line_error(r, Path(target).name, expected, "write ")
     no_run_folder(project)
 
@@ -282,7 +282,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
     project = tmp_path_factory.mktemp("recorded")
     shutil.copytree(ROOT / "examples", project / "examples")
     shutil.copytree(ROOT / "baselines", project / "baselines")
-    r = gpucert("certify", "examples/clean.yaml", "-q", cwd=project)
+    r = gpucert_here("certify", "examples/clean.yaml", "-q", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = (project / "reports").iterdir()
     return run
@@ -296,7 +296,7 @@ def spoil(run: Path, dest: Path, change: Callable[[Path], None]) -> Path:
 
 
 def evaluate(project: Path, evidence: Path) -> Any:
-    return gpucert("evaluate", "examples/clean.yaml", "--evidence", str(evidence), "-q", cwd=project)
+    return gpucert_here("evaluate", "examples/clean.yaml", "--evidence", str(evidence), "-q", cwd=project)
 
 
 def json_edit(path: Path, change: Callable[[Any], Any]) -> None:
@@ -528,7 +528,9 @@ def test_the_same_gpu_twice_and_evidence_of_another_cluster(recorded: Path, tmp_
 def test_recertify_refuses_a_node_name_that_is_a_path(project: Path) -> None:
     (project / "victim.lock").write_text("{}")
     reports = project / "deep" / "reports"
-    r = gpucert("recertify", "../../../victim", "--spec", "examples/clean.yaml", "--reports", str(reports), cwd=project)
+    r = gpucert_here(
+        "recertify", "../../../victim", "--spec", "examples/clean.yaml", "--reports", str(reports), cwd=project
+    )
     one_line_error(r, "NODE", "not a Kubernetes node name")
     assert (project / "victim.lock").exists()
     assert not reports.exists()
@@ -537,7 +539,7 @@ def test_recertify_refuses_a_node_name_that_is_a_path(project: Path) -> None:
 def test_keygen_onto_a_dangling_symlink(project: Path) -> None:
     (project / "keys").mkdir()
     os.symlink(project / "elsewhere" / "stolen.key", project / "keys" / "gpucert.key")
-    one_line_error(gpucert("keygen", "keys", cwd=project), "gpucert.key", "a key (or a link) already exists")
+    one_line_error(gpucert_here("keygen", "keys", cwd=project), "gpucert.key", "a key (or a link) already exists")
     assert not (project / "elsewhere").exists()
 
 
@@ -547,20 +549,20 @@ def test_keygen_onto_a_dangling_symlink(project: Path) -> None:
 def test_verify_checks_every_file_but_the_root_envelope(recorded: Path, tmp_path: Path) -> None:
     project = recorded.parent.parent
     keys = tmp_path / "keys"
-    assert gpucert("keygen", str(keys), cwd=project).returncode == 0
+    assert gpucert_here("keygen", str(keys), cwd=project).returncode == 0
     run = tmp_path / "run"
     shutil.copytree(recorded, run)
-    assert gpucert("sign", str(run), "--key", str(keys / "gpucert.key"), cwd=project).returncode == 0
+    assert gpucert_here("sign", str(run), "--key", str(keys / "gpucert.key"), cwd=project).returncode == 0
     shutil.copy(run / "certificate.intoto.json", run / "evidence" / "certificate.intoto.json")
     (run / "empty").mkdir()
-    r = gpucert("verify", str(run), "--key", str(keys / "gpucert.pub"), cwd=project)
+    r = gpucert_here("verify", str(run), "--key", str(keys / "gpucert.pub"), cwd=project)
     assert r.returncode == 1
     assert "added: evidence/certificate.intoto.json" in r.stdout
     assert "added: empty/" in r.stdout
     # a key that did not sign it: the envelope is named, and nothing of its payload is shown
     other = tmp_path / "other"
-    assert gpucert("keygen", str(other), cwd=project).returncode == 0
-    r = gpucert("verify", str(run), "--key", str(other / "gpucert.pub"), cwd=project)
+    assert gpucert_here("keygen", str(other), cwd=project).returncode == 0
+    r = gpucert_here("verify", str(run), "--key", str(other / "gpucert.pub"), cwd=project)
     assert r.returncode == 1
     assert f"{run / 'certificate.intoto.json'} holds 1 signature" in r.stdout.replace("\n", " ")
     assert "result" not in r.stdout
