@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,7 @@ import yaml
 
 from gpucert.report.attest import load_public_key
 
-from .conftest import gpucert
+from .conftest import ROOT, gpucert_here
 
 FLEET = "examples/fleets/h100-4x8.yaml"
 SPEC = "examples/clean.yaml"
@@ -36,19 +38,38 @@ def node_state(project: Path, node: str) -> dict[str, Any]:
     return state
 
 
-@pytest.fixture
-def handed_over(project: Path) -> Path:
-    """The clean fleet certified and signed at handover, and every node's baseline recorded from that run."""
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+@pytest.fixture(scope="module")
+def handover(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The clean fleet certified and signed at handover, and every node's baseline recorded from that run: made once
+    for the module, never changed (each test works on its own copy, `handed_over`)."""
+    project = tmp_path_factory.mktemp("handover")
+    shutil.copytree(ROOT / "examples", project / "examples")
+    shutil.copytree(ROOT / "baselines", project / "baselines")
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = gpucert("baseline", "record", str(latest(project, "*clean-h100-pod-a")), cwd=project)
+    r = gpucert_here("baseline", "record", str(latest(project, "*clean-h100-pod-a")), cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     return project
 
 
+@pytest.fixture
+def handed_over(handover: Path, tmp_path: Path) -> Path:
+    """A copy of the handed-over project (its examples, baselines, keys and reports, the hidden node state and
+    history among them) for one test to change: a run folder names no absolute path, so the copy is that project
+    as it would be had this test made it."""
+    shutil.copytree(handover, tmp_path, symlinks=True, dirs_exist_ok=True)
+    return tmp_path
+
+
+def next_second() -> None:
+    """Wait for the clock's next second: run ids are to the second, and a second run of the same name in the same
+    second is `<id>-2`, which `*recertify-<node>` does not find (each run in its own process took over a second)."""
+    time.sleep(1 - time.time() % 1 + 0.01)
+
+
 def recertify(project: Path, node: str, *args: str) -> tuple[Any, dict[str, Any]]:
-    r = gpucert("recertify", node, "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", *args, cwd=project)
+    r = gpucert_here("recertify", node, "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", *args, cwd=project)
     runs = sorted((project / "reports").glob(f"*recertify-{node}/verdict.json"))
     verdict = json.loads(runs[-1].read_text()) if runs else {}
     return r, verdict
@@ -82,7 +103,7 @@ def test_a_node_as_good_as_at_handover_is_certified_and_uncordoned(handed_over: 
     run = latest(handed_over, "*recertify-gpu-node-2")
     assert last["run"] == run.name
     assert last["certificate"].startswith("sha256:")
-    assert gpucert("verify", str(run), "--key", "keys/gpucert.pub", cwd=handed_over).returncode == 0
+    assert gpucert_here("verify", str(run), "--key", "keys/gpucert.pub", cwd=handed_over).returncode == 0
 
 
 def test_a_gpu_six_percent_slower_than_at_handover_fails_and_stays_cordoned(handed_over: Path) -> None:
@@ -100,7 +121,7 @@ def test_a_gpu_six_percent_slower_than_at_handover_fails_and_stays_cordoned(hand
     assert "gpucert.io/last-certified" not in state["annotations"]
     # a buyer re-evaluates the recertification offline and finds the same
     run = latest(handed_over, "*recertify-gpu-node-2")
-    r = gpucert("evaluate", SPEC, "--evidence", str(run), "--reports", "audit", cwd=handed_over)
+    r = gpucert_here("evaluate", SPEC, "--evidence", str(run), "--reports", "audit", cwd=handed_over)
     assert r.returncode == 1, r.stdout + r.stderr
     (audit,) = (handed_over / "audit").iterdir()
     again = json.loads((audit / "verdict.json").read_text())
@@ -114,6 +135,7 @@ def test_a_gpu_two_and_a_half_percent_slower_is_judged_by_its_noise_not_a_fixed_
     whichever is wider."""
     r, verdict = recertify(handed_over, "gpu-node-2")
     assert r.returncode == 0, r.stdout + r.stderr
+    next_second()
     faults(handed_over, {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.975})
     r, verdict = recertify(handed_over, "gpu-node-2")
     assert r.returncode == 1, r.stdout + r.stderr
@@ -152,7 +174,7 @@ def test_a_handover_baseline_not_found_is_an_error_not_a_weaker_pass(handed_over
     # is not quietly recertified against the SKU only (issue 23 item 4)
     elsewhere = handed_over / "elsewhere"
     elsewhere.mkdir()
-    r = gpucert(
+    r = gpucert_here(
         "recertify", "gpu-node-4", "--spec", str(handed_over / SPEC), "-q", "--sign-key",
         str(handed_over / "keys" / "gpucert.key"), "--reports", str(handed_over / "reports"), cwd=elsewhere,
     )  # fmt: skip
@@ -183,13 +205,13 @@ def test_without_a_handover_baseline_the_summary_says_so(handed_over: Path) -> N
 
 def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
     faults(project, {"kind": "ecc", "node": "gpu-node-1", "gpu": 5, "uncorrected": 2})
-    assert gpucert("certify", SPEC, "-q", cwd=project).returncode == 1
+    assert gpucert_here("certify", SPEC, "-q", cwd=project).returncode == 1
     run = str(latest(project, "*clean-h100-pod-a"))
-    r = gpucert("baseline", "record", run, cwd=project)
+    r = gpucert_here("baseline", "record", run, cwd=project)
     assert r.returncode == 2  # the run is not signed
     assert "--allow-unsigned" in r.stderr
     assert not list((project / NODES).glob("*.yaml"))
-    r = gpucert("baseline", "record", run, "--allow-unsigned", cwd=project)
+    r = gpucert_here("baseline", "record", run, "--allow-unsigned", cwd=project)
     assert r.returncode == 1
     assert "refused gpu-node-1: failed health.ecc" in r.stdout
     assert sorted(p.name for p in (project / NODES).glob("*.yaml")) == [
@@ -197,10 +219,10 @@ def test_a_failed_node_is_recorded_only_with_a_reason(project: Path) -> None:
         "gpu-node-3.yaml",
         "gpu-node-4.yaml",
     ]
-    r = gpucert("baseline", "record", run, "--force", cwd=project)
+    r = gpucert_here("baseline", "record", run, "--force", cwd=project)
     assert r.returncode == 2
     assert "--force needs --reason" in r.stderr
-    r = gpucert(
+    r = gpucert_here(
         "baseline",
         "record",
         run,
@@ -227,8 +249,6 @@ def test_a_run_that_lost_its_hold_marks_nothing(handed_over: Path) -> None:
     from gpucert.fleet.recertify import RecertifyOptions, recertify
     from gpucert.plan.runfolder import RunFolder
     from gpucert.spec.cluster import load_spec
-
-    from .conftest import ROOT
 
     state_dir = handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a"
 
@@ -302,7 +322,7 @@ def test_peers_and_handover_come_only_from_runs_of_the_same_spec_and_baseline(ha
     other["metadata"]["name"] = "someone-elses-spec"
     (handed_over / "examples" / "other.yaml").write_text(yaml.safe_dump(other))
     faults(handed_over, {"kind": "slow", "node": "gpu-node-1", "metric": "memory.bandwidth", "factor": 0.5})
-    assert gpucert("certify", "examples/other.yaml", "-q", cwd=handed_over).returncode == 1
+    assert gpucert_here("certify", "examples/other.yaml", "-q", cwd=handed_over).returncode == 1
     faults(handed_over)
     r, verdict = recertify(handed_over, "gpu-node-2")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -373,14 +393,14 @@ def test_recertify_never_quietly_weakens(handed_over: Path) -> None:
     _one_line(r, "recorded.run", "evidence/gpu-node-2.json is not the file its certificate signed")
     evidence.write_text(saved)
     # the run checked against the keys given: none, or another's
-    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", cwd=handed_over)
+    r = gpucert_here("recertify", "gpu-node-2", "--spec", SPEC, "-q", cwd=handed_over)
     _one_line(r, "pass --sign-key or --key PUB")
-    assert gpucert("keygen", "other", cwd=handed_over).returncode == 0
-    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--key", "other/gpucert.pub", cwd=handed_over)
+    assert gpucert_here("keygen", "other", cwd=handed_over).returncode == 0
+    r = gpucert_here("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--key", "other/gpucert.pub", cwd=handed_over)
     _one_line(r, "signed by none of the keys given")
     assert not list((handed_over / "reports").glob("*recertify-gpu-node-2"))
     assert not (handed_over / "reports" / ".simulated-nodes" / "clean-h100-pod-a" / "gpu-node-2.json").exists()
-    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--key", "keys/gpucert.pub", cwd=handed_over)
+    r = gpucert_here("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--key", "keys/gpucert.pub", cwd=handed_over)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -389,9 +409,9 @@ def test_handover_baselines_are_per_spec(handed_over: Path) -> None:
     other = yaml.safe_load((handed_over / SPEC).read_text())
     other["metadata"]["name"] = "another-spec"
     (handed_over / "examples" / "other.yaml").write_text(yaml.safe_dump(other))
-    r = gpucert("certify", "examples/other.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=handed_over)
+    r = gpucert_here("certify", "examples/other.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=handed_over)
     assert r.returncode == 0, r.stdout + r.stderr
-    r = gpucert("baseline", "record", str(latest(handed_over, "*another-spec")), cwd=handed_over)
+    r = gpucert_here("baseline", "record", str(latest(handed_over, "*another-spec")), cwd=handed_over)
     assert r.returncode == 0, r.stdout + r.stderr
     mine = handed_over / NODES / "gpu-node-1.yaml"
     theirs = handed_over / "baselines" / "nodes" / "another-spec" / "gpu-node-1.yaml"
