@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -186,24 +187,48 @@ def test_records_that_are_not_what_the_source_signed_keep_nothing(made: Runs) ->
     assert "retest/source/verdict.json is not the verdict.json its source signed" in str(kept.refused)
 
 
+def from_source(made: Runs, name: str, record: str, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """A copy of the re-test whose source's `record` (run.json, verdict.json) says what `edit` makes it say: the
+    source copied, edited and its files signed again with the same key (sign itself would refuse a verdict edited
+    on purpose), and put in the re-test's retest/ as the re-test had put the real one."""
+    source = made.work / f"{name}-source"
+    shutil.copytree(made.source, source)
+    (source / "certificate.intoto.json").unlink()
+    doc = json.loads((source / record).read_text())
+    edit(doc)
+    (source / record).write_text(json.dumps(doc, indent=1) + "\n")
+    key = made.work / "keys" / "gpucert.key"
+    attest.sign_folder(source, key, attest.PREDICATE_TYPE, {"edited": record})  # every file's digest, as sign's
+    run = copy_of(made, name)
+    shutil.copyfile(source / "certificate.intoto.json", run / "retest" / "source.intoto.json")
+    shutil.copyfile(source / record, run / "retest" / "source" / record)
+    said = json.loads((run / "retest" / "record.json").read_text())
+    said["source"]["certificate"] = attest.certificate_digest(source)
+    (run / "retest" / "record.json").write_text(json.dumps(said))
+    return run
+
+
 def test_a_source_before_the_code_digest_keeps_nothing(made: Runs) -> None:
-    """A source whose run.json names no gpucert_code (a run before it; made here by taking it out and signing the
-    source again): the re-test cannot say the same code decided it, so every check is decided by the rules."""
-    older = made.work / "older-source"
-    shutil.copytree(made.source, older)
-    (older / "certificate.intoto.json").unlink()
-    info = json.loads((older / "run.json").read_text())
-    del info["gpucert_code"]
-    (older / "run.json").write_text(json.dumps(info, indent=1) + "\n")
-    attest.sign_run(older, made.work / "keys" / "gpucert.key")
-    run = copy_of(made, "from-older")
-    shutil.copyfile(older / "certificate.intoto.json", run / "retest" / "source.intoto.json")
-    shutil.copyfile(older / "run.json", run / "retest" / "source" / "run.json")
-    record = json.loads((run / "retest" / "record.json").read_text())
-    record["source"]["certificate"] = attest.certificate_digest(older)
-    (run / "retest" / "record.json").write_text(json.dumps(record))
-    kept = kept_of(run)
+    """A source whose run.json names no gpucert_code (a run before it): the re-test cannot say the same code decided
+    it, so every check is decided by the rules."""
+    kept = kept_of(from_source(made, "older", "run.json", lambda info: info.pop("gpucert_code")))
     assert (kept.nodes, kept.refused) == (
         frozenset(),
         "the source's run.json records no digest of gpucert's code (a run before it)",
     )
+
+
+def test_a_node_the_source_passed_by_a_waiver_or_with_fewer_checks_is_decided_by_the_rules(made: Runs) -> None:
+    """The source's verdict must say the node passed every check it must pass now, none waived: gpu-node-4 passed
+    there with a waived check, gpu-node-5 with one check fewer than it has now."""
+
+    def edit(verdict: dict[str, Any]) -> None:
+        verdict["nodes"]["gpu-node-4"] |= {"waived": 1, "waivedChecks": ["health.ecc"]}
+        verdict["nodes"]["gpu-node-5"]["passed"] -= 1
+
+    kept = kept_of(from_source(made, "said-otherwise", "verdict.json", edit))
+    assert (kept.refused, kept.nodes) == (None, frozenset())
+    assert kept.why_not == {
+        "gpu-node-4": "the source's verdict says it did not pass every check",
+        "gpu-node-5": "the source's verdict does not say it passed every check it must pass now",
+    }
