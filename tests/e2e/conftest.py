@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,13 @@ def gpucert_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     finally:
         signal.signal(signal.SIGTERM, sigterm)
     return subprocess.CompletedProcess([*GPUCERT, *args], code, out.getvalue(), err.getvalue())
+
+
+def next_second() -> None:
+    """Wait for the clock's next second, between two runs `gpucert_here` starts in one reports folder: run ids are to
+    the second (a second run of a name in the same second is `<id>-2`), and a run in its own process took more than
+    a second, so no two runs of a test ever shared one."""
+    time.sleep(1 - time.time() % 1 + 0.01)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import yaml
 
 from gpucert.report import attest
 
-from .conftest import ROOT, assert_round_trip, gpucert
+from .conftest import ROOT, assert_round_trip, gpucert_here, next_second
 
 FAULTY = {
     ("health.ecc", "gpu-node-3", 2),
@@ -101,24 +101,25 @@ def flow(tmp_path_factory: pytest.TempPathFactory) -> Flow:
     work = project_copy(tmp_path_factory.mktemp("handover"))
     reports = work / "reports"
     set_expiry(work, date.today() + timedelta(days=365))
-    ok(gpucert("keygen", "keys/vendor", cwd=work))
-    ok(gpucert("keygen", "keys/buyer", cwd=work))
-    ok(gpucert("certify", SPEC, "-q", "--sign-key", "keys/vendor/gpucert.key", cwd=work), 1)
+    ok(gpucert_here("keygen", "keys/vendor", cwd=work))
+    ok(gpucert_here("keygen", "keys/buyer", cwd=work))
+    ok(gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/vendor/gpucert.key", cwd=work), 1)
     (run1,) = runs(reports)
-    punch_csv = ok(gpucert("punchlist", str(run1), "--format", "csv", cwd=work), 1).stdout
-    punch_json = json.loads(ok(gpucert("punchlist", str(run1), "--format", "json", cwd=work), 1).stdout)
+    punch_csv = ok(gpucert_here("punchlist", str(run1), "--format", "csv", cwd=work), 1).stdout
+    punch_json = json.loads(ok(gpucert_here("punchlist", str(run1), "--format", "json", cwd=work), 1).stdout)
     # the example waiver names the board the punch list names
     waiver = yaml.safe_load((work / "examples" / "handover" / "waivers.yaml").read_text())["waivers"][0]
     assert waiver["select"]["serial"] == next(r["serial"] for r in punch_json["rows"] if r["node"] == "gpu-node-14")
     before = runs(reports)
+    next_second()
     args = ("certify", AFTER, "-q", "--sign-key", "keys/vendor/gpucert.key", "--retest", str(run1))
-    retest = ok(gpucert(*args, cwd=work))
+    retest = ok(gpucert_here(*args, cwd=work))
     run2 = new_run(reports, before)
-    ok(gpucert("accept", str(run1), str(run2), "--sign-key", "keys/vendor/gpucert.key", cwd=work))
+    ok(gpucert_here("accept", str(run1), str(run2), "--sign-key", "keys/vendor/gpucert.key", cwd=work))
     (acceptance,) = (work / "acceptance").iterdir()
-    ok(gpucert("countersign", str(acceptance), "--key", "keys/buyer/gpucert.key", cwd=work))
+    ok(gpucert_here("countersign", str(acceptance), "--key", "keys/buyer/gpucert.key", cwd=work))
     keys = ("--key", "keys/vendor/gpucert.pub", "--key", "keys/buyer/gpucert.pub")
-    verified = ok(gpucert("verify", str(acceptance), *keys, cwd=work))
+    verified = ok(gpucert_here("verify", str(acceptance), *keys, cwd=work))
     return Flow(work, run1, run2, acceptance, punch_csv, punch_json, retest.stdout, verified.stdout)
 
 
@@ -289,16 +290,16 @@ def test_an_edited_waiver_is_caught(flow: Flow, tmp_path: Path) -> None:
     run2 = flow.copy(flow.run2, tmp_path)
     waivers = run2 / "inputs" / "waivers.yaml"
     waivers.write_text(waivers.read_text().replace("min: 640.0", "min: 500.0"))
-    r = ok(gpucert("verify", str(run2), "--key", flow.key("vendor"), cwd=tmp_path), 1)
+    r = ok(gpucert_here("verify", str(run2), "--key", flow.key("vendor"), cwd=tmp_path), 1)
     assert "changed: inputs/waivers.yaml" in r.stdout
-    r = ok(gpucert("accept", str(flow.run1), str(run2), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
+    r = ok(gpucert_here("accept", str(flow.run1), str(run2), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
     assert "does not verify (changed: inputs/waivers.yaml)" in r.stderr
     assert not (tmp_path / "acceptance").exists() or not any((tmp_path / "acceptance").iterdir())
 
 
 def test_an_expired_waiver_is_a_finding_and_the_failure_stands(flow: Flow, tmp_path: Path) -> None:
     set_expiry(project_copy(tmp_path), date.today() - timedelta(days=1))  # before the run's newest measurement
-    ok(gpucert("evaluate", AFTER, "--evidence", str(flow.run2), "-q", cwd=tmp_path), 1)
+    ok(gpucert_here("evaluate", AFTER, "--evidence", str(flow.run2), "-q", cwd=tmp_path), 1)
     (run,) = runs(tmp_path / "reports")
     v = json.loads((run / "verdict.json").read_text())
     found = {(f["check"], f["node"], f["gpu"], f["status"]) for f in v["findings"]}
@@ -317,21 +318,21 @@ def test_a_carried_nodes_swapped_evidence_is_caught(flow: Flow, tmp_path: Path) 
     # even re-signed by the vendor's own key, the carried file is not what the source run signed for the node (a
     # changed folder is not signed over its certificate: the forger removes it first)
     (run2 / "certificate.intoto.json").unlink()
-    r = ok(gpucert("sign", str(run2), "--key", flow.key("vendor", True), cwd=tmp_path), 2)  # sign refuses it
+    r = ok(gpucert_here("sign", str(run2), "--key", flow.key("vendor", True), cwd=tmp_path), 2)  # sign refuses it
     assert f"carried: evidence/gpu-node-5.json is not the evidence run {flow.run1.name} signed" in r.stdout
     attest.sign_run(run2, Path(flow.key("vendor", True)), rederive=False)  # as a gpucert without these checks
-    r = ok(gpucert("verify", str(run2), "--key", flow.key("vendor"), cwd=tmp_path), 1)
+    r = ok(gpucert_here("verify", str(run2), "--key", flow.key("vendor"), cwd=tmp_path), 1)
     assert f"carried: evidence/gpu-node-5.json is not the evidence run {flow.run1.name} signed" in r.stdout
-    r = ok(gpucert("accept", str(flow.run1), str(run2), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
+    r = ok(gpucert_here("accept", str(flow.run1), str(run2), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
     assert "carried: evidence/gpu-node-5.json" in r.stderr
     # and a source run altered before the re-test is refused before anything is measured
     run1 = flow.copy(flow.run1, tmp_path)
     shutil.copy(path, run1 / "evidence" / "gpu-node-5.json")
     spec = str(flow.work / AFTER)
-    r = ok(gpucert("certify", spec, "--retest", str(run1), cwd=tmp_path), 2)
+    r = ok(gpucert_here("certify", spec, "--retest", str(run1), cwd=tmp_path), 2)
     assert "no longer matches what it signed (evidence/gpu-node-5.json)" in r.stderr
     (run1 / attest.ENVELOPE).unlink()
-    r = ok(gpucert("certify", spec, "--retest", str(run1), cwd=tmp_path), 2)
+    r = ok(gpucert_here("certify", spec, "--retest", str(run1), cwd=tmp_path), 2)
     assert "only from a signed run" in r.stderr
     assert not (tmp_path / "reports").exists()
 
@@ -344,10 +345,10 @@ def test_a_removed_signature_is_caught(flow: Flow, tmp_path: Path) -> None:
     env_path.write_text(json.dumps(env))
     buyer = attest.fingerprint(attest.load_public_key(Path(flow.key("buyer"))))
     keys = ("--key", flow.key("vendor"), "--key", flow.key("buyer"))
-    r = ok(gpucert("verify", str(acceptance), *keys, cwd=tmp_path), 1)
+    r = ok(gpucert_here("verify", str(acceptance), *keys, cwd=tmp_path), 1)
     assert f"not signed with the key {buyer} (yet)" in r.stdout.replace("\n", " ")
     assert "INVALID" in r.stdout
-    assert "VALID" in ok(gpucert("verify", str(acceptance), "--key", flow.key("vendor"), cwd=tmp_path)).stdout
+    assert "VALID" in ok(gpucert_here("verify", str(acceptance), "--key", flow.key("vendor"), cwd=tmp_path)).stdout
 
 
 def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from_where_it_was_measured(
@@ -360,7 +361,7 @@ def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from
     doc["faults"].append({"kind": "swapped-gpu", "node": "gpu-node-5", "gpu": 3})  # a board changed since
     fleet.write_text(yaml.safe_dump(doc))
     args = ("certify", AFTER, "-q", "--sign-key", flow.key("vendor", True), "--retest", str(flow.run2))
-    ok(gpucert(*args, cwd=project))
+    ok(gpucert_here(*args, cwd=project))
     (run3,) = runs(project / "reports")
     v = flow.verdict(run3)
     assert v["retest"]["measured"] == ["gpu-node-5"]
@@ -371,7 +372,7 @@ def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from
     assert v["nodes"]["gpu-node-3"]["carriedFrom"]["measuredIn"] == flow.run2.name
     assert v["result"] == "pass"
     assert v["summary"]["waived"] == 1
-    r = ok(gpucert("verify", str(run3), "--key", flow.key("vendor"), cwd=project))
+    r = ok(gpucert_here("verify", str(run3), "--key", flow.key("vendor"), cwd=project))
     assert "carried evidence: 15 nodes, each file as its source run signed it" in r.stdout
     # junit.xml covers the carried nodes as measured ones (issue 28): their passed checks in the summaries, the
     # carried waived board's check a passed testcase that says its waiver and where it was carried from
@@ -384,7 +385,8 @@ def test_a_retest_of_a_retest_measures_a_swapped_board_and_carries_the_rest_from
     # the node, the GPU and the check that failed (a waiver renewed from it names the verdict's check)
     set_expiry(project, date.today() - timedelta(days=1))
     before = runs(project / "reports")
-    ok(gpucert("evaluate", AFTER, "--evidence", str(run3), "-q", cwd=project), 1)
+    next_second()
+    ok(gpucert_here("evaluate", AFTER, "--evidence", str(run3), "-q", cwd=project), 1)
     expired = new_run(project / "reports", before)
     v = flow.verdict(expired)
     assert {(f["check"], f["node"], f["gpu"], f["status"]) for f in v["findings"]} == {
@@ -428,17 +430,17 @@ def summed(suite: ET.Element) -> int:
 
 
 def test_a_run_that_measured_nothing_cannot_cover_a_node(flow: Flow, tmp_path: Path) -> None:
-    ok(gpucert("configure", str(flow.work / SPEC), "-q", "--reports", "reports", cwd=tmp_path))
+    ok(gpucert_here("configure", str(flow.work / SPEC), "-q", "--reports", "reports", cwd=tmp_path))
     (plan_only,) = runs(tmp_path / "reports")
-    ok(gpucert("sign", str(plan_only), "--key", flow.key("vendor", True), cwd=tmp_path))
-    r = ok(gpucert("accept", str(plan_only), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
+    ok(gpucert_here("sign", str(plan_only), "--key", flow.key("vendor", True), cwd=tmp_path))
+    r = ok(gpucert_here("accept", str(plan_only), "--sign-key", flow.key("vendor", True), cwd=tmp_path), 2)
     assert "a plan run measured no GPU" in r.stderr
 
 
 def test_a_waived_node_is_recorded_as_a_handover_baseline_saying_waived(flow: Flow, tmp_path: Path) -> None:
     """A node that passed by its waiver (verdict v3 `waived`) is recorded like a passing one, and says so."""
     out = tmp_path / "nodes"
-    r = gpucert("baseline", "record", str(flow.run2), "--out", str(out), cwd=flow.work)
+    r = gpucert_here("baseline", "record", str(flow.run2), "--out", str(out), cwd=flow.work)
     assert r.returncode == 0, r.stdout + r.stderr
     recorded = yaml.safe_load(next(out.rglob("gpu-node-14.yaml")).read_text())
     assert recorded["recorded"]["result"] == "waived"
@@ -457,7 +459,7 @@ def test_a_waived_node_of_a_v2_verdict_is_recorded_saying_waived(flow: Flow, tmp
         node["result"] = "pass" if node["result"] == "waived" else node["result"]
     (run / "verdict.json").write_text(json.dumps(v))
     out = tmp_path / "nodes"
-    r = gpucert("baseline", "record", str(run), "--out", str(out), "--allow-unsigned", cwd=flow.work)
+    r = gpucert_here("baseline", "record", str(run), "--out", str(out), "--allow-unsigned", cwd=flow.work)
     assert r.returncode == 0, r.stdout + r.stderr
     mine = out / v["spec"]  # handover baselines are per spec: --out names their root
     assert yaml.safe_load((mine / "gpu-node-14.yaml").read_text())["recorded"]["result"] == "waived"

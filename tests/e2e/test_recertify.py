@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import yaml
 
 from gpucert.report.attest import load_public_key
 
-from .conftest import ROOT, gpucert_here
+from .conftest import ROOT, gpucert_here, next_second
 
 FLEET = "examples/fleets/h100-4x8.yaml"
 SPEC = "examples/clean.yaml"
@@ -60,12 +59,6 @@ def handed_over(handover: Path, tmp_path: Path) -> Path:
     as it would be had this test made it."""
     shutil.copytree(handover, tmp_path, symlinks=True, dirs_exist_ok=True)
     return tmp_path
-
-
-def next_second() -> None:
-    """Wait for the clock's next second: run ids are to the second, and a second run of the same name in the same
-    second is `<id>-2`, which `*recertify-<node>` does not find (each run in its own process took over a second)."""
-    time.sleep(1 - time.time() % 1 + 0.01)
 
 
 def recertify(project: Path, node: str, *args: str) -> tuple[Any, dict[str, Any]]:
