@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import statistics
-import time
 from pathlib import Path
 
 import pytest
@@ -15,20 +14,21 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpucert.fleet.history import history_path, load_history
 
-from .conftest import gpucert
+from .conftest import gpucert_here, next_second
 
 SPEC = "examples/clean.yaml"
 NAME = "clean-h100-pod-a"
 
 
 def test_certifications_and_recertifications_add_to_each_nodes_history(project: Path) -> None:
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
     for _ in range(2):
-        r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+        r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
         assert r.returncode == 0, r.stdout + r.stderr
-    r = gpucert("certify", SPEC, "-q", cwd=project)  # unsigned: nothing to stand behind an entry
+        next_second()
+    r = gpucert_here("certify", SPEC, "-q", cwd=project)  # unsigned: nothing to stand behind an entry
     assert r.returncode == 0, r.stdout + r.stderr
-    r = gpucert(
+    r = gpucert_here(
         "recertify", "gpu-node-2", "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", "--without-handover",
         cwd=project,
     )  # fmt: skip
@@ -38,13 +38,13 @@ def test_certifications_and_recertifications_add_to_each_nodes_history(project: 
     entries = load_history(history_path(reports, NAME, "gpu-node-2"))
     assert len(entries) == 3
     assert entries[-1].run.endswith("recertify-gpu-node-2")
-    r = gpucert(
+    r = gpucert_here(
         "history", "gpu-node-2", "--spec-name", NAME, "--metric", "memory.bandwidth", "--key", "keys/gpucert.pub",
         cwd=project,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("verified") == 3
-    r = gpucert("history", "gpu-node-9", "--spec-name", NAME, cwd=project)
+    r = gpucert_here("history", "gpu-node-9", "--spec-name", NAME, cwd=project)
     assert r.returncode == 2
     assert "no history of gpu-node-9 under spec clean-h100-pod-a" in r.stderr
 
@@ -57,15 +57,15 @@ def test_a_gpu_fallen_against_its_own_history_is_found_where_its_peers_hide_it(p
     doc["noise"] = {**doc.get("noise", {}), "runToRun": {"cv": 0.003}}
     doc["faults"] = []
     fleet.write_text(yaml.safe_dump(doc))
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
     for _ in range(2):
-        r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+        r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
         assert r.returncode == 0, r.stdout + r.stderr
-        time.sleep(1.1)  # run ids are to the second: each run its own noise
+        next_second()  # run ids are to the second: each run its own noise
     slow = {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.96}
     doc["faults"] = [slow]
     fleet.write_text(yaml.safe_dump(doc))
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     run = sorted((project / "reports").glob(f"*{NAME}"))[-1]
     verdict = json.loads((run / "verdict.json").read_text())
     failed = {(f["check"], f["node"], f["gpu"]) for f in verdict["findings"] if f["status"] != "pass"}
@@ -79,15 +79,16 @@ def test_a_gpu_fallen_against_its_own_history_is_found_where_its_peers_hide_it(p
 def test_an_edited_history_is_refused_and_the_finding_says_so(project: Path) -> None:
     """Someone raises a node's past figures to hide a loss: the entries no longer match their signed runs, so
     they are not compared with; every GPU of the node says why (an error, not a pass), the other nodes pass."""
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     path = history_path(project / "reports", NAME, "gpu-node-1")
     doc = json.loads(path.read_text())
     for g in doc["gpus"]:
         g["metrics"]["memory.bandwidth"]["median"] *= 1.05
     path.write_text(json.dumps(doc) + "\n")
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    next_second()
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr
     run = sorted((project / "reports").glob(f"*{NAME}"))[-1]
     verdict = json.loads((run / "verdict.json").read_text())
@@ -107,17 +108,17 @@ def test_a_pools_index_over_time_holds_each_board_to_its_handover(project: Path)
     doc = yaml.safe_load(fleet.read_text())
     doc["faults"] = []
     fleet.write_text(yaml.safe_dump(doc))
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (first,) = sorted((project / "reports").glob(f"*{NAME}"))
-    r = gpucert("baseline", "record", str(first), cwd=project)
+    r = gpucert_here("baseline", "record", str(first), cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
-    time.sleep(1.1)  # run ids are to the second
+    next_second()  # run ids are to the second
     doc["faults"] = [{"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.9}]
     fleet.write_text(yaml.safe_dump(doc))
-    gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
-    r = gpucert("history", "--pool", "default", "--spec-name", NAME, cwd=project)
+    gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    r = gpucert_here("history", "--pool", "default", "--spec-name", NAME, cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [line.split("│")[1:-1] for line in r.stdout.splitlines() if NAME in line and "│" in line]
     rows = [[c.strip() for c in row] for row in rows if row and row[0].strip()]
@@ -126,17 +127,17 @@ def test_a_pools_index_over_time_holds_each_board_to_its_handover(project: Path)
     worst, lost = float(rows[1][6]), float(rows[1][5])
     assert abs(worst - 0.9) < 0.02, r.stdout
     assert 0.08 < lost < 0.2, r.stdout
-    r = gpucert("history", "--pool", "gpu", "--spec-name", NAME, cwd=project)
+    r = gpucert_here("history", "--pool", "gpu", "--spec-name", NAME, cwd=project)
     assert r.returncode == 2
     assert "no history of pool gpu" in r.stderr
-    r = gpucert("history", "gpu-node-1", "--pool", "default", "--spec-name", NAME, cwd=project)
+    r = gpucert_here("history", "gpu-node-1", "--pool", "default", "--spec-name", NAME, cwd=project)
     assert r.returncode == 2
     assert "name a NODE or --pool POOL" in r.stderr
     # the exporter: a recertification held to the handover gives the index against the board's handover figure
-    r = gpucert("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    r = gpucert_here("recertify", "gpu-node-2", "--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr  # handover.memory.bandwidth
     (recert,) = (project / "reports").glob("*recertify-gpu-node-2")
-    r = gpucert("metrics", "--spec", SPEC, "--textfile", "out.prom", cwd=project)
+    r = gpucert_here("metrics", "--spec", SPEC, "--textfile", "out.prom", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     series = {
         (s.labels["node"], s.labels["gpu"], s.labels["metric"]): s.value
