@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from .conftest import ROOT, fleet_doc, gpucert, spec_doc
+from .conftest import ROOT, fleet_doc, gpucert_here, next_second, spec_doc
 from .test_handover_acceptance import AFTER, new_run, ok, project_copy, runs, set_expiry
 
 REPAIRED = "examples/handover/fleet-repaired.yaml"
@@ -60,13 +60,14 @@ def test_a_retest_says_what_re_evaluating_everything_says(tmp_path: Path) -> Non
     fleet["faults"].append({"kind": "ecc", "node": "gpu-node-3", "gpu": 2, "uncorrected": 2})  # not repaired
     (work / REPAIRED).write_text(yaml.safe_dump(fleet))
     reports = work / "reports"
-    ok(gpucert("keygen", "keys", cwd=work))
+    ok(gpucert_here("keygen", "keys", cwd=work))
     before = runs(reports) if reports.exists() else set()
-    ok(gpucert("certify", FIRST, "-q", "--sign-key", "keys/gpucert.key", cwd=work), 1)
+    ok(gpucert_here("certify", FIRST, "-q", "--sign-key", "keys/gpucert.key", cwd=work), 1)
     run1 = new_run(reports, before)
     assert verdict(run1)["nodes"]["gpu-node-14"]["result"] == "waived"
     before = runs(reports)
-    ok(gpucert("certify", AFTER, "-q", "--sign-key", "keys/gpucert.key", "--retest", str(run1), cwd=work), 1)
+    next_second()
+    ok(gpucert_here("certify", AFTER, "-q", "--sign-key", "keys/gpucert.key", "--retest", str(run1), cwd=work), 1)
     run2 = new_run(reports, before)
     retest = verdict(run2)
     assert set(retest["retest"]["measured"]) == {"gpu-node-3", "gpu-node-7", "gpu-node-11"}
@@ -77,7 +78,8 @@ def test_a_retest_says_what_re_evaluating_everything_says(tmp_path: Path) -> Non
     for name in ("inventory.json", "stack.json"):
         shutil.copyfile(run2 / name, plain / name)
     before = runs(reports)
-    ok(gpucert("evaluate", AFTER, "--evidence", str(plain / "evidence"), "-q", cwd=work), 1)
+    next_second()
+    ok(gpucert_here("evaluate", AFTER, "--evidence", str(plain / "evidence"), "-q", cwd=work), 1)
     run3 = new_run(reports, before)
     assert "retest" not in verdict(run3)
     full = verdict(run3)
@@ -113,13 +115,14 @@ def test_a_carried_nodes_check_against_its_peers_is_decided_again_not_carried(tm
         spec["expect"]["gpusPerNode"] = 2
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(spec))
     reports = tmp_path / "reports"
-    ok(gpucert("keygen", "keys", cwd=tmp_path))
-    ok(gpucert("certify", "first.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=tmp_path), 1)
+    ok(gpucert_here("keygen", "keys", cwd=tmp_path))
+    ok(gpucert_here("certify", "first.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=tmp_path), 1)
     (run1,) = runs(reports)
     assert ("stack.skew", "gpu-node-4") not in failing(verdict(run1))
     assert verdict(run1)["nodes"]["gpu-node-4"]["result"] == "pass"
+    next_second()
     args = ("certify", "repaired.yaml", "-q", "--sign-key", "keys/gpucert.key", "--retest", str(run1))
-    ok(gpucert(*args, cwd=tmp_path), 1)
+    ok(gpucert_here(*args, cwd=tmp_path), 1)
     run2 = new_run(reports, {run1})
     retest = verdict(run2)
     assert retest["retest"]["carried"] == ["gpu-node-4"]
@@ -128,7 +131,8 @@ def test_a_carried_nodes_check_against_its_peers_is_decided_again_not_carried(tm
     shutil.copytree(run2 / "evidence", plain / "evidence")
     for name in ("inventory.json", "stack.json"):
         shutil.copyfile(run2 / name, plain / name)
-    ok(gpucert("evaluate", "repaired.yaml", "--evidence", str(plain / "evidence"), "-q", cwd=tmp_path), 1)
+    next_second()
+    ok(gpucert_here("evaluate", "repaired.yaml", "--evidence", str(plain / "evidence"), "-q", cwd=tmp_path), 1)
     run3 = new_run(reports, {run1, run2})
     assert judged(retest) == judged(verdict(run3))
 
