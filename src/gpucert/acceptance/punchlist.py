@@ -23,7 +23,6 @@ from typing import Any
 
 from gpucert.errors import EvidenceError
 from gpucert.evaluate.rules.fabric_ports import link_of
-from gpucert.fleet.soak.folder import SoakFolder
 from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.plan.checks import Family, family_of
 from gpucert.plan.runfolder import RunFolder
@@ -189,6 +188,8 @@ def _fleet_rows(findings: list[VerdictFinding]) -> list[PunchRow]:
 
 def _soak_board(run_dir: RunFolder, node: str, gpu: int | None) -> GpuEvidence | None:
     """A soak's board as its newest round that read it recorded it (a soak keeps no certify evidence)."""
+    from gpucert.fleet.soak.folder import SoakFolder  # here: the soak's package, loaded by every command's start
+
     soak = SoakFolder(run_dir)
     rounds = soak.path / "rounds"
     if gpu is None or not rounds.is_dir():

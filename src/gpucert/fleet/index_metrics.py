@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-
-from prometheus_client.core import GaugeMetricFamily
+from typing import TYPE_CHECKING
 
 from gpucert.evaluate.index import WITHIN, GpuIndex, handover_figures, index_of, summarize
 from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import GPU_METRICS
+
+if TYPE_CHECKING:
+    from prometheus_client.core import GaugeMetricFamily
 
 __all__ = ["NodeIndex", "index_families", "node_index"]
 
@@ -48,6 +50,9 @@ def node_index(view: RunView, node: str, ev: NodeEvidence) -> list[GpuIndex]:
 
 
 def index_families(nodes: Iterable[NodeIndex]) -> list[GaugeMetricFamily]:
+    # here, not at the top: report.html's trend imports this module for node_index, and every certify paid 45 ms
+    from prometheus_client.core import GaugeMetricFamily
+
     index = GaugeMetricFamily(
         "gpucert_performance_index",
         "The GPU's figure for the metric in the node's newest certification over the board's handover figure, or "
