@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ROOT, SUITES, gpucert
+from .conftest import ROOT, SUITES, gpucert_here
 
 SPEC = "examples/clean.yaml"
 
@@ -28,8 +28,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     doc = yaml.safe_load((project / SPEC).read_text())
     doc["certify"]["multinode"] = {"pairs": True}
     (project / SPEC).write_text(yaml.safe_dump(doc))
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    r = gpucert("certify", SPEC, "-q", "--reports", "clean", cwd=project)
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert_here("certify", SPEC, "-q", "--reports", "clean", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     return project
 
@@ -46,7 +46,7 @@ def copy_of(project: Path, tmp_path: Path) -> Path:
 
 
 def sign(project: Path, run: Path) -> Any:
-    return gpucert("sign", str(run), "--key", "keys/gpucert.key", cwd=project)
+    return gpucert_here("sign", str(run), "--key", "keys/gpucert.key", cwd=project)
 
 
 def pytest_run_dir(project: Path, spec: Path, run: Path) -> Any:
@@ -129,7 +129,7 @@ def test_a_run_is_judged_only_by_the_spec_it_was_prepared_with(project: Path, tm
 def test_a_relabelled_run_is_refused(project: Path, tmp_path: Path, change: Callable[[Path], None], words: str) -> None:
     run = copy_of(project, tmp_path)
     change(run)
-    r = gpucert("evaluate", SPEC, "--evidence", str(run), "-q", "--reports", str(tmp_path / "re"), cwd=project)
+    r = gpucert_here("evaluate", SPEC, "--evidence", str(run), "-q", "--reports", str(tmp_path / "re"), cwd=project)
     assert r.returncode == 2, r.stdout + r.stderr
     assert words in r.stderr
     assert "Traceback" not in r.stderr
@@ -137,16 +137,16 @@ def test_a_relabelled_run_is_refused(project: Path, tmp_path: Path, change: Call
 
 
 def test_a_configure_only_run_signs_as_what_it_is(project: Path, tmp_path: Path) -> None:
-    r = gpucert("configure", SPEC, "-q", "--reports", str(tmp_path / "cfg"), cwd=project)
+    r = gpucert_here("configure", SPEC, "-q", "--reports", str(tmp_path / "cfg"), cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = (tmp_path / "cfg").iterdir()
     assert sign(project, run).returncode == 0
-    v = gpucert("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
+    v = gpucert_here("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
     assert v.returncode == 0
     assert "scope: configure only: the cluster's configuration, NOTHING MEASURED" in v.stdout
     certified = copy_of(project, tmp_path)
     assert sign(project, certified).returncode == 0
-    v = gpucert("verify", str(certified), "--key", "keys/gpucert.pub", cwd=project)
+    v = gpucert_here("verify", str(certified), "--key", "keys/gpucert.pub", cwd=project)
     assert "scope: certification: every node measured and judged" in v.stdout
 
 
@@ -177,10 +177,10 @@ def test_sign_signs_only_a_verdict_its_run_supports(
     fleet = yaml.safe_load((spoiled / "examples/fleets/h100-4x8.yaml").read_text())
     fleet["faults"] = [{"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.5}]
     (spoiled / "examples/fleets/h100-4x8.yaml").write_text(yaml.safe_dump(fleet))
-    assert gpucert("certify", SPEC, "-q", cwd=spoiled).returncode == 1
+    assert gpucert_here("certify", SPEC, "-q", cwd=spoiled).returncode == 1
     (run,) = (spoiled / "reports").iterdir()
     change(run)
-    r = gpucert("sign", str(run), "--key", str(project / "keys" / "gpucert.key"), cwd=spoiled)
+    r = gpucert_here("sign", str(run), "--key", str(project / "keys" / "gpucert.key"), cwd=spoiled)
     assert r.returncode == 2, r.stdout + r.stderr
     assert words in r.stderr
     assert not (run / "certificate.intoto.json").exists()
@@ -241,7 +241,7 @@ def test_evidence_that_contradicts_itself_is_never_a_pass(
 ) -> None:
     run = copy_of(project, tmp_path)
     node_doc(run, "gpu-node-1", change)
-    r = gpucert("evaluate", SPEC, "--evidence", str(run), "-q", "--reports", str(tmp_path / "re"), cwd=project)
+    r = gpucert_here("evaluate", SPEC, "--evidence", str(run), "-q", "--reports", str(tmp_path / "re"), cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr
     (re_run,) = (tmp_path / "re").iterdir()
     verdict = json.loads((re_run / "verdict.json").read_text())
@@ -265,7 +265,7 @@ def test_fabric_evidence_of_other_nodes_is_an_error(
 ) -> None:
     run = copy_of(project, tmp_path)
     edit_json(run / "evidence" / "multinode" / name, change)
-    r = gpucert("evaluate", SPEC, "--evidence", str(run), "-q", "--reports", str(tmp_path / "re"), cwd=project)
+    r = gpucert_here("evaluate", SPEC, "--evidence", str(run), "-q", "--reports", str(tmp_path / "re"), cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr
     (re_run,) = (tmp_path / "re").iterdir()
     findings = json.loads((re_run / "verdict.json").read_text())["findings"]
@@ -286,7 +286,7 @@ def test_inputs_that_crashed_are_one_line_errors(project: Path, tmp_path: Path) 
     os.mkfifo(tmp_path / "fifo")
     cases.append(("certify", str(tmp_path / "fifo")))
     for args in cases:
-        r = gpucert(*args, cwd=project)
+        r = gpucert_here(*args, cwd=project)
         assert r.returncode == 2, (args, r.stdout, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
         assert "Traceback" not in r.stderr
@@ -301,7 +301,7 @@ def test_node_names_too_long_for_a_file_and_infinite_figures(project: Path, tmp_
     doc = yaml.safe_load(fleet.read_text())
     doc["nodes"]["namePrefix"] = ("a" * 62 + ".") * 3 + "a" * 57 + "-"
     fleet.write_text(yaml.safe_dump(doc))
-    r = gpucert("certify", SPEC, cwd=work)
+    r = gpucert_here("certify", SPEC, cwd=work)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "nodes.namePrefix" in r.stderr
     shutil.copy(project / "examples/fleets/h100-4x8.yaml", fleet)
@@ -309,7 +309,7 @@ def test_node_names_too_long_for_a_file_and_infinite_figures(project: Path, tmp_
     b = yaml.safe_load(base.read_text())
     b["metrics"]["memory.bandwidth"]["expected"] = float("inf")
     base.write_text(yaml.safe_dump(b))
-    r = gpucert("certify", SPEC, cwd=work)
+    r = gpucert_here("certify", SPEC, cwd=work)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "metrics.memory.bandwidth.expected" in r.stderr
 
@@ -356,7 +356,7 @@ def test_a_re_signed_verdict_whose_counts_do_not_add_up_is_refused(project: Path
     fleet = yaml.safe_load((spoiled / "examples/fleets/h100-4x8.yaml").read_text())
     fleet["faults"] = [{"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.5}]
     (spoiled / "examples/fleets/h100-4x8.yaml").write_text(yaml.safe_dump(fleet))
-    assert gpucert("certify", SPEC, "-q", cwd=spoiled).returncode == 1
+    assert gpucert_here("certify", SPEC, "-q", cwd=spoiled).returncode == 1
     (run,) = (spoiled / "reports").iterdir()
     key, pub = project / "keys" / "gpucert.key", project / "keys" / "gpucert.pub"
 
@@ -371,11 +371,11 @@ def test_a_re_signed_verdict_whose_counts_do_not_add_up_is_refused(project: Path
         (run / name).unlink()
     predicate = {"scope": {"mode": "measure", "suites": ["configure", "certify"]}, "result": "pass"}
     attest.sign_folder(run, key, attest.PREDICATE_TYPE, predicate)
-    r = gpucert("verify", str(run), "--key", str(pub), cwd=spoiled)
+    r = gpucert_here("verify", str(run), "--key", str(pub), cwd=spoiled)
     assert r.returncode == 1, r.stdout + r.stderr
     assert "the signed verdict.json is not one gpucert writes" in r.stdout + r.stderr
     assert "nodes.gpu-node-2 counts" in r.stdout + r.stderr
-    r = gpucert("accept", str(run), "--sign-key", str(key), "--out", str(tmp_path / "acc"), cwd=spoiled)
+    r = gpucert_here("accept", str(run), "--sign-key", str(key), "--out", str(tmp_path / "acc"), cwd=spoiled)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "its signed verdict.json is not one gpucert writes" in r.stderr
     assert "Traceback" not in r.stderr
