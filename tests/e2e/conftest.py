@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,32 +27,6 @@ GPUCERT = [sys.executable, "-m", "gpucert.cli.main"]
 def gpucert(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The `gpucert` command as a user runs it, in its own process."""
     return subprocess.run([*GPUCERT, *args], cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
-
-
-def gpucert_here(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """The `gpucert` command run in this process: `gpucert.cli.main.main`, which `python -m gpucert.cli.main` calls,
-    in the folder `cwd`, its stdout and stderr kept and its SIGTERM handler put back after. For tests of what the
-    command says, writes and returns where its process is not what they test (its start, its signals, its exit):
-    each `gpucert(...)` pays an interpreter's start and gpucert's imports, about 0.7 s of CPU, before it does
-    anything. What a process adds on its own (a traceback at exit, a C library writing to fd 2) these do not see;
-    the tests that are about the process keep `gpucert`."""
-    from gpucert.cli.main import main
-
-    out, err = io.StringIO(), io.StringIO()
-    sigterm = signal.getsignal(signal.SIGTERM)
-    try:
-        with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(args))
-    finally:
-        signal.signal(signal.SIGTERM, sigterm)
-    return subprocess.CompletedProcess([*GPUCERT, *args], code, out.getvalue(), err.getvalue())
-
-
-def next_second() -> None:
-    """Wait for the clock's next second, between two runs `gpucert_here` starts in one reports folder: run ids are to
-    the second (a second run of a name in the same second is `<id>-2`), and a run in its own process took more than
-    a second, so no two runs of a test ever shared one."""
-    time.sleep(1 - time.time() % 1 + 0.01)
 
 
 @pytest.fixture

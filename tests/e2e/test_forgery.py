@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ROOT, SUITES, gpucert_here
+from ..in_process import gpucert_here
+from .conftest import ROOT, SUITES
 
 SPEC = "examples/clean.yaml"
 

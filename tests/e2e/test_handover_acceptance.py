@@ -28,7 +28,8 @@ import yaml
 
 from gpucert.report import attest
 
-from .conftest import ROOT, assert_round_trip, gpucert_here, next_second
+from ..in_process import gpucert_here, next_second
+from .conftest import ROOT, assert_round_trip
 
 FAULTY = {
     ("health.ecc", "gpu-node-3", 2),

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpucert.fleet.history import history_path, load_history
 
-from .conftest import gpucert_here, next_second
+from ..in_process import gpucert_here, next_second
 
 SPEC = "examples/clean.yaml"
 NAME = "clean-h100-pod-a"

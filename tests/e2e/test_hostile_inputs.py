@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import gpucert_here
+from ..in_process import gpucert_here
 
 FLEET = "examples/fleets/h100-4x8-faulty.yaml"
 DEMO = "examples/demo.yaml"

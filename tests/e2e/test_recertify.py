@@ -12,7 +12,8 @@ import yaml
 
 from gpucert.report.attest import load_public_key
 
-from .conftest import ROOT, gpucert_here, next_second
+from ..in_process import gpucert_here, next_second
+from .conftest import ROOT
 
 FLEET = "examples/fleets/h100-4x8.yaml"
 SPEC = "examples/clean.yaml"

@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from .conftest import ROOT, fleet_doc, gpucert_here, next_second, spec_doc
+from ..in_process import gpucert_here, next_second
+from .conftest import ROOT, fleet_doc, spec_doc
 from .test_handover_acceptance import AFTER, new_run, ok, project_copy, runs, set_expiry
 
 REPAIRED = "examples/handover/fleet-repaired.yaml"

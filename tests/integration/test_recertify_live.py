@@ -5,9 +5,7 @@ be made 6% slower or swapped between handover and recertification."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,6 +17,7 @@ import yaml
 from gpucert.measure.targets.simulated import SimulatedTarget
 from gpucert.spec.cluster import load_spec
 
+from ..in_process import gpucert_here
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
 from .gpu_operator import gpu_pod
@@ -68,15 +67,7 @@ def live(served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def gpucert(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucert.cli.main", *args],
-        cwd=tmp_path,
-        env=os.environ.copy(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return gpucert_here(*args, cwd=tmp_path)
 
 
 def recertify(tmp_path: Path, node: str, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
