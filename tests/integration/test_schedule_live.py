@@ -1,7 +1,7 @@
 """Scheduled recertification (`gpucert schedule`) and the exporter (`gpucert metrics`) on a live cluster: the real
-`kubernetes` client against the fake API server, the command in its own process, a fake kubelet whose probe pods
-report what the simulator measures. Which nodes a round takes, its budget, busy nodes, the cordon share and the
-circuit breaker; the RBAC both use, against deploy/."""
+`kubernetes` client against the fake API server, the command in the test's process (two rounds started together
+each in their own), a fake kubelet whose probe pods report what the simulator measures. Which nodes a round takes,
+its budget, busy nodes, the cordon share and the circuit breaker; the RBAC both use, against deploy/."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ from gpucert.measure.targets.base import NodeTarget
 from gpucert.measure.targets.simulated import SimulatedTarget
 from gpucert.spec.cluster import load_spec
 
+from ..in_process import gpucert_here, next_second
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
 from .gpu_operator import gpu_pod
@@ -90,15 +91,7 @@ def live(served_cluster: FakeCluster, tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 def gpucert(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucert.cli.main", *args],
-        cwd=tmp_path,
-        env=os.environ.copy(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return gpucert_here(*args, cwd=tmp_path)
 
 
 def schedule(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -218,6 +211,7 @@ def test_oldest_idle_nodes_first_within_the_budget_and_drain_only_when_told(live
     assert {labels["node"] for labels, _ in after["gpucert_metric_ratio_to_baseline"]} == {"gpu-node-2", "gpu-node-4"}
 
     # with drain, the busy node (the oldest: never certified) is taken and its training pod evicted
+    next_second()  # a round's record is named by its second, and records[-1] must be this one
     r, record = schedule(tmp_path, "--max-nodes", "1", "--drain=true", "--max-cordoned-share", "0.5")
     assert r.returncode == 0, r.stdout + r.stderr
     assert record["chosen"] == ["gpu-node-3"]
