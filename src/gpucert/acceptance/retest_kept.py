@@ -37,8 +37,7 @@ from gpucert.evaluate.view import RunView
 from gpucert.files import write_atomic
 from gpucert.plan import layout
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
-from gpucert.plan.records import RetestRecord, parse_record
-from gpucert.plan.records import RunInfo as _RunInfo
+from gpucert.plan.records import RetestRecord, RunInfo, parse_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.envelope import read_envelope
 from gpucert.report.verdict_model import Group, parse_verdict
@@ -99,7 +98,7 @@ def _inputs(folder: RunFolder) -> dict[str, str]:
     return {p.relative_to(folder.path).as_posix(): _sha256(p.read_bytes()) for p in files}
 
 
-def _judged_alike(folder: RunFolder, signed: dict[str, str], info: _RunInfo) -> str | None:
+def _judged_alike(folder: RunFolder, signed: dict[str, str], info: RunInfo) -> str | None:
     """Why the source was not judged as this run is (gates 1 and 2), or None."""
     if info.gpucert_code is None:
         return "the source's run.json records no digest of gpucert's code (a run before it)"
@@ -178,7 +177,7 @@ def kept_decisions(view: RunView, record: RetestRecord) -> Kept:
     folder = view.folder
     try:
         signed, kept = _records(folder, record)
-        info = parse_record(_RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
+        info = parse_record(RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
         refused = _judged_alike(folder, signed, info)
         if refused is not None:
             return Kept(run, refused=refused)
