@@ -33,7 +33,8 @@ from gpucert.measure.targets import open_target
 from gpucert.measure.targets.base import NodeTarget
 from gpucert.spec.cluster import load_spec
 
-from .conftest import ROOT, gpucert
+from ..in_process import gpucert_here, next_second
+from .conftest import ROOT
 
 SPEC = "examples/clean.yaml"
 FLEET = "examples/fleets/h100-4x8.yaml"
@@ -72,7 +73,7 @@ class Fleet:
 
 def metrics(project: Path, name: str, *args: str) -> Exposition:
     out = project / f"{name}.prom"
-    r = gpucert("metrics", "--spec", SPEC, "--textfile", str(out), *args, cwd=project)
+    r = gpucert_here("metrics", "--spec", SPEC, "--textfile", str(out), *args, cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     return Exposition(out.read_text())
 
@@ -91,20 +92,22 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Fleet:
     project = tmp_path_factory.mktemp("fleet")
     shutil.copytree(ROOT / "examples", project / "examples")
     shutil.copytree(ROOT / "baselines", project / "baselines")
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
     set_fleet(
         project, 4, {"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": "memory.bandwidth", "factor": 0.85}
     )
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr
     certification = sorted((project / "reports").iterdir())[-1]
     set_fleet(project, 5)
     first = metrics(project, "after-certify")
     args = ("--spec", SPEC, "-q", "--sign-key", "keys/gpucert.key", "--without-handover")
-    r = gpucert("recertify", "gpu-node-2", *args, cwd=project)
+    next_second()  # the recertification newer than the certification, as it is in the field
+    r = gpucert_here("recertify", "gpu-node-2", *args, cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     recertification = sorted((project / "reports").glob("*recertify-gpu-node-2"))[-1]
-    r = gpucert(
+    next_second()
+    r = gpucert_here(
         "schedule",
         SPEC,
         "--without-handover",
