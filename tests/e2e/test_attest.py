@@ -6,25 +6,19 @@ import base64
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gpucert.report import attest
 
+from ..in_process import gpucert_here
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def gpucert(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpucert.cli.main", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return gpucert_here(*args, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

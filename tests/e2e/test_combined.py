@@ -5,13 +5,13 @@ stragglers that also fail follow from it (skipped, naming it), never extra root 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .conftest import fleet_doc, gpucert, spec_doc
+from ..in_process import gpucert_here, next_second
+from .conftest import fleet_doc, spec_doc
 
 METRICS = ("memory.bandwidth", *(f"compute.gemm.{d}" for d in ("fp16", "bf16", "tf32", "fp32", "fp64")))
 METRICS += ("pcie.h2d", "pcie.d2h", "p2p.bandwidth")
@@ -52,13 +52,13 @@ def test_a_board_fallen_a_little_on_every_metric_is_one_drift_finding(project: P
     spec["certify"].pop("multinode", None)
     spec["certify"]["probes"] = ["memory", "compute", "pcie"]  # the drift metrics' probes only: a fast test
     (project / SPEC).write_text(yaml.safe_dump(spec))
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
-    time.sleep(1.1)  # run ids are to the second: each run its own noise
+    next_second()  # run ids are to the second: each run its own noise
     doc["faults"] = [{"kind": "slow", "node": "gpu-node-2", "gpu": 3, "metric": m, "factor": 0.975} for m in DRIFT]
     fleet.write_text(yaml.safe_dump(doc))
-    r = gpucert("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    r = gpucert_here("certify", SPEC, "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr
     run = sorted((project / "reports").glob("*clean-h100-pod-a"))[-1]
     verdict = json.loads((run / "verdict.json").read_text())

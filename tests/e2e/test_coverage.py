@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import SUITES, fleet_doc, gpucert, spec_doc
+from ..in_process import gpucert_here
+from .conftest import SUITES, fleet_doc, spec_doc
 
 CLEAN_CHECKS = 742  # a clean 4 x 8 fleet under the demo spec: every check the plan requires (4 probe.preflight,
 # 32 straggler.combined)
@@ -254,16 +255,16 @@ def pytest_k(project: Path, spec: Path, keyword: str) -> subprocess.CompletedPro
 
 
 def test_the_signed_predicate_says_incomplete(project: Path) -> None:
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
     spec = project / "examples" / "clean.yaml"
-    r = gpucert("certify", str(spec), "-q", cwd=project)
+    r = gpucert_here("certify", str(spec), "-q", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     # the same cluster, evaluated with -k through plain pytest: 8 checks of all those required
     r = pytest_k(project, spec, "ecc and gpu-node-2")
     assert r.returncode == 1, r.stdout + r.stderr
     (run,) = (project / "partial").iterdir()
-    assert gpucert("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0
-    v = gpucert("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
+    assert gpucert_here("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0
+    v = gpucert_here("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
     assert v.returncode == 0, v.stdout + v.stderr
     assert "result INCOMPLETE" in v.stdout
     envelope = json.loads((run / "certificate.intoto.json").read_text())
@@ -283,7 +284,7 @@ def test_the_signed_predicate_says_incomplete(project: Path) -> None:
 def test_an_incomplete_run_cannot_give_a_handover_baseline(project: Path) -> None:
     pytest_k(project, project / "examples" / "clean.yaml", "gpu-node-2")
     (run,) = (project / "partial").iterdir()
-    r = gpucert("baseline", "record", str(run), "--allow-unsigned", cwd=project)
+    r = gpucert_here("baseline", "record", str(run), "--allow-unsigned", cwd=project)
     assert r.returncode == 1
     assert "refused gpu-node-2: the run is incomplete" in r.stdout
     assert not list((project / "baselines" / "nodes").rglob("*.yaml"))

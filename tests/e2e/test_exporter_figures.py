@@ -20,7 +20,8 @@ from gpucert.plan.layout import Mode
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.handover import Recorded, node_baseline_of
 
-from .conftest import ROOT, gpucert
+from ..in_process import gpucert_here
+from .conftest import ROOT
 
 
 @dataclass
@@ -45,7 +46,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     doc = yaml.safe_load((project / "examples" / "clean.yaml").read_text())
     doc["certify"]["samples"] = {"pcie": 72}
     (project / "examples" / "strict.yaml").write_text(yaml.safe_dump(doc))
-    r = gpucert("evaluate", "examples/strict.yaml", "--evidence", str(measured.path), "-q", cwd=project)
+    r = gpucert_here("evaluate", "examples/strict.yaml", "--evidence", str(measured.path), "-q", cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr
     strict = RunFolder(max((project / "reports").iterdir(), key=lambda p: p.name))
     assert strict.path != measured.path

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ROOT, gpucert
+from ..in_process import gpucert_here
+from .conftest import ROOT
 
 OPERATOR = ROOT / "tests" / "fixtures" / "operator"
 
@@ -37,7 +38,7 @@ def git(cwd: Path, *args: str) -> None:
 
 
 def gate(repo: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path | None]:
-    r = gpucert("configure", "specs/prod.yaml", "--static", "-q", *args, cwd=repo)
+    r = gpucert_here("configure", "specs/prod.yaml", "--static", "-q", *args, cwd=repo)
     runs = sorted((repo / "reports").glob("*")) if (repo / "reports").exists() else []
     if not runs:
         return r, {}, None
@@ -268,7 +269,7 @@ def test_bad_gate_inputs_exit_2_naming_the_file(repo: Path, args: list[str], say
 
 
 def test_gate_inputs_need_static(repo: Path) -> None:
-    r = gpucert("configure", "specs/prod.yaml", "--operator-values", "gpu-operator/values-prod.yaml", cwd=repo)
+    r = gpucert_here("configure", "specs/prod.yaml", "--operator-values", "gpu-operator/values-prod.yaml", cwd=repo)
     assert r.returncode == 2
     assert "add --static" in r.stderr
 
@@ -313,6 +314,6 @@ def test_the_ci_examples_run_the_gate(repo: Path, example: str, base: str) -> No
         assert job["artifacts"]["reports"]["junit"] == "reports/*/junit.xml"
     args = ci_command(text.replace(base, "main"))  # what the CI system substitutes before the shell runs it
     shutil.copy(repo / "gpu-operator" / "values-v25.3.2.yaml", repo / "gpu-operator" / "values.yaml")
-    r = gpucert(*args[1:], cwd=repo)
+    r = gpucert_here(*args[1:], cwd=repo)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (repo / "gpucert-summary.md").read_text().startswith("## ✅ gpucert static gate: PASS")

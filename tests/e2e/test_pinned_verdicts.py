@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import gpucert
+from ..in_process import gpucert_here
 
 PINNED = Path(__file__).parent / "pinned"
 WAIVERS = {
@@ -62,7 +62,7 @@ def _waived_spec(project: Path) -> str:
 @pytest.mark.parametrize("case", ["demo", "waived"])
 def test_the_verdict_is_the_one_pinned_before_items_per_node(project: Path, case: str) -> None:
     spec = "examples/demo.yaml" if case == "demo" else _waived_spec(project)
-    r = gpucert("certify", spec, "-q", "--reports", "out", cwd=project)
+    r = gpucert_here("certify", spec, "-q", "--reports", "out", cwd=project)
     assert r.returncode == 1, r.stdout + r.stderr  # both fleets fail certification
     (run,) = (project / "out").iterdir()
     verdict = _without_volatile(json.loads((run / "verdict.json").read_text()))

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import BASELINES, ROOT, SUITES, gpucert
+from ..in_process import gpucert_here
+from .conftest import BASELINES, ROOT, SUITES
 
 EXAMPLE = ROOT / "examples" / "pools.yaml"
 
@@ -186,7 +187,7 @@ def test_a_pool_pin_the_node_does_not_run_fails_on_that_pool_only(pytester: pyte
 def test_gpucert_certify_prints_the_pools(tmp_path: Path) -> None:
     (tmp_path / "fleet.yaml").write_text((ROOT / "examples" / "fleets" / "pools-clean.yaml").read_text())
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(pools_spec()))
-    r = gpucert("configure", "spec.yaml", cwd=tmp_path)
+    r = gpucert_here("configure", "spec.yaml", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "pools" in r.stdout
     assert "NVIDIA-H200" in r.stdout
@@ -199,15 +200,16 @@ def test_recertifying_a_node_compares_it_with_its_pool_only(project: Path) -> No
     (project / "examples" / "fleets" / "pools.yaml").write_text(
         (project / "examples" / "fleets" / "pools-clean.yaml").read_text()
     )
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    r = gpucert("certify", "examples/pools.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=project)
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
+    r = gpucert_here("certify", "examples/pools.yaml", "-q", "--sign-key", "keys/gpucert.key", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = (project / "reports").glob("*acme-mixed")
-    r = gpucert("baseline", "record", str(run), cwd=project)
+    r = gpucert_here("baseline", "record", str(run), cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     recorded = yaml.safe_load((project / "baselines" / "nodes" / "acme-mixed" / "h200-1.yaml").read_text())
     assert recorded["sku"] == "H200-SXM-141GB"
-    r = gpucert("recertify", "h200-1", "--spec", "examples/pools.yaml", "-q", "--key", "keys/gpucert.pub", cwd=project)
+    args = ("recertify", "h200-1", "--spec", "examples/pools.yaml", "-q", "--key", "keys/gpucert.pub")
+    r = gpucert_here(*args, cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (recert,) = (project / "reports").glob("*recertify-h200-1")
     record = json.loads((recert / "recertify.json").read_text())
@@ -219,7 +221,7 @@ def test_recertifying_a_node_compares_it_with_its_pool_only(project: Path) -> No
 
 
 def test_init_from_the_simulated_fleet_drafts_a_spec_that_passes_configure(project: Path) -> None:
-    r = gpucert("init", "--simulated", "examples/fleets/pools-clean.yaml", "--out", "mine.yaml", cwd=project)
+    r = gpucert_here("init", "--simulated", "examples/fleets/pools-clean.yaml", "--out", "mine.yaml", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     spec = yaml.safe_load((project / "mine.yaml").read_text())
     assert spec["target"] == {"kind": "simulated", "fleet": "examples/fleets/pools-clean.yaml"}
@@ -228,6 +230,6 @@ def test_init_from_the_simulated_fleet_drafts_a_spec_that_passes_configure(proje
         "baselines/gpus/H200-SXM-141GB.yaml",
     ]
     assert spec["pools"][1]["stack"] == {"components": [{"name": "driver", "version": "550.127.05"}]}
-    r = gpucert("configure", "mine.yaml", "-q", cwd=project)
+    r = gpucert_here("configure", "mine.yaml", "-q", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS" in r.stdout

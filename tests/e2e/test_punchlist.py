@@ -10,7 +10,8 @@ import re
 
 from gpucert.acceptance.punchlist import figure
 
-from .conftest import fleet_doc, gpucert, spec_doc
+from ..in_process import gpucert_here
+from .conftest import fleet_doc, spec_doc
 
 FAULTS = [
     {"kind": "ecc", "node": "gpu-node-10", "gpu": 1, "uncorrected": 1},
@@ -33,9 +34,9 @@ def test_punch_list_rows_figures_and_exit_status(certify) -> None:  # type: igno
     spec["expect"]["nodes"] = 11
     run = certify(fleet_doc(FAULTS, nodes=11), spec=spec)
     assert run.result.ret == 1
-    r = gpucert("punchlist", str(run.run_dir), "--format", "csv", cwd=run.run_dir.parent)
+    r = gpucert_here("punchlist", str(run.run_dir), "--format", "csv", cwd=run.run_dir.parent)
     assert r.returncode == 1, r.stderr  # rows on it: 1, as `gpucert punchlist --help` says
-    assert "0 when the list is empty" in gpucert("punchlist", "--help", cwd=run.run_dir.parent).stdout
+    assert "0 when the list is empty" in gpucert_here("punchlist", "--help", cwd=run.run_dir.parent).stdout
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     assert [(x["severity"], x["node"], x["gpu"], x["checks"]) for x in rows] == [
         ("hardware", "gpu-node-2", "3", "health.ecc"),
@@ -49,7 +50,7 @@ def test_punch_list_rows_figures_and_exit_status(certify) -> None:  # type: igno
     assert rows[0]["message"].startswith("gpu-node-2/gpu3: 2 uncorrected ECC errors since the driver loaded")
     assert "none is allowed" in rows[0]["message"]
     # figures to 3 significant digits in the table, as measured in the JSON
-    js = json.loads(gpucert("punchlist", str(run.run_dir), "--format", "json", cwd=run.run_dir.parent).stdout)
+    js = json.loads(gpucert_here("punchlist", str(run.run_dir), "--format", "json", cwd=run.run_dir.parent).stdout)
     for row, full in zip(rows[2:], js["rows"][2:], strict=True):
         (f,) = full["findings"]
         for key in ("observed", "expected", "limit"):

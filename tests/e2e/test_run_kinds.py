@@ -10,11 +10,12 @@ import pytest
 
 from gpucert.report.verdict import headline, verdict_problems
 
-from .conftest import SUITES, gpucert
+from ..in_process import gpucert_here
+from .conftest import SUITES
 
 
 def test_a_configure_run_says_it_measured_nothing(project: Path) -> None:
-    r = gpucert("configure", "examples/clean.yaml", "--reports", "cfg", cwd=project)
+    r = gpucert_here("configure", "examples/clean.yaml", "--reports", "cfg", cwd=project)
     assert r.returncode == 0, r.stdout + r.stderr
     (run,) = (project / "cfg").iterdir()
     v = json.loads((run / "verdict.json").read_text())
@@ -45,9 +46,9 @@ def test_a_configure_run_says_it_measured_nothing(project: Path) -> None:
     assert '<testcase classname="gpucert" name="configuration"' in junit
     assert "certification" not in junit
     # it is signed and verified as what it is
-    assert gpucert("keygen", "keys", cwd=project).returncode == 0
-    assert gpucert("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0
-    verified = gpucert("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
+    assert gpucert_here("keygen", "keys", cwd=project).returncode == 0
+    assert gpucert_here("sign", str(run), "--key", "keys/gpucert.key", cwd=project).returncode == 0
+    verified = gpucert_here("verify", str(run), "--key", "keys/gpucert.pub", cwd=project)
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 

@@ -13,7 +13,7 @@ from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.verdict_model import read_verdict
 
-from .conftest import gpucert
+from ..in_process import gpucert_here, next_second
 
 
 def ok(r: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
@@ -31,15 +31,16 @@ def test_a_signed_soak_verifies_and_accept_requires_its_clean_hours(project: Pat
     doc = yaml.safe_load(spec.read_text(encoding="utf-8"))
     doc["acceptance"] = {"soakHours": 24}
     spec.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    ok(gpucert("keygen", "keys", cwd=project))
+    ok(gpucert_here("keygen", "keys", cwd=project))
     key, pub = project / "keys" / "gpucert.key", project / "keys" / "gpucert.pub"
-    ok(gpucert("certify", str(spec), "--sign-key", str(key), "--reports", "certified", "-n", "0", cwd=project))
-    ok(gpucert("soak", str(spec), "--sign-key", str(key), "--reports", "soaked", "-q", cwd=project), 1)
+    ok(gpucert_here("certify", str(spec), "--sign-key", str(key), "--reports", "certified", "-n", "0", cwd=project))
+    next_second()  # the soak after the certification, as in the field
+    ok(gpucert_here("soak", str(spec), "--sign-key", str(key), "--reports", "soaked", "-q", cwd=project), 1)
     certified, soaked = _only(project / "certified"), _only(project / "soaked")
 
     v = attest.verify(soaked, [pub])
     assert v.ok, v.problems()
-    said = ok(gpucert("verify", str(soaked), "--key", str(pub), cwd=project)).stdout
+    said = ok(gpucert_here("verify", str(soaked), "--key", str(pub), cwd=project)).stdout
     assert "soak of spec soak-h100-pod-a (simulated)" in said
     assert "24h in 1h rounds, result FAIL" in said
     verdict = read_verdict(RunFolder(soaked))
@@ -56,7 +57,7 @@ def test_a_signed_soak_verifies_and_accept_requires_its_clean_hours(project: Pat
         ("soak.xid", "gpu-node-4", 6),
     }
 
-    ok(gpucert("accept", str(certified), str(soaked), "--sign-key", str(key), "--out", "acc", cwd=project), 1)
+    ok(gpucert_here("accept", str(certified), str(soaked), "--sign-key", str(key), "--out", "acc", cwd=project), 1)
     record = json.loads((_only(project / "acc") / "acceptance.json").read_text(encoding="utf-8"))
     assert record["result"] == "fail"
     assert {n: v["status"] for n, v in record["nodes"].items()} == {
@@ -69,12 +70,12 @@ def test_a_signed_soak_verifies_and_accept_requires_its_clean_hours(project: Pat
     assert any("gpu-node-4: its soak" in p and "20 clean hours" in p for p in record["problems"])
 
     # the certification alone: no node has the burn-in the spec requires
-    ok(gpucert("accept", str(certified), "--sign-key", str(key), "--out", "acc2", cwd=project), 1)
+    ok(gpucert_here("accept", str(certified), "--sign-key", str(key), "--out", "acc2", cwd=project), 1)
     record = json.loads((_only(project / "acc2") / "acceptance.json").read_text(encoding="utf-8"))
     assert {v["status"] for v in record["nodes"].values()} == {"failed"}
     assert all("no soak of it was given" in p for p in record["problems"])
 
     # a soak edited after it was signed is refused
     (soaked / "soak" / "result.json").write_text("{}", encoding="utf-8")
-    r = ok(gpucert("accept", str(certified), str(soaked), "--sign-key", str(key), "--out", "acc3", cwd=project), 2)
+    r = ok(gpucert_here("accept", str(certified), str(soaked), "--sign-key", str(key), "--out", "acc3", cwd=project), 2)
     assert "changed: soak/result.json" in r.stderr

@@ -13,7 +13,8 @@ import yaml
 
 from gpucert.cli.main import main
 
-from .conftest import BASELINES, fleet_doc, gpucert
+from ..in_process import gpucert_here
+from .conftest import BASELINES, fleet_doc
 
 
 def _spec(fleet: str, **soak: Any) -> dict[str, Any]:
@@ -51,7 +52,7 @@ def test_accept_needs_the_soak_of_its_spec_and_its_boards(
     _run(capsys, "keygen", "keys", code=0)
     key = str(tmp_path / "keys" / "gpucert.key")
     # the certification sees another board in gpu-node-1's slot 1 than the soak burns in
-    r = gpucert("certify", "swapped.yaml", "--sign-key", key, "--reports", "cs", "-n", "0", cwd=tmp_path)
+    r = gpucert_here("certify", "swapped.yaml", "--sign-key", key, "--reports", "cs", "-n", "0", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     for spec, out in (("clean", "s"), ("lax", "sl")):
         soak = ["soak", str(tmp_path / f"{spec}.yaml"), "--sign-key", key, "--reports", str(tmp_path / out), "-q"]
