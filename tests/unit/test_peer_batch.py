@@ -45,18 +45,18 @@ def _hostile_rows() -> list[list[float]]:
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_figures_of_rows_say_what_believable_and_slow_samples_say(expected: float | None, sign: float) -> None:
     rows = _hostile_rows()
-    told = figures_of_rows([np.array(r, dtype=np.float64) for r in rows], expected, 5, (sign, 0.05))
-    for row, found in zip(rows, told, strict=True):
-        ev = _node("n", {0: row})
-        one = believable(ev, "m", 0, expected, 5)
-        if found is None:  # left to believable: it may refuse or believe (never believed here when it refuses)
+    medians, slows = figures_of_rows([np.array(r, dtype=np.float64) for r in rows], expected, 5, (sign, 0.05))
+    for row, median, slow in zip(rows, medians, slows, strict=True):
+        one = believable(_node("n", {0: row}), "m", 0, expected, 5)
+        if median is None:  # left to believable, which refuses it or believes it
+            assert slow is None
             continue
-        assert isinstance(one, Sampled), (row, one)
-        assert repr(found[0]) == repr(one.value)
-        assert found[1] == slow_samples(row, sign, 0.05)
-    # every clean row is told here, none that believable refuses
-    refused = [r for r in rows if not isinstance(believable(_node("n", {0: r}), "m", 0, expected, 5), Sampled)]
-    assert all(t is None for r, t in zip(rows, told, strict=True) if r in refused)
+        assert isinstance(one, Sampled), (row, one)  # never believed here where believable refuses it
+        assert repr(median) == repr(one.value)
+        assert slow == slow_samples(row, sign, 0.05)
+    clean = [r for r in rows if len(r) >= 5 and all(math.isfinite(x) and x > 0 for x in r)]
+    clean = [r for r in clean if expected is None or max(r) <= 10 * expected]
+    assert sum(m is not None for m in medians) == len(clean) > 1  # every measurement believable alike is told here
 
 
 def _node(name: str, rows: dict[int, list[float]], metric: str = "m", unit: str = "GB/s") -> NodeEvidence:

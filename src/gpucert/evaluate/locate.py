@@ -22,6 +22,7 @@ __all__ = [
     "node_evidence",
     "outside_pools",
     "skip",
+    "told_figure",
     "unmeasured",
     "unmeasured_skip",
 ]
@@ -114,7 +115,7 @@ def gpu_evidence(view: RunView, check: str, gpu: GpuSlot) -> GpuEvidence | Findi
 
 def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | Finding:
     """The GPU's (or node's) figure for `metric`, or the Finding that says why there is none to judge."""
-    told = _told(view, metric, node, gpu)
+    told = told_figure(view, metric, node, gpu)
     if told is not None:
         return told
     ev = node_evidence(view, metric, node) if gpu is None else gpu_evidence(view, metric, GpuSlot(node, gpu))
@@ -137,24 +138,22 @@ def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | 
     return found
 
 
-def _told(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | None:
+def told_figure(view: RunView, metric: str, node: str, gpu: int | None, unit: str | None = None) -> Sampled | None:
     """`figure`'s answer where nothing can stand in its way, without asking each question: the GPU's measurement was
     believed (most of a fleet's, by its peers' index), on a node whose probes recorded no error at all, measured by a
-    probe the spec asks for, in the baseline's unit. Else None (ask `figure`'s questions one by one). The P2P and
-    all-reduce figures are no one measurement's (their matrix and ranks are judged): never told here."""
+    probe the spec asks for, in the baseline's unit (`unit`, where the caller has it). Else None (ask `figure`'s
+    questions one by one). The P2P and all-reduce figures are no one measurement's (their matrix and ranks are
+    judged): never told here."""
     if gpu is None or metric in OWN_FIGURES:
         return None
     ev = view.usable(node)
-    if ev is None or not ev.collected or ev.errors or _probe_of(metric) not in _asked(view):
+    if ev is None or not ev.collected or ev.errors or _probe_of(metric) not in view.asked_probes:
         return None
     if view.gpu_of(node, gpu) is None:
         return None
     found = view.believed(metric, node, gpu)
-    if isinstance(found, Sampled) and found.unit == view.baseline_of(node).metrics[metric].unit:
-        return found  # its measurement's unit: evidence_problem has nothing to say
-    return None
-
-
-def _asked(view: RunView) -> frozenset[Probe]:
-    """The probes the spec asks for (certify.probes), as a set: every check asks."""
-    return view.once("locate.probes", lambda: frozenset(view.spec.certify.probes))
+    if not isinstance(found, Sampled):
+        return None
+    if found.unit != (unit if unit is not None else view.baseline_of(node).metrics[metric].unit):
+        return None
+    return found  # its measurement's unit: evidence_problem has nothing to say

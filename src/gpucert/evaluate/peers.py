@@ -10,7 +10,7 @@ would move the median the others are held to).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpucert.evaluate.rules.combined import Combined, told
@@ -27,7 +27,7 @@ __all__ = ["Believe", "PeerComparisons", "probe_of_metric", "unstable_is_judged"
 
 # (the evidence of a pool's nodes, metric, the SKU figure, the samples needed, the sign and maxDeviation where
 # stability is judged) -> each GPU's (or node's) figure or why it cannot be believed, with its slow samples
-Believe = Callable[[Sequence[NodeEvidence], str, float | None, int, tuple[float, float] | None], Iterable[Believed]]
+Believe = Callable[[Sequence[NodeEvidence], str, float | None, int, tuple[float, float] | None], Believed]
 
 
 def probe_of_metric(metric: str) -> str:
@@ -84,9 +84,10 @@ class PeerComparisons:
             evidence = [ev for ev in self._evidence(pool) if ev.collected]
             for ev, idx, found, mine in self._believe(evidence, metric, expected, least, how):
                 if isinstance(found, Sampled):
-                    values[(ev.node, idx)] = found
+                    key = (ev.node, idx)
+                    values[key] = found
                     if mine is not None:  # the slow samples only where stability is judged
-                        slow[(ev.node, idx)] = mine
+                        slow[key] = mine
             label = self.label(pool)
             self._index[(metric, pool)] = PeerIndex(
                 metric,
@@ -115,8 +116,7 @@ class PeerComparisons:
         if pool not in self._combined:
             zs: dict[str, dict[tuple[str, int | None], float]] = {}
             for metric in (m for m in self.metrics(pool) if m not in NODE_METRICS):
-                idx = self.index(metric, pool)
-                zs[metric] = {k: idx.sign * z for k in idx.values if (z := idx.node_z(k)) is not None}
+                zs[metric] = self.index(metric, pool).node_zs()
             bar = self.index(next(iter(zs)), pool).bar(told(zs)) if zs else math.inf
             self._combined[pool] = (Combined.of(zs, bar), bar)  # a metric counts up to the bar: "several metrics"
         return self._combined[pool]

@@ -36,7 +36,7 @@ from gpucert.plan.required import Plan, dcgm_tests, plan_checks
 from gpucert.plan.rings import read_domain_rings, read_rings
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec.baseline import GpuBaseline
-from gpucert.spec.cluster import ClusterSpec, Pool
+from gpucert.spec.cluster import ClusterSpec, Pool, Probe
 from gpucert.spec.handover import NodeBaseline, load_node_baseline, sha256_of
 from gpucert.spec.pools import PoolMap
 from gpucert.spec.waivers import Waivers, load_waivers, waiver_id
@@ -287,6 +287,11 @@ class RunView(ViewFigures):
         if pool is None:
             raise ValueError(f"a pooled rule was asked of {node}, which is not in exactly one pool")
         return pool
+
+    @cached_property
+    def asked_probes(self) -> frozenset[Probe]:
+        """The probes the spec asks for (certify.probes), as a set: every check asks."""
+        return frozenset(self.spec.certify.probes)
 
     def pool_name_of(self, node: str) -> str | None:
         """`pools.name_of(node)`, once per node: every check of the node asks."""

@@ -70,18 +70,19 @@ class ViewFigures:
         expected: float | None,
         least: int,
         slow: tuple[float, float] | None,
-    ) -> list[Believed]:
+    ) -> Believed:
         """`believe_all` as the peer index asks it (every GPU of a pool at once), keeping the figures it believed of
         the view's own nodes' evidence: their checks ask the same question (`believed`) after. A fleet peer's
         evidence, or a figure against another SKU figure than the node's own, is not the view's to keep."""
         found = believe_all(evidence, metric, expected, least, slow)
-        for ev, gpu, figure, _slow in found:
-            if (
-                isinstance(figure, Sampled)
-                and self._usable.get(ev.node) is ev
-                and expected == self.expected(ev.node, metric)
-            ):
-                figures = self._figures.setdefault(ev.node, {})
+        last: NodeEvidence | None = None
+        figures: dict[tuple[str, int | None], Sampled | str | None] | None = None
+        for ev, gpu, figure in zip(found.evidence, found.gpus, found.figures, strict=True):
+            if ev is not last:  # the node's GPUs follow each other: is it the view's, judged by this SKU figure?
+                last, node = ev, ev.node
+                mine = self._usable.get(node) is ev and expected == self.expected(node, metric)
+                figures = self._figures.setdefault(node, {}) if mine else None
+            if figures is not None and isinstance(figure, Sampled):
                 key = (metric, gpu)
                 if key not in figures:
                     figures[self._figure_keys.setdefault(key, key)] = figure

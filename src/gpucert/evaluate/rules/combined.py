@@ -22,7 +22,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from gpucert.evaluate.stats import MAD_TO_SIGMA, mad, median
+import numpy as np
+import numpy.typing as npt
+
+from gpucert.evaluate.stats import MAD_TO_SIGMA, mad, median, median_of_sorted
 from gpucert.plan.checks import CheckStatus, Finding
 
 __all__ = [
@@ -68,11 +71,29 @@ def robust_correlation(
     mv, sv = v_at if v_at is not None else _located(v)
     if su <= 0 or sv <= 0:
         return 1.0
-    a = [(x - mu) / su for x in u]
-    b = [(y - mv) / sv for y in v]
-    plus = _scale([x + y for x, y in zip(a, b, strict=True)]) ** 2
-    minus = _scale([x - y for x, y in zip(a, b, strict=True)]) ** 2
+    uu, vv = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
+    if np.isfinite(uu).all() and np.isfinite(vv).all() and math.isfinite(mu + su + mv + sv):
+        with np.errstate(all="ignore"):  # the same IEEE operations as the lists', element by element
+            a, b = (uu - mu) / su, (vv - mv) / sv
+            plus, minus = _array_scale(a + b) ** 2, _array_scale(a - b) ** 2
+    else:  # a NaN has no place in a sort: the lists as Python orders them
+        la = [(x - mu) / su for x in u]
+        lb = [(y - mv) / sv for y in v]
+        plus = _scale([x + y for x, y in zip(la, lb, strict=True)]) ** 2
+        minus = _scale([x - y for x, y in zip(la, lb, strict=True)]) ** 2
     return (plus - minus) / (plus + minus) if plus + minus > 0 else 1.0
+
+
+def _array_median(values: npt.NDArray[np.float64]) -> float:
+    """`median` of finite values: the same middle of the same sorted values (median_of_sorted), as a Python float."""
+    s = np.sort(values).tolist()
+    return median_of_sorted(s)
+
+
+def _array_scale(values: npt.NDArray[np.float64]) -> float:
+    """`_scale` of finite values."""
+    centre = _array_median(values)
+    return MAD_TO_SIGMA * _array_median(np.abs(values - centre))
 
 
 def correlations(zs: Mapping[str, Mapping[Key, float]]) -> dict[tuple[str, str], float]:

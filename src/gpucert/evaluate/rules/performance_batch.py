@@ -12,7 +12,8 @@ which says why, in its words (fail closed: a figure is never believed here that 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -31,53 +32,57 @@ from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.measure.evidence_base import SampleArray
 from gpucert.plan.checks import NODE_METRICS
 
-__all__ = ["Believed", "Figure", "believe_all", "figures_of_rows"]
+__all__ = ["Believed", "believe_all", "figures_of_rows"]
 
-# a measurement's median and, where its stability is judged, its slow samples (None without a sign to judge by)
-Figure = tuple[float, SlowSamples | None]
 Rows = Sequence[npt.NDArray[np.float64]]
 
 
 def figures_of_rows(
     rows: Rows, expected: float | None, least: int, slow: tuple[float, float] | None = None
-) -> list[Figure | None]:
-    """Per row (one measurement's samples), its median and (`slow`: the sign, +1 where higher is better, and
-    maxDeviation) `slow_samples` of it, where `believable` would believe it; None where it would not, or might not
-    (the caller asks it). `least`: the samples the spec asks of the probe; `expected`: the SKU figure."""
-    out: list[Figure | None] = [None] * len(rows)
+) -> tuple[list[float | None], list[SlowSamples | None]]:
+    """Per row (one measurement's samples), its median where `believable` would believe it (None where it would
+    not, or might not: the caller asks it), and (`slow`: the sign, +1 where higher is better, and maxDeviation)
+    `slow_samples` of it. `least`: the samples the spec asks of the probe; `expected`: the SKU figure. Two lists,
+    not a pair a row: what a pool's index keeps is most of what it allocates (the collector walks every survivor)."""
+    medians: list[float | None] = [None] * len(rows)
+    slows: list[SlowSamples | None] = [None] * len(rows)
     need = max(least, MIN_SAMPLES)
     by_count: dict[int, list[int]] = {}
     for i, row in enumerate(rows):
         if row.size >= need:
             by_count.setdefault(row.size, []).append(i)
     top = ABSURD_FACTOR * expected if expected is not None else None
-    for n, which in by_count.items():
+    for which in by_count.values():
         with np.errstate(all="ignore"):  # Python's float arithmetic overflows to inf silently too
-            _fill(out, which, np.sort(np.stack([rows[i] for i in which]), axis=1), n, top, slow)
-    return out
+            ordered = np.sort(np.stack([rows[i] for i in which]), axis=1)
+            _fill(medians, slows, which, ordered, top, slow)
+    return medians, slows
 
 
 def _fill(
-    out: list[Figure | None],
+    medians: list[float | None],
+    slows: list[SlowSamples | None],
     which: list[int],
     ordered: npt.NDArray[np.float64],
-    n: int,
     top: float | None,
     slow: tuple[float, float] | None,
 ) -> None:
-    """`figures_of_rows` of rows of `n` samples each, sorted (`ordered`: one row a measurement)."""
+    """`figures_of_rows` of rows of as many samples each, sorted (`ordered`: one row a measurement)."""
+    n = ordered.shape[1]
     good = np.isfinite(ordered).all(axis=1) & (ordered[:, 0] > 0)
     if top is not None:
         good &= ~(ordered[:, -1] > top)  # absurd_problem: a sample beyond ABSURD_FACTOR x the SKU figure
     mid = n // 2
-    medians = ordered[:, mid] if n % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2  # median_of_sorted
+    told = ordered[:, mid] if n % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2  # median_of_sorted
     rows = np.flatnonzero(good)
+    places = [which[r] for r in rows.tolist()]
+    centre = told[rows]
+    for i, m in zip(places, centre.tolist(), strict=True):
+        medians[i] = m
     if slow is None:
-        for r, m in zip(rows.tolist(), medians[rows].tolist(), strict=True):
-            out[which[r]] = (m, None)
         return
     sign, max_deviation = slow
-    kept, centre = ordered[rows], medians[rows]
+    kept = ordered[rows]
     ratios = kept / centre[:, None] - 1  # each sample against its own median: slow_samples' r
     is_slow = sign * ratios < -max_deviation
     # the 10th percentile where higher is better (the 90th where lower is): quantile_of_sorted's interpolation
@@ -87,21 +92,50 @@ def _fill(
     lows = (kept[:, lo] + (kept[:, hi] - kept[:, lo]) * (pos - lo)).tolist()
     worsts = (kept[:, 0] if sign > 0 else kept[:, -1]).tolist()
     counts = is_slow.sum(axis=1).tolist()
-    for j, (r, m) in enumerate(zip(rows.tolist(), centre.tolist(), strict=True)):
+    for j, (i, m) in enumerate(zip(places, centre.tolist(), strict=True)):
         depths: tuple[float, ...] = ()
         if counts[j]:  # each slow sample's shortfall, deepest first
             depths = tuple(sorted((-sign * ratios[j][is_slow[j]]).tolist(), reverse=True))
-        found = SlowSamples(len(depths), n, m, lows[j], worsts[j], depths) if m > 0 else None
-        out[which[r]] = (m, found)
+        slows[i] = SlowSamples(len(depths), n, m, lows[j], worsts[j], depths) if m > 0 else None
 
 
-# one GPU's (or node's) figure in a pool: its node's evidence, the GPU (None: the node's), its figure or why it cannot
-# be believed, and its slow samples (where asked)
-Believed = tuple[NodeEvidence, int | None, Sampled | str, SlowSamples | None]
+@dataclass(slots=True)
+class Believed:
+    """`believe_all`'s answer, one entry a GPU (or node) in each list: its node's evidence, the GPU (None: the
+    node's), its figure or why it cannot be believed, and its slow samples (where asked). Iterates as those
+    four-tuples."""
+
+    evidence: list[NodeEvidence] = field(default_factory=list)
+    gpus: list[int | None] = field(default_factory=list)
+    figures: list[Sampled | str] = field(default_factory=list)
+    slow: list[SlowSamples | None] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[tuple[NodeEvidence, int | None, Sampled | str, SlowSamples | None]]:
+        return zip(self.evidence, self.gpus, self.figures, self.slow, strict=True)
 
 
 def _row(samples: Sequence[float]) -> npt.NDArray[np.float64]:
     return samples.array if isinstance(samples, SampleArray) else np.asarray(samples, dtype=np.float64)
+
+
+def _slots(evidence: Sequence[NodeEvidence], metric: str) -> tuple[Believed, list[GpuEvidence | None]]:
+    """Every GPU (or, for a node-level metric, node) of the nodes' evidence, in order, a GPU index listed twice
+    once (its first, as `NodeEvidence.gpu` answers), with its evidence; figures and slow samples not yet told."""
+    out, found = Believed(), list[GpuEvidence | None]()
+    for ev in evidence:
+        if metric in NODE_METRICS:
+            out.evidence.append(ev)
+            out.gpus.append(None)
+            found.append(None)
+            continue
+        seen: set[int] = set()
+        for gpu in ev.gpus:
+            if gpu.index not in seen:
+                seen.add(gpu.index)
+                out.evidence.append(ev)
+                out.gpus.append(gpu.index)
+                found.append(gpu)
+    return out, found
 
 
 def believe_all(
@@ -110,42 +144,37 @@ def believe_all(
     expected: float | None,
     least: int,
     slow: tuple[float, float] | None = None,
-) -> list[Believed]:
+) -> Believed:
     """`believable` of every GPU (or, for a node-level metric, node) of the nodes' evidence on `metric`, in the order
     the nodes and their GPUs are listed (a GPU index listed twice: its first, as `NodeEvidence.gpu` answers), and
     `slow_samples` of each figure believed (`slow`: the sign and maxDeviation, where stability is judged). The
     measurements of one GPU each are told by `figures_of_rows`; the rest, and every figure it leaves, by
     `believable` itself."""
-    slots: list[tuple[NodeEvidence, int | None, GpuEvidence | None]] = []
-    for ev in evidence:
-        if metric in NODE_METRICS:
-            slots.append((ev, None, None))
-            continue
-        seen: set[int] = set()
-        for gpu in ev.gpus:
-            if gpu.index not in seen:
-                seen.add(gpu.index)
-                slots.append((ev, gpu.index, gpu))
+    out, found = _slots(evidence, metric)
     if metric == "p2p.bandwidth":
-        return _believe_p2p(slots, expected, least)
+        out.figures = _believe_p2p(out, found, expected, least)
+        out.slow = [None] * len(out.figures)
+        return out
     empty = np.empty(0)
     units: list[str | None] = []
     rows: list[npt.NDArray[np.float64]] = []
-    for _ev, _idx, g in slots:
+    for g in found:
         m = g.measurements.get(metric) if g is not None and metric not in OWN_FIGURES else None
         units.append(m.unit if m is not None else None)
         rows.append(_row(m.samples) if m is not None else empty)
-    told = figures_of_rows(rows, expected, least, slow)
-    out: list[Believed] = []
-    for (ev, idx, g), unit, row, fig in zip(slots, units, rows, told, strict=True):
-        if fig is not None and unit is not None:
-            out.append((ev, idx, Sampled(fig[0], row.size, unit), fig[1]))
+    medians, slows = figures_of_rows(rows, expected, least, slow)
+    for i, (ev, idx, g) in enumerate(zip(out.evidence, out.gpus, found, strict=True)):
+        median, unit = medians[i], units[i]
+        if median is not None and unit is not None:
+            out.figures.append(Sampled(median, rows[i].size, unit))
+            out.slow.append(slows[i])
             continue
-        found = believable(ev, metric, idx, expected, least, g)
+        figure = believable(ev, metric, idx, expected, least, g)
         mine = None
-        if slow is not None and isinstance(found, Sampled):
+        if slow is not None and isinstance(figure, Sampled):
             mine = slow_samples(samples_of(ev, metric, idx, g), *slow)
-        out.append((ev, idx, found, mine))
+        out.figures.append(figure)
+        out.slow.append(mine)
     return out
 
 
@@ -168,39 +197,45 @@ def _row_stats(rows: Rows) -> tuple[list[float], list[bool], list[float]]:
 
 
 def _believe_p2p(
-    slots: list[tuple[NodeEvidence, int | None, GpuEvidence | None]], expected: float | None, least: int
-) -> list[Believed]:
+    out: Believed, found: list[GpuEvidence | None], expected: float | None, least: int
+) -> list[Sampled | str]:
     """`believable` of each GPU's P2P figure (the median of its pairs' medians, on every sample of its pairs): each
     pair's samples told once for both its GPUs; a GPU whose samples all are numbers above zero, enough and none
     absurd, from them; any other by `believable`."""
     need = max(least, MIN_SAMPLES)
     top_allowed = ABSURD_FACTOR * expected if expected is not None else None
     rows: list[npt.NDArray[np.float64]] = []
-    of_gpu: dict[tuple[int, int], list[int]] = {}  # (the node's place in `slots` order, GPU) -> its pairs' rows
-    nodes: dict[int, int] = {}
-    for ev, _idx, _g in slots:
-        if id(ev) in nodes or ev.p2p is None:
+    ends: list[tuple[int, int, int]] = []  # each row's node (its place among the nodes) and GPUs
+    place_of: dict[int, int] = {}
+    for ev in out.evidence:
+        if id(ev) in place_of or ev.p2p is None:
             continue
-        place = nodes[id(ev)] = len(nodes)
+        place = place_of[id(ev)] = len(place_of)
         for p in ev.p2p.pairs:
             if len(p.samples):
-                for end in {p.src, p.dst}:
-                    of_gpu.setdefault((place, end), []).append(len(rows))
                 rows.append(_row(p.samples))
+                ends.append((place, p.src, p.dst))
     medians, clean, tops = _row_stats(rows)
-    out: list[Believed] = []
-    for ev, idx, g in slots:
-        which = of_gpu.get((nodes[id(ev)], idx), []) if id(ev) in nodes and idx is not None else []
-        n = sum(rows[j].size for j in which)
+    # per (node, GPU): its pairs' medians, how many samples, whether all are numbers above zero, the largest
+    told: dict[tuple[int, int], tuple[list[float], list[int], list[bool], list[float]]] = {}
+    for j, (place, a, b) in enumerate(ends):
+        for end in (a,) if a == b else (a, b):
+            pairs = told.setdefault((place, end), ([], [], [], []))
+            pairs[0].append(medians[j])
+            pairs[1].append(rows[j].size)
+            pairs[2].append(clean[j])
+            pairs[3].append(tops[j])
+    figures: list[Sampled | str] = []
+    for ev, idx, g in zip(out.evidence, out.gpus, found, strict=True):
+        got = told.get((place_of[id(ev)], idx)) if id(ev) in place_of and idx is not None else None
         if (
-            which
+            got is not None
             and ev.p2p is not None
-            and n >= need
-            and all(clean[j] for j in which)
-            and not (top_allowed is not None and max(tops[j] for j in which) > top_allowed)
+            and sum(got[1]) >= need
+            and all(got[2])
+            and not (top_allowed is not None and max(got[3]) > top_allowed)
         ):
-            figure: Sampled | str = Sampled(median([medians[j] for j in which]), n, ev.p2p.unit)
+            figures.append(Sampled(median(got[0]), sum(got[1]), ev.p2p.unit))
         else:
-            figure = believable(ev, "p2p.bandwidth", idx, expected, least, g)
-        out.append((ev, idx, figure, None))
-    return out
+            figures.append(believable(ev, "p2p.bandwidth", idx, expected, least, g))
+    return figures

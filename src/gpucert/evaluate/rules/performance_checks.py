@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpucert.evaluate.locate import figure, node_evidence
+from gpucert.evaluate.locate import figure, node_evidence, told_figure
 from gpucert.evaluate.peers import unstable_is_judged
 from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.combined import COMBINED
@@ -37,10 +37,11 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
     baseline = view.baseline_of(node)
     if metric not in baseline.metrics:
         return Finding(metric, ERROR, node, gpu, f"the baseline {baseline.sku} has no figure for {metric}")
-    sampled = figure(view, metric, node, gpu)
+    bar = baseline.metrics[metric]
+    sampled = told_figure(view, metric, node, gpu, bar.unit) or figure(view, metric, node, gpu)
     if isinstance(sampled, Finding):
         return sampled
-    base = against_baseline(metric, (node, gpu), sampled, baseline.metrics[metric])
+    base = against_baseline(metric, (node, gpu), sampled, bar)
     index = view.peers.index(metric, view.pool_name(node))
     if base.status is not PASS:  # outside the baseline: its peers are not asked
         return base

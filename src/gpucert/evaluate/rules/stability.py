@@ -32,6 +32,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from gpucert.evaluate.stats import hypergeometric_tail, median_of_sorted, quantile_of_sorted, tail_z
 from gpucert.plan.checks import CheckStatus, Finding
@@ -66,9 +67,9 @@ SHALLOWEST_FROM = 5  # with this many slow samples or more, all of them are test
 DEPTHS_TESTED = 3  # the 3rd and 4th deepest, and all of them from SHALLOWEST_FROM: the Bonferroni factor
 
 
-@dataclass(frozen=True, slots=True)
-class SlowSamples:
-    """A measurement's slow samples: those more than maxDeviation below (worse than) its own median."""
+class SlowSamples(NamedTuple):
+    """A measurement's slow samples: those more than maxDeviation below (worse than) its own median. A named tuple
+    of numbers, which the garbage collector stops tracking (one per GPU and metric whose stability is judged)."""
 
     k: int
     n: int

@@ -43,7 +43,7 @@ from gpucert.evaluate.rules.stability import (
     slow_samples,
     unstable,
 )
-from gpucert.evaluate.rules.stragglers_told import MIN_PEERS, quiet_keys
+from gpucert.evaluate.rules.stragglers_told import MIN_PEERS, node_residuals, quiet_keys
 from gpucert.evaluate.rules.stragglers_undecided import COMPARISONS, Undecided, undecided_of
 from gpucert.evaluate.stats import (
     MAD_TO_SIGMA,
@@ -90,6 +90,7 @@ class PeerIndex:
         self._pool_of = pool_of
         self._pool_by_node: dict[str, str] = {}  # pool_of's answers: asked several times by every check
         self._bars: dict[int, float] = {}
+        self._node_bars: dict[tuple[int, int], float] = {}
         self._others = others  # a pool -> the other metrics' `relative_spread`s of its nodes, to pool with
         self.pools: dict[str, list[Key]] = defaultdict(list)
         self.by_node: dict[str, list[Key]] = defaultdict(list)
@@ -98,7 +99,7 @@ class PeerIndex:
             self.by_node[key[0]].append(key)
         self.per_gpu = any(k[1] is not None for k in values)
         self.fleet: dict[str, Summary] = {p: summarize([values[k].value for k in ks]) for p, ks in self.pools.items()}
-        self._residuals = {k: r for k in values if (r := self._node_residual(k)) is not None}
+        self._residuals = node_residuals(values, self.by_node)
         self._node_level: dict[str, Finding | None] = {}
         self._pool_summaries: dict[str, tuple[list[float], Summary]] = {}
         self._spreads: dict[str, tuple[float, int]] = {}
@@ -143,6 +144,16 @@ class PeerIndex:
         if len(peers) < MIN_PEERS:
             return None
         return self.values[key].value / median([self.values[k].value for k in peers]) - 1
+
+    def node_zs(self) -> dict[Key, float]:
+        """`node_z` of every GPU that has one, worse negative (times `sign`): what `straggler.combined` combines."""
+        out: dict[Key, float] = {}
+        for k in self.values:
+            r = self._residuals.get(k)
+            within = self._within.get(self.pool_of(k[0])) if r is not None else None
+            if r is not None and within is not None:
+                out[k] = self.sign * within.z(r)
+        return out
 
     def _within_node_spread(self) -> dict[str, Summary]:
         """Per pool, every GPU's residual against its own node's others: their median and MAD."""
@@ -328,8 +339,11 @@ class PeerIndex:
     def node_bar(self, compared: int, df: int) -> float:
         """`bar(compared)` for a spread estimated from df + 1 nodes: the same tail of Student's t (a few dozen
         nodes' spread is itself uncertain: the normal bar would flag clean fleets)."""
-        tail = NormalDist().cdf(-self.rules.min_z) / max(compared, 1)  # df capped: t is the normal by then
-        return max(self.bar(compared), t_quantile(tail, min(df, 1000)))
+        bar = self._node_bars.get((compared, df))
+        if bar is None:  # every node of a pool asks with the same counts
+            tail = NormalDist().cdf(-self.rules.min_z) / max(compared, 1)  # df capped: t is the normal by then
+            bar = self._node_bars[(compared, df)] = max(self.bar(compared), t_quantile(tail, min(df, 1000)))
+        return bar
 
     def _judge_node(self, node: str) -> Finding | None:
         check = f"straggler.{self.metric}"

@@ -12,6 +12,7 @@ else (a pool too small, no spread within nodes, a median of zero) is left to tho
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -20,9 +21,9 @@ import numpy.typing as npt
 
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.rules.stability import MIN_SLOW_SAMPLES, Rules, SlowSamples, TailPool, unstable
-from gpucert.evaluate.stats import MAD_TO_SIGMA, Summary
+from gpucert.evaluate.stats import MAD_TO_SIGMA, Summary, median, median_of_sorted
 
-__all__ = ["MIN_PEERS", "quiet_keys"]
+__all__ = ["MIN_PEERS", "node_residuals", "quiet_keys"]
 
 Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
 
@@ -44,7 +45,6 @@ class _Index(Protocol):
     def bar(self, compared: int) -> float: ...
     def within(self, pool: str) -> Summary | None: ...
     def residual(self, key: Key) -> float | None: ...
-    def stability_told(self, key: Key) -> bool: ...
     def slow(self, key: Key) -> SlowSamples | None: ...
     def tails(self, pool: str) -> TailPool: ...
 
@@ -83,18 +83,38 @@ def quiet_keys(index: _Index, *, stability: bool) -> set[Key]:
             if within is not None:
                 r = np.array([math.nan if x is None else x for x in residuals], dtype=np.float64)
                 behind |= _behind(index, r - within.median, _z(within, r), within.n)  # NaN: no residual, False
+        tails = index.tails(pool)
+        told = tails.members - 1 >= MIN_PEERS  # stability_told's peers, for every key of the pool
         for k, late, mine in zip(keys, behind.tolist(), residuals, strict=True):
             if late or (k[1] is not None and (mine is None or within is None)):
                 continue
-            if stability and not _stable(index, k, pool):
-                continue
+            if stability:  # judged (stability_told) and passed (not `unstable`, which needs MIN_SLOW_SAMPLES)
+                slow = index.slow(k)
+                if slow is None or not told:
+                    continue
+                if slow.k >= MIN_SLOW_SAMPLES and unstable(slow, tails, index.rules):
+                    continue
             out.add(k)
     return out
 
 
-def _stable(index: _Index, key: Key, pool: str) -> bool:
-    """Whether stability is judged for the key and passes it (`stability_told` and not `unstable`)."""
-    if not index.stability_told(key):
-        return False
-    mine = index.slow(key)
-    return mine is None or mine.k < MIN_SLOW_SAMPLES or not unstable(mine, index.tails(pool), index.rules)
+def node_residuals(values: Mapping[Key, Sampled], by_node: Mapping[str, Sequence[Key]]) -> dict[Key, float]:
+    """Each GPU's figure against the median of its node's other GPUs (relative: figure / median - 1), where the node
+    has MIN_PEERS others, in `values`' order; `by_node`: each node's keys. Node by node: the node's figures sorted
+    once, the median of a GPU's others that of the sorted figures less one of its own value (the list `median`
+    sorts). A node's own figure (GPU None) has no node peers."""
+    found: dict[Key, float] = {}
+    for keys in by_node.values():
+        if len(keys) - 1 < MIN_PEERS:
+            continue
+        figures = [values[k].value for k in keys]
+        if any(k[1] is None for k in keys):  # not a node of GPUs alone: each GPU against the others as listed
+            for i, k in enumerate(keys):
+                if k[1] is not None:
+                    found[k] = figures[i] / median(figures[:i] + figures[i + 1 :]) - 1
+            continue
+        ordered = sorted(figures)
+        for k, v in zip(keys, figures, strict=True):
+            j = bisect_left(ordered, v)
+            found[k] = v / median_of_sorted(ordered[:j] + ordered[j + 1 :]) - 1
+    return {k: found[k] for k in values if k in found}
