@@ -138,3 +138,31 @@ def test_quiet_keys_are_exactly_those_the_index_passes_without_a_word(sign: floa
 
 def test_min_peers_is_one_figure() -> None:
     assert stragglers_told.MIN_PEERS is MIN_PEERS
+
+
+def _correlation_as_written(u: list[float], v: list[float]) -> float:
+    """combined.robust_correlation over Python lists (rules/combined.py before its numpy path)."""
+    from gpucert.evaluate.rules.combined import MIN_FOR_CORRELATION, _located, _scale
+
+    if len(u) < MIN_FOR_CORRELATION:
+        return 1.0
+    (mu, su), (mv, sv) = _located(u), _located(v)
+    if su <= 0 or sv <= 0:
+        return 1.0
+    a = [(x - mu) / su for x in u]
+    b = [(y - mv) / sv for y in v]
+    plus = _scale([x + y for x, y in zip(a, b, strict=True)]) ** 2
+    minus = _scale([x - y for x, y in zip(a, b, strict=True)]) ** 2
+    return (plus - minus) / (plus + minus) if plus + minus > 0 else 1.0
+
+
+@pytest.mark.parametrize("odd", [None, math.inf, -math.inf, 1e308, math.nan])
+def test_robust_correlation_by_arrays_is_the_lists_one(odd: float | None) -> None:
+    from gpucert.evaluate.rules.combined import robust_correlation
+
+    for n in (8, 9, 64, 501):
+        u = [rng.gauss(0, 1) for _ in range(n)]
+        v = [x * 0.6 + rng.gauss(0, 1) for x in u]
+        if odd is not None:
+            u[3] = odd
+        assert repr(robust_correlation(u, v)) == repr(_correlation_as_written(u, v))

@@ -71,12 +71,13 @@ def robust_correlation(
     mv, sv = v_at if v_at is not None else _located(v)
     if su <= 0 or sv <= 0:
         return 1.0
-    uu, vv = np.asarray(u, dtype=np.float64), np.asarray(v, dtype=np.float64)
-    if np.isfinite(uu).all() and np.isfinite(vv).all() and math.isfinite(mu + su + mv + sv):
-        with np.errstate(all="ignore"):  # the same IEEE operations as the lists', element by element
-            a, b = (uu - mu) / su, (vv - mv) / sv
-            plus, minus = _array_scale(a + b) ** 2, _array_scale(a - b) ** 2
-    else:  # a NaN has no place in a sort: the lists as Python orders them
+    with np.errstate(all="ignore"):  # the same IEEE operations as the lists', element by element
+        a = (np.asarray(u, dtype=np.float64) - mu) / su
+        b = (np.asarray(v, dtype=np.float64) - mv) / sv
+        both, apart = a + b, a - b
+    if np.isfinite(both).all() and np.isfinite(apart).all():
+        plus, minus = _array_scale(both) ** 2, _array_scale(apart) ** 2
+    else:  # a NaN has no place in a sort (nor an infinity, which makes one): the lists as Python orders them
         la = [(x - mu) / su for x in u]
         lb = [(y - mv) / sv for y in v]
         plus = _scale([x + y for x, y in zip(la, lb, strict=True)]) ** 2
