@@ -8,6 +8,7 @@ waived fault. The re-test's verdict must be the one `gpucert evaluate` gives ove
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -165,6 +166,13 @@ def junit_said(run: Path) -> dict[str, Any]:
 def items(run: Path, node: str) -> int:
     """How many test items the run's session collects whose parameters name `node` (`[gpu-node-5]`,
     `[gpu-node-5-bf16]`, `[gpu-node-5/driver]`)."""
+    return sum(bool(re.search(rf"\[{re.escape(node)}[]/-]", line)) for line in collected(run))
+
+
+@functools.cache
+def collected(run: Path) -> tuple[str, ...]:
+    """The lines `pytest --co -q` prints for the certify suite over the run folder: collected once for a run, and
+    counted for each node asked about."""
     suites = str(ROOT / "suites" / "certify")
     listed = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--co", "-q", suites, "--run-dir", str(run)],
@@ -174,4 +182,4 @@ def items(run: Path, node: str) -> int:
         timeout=300,
         check=True,
     )
-    return sum(bool(re.search(rf"\[{re.escape(node)}[]/-]", line)) for line in listed.stdout.splitlines())
+    return tuple(listed.stdout.splitlines())
