@@ -17,6 +17,7 @@ from gpucert.evaluate.rules.performance import Sampled, believable
 from gpucert.evaluate.rules.performance_batch import believe_all, figures_of_rows
 from gpucert.evaluate.rules.stability import slow_samples
 from gpucert.evaluate.rules.stragglers import MIN_PEERS, PeerIndex, Rules
+from gpucert.evaluate.stats import median as median_of
 from gpucert.measure.evidence import GpuEvidence, Measurement, NodeEvidence, P2pEvidence, P2pPair
 
 rng = random.Random(28)
@@ -166,3 +167,44 @@ def test_robust_correlation_by_arrays_is_the_lists_one(odd: float | None) -> Non
         if odd is not None:
             u[3] = odd
         assert repr(robust_correlation(u, v)) == repr(_correlation_as_written(u, v))
+
+
+def _residual_by_definition(values: dict[tuple[str, int | None], Sampled], key: tuple[str, int | None]) -> float | None:
+    """A GPU's figure against the median of its node's other keys (relative), None with fewer than MIN_PEERS of
+    them or for a node's own figure: what PeerIndex asked one key at a time before `node_residuals`."""
+    if key[1] is None:
+        return None
+    others = [v.value for k, v in values.items() if k[0] == key[0] and k != key]
+    if len(others) < MIN_PEERS:
+        return None
+    return values[key].value / median_of(others) - 1
+
+
+def test_node_residuals_are_each_gpus_against_the_median_of_its_nodes_others() -> None:
+    """`node_residuals` sorts a node's figures once and takes one value out (bisect) instead of asking each GPU's
+    median of the others: the same numbers, to the bit, with ties, a duplicate of the GPU's own figure, even and odd
+    counts, a node with a figure of its own (GPU None) among its GPUs, and nodes too small to be compared."""
+    values: dict[tuple[str, int | None], Sampled] = {}
+    rows = {
+        "ties": [100.0, 100.0, 100.0, 100.0, 90.0, 100.0, 100.0, 100.0],
+        "odd": [rng.uniform(90, 110) for _ in range(7)],
+        "even": [rng.uniform(90, 110) for _ in range(8)],
+        "dupes": [95.0, 101.0, 95.0, 103.0, 101.0],
+        "small": [100.0, 80.0, 120.0],
+        "four": [100.0, 80.0, 120.0, 80.0],
+    }
+    for node, figures in rows.items():
+        for i, v in enumerate(figures):
+            values[(node, i)] = Sampled(v, 60, "GB/s")
+    values[("mixed", None)] = Sampled(50.0, 60, "GB/s")
+    for i, v in enumerate([100.0, 104.0, 96.0, 101.0]):
+        values[("mixed", i)] = Sampled(v, 60, "GB/s")
+    by_node: dict[str, list[tuple[str, int | None]]] = {}
+    for k in values:
+        by_node.setdefault(k[0], []).append(k)
+    found = stragglers_told.node_residuals(values, by_node)
+    wanted = {k: r for k in values if (r := _residual_by_definition(values, k)) is not None}
+    assert found == wanted
+    assert list(found) == list(wanted)  # in `values`' order
+    assert not any(k[0] == "small" for k in found)
+    assert ("mixed", None) not in found

@@ -97,3 +97,27 @@ def test_a_carried_nodes_digest_is_the_one_its_source_signed_not_a_second_read(
     assert record.carried["n2"].sha256 == digest(src.folder.evidence_path("n2"))
     assert [p.name for p in hashed] == ["n2.json"]  # not n1's: its signed digest was taken
     assert folder.evidence_path("n1").read_bytes() == src.folder.evidence_path("n1").read_bytes()
+
+
+def test_the_one_sync_comes_before_the_record_that_names_the_carried_copies(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copies, identities and the source's records are written without an fsync each: what makes them durable is
+    that the sync runs before the re-test record is written (a crash then leaves either no record, or a record whose
+    files are on the disk). A sync moved after the record, or dropped, would pass a count of syncs; not this."""
+    seen: list[tuple[bool, list[str]]] = []
+    names = ["n1", "n2"]
+    src = source(tmp_path, dict.fromkeys(names, "pass"))
+    folder = RunFolder(src.folder.path.parent / "run2")
+
+    def sync() -> None:  # what is on the folder when the sync runs
+        written = sorted(p.relative_to(folder.path).as_posix() for p in folder.path.rglob("*.json"))
+        seen.append((folder.retest_record_path.exists(), written))
+
+    monkeypatch.setattr(os, "sync", sync)
+    assert _prepare(tmp_path, src, names).path == folder.path
+    assert folder.retest_record_path.exists()
+    ((record_then, written),) = seen  # one sync
+    assert not record_then  # the record is written after it
+    for node in names:  # its carried copy and its identity, each already whole in the folder
+        assert {f"evidence/{node}.json", f"retest/identity/{node}.json"} <= set(written)

@@ -138,13 +138,6 @@ class PeerIndex:
 
     # ---- summaries, once per metric ---------------------------------------------------------------------------
 
-    def _node_residual(self, key: Key) -> float | None:
-        """How far the GPU is from the median of its node's other GPUs (relative), or None with too few."""
-        peers = self.node_peers_of(key)
-        if len(peers) < MIN_PEERS:
-            return None
-        return self.values[key].value / median([self.values[k].value for k in peers]) - 1
-
     def node_zs(self) -> dict[Key, float]:
         """`node_z` of every GPU that has one, worse negative (times `sign`): what `straggler.combined` combines."""
         out: dict[Key, float] = {}
