@@ -14,6 +14,7 @@ from gpucert.errors import EvidenceError
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.records import RetestRecord, RunInfo, parse_record
 from gpucert.plan.required import Plan
+from gpucert.report import summary
 from gpucert.report.summary import summary_lines, summary_tables
 from gpucert.report.verdict import Outcome, build_verdict, headline
 from gpucert.report.verdict_model import Verdict, parse_verdict
@@ -177,3 +178,27 @@ def test_a_soaks_verdict_is_headed_as_a_soak() -> None:
     soak = _built().model_copy(update={"kind": "soak"})
     assert headline(soak) == "Soak FAIL"
     assert summary_lines(soak, shout=True)[0].text.startswith("SOAK FAIL: ")
+
+
+def test_past_nodes_listed_the_table_lists_who_did_not_pass_and_sums_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = [f"n{i}" for i in range(1, 6)]
+    findings = {CheckKey("node.reachable", n): Finding("node.reachable", CheckStatus.PASS, n) for n in names}
+    findings |= {CheckKey("health.ecc", n, 0): Finding("health.ecc", CheckStatus.PASS, n, 0) for n in names}
+    findings[CheckKey("health.ecc", "n4", 0)] = Finding("health.ecc", CheckStatus.FAIL, "n4", 0, "2 uncorrected")
+    v = build_verdict(
+        run="r",
+        spec="s",
+        target="simulated",
+        nodes=names,
+        gpus=5,
+        plan=Plan(("certify",), frozenset(findings)),
+        outcomes={k: Outcome(f) for k, f in findings.items()},
+        selected=set(findings),
+    )
+    assert [row[0][0] for row in summary_tables(v)[0].rows] == names  # a small fleet: a row per node
+    monkeypatch.setattr(summary, "NODES_LISTED", 3)
+    rows = summary_tables(v)[0].rows
+    assert [row[0][0] for row in rows] == ["n4", "4 nodes passed"]
+    assert [cell[0] for cell in rows[1]] == ["4 nodes passed", "PASS", "8", "0", "0", "0", "0", ""]

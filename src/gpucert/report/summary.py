@@ -6,17 +6,19 @@ A line's `style` names what it says (`pass`, `fail`, `incomplete`, `waived`, `no
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpucert.report.html import natural_key
 from gpucert.report.verdict import headline_parts, incomplete_parts, side_notes
-from gpucert.report.verdict_model import Group, Verdict
+from gpucert.report.verdict_model import Group, NodeSummary, Verdict
 
 __all__ = ["LISTED", "Line", "Table", "summary_lines", "summary_tables"]
 
 LISTED = 20  # failed (and waived) checks named one per line; the counts and verdict.json cover the rest
 MISSING_SHOWN = 10  # required checks named as not run
+NODES_LISTED = 64  # past this many nodes, the terminal's table lists those that did not pass and sums the others
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +117,38 @@ def _group_row(name: str, g: Group, pool: list[str]) -> Row:
     )
 
 
+def _passed_row(passed: Sequence[tuple[str, NodeSummary]], several: bool) -> Row:
+    """One row for the nodes that passed: how many, and their checks' counts summed."""
+    counts = (sum(getattr(s, k) for _, s in passed) for k in ("passed", "failed", "errors", "skipped", "waived"))
+    pools = sorted({s.pool or "(none)" for _, s in passed})
+    return (
+        (f"{len(passed)} nodes passed", None),
+        *(((", ".join(pools), None),) if several else ()),
+        ("PASS", "pass"),
+        *((str(n), None) for n in counts),
+        ("", None),
+    )
+
+
 def _nodes_table(verdict: Verdict) -> Table | None:
     """A row per node (by pool where there are several), and the fleet's own checks where they did not pass (as
-    report.html: a green "(fleet) PASS" over failing nodes reads as the fleet passing). None without a row (a
-    static gate reads no node)."""
+    report.html: a green "(fleet) PASS" over failing nodes reads as the fleet passing); past NODES_LISTED nodes,
+    a row per node that did not pass and one row for those that did. None without a row (a static gate reads no
+    node)."""
     several = len(verdict.pools) > 1
     order = {p: i for i, p in enumerate(verdict.pools)}
     nodes = sorted(verdict.nodes.items(), key=lambda kv: (order.get(kv[1].pool or "", len(order)), natural_key(kv[0])))
     rows = []
     if verdict.fleet is not None and verdict.fleet.result != "pass":
         rows.append(_group_row("(fleet)", verdict.fleet, ["-"] if several else []))
+    if len(nodes) > NODES_LISTED:  # a fleet's thousand rows of PASS bury the few that matter: report.html has all
+        passed = [(n, s) for n, s in nodes if s.result == "pass"]
+        nodes = [(n, s) for n, s in nodes if s.result != "pass"]
+    else:
+        passed = []
     rows += [_group_row(n, s, [s.pool or "(none)"] if several else []) for n, s in nodes]
+    if passed:
+        rows.append(_passed_row(passed, several))
     if not rows:
         return None
     columns = ("node", *(("pool",) if several else ()), "result", "passed", "failed", "errors", "skipped", "waived")
