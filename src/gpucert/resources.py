@@ -8,7 +8,7 @@ from pathlib import Path
 
 from gpucert.errors import ConfigError
 
-__all__ = ["code_digest", "made_by", "project_root", "source_commit"]
+__all__ = ["DECIDING", "code_digest", "made_by", "project_root", "source_commit", "tree_digest"]
 
 
 def project_root() -> Path:
@@ -37,25 +37,50 @@ def source_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+# what decides a run's outcomes beside the package, in the checkout it runs from (cli/certify.py runs pytest over
+# suites/ with its rootdir and `-c pyproject.toml`: the suites turn each decision into the test's outcome, the
+# repository's conftest.py loads fixtures/, and pyproject.toml's [tool.pytest.ini_options] sets xfail_strict, the
+# warnings filter and the plugins)
+DECIDING = ("suites", "fixtures", "conftest.py", "pyproject.toml")
+
+
 @functools.cache  # once a process: the code a process runs does not change under it (an edit is a new process's)
 def code_digest() -> str:
-    """`sha256:<hex>` over gpucert's own package: every file under src/gpucert but the interpreter's caches, in the
-    order of their paths, each as its path, its length and its bytes (a file renamed, moved or cut at another place
-    is another digest). What run.json records beside gpucert_version: two runs with the same digest were decided by
-    the same rules, byte for byte, which a version string cannot say of a checkout (pytest/carried.py keeps a
-    carried node's decision only then). About 8 ms of CPU for its ~240 files, once a run."""
+    """`sha256:<hex>` over the code that decides a run: every file under src/gpucert but the interpreter's caches,
+    and, in the checkout it runs from, suites/, fixtures/, conftest.py and pyproject.toml (`DECIDING`), in the order
+    of their paths, each as its path, its length and its bytes (a file renamed, moved or cut at another place is
+    another digest). What run.json records beside gpucert_version: two runs with the same digest were decided by the
+    same rules and the same suites, byte for byte, which a version string cannot say of a checkout
+    (pytest/carried.py keeps a carried node's decision only then; a suite edited in a checkout, src/ untouched, is
+    other code). About 8 ms of CPU for its ~260 files, once a run."""
     package = Path(__file__).resolve().parent
-    files = sorted(
-        (p.relative_to(package).as_posix(), p)
-        for p in package.rglob("*")
-        if "__pycache__" not in p.relative_to(package).parts and p.suffix not in (".pyc", ".pyo") and p.is_file()
-    )
+    return tree_digest(package, package.parents[1])
+
+
+def tree_digest(package: Path, root: Path) -> str:
+    """`code_digest` of the package at `package` run from the checkout at `root` (a part of `DECIDING` that is not
+    there, as beside an installed wheel, adds nothing: such an installation runs no suites)."""
+    files = [(f"gpucert/{name}", path) for name, path in _files(package)]
+    for part in DECIDING:
+        path = root / part
+        if path.is_file():
+            files.append((part, path))
+        elif path.is_dir():
+            files += [(f"{part}/{name}", p) for name, p in _files(path)]
     h = hashlib.sha256()
-    for name, path in files:
+    for name, path in sorted(files):
         data = path.read_bytes()
         h.update(f"{name}\0{len(data)}\0".encode())
         h.update(data)
     return "sha256:" + h.hexdigest()
+
+
+def _files(folder: Path) -> list[tuple[str, Path]]:
+    return [
+        (p.relative_to(folder).as_posix(), p)
+        for p in folder.rglob("*")
+        if "__pycache__" not in p.relative_to(folder).parts and p.suffix not in (".pyc", ".pyo") and p.is_file()
+    ]
 
 
 def made_by() -> dict[str, str | None]:

@@ -232,3 +232,17 @@ def test_a_node_the_source_passed_by_a_waiver_or_with_fewer_checks_is_decided_by
         "gpu-node-4": "the source's verdict says it did not pass every check",
         "gpu-node-5": "the source's verdict does not say it passed every check it must pass now",
     }
+
+
+def test_a_source_whose_signature_no_key_verified_keeps_nothing(made: Runs) -> None:
+    """A re-test without --sign-key checks the source's digests but not who signed them (record.json: no signer): an
+    envelope anyone wrote, over a verdict.json saying the failed nodes passed, had them carried and their health
+    checks kept as passes, where `gpucert evaluate` of the same evidence fails them. Nothing is kept then."""
+    run = copy_of(made, "unverified")
+    said = json.loads((run / "retest" / "record.json").read_text())
+    assert said["source"]["signer"]
+    said["source"]["signer"] = None
+    (run / "retest" / "record.json").write_text(json.dumps(said))
+    kept = kept_of(run)
+    assert (kept.nodes, kept.refused) == (frozenset(), retest_kept.UNVERIFIED)
+    assert all("kept" not in message for *_, message in carried_outcomes(run))

@@ -16,9 +16,11 @@ carried) when, and only when, deciding it again provably cannot decide otherwise
 
 The source's records are copied into retest/source/ when the re-test is prepared (`keep_source_records`); each is
 held to the digest the source's certificate (retest/source.intoto.json, the one the re-test record names) signed
-for it before anything is kept, and the re-test's own certificate covers the copies. Anything that cannot be read
-or does not match keeps nothing: those checks are decided by the rules (fail closed to the slow path, never to a
-pass the rules would not give).
+for it before anything is kept, and that certificate's signature must have been verified by the key signing the
+re-test (the record's `signer`: without --sign-key nothing checks who signed the source, and an envelope anyone
+wrote would decide the carried nodes' checks), and the re-test's own certificate covers the copies. Anything that
+cannot be read or does not match keeps nothing: those checks are decided by the rules (fail closed to the slow
+path, never to a pass the rules would not give).
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ __all__ = ["KEPT_RECORDS", "Kept", "keep_source_records", "kept_decisions"]
 KEPT_RECORDS = (layout.RUN_INFO, layout.VERDICT, layout.STACK, layout.INVENTORY)
 HISTORY = f"{layout.INPUTS}/{layout.HISTORY}"  # the GPUs' history: read by the drift checks only, none of them local
 WAIVERS = f"{layout.INPUTS}/{layout.WAIVERS}"
+UNVERIFIED = (
+    "the source's signature was not verified (the re-test is not signed: no --sign-key): a verdict no key is known "
+    "to have made decides nothing"
+)
 
 
 def keep_source_records(source: RunFolder, folder: RunFolder) -> None:
@@ -174,6 +180,8 @@ def kept_decisions(view: RunView, record: RetestRecord) -> Kept:
     run = record.source.run
     if not record.carried:
         return Kept(run, refused="no node was carried")
+    if record.source.signer is None:
+        return Kept(run, refused=UNVERIFIED)
     folder = view.folder
     try:
         signed, kept = _records(folder, record)
