@@ -26,6 +26,7 @@ from gpucert.acceptance.retest import verify_carried
 from gpucert.acceptance.retest_kept import Kept, kept_decisions
 from gpucert.evaluate.catalog import REGISTRY
 from gpucert.evaluate.evaluation import Evaluation, counted
+from gpucert.plan.checks import CheckKey
 from gpucert.plan.records import read_retest_record
 from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest.carried import decide_carried
@@ -117,6 +118,17 @@ def test_carried_nodes_keep_their_local_decisions_and_the_verdict_is_a_full_re_e
     full = verdict(new_run(made.work / "reports", before))
     assert "retest" not in full
     assert judged(retest) == judged(full)
+
+
+def test_carried_checks_are_decided_node_by_node_in_one_order_whatever_the_hashes(made: Runs) -> None:
+    """The plan's required checks are a set, in the order its keys hash to (strings' hashes change per process): the
+    session decides the carried ones in CheckKey.sort_key's order, so every later pass over the outcomes (the rules',
+    the verdict's ties, the reports') meets them node by node, the same in every run."""
+    ctx = RunContext(Evaluation.from_run(made.retest))
+    assert decide_carried(ctx) > 0
+    keys = list(ctx.outcomes)
+    assert {k.node for k in keys} == CARRIED
+    assert keys == sorted(keys, key=CheckKey.sort_key)
 
 
 def test_the_retest_folder_keeps_the_sources_records_as_signed_and_its_verdict_is_re_derived(made: Runs) -> None:

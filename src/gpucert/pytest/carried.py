@@ -28,10 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["decide_carried"]
 
 
-def _order(key: CheckKey) -> tuple[str, str, int, str]:
-    return (key.node or "", key.check, -1 if key.gpu is None else key.gpu, key.detail or "")
-
-
 def decide_carried(ctx: RunContext) -> int:
     """Decide every required check of the carried nodes into the controller's outcomes, and count them as selected
     (they were not left out by -k or --deselect: they have no item). Returns how many were decided."""
@@ -40,7 +36,7 @@ def decide_carried(ctx: RunContext) -> int:
         return 0
     # node by node, in a fixed order: the plan's set has none, and a node's outcomes scattered over the run's
     # ~10^5 made the rules' and the reports' later passes over them slower (write_allure ~30%)
-    keys = sorted((k for k in ctx.evaluation.plan.required if k.node in carried), key=_order)
+    keys = sorted((k for k in ctx.evaluation.plan.required if k.node in carried), key=CheckKey.sort_key)
     kept = kept_decisions(ctx.evaluation, ctx.retest) if ctx.retest is not None else Kept(refused="no re-test record")
     ctx.kept = kept
     for key in keys:
