@@ -305,9 +305,10 @@ class FabricEvidence(_Model):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-def write_document(path: Path, document: BaseModel) -> Path:
-    """Write an evidence document (node, fabric or pairs) atomically, so a reader never sees half of it."""
-    return write_atomic(path, document.model_dump_json(by_alias=True))
+def write_document(path: Path, document: BaseModel, *, durable: bool = True) -> Path:
+    """Write an evidence document (node, fabric or pairs) atomically, so a reader never sees half of it; `durable`
+    as files.write_atomic's (False: one of a batch a later files.sync makes durable)."""
+    return write_atomic(path, document.model_dump_json(by_alias=True), durable=durable)
 
 
 class FabricPairs(_Model):

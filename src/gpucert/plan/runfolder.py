@@ -321,7 +321,7 @@ class RunFolder:
     def write_identity(self, ev: NodeEvidence) -> Path:
         """A carried node's identity as the re-test read it, as it answers; durable with the carried copies at the
         re-test's one sync before its record (files.write_atomic's durable=False)."""
-        return write_atomic(self.identity_path(ev.node), ev.model_dump_json(by_alias=True), durable=False)
+        return write_document(self.identity_path(ev.node), ev, durable=False)
 
     def read_identity(self, node: str) -> NodeEvidence | None:
         path = self.identity_path(node)
