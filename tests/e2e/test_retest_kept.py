@@ -48,6 +48,7 @@ class Runs:
     work: Path
     source: Path
     retest: Path
+    said: str  # the re-test command's output
 
 
 def _fleets(work: Path) -> tuple[dict[str, object], dict[str, object]]:
@@ -71,8 +72,8 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     ok(gpucert("certify", "spec.yaml", *sign, cwd=work), 1)
     (source,) = runs(work / "reports")
     (work / "fleet.yaml").write_text(yaml.safe_dump(repaired))  # the cluster changed; the spec file did not
-    ok(gpucert("certify", "spec.yaml", *sign, "--retest", str(source), cwd=work), 1)
-    return Runs(work, source, new_run(work / "reports", {source}))
+    again = ok(gpucert("certify", "spec.yaml", *sign, "--retest", str(source), cwd=work), 1)
+    return Runs(work, source, new_run(work / "reports", {source}), again.stdout)
 
 
 def kept_of(run: Path) -> Kept:
@@ -99,6 +100,8 @@ def test_carried_nodes_keep_their_local_decisions_and_the_verdict_is_a_full_re_e
     assert failing(retest) == {("stack.skew", "gpu-node-4"), ("stack.skew", "gpu-node-5")} | slower
     kept = kept_of(made.retest)
     assert (kept.refused, kept.nodes, kept.why_not) == (None, CARRIED, {})
+    said = " ".join(made.said.split())  # the command says what was kept (rich may fold the line)
+    assert f"re-test: 2 carried nodes kept their local checks' signed decisions from {made.source.name}" in said
     # every check the session keeps is local and says so; every one it decides again is not; both as the rules say
     seen = {True: 0, False: 0}
     for key, status, rules, message in carried_outcomes(made.retest):
@@ -178,6 +181,7 @@ def test_a_node_whose_stack_inventory_or_evidence_changed_is_decided_by_the_rule
     kept = kept_of(run)
     assert kept.nodes == {"gpu-node-5"}
     assert kept.why_not == {"gpu-node-4": "its stack.json entry differs from the source's"}
+    assert kept.said().endswith("; 1 decided again (gpu-node-4: its stack.json entry differs from the source's)")
     inventory = json.loads((run / "inventory.json").read_text())
     inventory["nodes"][-1]["allocatable_gpus"] = 1
     (run / "inventory.json").write_text(json.dumps(inventory))
@@ -257,4 +261,5 @@ def test_a_source_whose_signature_no_key_verified_keeps_nothing(made: Runs) -> N
     (run / "retest" / "record.json").write_text(json.dumps(said))
     kept = kept_of(run)
     assert (kept.nodes, kept.refused) == (frozenset(), retest_kept.UNVERIFIED)
+    assert kept.said() == f"re-test: every carried check decided again by the rules: {retest_kept.UNVERIFIED}"
     assert all("kept" not in message for *_, message in carried_outcomes(run))

@@ -76,6 +76,18 @@ class Kept:
     refused: str | None = None
     why_not: dict[str, str] = field(default_factory=dict)
 
+    def said(self) -> str:
+        """One line for the command's output: how many carried nodes kept their local checks' signed decisions, or
+        why every carried check was decided again (a re-test slower than expected says why)."""
+        if self.refused is not None:
+            return f"re-test: every carried check decided again by the rules: {self.refused}"
+        line = f"re-test: {len(self.nodes)} carried nodes kept their local checks' signed decisions from {self.run}"
+        if self.why_not:
+            node, why = next(iter(self.why_not.items()))
+            more = f" and {len(self.why_not) - 1} more" if len(self.why_not) > 1 else ""
+            line += f"; {len(self.why_not)} decided again ({node}: {why}{more})"
+        return line
+
     def keeps(self, key: CheckKey) -> bool:
         """Whether `key` keeps its signed decision: a check of a kept node whose rule is local."""
         return key.node in self.nodes and REGISTRY.rule_for(key.check).local

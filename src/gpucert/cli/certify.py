@@ -38,7 +38,7 @@ from gpucert.plan.inventory import Inventory
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.summary import summary_lines, summary_tables
-from gpucert.report.terminal import WRITTEN
+from gpucert.report.terminal import KEPT, WRITTEN
 from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
 from gpucert.spec.baseline import GpuBaseline
@@ -174,9 +174,11 @@ class _KeepVerdict:
     """Takes the verdict the session wrote, as the session built it: what the command prints, never re-read."""
 
     verdict: Verdict | None = None
+    kept: str | None = None  # a re-test's line on what its carried nodes kept
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.verdict = config.stash.get(WRITTEN, None)
+        self.kept = config.stash.get(KEPT, None)
 
     config: pytest.Config | None = None
 
@@ -211,7 +213,7 @@ def _styled(text: str, style: str | None) -> str:
     return f"[{STYLES.get(style, 'red')}]{escape(text)}[/]" if style else escape(text)
 
 
-def _print_verdict(verdict: Verdict | None, folder: RunFolder) -> int:
+def _print_verdict(verdict: Verdict | None, folder: RunFolder, kept: str | None = None) -> int:
     """The verdict's tables and summary (report/summary.py, as pytest's terminal says it) and where the reports are;
     0 for a pass, 1 otherwise."""
     if verdict is None:
@@ -228,6 +230,8 @@ def _print_verdict(verdict: Verdict | None, folder: RunFolder) -> int:
     for line in summary_lines(verdict, shout=False, listed=False):
         said = _styled(line.text, line.style)
         console.print("  " * line.indent + (said if line.indent else f"[bold]{said}[/]"))
+    if kept is not None:
+        console.print(f"  {escape(kept)}")
     for path in (folder.report_path, folder.allure_dir, folder.junit_path, folder.verdict_path):
         console.print(f"  {path.name:<15} {path}")
     return EXIT_PASS if verdict.passed else EXIT_FAIL
@@ -238,7 +242,7 @@ def evaluate_run(folder: RunFolder, *, workers: int | None, quiet: bool, signer:
     kept = _KeepVerdict()
     code = _pytest(folder, workers, quiet, signer, kept)
     if code == pytest.ExitCode.INTERRUPTED and kept.verdict is not None:
-        _print_verdict(kept.verdict, folder)
+        _print_verdict(kept.verdict, folder, kept.kept)
         raise IncompleteRunError(f"interrupted during evaluation: the verdict in {folder.path} says INCOMPLETE")
     if code == pytest.ExitCode.INTERRUPTED:  # before the session had a verdict (pytest still starting): no word
         raise RunInterrupted(folder.path)  # of its exit code 2, the folder with the evidence instead
@@ -246,7 +250,7 @@ def evaluate_run(folder: RunFolder, *, workers: int | None, quiet: bool, signer:
         raise IncompleteRunError(
             f"pytest stopped with exit code {code}; the run folder {folder.path} keeps the evidence measured so far"
         )
-    return _print_verdict(kept.verdict, folder)
+    return _print_verdict(kept.verdict, folder, kept.kept)
 
 
 def _run(

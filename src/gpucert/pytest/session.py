@@ -34,7 +34,7 @@ from gpucert.report.allure import write_allure
 from gpucert.report.allure_history import carry_in, kept_history
 from gpucert.report.allure_notrun import not_run
 from gpucert.report.markdown import summary_markdown
-from gpucert.report.terminal import WRITTEN, terminal_summary
+from gpucert.report.terminal import KEPT, WRITTEN, terminal_summary
 from gpucert.report.verdict import Outcome, build_verdict, kind_of
 from gpucert.report.verdict_model import Verdict
 
@@ -306,6 +306,8 @@ class Controller:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         ctx = self.ctx
         decide_carried(ctx)
+        if ctx.kept is not None:
+            session.config.stash[KEPT] = ctx.kept.said()
         verdict = _verdict(ctx, _stopped(session, exitstatus))
         ctx.verdict = verdict  # written last (VerdictWriter), after every report: a run cut short has no verdict
         _write_records(ctx, session.config, verdict)

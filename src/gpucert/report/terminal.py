@@ -11,10 +11,12 @@ import pytest
 from gpucert.report.summary import summary_lines
 from gpucert.report.verdict_model import Verdict
 
-__all__ = ["WRITTEN", "terminal_summary"]
+__all__ = ["KEPT", "WRITTEN", "terminal_summary"]
 
 # the verdict as the session wrote it to verdict.json (set only once it is on disk): what `gpucert certify` prints
 WRITTEN = pytest.StashKey[Verdict]()
+# a re-test's line on the signed decisions its carried nodes kept (acceptance/retest_kept.py Kept.said)
+KEPT = pytest.StashKey[str]()
 
 
 def terminal_summary(tr: Any, verdict: Verdict, left_out: int, verdict_path: Path) -> None:
