@@ -137,6 +137,12 @@ def test_node_names_and_paths_stay_inside(tmp_path: Path) -> None:
     (tmp_path / "out").symlink_to("/etc")
     with pytest.raises(NameError_):
         inside(tmp_path, "out/passwd")
+    # one plain name is taken as it stands only where it is no symlink: a node's file that is one is resolved
+    (tmp_path / "gpu-node-1.json").symlink_to("/etc/passwd")
+    with pytest.raises(NameError_, match="leads outside"):
+        inside(tmp_path, "gpu-node-1.json")
+    (tmp_path / "gpu-node-2.json").symlink_to("a.json")  # a link that stays inside is its target
+    assert inside(tmp_path, "gpu-node-2.json") == (tmp_path / "a.json").resolve()
 
 
 def test_natural_sort() -> None:

@@ -9,6 +9,7 @@ for a node), and every path built from one is resolved and refused if it leaves 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from pathlib import Path
 
 __all__ = ["NODE_NAME_MAX", "NameError_", "check_file_stem", "check_node_name", "inside"]
@@ -20,6 +21,8 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 # bytes a file name may have (real node names are far shorter; a DNS-1123 name may reach 253)
 NODE_NAME_MAX = 240
 _FILE_STEM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# one path component: no separator, no NUL (os.fspath refuses it; resolve would too)
+_PLAIN = re.compile(r"[^/\x00]+")
 
 
 class NameError_(ValueError):  # noqa: N801 - `NameError` is a builtin
@@ -52,10 +55,24 @@ def check_file_stem(name: str, what: str = "name") -> str:
     return name
 
 
+@lru_cache(maxsize=64)
+def _resolved_root(root: Path) -> Path:
+    """An absolute folder, resolved once per process: what it resolves to is never what `inside` refuses (a root
+    that is itself a symlink is followed today as before), only a part below it that leads outside."""
+    return root.resolve()
+
+
 def inside(root: Path, *parts: str) -> Path:
-    """`root / parts...`, resolved, refused (NameError_) when it would lead outside `root`."""
+    """`root / parts...`, resolved, refused (NameError_) when it would lead outside `root`.
+
+    One plain file name (no separator, not '.' or '..') that is no symlink is `root/name` as it stands: resolving it
+    could lead nowhere else (a re-test asks ~6 times a node: 1 s of 12 at 1,024 nodes resolved every time)."""
     try:
-        base = root.resolve()
+        base = _resolved_root(root) if root.is_absolute() else root.resolve()
+        if len(parts) == 1 and _PLAIN.fullmatch(parts[0]) and parts[0] not in (".", ".."):
+            path = base / parts[0]
+            if not path.is_symlink():
+                return path
         path = base.joinpath(*parts).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13, OSError since
         raise NameError_(f"{'/'.join(parts)!r} under {root} cannot be resolved: {exc}") from None
