@@ -17,7 +17,7 @@ import yaml
 from gpucert.measure.targets.simulated import SimulatedTarget
 from gpucert.spec.cluster import load_spec
 
-from ..in_process import gpucert_here
+from ..in_process import gpucert_here, next_second
 from .fakecluster import FakeCluster
 from .fakekubelet import FakeKubelet
 from .gpu_operator import gpu_pod
@@ -72,6 +72,7 @@ def gpucert(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def recertify(tmp_path: Path, node: str, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     signed = ("--sign-key", "keys/gpucert.key", "--without-handover")  # no handover was recorded on this cluster
+    next_second()  # in process, two runs can share a second: the second's id is `<id>-2`, which the glob below misses
     r = gpucert(tmp_path, "recertify", node, "--spec", "spec.yaml", "-q", *signed, *args)
     runs = sorted((tmp_path / "reports").glob(f"*recertify-{node}"))
     done = runs and (runs[-1] / "verdict.json").exists()

@@ -60,9 +60,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Evaluation, Coun
     writes: Counter[str] = Counter()
     real = evidence.write_atomic
 
-    def counted(path: Path, text: str) -> Path:
+    def counted(path: Path, text: str, *, durable: bool = True) -> Path:
         writes[path.name] += 1
-        return real(path, text)
+        return real(path, text, durable=durable)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(evidence, "write_atomic", counted)  # every evidence document
