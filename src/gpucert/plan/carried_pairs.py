@@ -96,9 +96,12 @@ def read_carried(folder: RunFolder) -> CarriedPairs | None:
 
 def measured_since(index: CarriedPairs, carried: Carried) -> bool:
     """Whether a carried node was measured after the carried pairs were, or when either was cannot be told (a run
-    id without its time): its pairs there are from before a repair, or against RETEST_PEERS peers only."""
+    id without its time, or two runs' ids of the same second): its pairs there are from before a repair, or against
+    RETEST_PEERS peers only."""
     pairs_at, at = run_id_time(index.measured_in), run_id_time(carried.measured_in)
-    return pairs_at is None or at is None or at > pairs_at
+    if pairs_at is None or at is None:
+        return True
+    return at > pairs_at or (at == pairs_at and carried.measured_in != index.measured_in)
 
 
 def trusted(index: CarriedPairs, record: RetestRecord) -> frozenset[str]:
