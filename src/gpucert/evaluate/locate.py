@@ -138,10 +138,10 @@ def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | 
     return found
 
 
-def told_figure(view: RunView, metric: str, node: str, gpu: int | None, unit: str | None = None) -> Sampled | None:
+def told_figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | None:
     """`figure`'s answer where nothing can stand in its way, without asking each question: the GPU's measurement was
     believed (most of a fleet's, by its peers' index), on a node whose probes recorded no error at all, measured by a
-    probe the spec asks for, in the baseline's unit (`unit`, where the caller has it). Else None (ask `figure`'s
+    probe the spec asks for, in the baseline's unit. Else None (ask `figure`'s
     questions one by one). The P2P and all-reduce figures are no one measurement's (their matrix and ranks are
     judged): never told here."""
     if gpu is None or metric in OWN_FIGURES:
@@ -154,6 +154,6 @@ def told_figure(view: RunView, metric: str, node: str, gpu: int | None, unit: st
     found = view.believed(metric, node, gpu)
     if not isinstance(found, Sampled):
         return None
-    if found.unit != (unit if unit is not None else view.baseline_of(node).metrics[metric].unit):
+    if found.unit != view.baseline_of(node).metrics[metric].unit:
         return None
     return found  # its measurement's unit: evidence_problem has nothing to say

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpucert.evaluate.locate import figure, node_evidence, told_figure
+from gpucert.evaluate.locate import figure, node_evidence
 from gpucert.evaluate.peers import unstable_is_judged
 from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.combined import COMBINED
@@ -38,7 +38,7 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
     if metric not in baseline.metrics:
         return Finding(metric, ERROR, node, gpu, f"the baseline {baseline.sku} has no figure for {metric}")
     bar = baseline.metrics[metric]
-    sampled = told_figure(view, metric, node, gpu, bar.unit) or figure(view, metric, node, gpu)
+    sampled = figure(view, metric, node, gpu)  # told from its pool's index where nothing stands in its way
     if isinstance(sampled, Finding):
         return sampled
     base = against_baseline(metric, (node, gpu), sampled, bar)
