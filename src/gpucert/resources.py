@@ -51,8 +51,8 @@ def code_digest() -> str:
     of their paths, each as its path, its length and its bytes (a file renamed, moved or cut at another place is
     another digest). What run.json records beside gpucert_version: two runs with the same digest were decided by the
     same rules and the same suites, byte for byte, which a version string cannot say of a checkout
-    (pytest/carried.py keeps a carried node's decision only then; a suite edited in a checkout, src/ untouched, is
-    other code). About 8 ms of CPU for its ~260 files, once a run."""
+    (acceptance/retest_kept.py keeps a carried node's decision only then; a suite edited in a checkout, src/
+    untouched, is other code). About 8 ms of CPU for its ~260 files, once a run."""
     package = Path(__file__).resolve().parent
     return tree_digest(package, package.parents[1])
 

@@ -41,6 +41,7 @@ from gpucert.plan import layout
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.records import RetestRecord, RunInfo, parse_record
 from gpucert.plan.runfolder import RunFolder
+from gpucert.report import attest
 from gpucert.report.envelope import read_envelope
 from gpucert.report.verdict_model import Group, parse_verdict
 from gpucert.resources import code_digest
@@ -113,7 +114,7 @@ def _inputs(folder: RunFolder) -> dict[str, str]:
     """The run's inputs/ files by their name in the folder (`inputs/spec.yaml`), with their sha256."""
     root = folder.inputs
     files = sorted(p for p in root.rglob("*") if p.is_file()) if root.is_dir() else []
-    return {p.relative_to(folder.path).as_posix(): _sha256(p.read_bytes()) for p in files}
+    return {p.relative_to(folder.path).as_posix(): attest.sha256_file(p) for p in files}
 
 
 def _judged_alike(folder: RunFolder, signed: dict[str, str], info: RunInfo) -> str | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from gpucert.acceptance.retest_kept import Kept, kept_decisions
+from gpucert.acceptance.retest_kept import kept_decisions
 from gpucert.errors import GpucertError
 from gpucert.plan.checks import CheckKey, CheckStatus
 from gpucert.pytest.gpus import decided
@@ -31,13 +31,13 @@ __all__ = ["decide_carried"]
 def decide_carried(ctx: RunContext) -> int:
     """Decide every required check of the carried nodes into the controller's outcomes, and count them as selected
     (they were not left out by -k or --deselect: they have no item). Returns how many were decided."""
-    carried = ctx.carried
-    if not carried:
+    carried, record = ctx.carried, ctx.retest
+    if not carried or record is None:  # carried nodes come from the re-test record (context.py)
         return 0
     # node by node, in a fixed order: the plan's set has none, and a node's outcomes scattered over the run's
     # ~10^5 made the rules' and the reports' later passes over them slower (write_allure ~30%)
     keys = sorted((k for k in ctx.evaluation.plan.required if k.node in carried), key=CheckKey.sort_key)
-    kept = kept_decisions(ctx.evaluation, ctx.retest) if ctx.retest is not None else Kept(refused="no re-test record")
+    kept = kept_decisions(ctx.evaluation, record)
     ctx.kept = kept
     for key in keys:
         start = time.time()

@@ -119,15 +119,9 @@ def _group_row(name: str, g: Group, pool: list[str]) -> Row:
 
 def _passed_row(passed: Sequence[tuple[str, NodeSummary]], several: bool) -> Row:
     """One row for the nodes that passed: how many, and their checks' counts summed."""
-    counts = (sum(getattr(s, k) for _, s in passed) for k in ("passed", "failed", "errors", "skipped", "waived"))
-    pools = sorted({s.pool or "(none)" for _, s in passed})
-    return (
-        (f"{len(passed)} nodes passed", None),
-        *(((", ".join(pools), None),) if several else ()),
-        ("PASS", "pass"),
-        *((str(n), None) for n in counts),
-        ("", None),
-    )
+    counts = {k: sum(getattr(s, k) for _, s in passed) for k in ("passed", "failed", "errors", "skipped", "waived")}
+    pools = ", ".join(sorted({s.pool or "(none)" for _, s in passed}))
+    return _group_row(f"{len(passed)} nodes passed", Group(result="pass", **counts), [pools] if several else [])
 
 
 def _nodes_table(verdict: Verdict) -> Table | None:
