@@ -332,10 +332,9 @@ def build_verdict(
     odd, cause_not_run, _ = _judged(outcomes)
     findings_odd = [f for _, f in odd]
     unsettled = cause_not_run & plan.required
-    # the required keys with no outcome: a dict's keys are taken with the hashes it keeps (set.difference_update),
-    # where `required - outcomes.keys()` hashed each of ~10^5 keys again in Python (a dataclass's __hash__)
-    missing = set(plan.required)
-    missing.difference_update(outcomes)
+    # the required keys with no outcome: a set's difference with a dict looks each key up with the hash the set
+    # keeps, where `required - outcomes.keys()` (or difference_update) hashed each of ~10^5 keys again in Python
+    missing = set(plan.required.difference(outcomes))
     coverage = _coverage(plan, findings_odd, (missing, unsettled), selected, stopped)
     counts = _counts(len(outcomes), findings_odd)
     still_open = {k.node for k in missing | unsettled}
