@@ -71,7 +71,7 @@ def parametrize(metafunc: pytest.Metafunc, ctx: RunContext) -> None:
     if fleet_detail is not None:
         marker = metafunc.definition.get_closest_marker("check")
         check = str(marker.args[0]) if marker is not None else ""
-        details = sorted(k.detail for k in ev.plan.required if k.check == check and k.detail and not k.node)
+        details = list(ev.plan.fleet_details(check))
         if details:
             metafunc.parametrize(fleet_detail, details, ids=details)
         return

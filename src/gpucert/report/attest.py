@@ -66,36 +66,44 @@ def sha256_file(path: Path) -> str:
 
 
 def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _walk(run_dir: Path) -> tuple[dict[str, Path], list[str], list[str]]:
     """The run folder's files (relative POSIX name -> path; the envelope at its root excepted), its empty folders,
-    and what is neither a plain file nor a folder (links, devices): nothing is followed out of the folder."""
+    and what is neither a plain file nor a folder (links, devices): nothing is followed out of the folder.
+
+    By os.scandir, whose entries know their type from the directory listing (no stat per file, where Path's
+    is_symlink and is_file made two: a re-test's folder holds a file or two per node of the fleet). A folder that
+    cannot be listed is an EvidenceError: os.walk skipped it silently, and a signature or a verification would
+    have left its files out without a word."""
     files: dict[str, Path] = {}
     empty: list[str] = []
     odd: list[str] = []
-    for root, dirs, names in os.walk(run_dir, followlinks=False):
-        base = Path(root)
-        rel = base.relative_to(run_dir)
-        if not dirs and not names and base != run_dir:
-            empty.append(rel.as_posix() + "/")
-        for d in dirs:
-            if (base / d).is_symlink():
-                odd.append((rel / d).as_posix())
-        for name in names:
-            p = base / name
-            key = (rel / name).as_posix()
-            if rel == Path(".") and name == ENVELOPE:
+    folders = [(run_dir, "")]
+    while folders:
+        folder, prefix = folders.pop()
+        try:
+            with os.scandir(folder) as listing:
+                entries = list(listing)
+        except OSError as exc:
+            raise EvidenceError(f"cannot list {prefix or './'}: {exc.strerror}", path=run_dir) from exc
+        if not entries and prefix:
+            empty.append(prefix)
+        for entry in entries:
+            name = prefix + entry.name
+            if entry.is_dir():  # as os.walk sorts them: a link to a folder is a folder here, and odd
+                if entry.is_symlink():
+                    odd.append(name)
+                else:
+                    folders.append((Path(entry.path), name + "/"))
+            elif not prefix and entry.name == ENVELOPE:
                 continue
-            if p.is_symlink() or not p.is_file():
-                odd.append(key)
+            elif entry.is_symlink() or not entry.is_file():
+                odd.append(name)
             else:
-                files[key] = p
+                files[name] = Path(entry.path)
     return dict(sorted(files.items())), sorted(empty), sorted(odd)
 
 

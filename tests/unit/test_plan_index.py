@@ -1,0 +1,25 @@
+"""The plan's indexes: what collection and the verdict ask of a fleet's plan, answered without a pass over every
+required key each time (a re-test of 3 nodes of a 1,024 x 8 fleet has 189,000 of them)."""
+
+from __future__ import annotations
+
+from gpucert.plan.checks import CheckKey
+from gpucert.plan.required import Plan
+
+
+def _plan(*keys: CheckKey) -> Plan:
+    return Plan(("static", "certify"), frozenset(keys))
+
+
+def test_a_fleet_check_is_parametrized_over_the_details_of_its_fleet_keys_sorted() -> None:
+    plan = _plan(
+        CheckKey("baseline.change", None, None, "pool-b"),
+        CheckKey("baseline.change", None, None, "pool-a"),
+        CheckKey("baseline.change"),  # no detail: not one to parametrize over
+        CheckKey("stack.version", "n1", None, "driver"),  # a node's: never the fleet check's
+        CheckKey("fabric.link", None, None, "r1|r2"),
+    )
+    assert plan.fleet_details("baseline.change") == ("pool-a", "pool-b")
+    assert plan.fleet_details("fabric.link") == ("r1|r2",)
+    assert plan.fleet_details("stack.version") == ()
+    assert plan.fleet_details("not.planned") == ()
