@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = [
     "DCGM_EXTRA_TESTS_BY_LEVEL",
@@ -69,10 +69,16 @@ class CheckStatus(StrEnum):
     WAIVED = "waived"  # failed, and a waiver in force accepts the deviation (never an error, a skip or a missing check)
 
 
-@dataclass(frozen=True, slots=True)
-class CheckKey:
+class CheckKey(NamedTuple):
     """One check of a run: what a suite test decides, where (fleet, node or GPU), and of what (the component a
-    `stack.version` pin names). The plan lists the keys a spec requires; each test item decides exactly one."""
+    `stack.version` pin names). The plan lists the keys a spec requires; each test item decides exactly one.
+
+    A NamedTuple, where the house's value types are frozen dataclasses: a fleet's plan is 189,000 keys at 1,024 x 8,
+    made, hashed and looked up in sets and dicts about four times each per run, and a tuple's construction, hash and
+    equality are the interpreter's own (a frozen dataclass's are Python functions: 0.54 against 0.25 us to make,
+    0.16 against 0.06 us to hash; cProfile does not even show them, as every dataclass's generated `__init__` is
+    `<string>:2`). Immutable and compared by value as before; unlike a dataclass it also equals a plain tuple of the
+    same fields, which no caller builds."""
 
     check: str
     node: str | None = None

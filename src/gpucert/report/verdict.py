@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
@@ -140,8 +140,8 @@ def _cause_finder(outcomes: Mapping[CheckKey, Outcome]) -> Callable[[str], Findi
             except ValueError:  # not a key's name: `/gpuX` with X no number
                 key = None
             if key is not None and str(key) == cause:
-                twin = replace(key, node="fleet") if key.node is None else None
-                twin = replace(key, node=None) if key.node == "fleet" else twin
+                twin = key._replace(node="fleet") if key.node is None else None
+                twin = key._replace(node=None) if key.node == "fleet" else twin
                 if twin is None or twin not in outcomes:
                     found = outcomes.get(key)
                     return None if found is None else found.finding
