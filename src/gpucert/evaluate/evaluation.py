@@ -8,19 +8,21 @@ with that cause (one root cause, one finding); one whose cause did not fail is a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 
 from gpucert.evaluate.catalog import REGISTRY
 from gpucert.evaluate.locate import outside_pools
 from gpucert.evaluate.rules.inventory import decide_node_count, decide_reachable
 from gpucert.evaluate.rules.multinode import fabric_straggler, multinode
+from gpucert.evaluate.rules.performance_checks import decide_metric, quiet_passes
 from gpucert.evaluate.rules.waivers import WaiverBook, book_of, serial_of
 from gpucert.evaluate.skips import skip_stands
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.fabric_checks import rail_of
 
-__all__ = ["Evaluation", "GpuSlot", "counted", "settled"]
+__all__ = ["Evaluation", "GpuSlot", "counted", "counted_node", "settled"]
 
 
 class Evaluation(RunView):
@@ -91,3 +93,36 @@ def settled(ev: Evaluation, finding: Finding, key: CheckKey) -> Finding:
     if finding.status is CheckStatus.SKIP and finding.cause is None:
         return skip_stands(finding, None)
     return ev.waive(finding, key) if finding.status is CheckStatus.FAIL else finding
+
+
+def counted_node(ev: Evaluation, node: str, keys: Sequence[CheckKey]) -> list[Finding]:
+    """`counted` of each of one node's `keys`, in their order, with what every check of the node asks asked once
+    (issue 28: a re-test decides its carried nodes' checks node by node, pytest/carried.py): whether the node is in
+    exactly one pool, and of a measured metric's GPUs their baseline, peers and node-level finding
+    (`quiet_passes`). A key whose rule's finding is a plain pass has that pass (what `counted` makes of one: no
+    skip to hold to its cause, no failure to offer the waivers); every other key, and any key whose rule raised,
+    is decided again by `counted` itself (fail closed: the one path that words the rest)."""
+    found: list[Finding | None] = [None] * len(keys)
+    placed = ev.pool_name_of(node) is not None
+    metrics: dict[str, list[tuple[int, int]]] = {}  # a measured metric's GPUs, each with its key's place
+    for i, key in enumerate(keys):
+        rule = REGISTRY.rule_for(key.check)
+        if key.node != node or (rule.pooled and not placed):
+            continue
+        if rule.decide is decide_metric and key.gpu is not None:
+            metrics.setdefault(key.check, []).append((i, key.gpu))
+            continue
+        try:
+            finding = rule.decide(ev, key)
+        except Exception:  # counted's to word
+            continue
+        if finding.status is CheckStatus.PASS:
+            found[i] = finding
+    for metric, gpus in metrics.items():
+        try:
+            told = quiet_passes(ev, metric, node, [gpu for _, gpu in gpus])
+        except Exception:  # counted's to word, key by key
+            continue
+        for (i, _), quiet in zip(gpus, told, strict=True):
+            found[i] = quiet
+    return [f if f is not None else counted(ev, key) for f, key in zip(found, keys, strict=True)]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Sequence
 
 from gpucert.evaluate.rules.performance import OWN_FIGURES, Sampled, evidence_problem, p2p_problems
 from gpucert.evaluate.view import GpuSlot, RunView
@@ -23,11 +24,13 @@ __all__ = [
     "outside_pools",
     "skip",
     "told_figure",
+    "told_figures",
     "unmeasured",
     "unmeasured_skip",
 ]
 
 SKIP, ERROR = CheckStatus.SKIP, CheckStatus.ERROR
+P2P = "p2p.bandwidth"  # a GPU's figure of its pairs: its node's matrix must hold them (rules/performance.py)
 
 
 def because(check: str, node: str | None, gpu: int | None = None, detail: str | None = None) -> str:
@@ -157,3 +160,29 @@ def told_figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampl
     if found.unit != view.baseline_of(node).metrics[metric].unit:
         return None
     return found  # its measurement's unit: evidence_problem has nothing to say
+
+
+def told_figures(view: RunView, metric: str, node: str, gpus: Sequence[int]) -> list[Sampled | None]:
+    """`told_figure` of each of the node's `gpus` (a re-test decides a carried node's GPUs of a metric at once): the
+    node's questions (its evidence, errors, probe, the baseline's unit) asked once, each GPU's (present, believed, in
+    that unit) for each. P2P too, where `figure` would find its matrix sound for the GPU (the node's matrix looked
+    over once, as `figure` does) and its unit the baseline's; the all-reduce (no GPU's) never."""
+    none: list[Sampled | None] = [None] * len(gpus)
+    if metric == "nccl.all_reduce":
+        return none
+    ev = view.usable(node)
+    if ev is None or not ev.collected or ev.errors or _probe_of(metric) not in view.asked_probes:
+        return none
+    unit = view.baseline_of(node).metrics[metric].unit
+    sound: dict[int, str | None] | None = None  # P2P: each GPU's matrix problem (None: none)
+    if metric == P2P:
+        if ev.p2p is None or ev.p2p.unit != unit:
+            return none
+        sound = view.once(f"p2p.matrix/{node}", lambda: p2p_problems(ev))  # figure's, under its name
+    out: list[Sampled | None] = []
+    for gpu in gpus:
+        found = view.believed(metric, node, gpu) if view.gpu_of(node, gpu) is not None else None
+        if sound is not None and (gpu not in sound or sound[gpu] is not None):
+            found = None
+        out.append(found if isinstance(found, Sampled) and found.unit == unit else None)
+    return out

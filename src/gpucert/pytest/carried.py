@@ -8,17 +8,21 @@ every other check is decided by the same rules as every other check (`Evaluation
 cause turned into errors, failures offered to the waivers), over the whole run's evidence: checks that compare with
 peers or pools still see every node. Collection parametrizes over the nodes measured now, and the verdict counts
 the carried nodes' checks as ran, with these findings. So the verdict is the one a full re-evaluation gives
-(tests/e2e/test_retest_decided.py and test_retest_kept.py compare both)."""
+(tests/e2e/test_retest_decided.py and test_retest_kept.py compare both).
+
+Node by node: a node's checks are decided together (evaluation.counted_node: what all of them ask, asked once), and
+each has the node's start and stop as its outcome's times."""
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING
 
-from gpucert.acceptance.retest_kept import kept_decisions
+from gpucert.acceptance.retest_kept import Kept, kept_decisions
 from gpucert.errors import GpucertError
-from gpucert.plan.checks import CheckKey, CheckStatus
-from gpucert.pytest.gpus import decided
+from gpucert.evaluate.catalog import REGISTRY
+from gpucert.evaluate.evaluation import counted_node
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.report import details
 from gpucert.report.verdict import Outcome
 
@@ -27,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = ["decide_carried"]
 
+NOT_PASSED = (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED)  # the findings whose evidence is kept
+
 
 def decide_carried(ctx: RunContext) -> int:
     """Decide every required check of the carried nodes into the controller's outcomes, and count them as selected
@@ -34,20 +40,48 @@ def decide_carried(ctx: RunContext) -> int:
     carried, record = ctx.carried, ctx.retest
     if not carried or record is None:  # carried nodes come from the re-test record (context.py)
         return 0
-    # node by node, in a fixed order: the plan's set has none, and a node's outcomes scattered over the run's
-    # ~10^5 made the rules' and the reports' later passes over them slower (write_allure ~30%)
-    keys = sorted((k for k in ctx.evaluation.plan.required if k.node in carried), key=CheckKey.sort_key)
+    by_node: dict[str, list[CheckKey]] = {}
+    for k in ctx.evaluation.plan.required:
+        if k.node in carried:
+            by_node.setdefault(k.node, []).append(k)
     kept = kept_decisions(ctx.evaluation, record)
     ctx.kept = kept
-    for key in keys:
+    # node by node, in a fixed order (CheckKey.sort_key's): the plan's set has none, and a node's outcomes scattered
+    # over the run's ~10^5 made the rules' and the reports' later passes over them slower (write_allure ~30%)
+    outcomes: dict[CheckKey, Outcome] = {}
+    local: dict[str, bool] = {}  # each check id's rule is local (Kept.keeps), asked once
+    for node in sorted(by_node):
+        keys = sorted(by_node[node], key=_in_node)
         start = time.time()
-        finding = kept.finding(key) if kept.keeps(key) else decided(ctx, key)
-        ctx.outcomes[key] = Outcome(finding, start, time.time())
-        if finding.status in (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED):
-            try:
-                ctx.evidence_of[key] = details.evidence_for(ctx.evaluation, finding)
-            except GpucertError as exc:
-                ctx.evidence_of[key] = {"unreadable": str(exc)}
+        findings = _decide_node(ctx, kept, local, node, keys)
+        stop = time.time()
+        for key, finding in zip(keys, findings, strict=True):
+            outcomes[key] = Outcome(finding, start, stop)
+            if finding.status in NOT_PASSED:
+                try:
+                    ctx.evidence_of[key] = details.evidence_for(ctx.evaluation, finding)
+                except GpucertError as exc:
+                    ctx.evidence_of[key] = {"unreadable": str(exc)}
+    ctx.outcomes.update(outcomes)  # from a dict: each key's hash as it keeps it, not computed again
     if ctx.selected is not None:  # None: the session never said what it collected, and nothing counts as selected
-        ctx.selected |= set(keys)
-    return len(keys)
+        ctx.selected.update(outcomes)
+    return len(outcomes)
+
+
+def _in_node(key: CheckKey) -> tuple[str, int, str]:
+    """`CheckKey.sort_key` less the node, for keys of one node."""
+    return key.check, -1 if key.gpu is None else key.gpu, key.detail or ""
+
+
+def _decide_node(ctx: RunContext, kept: Kept, local: dict[str, bool], node: str, keys: list[CheckKey]) -> list[Finding]:
+    """Each key's finding (the node's): its kept decision where `kept.keeps` it, else as a test item of its own
+    would decide it (`counted_node`, which is `counted` key by key)."""
+    if node not in kept.nodes:
+        return counted_node(ctx.evaluation, node, keys)
+    keeps = []
+    for key in keys:
+        if key.check not in local:
+            local[key.check] = REGISTRY.rule_for(key.check).local
+        keeps.append(local[key.check])
+    decided = iter(counted_node(ctx.evaluation, node, [k for k, keep in zip(keys, keeps, strict=True) if not keep]))
+    return [kept.finding(k) if keep else next(decided) for k, keep in zip(keys, keeps, strict=True)]

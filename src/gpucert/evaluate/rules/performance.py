@@ -147,13 +147,32 @@ def p2p_problem(ev: NodeEvidence, gpu: int | None) -> str | None:
 
 
 def p2p_problems(ev: NodeEvidence) -> dict[int, str | None]:
-    """`p2p_problem` of every GPU the node shows, its matrix looked over once (each GPU's check asks)."""
+    """`p2p_problem` of every GPU the node shows, its matrix looked over once (each GPU's check asks): the pairs
+    missing and those staged through the host found in one pass each, then each GPU's of them (in the same order
+    `_gpu_pairs_problem` names them)."""
     if ev.p2p is None:
         return {}
     indices = {g.index for g in ev.gpus}
     whole, seen = _matrix(ev, indices)
     order = sorted(indices)
-    return {i: whole if whole is not None else _gpu_pairs_problem(ev, i, order, seen) for i in order}
+    if whole is not None:
+        return dict.fromkeys(order, whole)
+    missing = [(a, b) for a in order for b in order if a != b and (a, b) not in seen]
+    staged = [(p.src, p.dst) for p in ev.p2p.pairs if not p.peer_access and not p.error]
+    if not missing and not staged:  # a whole matrix measured GPU to GPU: most nodes
+        return dict.fromkeys(order)
+    return {i: _pairs_problem(i, missing, staged) for i in order}
+
+
+def _pairs_problem(gpu: int, missing: list[tuple[int, int]], staged: list[tuple[int, int]]) -> str | None:
+    """`_gpu_pairs_problem` of `gpu` from its node's missing and staged pairs (each in the order it names them)."""
+    lacks = [f"{a}->{b}" for a, b in missing if gpu in (a, b)]
+    if lacks:
+        return f"the P2P matrix lacks the pairs {', '.join(lacks)}"
+    through = [f"{a}->{b}" for a, b in staged if gpu in (a, b)]
+    if through:
+        return f"no peer access between GPUs {', '.join(through)}: the copies went through the host, not GPU to GPU"
+    return None
 
 
 def _matrix(ev: NodeEvidence, indices: set[int]) -> tuple[str | None, set[tuple[int, int]]]:
@@ -172,14 +191,9 @@ def _matrix(ev: NodeEvidence, indices: set[int]) -> tuple[str | None, set[tuple[
 
 def _gpu_pairs_problem(ev: NodeEvidence, gpu: int, order: list[int], seen: set[tuple[int, int]]) -> str | None:
     """Why `gpu`'s pairs of a whole matrix cannot be judged: one is missing, or went through the host."""
-    missing = [f"{a}->{b}" for a in order for b in order if a != b and gpu in (a, b) and (a, b) not in seen]
-    if missing:
-        return f"the P2P matrix lacks the pairs {', '.join(missing)}"
+    missing = [(a, b) for a in order for b in order if a != b and gpu in (a, b) and (a, b) not in seen]
     pairs = ev.p2p.pairs if ev.p2p is not None else []
-    staged = [f"{p.src}->{p.dst}" for p in pairs if gpu in (p.src, p.dst) and not p.peer_access and not p.error]
-    if staged:
-        return f"no peer access between GPUs {', '.join(staged)}: the copies went through the host, not GPU to GPU"
-    return None
+    return _pairs_problem(gpu, missing, [(p.src, p.dst) for p in pairs if not p.peer_access and not p.error])
 
 
 def sample_problem(samples: list[float], expected: float | None, min_samples: int = MIN_SAMPLES) -> str | None:

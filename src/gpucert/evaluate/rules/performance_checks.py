@@ -10,19 +10,20 @@ straggler findings skip naming it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
-from gpucert.evaluate.locate import figure, node_evidence
+from gpucert.evaluate.locate import figure, node_evidence, told_figures
 from gpucert.evaluate.peers import unstable_is_judged
 from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.combined import COMBINED
 from gpucert.evaluate.rules.combined_checks import combined_fails
-from gpucert.evaluate.rules.performance import against_baseline
+from gpucert.evaluate.rules.performance import Sampled, against_baseline
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import FABRIC_METRICS, GPU_METRICS, METRICS, CheckKey, CheckStatus, Finding
 
-__all__ = ["decide_metric", "decide_node_straggler", "decided_as", "judge_metric", "node_straggler"]
+__all__ = ["decide_metric", "decide_node_straggler", "decided_as", "judge_metric", "node_straggler", "quiet_passes"]
 
 PASS, FAIL, ERROR, SKIP = CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.SKIP
 
@@ -64,6 +65,28 @@ def judge_metric(view: RunView, metric: str, node: str, gpu: int | None) -> Find
         return index.stability((node, gpu)) or base
     notes = index.notes((node, gpu), stability=stability)  # comparisons too few peers allow
     return dataclasses.replace(base, message="; ".join([base.message, *notes])) if notes else base
+
+
+def quiet_passes(view: RunView, metric: str, node: str, gpus: Sequence[int]) -> list[Finding | None]:
+    """`judge_metric` of each of the node's `gpus` where it is the baseline's pass of a GPU its peers pass quietly
+    (most of a fleet's), else None (ask `judge_metric`: the one path that words the rest). The node's questions
+    (its baseline, pool, peers' index and node-level finding, which `judge_metric` asks of each GPU) asked once:
+    a re-test decides a carried node's GPUs of a metric at once (pytest/carried.py)."""
+    bar = view.baseline_of(node).metrics.get(metric)
+    if bar is None:
+        return [None] * len(gpus)
+    index = view.peers.index(metric, view.pool_name(node))
+    whole = index.node_level(node)
+    if whole is not None and whole.status is FAIL:  # its GPUs' checks skip, naming it
+        return [None] * len(gpus)
+    stability = unstable_is_judged(metric)
+    out: list[Finding | None] = []
+    for gpu, told in zip(gpus, told_figures(view, metric, node, gpus), strict=True):
+        sampled = told if told is not None else figure(view, metric, node, gpu)
+        base = against_baseline(metric, (node, gpu), sampled, bar) if isinstance(sampled, Sampled) else None
+        quiet = base is not None and base.status is PASS and index.quiet((node, gpu), stability=stability)
+        out.append(base if quiet else None)
+    return out
 
 
 def decided_as(check: str) -> tuple[str, ...]:
