@@ -15,8 +15,7 @@ from typing import Any
 
 from gpucert.evaluate.rules.combined import Combined, told
 from gpucert.evaluate.rules.performance import Sampled
-from gpucert.evaluate.rules.performance_batch import Believed, believe_all
-from gpucert.evaluate.rules.stability import SlowSamples
+from gpucert.evaluate.rules.performance_batch import Ask, Believed, believe_many
 from gpucert.evaluate.rules.stragglers import FLEET, PeerIndex, Rules
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.plan.checks import NODE_METRICS, REPEATED_METRICS
@@ -25,9 +24,10 @@ from gpucert.spec.cluster import ClusterSpec
 
 __all__ = ["Believe", "PeerComparisons", "probe_of_metric", "unstable_is_judged"]
 
-# (the evidence of a pool's nodes, metric, the SKU figure, the samples needed, the sign and maxDeviation where
-# stability is judged) -> each GPU's (or node's) figure or why it cannot be believed, with its slow samples
-Believe = Callable[[Sequence[NodeEvidence], str, float | None, int, tuple[float, float] | None], Believed]
+# (the evidence of a pool's nodes, each metric asked: the SKU figure, the samples needed, the sign and maxDeviation
+# where stability is judged) -> per metric, each GPU's (or node's) figure or why it cannot be believed, with its slow
+# samples (rules/performance_batch.py's believe_many)
+Believe = Callable[[Sequence[NodeEvidence], Sequence[Ask]], Mapping[str, Believed]]
 
 
 def probe_of_metric(metric: str) -> str:
@@ -50,10 +50,10 @@ class PeerComparisons:
         spec: ClusterSpec,
         baselines: Mapping[str, GpuBaseline],
         *,
-        believe: Believe = believe_all,
+        believe: Believe = believe_many,
     ) -> None:
         self._evidence = evidence  # a pool's name -> the evidence of its nodes (and its fleet peers)
-        self._believe = believe  # rules.performance_batch.believe_all, or the view's, which keeps its nodes' figures
+        self._believe = believe  # rules.performance_batch.believe_many, or the view's, which keeps its nodes' figures
         self.spec = spec
         self.baselines = baselines
         self._index: dict[tuple[str, str], PeerIndex] = {}
@@ -74,30 +74,37 @@ class PeerComparisons:
 
     def index(self, metric: str, pool: str) -> PeerIndex:
         if (metric, pool) not in self._index:
-            expected = self.baselines[pool].metrics[metric].expected
-            least = self.spec.certify.min_samples(probe_of_metric(metric))
-            stable = unstable_is_judged(metric)
-            rules = self.rules(metric, pool)
-            values: dict[tuple[str, int | None], Sampled] = {}
-            slow: dict[tuple[str, int | None], SlowSamples] = {}
-            how = (1.0 if rules.higher_is_better else -1.0, rules.max_deviation) if stable else None
-            evidence = [ev for ev in self._evidence(pool) if ev.collected]
-            for ev, idx, found, mine in self._believe(evidence, metric, expected, least, how):
-                if isinstance(found, Sampled):
-                    key = (ev.node, idx)
-                    values[key] = found
-                    if mine is not None:  # the slow samples only where stability is judged
-                        slow[key] = mine
-            label = self.label(pool)
-            self._index[(metric, pool)] = PeerIndex(
-                metric,
-                values,
-                rules,
-                slow=slow if stable else None,
-                pool_of=lambda _node: label,
-                others=lambda _label: self._other_spreads(metric, pool),
-            )
+            self._index_pool(metric, pool)
         return self._index[(metric, pool)]
+
+    def _index_pool(self, metric: str, pool: str) -> None:
+        """Every metric's index of the pool at once (`metric`'s among them): the pool's figures believed in one go,
+        its GPUs listed once for all (a node's check asks every metric's peers, and its node-level rule every
+        per-GPU metric's spread)."""
+        metrics = [m for m in self.metrics(pool) if (m, pool) not in self._index]
+        if metric not in metrics:
+            metrics.append(metric)
+        asks, stable = [], {m: unstable_is_judged(m) for m in metrics}
+        for m in metrics:
+            rules = self.rules(m, pool)
+            how = (1.0 if rules.higher_is_better else -1.0, rules.max_deviation) if stable[m] else None
+            expected = self.baselines[pool].metrics[m].expected
+            asks.append(Ask(m, expected, self.spec.certify.min_samples(probe_of_metric(m)), how))
+        evidence = [ev for ev in self._evidence(pool) if ev.collected]
+        found = self._believe(evidence, asks)
+        label = self.label(pool)
+        for m in metrics:
+            b = found[m]
+            values = {k: f for k, f in zip(b.keys, b.figures, strict=True) if type(f) is Sampled}
+            slow = {k: s for k, s in zip(b.keys, b.slow, strict=True) if s is not None} if stable[m] else None
+            self._index[(m, pool)] = PeerIndex(
+                m,
+                values,
+                self.rules(m, pool),
+                slow=slow,
+                pool_of=lambda _node: label,
+                others=lambda _label, m=m: self._other_spreads(m, pool),  # type: ignore[misc]
+            )
 
     def _other_spreads(self, metric: str, pool: str) -> list[tuple[float, int]]:
         """The node spreads of the pool's other per-GPU metrics (PeerIndex.relative_spread): the same nodes

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -27,12 +28,11 @@ from gpucert.evaluate.rules.performance import (
     samples_of,
 )
 from gpucert.evaluate.rules.stability import SlowSamples, slow_samples
-from gpucert.evaluate.stats import median
-from gpucert.measure.evidence import GpuEvidence, NodeEvidence
+from gpucert.measure.evidence import GpuEvidence, Measurement, NodeEvidence
 from gpucert.measure.evidence_base import SampleArray
 from gpucert.plan.checks import NODE_METRICS
 
-__all__ = ["Believed", "believe_all", "figures_of_rows"]
+__all__ = ["Ask", "Believed", "Slots", "believe_all", "believe_many", "believe_p2p", "figures_of_rows", "slots_of"]
 
 Rows = Sequence[npt.NDArray[np.float64]]
 
@@ -52,11 +52,17 @@ def figures_of_rows(
         if row.size >= need:
             by_count.setdefault(row.size, []).append(i)
     top = ABSURD_FACTOR * expected if expected is not None else None
-    for which in by_count.values():
+    for n, which in by_count.items():
         with np.errstate(all="ignore"):  # Python's float arithmetic overflows to inf silently too
-            ordered = np.sort(np.stack([rows[i] for i in which]), axis=1)
+            ordered = np.sort(_stacked([rows[i] for i in which], n), axis=1)
             _fill(medians, slows, which, ordered, top, slow)
     return medians, slows
+
+
+def _stacked(rows: Rows, n: int) -> npt.NDArray[np.float64]:
+    """The rows of `n` samples each as one (rows, n) array: np.stack's copy, in one concatenation (np.stack
+    reshapes each row in Python first: 8x the time for a pool's 8,192 rows)."""
+    return np.concatenate(rows).reshape(len(rows), n) if rows else np.empty((0, n))
 
 
 def _fill(
@@ -77,7 +83,8 @@ def _fill(
     rows = np.flatnonzero(good)
     places = [which[r] for r in rows.tolist()]
     centre = told[rows]
-    for i, m in zip(places, centre.tolist(), strict=True):
+    centres = centre.tolist()
+    for i, m in zip(places, centres, strict=True):
         medians[i] = m
     if slow is None:
         return
@@ -91,42 +98,72 @@ def _fill(
     hi = min(lo + 1, n - 1)
     lows = (kept[:, lo] + (kept[:, hi] - kept[:, lo]) * (pos - lo)).tolist()
     worsts = (kept[:, 0] if sign > 0 else kept[:, -1]).tolist()
-    counts = is_slow.sum(axis=1).tolist()
-    for j, (i, m) in enumerate(zip(places, centre.tolist(), strict=True)):
-        depths: tuple[float, ...] = ()
-        if counts[j]:  # each slow sample's shortfall, deepest first
+    # most measurements have no slow sample: theirs told in one comprehension, the few others' depths after
+    made = [
+        SlowSamples(0, n, m, low, worst, ()) if m > 0 else None
+        for m, low, worst in zip(centres, lows, worsts, strict=True)
+    ]
+    for j in np.flatnonzero(is_slow.any(axis=1)).tolist():
+        if made[j] is not None:  # each slow sample's shortfall, deepest first
             depths = tuple(sorted((-sign * ratios[j][is_slow[j]]).tolist(), reverse=True))
-        slows[i] = SlowSamples(len(depths), n, m, lows[j], worsts[j], depths) if m > 0 else None
+            made[j] = SlowSamples(len(depths), n, centres[j], lows[j], worsts[j], depths)
+    for i, s in zip(places, made, strict=True):
+        slows[i] = s
+
+
+Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
+
+
+class Ask(NamedTuple):
+    """One metric to believe of a pool's evidence: the SKU figure (`expected`), the samples the spec asks of its
+    probe (`least`), and (`slow`: the sign and maxDeviation) where stability is judged, to tell slow samples."""
+
+    metric: str
+    expected: float | None
+    least: int
+    slow: tuple[float, float] | None = None
+
+
+@dataclass(slots=True)
+class Slots:
+    """Every GPU (or, for a node-level metric, node) of the nodes' evidence, in order, a GPU index listed twice once
+    (its first, as `NodeEvidence.gpu` answers), with its evidence and its (node, GPU) key: the same for every
+    metric of a pool, so told once and shared by their `Believed` (which nobody writes)."""
+
+    evidence: list[NodeEvidence] = field(default_factory=list)
+    gpus: list[int | None] = field(default_factory=list)
+    found: list[GpuEvidence | None] = field(default_factory=list)
+    keys: list[Key] = field(default_factory=list)
 
 
 @dataclass(slots=True)
 class Believed:
     """`believe_all`'s answer, one entry a GPU (or node) in each list: its node's evidence, the GPU (None: the
-    node's), its figure or why it cannot be believed, and its slow samples (where asked). Iterates as those
-    four-tuples."""
+    node's), its figure or why it cannot be believed, and its slow samples (where asked); `keys`: each one's (node,
+    GPU). Iterates as the first four. The evidence, GPU and key lists are the pool's `Slots`', shared."""
 
     evidence: list[NodeEvidence] = field(default_factory=list)
     gpus: list[int | None] = field(default_factory=list)
     figures: list[Sampled | str] = field(default_factory=list)
     slow: list[SlowSamples | None] = field(default_factory=list)
+    keys: list[Key] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[tuple[NodeEvidence, int | None, Sampled | str, SlowSamples | None]]:
         return zip(self.evidence, self.gpus, self.figures, self.slow, strict=True)
 
 
 def _row(samples: Sequence[float]) -> npt.NDArray[np.float64]:
-    return samples.array if isinstance(samples, SampleArray) else np.asarray(samples, dtype=np.float64)
+    return samples.array if type(samples) is SampleArray else np.asarray(samples, dtype=np.float64)
 
 
-def _slots(evidence: Sequence[NodeEvidence], metric: str) -> tuple[Believed, list[GpuEvidence | None]]:
-    """Every GPU (or, for a node-level metric, node) of the nodes' evidence, in order, a GPU index listed twice
-    once (its first, as `NodeEvidence.gpu` answers), with its evidence; figures and slow samples not yet told."""
-    out, found = Believed(), list[GpuEvidence | None]()
+def slots_of(evidence: Sequence[NodeEvidence], *, per_node: bool) -> Slots:
+    """`Slots` of the nodes' evidence: each node's (`per_node`: a node-level metric's) or each GPU's."""
+    out = Slots()
     for ev in evidence:
-        if metric in NODE_METRICS:
+        if per_node:
             out.evidence.append(ev)
             out.gpus.append(None)
-            found.append(None)
+            out.found.append(None)
             continue
         seen: set[int] = set()
         for gpu in ev.gpus:
@@ -134,8 +171,34 @@ def _slots(evidence: Sequence[NodeEvidence], metric: str) -> tuple[Believed, lis
                 seen.add(gpu.index)
                 out.evidence.append(ev)
                 out.gpus.append(gpu.index)
-                found.append(gpu)
-    return out, found
+                out.found.append(gpu)
+    out.keys = [(ev.node, gpu) for ev, gpu in zip(out.evidence, out.gpus, strict=True)]
+    return out
+
+
+def believe_many(evidence: Sequence[NodeEvidence], asks: Sequence[Ask]) -> dict[str, Believed]:
+    """`believe_all` of every metric asked, over the same evidence (a pool's): the GPUs (and nodes) listed once for
+    them all, and each GPU's measurements looked up in one pass over the GPUs for every metric (at 1,024 x 8 the
+    evidence is a heap of hundreds of MiB: a pass per metric waited on memory for every GPU's dict again)."""
+    slots: dict[bool, Slots] = {}
+    for ask in asks:
+        per_node = ask.metric in NODE_METRICS
+        if per_node not in slots:
+            slots[per_node] = slots_of(evidence, per_node=per_node)
+    measured = [a.metric for a in asks if a.metric not in NODE_METRICS and a.metric not in OWN_FIGURES]
+    found = _measurements(slots[False].found, measured) if measured else {}
+    return {a.metric: _believe(slots[a.metric in NODE_METRICS], a, found.get(a.metric)) for a in asks}
+
+
+def _measurements(gpus: Sequence[GpuEvidence | None], metrics: Sequence[str]) -> dict[str, list[Measurement | None]]:
+    """Each GPU's measurement of each metric (None where it has none), GPU by GPU."""
+    out: dict[str, list[Measurement | None]] = {m: [] for m in metrics}
+    lists = list(out.items())
+    for g in gpus:
+        held = g.measurements if g is not None else {}
+        for metric, found in lists:
+            found.append(held.get(metric))
+    return out
 
 
 def believe_all(
@@ -150,92 +213,120 @@ def believe_all(
     `slow_samples` of each figure believed (`slow`: the sign and maxDeviation, where stability is judged). The
     measurements of one GPU each are told by `figures_of_rows`; the rest, and every figure it leaves, by
     `believable` itself."""
-    out, found = _slots(evidence, metric)
+    return believe_many(evidence, [Ask(metric, expected, least, slow)])[metric]
+
+
+def _believe(slots: Slots, ask: Ask, ms: list[Measurement | None] | None) -> Believed:
+    """`believe_all` of one metric over the pool's slots (`ms`: each slot's measurement of it, where it is one)."""
+    metric, expected, least, slow = ask
+    out = Believed(slots.evidence, slots.gpus, keys=slots.keys)
     if metric == "p2p.bandwidth":
-        out.figures = _believe_p2p(out, found, expected, least)
+        out.figures = believe_p2p(slots, expected, least)
         out.slow = [None] * len(out.figures)
         return out
+    found = slots.found
+    if ms is None:  # a node's figure, or one of its own (nccl.all_reduce): believable's to say
+        ms = [None] * len(found)
     empty = np.empty(0)
-    units: list[str | None] = []
-    rows: list[npt.NDArray[np.float64]] = []
-    for g in found:
-        m = g.measurements.get(metric) if g is not None and metric not in OWN_FIGURES else None
-        units.append(m.unit if m is not None else None)
-        rows.append(_row(m.samples) if m is not None else empty)
+    rows = [_row(m.samples) if m is not None else empty for m in ms]
     medians, slows = figures_of_rows(rows, expected, least, slow)
-    for i, (ev, idx, g) in enumerate(zip(out.evidence, out.gpus, found, strict=True)):
-        median, unit = medians[i], units[i]
-        if median is not None and unit is not None:
-            out.figures.append(Sampled(median, rows[i].size, unit))
-            out.slow.append(slows[i])
-            continue
-        figure = believable(ev, metric, idx, expected, least, g)
+    # a median told implies a measurement of enough samples: its figure at once; any other is believable's to say
+    figures: list[Sampled | str | None] = [
+        Sampled(v, r.size, m.unit) if v is not None and m is not None else None
+        for v, r, m in zip(medians, rows, ms, strict=True)
+    ]
+    for i in [i for i, f in enumerate(figures) if f is None]:
+        ev, idx, g = slots.evidence[i], slots.gpus[i], found[i]
+        figure = figures[i] = believable(ev, metric, idx, expected, least, g)
         mine = None
         if slow is not None and isinstance(figure, Sampled):
             mine = slow_samples(samples_of(ev, metric, idx, g), *slow)
-        out.figures.append(figure)
-        out.slow.append(mine)
+        slows[i] = mine
+    out.figures = cast("list[Sampled | str]", figures)
+    out.slow = slows
     return out
 
 
-def _row_stats(rows: Rows) -> tuple[list[float], list[bool], list[float]]:
-    """Per row (one pair's samples, at least one): its median, whether every sample is finite and above zero, and its
-    largest sample."""
-    medians, clean, tops = [0.0] * len(rows), [False] * len(rows), [0.0] * len(rows)
-    by_count: dict[int, list[int]] = {}
-    for i, row in enumerate(rows):
-        by_count.setdefault(row.size, []).append(i)
-    for n, which in by_count.items():
-        with np.errstate(all="ignore"):
-            ordered = np.sort(np.stack([rows[i] for i in which]), axis=1)
-            mid = n // 2
-            told = ordered[:, mid] if n % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
-        good = (np.isfinite(ordered).all(axis=1) & (ordered[:, 0] > 0)).tolist()
-        for i, m, g, top in zip(which, told.tolist(), good, ordered[:, -1].tolist(), strict=True):
-            medians[i], clean[i], tops[i] = m, g, top
-    return medians, clean, tops
-
-
-def _believe_p2p(
-    out: Believed, found: list[GpuEvidence | None], expected: float | None, least: int
-) -> list[Sampled | str]:
-    """`believable` of each GPU's P2P figure (the median of its pairs' medians, on every sample of its pairs): each
-    pair's samples told once for both its GPUs; a GPU whose samples all are numbers above zero, enough and none
-    absurd, from them; any other by `believable`."""
-    need = max(least, MIN_SAMPLES)
-    top_allowed = ABSURD_FACTOR * expected if expected is not None else None
+def _pair_rows(slots: Slots) -> tuple[Rows, list[int], list[int], list[int], list[int]]:
+    """Every pair with samples of the slots' nodes' P2P evidence: its samples, and its node's place among the nodes
+    with P2P evidence (`places`: each slot's, -1 where its node has none) and its two GPUs."""
     rows: list[npt.NDArray[np.float64]] = []
-    ends: list[tuple[int, int, int]] = []  # each row's node (its place among the nodes) and GPUs
+    node, src, dst = list[int](), list[int](), list[int]()
     place_of: dict[int, int] = {}
-    for ev in out.evidence:
+    for ev in slots.evidence:
         if id(ev) in place_of or ev.p2p is None:
             continue
         place = place_of[id(ev)] = len(place_of)
         for p in ev.p2p.pairs:
             if len(p.samples):
                 rows.append(_row(p.samples))
-                ends.append((place, p.src, p.dst))
-    medians, clean, tops = _row_stats(rows)
-    # per (node, GPU): its pairs' medians, how many samples, whether all are numbers above zero, the largest
-    told: dict[tuple[int, int], tuple[list[float], list[int], list[bool], list[float]]] = {}
-    for j, (place, a, b) in enumerate(ends):
-        for end in (a,) if a == b else (a, b):
-            pairs = told.setdefault((place, end), ([], [], [], []))
-            pairs[0].append(medians[j])
-            pairs[1].append(rows[j].size)
-            pairs[2].append(clean[j])
-            pairs[3].append(tops[j])
+                node.append(place)
+                src.append(p.src)
+                dst.append(p.dst)
+    places = [place_of.get(id(ev), -1) for ev in slots.evidence]
+    return rows, places, node, src, dst
+
+
+def _row_stats(rows: Rows) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+    """Per row (one pair's samples, at least one): its median, whether every sample is finite and above zero, and its
+    largest sample."""
+    medians, clean, tops = np.zeros(len(rows)), np.zeros(len(rows), dtype=bool), np.zeros(len(rows))
+    by_count: dict[int, list[int]] = {}
+    for i, row in enumerate(rows):
+        by_count.setdefault(row.size, []).append(i)
+    for n, which in by_count.items():
+        with np.errstate(all="ignore"):
+            ordered = np.sort(_stacked([rows[i] for i in which], n), axis=1)
+            mid = n // 2
+            told = ordered[:, mid] if n % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
+        medians[which] = told
+        clean[which] = np.isfinite(ordered).all(axis=1) & (ordered[:, 0] > 0)
+        tops[which] = ordered[:, -1]
+    return medians, clean, tops
+
+
+def _median_of_groups(
+    values: npt.NDArray[np.float64], starts: npt.NDArray[np.intp], counts: npt.NDArray[np.intp]
+) -> npt.NDArray[np.float64]:
+    """`median_of_sorted` of each group of `values` (sorted within each group: `starts` and `counts` say where)."""
+    mid = starts + counts // 2
+    lower = starts + np.maximum(counts // 2 - 1, 0)
+    with np.errstate(all="ignore"):
+        found: npt.NDArray[np.float64] = np.where(counts % 2 == 1, values[mid], (values[lower] + values[mid]) / 2)
+    return found
+
+
+def believe_p2p(slots: Slots, expected: float | None, least: int) -> list[Sampled | str]:
+    """`believable` of each GPU's P2P figure (the median of its pairs' medians, on every sample of its pairs): each
+    pair's samples told once for both its GPUs, each GPU's pairs at once by arrays; a GPU whose samples all are
+    numbers above zero, enough and none absurd, from them; any other by `believable`."""
+    rows, places, node, src, dst = _pair_rows(slots)
+    told: dict[tuple[int, int], tuple[float, int]] = {}  # per (node, GPU) believed here: its figure and samples
+    if rows:
+        medians, clean, tops = _row_stats(rows)
+        sizes = np.array([r.size for r in rows], dtype=np.int64)
+        a, b, at = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(node, dtype=np.int64)
+        twice = a != b  # a pair counts for both its GPUs (a GPU with itself, once)
+        row = np.concatenate([np.arange(len(rows)), np.flatnonzero(twice)])
+        end_node, end_gpu = at[row], np.concatenate([a, b[twice]])
+        order = np.lexsort((medians[row], end_gpu, end_node))  # by node and GPU, each GPU's pair medians sorted
+        row, end_node, end_gpu = row[order], end_node[order], end_gpu[order]
+        new = np.ones(len(row), dtype=bool)
+        new[1:] = (end_node[1:] != end_node[:-1]) | (end_gpu[1:] != end_gpu[:-1])
+        starts = np.flatnonzero(new)
+        counts = np.diff(np.append(starts, len(row)))
+        total = np.add.reduceat(sizes[row], starts)
+        good = np.logical_and.reduceat(clean[row], starts) & (total >= max(least, MIN_SAMPLES))
+        if expected is not None:
+            good &= ~(np.maximum.reduceat(tops[row], starts) > ABSURD_FACTOR * expected)
+        figure = _median_of_groups(medians[row], starts, counts)
+        for j in np.flatnonzero(good).tolist():
+            told[(int(end_node[starts[j]]), int(end_gpu[starts[j]]))] = (float(figure[j]), int(total[j]))
     figures: list[Sampled | str] = []
-    for ev, idx, g in zip(out.evidence, out.gpus, found, strict=True):
-        got = told.get((place_of[id(ev)], idx)) if id(ev) in place_of and idx is not None else None
-        if (
-            got is not None
-            and ev.p2p is not None
-            and sum(got[1]) >= need
-            and all(got[2])
-            and not (top_allowed is not None and max(got[3]) > top_allowed)
-        ):
-            figures.append(Sampled(median(got[0]), sum(got[1]), ev.p2p.unit))
+    for ev, idx, g, place in zip(slots.evidence, slots.gpus, slots.found, places, strict=True):
+        got = told.get((place, idx)) if idx is not None and ev.p2p is not None else None
+        if got is not None and ev.p2p is not None:
+            figures.append(Sampled(got[0], got[1], ev.p2p.unit))
         else:
             figures.append(believable(ev, "p2p.bandwidth", idx, expected, least, g))
     return figures

@@ -119,6 +119,16 @@ class TailPool:
         self._depths.extend(s.depths)
         self._sorted = False
 
+    def add_all(self, members: Sequence[SlowSamples]) -> None:
+        """`add` of each (a pool's thousands at once)."""
+        self.n += sum(s.n for s in members)
+        self.k += sum(s.k for s in members)
+        self.members += len(members)
+        for s in members:
+            if s.depths:  # most measurements have no slow sample
+                self._depths.extend(s.depths)
+        self._sorted = False
+
     def at_least(self, depth: float) -> int:
         if not self._sorted:
             self._depths.sort()

@@ -33,6 +33,8 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
 
+import numpy as np
+
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.rules.stability import (
     MIN_SLOW_SAMPLES,
@@ -95,8 +97,10 @@ class PeerIndex:
         self.pools: dict[str, list[Key]] = defaultdict(list)
         self.by_node: dict[str, list[Key]] = defaultdict(list)
         for key in values:
-            self.pools[self.pool_of(key[0])].append(key)
             self.by_node[key[0]].append(key)
+        pools = {node: self.pool_of(node) for node in self.by_node}  # asked once a node, not once a GPU
+        for key in values:
+            self.pools[pools[key[0]]].append(key)
         self.per_gpu = any(k[1] is not None for k in values)
         self.fleet: dict[str, Summary] = {p: summarize([values[k].value for k in ks]) for p, ks in self.pools.items()}
         self._residuals = node_residuals(values, self.by_node)
@@ -112,8 +116,11 @@ class PeerIndex:
                 self._slow[k] = s
         self._quiet: dict[bool, set[Key]] = {}
         self._tails: dict[str, TailPool] = defaultdict(TailPool)
+        members: dict[str, list[SlowSamples]] = defaultdict(list)
         for k, s in self._slow.items():
-            self._tails[self.pool_of(k[0])].add(s)
+            members[pools[k[0]]].append(s)
+        for pool, slows in members.items():
+            self._tails[pool].add_all(slows)
 
     # ---- who the peers are: the one place pools plug in -------------------------------------------------------
 
@@ -141,18 +148,24 @@ class PeerIndex:
     def node_zs(self) -> dict[Key, float]:
         """`node_z` of every GPU that has one, worse negative (times `sign`): what `straggler.combined` combines."""
         out: dict[Key, float] = {}
-        for k in self.values:
-            r = self._residuals.get(k)
-            within = self._within.get(self.pool_of(k[0])) if r is not None else None
-            if r is not None and within is not None:
-                out[k] = self.sign * within.z(r)
-        return out
+        for pool, within in self._within.items():  # Summary.z of each residual of the pool, by arrays
+            keys = [k for k in self._residuals if self.pool_of(k[0]) == pool]
+            r = np.array([self._residuals[k] for k in keys], dtype=np.float64)
+            sigma = within.mad * MAD_TO_SIGMA
+            with np.errstate(all="ignore"):
+                z = (
+                    (r - within.median) / sigma
+                    if sigma
+                    else np.where(r == within.median, 0.0, np.copysign(np.inf, r - within.median))
+                )
+            out.update(zip(keys, (self.sign * z).tolist(), strict=True))
+        return {k: out[k] for k in self.values if k in out}
 
     def _within_node_spread(self) -> dict[str, Summary]:
         """Per pool, every GPU's residual against its own node's others: their median and MAD."""
         out: dict[str, list[float]] = defaultdict(list)
         for key, r in self._residuals.items():
-            out[self.pool_of(key[0])].append(r)
+            out[self._pool_by_node[key[0]]].append(r)  # every node's pool told in __init__
         return {p: summarize(rs) for p, rs in out.items() if len(rs) > MIN_PEERS}
 
     def _node_figures(self) -> dict[str, float]:

@@ -102,19 +102,53 @@ def node_residuals(values: Mapping[Key, Sampled], by_node: Mapping[str, Sequence
     """Each GPU's figure against the median of its node's other GPUs (relative: figure / median - 1), where the node
     has MIN_PEERS others, in `values`' order; `by_node`: each node's keys. Node by node: the node's figures sorted
     once, the median of a GPU's others that of the sorted figures less one of its own value (the list `median`
-    sorts). A node's own figure (GPU None) has no node peers."""
+    sorts). Nodes of as many GPUs each (most of a fleet) all at once by arrays. A node's own figure (GPU None) has
+    no node peers."""
     found: dict[Key, float] = {}
+    alike: dict[int, list[Sequence[Key]]] = {}  # nodes of GPUs alone, by their count of GPUs
     for keys in by_node.values():
         if len(keys) - 1 < MIN_PEERS:
             continue
-        figures = [values[k].value for k in keys]
         if any(k[1] is None for k in keys):  # not a node of GPUs alone: each GPU against the others as listed
+            figures = [values[k].value for k in keys]
             for i, k in enumerate(keys):
                 if k[1] is not None:
                     found[k] = figures[i] / median(figures[:i] + figures[i + 1 :]) - 1
             continue
-        ordered = sorted(figures)
-        for k, v in zip(keys, figures, strict=True):
-            j = bisect_left(ordered, v)
-            found[k] = v / median_of_sorted(ordered[:j] + ordered[j + 1 :]) - 1
+        alike.setdefault(len(keys), []).append(keys)
+    for nodes in alike.values():
+        found.update(_residuals_alike(values, nodes))
     return {k: found[k] for k in values if k in found}
+
+
+def _residuals_alike(values: Mapping[Key, Sampled], nodes: list[Sequence[Key]]) -> dict[Key, float]:
+    """`node_residuals` of nodes of n GPUs each: a GPU's others are its node's sorted figures less one of its value
+    (which of equal ones does not matter: the same n - 1 values), so their median is one of the sorted figures (n - 1
+    odd) or the mean of two of them, chosen by the GPU's rank; the same float64 division and sum as `median_of_sorted`
+    of the list without it. Figures that are not all finite: one node at a time, by Python's sort."""
+    keys = [k for node in nodes for k in node]
+    n = len(nodes[0])
+    v = np.array([values[k].value for k in keys], dtype=np.float64).reshape(len(nodes), n)
+    if not np.isfinite(v).all():
+        out: dict[Key, float] = {}
+        for node in nodes:
+            ordered = sorted(values[k].value for k in node)
+            for k in node:
+                x = values[k].value
+                j = bisect_left(ordered, x)
+                out[k] = x / median_of_sorted(ordered[:j] + ordered[j + 1 :]) - 1
+        return out
+    order = np.argsort(v, axis=1, kind="stable")
+    s = np.take_along_axis(v, order, axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.arange(n)[None, :].repeat(len(nodes), axis=0), axis=1)
+
+    def others(i: int) -> npt.NDArray[np.float64]:  # the i-th of the sorted figures without the GPU's own
+        return np.where(i < rank, s[:, [i]], s[:, [i + 1]])
+
+    m = n - 1
+    mid = m // 2
+    median_of_others = others(mid) if m % 2 else (others(mid - 1) + others(mid)) / 2
+    with np.errstate(all="ignore"):
+        r = v / median_of_others - 1
+    return dict(zip(keys, r.ravel().tolist(), strict=True))
