@@ -368,7 +368,11 @@ class RunView(ViewFigures):
         boards: dict[str, list[tuple[int, str | None]]] = {}
         digests: dict[str, str | None] = {}
         metrics: dict[str, list[str]] = {}
+        earlier = self.history.nodes if self.history is not None else {}
         for node in self.pools.placed:
+            if node not in earlier:  # drift_plan leaves a node without history out whatever its boards: their
+                boards[node] = []  # serials, its pool's baseline digest and its metrics are not asked for
+                continue
             ev = self.measured_node(node)
             serials = {g.index: g.serial for g in ev.gpus} if ev is not None else {}
             boards[node] = [(i, serials.get(i)) for i in range(self.pools.gpus_per_node(node))]

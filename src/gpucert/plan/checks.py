@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, NamedTuple
+from functools import partial
+from itertools import product
+from typing import Any, NamedTuple, cast
 
 __all__ = [
     "DCGM_EXTRA_TESTS_BY_LEVEL",
@@ -26,6 +29,7 @@ __all__ = [
     "Finding",
     "check_category",
     "family_of",
+    "key_grid",
 ]
 
 GEMM_DTYPES = ("fp16", "bf16", "tf32", "fp32", "fp64")
@@ -106,6 +110,22 @@ class CheckKey(NamedTuple):
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CheckKey:
         return cls(d["check"], d.get("node"), d.get("gpu"), d.get("detail"))
+
+
+_KEY = partial(tuple.__new__, CheckKey)  # a key of a 4-tuple of its fields, as CheckKey(*fields) makes it
+
+
+def key_grid(
+    checks: Iterable[str],
+    nodes: Iterable[str],
+    gpus: Iterable[int | None] = (None,),
+    details: Iterable[str | None] = (None,),
+) -> Iterator[CheckKey]:
+    """Every key of each of `checks` on each of `nodes`, each of `gpus` (a node's own check: None) and each of
+    `details`, in no order the caller may count on. Made without a Python call per key (itertools.product of the
+    fields, each 4-tuple made a key by tuple.__new__, as the NamedTuple's own __new__ does in a Python frame): a
+    plan is most of a fleet's keys, 189,000 at 1,024 x 8, and a re-test of three of its nodes makes them all."""
+    return cast("Iterator[CheckKey]", map(_KEY, product(checks, nodes, gpus, details)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
-from gpucert.plan.checks import DCGM_TESTS_BY_LEVEL, GEMM_DTYPES, GPU_METRICS, PCIE_DIRECTIONS, CheckKey
+from gpucert.plan.checks import (
+    DCGM_TESTS_BY_LEVEL,
+    GEMM_DTYPES,
+    GPU_METRICS,
+    PCIE_DIRECTIONS,
+    CheckKey,
+    key_grid,
+)
 from gpucert.plan.domains import by_domain, ring_detail
 from gpucert.plan.fabric_checks import fabric_certify_keys, fabric_configure_keys
 from gpucert.spec.cluster import ClusterSpec, Probe
@@ -67,8 +74,8 @@ class Plan:
     @cached_property
     def _fleet_details(self) -> dict[str, tuple[str, ...]]:
         found: dict[str, list[str]] = {}
-        for k in self.required:
-            if k.detail and not k.node:
+        for k in [k for k in self.required if not k.node]:  # one pass: the fleet's keys are a handful
+            if k.detail:
                 found.setdefault(k.check, []).append(k.detail)
         return {check: tuple(sorted(details)) for check, details in found.items()}
 
@@ -141,7 +148,7 @@ def _static(spec: ClusterSpec, b: _Builder) -> None:
 def _configure(spec: ClusterSpec, pools: PoolMap, components: list[str], b: _Builder) -> None:
     b.add([CheckKey("inventory.nodes")])
     if pools.required:
-        b.add(CheckKey("pool.membership", n) for n in pools.order)
+        b.add(key_grid(["pool.membership"], pools.order))
     else:
         b.skip("pool.membership", "one pool with no nodeSelector: every node is in it")
     if pools.stray:
@@ -164,8 +171,8 @@ def _configure(spec: ClusterSpec, pools: PoolMap, components: list[str], b: _Bui
         per_node.append("stack.runtime")
     else:
         b.skip("stack.runtime", "the spec sets no stack.containerRuntime")
-    b.add(CheckKey(c, n) for n in nodes for c in per_node)
-    b.add(CheckKey("stack.version", n, None, comp) for n in nodes for comp in components)
+    b.add(key_grid(per_node, nodes))
+    b.add(key_grid(["stack.version"], nodes, details=components))
     b.add(fabric_configure_keys(spec))
 
 
@@ -243,17 +250,16 @@ def _one_gpu(spec: ClusterSpec, pool: str) -> str:
 def _certify_pool(spec: ClusterSpec, pool: str, nodes: list[str], b: _Builder) -> None:
     probes = set(spec.certify.probes)
     gpus_per_node = spec.pool(pool).expect.gpus_per_node
-    gpus = [(n, i) for n in nodes for i in range(gpus_per_node)]
-    b.add(CheckKey("probe.preflight", n) for n in nodes)  # the probe pod could run the probes (one cause, once)
+    b.add(key_grid(["probe.preflight"], nodes))  # the probe pod could run the probes (one cause, once)
     per_gpu = _per_gpu_checks(probes, spec.certify.dcgm.level)
     several = gpus_per_node >= 2
     if Probe.P2P in probes and several:
         per_gpu.append("p2p.bandwidth")
     elif Probe.P2P in probes:
         b.skip("p2p.bandwidth", f"{_one_gpu(spec, pool)}: there is no peer to copy to")
-    b.add(CheckKey(c, n, i) for n, i in gpus for c in per_gpu)
+    b.add(key_grid(per_gpu, nodes, range(gpus_per_node)))
     if Probe.NCCL in probes and several:
-        b.add(CheckKey("nccl.all_reduce", n) for n in nodes)
+        b.add(key_grid(["nccl.all_reduce"], nodes))
     elif Probe.NCCL in probes:
         b.skip("nccl.all_reduce", f"{_one_gpu(spec, pool)}: there is no all-reduce within a node")
     for probe in Probe:
@@ -289,7 +295,7 @@ def _peers(spec: ClusterSpec, pool: str, nodes: list[str], comparable: int, b: _
         return
     where = "" if len(spec.pools) == 1 else f" in pool {pool}"
     if comparable >= MIN_PEERS + 1:
-        b.add(CheckKey(f"straggler.{m}", n) for n in nodes for m in metrics)
+        b.add(key_grid([f"straggler.{m}" for m in metrics], nodes))
     else:
         b.skip(
             f"straggler.<metric>@<node>{where}",
@@ -297,7 +303,7 @@ def _peers(spec: ClusterSpec, pool: str, nodes: list[str], comparable: int, b: _
             "node-level straggler can be told",
         )
     if gpus_per_node - 1 >= MIN_PEERS and len(metrics) >= 2:  # every metric at once, against the node's peers
-        b.add(CheckKey("straggler.combined", n, i) for n in nodes for i in range(gpus_per_node))
+        b.add(key_grid(["straggler.combined"], nodes, range(gpus_per_node)))
     else:
         b.skip(f"straggler.combined{where}", "fewer than two per-GPU metrics or too few GPUs on a node to combine")
     if gpus_per_node - 1 < MIN_PEERS:
