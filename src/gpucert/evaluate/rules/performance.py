@@ -5,7 +5,7 @@ believed at all, and the figure against the SKU baseline. The comparisons with p
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from gpucert.evaluate.stats import median
@@ -21,6 +21,7 @@ __all__ = [
     "Sampled",
     "absurd_problem",
     "against_baseline",
+    "baseline_passes",
     "believable",
     "evidence_problem",
     "figure_of",
@@ -258,29 +259,54 @@ def believable(
     return figure if figure is not None else f"{metric} was not measured"
 
 
-def _where(key: Key) -> str:
-    return key[0] if key[1] is None else f"{key[0]}/gpu{key[1]}"
-
-
 def against_baseline(check: str, key: Key, sampled: Sampled, baseline: MetricBaseline) -> Finding:
     limit, ok_min, tail, rounded = _bounds(baseline)
     ok = sampled.value >= limit if ok_min else sampled.value <= limit
+    return _against(check, key[0], key[1], sampled, baseline, ok, tail, rounded)
+
+
+def baseline_passes(
+    check: str, node: str, figures: Sequence[tuple[int, Sampled]], baseline: MetricBaseline
+) -> list[Finding | None]:
+    """`against_baseline` of each of the node's (GPU, figure) where it passes, else None: the baseline's bounds
+    told once for the node's GPUs (a re-test decides a carried node's GPUs of a metric at once)."""
+    limit, ok_min, tail, rounded = _bounds(baseline)
+    return [
+        _against(check, node, gpu, s, baseline, True, tail, rounded)
+        if (s.value >= limit if ok_min else s.value <= limit)
+        else None
+        for gpu, s in figures
+    ]
+
+
+def _against(
+    check: str,
+    node: str,
+    gpu: int | None,
+    sampled: Sampled,
+    baseline: MetricBaseline,
+    ok: bool,
+    tail: str,
+    rounded: float,
+) -> Finding:
+    """`against_baseline`'s finding, its figure on the right side of the limit (`ok`) or not."""
     deviation = sampled.value / baseline.expected - 1
     word = "below" if deviation < 0 else "above"
+    where = node if gpu is None else f"{node}/gpu{gpu}"
     msg = (
-        f"{_where(key)} {check} {sampled.value:.4g} {sampled.unit} (median of {sampled.n} samples) is "
+        f"{where} {check} {sampled.value:.4g} {sampled.unit} (median of {sampled.n} samples) is "
         f"{abs(deviation):.1%} {word} {tail}"
     )
     return Finding(
-        check=check,
-        status=CheckStatus.PASS if ok else CheckStatus.FAIL,
-        node=key[0],
-        gpu=key[1],
-        message=msg,
-        observed=round(sampled.value, 4),
-        expected=baseline.expected,
-        unit=baseline.unit,
-        limit=rounded,
+        check,
+        CheckStatus.PASS if ok else CheckStatus.FAIL,
+        node,
+        gpu,
+        msg,
+        round(sampled.value, 4),
+        baseline.expected,
+        baseline.unit,
+        rounded,
     )
 
 

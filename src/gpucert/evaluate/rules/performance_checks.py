@@ -17,7 +17,7 @@ from gpucert.evaluate.peers import unstable_is_judged
 from gpucert.evaluate.registry import no_rule
 from gpucert.evaluate.rules.combined import COMBINED
 from gpucert.evaluate.rules.combined_checks import combined_fails
-from gpucert.evaluate.rules.performance import Sampled, against_baseline
+from gpucert.evaluate.rules.performance import Sampled, against_baseline, baseline_passes
 from gpucert.evaluate.rules.stragglers import MIN_PEERS
 from gpucert.evaluate.view import RunView
 from gpucert.measure.evidence import NodeEvidence
@@ -80,12 +80,16 @@ def quiet_passes(view: RunView, metric: str, node: str, gpus: Sequence[int]) -> 
     if whole is not None and whole.status is FAIL:  # its GPUs' checks skip, naming it
         return [None] * len(gpus)
     stability = unstable_is_judged(metric)
-    out: list[Finding | None] = []
-    for gpu, told in zip(gpus, told_figures(view, metric, node, gpus), strict=True):
+    at: list[int] = []  # the GPUs (their place in `gpus`) with a figure their peers pass quietly
+    figures: list[tuple[int, Sampled]] = []
+    for i, (gpu, told) in enumerate(zip(gpus, told_figures(view, metric, node, gpus), strict=True)):
         sampled = told if told is not None else figure(view, metric, node, gpu)
-        base = against_baseline(metric, (node, gpu), sampled, bar) if isinstance(sampled, Sampled) else None
-        quiet = base is not None and base.status is PASS and index.quiet((node, gpu), stability=stability)
-        out.append(base if quiet else None)
+        if isinstance(sampled, Sampled) and index.quiet((node, gpu), stability=stability):
+            at.append(i)
+            figures.append((gpu, sampled))
+    out: list[Finding | None] = [None] * len(gpus)
+    for i, passed in zip(at, baseline_passes(metric, node, figures, bar), strict=True):
+        out[i] = passed
     return out
 
 
