@@ -60,8 +60,11 @@ def write_atomic(path: Path, content: str | bytes, *, durable: bool = True) -> P
     interrupt (Ctrl-C, a kill: what the rename published is in the system's cache and reaches the disk), but a crash
     of the machine before that `sync()` may lose the file or leave it empty. Only for what can be written again."""
     data = content.encode("utf-8") if isinstance(content, str) else content
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp, fd = _temporary(path)
+    try:
+        tmp, fd = _temporary(path)
+    except FileNotFoundError:  # its folder is not there yet: made once, not asked after on every write
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp, fd = _temporary(path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -69,8 +72,9 @@ def write_atomic(path: Path, content: str | bytes, *, durable: bool = True) -> P
                 f.flush()
                 os.fsync(f.fileno())  # the bytes are on the disk before the name points at them
         os.replace(tmp, path)
-    finally:
+    except BaseException:  # once the replace ran, the temporary's name is the file's: nothing left to remove
         tmp.unlink(missing_ok=True)
+        raise
     if durable:
         _sync_folder(path.parent)
     return path

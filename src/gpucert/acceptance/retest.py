@@ -19,6 +19,7 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -27,7 +28,7 @@ from gpucert.acceptance.retest_pairs import carried_pairs_problems, carry_pairs
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.files import sync
 from gpucert.measure.evidence import NodeEvidence
-from gpucert.measure.targets.base import MeasurePlan, Target
+from gpucert.measure.targets.base import EvidenceSink, MeasurePlan, Target
 from gpucert.plan.carried_pairs import read_carried
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.records import RETEST_SCHEMA, Carried, RetestRecord, RetestSource, read_retest_record
@@ -40,6 +41,7 @@ from gpucert.stack.observe import StackObservation
 
 __all__ = [
     "RETEST_SCHEMA",
+    "IdentityTarget",
     "Source",
     "choose",
     "identity_change",
@@ -88,6 +90,15 @@ class Source:
         if node not in self.read:
             self.read[node] = self.folder.read_evidence(node)
         return self.read[node]
+
+
+@runtime_checkable
+class IdentityTarget(Protocol):
+    """A target that reads a node's identity alone (its driver, and each GPU's UUID, serial, VBIOS and bus id:
+    what `identity_change` compares) more cheaply than measuring it with the health probe; any other target is
+    asked for that measurement. A node whose identity cannot be read still yields a document (`collected: false`)."""
+
+    def read_identities(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None: ...
 
 
 def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> Source:
@@ -285,7 +296,10 @@ def prepare_retest(
 
     if candidates:  # NVML only: serials, UUIDs, VBIOS, bus ids and the driver, no load on the GPUs
         plan = MeasurePlan(run_id=folder.id, probes=(Probe.HEALTH,), dcgm_level=spec.certify.dcgm.level)
-        target.measure(candidates, plan, sink)
+        if isinstance(target, IdentityTarget):
+            target.read_identities(candidates, plan, sink)
+        else:
+            target.measure(candidates, plan, sink)
     carried: dict[str, Carried] = {}
     before = read_retest_record(source.folder)  # once, not once a node: a re-test's record names every carried node
     for node in candidates:

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
-from gpucert.measure.evidence import CounterWindow, FabricEvidence
+from gpucert._version import __version__
+from gpucert.measure.evidence import CounterWindow, FabricEvidence, ProbeError
 from gpucert.measure.evidence_fabric import merge_windows
-from gpucert.measure.targets.base import FabricTarget, MeasurePlan
+from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.pairs_files import write_round
 from gpucert.plan.runfolder import RunFolder
 
-__all__ = ["StageWindows", "attach_windows", "measure_pairs"]
+__all__ = ["StageWindows", "attach_windows", "measure_fabric", "measure_pairs", "neighbour_pairs"]
 
 
 @dataclass
@@ -84,3 +85,42 @@ def attach_windows(folder: RunFolder, docs: Iterable[FabricEvidence] | StageWind
         if ev is None or ev.fabric is None or ev.fabric.counters is not None:
             continue
         folder.write_evidence(ev.model_copy(update={"fabric": ev.fabric.model_copy(update={"counters": merged})}))
+
+
+def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:
+    """Every pair of neighbours on the ring of `nodes`, in rounds where no node is in two pairs at once."""
+    pairs = [[nodes[i], nodes[(i + 1) % len(nodes)]] for i in range(len(nodes) if len(nodes) > 2 else 1)]
+    rounds: list[list[list[str]]] = []
+    busy: list[set[str]] = []  # each round's nodes: a pair's first free round found without scanning its pairs
+    for pair in pairs:
+        i = next((i for i, b in enumerate(busy) if b.isdisjoint(pair)), len(rounds))
+        if i == len(rounds):
+            rounds.append([])
+            busy.append(set())
+        rounds[i].append(pair)
+        busy[i].update(pair)
+    return rounds
+
+
+def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan, lone: str | None = None) -> FabricEvidence:
+    """The all-reduce across `nodes`, or a document that says why it could not run (`lone`: why, for a topology
+    domain of one node: lone_domain)."""
+    if len(nodes) >= 2 and isinstance(target, FabricTarget):
+        return target.measure_fabrics([nodes], plan)[0]
+    why = (
+        (lone or f"{len(nodes)} node(s) could be measured: an all-reduce across nodes needs at least two")
+        if len(nodes) < 2
+        else f"the {target.kind} target measures one host: there is no fabric between nodes to measure"
+    )
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return FabricEvidence(
+        run_id=plan.run_id,
+        target=target.kind,
+        probe_version=__version__,
+        started=now,
+        finished=now,
+        nodes=nodes,
+        gpus_per_node=0,
+        collected=False,
+        errors=[ProbeError(probe="nccl", message=why, unavailable=True)],
+    )

@@ -15,18 +15,16 @@ import os
 import shutil
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpucert._version import __version__
 from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError, RunInterrupted
-from gpucert.measure.evidence import FabricEvidence, NodeEvidence, ProbeError
+from gpucert.measure.evidence import FabricEvidence, NodeEvidence
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.carried_pairs import carried_nodes, read_carried
 from gpucert.plan.domains import by_domain
-from gpucert.plan.fabric_stage import StageWindows, attach_windows, measure_pairs
+from gpucert.plan.fabric_stage import StageWindows, attach_windows, measure_fabric, measure_pairs, neighbour_pairs
 from gpucert.plan.inputs import load_inputs, waivers_path
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.pairs import retest_rounds
@@ -409,40 +407,3 @@ def fabric_rounds(pools: PoolMap, nodes: list[str], carried: Collection[str] = (
     ]
     longest = max((len(r) for r in per_pool), default=0)
     return [[list(p) for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]
-
-
-def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:
-    """Every pair of neighbours on the ring of `nodes`, in rounds where no node is in two pairs at once."""
-    pairs = [[nodes[i], nodes[(i + 1) % len(nodes)]] for i in range(len(nodes) if len(nodes) > 2 else 1)]
-    rounds: list[list[list[str]]] = []
-    for pair in pairs:
-        free = next((r for r in rounds if not any(n in g for g in r for n in pair)), None)
-        if free is None:
-            rounds.append([pair])
-        else:
-            free.append(pair)
-    return rounds
-
-
-def measure_fabric(target: Target, nodes: list[str], plan: MeasurePlan, lone: str | None = None) -> FabricEvidence:
-    """The all-reduce across `nodes`, or a document that says why it could not run (`lone`: why, for a topology
-    domain of one node: lone_domain)."""
-    if len(nodes) >= 2 and isinstance(target, FabricTarget):
-        return target.measure_fabrics([nodes], plan)[0]
-    why = (
-        (lone or f"{len(nodes)} node(s) could be measured: an all-reduce across nodes needs at least two")
-        if len(nodes) < 2
-        else f"the {target.kind} target measures one host: there is no fabric between nodes to measure"
-    )
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return FabricEvidence(
-        run_id=plan.run_id,
-        target=target.kind,
-        probe_version=__version__,
-        started=now,
-        finished=now,
-        nodes=nodes,
-        gpus_per_node=0,
-        collected=False,
-        errors=[ProbeError(probe="nccl", message=why, unavailable=True)],
-    )

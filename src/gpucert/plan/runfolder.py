@@ -28,28 +28,15 @@ from gpucert.plan.inventory import Inventory, read_inventory, write_inventory
 from gpucert.plan.layout import ENVELOPE, Mode, run_id
 from gpucert.plan.pairs_files import read_all_pairs
 from gpucert.plan.records import read_recertify_record, read_run_info
-from gpucert.spec.names import NameError_, check_file_stem, check_node_name, inside
+from gpucert.plan.runfolder_paths import copy_file, link_or_copy, new_node_file, node_file
+from gpucert.spec.names import check_file_stem, check_node_name, inside
 from gpucert.stack.observe import StackObservation, read_stack, write_stack
 
 __all__ = ["ENVELOPE", "Mode", "RunFolder"]
 
 
-def _copy(source: Path, target: Path, *, durable: bool = True) -> None:
-    """A file copied into the run folder byte for byte (a carried document's digest stays the one signed where it
-    was measured), through the one atomic writer: a crash mid-copy leaves no torn copy."""
-    write_atomic(target, source.read_bytes(), durable=durable)
-
-
 def _iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _node_file(folder: Path, node: str, blame: Path | None = None) -> Path:
-    """`<folder>/<node>.json`, for a node name only: EvidenceError naming `blame` (the folder) otherwise."""
-    try:
-        return inside(folder, f"{check_node_name(node)}.json")
-    except NameError_ as exc:
-        raise EvidenceError(str(exc), path=blame or folder) from None
 
 
 class _In:
@@ -138,11 +125,11 @@ class RunFolder:
         return [p for p in [self.baseline_copy, *pools] if p.is_file()]
 
     def identity_path(self, node: str) -> Path:
-        return _node_file(self.retest_dir / layout.IDENTITY, node, blame=self.retest_dir)
+        return node_file(self.retest_dir / layout.IDENTITY, node, blame=self.retest_dir)
 
     def evidence_path(self, node: str) -> Path:
         """`evidence/<node>.json`, for a node name only (EvidenceError otherwise): it never leaves evidence/."""
-        return _node_file(self.evidence_dir, node)
+        return node_file(self.evidence_dir, node)
 
     # ---- what the folder holds --------------------------------------------------------------------------------
 
@@ -308,7 +295,7 @@ class RunFolder:
 
     def add_fleet_peer(self, node: str, source: Path) -> None:
         self.fleet_dir.mkdir(exist_ok=True)
-        _copy(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
+        copy_file(source, inside(self.fleet_dir, f"{check_node_name(node)}.json"))
 
     def read_retest(self) -> dict[str, Any] | None:
         """What `gpucert certify --retest` recorded: the source run, each node measured and why, each carried."""
@@ -321,7 +308,8 @@ class RunFolder:
     def write_identity(self, ev: NodeEvidence) -> Path:
         """A carried node's identity as the re-test read it, as it answers; durable with the carried copies at the
         re-test's one sync before its record (files.write_atomic's durable=False)."""
-        return write_document(self.identity_path(ev.node), ev, durable=False)
+        path = new_node_file(self.retest_dir / layout.IDENTITY, ev.node, blame=self.retest_dir)
+        return write_document(path, ev, durable=False)
 
     def read_identity(self, node: str) -> NodeEvidence | None:
         path = self.identity_path(node)
@@ -332,10 +320,11 @@ class RunFolder:
         return sorted(folder.glob("*.json")) if folder.is_dir() else []
 
     def carry_evidence(self, node: str, source: Path) -> Path:
-        """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there); a
-        copy of a signed file that can be copied again, made durable by the re-test's one sync before its record."""
-        path = self.evidence_path(node)
-        _copy(source, path, durable=False)
+        """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there): a
+        hard link to the signed file where the file system allows, else a copy of it (`link_or_copy`); made
+        durable by the re-test's one sync before its record."""
+        path = new_node_file(self.evidence_dir, node)
+        link_or_copy(source, path)
         return path
 
     def write_summary(self, markdown: str) -> None:
@@ -403,19 +392,19 @@ class RunFolder:
         """The spec, SKU baselines and waivers as the run used them: signed with it, so the judgement can be re-done.
         One pool's baseline is `inputs/baseline.yaml`; several pools' are `inputs/baselines/<pool>.yaml`."""
         if spec is not None:
-            _copy(spec, self.spec_copy)
+            copy_file(spec, self.spec_copy)
         if waivers is not None:
-            _copy(waivers, self.waivers_copy)
+            copy_file(waivers, self.waivers_copy)
         if len(baselines) == 1:
             (baseline,) = baselines.values()
             if baseline.exists():
-                _copy(baseline, self.baseline_copy)
+                copy_file(baseline, self.baseline_copy)
             return
         folder = self.inputs / layout.POOL_BASELINES
         folder.mkdir(exist_ok=True)
         for pool, baseline in baselines.items():
             if baseline.exists():
-                _copy(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
+                copy_file(baseline, inside(folder, f"{check_file_stem(pool, 'pool name')}.yaml"))
 
     def read_gate(self) -> dict[str, Any] | None:
         """What the static gate was given (inputs/gate.json), or None for a gate of the recipe alone."""
@@ -430,7 +419,7 @@ class RunFolder:
         return write_atomic(inside(folder, check_file_stem(name, "file name")), content)
 
     def copy_handover(self, source: Path) -> None:
-        _copy(source, self.handover_copy)
+        copy_file(source, self.handover_copy)
 
     def spec_name(self) -> str | None:
         """The spec (metadata.name) the run was certified under, from run.json or verdict.json."""

@@ -71,6 +71,12 @@ class SimulatedTarget(SimulatedCluster, SimulatedProbes):
         for node in nodes:
             sink(self.measure_node(node, plan))
 
+    def read_identities(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None:
+        """A re-test's read of the nodes it may carry: each node's identity alone (probes.identity), not a whole
+        node's health and figures drawn to be thrown away."""
+        for node in nodes:
+            sink(self.identity(node, plan))
+
     def node_control(self, reports: Path) -> SimulatedNodeControl:
         return SimulatedNodeControl(reports / ".simulated-nodes" / self.spec.metadata.name, tuple(self.names))
 

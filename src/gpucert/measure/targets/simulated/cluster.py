@@ -7,12 +7,12 @@ import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from functools import cached_property, lru_cache
 from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
-from gpucert.measure.targets.simulated.world import T0, World
+from gpucert.measure.targets.simulated.world import T0, World, cuda_of
 from gpucert.measure.targets.simulated.world import iso as _iso
-from gpucert.stack.compat import cuda_of_driver
 
 __all__ = ["IMAGES", "SimulatedCluster"]
 
@@ -24,6 +24,12 @@ IMAGES = {
     "dcgm": "nvcr.io/nvidia/cloud-native/dcgm:{v}-1-ubuntu22.04",
     "dcgm-exporter": "nvcr.io/nvidia/k8s/dcgm-exporter:{v}-ubuntu22.04",
 }
+
+
+@lru_cache(maxsize=256)
+def _uid(name: str) -> str:
+    """The uid the API server gives the object `name` (a DaemonSet: the same for every pod it owns)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
 
 
 class SimulatedCluster(World):
@@ -43,7 +49,7 @@ class SimulatedCluster(World):
             "nvidia.com/gpu.count": str(count),
             "nvidia.com/gpu.memory": str(self.baseline_of(node).memory_mib),
             "nvidia.com/cuda.driver-version.full": driver,
-            "nvidia.com/cuda.runtime-version.full": cuda_of_driver(driver) or "",
+            "nvidia.com/cuda.runtime-version.full": cuda_of(driver) or "",
         }
         for name, source in self.spec.stack.sources().items():
             if source.label is not None:
@@ -88,15 +94,22 @@ class SimulatedCluster(World):
             },
         }
 
-    def _pod_times(self, node: str, number: int) -> dict[str, tuple[datetime, datetime]]:
-        """Start and Ready time of each component: after its dependencies became Ready, unless a fault says not."""
+    @cached_property
+    def _start_order(self) -> tuple[dict[str, set[str]], list[str]]:
+        """The recipe's components with what each starts after, and the order they come up in: the spec's, the
+        same on every node (sorted once, not once a node)."""
         graph = {c.name: set(c.after) for c in self.spec.stack.components}
-        base = T0 + timedelta(minutes=5, seconds=number % 60)
-        times: dict[str, tuple[datetime, datetime]] = {}
         try:
             order = list(TopologicalSorter(graph).static_order())
         except CycleError:  # a cyclic recipe is the static gate's finding; bring components up in spec order
             order = list(graph)
+        return graph, order
+
+    def _pod_times(self, node: str, number: int) -> dict[str, tuple[datetime, datetime]]:
+        """Start and Ready time of each component: after its dependencies became Ready, unless a fault says not."""
+        graph, order = self._start_order
+        base = T0 + timedelta(minutes=5, seconds=number % 60)
+        times: dict[str, tuple[datetime, datetime]] = {}
         for name in order:
             deps = [times[d][1] for d in graph.get(name, ()) if d in times]
             start = max(deps, default=base) + timedelta(seconds=5)
@@ -136,7 +149,7 @@ class SimulatedCluster(World):
                                 "apiVersion": "apps/v1",
                                 "kind": "DaemonSet",
                                 "name": app,
-                                "uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, app)),
+                                "uid": _uid(app),
                             }
                         ],
                     },

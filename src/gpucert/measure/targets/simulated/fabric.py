@@ -146,7 +146,7 @@ def _counters(world: World, node: str, rail: int) -> tuple[dict[str, int], dict[
     """One port's counters before and after the loaded window: a healthy link carries data and counts no errors
     (a congested one the odd discard); the faults add theirs. A stream per port: a fault on one port leaves the
     others' counters as they were."""
-    rng = np.random.default_rng([world.fleet.seed, world.names.index(node) + 1, FABRIC_STREAM, rail])
+    rng = np.random.default_rng([world.fleet.seed, world.number(node) + 1, FABRIC_STREAM, rail])
     before = {c: int(rng.integers(0, 4)) for c in ERROR_COUNTERS} | {"link_downed": 1}
     before |= {c: int(rng.integers(10**9, 10**10)) for c in DATA_COUNTERS}
     after = dict(before)
@@ -170,7 +170,7 @@ def _port(world: World, node: str, rail: int, pci: PciDevice) -> HcaPort:
         [
             GidEntry(
                 index=3,
-                gid=f"0000:0000:0000:0000:0000:ffff:0a{rail:02x}:{world.names.index(node) + 1:04x}",
+                gid=f"0000:0000:0000:0000:0000:ffff:0a{rail:02x}:{world.number(node) + 1:04x}",
                 type="RoCE v2",
                 netdev=netdev,
             )
@@ -206,7 +206,7 @@ def node_fabric(world: World, node: str, slots: Sequence[int], started: str) -> 
         return None
     fabric = _fabric(world, node)
     gpu_pci, nic_pci = _pci(world, node, slots)
-    rng = np.random.default_rng([world.fleet.seed, world.names.index(node) + 1, FABRIC_STREAM])
+    rng = np.random.default_rng([world.fleet.seed, world.number(node) + 1, FABRIC_STREAM])
     ports = [_port(world, node, r, nic_pci[fabric.hca(r)]) for r in range(fabric.rails)]
     before, after, hw_before, hw_after = {}, {}, {}, {}
     for r, port in enumerate(ports):
@@ -243,7 +243,7 @@ def node_fabric(world: World, node: str, slots: Sequence[int], started: str) -> 
 
 def _rack(world: World, node: str) -> str | None:
     racks = _fabric(world, node).racks
-    return racks.of(world.names.index(node)) if racks is not None else None
+    return racks.of(world.number(node)) if racks is not None else None
 
 
 def _link_factor(world: World, a: str, b: str, rail: int) -> float:
@@ -302,7 +302,7 @@ def _rail_rdma(world: World, pair: tuple[str, str], index: int, rail: int, gpus:
     else:
         nominal = min(r for r in rates if r is not None) * fabric.efficiency * _link_factor(world, a, b, rail)
         # a stream per pair and rail: a fault on one rail leaves the others' samples as they were
-        seed = [world.fleet.seed, FABRIC_STREAM, world.names.index(a), world.names.index(b), rail]
+        seed = [world.fleet.seed, FABRIC_STREAM, world.number(a), world.number(b), rail]
         noise = 1 + world.fleet.noise.cv * np.random.default_rng(seed).standard_normal(RDMA_SAMPLES)
         samples = [round(float(v), 2) for v in nominal * noise]
     return RdmaBandwidth(

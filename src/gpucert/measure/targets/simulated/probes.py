@@ -13,6 +13,7 @@ from gpucert._version import __version__
 from gpucert.measure.evidence import (
     FabricEvidence,
     GpuEvidence,
+    Health,
     Measurement,
     NcclEvidence,
     NcclPoint,
@@ -30,14 +31,14 @@ from gpucert.measure.targets.base import MeasurePlan
 from gpucert.measure.targets.simulated import fabric
 from gpucert.measure.targets.simulated.dcgm import dcgm_document
 from gpucert.measure.targets.simulated.nvml import nvml_health
-from gpucert.measure.targets.simulated.world import OUTLIER_STREAM, World
+from gpucert.measure.targets.simulated.world import OUTLIER_STREAM, World, cuda_of
 from gpucert.measure.targets.simulated.world import iso as _iso
 from gpucert.measure.targets.simulated.world import sig as _sig
+from gpucert.spec.baseline import GpuBaseline
 from gpucert.spec.cluster import Probe
 from gpucert.spec.simulated_fleet import (
     PreflightFault,
 )
-from gpucert.stack.compat import cuda_of_driver
 
 __all__ = ["SimulatedProbes"]
 
@@ -115,6 +116,26 @@ class SimulatedProbes(World):
         between = [m for p, m in (("p2p", "p2p.bandwidth"), ("nccl", "nccl.all_reduce")) if Probe(p) in probes]
         loaded = [*measurements, *(between if len(self._present(node)) >= 2 else [])]
         faults = self.faults[node].gpu.get(slot, [])
+        return self._board(
+            node,
+            index,
+            slot,
+            baseline,
+            health=nvml_health(rng, baseline, faults, loaded) if Probe.HEALTH in probes else None,
+            measurements=measurements,
+        )
+
+    def _board(
+        self,
+        node: str,
+        index: int,
+        slot: int,
+        baseline: GpuBaseline,
+        health: Health | None = None,
+        measurements: dict[str, Measurement] | None = None,
+    ) -> GpuEvidence:
+        """The GPU as NVML names it (UUID, serial, bus id, product, memory, VBIOS), with what was read of it: the
+        one source of a board's identity for the node's measurement and for the identity read alike."""
         gpu_uuid, serial = self.board_identity(node, slot)
         return GpuEvidence(
             index=index,
@@ -124,8 +145,37 @@ class SimulatedProbes(World):
             product=baseline.product.replace("-", " "),
             memory_mib=baseline.memory_mib,
             vbios="96.00.99.00.01",
-            health=nvml_health(rng, baseline, faults, loaded) if Probe.HEALTH in probes else None,
-            measurements=measurements,
+            health=health,
+            measurements=measurements or {},
+        )
+
+    def _system(self, node: str) -> SystemFacts:
+        driver = self._version(node, "driver")
+        return SystemFacts(
+            driver_version=driver,
+            cuda_driver_version=cuda_of(driver),
+            kernel=self._version(node, "kernel"),
+            os=self._version(node, "osImage"),
+        )
+
+    def identity(self, node: str, plan: MeasurePlan) -> NodeEvidence:
+        """What a light NVML read of the node answers (a re-test's read of a node it may carry): the driver and
+        each GPU present, named as measure_node names it, and nothing drawn (no reading, no figure, no fabric: the
+        re-test compares the identity alone, acceptance/retest.identity_change). A node measure_node could not
+        measure (not Ready, a failed preflight) answers as it would there: not collected, saying why."""
+        started = _iso(datetime.now(UTC))
+        nf = self.faults[node]
+        if nf.unreachable or nf.preflight is not None:
+            return self.measure_node(node, plan)  # no probe ran: nothing drawn there either
+        baseline = self.baseline_of(node)
+        return NodeEvidence(
+            node=node,
+            target=self.kind,
+            probe_version=__version__,
+            started=started,
+            finished=started,
+            system=self._system(node),
+            gpus=[self._board(node, i, s, baseline) for i, s in enumerate(self._present(node))],
         )
 
     def _p2p(
@@ -237,12 +287,7 @@ class SimulatedProbes(World):
             probe_version=__version__,
             started=started,
             finished=_iso(datetime.now(UTC)),
-            system=SystemFacts(
-                driver_version=self._version(node, "driver"),
-                cuda_driver_version=cuda_of_driver(self._version(node, "driver")),
-                kernel=self._version(node, "kernel"),
-                os=self._version(node, "osImage"),
-            ),
+            system=self._system(node),
             gpus=gpus,
             p2p=self._p2p(rng, node, slots, plan, aux) if Probe.P2P in probes and several else None,
             nccl=(
@@ -298,7 +343,7 @@ class SimulatedProbes(World):
         started = _iso(datetime.now(UTC))
         gpus = min(len(self._present(n)) for n in nodes)
         factor = min(self._factor(n, None, "nccl.all_reduce.multinode") for n in nodes)
-        rng = np.random.default_rng([self.fleet.seed, 0x6D6E, *(self.names.index(n) for n in nodes)])
+        rng = np.random.default_rng([self.fleet.seed, 0x6D6E, *(self.number(n) for n in nodes)])
         ranks = gpus * len(nodes)
         sweep = self._nccl(rng, ranks, factor, nodes[0], "nccl.all_reduce.multinode") if ranks >= 2 else None
         errors = []

@@ -159,7 +159,7 @@ class SimulatedSoak:
             return RoundEvidence(
                 node=node, round=index, start_h=start_h, end_h=end_h, collected=False, errors=["node is not Ready"]
             )
-        rng = np.random.default_rng([w.fleet.seed, w.names.index(node) + 1, SOAK_STREAM, index])
+        rng = np.random.default_rng([w.fleet.seed, w.number(node) + 1, SOAK_STREAM, index])
         faults = [f for f in self._faults.get(node, []) if f.start_h < end_h]
         restarts = sum(1 for f in faults if isinstance(f, PodRestartFault) and f.start_h >= start_h)
         slots = w._present(node)

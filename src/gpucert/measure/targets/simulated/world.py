@@ -10,6 +10,7 @@ import hashlib
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 
 import numpy as np
 
@@ -44,8 +45,9 @@ from gpucert.spec.simulated_fleet import (
     VersionFault,
     XidFault,
 )
+from gpucert.stack.compat import cuda_of_driver
 
-__all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "iso", "sig"]
+__all__ = ["DEFAULT_NODE_STACK", "T0", "NodeFaults", "World", "cuda_of", "iso", "sig"]
 
 # the streams of the noise keys added after the first fleets: each draws from a generator of its own, so a fleet
 # that does not set them measures exactly as it did before they existed
@@ -65,6 +67,10 @@ DEFAULT_NODE_STACK = {
 
 def iso(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# the CUDA a driver supports, looked up once per driver version (a fleet runs a handful), not once per node
+cuda_of = lru_cache(maxsize=64)(cuda_of_driver)
 
 
 def sig(x: float) -> float:
@@ -141,6 +147,7 @@ class World:
         self.fleet = fleet
         self.skus = baselines
         self.names = fleet.node_names()
+        self._numbers = {n: i for i, n in enumerate(self.names)}  # each node's place in the fleet, looked up once
         self._group = fleet.pool_of  # each node's group of the fleet, built once
         self.faults: dict[str, NodeFaults] = {n: NodeFaults() for n in self.names}
         # what each node runs, unless a fault says otherwise: its group's versions over the fleet's, over the pins
@@ -150,6 +157,14 @@ class World:
         for f in fleet.faults:
             if not isinstance(f, FABRIC_FAULTS):
                 self.faults[f.node].add(f)
+
+    def number(self, node: str) -> int:
+        """The node's place in the fleet's order (0-based), what its generators are seeded by: `names.index`, in
+        one look-up instead of a scan of the fleet (asked for every node and pair measured)."""
+        try:
+            return self._numbers[node]
+        except KeyError:
+            raise ValueError(f"{node!r} is not a node of the fleet") from None
 
     def group(self, node: str) -> FleetPool:
         return self._group[node]
@@ -171,7 +186,7 @@ class World:
     def _rack_label(self, node: str) -> dict[str, str]:
         fabric = self.fleet.fabric_of(node)
         racks = fabric.racks if fabric is not None else None
-        return {racks.label: racks.of(self.names.index(node))} if racks is not None else {}
+        return {racks.label: racks.of(self.number(node))} if racks is not None else {}
 
     def _installed(self, node: str) -> dict[str, str]:
         labels = {**self.labels(node), "nvidia.com/gpu.count": str(self._group[node].nodes.gpus_per_node)}
@@ -196,7 +211,7 @@ class World:
         return f"GPU-{uuid.UUID(digest[:32])}", str(int(digest[:12], 16) % 10**13).zfill(13)
 
     def _rng(self, node: str) -> np.random.Generator:
-        return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1])
+        return np.random.default_rng([self.fleet.seed, self.number(node) + 1])
 
     def _factor(self, node: str, slot: int | None, metric: str) -> float:
         slow = self.faults[node].slow
@@ -204,7 +219,7 @@ class World:
         return f * slow.get((slot, metric), 1.0) if slot is not None else f
 
     def _stream(self, node: str, *key: int) -> np.random.Generator:
-        return np.random.default_rng([self.fleet.seed, self.names.index(node) + 1, *key])
+        return np.random.default_rng([self.fleet.seed, self.number(node) + 1, *key])
 
     def _offset(self, node: str, slot: int | None, metric: str) -> float:
         """What this node (and board, for a GPU's own measurement) measures of `metric` beside the SKU's nominal
