@@ -28,13 +28,17 @@ from gpucert.evaluate.rules.performance import (
     samples_of,
 )
 from gpucert.evaluate.rules.stability import SlowSamples, slow_samples
-from gpucert.measure.evidence import GpuEvidence, Measurement, NodeEvidence
+from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.measure.evidence_base import SampleArray
 from gpucert.plan.checks import NODE_METRICS
 
 __all__ = ["Ask", "Believed", "Slots", "believe_all", "believe_many", "believe_p2p", "figures_of_rows", "slots_of"]
 
 Rows = Sequence[npt.NDArray[np.float64]]
+
+_EMPTY = np.empty(0)
+_EMPTY.flags.writeable = False
+_new = tuple.__new__  # a named tuple made by the tuple's own constructor: its generated __new__ is Python
 
 
 def figures_of_rows(
@@ -54,7 +58,8 @@ def figures_of_rows(
     top = ABSURD_FACTOR * expected if expected is not None else None
     for n, which in by_count.items():
         with np.errstate(all="ignore"):  # Python's float arithmetic overflows to inf silently too
-            ordered = np.sort(_stacked([rows[i] for i in which], n), axis=1)
+            ordered = _stacked([rows[i] for i in which], n)
+            ordered.sort(axis=1)  # in place: the stacked copy is this call's own
             _fill(medians, slows, which, ordered, top, slow)
     return medians, slows
 
@@ -89,23 +94,26 @@ def _fill(
     if slow is None:
         return
     sign, max_deviation = slow
-    kept = ordered[rows]
-    ratios = kept / centre[:, None] - 1  # each sample against its own median: slow_samples' r
-    is_slow = sign * ratios < -max_deviation
+    kept = ordered if rows.size == len(ordered) else ordered[rows]  # most often every row: no copy
+    worst = kept[:, 0] if sign > 0 else kept[:, -1]
+    # slow_samples' r of each sample against its own median rises with the sample (IEEE division and subtraction
+    # round monotonically): a row has a slow sample exactly when its worst is one, and only those rows are told
+    any_slow = sign * (worst / centre - 1) < -max_deviation
     # the 10th percentile where higher is better (the 90th where lower is): quantile_of_sorted's interpolation
     pos = (0.1 if sign > 0 else 0.9) * (n - 1)
     lo = int(pos)
     hi = min(lo + 1, n - 1)
     lows = (kept[:, lo] + (kept[:, hi] - kept[:, lo]) * (pos - lo)).tolist()
-    worsts = (kept[:, 0] if sign > 0 else kept[:, -1]).tolist()
+    worsts = worst.tolist()
     # most measurements have no slow sample: theirs told in one comprehension, the few others' depths after
     made = [
-        SlowSamples(0, n, m, low, worst, ()) if m > 0 else None
+        _new(SlowSamples, (0, n, m, low, worst, ())) if m > 0 else None
         for m, low, worst in zip(centres, lows, worsts, strict=True)
     ]
-    for j in np.flatnonzero(is_slow.any(axis=1)).tolist():
+    for j in np.flatnonzero(any_slow).tolist():
         if made[j] is not None:  # each slow sample's shortfall, deepest first
-            depths = tuple(sorted((-sign * ratios[j][is_slow[j]]).tolist(), reverse=True))
+            ratios = kept[j] / centre[j] - 1  # each sample against its own median: slow_samples' r
+            depths = tuple(sorted((-sign * ratios[sign * ratios < -max_deviation]).tolist(), reverse=True))
             made[j] = SlowSamples(len(depths), n, centres[j], lows[j], worsts[j], depths)
     for i, s in zip(places, made, strict=True):
         slows[i] = s
@@ -190,15 +198,23 @@ def believe_many(evidence: Sequence[NodeEvidence], asks: Sequence[Ask]) -> dict[
     return {a.metric: _believe(slots[a.metric in NODE_METRICS], a, found.get(a.metric)) for a in asks}
 
 
-def _measurements(gpus: Sequence[GpuEvidence | None], metrics: Sequence[str]) -> dict[str, list[Measurement | None]]:
-    """Each GPU's measurement of each metric (None where it has none), GPU by GPU."""
-    out: dict[str, list[Measurement | None]] = {m: [] for m in metrics}
-    lists = list(out.items())
+def _measurements(gpus: Sequence[GpuEvidence | None], metrics: Sequence[str]) -> dict[str, tuple[Rows, list[str]]]:
+    """Each GPU's samples of each metric as an array (empty where it has none) and their unit (empty), GPU by GPU:
+    each measurement read once, while its GPU's are at hand."""
+    out: dict[str, tuple[list[npt.NDArray[np.float64]], list[str]]] = {m: ([], []) for m in metrics}
+    lists = [(metric, rows.append, units.append) for metric, (rows, units) in out.items()]
     for g in gpus:
         held = g.measurements if g is not None else {}
-        for metric, found in lists:
-            found.append(held.get(metric))
-    return out
+        for metric, row, unit in lists:
+            m = held.get(metric)
+            if m is None:
+                row(_EMPTY)
+                unit("")
+            else:
+                samples = m.samples
+                row(samples.array if type(samples) is SampleArray else np.asarray(samples, dtype=np.float64))
+                unit(m.unit)
+    return dict(out)
 
 
 def believe_all(
@@ -216,8 +232,9 @@ def believe_all(
     return believe_many(evidence, [Ask(metric, expected, least, slow)])[metric]
 
 
-def _believe(slots: Slots, ask: Ask, ms: list[Measurement | None] | None) -> Believed:
-    """`believe_all` of one metric over the pool's slots (`ms`: each slot's measurement of it, where it is one)."""
+def _believe(slots: Slots, ask: Ask, measured: tuple[Rows, list[str]] | None) -> Believed:
+    """`believe_all` of one metric over the pool's slots (`measured`: each slot's samples of it and their unit,
+    where the figure is one measurement's median)."""
     metric, expected, least, slow = ask
     out = Believed(slots.evidence, slots.gpus, keys=slots.keys)
     if metric == "p2p.bandwidth":
@@ -225,15 +242,12 @@ def _believe(slots: Slots, ask: Ask, ms: list[Measurement | None] | None) -> Bel
         out.slow = [None] * len(out.figures)
         return out
     found = slots.found
-    if ms is None:  # a node's figure, or one of its own (nccl.all_reduce): believable's to say
-        ms = [None] * len(found)
-    empty = np.empty(0)
-    rows = [_row(m.samples) if m is not None else empty for m in ms]
+    # a node's figure, or one of its own (nccl.all_reduce): believable's to say
+    rows, units = measured if measured is not None else ([_EMPTY] * len(found), [""] * len(found))
     medians, slows = figures_of_rows(rows, expected, least, slow)
     # a median told implies a measurement of enough samples: its figure at once; any other is believable's to say
     figures: list[Sampled | str | None] = [
-        Sampled(v, r.size, m.unit) if v is not None and m is not None else None
-        for v, r, m in zip(medians, rows, ms, strict=True)
+        _new(Sampled, (v, r.size, u)) if v is not None else None for v, r, u in zip(medians, rows, units, strict=True)
     ]
     for i in [i for i, f in enumerate(figures) if f is None]:
         ev, idx, g = slots.evidence[i], slots.gpus[i], found[i]
@@ -258,8 +272,9 @@ def _pair_rows(slots: Slots) -> tuple[Rows, list[int], list[int], list[int], lis
             continue
         place = place_of[id(ev)] = len(place_of)
         for p in ev.p2p.pairs:
-            if len(p.samples):
-                rows.append(_row(p.samples))
+            row = _row(p.samples)
+            if row.size:
+                rows.append(row)
                 node.append(place)
                 src.append(p.src)
                 dst.append(p.dst)
@@ -276,7 +291,8 @@ def _row_stats(rows: Rows) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool
         by_count.setdefault(row.size, []).append(i)
     for n, which in by_count.items():
         with np.errstate(all="ignore"):
-            ordered = np.sort(_stacked([rows[i] for i in which], n), axis=1)
+            ordered = _stacked([rows[i] for i in which], n)
+            ordered.sort(axis=1)
             mid = n // 2
             told = ordered[:, mid] if n % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
         medians[which] = told

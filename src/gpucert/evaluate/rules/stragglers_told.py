@@ -78,22 +78,29 @@ def quiet_keys(index: _Index, *, stability: bool) -> set[Key]:
             continue
         values = np.array([index.values[k].value for k in keys], dtype=np.float64)
         residuals = [index.residual(k) for k in keys]
+        r = np.array([math.nan if x is None else x for x in residuals], dtype=np.float64)
         with np.errstate(all="ignore"):
             behind = _behind(index, values / fleet.median - 1, _z(fleet, values), fleet.n)
             if within is not None:
-                r = np.array([math.nan if x is None else x for x in residuals], dtype=np.float64)
                 behind |= _behind(index, r - within.median, _z(within, r), within.n)  # NaN: no residual, False
+        # a GPU's node comparison made (a residual, and a spread within nodes to hold it to); a node's own figure
+        # has none to make
+        per_gpu = np.array([k[1] is not None for k in keys], dtype=bool)
+        told = np.array([x is not None for x in residuals], dtype=bool) if within is not None else ~per_gpu
+        compared = ~per_gpu | told
+        candidates = ~behind & compared
+        if not stability:
+            out.update(k for k, quiet in zip(keys, candidates.tolist(), strict=True) if quiet)
+            continue
         tails = index.tails(pool)
-        told = tails.members - 1 >= MIN_PEERS  # stability_told's peers, for every key of the pool
-        for k, late, mine in zip(keys, behind.tolist(), residuals, strict=True):
-            if late or (k[1] is not None and (mine is None or within is None)):
+        if tails.members - 1 < MIN_PEERS:  # stability_told's peers, for every key of the pool: none judged
+            continue
+        for k, quiet in zip(keys, candidates.tolist(), strict=True):
+            if not quiet:
                 continue
-            if stability:  # judged (stability_told) and passed (not `unstable`, which needs MIN_SLOW_SAMPLES)
-                slow = index.slow(k)
-                if slow is None or not told:
-                    continue
-                if slow.k >= MIN_SLOW_SAMPLES and unstable(slow, tails, index.rules):
-                    continue
+            slow = index.slow(k)  # judged (stability_told) and passed (not `unstable`, which needs MIN_SLOW_SAMPLES)
+            if slow is None or (slow.k >= MIN_SLOW_SAMPLES and unstable(slow, tails, index.rules)):
+                continue
             out.add(k)
     return out
 
