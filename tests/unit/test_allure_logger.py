@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from allure_commons.logger import AllureFileLogger
@@ -63,12 +64,12 @@ def test_a_result_is_the_text_allure_commons_writes_without_its_slow_encoder(
 
 
 def test_a_result_is_the_dict_attrs_asdict_makes_of_it() -> None:
-    """report/allure.py `_plain` is allure-commons' `asdict(item, filter=lambda _, v: v or v is False)` (allure_commons/
-    logger.py, 2.16.2) without attrs' generic walk: None, empty and zero attributes left out, False kept, nested
-    results, steps, attachments and links as dicts, in attribute order."""
+    """report/allure_writer.py `_plain` is allure-commons' `asdict(item, filter=lambda _, v: v or v is False)`
+    (allure_commons/logger.py, 2.16.2) without attrs' generic walk: None, empty and zero attributes left out, False
+    kept, nested results, steps, attachments and links as dicts, in attribute order."""
     from allure_commons.model2 import Attachment, Link
 
-    from gpucert.report.allure import _plain
+    from gpucert.report.allure_writer import _plain
 
     inner = Step(
         name="gpu3",
@@ -94,3 +95,73 @@ def test_a_result_is_the_dict_attrs_asdict_makes_of_it() -> None:
     expected = asdict(result, filter=lambda _, v: v or v is False)
     assert _plain(result) == expected
     assert json.dumps(_plain(result)) == json.dumps(expected)
+
+
+def _passed(check: str, node: str, gpu: int | None, detail: str | None, start: float, stop: float) -> Any:
+    from gpucert.plan.checks import CheckKey, CheckStatus, Finding
+    from gpucert.report.verdict import Outcome
+
+    return CheckKey(check, node, gpu, detail), Outcome(Finding(check, CheckStatus.PASS, node, gpu), start, stop)
+
+
+@pytest.mark.parametrize("result", ["pass", "incomplete", "fail"])
+def test_a_nodes_passed_result_is_written_as_allure_commons_writes_its_test_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result: str
+) -> None:
+    """allure_passed.py builds a node's passed result as the dict allure-commons makes of a TestResult (allure-python-
+    commons 2.16.2: logger.py `asdict(item, filter=lambda _, v: v or v is False)`, model2.py's attribute order), not
+    as attrs objects walked back into one: the same text as the TestResult written by allure-commons' own logger.
+    Times not recorded (0) and a step's zero start are left out as the filter leaves them out."""
+    import uuid
+
+    from gpucert.report.allure_passed import passed_on
+    from gpucert.report.verdict_model import Group
+
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=7, version=4))
+    checks = {
+        "memory.bandwidth": [_passed("memory.bandwidth", "n1", g, None, 10.0 + g, 10.5 + g) for g in (1, 0)],
+        "stack.version": [_passed("stack.version", "n1", None, d, 0.0, 0.0) for d in ("driver", "cuda")],
+        "node.reachable": [_passed("node.reachable", "n1", None, None, 3.25, 3.5)],
+    }
+    said = Group(result=result, passed=5, failed=0, errors=0, skipped=0)
+    memory = Step(
+        name="memory.bandwidth (2 GPUs)",
+        status="passed",
+        start=10000,
+        stop=11500,
+        parameters=[Parameter("gpus", "0,1")],
+    )
+    stack = Step(name="stack.version (2 checks)", status="passed", start=7, stop=7)
+    stack.parameters = [Parameter("details", "cuda,driver")]
+    node = Step(name="node.reachable", status="passed", start=3250, stop=3500)
+    steps = [
+        Step(name="performance: 2 checks passed (1 kind)", status="passed", start=10000, stop=11500),
+        Step(name="node: 1 check passed (1 kind)", status="passed", start=3250, stop=3500),
+        Step(name="stack: 2 checks passed (1 kind)", status="passed", start=7, stop=7),
+    ]
+    steps[0].steps, steps[1].steps, steps[2].steps = [memory], [node], [stack]
+    why = "n1 is INCOMPLETE: not every required check ran on it (see the certification's coverage)"
+    expected = Result(
+        uuid=str(uuid.uuid4()),
+        name="5 checks passed on n1 (3 kinds)"
+        + {"pass": "", "incomplete": " (INCOMPLETE: not every check ran)"}.get(
+            result, "; the node FAILED (see its failing checks)"
+        ),
+        fullName="gpucert.passed[n1]",
+        historyId="passed[n1]",
+        status="broken" if result == "incomplete" else "passed",
+        statusDetails=StatusDetails(message=why) if result == "incomplete" else None,
+        start=7,
+        stop=11500,
+        steps=steps,
+        labels=[
+            Label("epic", "passed"),
+            Label("feature", "passed checks"),
+            Label("story", "n1"),
+            Label("suite", "passed checks"),
+        ],
+        parameters=[Parameter("node", "n1")],
+    )
+    AllureFileLogger(str(tmp_path / "theirs")).report_result(expected)
+    ResultsLogger(str(tmp_path / "ours")).report_plain(passed_on("n1", checks, 7, said))
+    assert _written(tmp_path / "ours") == _written(tmp_path / "theirs")

@@ -29,8 +29,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-import attr
-from allure_commons.logger import INDENT, AllureFileLogger
+from allure_commons.logger import AllureFileLogger
 from allure_commons.model2 import Attachment, Label, Parameter, Status, StatusDetails, TestResult, TestStepResult
 
 from gpucert._version import __version__
@@ -40,6 +39,7 @@ from gpucert.plan.runfolder import RunFolder
 from gpucert.report.allure_history import carry_in
 from gpucert.report.allure_notrun import NOT_RUN_CATEGORY, not_run_results
 from gpucert.report.allure_passed import passed_on, shown, spoken
+from gpucert.report.allure_writer import ResultsLogger
 from gpucert.report.verdict import Outcome, headline, headline_parts
 from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
@@ -135,55 +135,6 @@ def report_name(verdict: Verdict) -> str:
     return f"{headline(verdict)} ({verdict.spec}, run {verdict.run})"
 
 
-class ResultsLogger(AllureFileLogger):
-    """allure-commons' file logger, each result written with json.dumps. Its own `_report_item` (allure-python-commons
-    2.16.2, allure_commons/logger.py) calls json.dump, which never takes CPython's C encoder (JSONEncoder.iterencode
-    takes it only for a one-shot encode, json/encoder.py): with a result per node holding a step per check, that was
-    about a twentieth of a re-test's CPU at 1,024 x 8. The same file name, fields, text, temporary file and rename."""
-
-    def __init__(self, report_dir: str) -> None:
-        AllureFileLogger.__init__(self, report_dir)
-
-    def _report_item(self, item: Any) -> None:
-        indent = INDENT if os.environ.get("ALLURE_INDENT_OUTPUT") else None
-        filename = item.file_pattern.format(prefix=uuid.uuid4())
-        data = _plain(item)
-        written = self._report_dir / f"{filename}.tmp"
-        written.write_text(json.dumps(data, indent=indent, ensure_ascii=False), encoding="utf8")
-        os.replace(written, self._report_dir / filename)
-
-
-_FIELDS: dict[type, tuple[str, ...]] = {}  # an attrs class's attribute names, in order
-_SCALARS = (str, int, float)
-
-
-def _plain(item: Any) -> dict[str, Any]:
-    """`attr.asdict(item, filter=lambda _, v: v or v is False)`, as allure-commons writes a result: each attribute in
-    order, those that are None, empty or zero left out (False kept), attrs values and those in lists as dicts, lists
-    and tuples as lists. attrs 25's asdict is generic (collection types kept or not, value serializers, a filter call
-    per attribute): at 1,024 x 8 a re-test's Allure results were 78,623 asdict calls, 0.6 s of the profile."""
-    cls = type(item)
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(a.name for a in attr.fields(cls))
-    out: dict[str, Any] = {}
-    for name in names:
-        value = getattr(item, name)
-        if value or value is False:
-            out[name] = value if isinstance(value, _SCALARS) else _plain_value(value)
-    return out
-
-
-def _plain_value(value: Any) -> Any:
-    if attr.has(type(value)):
-        return _plain(value)
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain_value(v) for v in value]
-    if isinstance(value, dict):
-        return {_plain_value(k): _plain_value(v) for k, v in value.items()}
-    return value
-
-
 _Group = list[tuple[CheckKey, Outcome]]  # the outcomes of one check on one node (one per GPU, or the node's one)
 
 
@@ -200,14 +151,16 @@ def write_allure(
     """Write the results of a run (the certification first, then one per check and node, then one per node whose
     `missing` checks did not run: allure_notrun.py); returns how many."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    logger: AllureFileLogger = ResultsLogger(str(results_dir))
+    logger = ResultsLogger(str(results_dir))
     logger.report_result(_certification(verdict, started_ms, stopped_ms))
     groups: dict[tuple[str, str | None], _Group] = defaultdict(list)
     bad: set[tuple[str, str | None]] = set()  # the groups with a check that did not pass (a few of ~42,000)
+    passing = CheckStatus.PASS
     for key, o in outcomes.items():  # by the node the verdict counts the check on (None: the fleet), and the check
-        group = (o.finding.check, key.node)
+        f = o.finding
+        group = (f.check, key.node)
         groups[group].append((key, o))
-        if o.finding.status is not CheckStatus.PASS:
+        if f.status is not passing:
             bad.add(group)
     passed: dict[str | None, dict[str, _Group]] = defaultdict(dict)
     for (check, node), items in groups.items():
@@ -223,7 +176,7 @@ def write_allure(
         logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
     for node in sorted(passed, key=shown):
         said = verdict.fleet if node is None else verdict.nodes.get(node)
-        logger.report_result(passed_on(node, passed[node], started_ms, said))
+        logger.report_plain(passed_on(node, passed[node], started_ms, said))
     not_run = not_run_results(missing or {}, started_ms, stopped_ms)
     for r in not_run:
         logger.report_result(r)
