@@ -7,8 +7,9 @@ Pure: numbers in, SVG text out. Hand-written SVG keeps report.html self-containe
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from functools import lru_cache
 from html import escape
+from typing import NamedTuple
 
 __all__ = ["LABELLED", "Point", "heatmap", "lines", "strip"]
 
@@ -19,8 +20,10 @@ LABELLED = 256  # a strip of at most this many points says each point's label on
 PALETTE = ("#2e86de", "#8e44ad", "#16a085", "#d35400", "#7f8c8d", "#c0392b", "#27ae60", "#f39c12")
 
 
-@dataclass(frozen=True, slots=True)
-class Point:
+class Point(NamedTuple):
+    """One GPU's figure in a strip. A named tuple, not a dataclass: a strip at 1,024 x 8 has 8,192 of them, a
+    report a dozen strips, and a strip reads them by column (`zip(*points)`)."""
+
     label: str
     value: float
     status: str  # pass | straggler | unstable | fail | waived
@@ -50,7 +53,10 @@ def strip(
     """Every GPU's value in fleet order, the baseline and its limit as lines; stragglers and failures coloured."""
     if not points:
         return ""
-    values = [p.value for p in points]
+    labels: tuple[str, ...]
+    values: tuple[float, ...]
+    statuses: tuple[str, ...]
+    labels, values, statuses = zip(*points, strict=True)
     lo, hi = min([*values, limit]) * 0.97, max([*values, expected]) * 1.02
     span = hi - lo or 1.0
 
@@ -80,25 +86,47 @@ def strip(
             f'stroke-dasharray="5,4"/><text x="{W - R}" y="{y(v) - 3:.1f}" text-anchor="end" '
             f'fill="{color}">{label} {_fmt(v)}</text>'
         )
-    radius = 3.5 if len(points) <= LABELLED else 1.6
-    # each status's radius, colour and class once (a strip at 1,024 x 8 has 8,192 points); y(v) written out
-    tail = {
-        s: f'" r="{radius * (1.6 if s != "pass" else 1):.1f}" fill="{c}" class="pt-{s}">' for s, c in COLORS.items()
-    }
-    every, height, unit_said = len(points) <= LABELLED, H - T - B, escape(unit)
-    for i, p in enumerate(points):
-        cx = L + (i + 0.5) * step
-        said = f"<title>{escape(p.label)}: {_fmt(p.value)} {unit_said}</title>" if every or p.status != "pass" else ""
-        body.append(
-            f'<circle cx="{cx:.1f}" cy="{T + height * (1 - (p.value - lo) / span):.1f}{tail[p.status]}{said}</circle>'
-        )
-    n_bad = sum(p.status != "pass" for p in points)
+    body += _circles(labels, values, statuses, lo, span, escape(unit))
+    n_bad = len(statuses) - statuses.count("pass")
     body.append(
         f'<text x="{L}" y="{H - 8}" fill="#444">{len(points)} GPUs; {n_bad} flagged '
         "(orange: straggler, yellow: unstable, red: below the baseline limit, purple: waived; hover a point for "
         "its GPU)</text>"
     )
     return _svg(body, title, kind=" gpucert-strip")
+
+
+@lru_cache(maxsize=16)
+def _centres(n: int) -> tuple[str, ...]:
+    """The x of each of n points of a strip, as written: every strip of a fleet's GPUs has as many points."""
+    step = (W - L - R) / max(n, 1)
+    return tuple([f"{L + (i + 0.5) * step:.1f}" for i in range(n)])
+
+
+def _circles(
+    labels: Sequence[str], values: Sequence[float], statuses: Sequence[str], lo: float, span: float, unit: str
+) -> list[str]:
+    """A strip's points: each status's radius, colour and class once, y(v) written out, the GPU and figure said on
+    hover for every point of a strip of at most LABELLED points, else for the flagged only."""
+    radius = 3.5 if len(values) <= LABELLED else 1.6
+    tail = {
+        s: f'" r="{radius * (1.6 if s != "pass" else 1):.1f}" fill="{c}" class="pt-{s}">' for s, c in COLORS.items()
+    }
+    height, centres = H - T - B, _centres(len(values))
+    if len(values) <= LABELLED:
+        return [
+            f'<circle cx="{cx}" cy="{T + height * (1 - (v - lo) / span):.1f}{tail[s]}'
+            f"<title>{escape(label)}: {_fmt(v)} {unit}</title></circle>"
+            for cx, label, v, s in zip(centres, labels, values, statuses, strict=True)
+        ]
+    circles = [
+        f'<circle cx="{cx}" cy="{T + height * (1 - (v - lo) / span):.1f}{tail[s]}</circle>'
+        for cx, v, s in zip(centres, values, statuses, strict=True)
+    ]
+    for i in [i for i, s in enumerate(statuses) if s != "pass"]:  # the flagged: a few of a fleet's points
+        said = f"<title>{escape(labels[i])}: {_fmt(values[i])} {unit}</title>"
+        circles[i] = circles[i].removesuffix("</circle>") + f"{said}</circle>"
+    return circles
 
 
 def heatmap(title: str, unit: str, matrix: Sequence[Sequence[float | None]], expected: float) -> str:
