@@ -66,6 +66,24 @@ def test_node_residuals_of_many_alike_nodes_by_arrays_are_each_gpus_by_definitio
     assert all(repr(r) == repr(_residual(values, k)) for k, r in found.items())
 
 
+def test_node_medians_are_each_nodes_median_of_its_figures() -> None:
+    values: dict[Key, Sampled] = {}
+    for n in range(30):
+        for g in range(8 if n % 4 else 7):  # nodes of 8 figures and of 7
+            values[(f"n{n}", g)] = Sampled(100.0 if n % 5 == 0 else rng.gauss(100, 2), 60, "u")
+    values[("n1", None)] = Sampled(90.0, 60, "u")  # a node's own figure among its GPUs'
+    by_node: dict[str, list[Key]] = {}
+    for k in values:
+        by_node.setdefault(k[0], []).append(k)
+    wanted = {node: median([values[k].value for k in keys]) for node, keys in by_node.items()}
+    found = stragglers_told.node_medians(values, by_node)
+    assert list(found) == list(wanted)
+    assert all(repr(found[n]) == repr(wanted[n]) for n in wanted)
+    values[("n2", 3)] = Sampled(math.nan, 60, "u")  # not a number: Python's sort decides, as before
+    wanted = {node: median([values[k].value for k in keys]) for node, keys in by_node.items()}
+    assert repr(stragglers_told.node_medians(values, by_node)) == repr(wanted)
+
+
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_node_zs_are_summary_z_of_each_residual(sign: float) -> None:
     values = {(f"n{n}", g): Sampled(rng.gauss(100, 2), 60, "u") for n in range(20) for g in range(8)}
@@ -125,6 +143,8 @@ def test_believe_many_is_believe_all_of_each_metric() -> None:
         one = believe_all(nodes, *ask)
         assert [repr(x) for x in found[ask.metric]] == [repr(x) for x in one]
         assert found[ask.metric].keys == [(ev.node, g) for ev, g in zip(one.evidence, one.gpus, strict=True)]
+        assert found[ask.metric].refused == sum(isinstance(f, str) for f in one.figures)
+    assert found["pcie.h2d"].refused == 1  # the NaN sample's: its pool's values are told one by one
     assert found["memory.bandwidth"].keys is found["pcie.h2d"].keys  # the GPUs listed once for every metric
 
 

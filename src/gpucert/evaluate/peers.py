@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from gpucert.evaluate.rules.combined import Combined, told
 from gpucert.evaluate.rules.performance import Sampled
@@ -95,7 +95,10 @@ class PeerComparisons:
         label = self.label(pool)
         for m in metrics:
             b = found[m]
-            values = {k: f for k, f in zip(b.keys, b.figures, strict=True) if type(f) is Sampled}
+            # every figure believed (most pools): all at once; else those believed (the last of a key listed twice)
+            values = cast("dict[tuple[str, int | None], Sampled]", dict(zip(b.keys, b.figures, strict=True)))
+            if b.refused or len(values) < len(b.keys):
+                values = {k: f for k, f in zip(b.keys, b.figures, strict=True) if type(f) is Sampled}
             slow = {k: s for k, s in zip(b.keys, b.slow, strict=True) if s is not None} if stable[m] else None
             self._index[(m, pool)] = PeerIndex(
                 m,

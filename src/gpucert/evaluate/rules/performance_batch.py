@@ -155,6 +155,7 @@ class Believed:
     figures: list[Sampled | str] = field(default_factory=list)
     slow: list[SlowSamples | None] = field(default_factory=list)
     keys: list[Key] = field(default_factory=list)
+    refused: int = 0  # how many figures are why not (a string), not figures
 
     def __iter__(self) -> Iterator[tuple[NodeEvidence, int | None, Sampled | str, SlowSamples | None]]:
         return zip(self.evidence, self.gpus, self.figures, self.slow, strict=True)
@@ -240,6 +241,7 @@ def _believe(slots: Slots, ask: Ask, measured: tuple[Rows, list[str]] | None) ->
     if metric == "p2p.bandwidth":
         out.figures = believe_p2p(slots, expected, least)
         out.slow = [None] * len(out.figures)
+        out.refused = sum(1 for f in out.figures if type(f) is str)
         return out
     found = slots.found
     # a node's figure, or one of its own (nccl.all_reduce): believable's to say
@@ -249,7 +251,8 @@ def _believe(slots: Slots, ask: Ask, measured: tuple[Rows, list[str]] | None) ->
     figures: list[Sampled | str | None] = [
         _new(Sampled, (v, r.size, u)) if v is not None else None for v, r, u in zip(medians, rows, units, strict=True)
     ]
-    for i in [i for i, f in enumerate(figures) if f is None]:
+    figures_left = [i for i, f in enumerate(figures) if f is None]
+    for i in figures_left:
         ev, idx, g = slots.evidence[i], slots.gpus[i], found[i]
         figure = figures[i] = believable(ev, metric, idx, expected, least, g)
         mine = None
@@ -258,6 +261,7 @@ def _believe(slots: Slots, ask: Ask, measured: tuple[Rows, list[str]] | None) ->
         slows[i] = mine
     out.figures = cast("list[Sampled | str]", figures)
     out.slow = slows
+    out.refused = sum(1 for i in figures_left if type(figures[i]) is str)
     return out
 
 

@@ -45,7 +45,7 @@ from gpucert.evaluate.rules.stability import (
     slow_samples,
     unstable,
 )
-from gpucert.evaluate.rules.stragglers_told import MIN_PEERS, node_residuals, quiet_keys
+from gpucert.evaluate.rules.stragglers_told import MIN_PEERS, node_medians, node_residuals, quiet_keys
 from gpucert.evaluate.rules.stragglers_undecided import COMPARISONS, Undecided, undecided_of
 from gpucert.evaluate.stats import (
     MAD_TO_SIGMA,
@@ -99,8 +99,12 @@ class PeerIndex:
         for key in values:
             self.by_node[key[0]].append(key)
         pools = {node: self.pool_of(node) for node in self.by_node}  # asked once a node, not once a GPU
-        for key in values:
-            self.pools[pools[key[0]]].append(key)
+        self._one_pool = len(set(pools.values())) == 1  # as PeerComparisons builds every index: its pool's
+        if self._one_pool:
+            self.pools[next(iter(pools.values()))] = list(values)
+        else:
+            for key in values:
+                self.pools[pools[key[0]]].append(key)
         self.per_gpu = any(k[1] is not None for k in values)
         self.fleet: dict[str, Summary] = {p: summarize([values[k].value for k in ks]) for p, ks in self.pools.items()}
         self._residuals = node_residuals(values, self.by_node)
@@ -149,7 +153,7 @@ class PeerIndex:
         """`node_z` of every GPU that has one, worse negative (times `sign`): what `straggler.combined` combines."""
         out: dict[Key, float] = {}
         for pool, within in self._within.items():  # Summary.z of each residual of the pool, by arrays
-            keys = [k for k in self._residuals if self.pool_of(k[0]) == pool]
+            keys = [k for k in self._residuals if self._pool_by_node[k[0]] == pool]  # told in __init__
             r = np.array([self._residuals[k] for k in keys], dtype=np.float64)
             sigma = within.mad * MAD_TO_SIGMA
             with np.errstate(all="ignore"):
@@ -164,15 +168,18 @@ class PeerIndex:
     def _within_node_spread(self) -> dict[str, Summary]:
         """Per pool, every GPU's residual against its own node's others: their median and MAD."""
         out: dict[str, list[float]] = defaultdict(list)
-        for key, r in self._residuals.items():
-            out[self._pool_by_node[key[0]]].append(r)  # every node's pool told in __init__
+        if self._one_pool and self._residuals:
+            out[next(iter(self.pools))] = list(self._residuals.values())
+        else:
+            for key, r in self._residuals.items():
+                out[self._pool_by_node[key[0]]].append(r)  # every node's pool told in __init__
         return {p: summarize(rs) for p, rs in out.items() if len(rs) > MIN_PEERS}
 
     def _node_figures(self) -> dict[str, float]:
         """Each node's figure: the median of its GPUs' figures (per-GPU metrics only)."""
         if not self.per_gpu:
             return {}
-        return {node: median([self.values[k].value for k in keys]) for node, keys in self.by_node.items()}
+        return node_medians(self.values, self.by_node)
 
     def residual(self, key: Key) -> float | None:
         """How far the GPU is from the median of its node's others (relative), None with too few of them."""

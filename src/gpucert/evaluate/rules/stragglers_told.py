@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -23,7 +24,7 @@ from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.rules.stability import MIN_SLOW_SAMPLES, Rules, SlowSamples, TailPool, unstable
 from gpucert.evaluate.stats import MAD_TO_SIGMA, Summary, median, median_of_sorted
 
-__all__ = ["MIN_PEERS", "node_residuals", "quiet_keys"]
+__all__ = ["MIN_PEERS", "node_medians", "node_residuals", "quiet_keys"]
 
 Key = tuple[str, int | None]  # (node, gpu); gpu None for a node-level metric
 
@@ -159,3 +160,23 @@ def _residuals_alike(values: Mapping[Key, Sampled], nodes: list[Sequence[Key]]) 
     with np.errstate(all="ignore"):
         r = v / median_of_others - 1
     return dict(zip(keys, r.ravel().tolist(), strict=True))
+
+
+def node_medians(values: Mapping[Key, Sampled], by_node: Mapping[str, Sequence[Key]]) -> dict[str, float]:
+    """Each node's figure: the median of its keys' figures, in `by_node`'s order. Nodes of as many figures each at
+    once by arrays (the same sort, and a median of two their sum halved: the same bits); figures that are not all
+    finite by Python's sort, node by node."""
+    alike: dict[int, list[str]] = defaultdict(list)
+    for node, keys in by_node.items():
+        alike[len(keys)].append(node)
+    found: dict[str, float] = {}
+    for n, nodes in alike.items():
+        v = np.array([values[k].value for node in nodes for k in by_node[node]], dtype=np.float64).reshape(-1, n)
+        if not n or not np.isfinite(v).all():
+            found.update((node, median([values[k].value for k in by_node[node]])) for node in nodes)
+            continue
+        v.sort(axis=1)
+        mid = n // 2
+        told = v[:, mid] if n % 2 else (v[:, mid - 1] + v[:, mid]) / 2
+        found.update(zip(nodes, told.tolist(), strict=True))
+    return {node: found[node] for node in by_node}
