@@ -239,31 +239,44 @@ class HtmlSummary:
             if m == metric:
                 marks[node][gpu] = kind
         points, groups = self._points(metric, nodes, marks, every=False)
-        if len(points) <= plots.LABELLED:  # a small strip says every point's GPU on hover, the passed too
+        if len(points.values) <= plots.LABELLED:  # a small strip says every point's GPU on hover, the passed too
             points, groups = self._points(metric, nodes, marks, every=True)
-        return plots.strip(f"{metric} per GPU{suffix}", b.unit, points, b.expected, b.threshold(), groups)
+        title = f"{metric} per GPU{suffix}"
+        return plots.strip_columns(title, b.unit, points, b.expected, b.threshold(), groups)
 
     def _points(
         self, metric: str, nodes: list[str], marks: Mapping[str, dict[int | None, str]], *, every: bool
-    ) -> tuple[list[plots.Point], list[tuple[str, int]]]:
+    ) -> tuple[plots.Columns, list[tuple[str, int]]]:
         """Each measured GPU's believed figure of `metric`, marked, labelled `node/gpuN` where `every` or flagged;
-        and each node's count of points."""
+        and each node's count of points. A node none of whose GPUs is flagged (nearly all of a fleet) at once."""
         ev = self.ctx.evaluation
-        points: list[plots.Point] = []
+        labels: list[str] = []
+        values: list[float] = []
+        statuses: list[str] = []
         groups = []
-        believed, usable, point = ev.believed, ev.usable, plots.Point  # 8,192 GPUs a strip at 1,024 x 8
+        believed, usable = ev.believed, ev.usable  # 8,192 GPUs a strip at 1,024 x 8
         for node in nodes:
             e = usable(node)
-            count = len(points)
+            gpus = e.gpus if e is not None and e.collected else []
             mine = marks.get(node)
+            if mine is None and not every:  # RunView.sampled of a usable node measured, each GPU's
+                found = [s.value for g in gpus if isinstance(s := believed(metric, node, g.index), Sampled)]
+                values += found
+                statuses += ["pass"] * len(found)
+                labels += [""] * len(found)
+                groups.append((node, len(found)))
+                continue
+            count = len(values)
             whole = "pass" if mine is None else mine.get(None, "pass")  # a node behind as a whole marks each GPU
-            for g in e.gpus if e is not None and e.collected else []:
-                s = believed(metric, node, g.index)  # RunView.sampled of a usable node measured
+            for g in gpus:
+                s = believed(metric, node, g.index)
                 if isinstance(s, Sampled):
                     mark = whole if mine is None else mine.get(g.index, whole)
-                    points.append(point(f"{node}/gpu{g.index}" if every or mark != "pass" else "", s.value, mark))
-            groups.append((node, len(points) - count))
-        return points, groups
+                    labels.append(f"{node}/gpu{g.index}" if every or mark != "pass" else "")
+                    values.append(s.value)
+                    statuses.append(mark)
+            groups.append((node, len(values) - count))
+        return plots.Columns(labels, values, statuses), groups
 
     def _nccl_curves(
         self, expected: float, nodes: list[str], flagged: dict[tuple[str, str, int | None], str], suffix: str

@@ -11,7 +11,7 @@ from functools import lru_cache
 from html import escape
 from typing import NamedTuple
 
-__all__ = ["LABELLED", "Point", "heatmap", "lines", "strip"]
+__all__ = ["LABELLED", "Columns", "Point", "heatmap", "lines", "strip", "strip_columns"]
 
 W, H, L, R, T, B = 900, 230, 70, 20, 30, 40  # size and margins
 LABEL_CHAR_PX = 6.6  # the width of a character of the 11-unit sans-serif labels, in viewBox units (about 0.6 em)
@@ -42,6 +42,15 @@ def _svg(body: list[str], title: str, height: int = H, width: int = W, kind: str
     )
 
 
+class Columns(NamedTuple):
+    """A strip's points by column, as a report gathers them (a node's GPUs that all passed at once): each GPU's
+    label, figure and status, in fleet order."""
+
+    labels: Sequence[str]
+    values: Sequence[float]
+    statuses: Sequence[str]
+
+
 def strip(
     title: str,
     unit: str,
@@ -57,13 +66,28 @@ def strip(
     values: tuple[float, ...]
     statuses: tuple[str, ...]
     labels, values, statuses = zip(*points, strict=True)
+    return strip_columns(title, unit, Columns(labels, values, statuses), expected, limit, groups)
+
+
+def strip_columns(
+    title: str,
+    unit: str,
+    points: Columns,
+    expected: float,
+    limit: float,
+    groups: Sequence[tuple[str, int]] = (),
+) -> str:
+    """`strip` of the points by column."""
+    labels, values, statuses = points
+    if not values:
+        return ""
     lo, hi = min([*values, limit]) * 0.97, max([*values, expected]) * 1.02
     span = hi - lo or 1.0
 
     def y(v: float) -> float:
         return T + (H - T - B) * (1 - (v - lo) / span)
 
-    step = (W - L - R) / max(len(points), 1)
+    step = (W - L - R) / max(len(values), 1)
     body = [f'<line x1="{L}" x2="{L}" y1="{T}" y2="{H - B}" stroke="#999"/>']
     for v in (lo, (lo + hi) / 2, hi):
         body.append(f'<text x="{L - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{_fmt(v)}</text>')
@@ -89,7 +113,7 @@ def strip(
     body += _circles(labels, values, statuses, lo, span, escape(unit))
     n_bad = len(statuses) - statuses.count("pass")
     body.append(
-        f'<text x="{L}" y="{H - 8}" fill="#444">{len(points)} GPUs; {n_bad} flagged '
+        f'<text x="{L}" y="{H - 8}" fill="#444">{len(values)} GPUs; {n_bad} flagged '
         "(orange: straggler, yellow: unstable, red: below the baseline limit, purple: waived; hover a point for "
         "its GPU)</text>"
     )
