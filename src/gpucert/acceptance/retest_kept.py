@@ -187,9 +187,11 @@ class _Alike:
         return None
 
 
-def kept_decisions(view: RunView, record: RetestRecord) -> Kept:
+def kept_decisions(view: RunView, record: RetestRecord, required: Mapping[str, int] | None = None) -> Kept:
     """Which of the re-test's carried nodes keep their local checks' signed decisions (gates 1 to 3 above; gate 4
-    is `Kept.keeps`). Nothing kept, with why, where the source's records cannot be read or do not match."""
+    is `Kept.keeps`). Nothing kept, with why, where the source's records cannot be read or do not match.
+    `required`: how many checks the plan requires of each carried node, where the caller has counted them (else
+    counted here over the whole plan)."""
     run = record.source.run
     if not record.carried:
         return Kept(run, refused="no node was carried")
@@ -211,7 +213,7 @@ def kept_decisions(view: RunView, record: RetestRecord) -> Kept:
             (_entries(json.loads(kept[layout.STACK]), "node"), _entries(_read(folder.stack_path), "node")),
             (_entries(json.loads(kept[layout.INVENTORY]), "name"), _entries(_read(folder.inventory_path), "name")),
             verdict.nodes,
-            Counter(k.node for k in view.plan.required),
+            Counter(k.node for k in view.plan.required) if required is None else Counter(required),
         )
         why_not = {n: why for n in sorted(record.carried) if (why := alike.why_not(n, record)) is not None}
     except (_Unmatched, GpucertError, OSError, ValueError, KeyError) as exc:  # decided by the rules, then

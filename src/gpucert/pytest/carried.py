@@ -16,6 +16,7 @@ each has the node's start and stop as its outcome's times."""
 from __future__ import annotations
 
 import time
+from itertools import repeat
 from typing import TYPE_CHECKING
 
 from gpucert.acceptance.retest_kept import Kept, kept_decisions
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["decide_carried"]
 
+PASS = CheckStatus.PASS
 NOT_PASSED = (CheckStatus.FAIL, CheckStatus.ERROR, CheckStatus.WAIVED)  # the findings whose evidence is kept
 
 
@@ -44,7 +46,7 @@ def decide_carried(ctx: RunContext) -> int:
     for k in ctx.evaluation.plan.required:
         if k.node in carried:
             by_node.setdefault(k.node, []).append(k)
-    kept = kept_decisions(ctx.evaluation, record)
+    kept = kept_decisions(ctx.evaluation, record, {node: len(keys) for node, keys in by_node.items()})
     ctx.kept = kept
     # node by node, in a fixed order (CheckKey.sort_key's): the plan's set has none, and a node's outcomes scattered
     # over the run's ~10^5 made the rules' and the reports' later passes over them slower (write_allure ~30%)
@@ -55,9 +57,9 @@ def decide_carried(ctx: RunContext) -> int:
         start = time.time()
         findings = _decide_node(ctx, kept, local, node, keys)
         stop = time.time()
+        outcomes.update(zip(keys, map(Outcome, findings, repeat(start), repeat(stop)), strict=True))
         for key, finding in zip(keys, findings, strict=True):
-            outcomes[key] = Outcome(finding, start, stop)
-            if finding.status in NOT_PASSED:
+            if finding.status is not PASS and finding.status in NOT_PASSED:
                 try:
                     ctx.evidence_of[key] = details.evidence_for(ctx.evaluation, finding)
                 except GpucertError as exc:

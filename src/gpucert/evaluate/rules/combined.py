@@ -160,7 +160,7 @@ class Combined:
 
     def of_key(self, key: Key) -> tuple[dict[str, float], float, float] | None:
         """The key's per-metric z, its combined z and the correlations' sum; None with fewer than two metrics."""
-        mine = {m: per[key] for m, per in self.zs.items() if key in per and math.isfinite(per[key])}
+        mine = {m: z for m, per in self.zs.items() if (z := per.get(key)) is not None and math.isfinite(z)}
         if len(mine) < 2:
             return None
         told = tuple(mine)
