@@ -122,3 +122,13 @@ def test_each_gpus_p2p_problem_is_the_one_told_for_the_whole_node(faulty: Path) 
     through = "no peer access between GPUs 0->1: the copies went through the host, not GPU to GPU"
     assert staged[0] == staged[1] == through
     assert staged[2] is None
+
+
+def test_an_evaluation_that_decides_otherwise_is_asked_key_by_key(faulty: Path) -> None:
+    class Contradicted(Evaluation):
+        def _decide(self, key: CheckKey) -> Finding:
+            return Finding(key.check, CheckStatus.FAIL, key.node, key.gpu, "contradicted")
+
+    ev = Contradicted.from_run(faulty)
+    keys = _by_node(ev)["gpu-node-2"]
+    assert {f.message for f in counted_node(ev, "gpu-node-2", keys)} == {"contradicted"}

@@ -102,6 +102,8 @@ def counted_node(ev: Evaluation, node: str, keys: Sequence[CheckKey]) -> list[Fi
     (`quiet_passes`). A key whose rule's finding is a plain pass has that pass (what `counted` makes of one: no
     skip to hold to its cause, no failure to offer the waivers); every other key, and any key whose rule raised,
     is decided again by `counted` itself (fail closed: the one path that words the rest)."""
+    if not _plain(ev):  # an evaluation that decides otherwise (a stand-in, a subclass): asked key by key
+        return [counted(ev, key) for key in keys]
     found: list[Finding | None] = [None] * len(keys)
     placed = ev.pool_name_of(node) is not None
     metrics: dict[str, list[tuple[int, int]]] = {}  # a measured metric's GPUs, each with its key's place
@@ -126,3 +128,11 @@ def counted_node(ev: Evaluation, node: str, keys: Sequence[CheckKey]) -> list[Fi
         for (i, _), quiet in zip(gpus, told, strict=True):
             found[i] = quiet
     return [f if f is not None else counted(ev, key) for f, key in zip(found, keys, strict=True)]
+
+
+def _plain(ev: object) -> bool:
+    """Whether `ev` decides as the Evaluation does (`counted_node` asks its rules directly)."""
+    if not isinstance(ev, Evaluation):
+        return False
+    kind = type(ev)
+    return kind.decide is Evaluation.decide and kind._decide is Evaluation._decide

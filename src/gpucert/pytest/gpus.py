@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpucert.evaluate.evaluation import counted, settled
+from gpucert.evaluate.evaluation import counted, counted_node, settled
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
 if TYPE_CHECKING:
@@ -75,13 +75,12 @@ def gpu_lines(node: str, findings: tuple[Finding, ...]) -> str:
 
 
 def decide_gpus(ctx: RunContext, keys: tuple[CheckKey, ...]) -> GpuChecks:
-    """Decide the check on each GPU `keys` names (one node's): a GPU that passed has the bare pass finding a passed
-    test item reports (outcomes.py), every other GPU its decided finding."""
-    findings = []
-    for key in keys:
-        finding = decided(ctx, key)
-        if finding.status is CheckStatus.PASS:
-            finding = Finding(key.check, CheckStatus.PASS, key.node, key.gpu)
-        findings.append(finding)
+    """Decide the check on each GPU `keys` names (one node's, each as `decided` would: evaluation.counted_node, which
+    asks the node's questions once): a GPU that passed has the bare pass finding a passed test item reports
+    (outcomes.py), every other GPU its decided finding."""
     first = keys[0]
+    findings = [
+        Finding(key.check, CheckStatus.PASS, key.node, key.gpu) if finding.status is CheckStatus.PASS else finding
+        for key, finding in zip(keys, counted_node(ctx.evaluation, first.node or "", keys), strict=True)
+    ]
     return GpuChecks(first.check, first.node or "", tuple(findings))
