@@ -61,48 +61,52 @@ class ViewFigures:
             ev = self.usable(node)
             if ev is None:
                 raise ValueError(f"{node} has no usable evidence: no figure of {metric} to believe")
-            told = self._told_by_pool(metric, node, gpu, ev)
-            if told is not None:
-                figures[key] = told
-                return told
+            told = self.once("view_figures: believed by the pools", _Told)
+            if told.copied.get(node) != len(told.pools):  # what its pool's index believed of it, kept at once
+                told.copied[node] = len(told.pools)
+                self._keep_told(node, ev, figures, told)
+                if key in figures:
+                    return figures[key]
             g = self.gpu_of(node, gpu) if gpu is not None else None
             found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric), g)
             figures[key] = None if isinstance(found, str) and not samples_of(ev, metric, gpu, g) else found
         return figures[key]
 
-    def _told(self) -> dict[str, list[tuple[Believed, dict[tuple[str, int | None], int], float | None]]]:
-        """Per metric, what the peer indexes believed of their pools' evidence: each pool's `Believed`, where each
-        (node, GPU) is in it (its first place), and the SKU figure it was believed against."""
-        return self.once("view_figures: believed by the pools", dict)
-
-    def _told_by_pool(self, metric: str, node: str, gpu: int | None, ev: NodeEvidence) -> Sampled | None:
-        """The figure a pool's index believed of this node's own evidence, against the node's SKU figure: the same
-        as `believable` (rules/performance_batch.py), told once for the pool. A fleet peer's evidence, or a figure
-        against another SKU figure than the node's own, is not the view's answer."""
-        for found, at, expected in self._told().get(metric, ()):
-            i = at.get((node, gpu))
-            if i is None or found.evidence[i] is not ev or expected != self.expected(node, metric):
+    def _keep_told(
+        self, node: str, ev: NodeEvidence, figures: dict[tuple[str, int | None], Sampled | str | None], told: _Told
+    ) -> None:
+        """Every figure a pool's index believed of this node's own evidence, against the node's SKU figure, into the
+        node's figures (the first kept stands): the same as `believable` (rules/performance_batch.py), told once for
+        the pool. A fleet peer's evidence, or a figure against another SKU figure than the node's own, is not the
+        view's to keep."""
+        for found, spans in told.pools:
+            span = spans.get(node)
+            if span is None:
                 continue
-            figure = found.figures[i]
-            if isinstance(figure, Sampled):
-                return figure
-        return None
+            for metric, (b, expected) in found.items():
+                if b.evidence[span[0]] is not ev or expected != self.expected(node, metric):
+                    continue
+                for i in range(*span):
+                    figure = b.figures[i]
+                    if type(figure) is Sampled:
+                        key = self._figure_keys.setdefault((metric, b.gpus[i]), (metric, b.gpus[i]))
+                        if key not in figures:
+                            figures[key] = figure
 
     def _believe_pool(self, evidence: Sequence[NodeEvidence], asks: Sequence[Ask]) -> dict[str, Believed]:
         """`believe_many` as the peer index asks it (every GPU of a pool at once, every metric), keeping what it
-        believed for the view's own nodes' checks, which ask the same question (`believed`) after: looked up when
-        asked, not copied node by node (at 1,024 x 8 most GPUs' figures are never asked of the view again)."""
+        believed for the view's own nodes' checks, which ask the same question (`believed`) after: kept node by node
+        when a check of the node first asks (at 1,024 x 8 a re-test asks of 3 nodes), not copied for every GPU."""
         found = believe_many(evidence, asks)
-        told = self._told()
-        places: dict[int, dict[tuple[str, int | None], int]] = {}  # per Slots' keys list: each key's first place
-        for ask in asks:
+        told = self.once("view_figures: believed by the pools", _Told)
+        groups: dict[int, tuple[dict[str, tuple[Believed, float | None]], dict[str, tuple[int, int]]]] = {}
+        for ask in asks:  # the metrics that share a GPU list (a pool's per-GPU ones; its node-level ones) together
             b = found[ask.metric]
-            at = places.get(id(b.keys))
-            if at is None:
-                at = places[id(b.keys)] = {}
-                for i, k in enumerate(b.keys):
-                    at.setdefault(k, i)
-            told.setdefault(ask.metric, []).append((b, at, ask.expected))
+            group = groups.get(id(b.evidence))
+            if group is None:
+                group = groups[id(b.evidence)] = ({}, _spans(b.evidence))
+                told.pools.append(group)
+            group[0][ask.metric] = (b, ask.expected)
         return found
 
     def min_samples(self, metric: str) -> int:
@@ -113,3 +117,24 @@ class ViewFigures:
         """The SKU figure of `metric` for the node's pool; None when its baseline has none."""
         b = self.baseline_of(node).metrics.get(metric)
         return b.expected if b is not None else None
+
+
+class _Told:
+    """What the peer indexes believed of their pools' evidence: per pool and GPU list (a pool's per-GPU metrics share
+    one, its node-level ones another), each metric's `Believed` with the SKU figure it was believed against, and
+    where each node's entries are; and per node, how many of them its figures have taken in."""
+
+    def __init__(self) -> None:
+        self.pools: list[tuple[dict[str, tuple[Believed, float | None]], dict[str, tuple[int, int]]]] = []
+        self.copied: dict[str, int] = {}
+
+
+def _spans(evidence: Sequence[NodeEvidence]) -> dict[str, tuple[int, int]]:
+    """Each node's first run of entries in a `Believed`'s list (a node's GPUs follow each other)."""
+    spans: dict[str, tuple[int, int]] = {}
+    start = 0
+    for i in range(1, len(evidence) + 1):
+        if i == len(evidence) or evidence[i] is not evidence[start]:
+            spans.setdefault(evidence[start].node, (start, i))
+            start = i
+    return spans
