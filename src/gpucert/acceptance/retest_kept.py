@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,23 @@ class Kept:
     def finding(self, key: CheckKey) -> Finding:
         """The kept decision: a pass that says where it was decided (no figures: the source's pass messages are in
         no signed document, and the reports show of a passed check its id and GPUs, never its message)."""
-        where = f"{key.node}/gpu{key.gpu}" if key.gpu is not None else str(key.node)
-        detail = f" ({key.detail})" if key.detail else ""
-        message = f"{where}{detail}: passed in {self.run}, kept: the same evidence, stack, inputs and gpucert code"
-        return Finding(key.check, CheckStatus.PASS, key.node, key.gpu, message)
+        return self.findings([key])[0]
+
+    def findings(self, keys: Sequence[CheckKey]) -> list[Finding]:
+        """`finding` of each key (a carried node's kept checks, handed over as the node's list)."""
+        said = f": passed in {self.run}, kept: the same evidence, stack, inputs and gpucert code"
+        return [
+            Finding(
+                k.check,
+                CheckStatus.PASS,
+                k.node,
+                k.gpu,
+                (f"{k.node}/gpu{k.gpu}" if k.gpu is not None else str(k.node))
+                + (f" ({k.detail})" if k.detail else "")
+                + said,
+            )
+            for k in keys
+        ]
 
 
 class _Unmatched(Exception):

@@ -86,4 +86,5 @@ def _decide_node(ctx: RunContext, kept: Kept, local: dict[str, bool], node: str,
             local[key.check] = REGISTRY.rule_for(key.check).local
         keeps.append(local[key.check])
     decided = iter(counted_node(ctx.evaluation, node, [k for k, keep in zip(keys, keeps, strict=True) if not keep]))
-    return [kept.finding(k) if keep else next(decided) for k, keep in zip(keys, keeps, strict=True)]
+    said = iter(kept.findings([k for k, keep in zip(keys, keeps, strict=True) if keep]))
+    return [next(said) if keep else next(decided) for keep in keeps]
