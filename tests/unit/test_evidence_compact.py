@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpucert.measure.evidence import NodeEvidence, SampleArray
-from gpucert.measure.evidence_base import compact
+from gpucert.measure.evidence_compact import compact
 
 
 def _doc(node: str, params: dict[str, object]) -> NodeEvidence:
@@ -111,3 +111,69 @@ def test_a_reading_of_minus_zero_is_not_held_as_zero() -> None:
     docs = [_doc(f"n{i}", {"offset": x}) for i, x in enumerate([0.0, -0.0])]
     dumped = [json.loads(d.model_dump_json())["gpus"][0]["measurements"]["memory.bandwidth"]["params"] for d in docs]
     assert [json.dumps(p) for p in dumped] == ['{"offset": 0.0}', '{"offset": -0.0}']
+
+
+def test_equal_counters_in_another_order_keep_their_order() -> None:
+    """Counters equal as dicts but written in another order are not the same reading on disk: each document writes
+    back its own order, though a dict of the first order was just shared (issue 28: the shared one is found by
+    comparing to the last one; the comparison must see the order)."""
+    windows = [
+        {"probe": "p", "seconds": 1.5, "reasons_ns": {"thermal": 0, "sw_power_cap": 0}},
+        {"probe": "p", "seconds": 1.5, "reasons_ns": {"thermal": 0, "sw_power_cap": 0}},
+        {"probe": "p", "seconds": 1.5, "reasons_ns": {"sw_power_cap": 0, "thermal": 0}},
+    ]
+    docs = [_node({"health": {"throttle_under_load": windows}}) for _ in range(2)]
+    for doc in docs:
+        health = doc.gpus[0].health
+        assert health is not None
+        first, second, third = (w.reasons_ns for w in health.throttle_under_load)
+        assert first is second
+        assert third is not first
+        dumped = json.loads(doc.model_dump_json())["gpus"][0]["health"]["throttle_under_load"]
+        assert [list(w["reasons_ns"]) for w in dumped] == [["thermal", "sw_power_cap"]] * 2 + [
+            ["sw_power_cap", "thermal"]
+        ]
+
+
+def test_parameters_equal_in_python_but_not_on_disk_are_never_taken_for_the_last_ones() -> None:
+    """A measurement's parameters (any JSON) equal to the last ones shared in Python but not on disk (1, 1.0, true)
+    are kept as read, in a document as across documents."""
+    gpu = {
+        "index": 0,
+        "measurements": {
+            m: {"unit": "GB/s", "samples": [1.0], "params": {"x": x}}
+            for m, x in (("a", 1), ("b", 1), ("c", True), ("d", 1), ("e", 1.0), ("f", "1"))
+        },
+    }
+    doc = _node(gpu)
+    params = {m: v.params for m, v in doc.gpus[0].measurements.items()}
+    assert params["a"] is params["b"] is params["d"]
+    assert params["c"] is not params["a"]
+    dumped = json.loads(doc.model_dump_json())["gpus"][0]["measurements"]
+    assert [json.dumps(dumped[m]["params"]) for m in "abcdef"] == [
+        '{"x": 1}',
+        '{"x": 1}',
+        '{"x": true}',
+        '{"x": 1}',
+        '{"x": 1.0}',
+        '{"x": "1"}',
+    ]
+
+
+def test_a_map_of_quiet_links_is_held_once_and_a_link_that_counted_is_its_own() -> None:
+    """NVLink's counters per link: most links of most GPUs count nothing, and the map of them all is held once across
+    documents; a map where one link counted keeps that link's counters, and the others' are still shared."""
+    quiet = {str(link): {"replay": 0, "recovery": 0} for link in range(4)}
+    loud = {**quiet, "2": {"replay": 7, "recovery": 0}}
+    docs = [
+        _node({"health": {"nvlink_errors": {"seconds": 1, "links": links}}}) for links in (quiet, quiet, quiet, loud)
+    ]
+    maps = [d.gpus[0].health.nvlink_errors.links for d in docs]  # type: ignore[union-attr]
+    assert maps[1] is maps[2]  # the first one's counters were new: its map is kept from the second on
+    assert maps[3] is not maps[1]
+    assert maps[3][0] is maps[1][0]
+    assert maps[3][2] == {"replay": 7, "recovery": 0}
+    assert json.loads(docs[3].model_dump_json())["gpus"][0]["health"]["nvlink_errors"]["links"]["2"] == {
+        "replay": 7,
+        "recovery": 0,
+    }

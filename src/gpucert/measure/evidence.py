@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert.errors import EvidenceError
 from gpucert.files import parse_json, read_bytes, validate, write_atomic
-from gpucert.measure.evidence_base import GpuKey, SampleArray, Samples, compact
+from gpucert.measure.evidence_base import GpuKey, SampleArray, Samples, at_once
 from gpucert.measure.evidence_base import Model as _Model
+from gpucert.measure.evidence_compact import compact
 from gpucert.measure.evidence_dcgm import DcgmError, DcgmEvidence, DcgmGpuResult, DcgmTestResult
 from gpucert.measure.evidence_fabric import (
     CounterWindow,
@@ -393,6 +394,5 @@ def read_evidence(path: Path) -> NodeEvidence:
     digest = hashlib.sha256(data).digest()
     ev = _VALIDATED.get(digest)
     if ev is None:
-        ev = compact(_validate(path, data, NodeEvidence))
-        _VALIDATED[digest] = ev
+        ev = _VALIDATED[digest] = compact(at_once(_validate, path, data, NodeEvidence))
     return ev

@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Iterator, Sequence
-from types import UnionType
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin, overload
+from contextvars import ContextVar
+from itertools import chain
+from typing import Annotated, Any, ParamSpec, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -16,9 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, GetCoreSchemaHandle
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, core_schema
 
-M = TypeVar("M", bound=BaseModel)
-
-__all__ = ["GpuKey", "Model", "SampleArray", "Samples", "compact"]
+__all__ = ["DocumentSamples", "GpuKey", "Model", "SampleArray", "Samples", "at_once"]
 
 
 def _sample(value: Any) -> float:
@@ -45,7 +44,7 @@ class SampleArray(Sequence[float]):
 
     def __init__(self, values: Sequence[float] | npt.NDArray[np.float64] = ()) -> None:
         array = np.array(values, dtype=np.float64)  # a copy: nothing else holds a writable view of it
-        array.flags.writeable = False
+        array.setflags(write=False)  # as flags.writeable = False, without building a flags object (a tenth the time)
         self.array = array
 
     def __len__(self) -> int:
@@ -97,8 +96,63 @@ def _samples(value: Any) -> SampleArray:
 _NOT_SAMPLES = "Input should be a valid list of numbers"
 
 
+_new = object.__new__
+
+
+class DocumentSamples:
+    """The samples of one document being read: each list of numbers pydantic-core validated is kept as it is given,
+    and `made` turns them all into arrays at once, one read-only float64 array for the document and each series a
+    view of its part (issue 28: one numpy call a document instead of one a series, 141 in a node's document). The
+    SampleArrays handed out hold no array until `made`: the document is not read before then (`at_once`)."""
+
+    __slots__ = ("lists", "series")
+
+    def __init__(self) -> None:
+        self.series: list[SampleArray] = []
+        self.lists: list[list[float]] = []
+
+    def later(self, values: list[float]) -> SampleArray:
+        series = _new(SampleArray)
+        self.series.append(series)
+        self.lists.append(values)
+        return series
+
+    def made(self) -> None:
+        """Every series handed out, its array made: its samples in the order read, float64, read-only."""
+        sizes = list(map(len, self.lists))
+        # what the strict list schema gives is floats in both modes (an int made one, one past float64's range
+        # refused to _samples): each is the float64 np.array made of it
+        flat = np.fromiter(chain.from_iterable(self.lists), np.float64, sum(sizes))
+        flat.setflags(write=False)  # its views are read-only, and none can be made writable again
+        end = 0
+        for series, size in zip(self.series, sizes, strict=True):
+            series.array = flat[end : end + size]
+            end += size
+        self.series, self.lists = [], []
+
+
+# the document whose samples are being read at once (per thread and task: a ContextVar), None: each series at once
+_DOCUMENT: ContextVar[DocumentSamples | None] = ContextVar("gpucert_document_samples", default=None)
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def at_once(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """read(*args, **kwargs), a document's validation, with every series of samples it validates made into arrays
+    in one go when it returns (DocumentSamples). Whatever it raises is raised as it was."""
+    document = DocumentSamples()
+    token = _DOCUMENT.set(document)
+    try:
+        found = read(*args, **kwargs)
+    finally:
+        _DOCUMENT.reset(token)
+    document.made()
+    return found
+
+
 def _numbers(value: list[float]) -> SampleArray:
-    return SampleArray(value)
+    document = _DOCUMENT.get()
+    return SampleArray(value) if document is None else document.later(value)
 
 
 class _SamplesSchema:
@@ -147,164 +201,3 @@ class Model(BaseModel):
     # documents read from disk are validated strictly (_validate): a reading or counter given as `true` or "5" is
     # not a number, and the document is refused naming it; a probe builds them from NVML's and NumPy's numbers
     model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# what compact() shares among the documents it is given: one set per distinct record of the fields a document gave,
-# one dict or list per distinct flat one of numbers or words (NVML's counters, mostly zeros, repeat on every GPU and
-# link; most lists of words are empty)
-_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
-_FLAT: dict[tuple[Any, ...], Any] = {}
-_FLAT_MOST = 4096  # distinct counter sets kept for sharing (a few MiB): most repeat (zeros); the rest are kept as read
-_SCALARS = frozenset((int, float, str, bool, type(None)))
-
-
-def _shared(value: Any, kind: Any = None) -> Any:
-    """The one dict or list kept for every flat one of ints, words, flags or None with these items; `value` itself
-    when it holds more (models, lists; floats, which seldom repeat and whose 0.0 and -0.0 are equal) or the table is
-    full. `kind`: the one type the field's schema lets its values be (validated: no true among a field's ints), else
-    None and each value's type is part of the key (1 and true are equal in Python, not on disk)."""
-    held = value.items() if type(value) is dict else value
-    if len(value) > 64 or kind is float:
-        return value
-    if not value:  # one empty list (dict) for every field
-        kind = ()
-    elif kind is None:
-        kind = tuple(map(type, value.values() if type(value) is dict else value))
-        if float in kind or not _SCALARS.issuperset(kind):
-            return value
-    key = (type(value), kind, tuple(held))
-    one = _FLAT.get(key)
-    if one is None:
-        if len(_FLAT) >= _FLAT_MOST:
-            return value
-        _FLAT[key] = one = value
-    return one
-
-
-_Walk = Callable[[Any, list[BaseModel]], Any]
-
-
-def _visit(value: Any, models: list[BaseModel]) -> Any:
-    """`value` (a field's dict or list of any kind) with its flat dicts and lists shared, the models it holds queued."""
-    kind = type(value)
-    if kind is not dict and kind is not list:
-        if isinstance(value, BaseModel):
-            models.append(value)
-        return value
-    one = _shared(value)
-    if one is not value or not value:
-        return one
-    for key, item in value.items() if kind is dict else enumerate(value):
-        if type(item) not in _SCALARS and (found := _visit(item, models)) is not item:
-            value[key] = found
-    return value
-
-
-def _models(value: Any, models: list[BaseModel]) -> Any:
-    if not value:  # most lists of errors and events: one empty list for them all
-        return _shared(value)
-    models.extend(value)
-    return value
-
-
-def _model_map(value: Any, models: list[BaseModel]) -> Any:
-    if not value:
-        return _shared(value)
-    models.extend(value.values())
-    return value
-
-
-def _model(value: Any, models: list[BaseModel]) -> Any:
-    if value is not None:
-        models.append(value)
-    return value
-
-
-def _flat(kind: type | None) -> _Walk:
-    def walk(value: Any, models: list[BaseModel]) -> Any:
-        return _shared(value, kind)
-
-    return walk
-
-
-def _flat_map(kind: type | None) -> _Walk:
-    def walk(value: dict[Any, Any], models: list[BaseModel]) -> Any:
-        for key, item in value.items():
-            if (one := _shared(item, kind)) is not item:
-                value[key] = one
-        return value
-
-    return walk
-
-
-def _is(annotation: Any, kinds: tuple[type, ...]) -> bool:
-    """Whether every type a field so typed may hold is one of `kinds` (None aside)."""
-    if get_origin(annotation) in (Union, UnionType):
-        return all(arg is type(None) or _is(arg, kinds) for arg in get_args(annotation))
-    if get_origin(annotation) is Literal:
-        return all(type(arg) in kinds for arg in get_args(annotation))
-    return isinstance(annotation, type) and issubclass(annotation, kinds)
-
-
-def _walk_of(annotation: Any) -> _Walk | None:
-    """How compact() goes through a field of this type: None for numbers, words and samples (nothing to share)."""
-    scalars = (int, float, str, bool, type(None))
-    origin, args = get_origin(annotation), get_args(annotation)
-    if _is(annotation, (*scalars, SampleArray)):
-        return None
-    if _is(annotation, (BaseModel,)):
-        return _model
-    if origin is list and _is(args[0], (BaseModel,)):
-        return _models
-    if origin is dict and _is(args[1], (BaseModel,)):
-        return _model_map
-    if origin in (list, dict) and _is(args[-1], scalars):
-        return _flat(args[-1] if args[-1] in scalars else None)
-    if origin is dict and get_origin(args[1]) in (list, dict) and _is(inner := get_args(args[1])[-1], scalars):
-        return _flat_map(inner if inner in scalars else None)
-    return _visit  # anything (a dict of Any, a union of containers): looked at value by value
-
-
-_WALKS: dict[type[BaseModel], tuple[tuple[str, _Walk], ...]] = {}
-
-
-def _walks(cls: type[BaseModel]) -> tuple[tuple[str, _Walk], ...]:
-    walks = _WALKS.get(cls)
-    if walks is None:
-        found = ((name, _walk_of(f.annotation)) for name, f in cls.model_fields.items())
-        walks = _WALKS[cls] = tuple((name, walk) for name, walk in found if walk is not None)
-    return walks
-
-
-_FIELDS_OF: dict[type[BaseModel], set[str]] = {}  # the set of a model's fields last shared (most documents give one)
-
-
-def _share_fields(model: BaseModel) -> None:
-    fields = model.__pydantic_fields_set__
-    shared = _FIELDS_OF.get(type(model))
-    if shared is None or shared != fields:
-        shared = _FIELDS_OF[type(model)] = _FIELDS_SETS.setdefault(frozenset(fields), fields)
-    if shared is not fields:
-        object.__setattr__(model, "__pydantic_fields_set__", shared)
-
-
-def compact(model: M) -> M:
-    """`model` (a document just validated, held by nobody else) with what repeats in every document shared rather
-    than kept once per model: pydantic's record of the fields a document gave (`__pydantic_fields_set__`, a set of
-    at least 216 bytes in each of a node's some 300 models: a third of its evidence in memory), flat counter dicts
-    and lists of words (most empty). Short words are shared already: pydantic's JSON reader keeps one string for
-    each it has seen (cache_strings). Safe for these frozen models, which nothing writes: pydantic only adds to the
-    fields set on assignment, which a frozen model refuses, and model_copy copies it before it updates it; a shared
-    dict or list is a reading like any other. Its output is unchanged (model_dump, model_dump_json, equality).
-    Each field is gone through as its type says (a model, a list or map of models, a flat dict); one holding only
-    numbers, words or samples is not looked at."""
-    models: list[BaseModel] = [model]
-    while models:
-        item = models.pop()
-        _share_fields(item)
-        held = item.__dict__
-        for name, walk in _walks(type(item)):
-            value = held[name]
-            if (found := walk(value, models)) is not value:
-                held[name] = found
-    return model
