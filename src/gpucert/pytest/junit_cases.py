@@ -91,8 +91,8 @@ def _not_passed(ctx: RunContext, passed: PassedSummary | None) -> list[tuple[_Gr
     order. A re-test of 3 nodes of 1,024 carries ~185,000 checks, of which a few did not pass: the checks are
     counted per node and check id in C (a Counter over the keys), those that did not pass taken off, and only the
     nodes with one are grouped key by key."""
-    carried = ctx.carried
-    odd = [k for k, o in ctx.outcomes.items() if o.finding.status is not CheckStatus.PASS and k.node in carried]
+    carried, passing = ctx.carried, CheckStatus.PASS
+    odd = [k for k, o in ctx.outcomes.items() if o.finding.status is not passing and k.node in carried]
     if passed is not None:
         per_check = Counter(map(_node_and_check, ctx.outcomes))
         per_check.subtract(map(_node_and_check, odd))
