@@ -104,16 +104,19 @@ def _passed(check: str, node: str, gpu: int | None, detail: str | None, start: f
     return CheckKey(check, node, gpu, detail), Outcome(Finding(check, CheckStatus.PASS, node, gpu), start, stop)
 
 
+@pytest.mark.parametrize("indent", [None, "1"])
 @pytest.mark.parametrize("result", ["pass", "incomplete", "fail"])
 def test_a_nodes_passed_result_is_written_as_allure_commons_writes_its_test_result(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, result: str, indent: str | None
 ) -> None:
-    """allure_passed.py builds a node's passed result as the dict allure-commons makes of a TestResult (allure-python-
-    commons 2.16.2: logger.py `asdict(item, filter=lambda _, v: v or v is False)`, model2.py's attribute order), not
-    as attrs objects walked back into one: the same text as the TestResult written by allure-commons' own logger.
-    Times not recorded (0) and a step's zero start are left out as the filter leaves them out."""
+    """allure_passed.py writes a node's passed result as the text allure-commons writes of a TestResult (allure-
+    python-commons 2.16.2: logger.py json of `asdict(item, filter=lambda _, v: v or v is False)`, model2.py's
+    attribute order), its steps joined as text: the same text as the TestResult written by allure-commons' own
+    logger, indented or not. A node's check with details and none recorded times (0) takes the default span."""
     import uuid
 
+    if indent is not None:
+        monkeypatch.setenv("ALLURE_INDENT_OUTPUT", indent)
     from gpucert.report.allure_passed import passed_on
     from gpucert.report.verdict_model import Group
 
@@ -163,5 +166,5 @@ def test_a_nodes_passed_result_is_written_as_allure_commons_writes_its_test_resu
         parameters=[Parameter("node", "n1")],
     )
     AllureFileLogger(str(tmp_path / "theirs")).report_result(expected)
-    ResultsLogger(str(tmp_path / "ours")).report_plain(passed_on("n1", checks, 7, said))
+    ResultsLogger(str(tmp_path / "ours")).report_text(passed_on("n1", checks, 7, said))
     assert _written(tmp_path / "ours") == _written(tmp_path / "theirs")

@@ -176,7 +176,7 @@ def write_allure(
         logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
     for node in sorted(passed, key=shown):
         said = verdict.fleet if node is None else verdict.nodes.get(node)
-        logger.report_plain(passed_on(node, passed[node], started_ms, said))
+        logger.report_text(passed_on(node, passed[node], started_ms, said))
     not_run = not_run_results(missing or {}, started_ms, stopped_ms)
     for r in not_run:
         logger.report_result(r)

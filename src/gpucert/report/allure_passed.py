@@ -12,6 +12,7 @@ waiver, as the verdict's node table does.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -52,20 +53,32 @@ def counted(n: int, word: str) -> str:
 
 
 # A passed result is written as allure-commons writes a TestResult (allure-python-commons 2.16.2,
-# allure_commons/logger.py: AllureFileLogger._report_item, `asdict(item, filter=lambda _, v: v or v is False)`): a
-# dict of the attributes allure_commons/model2.py declares, in their order (ExecutableItem's name, status,
-# statusDetails, stage, description, descriptionHtml, steps, attachments, parameters, start, stop; then TestResult's
-# uuid, historyId, testCaseId, fullName, labels, links, titlePath), those None, empty or zero left out. Built as
-# dicts, not attrs objects walked back into dicts: a 1,024 x 8 re-test writes 1,024 of them with ~42,000 steps.
+# allure_commons/logger.py: AllureFileLogger._report_item, json of `asdict(item, filter=lambda _, v: v or v is False)`):
+# the attributes allure_commons/model2.py declares, in their order (ExecutableItem's name, status, statusDetails,
+# stage, description, descriptionHtml, steps, attachments, parameters, start, stop; then TestResult's uuid,
+# historyId, testCaseId, fullName, labels, links, titlePath), those None, empty or zero left out. A 1,024 x 8
+# re-test writes 1,024 of them with ~42,000 steps, most alike but for their times: a check step's text up to its
+# times is made once (json.dumps of its dict, with json.dumps' separators), and the steps are joined as text into
+# the result's, not built as attrs objects walked back into dicts and encoded one by one.
 _PASSED = Status.PASSED
 _START, _STOP, _GPU = attrgetter("start"), attrgetter("stop"), attrgetter("gpu")
+_STEPS = "\ue000steps"  # where a result's steps go in its text (a private-use character: in no id or name of it)
+
+
+def _open(head: dict[str, Any]) -> str:
+    """A JSON object's text as json.dumps writes it, without its closing brace (more fields follow)."""
+    return json.dumps(head, ensure_ascii=False)[:-1]
+
+
+def _times(begin: int, end: int) -> str:
+    """A step's start and stop where they are not zero (as allure-commons' filter leaves them out), and its end."""
+    return (f', "start": {begin}' if begin else "") + (f', "stop": {end}' if end else "") + "}"
 
 
 @lru_cache(maxsize=4096)  # a check step's name and parameters: the same on most nodes of a fleet
-def _head(check: str, gpus: tuple[int, ...], details: tuple[str, ...], n: int) -> dict[str, Any]:
-    """A passed check step's name, status and parameters: on how many GPUs, and which (parameter `gpus`); or for
-    how many details (parameter `details`: the components, rails, DCGM tests) where it has several. Shared by the
-    steps that use it: only read, by json.dumps."""
+def _head(check: str, gpus: tuple[int, ...], details: tuple[str, ...], n: int) -> str:
+    """A passed check step's name, status and parameters, opened (`_open`): on how many GPUs, and which (parameter
+    `gpus`); or for how many details (parameter `details`: the components, rails, DCGM tests) where it has several."""
     name, parameters = check, []
     if gpus:
         name = f"{check} ({counted(len(gpus), 'GPU')})"
@@ -76,21 +89,11 @@ def _head(check: str, gpus: tuple[int, ...], details: tuple[str, ...], n: int) -
     head: dict[str, Any] = {"name": name, "status": _PASSED}
     if parameters:
         head["parameters"] = parameters
-    return head
+    return _open(head)
 
 
-def _timed(head: dict[str, Any], begin: int, end: int) -> dict[str, Any]:
-    """A step's dict: its head, then its start and stop where they are not zero (as allure-commons filters)."""
-    step = dict(head)
-    if begin:
-        step["start"] = begin
-    if end:
-        step["stop"] = end
-    return step
-
-
-def _check_step(check: str, outcomes: Passed, default_ms: int) -> tuple[dict[str, Any], int, int]:
-    """One check that passed on a node, as its step's dict and its span in ms: from the first test's start to the
+def _check_step(check: str, outcomes: Passed, default_ms: int) -> tuple[str, int, int]:
+    """One check that passed on a node, as its step's text and its span in ms: from the first test's start to the
     last one's end (`default_ms` when the times were not recorded). The earliest start in seconds, then in ms:
     int(x * 1000) never decreases as x grows, so it is the earliest of the starts in ms, with one conversion."""
     keys, results = zip(*outcomes, strict=True)
@@ -103,7 +106,7 @@ def _check_step(check: str, outcomes: Passed, default_ms: int) -> tuple[dict[str
     if None in gpus:  # the node's own check, or one per detail: the keys with no GPU say their details
         details = tuple([k.detail for k in keys if k.gpu is None and k.detail])
         gpus = tuple([g for g in gpus if g is not None])
-    return _timed(_head(check, gpus, details, len(keys)), begin, end), begin, end
+    return _head(check, gpus, details, len(keys)) + _times(begin, end), begin, end
 
 
 @lru_cache(maxsize=1024)
@@ -115,23 +118,19 @@ _SAID = {"fail": "; the node FAILED (see its failing checks)", "waived": "; the 
 _INCOMPLETE = " (INCOMPLETE: not every check ran)"
 
 
-def passed_on(node: str | None, checks: Mapping[str, Passed], default_ms: int, said: Group | None) -> dict[str, Any]:
+def passed_on(node: str | None, checks: Mapping[str, Passed], default_ms: int, said: Group | None) -> str:
     """One result for every check that passed on `node` (None: the fleet's own checks), as `said` (the verdict's
-    group of the node) counts them: a step per check family, each check a step of it; the dict allure-commons
+    group of the node) counts them: a step per check family, each check a step of it; the text allure-commons
     writes of the TestResult (above)."""
-    by_family: dict[str, list[tuple[int, dict[str, Any], int, int]]] = defaultdict(list)
+    by_family: dict[str, list[tuple[int, str, int, int]]] = defaultdict(list)
     for check, outcomes in sorted(checks.items()):
         by_family[_family(check)].append((len(outcomes), *_check_step(check, outcomes, default_ms)))
     steps, begins, ends = [], [], []
     for family, inner in by_family.items():
         begin, end = min([b for _, _, b, _ in inner]), max([e for _, _, _, e in inner])
-        head = {
-            "name": f"{family}: {counted(sum([n for n, _, _, _ in inner]), 'check')} passed "
-            f"({counted(len(inner), 'kind')})",
-            "status": _PASSED,
-            "steps": [s for _, s, _, _ in inner],
-        }
-        steps.append(_timed(head, begin, end))
+        name = f"{family}: {counted(sum([n for n, _, _, _ in inner]), 'check')} passed ({counted(len(inner), 'kind')})"
+        inside = ", ".join([s for _, s, _, _ in inner])
+        steps.append(f'{_open({"name": name, "status": _PASSED})}, "steps": [{inside}]{_times(begin, end)}')
         begins.append(begin)
         ends.append(end)
     n = sum(len(o) for o in checks.values())
@@ -146,7 +145,7 @@ def passed_on(node: str | None, checks: Mapping[str, Passed], default_ms: int, s
     }
     if incomplete:
         out["statusDetails"] = {"message": why}
-    out["steps"] = steps
+    out["steps"] = _STEPS
     out["parameters"] = [{"name": "node", "value": token}]
     begin, end = min(begins), max(ends)
     if begin:
@@ -162,4 +161,7 @@ def passed_on(node: str | None, checks: Mapping[str, Passed], default_ms: int, s
         {"name": "story", "value": token},
         {"name": "suite", "value": "passed checks"},
     ]
-    return out
+    # the first "steps" value: name and status come before it, and a string's own quotes are escaped in JSON
+    return json.dumps(out, ensure_ascii=False).replace(
+        json.dumps(_STEPS, ensure_ascii=False), f"[{', '.join(steps)}]", 1
+    )

@@ -20,7 +20,7 @@ class ResultsLogger(AllureFileLogger):
     2.16.2, allure_commons/logger.py) calls json.dump, which never takes CPython's C encoder (JSONEncoder.iterencode
     takes it only for a one-shot encode, json/encoder.py): with a result per node holding a step per check, that was
     about a twentieth of a re-test's CPU at 1,024 x 8. The same file name, fields, text, temporary file and rename;
-    `report_plain` writes a result already built as the dict allure-commons makes of one (allure_passed.py)."""
+    `report_text` writes a result already built as the text allure-commons writes of one (allure_passed.py)."""
 
     def __init__(self, report_dir: str) -> None:
         AllureFileLogger.__init__(self, report_dir)
@@ -32,17 +32,22 @@ class ResultsLogger(AllureFileLogger):
     def _report_item(self, item: Any) -> None:
         self._write(item.file_pattern, item)
 
-    def report_plain(self, data: dict[str, Any]) -> None:
-        """A test result given as allure-commons' dict of it (`asdict(result, filter=lambda _, v: v or v is False)`),
-        written as `report_result` writes the TestResult."""
-        self._write(TEST_CASE_PATTERN, data)
+    def report_text(self, text: str) -> None:
+        """A test result given as the text allure-commons writes of it without indent (json.dumps of `asdict(result,
+        filter=lambda _, v: v or v is False)`), written as `report_result` writes the TestResult: indented again
+        where ALLURE_INDENT_OUTPUT asks (the same keys in the same order, so the same text)."""
+        if os.environ.get("ALLURE_INDENT_OUTPUT"):
+            text = json.dumps(json.loads(text), indent=INDENT, ensure_ascii=False)
+        self._save(TEST_CASE_PATTERN, text)
 
     def _write(self, file_pattern: str, item: Any) -> None:
         indent = INDENT if os.environ.get("ALLURE_INDENT_OUTPUT") else None
+        self._save(file_pattern, json.dumps(_plain(item), indent=indent, ensure_ascii=False))
+
+    def _save(self, file_pattern: str, text: str) -> None:
         filename = file_pattern.format(prefix=uuid.uuid4())
-        data = item if type(item) is dict else _plain(item)
         written = self._report_dir / f"{filename}.tmp"
-        written.write_text(json.dumps(data, indent=indent, ensure_ascii=False), encoding="utf8")
+        written.write_text(text, encoding="utf8")
         os.replace(written, self._report_dir / filename)
 
 
