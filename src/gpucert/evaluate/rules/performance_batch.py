@@ -286,16 +286,16 @@ def _pair_rows(slots: Slots) -> tuple[Rows, list[int], list[int], list[int], lis
     return rows, places, node, src, dst
 
 
-def _row_stats(rows: Rows) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
-    """Per row (one pair's samples, at least one): its median, whether every sample is finite and above zero, and its
-    largest sample."""
+def _row_stats(
+    rows: Rows, sizes: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+    """Per row (one pair's samples, at least one; `sizes`: how many each): its median, whether every sample is finite
+    and above zero, and its largest sample."""
     medians, clean, tops = np.zeros(len(rows)), np.zeros(len(rows), dtype=bool), np.zeros(len(rows))
-    by_count: dict[int, list[int]] = {}
-    for i, row in enumerate(rows):
-        by_count.setdefault(row.size, []).append(i)
-    for n, which in by_count.items():
+    for n in np.unique(sizes).tolist():
+        which = np.flatnonzero(sizes == n).tolist()
         with np.errstate(all="ignore"):
-            ordered = _stacked([rows[i] for i in which], n)
+            ordered = _stacked([rows[i] for i in which] if len(which) < len(rows) else rows, n)
             ordered.sort(axis=1)
             mid = n // 2
             told = ordered[:, mid] if n % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
@@ -323,8 +323,8 @@ def believe_p2p(slots: Slots, expected: float | None, least: int) -> list[Sample
     rows, places, node, src, dst = _pair_rows(slots)
     told: dict[tuple[int, int], tuple[float, int]] = {}  # per (node, GPU) believed here: its figure and samples
     if rows:
-        medians, clean, tops = _row_stats(rows)
         sizes = np.array([r.size for r in rows], dtype=np.int64)
+        medians, clean, tops = _row_stats(rows, sizes)
         a, b, at = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64), np.array(node, dtype=np.int64)
         twice = a != b  # a pair counts for both its GPUs (a GPU with itself, once)
         row = np.concatenate([np.arange(len(rows)), np.flatnonzero(twice)])
@@ -340,8 +340,9 @@ def believe_p2p(slots: Slots, expected: float | None, least: int) -> list[Sample
         if expected is not None:
             good &= ~(np.maximum.reduceat(tops[row], starts) > ABSURD_FACTOR * expected)
         figure = _median_of_groups(medians[row], starts, counts)
-        for j in np.flatnonzero(good).tolist():
-            told[(int(end_node[starts[j]]), int(end_gpu[starts[j]]))] = (float(figure[j]), int(total[j]))
+        kept, heads = np.flatnonzero(good), starts[good]
+        ends = zip(end_node[heads].tolist(), end_gpu[heads].tolist(), strict=True)
+        told = dict(zip(ends, zip(figure[kept].tolist(), total[kept].tolist(), strict=True), strict=True))
     figures: list[Sampled | str] = []
     for ev, idx, g, place in zip(slots.evidence, slots.gpus, slots.found, places, strict=True):
         got = told.get((place, idx)) if idx is not None and ev.p2p is not None else None
