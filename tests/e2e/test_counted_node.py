@@ -132,3 +132,11 @@ def test_an_evaluation_that_decides_otherwise_is_asked_key_by_key(faulty: Path) 
     ev = Contradicted.from_run(faulty)
     keys = _by_node(ev)["gpu-node-2"]
     assert {f.message for f in counted_node(ev, "gpu-node-2", keys)} == {"contradicted"}
+
+
+def test_a_check_no_rule_decides_is_counted_s_error(faulty: Path) -> None:
+    ev = Evaluation.from_run(faulty)
+    keys = [CheckKey("memory.bandwidth", "gpu-node-2", 0), CheckKey("no.such.check", "gpu-node-2", 0)]
+    found = counted_node(ev, "gpu-node-2", keys)
+    assert found == [counted(ev, k) for k in keys]
+    assert found[1].status is CheckStatus.ERROR

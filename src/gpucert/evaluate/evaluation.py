@@ -13,6 +13,7 @@ from functools import cached_property
 
 from gpucert.evaluate.catalog import REGISTRY
 from gpucert.evaluate.locate import outside_pools
+from gpucert.evaluate.registry import Rule
 from gpucert.evaluate.rules.inventory import decide_node_count, decide_reachable
 from gpucert.evaluate.rules.multinode import fabric_straggler, multinode
 from gpucert.evaluate.rules.performance_checks import decide_metric, quiet_passes
@@ -108,8 +109,8 @@ def counted_node(ev: Evaluation, node: str, keys: Sequence[CheckKey]) -> list[Fi
     placed = ev.pool_name_of(node) is not None
     metrics: dict[str, list[tuple[int, int]]] = {}  # a measured metric's GPUs, each with its key's place
     for i, key in enumerate(keys):
-        rule = REGISTRY.rule_for(key.check)
-        if key.node != node or (rule.pooled and not placed):
+        rule = _rule(key)
+        if rule is None or key.node != node or (rule.pooled and not placed):
             continue
         if rule.decide is decide_metric and key.gpu is not None:
             metrics.setdefault(key.check, []).append((i, key.gpu))
@@ -128,6 +129,14 @@ def counted_node(ev: Evaluation, node: str, keys: Sequence[CheckKey]) -> list[Fi
         for (i, _), quiet in zip(gpus, told, strict=True):
             found[i] = quiet
     return [f if f is not None else counted(ev, key) for f, key in zip(found, keys, strict=True)]
+
+
+def _rule(key: CheckKey) -> Rule | None:
+    """The rule of the key's check; None where none decides it (counted's error to word)."""
+    try:
+        return REGISTRY.rule_for(key.check)
+    except ValueError:
+        return None
 
 
 def _plain(ev: object) -> bool:

@@ -83,7 +83,10 @@ def _decide_node(ctx: RunContext, kept: Kept, local: dict[str, bool], node: str,
     keeps = []
     for key in keys:
         if key.check not in local:
-            local[key.check] = REGISTRY.rule_for(key.check).local
+            try:
+                local[key.check] = REGISTRY.rule_for(key.check).local
+            except ValueError:  # no rule decides it: decided by the rules, whose error says so
+                local[key.check] = False
         keeps.append(local[key.check])
     decided = iter(counted_node(ctx.evaluation, node, [k for k, keep in zip(keys, keeps, strict=True) if not keep]))
     said = iter(kept.findings([k for k, keep in zip(keys, keeps, strict=True) if keep]))
