@@ -7,7 +7,9 @@ in the same run, the two alternating, each in a fresh process.
 
 Per side: the CPU time a document (median of the rounds), the part of it the cyclic garbage collector took (its
 full collections walk every object alive, so each object a document leaves tracked costs again at each one), the
-same read with the collector paused (the reading's own work), and the objects the collector tracks a document.
+same read with the collector paused (the reading's own work), the same read with the collector at the thresholds a
+`gpucert` command sets (cli.main.THRESHOLDS: what a certification or a re-test pays), and the objects the collector
+tracks a document.
 """
 
 from __future__ import annotations
@@ -27,12 +29,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _read_all(files: list[Path], collector: bool) -> dict[str, float]:
+def _read_all(files: list[Path], collector: bool, thresholds: tuple[int, int, int] | None = None) -> dict[str, float]:
     """Read every document once, keeping each; the CPU seconds taken, those of the collector, the objects left."""
     from gpucert.measure import evidence
 
     evidence._VALIDATED.clear()
     gc.collect()
+    default = gc.get_threshold()
+    if thresholds:
+        gc.set_threshold(*thresholds)
     tracked = len(gc.get_objects())
     spent = [0.0, 0.0]
 
@@ -49,6 +54,7 @@ def _read_all(files: list[Path], collector: bool) -> dict[str, float]:
     held = [evidence.read_evidence(p) for p in files]
     cpu = time.process_time() - start
     gc.enable()
+    gc.set_threshold(*default)
     gc.callbacks.remove(timed)
     left = len(gc.get_objects()) - tracked
     del held
@@ -62,6 +68,9 @@ def child(src: str, run: str) -> None:
     files = [p for p in files if p.stat().st_size > 2048]  # an unreachable node's document holds no readings
     on = _read_all(files, collector=True)
     off = _read_all(files, collector=False)
+    from gpucert.cli.main import THRESHOLDS
+
+    cli = _read_all(files, collector=True, thresholds=THRESHOLDS)
     n = len(files)
     print(
         json.dumps(
@@ -70,6 +79,7 @@ def child(src: str, run: str) -> None:
                 "ms": on["cpu"] / n * 1e3,
                 "gc_ms": on["collector"] / n * 1e3,
                 "paused_ms": off["cpu"] / n * 1e3,
+                "cli_ms": cli["cpu"] / n * 1e3,
                 "tracked": on["tracked"] / n,
             }
         )
@@ -113,10 +123,13 @@ def main() -> int:
                 runs[name].append(_side(src, args.run))
     docs = int(next(iter(runs.values()))[0]["docs"])
     print(f"{docs} node documents of {args.run}, CPU ms a document (median of {args.rounds} rounds)")
-    print(f"{'source':<16} {'read':>7} {'collector':>10} {'paused':>7} {'tracked/doc':>12}")
+    print(f"{'source':<16} {'read':>7} {'collector':>10} {'paused':>7} {'cli gc':>7} {'tracked/doc':>12}")
     for name, figures in runs.items():
-        med = {k: statistics.median(f[k] for f in figures) for k in ("ms", "gc_ms", "paused_ms", "tracked")}
-        print(f"{name:<16} {med['ms']:7.2f} {med['gc_ms']:10.2f} {med['paused_ms']:7.2f} {med['tracked']:12.0f}")
+        med = {k: statistics.median(f[k] for f in figures) for k in ("ms", "gc_ms", "paused_ms", "cli_ms", "tracked")}
+        print(
+            f"{name:<16} {med['ms']:7.2f} {med['gc_ms']:10.2f} {med['paused_ms']:7.2f} {med['cli_ms']:7.2f} "
+            f"{med['tracked']:12.0f}"
+        )
     return 0
 
 
