@@ -3,7 +3,12 @@ required key each time (a re-test of 3 nodes of a 1,024 x 8 fleet has 189,000 of
 
 from __future__ import annotations
 
-from gpucert.plan.checks import CheckKey, key_grid
+import inspect
+from dataclasses import MISSING, FrozenInstanceError, fields, make_dataclass, replace
+
+import pytest
+
+from gpucert.plan.checks import CheckKey, CheckStatus, Finding, key_grid
 from gpucert.plan.required import Plan
 
 
@@ -38,3 +43,21 @@ def test_a_key_grid_makes_the_keys_a_comprehension_would() -> None:
         CheckKey("stack.version", "n1", None, "cuda"),
     }
     assert list(key_grid(["node.reachable"], [])) == []
+
+
+def test_a_finding_is_made_as_the_dataclass_would_make_it() -> None:
+    # Finding's __init__ is written out (each slot set by its descriptor): it takes the fields the dataclass
+    # declares, in their order, with their defaults, and sets each of them
+    spec = [(f.name, f.type) if f.default is MISSING else (f.name, f.type, f.default) for f in fields(Finding)]
+    declared = make_dataclass("Declared", spec)
+    ours, theirs = inspect.signature(Finding.__init__), inspect.signature(declared.__init__)
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.parameters.values()
+    ]
+    values = ["c", CheckStatus.FAIL, "n1", 3, "slow", 1.5, 2.0, "GB/s", 1.8, "probe.preflight@n1", "waivers[0]"]
+    made = Finding(*values)
+    assert [getattr(made, f.name) for f in fields(Finding)] == values
+    assert Finding(**{f.name: v for f, v in zip(fields(Finding), values, strict=True)}) == made
+    assert replace(made, gpu=4).gpu == 4
+    with pytest.raises(FrozenInstanceError):
+        made.check = "other"  # type: ignore[misc]
