@@ -166,5 +166,7 @@ def test_a_nodes_passed_result_is_written_as_allure_commons_writes_its_test_resu
         parameters=[Parameter("node", "n1")],
     )
     AllureFileLogger(str(tmp_path / "theirs")).report_result(expected)
-    ResultsLogger(str(tmp_path / "ours")).report_text(passed_on("n1", checks, 7, said))
+    outcomes = dict(pair for pairs in checks.values() for pair in pairs)
+    keys = {check: [k for k, _ in pairs] for check, pairs in checks.items()}
+    ResultsLogger(str(tmp_path / "ours")).report_text(passed_on("n1", keys, outcomes, 7, said))
     assert _written(tmp_path / "ours") == _written(tmp_path / "theirs")

@@ -31,10 +31,6 @@ __all__ = ["FLEET", "counted", "passed_on", "shown", "spoken"]
 FLEET = "@fleet"  # the fleet's own checks in Allure's ids ('@' is in no node name, DNS-1123: a node named `fleet` is
 # a result of its own, not a retry of the fleet's; CheckKey's `check@fleet` names it the same way)
 
-# one check's passed outcomes on one node: one per GPU, or the node's (fleet's) one, or one per detail (a component's
-# stack.version, a rail's fabric.port)
-Passed = Sequence[tuple[CheckKey, Outcome]]
-
 
 def shown(node: str | None) -> str:
     """Where a result's checks ran, in its ids (fullName, historyId, story, the `node` parameter): the node's name,
@@ -92,11 +88,13 @@ def _head(check: str, gpus: tuple[int, ...], details: tuple[str, ...], n: int) -
     return _open(head)
 
 
-def _check_step(check: str, outcomes: Passed, default_ms: int) -> tuple[str, int, int]:
+def _check_step(
+    check: str, keys: Sequence[CheckKey], outcomes: Mapping[CheckKey, Outcome], default_ms: int
+) -> tuple[str, int, int]:
     """One check that passed on a node, as its step's text and its span in ms: from the first test's start to the
     last one's end (`default_ms` when the times were not recorded). The earliest start in seconds, then in ms:
     int(x * 1000) never decreases as x grows, so it is the earliest of the starts in ms, with one conversion."""
-    keys, results = zip(*outcomes, strict=True)
+    results = list(map(outcomes.__getitem__, keys))
     first = min(filter(None, map(_START, results)), default=None)
     begin = default_ms if first is None else int(first * 1000)
     last = max(filter(None, map(_STOP, results)), default=None)
@@ -118,13 +116,20 @@ _SAID = {"fail": "; the node FAILED (see its failing checks)", "waived": "; the 
 _INCOMPLETE = " (INCOMPLETE: not every check ran)"
 
 
-def passed_on(node: str | None, checks: Mapping[str, Passed], default_ms: int, said: Group | None) -> str:
-    """One result for every check that passed on `node` (None: the fleet's own checks), as `said` (the verdict's
-    group of the node) counts them: a step per check family, each check a step of it; the text allure-commons
-    writes of the TestResult (above)."""
+def passed_on(
+    node: str | None,
+    checks: Mapping[str, Sequence[CheckKey]],
+    outcomes: Mapping[CheckKey, Outcome],
+    default_ms: int,
+    said: Group | None,
+) -> str:
+    """One result for every check that passed on `node` (None: the fleet's own checks), each check's keys that passed
+    (one per GPU, or the node's one, or one per detail: a component's stack.version, a rail's fabric.port; their
+    `outcomes` said), as `said` (the verdict's group of the node) counts them: a step per check family, each
+    check a step of it; the text allure-commons writes of the TestResult (above)."""
     by_family: dict[str, list[tuple[int, str, int, int]]] = defaultdict(list)
-    for check, outcomes in sorted(checks.items()):
-        by_family[_family(check)].append((len(outcomes), *_check_step(check, outcomes, default_ms)))
+    for check, keys in sorted(checks.items()):
+        by_family[_family(check)].append((len(keys), *_check_step(check, keys, outcomes, default_ms)))
     steps, begins, ends = [], [], []
     for family, inner in by_family.items():
         begin, end = min([b for _, _, b, _ in inner]), max([e for _, _, _, e in inner])
