@@ -35,3 +35,20 @@ def test_a_fleet_strip_labels_the_flagged_points_only() -> None:
     assert 'r="2.6" fill="#c0392b" class="pt-fail"><title>n12/gpu4: 650.5 GB/s</title>' in circles[100]
     assert "<title>n25/gpu0: 990 GB/s</title>" in circles[200]
     assert 'r="1.6" fill="#2e86de" class="pt-pass"></circle>' in circles[0]
+
+
+def test_each_strip_places_its_points_by_its_own_count() -> None:
+    """A point's x is written once per strip size (plots._centres, kept for a report's strips of as many GPUs): a
+    strip of another size between two of the same size takes its own, and the first size's are the same again."""
+    from gpucert.report.plots import L, R, W
+
+    def xs(n: int) -> list[float]:
+        svg = strip("m per GPU", "GB/s", [Point("", 1000.0 + i, "pass") for i in range(n)], 1000.0, 900.0)
+        return [float(x) for x in re.findall(r'<circle cx="([0-9.]+)"', svg)]
+
+    first, other, again = xs(LABELLED + 8), xs(16), xs(LABELLED + 8)
+    step = (W - L - R) / 16
+    assert other == [round(L + (i + 0.5) * step, 1) for i in range(16)]
+    assert first == again
+    assert len(first) == LABELLED + 8
+    assert first[-1] < W - R < first[-1] + (W - L - R) / len(first)

@@ -120,7 +120,7 @@ def strip_columns(
     return _svg(body, title, kind=" gpucert-strip")
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=4)  # a report has a strip size per pool; a strip of 4,096 x 8 holds 32,768 of them
 def _centres(n: int) -> tuple[str, ...]:
     """The x of each of n points of a strip, as written: every strip of a fleet's GPUs has as many points."""
     step = (W - L - R) / max(n, 1)
