@@ -1,9 +1,11 @@
 """A re-test's fabric pairs: which of the source run's pairs documents it carries, and the check `verify` makes of
 them (plan/carried_pairs.py reads them; plan/pairs.py `retest_rounds` says which pairs are measured again).
 
-Pairs are carried only where they still answer what the spec asks: the source signed them, and every pool's
-fabric declaration (rails, link layer, rated speed, ...) is the one the source was measured under; otherwise the
-re-test measures every pair again. Touches the run folders through RunFolder and plan/carried_pairs.py.
+Pairs are carried only where they still answer what the spec asks: the source signed them, every pool's fabric
+declaration (rails, link layer, rated speed, ...) is the one the source was measured under, and, for a spec whose
+pools have no fabric section (its pairs are the neighbours on each pool's ring), the rings are drawn as they were
+(certify.multinode, target.gang.topologyKey); otherwise the re-test measures every pair again.
+Touches the run folders through RunFolder and plan/carried_pairs.py.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gpucert.plan.records import RetestRecord
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.attest import sha256_file
 from gpucert.spec.cluster import ClusterSpec, load_spec
+from gpucert.spec.kubernetes import topology_key
 
 __all__ = ["carried_pairs_problems", "carry_pairs"]
 
@@ -33,9 +36,16 @@ def _name(folder: RunFolder, path: Path) -> str:
     return path.resolve().relative_to(folder.path.resolve()).as_posix()
 
 
-def _same_fabrics(source: RunFolder, spec: ClusterSpec) -> bool:
+def _same_pairs(source: RunFolder, spec: ClusterSpec) -> bool:
+    """Whether the source's pairs answer the re-test's spec: every pool's fabric declaration as it was, and, where
+    no pool has a fabric section (the pairs are the neighbours on each pool's ring), the rings drawn as they were
+    (the same certify.multinode: pairs, maxNodes, ...; the same topology key)."""
     then = load_spec(source.spec_copy)
-    return {p.name: p.fabric for p in then.pools} == {p.name: p.fabric for p in spec.pools}
+    if {p.name: p.fabric for p in then.pools} != {p.name: p.fabric for p in spec.pools}:
+        return False
+    if any(p.fabric is not None for p in spec.pools):
+        return True
+    return then.certify.multinode == spec.certify.multinode and topology_key(then.target) == topology_key(spec.target)
 
 
 def carry_pairs(
@@ -45,9 +55,11 @@ def carry_pairs(
     other the source holds whole: a full run's every node (its round documents, one by one, or an older run's one
     pairs.json), a re-test's nodes whose pairs it carried (the documents it carried; a node it measured again met
     only RETEST_PEERS peers there, so its pairs are measured again now, even where its own evidence is carried).
-    None (every pair measured again) when the spec declares no fabric, a pool's fabric declaration changed since
-    the source, or the source did not sign the documents."""
-    if not nodes or not any(p.fabric is not None for p in spec.pools) or not _same_fabrics(source, spec):
+    A spec without a fabric section carries its pairs of neighbours the same way (the fabric stage then measures
+    the neighbours' pairs the carried ones do not hold: plan/carried_pairs.py `carried_neighbours`). None (every
+    pair measured again) when a pool's fabric declaration changed since the source, a spec without a fabric
+    section draws its rings otherwise than the source did, or the source did not sign the documents."""
+    if not nodes:
         return None
     before = read_carried(source)
     if before is None:
@@ -57,7 +69,7 @@ def carry_pairs(
         nodes = [n for n in nodes if n in held]
         paths, measured_in = [carried_file(source, entry) for entry in before.files], before.measured_in
     names = [_name(source, path) for path in paths]
-    if not paths or not nodes or any(name not in signed for name in names):
+    if not paths or not nodes or any(name not in signed for name in names) or not _same_pairs(source, spec):
         return None
     entries = [CarriedPairsFile(file="", source=name, sha256=signed[name]) for name in names]
     return carry_files(folder, run, measured_in, nodes, list(zip(paths, entries, strict=True)))

@@ -1,7 +1,8 @@
 """A re-test's fabric pairs carried from its source run (issue 28: a re-test pays for what it re-measures).
 
-A re-test measures only the pairs with a node measured again (plan/pairs.py `retest_rounds`); a pair of two carried
-nodes keeps its evidence from the source run. The source's pairs documents (one a round, or a run's older one
+A re-test measures only the pairs with a node measured again (plan/pairs.py `retest_rounds`; for pools without a
+fabric section, whose pairs are the neighbours on each ring, `carried_neighbours`); a pair of two carried nodes
+keeps its evidence from the source run. The source's pairs documents (one a round, or a run's older one
 `pairs.json`: plan/pairs_files.py) are copied byte for byte, one by one, into `evidence/multinode/carried-<i>.json`
 (their digests stay the ones the source signed: `verify` checks each, acceptance/retest_pairs.py), and
 `evidence/multinode/carried.json` names them and the carried nodes. The run's pairs are then its own round
@@ -21,13 +22,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from gpucert.errors import EvidenceError
-from gpucert.files import read_json_object, write_json
+from gpucert.files import read_json_object, validate, write_json
 from gpucert.measure.evidence import FabricPairs, read_fabric_pairs
 from gpucert.plan import layout
 from gpucert.plan.layout import run_id_time
@@ -39,6 +40,7 @@ __all__ = [
     "CARRIED_PAIRS_SCHEMA",
     "CarriedPairs",
     "CarriedPairsFile",
+    "carried_neighbours",
     "carried_nodes",
     "carry_files",
     "iter_carried",
@@ -151,6 +153,44 @@ def iter_carried(folder: RunFolder) -> Iterator[FabricPairs]:
         if doc is None:
             raise EvidenceError("a carried pairs document named by carried.json is missing", path=path)
         yield doc.model_copy(update={"pairs": [p for p in doc.pairs if keep.issuperset(p.nodes)]})
+
+
+class _Nodes(BaseModel):
+    nodes: tuple[str, ...]
+
+
+class _PairNodes(BaseModel):
+    """Of a pairs document, each pair's nodes alone (what a schedule needs: the evaluation reads it whole)."""
+
+    pairs: tuple[_Nodes, ...] = ()
+
+
+def _pair_nodes(path: Path) -> _PairNodes:
+    if not path.is_file():
+        raise EvidenceError("a carried pairs document named by carried.json is missing", path=path)
+    return validate(path, path.read_bytes(), _PairNodes)
+
+
+def carried_neighbours(
+    folder: RunFolder, wanted: Collection[frozenset[str]], keep: frozenset[str]
+) -> frozenset[frozenset[str]]:
+    """A re-test of pools without a fabric section, whose pairs are the neighbours on each pool's ring (`wanted`:
+    the re-test's rings'; `keep`: the run's `carried_nodes`): the carried pairs that stand, each a pair of
+    neighbours there. A node of a carried pair that is no neighbour pair now (a node joined the ring between the
+    two) is carried no longer (carried.json rewritten without it): its pairs are measured again, as a pair with a
+    node measured again is. The fabric stage measures the wanted pairs not returned; none for a run that carried
+    none. Reads each carried document's pairs' nodes alone (the evaluation validates them whole)."""
+    index = read_carried(folder)
+    if index is None:
+        return frozenset()
+    every = (frozenset(p.nodes) for entry in index.files for p in _pair_nodes(carried_file(folder, entry)).pairs)
+    pairs = {p for p in every if keep.issuperset(p)}
+    gone = {n for p in pairs if p not in wanted for n in p}
+    if gone:
+        still = tuple(n for n in index.nodes if n not in gone)
+        write_json(_index(folder), index.model_copy(update={"nodes": still}).to_json())
+        pairs = {p for p in pairs if gone.isdisjoint(p)}
+    return frozenset(pairs)
 
 
 def read_pairs(folder: RunFolder) -> FabricPairs | None:

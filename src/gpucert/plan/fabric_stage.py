@@ -15,7 +15,7 @@ from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
 from gpucert.plan.pairs_files import write_round
 from gpucert.plan.runfolder import RunFolder
 
-__all__ = ["StageWindows", "attach_windows", "measure_fabric", "measure_pairs", "neighbour_pairs"]
+__all__ = ["StageWindows", "attach_windows", "in_rounds", "measure_fabric", "measure_pairs", "neighbour_pairs"]
 
 
 @dataclass
@@ -89,7 +89,12 @@ def attach_windows(folder: RunFolder, docs: Iterable[FabricEvidence] | StageWind
 
 def neighbour_pairs(nodes: list[str]) -> list[list[list[str]]]:
     """Every pair of neighbours on the ring of `nodes`, in rounds where no node is in two pairs at once."""
-    pairs = [[nodes[i], nodes[(i + 1) % len(nodes)]] for i in range(len(nodes) if len(nodes) > 2 else 1)]
+    return in_rounds([[nodes[i], nodes[(i + 1) % len(nodes)]] for i in range(len(nodes) if len(nodes) > 2 else 1)])
+
+
+def in_rounds(pairs: Iterable[list[str]]) -> list[list[list[str]]]:
+    """The pairs in rounds where no node is in two pairs at once: each in its first round free of both its nodes
+    (pairs of different pools, whose nodes are apart, side by side)."""
     rounds: list[list[list[str]]] = []
     busy: list[set[str]] = []  # each round's nodes: a pair's first free round found without scanning its pairs
     for pair in pairs:

@@ -22,9 +22,16 @@ from gpucert.errors import ConfigError, EvidenceError, IncompleteRunError, RunIn
 from gpucert.measure.evidence import FabricEvidence, NodeEvidence
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.measure.targets.base import FabricTarget, MeasurePlan, Target
-from gpucert.plan.carried_pairs import carried_nodes, read_carried
+from gpucert.plan.carried_pairs import carried_neighbours, carried_nodes, read_carried
 from gpucert.plan.domains import by_domain
-from gpucert.plan.fabric_stage import StageWindows, attach_windows, measure_fabric, measure_pairs, neighbour_pairs
+from gpucert.plan.fabric_stage import (
+    StageWindows,
+    attach_windows,
+    in_rounds,
+    measure_fabric,
+    measure_pairs,
+    neighbour_pairs,
+)
 from gpucert.plan.inputs import load_inputs, waivers_path
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.pairs import retest_rounds
@@ -271,7 +278,8 @@ def measure(
     several has no expectations to measure against: `pool.membership` is its finding); each node's evidence lands
     on disk the moment it arrives. `peers` (carried over by a re-test, each collected with GPUs to offer) join each
     pool's all-reduce across its nodes (run whole again, one job a pool) and are the peers of the pairs measured
-    again; the pairs of two of them are carried, where the re-test carried its source's pairs."""
+    again; the pairs of two of them are carried, where the re-test carried its source's pairs (without a fabric
+    section: each pair of neighbours on the re-test's rings that the carried pairs do not hold is measured)."""
     folder.evidence_dir.mkdir(exist_ok=True)
     stack = folder.read_stack()
     pools = PoolMap(spec, {n: ns.labels for n, ns in stack.nodes.items()}, inventory.names)
@@ -294,7 +302,12 @@ def measure(
     collected = sorted(collected, key=order.__getitem__)
     across, neighbours = measure_rings(target, folder, pools, collected, measure_plan)
     retest = read_carried(folder) is not None  # a re-test: the pairs of two carried nodes are the source's
-    schedule = fabric_rounds(pools, collected, carried_nodes(folder))  # those the evaluation holds (carried_pairs.py)
+    kept = carried_nodes(folder)  # the nodes whose carried pairs the evaluation holds (carried_pairs.py)
+    schedule = fabric_rounds(pools, collected, kept)
+    if retest and not any(p.fabric is not None for p in spec.pools):  # neighbours' pairs, less those carried
+        ring_pairs = [p for r in neighbours for p in r]  # in ring order, as a full run measures them
+        carried = carried_neighbours(folder, {frozenset(p) for p in ring_pairs}, kept)
+        schedule = in_rounds(p for p in ring_pairs if frozenset(p) not in carried)
     schedule = schedule or ([] if retest else neighbours)
     seen = StageWindows()
     seen.add(across)
