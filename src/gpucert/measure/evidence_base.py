@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from itertools import chain
+from itertools import accumulate, chain
 from typing import Annotated, Any, ParamSpec, TypeVar, overload
 
 import numpy as np
@@ -97,6 +98,7 @@ _NOT_SAMPLES = "Input should be a valid list of numbers"
 
 
 _new = object.__new__
+_set_array = SampleArray.array.__set__  # type: ignore[attr-defined]  # the slot's own setter
 
 
 class DocumentSamples:
@@ -111,12 +113,6 @@ class DocumentSamples:
         self.series: list[SampleArray] = []
         self.lists: list[list[float]] = []
 
-    def later(self, values: list[float]) -> SampleArray:
-        series = _new(SampleArray)
-        self.series.append(series)
-        self.lists.append(values)
-        return series
-
     def made(self) -> None:
         """Every series handed out, its array made: its samples in the order read, float64, read-only."""
         sizes = list(map(len, self.lists))
@@ -124,10 +120,9 @@ class DocumentSamples:
         # refused to _samples): each is the float64 np.array made of it
         flat = np.fromiter(chain.from_iterable(self.lists), np.float64, sum(sizes))
         flat.setflags(write=False)  # its views are read-only, and none can be made writable again
-        end = 0
-        for series, size in zip(self.series, sizes, strict=True):
-            series.array = flat[end : end + size]
-            end += size
+        ends = list(accumulate(sizes))
+        parts = map(flat.__getitem__, map(slice, [0, *ends[:-1]], ends))
+        deque(map(_set_array, self.series, parts), maxlen=0)  # each series its part, in C: no Python frame a series
         self.series, self.lists = [], []
 
 
@@ -152,7 +147,12 @@ def at_once(read: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
 
 def _numbers(value: list[float]) -> SampleArray:
     document = _DOCUMENT.get()
-    return SampleArray(value) if document is None else document.later(value)
+    if document is None:
+        return SampleArray(value)
+    series = _new(SampleArray)  # its array made with the document's (DocumentSamples.made)
+    document.series.append(series)
+    document.lists.append(value)
+    return series
 
 
 class _SamplesSchema:
