@@ -80,31 +80,32 @@ _Step = tuple[str, int, Any, "_Last | None"]
 class _Last:
     """The shared dict or list a flat field was last given (NVML's throttle reasons, a measurement's parameters: the
     same on every GPU of every node), so that the next equal one is known by comparing it to this one (its keys in
-    the same order, its values of the same types) rather than by building its key into the table again."""
+    the same order, its values of the same types) rather than by building its key into the table again. What it
+    keeps is one tuple, set and read whole: a reader in another thread (the exporter's scrapes) never sees the keys
+    or the types of one with another."""
 
-    __slots__ = ("keys", "one", "types")
+    __slots__ = ("seen",)
 
     def __init__(self) -> None:
-        self.one: Any = None
-        self.keys: tuple[Any, ...] | None = None
-        self.types: tuple[type, ...] | None = None
+        # (the one kept, its keys in order (None: a list), its values' types (None: the schema says them))
+        self.seen: tuple[Any, tuple[Any, ...] | None, tuple[type, ...] | None] = (None, None, None)
 
     def remember(self, one: Any, kind: Any) -> None:
         values = one.values() if type(one) is dict else one
-        self.one = one
-        self.keys = tuple(one) if type(one) is dict else None
-        self.types = None if kind is not None else tuple(map(type, values))
+        keys = tuple(one) if type(one) is dict else None
+        self.seen = (one, keys, None if kind is not None else tuple(map(type, values)))
 
-    def again(self, value: Any, kind: Any) -> bool:
-        """Whether `value` (equal to the one kept) is the one kept: its keys in the same order, its values of the
-        same types when the schema does not say them (1 and true are equal in Python, not on disk)."""
-        if type(value) is dict:
-            if tuple(value) != self.keys:
-                return False
-            values: Any = value.values()
-        else:
-            values = value
-        return kind is not None or tuple(map(type, values)) == self.types
+
+def _again(value: Any, kind: Any, seen: tuple[Any, tuple[Any, ...] | None, tuple[type, ...] | None]) -> bool:
+    """Whether `value` (equal to the one kept, `seen[0]`) is that one: its keys in the same order, its values of the
+    same types when the schema does not say them (1 and true are equal in Python, not on disk)."""
+    if type(value) is dict:
+        if tuple(value) != seen[1]:
+            return False
+        values: Any = value.values()
+    else:
+        values = value
+    return kind is not None or tuple(map(type, values)) == seen[2]
 
 
 def _is(annotation: Any, kinds: tuple[type, ...]) -> bool:
@@ -188,9 +189,9 @@ def _empty(value: Any) -> Any:
 
 def _flat(held: dict[str, Any], name: str, how: int, kind: Any, last: _Last, todo: list[BaseModel]) -> None:
     """A flat field (or one of Any) shared: as the one it last was when it is equal to it, else through the table."""
-    value = held[name]
-    if value == last.one and last.again(value, kind):
-        held[name] = last.one
+    value, seen = held[name], last.seen
+    if value == seen[0] and _again(value, kind, seen):
+        held[name] = seen[0]
     elif (one := _shared(value, kind) if how == _FLAT_ONE else _visit(value, todo)) is not value:
         held[name] = one
         last.remember(one, kind)
