@@ -52,3 +52,16 @@ def test_a_folder_that_cannot_be_listed_is_refused(tmp_path: Path, monkeypatch: 
     monkeypatch.setattr(attest.os, "scandir", scandir)
     with pytest.raises(EvidenceError, match=r"cannot list evidence/: Permission denied"):
         attest._walk(run)
+
+
+def test_a_link_whose_target_cannot_be_looked_at_is_odd_not_a_crash(tmp_path: Path) -> None:
+    # DirEntry.is_dir() follows a link and raises every OSError but FileNotFoundError (CPython 3.11
+    # Modules/posixmodule.c, DirEntry_test_mode): a link to itself raises ELOOP. os.walk, which the walk replaced,
+    # took such an entry for a file (3.11.7 os.py, walk: `except OSError: is_dir = False`): listed as odd
+    run = _folder(tmp_path)
+    (run / "evidence" / "loop").symlink_to("loop")
+    files, _, odd = attest._walk(run)
+    assert "evidence/loop" in odd
+    assert "evidence/loop" not in files
+    with pytest.raises(EvidenceError, match=r"not plain files .*evidence/loop"):
+        attest.subjects(run)

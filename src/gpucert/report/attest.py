@@ -93,7 +93,7 @@ def _walk(run_dir: Path) -> tuple[dict[str, Path], list[str], list[str]]:
             empty.append(prefix)
         for entry in entries:
             name = prefix + entry.name
-            if entry.is_dir():  # as os.walk sorts them: a link to a folder is a folder here, and odd
+            if _is_dir(entry):  # as os.walk sorts them: a link to a folder is a folder here, and odd
                 if entry.is_symlink():
                     odd.append(name)
                 else:
@@ -105,6 +105,16 @@ def _walk(run_dir: Path) -> tuple[dict[str, Path], list[str], list[str]]:
             else:
                 files[name] = Path(entry.path)
     return dict(sorted(files.items())), sorted(empty), sorted(odd)
+
+
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    """Whether the entry is a folder, a link followed (os.walk's test): one whose target cannot be looked at (a link
+    to itself, ELOOP; into a folder that cannot be searched) is not, as os.walk has it (os.py, 3.11: `except OSError:
+    is_dir = False`); DirEntry.is_dir raises every OSError but FileNotFoundError. Such a link is odd, never a crash."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def subjects(run_dir: Path) -> dict[str, str]:
