@@ -134,3 +134,21 @@ def test_a_missing_source_is_still_said(tmp_path: Path) -> None:
     folder = RunFolder(tmp_path / "run2")
     with pytest.raises(FileNotFoundError):
         folder.carry_evidence("n1", tmp_path / "run1" / "evidence" / "n1.json")
+
+
+def test_a_signed_file_reached_by_a_symlink_is_carried_as_its_bytes_not_as_the_link(tmp_path: Path) -> None:
+    """A source run whose evidence/<node>.json is a symlink to a file with the signed bytes (a restored archive,
+    a deduplicating tool) verifies (open_source hashes what the name leads to) and is read; its carried copy is those
+    bytes, as the copy before hard links was. os.link does not follow a symlink on Linux before CPython 3.14: it calls
+    link(2), which links the symlink itself (python/cpython gh-81793, fixed by PR #132517); a relative link then
+    leads nowhere (or to another file) from the re-test's folder."""
+    src = _source(tmp_path)
+    kept = src.with_name(".n1.signed")
+    src.rename(kept)
+    src.symlink_to(kept.name)  # relative, inside the source's evidence/: its reader (inside) accepts it
+    assert RunFolder(tmp_path / "run1").read_evidence("n1") == evidence("n1")
+    folder = RunFolder(tmp_path / "run2")
+    path = folder.carry_evidence("n1", src)
+    assert not path.is_symlink()  # verify_carried refuses a carried symlink
+    assert path.read_bytes() == kept.read_bytes()
+    assert folder.read_evidence("n1") == evidence("n1")

@@ -46,7 +46,12 @@ def link_or_copy(source: Path, target: Path) -> None:
     """`source`'s bytes under the new name `target`: a hard link where the file system makes one (one operation,
     no bytes read or written: a carried document is a signed file that is never written again in place, every writer
     of a run folder replaces a name), else a copy (another file system, one without hard links, a name already
-    there: `copy_file`, atomic, made durable by the caller's sync)."""
+    there: `copy_file`, atomic, made durable by the caller's sync). A `source` that is itself a symlink is copied
+    (its bytes read through it, as before hard links): os.link would link the symlink, not the file it leads to
+    (CPython before 3.14 calls link(2) on Linux, which does not follow it: python/cpython gh-81793)."""
+    if source.is_symlink():
+        copy_file(source, target, durable=False)
+        return
     for _ in range(2):
         try:
             os.link(source, target)
