@@ -42,6 +42,29 @@ def test_summarize_of_values_not_all_finite_is_pythons(odd: float) -> None:
     assert repr(summarize(values)) == repr(_summary_by_lists(values))
 
 
+# finite figures whose sum overflows: Python's float arithmetic gives inf silently, numpy's warns (RuntimeWarning,
+# an error under this project's filterwarnings): the arrays must say what the lists say, and nothing more
+HUGE = 1.7e308
+
+
+def test_summarize_of_figures_whose_sum_overflows_is_the_lists_one_without_a_warning() -> None:
+    values = [HUGE] * 64 + [1.0] * 6  # the median is a mean of two HUGE ones: inf
+    assert repr(summarize(values)) == repr(_summary_by_lists(values))
+    spread = [-HUGE] * 40 + [HUGE] * 40  # each deviation from the median (0) is finite, their mean is too
+    assert repr(summarize(spread)) == repr(_summary_by_lists(spread))
+
+
+def test_node_medians_and_residuals_of_figures_whose_sum_overflows_are_the_lists_ones() -> None:
+    values = {(f"n{n}", g): Sampled(HUGE, 60, "u") for n in range(3) for g in range(9 if n else 8)}
+    by_node: dict[str, list[Key]] = {}
+    for k in values:
+        by_node.setdefault(k[0], []).append(k)
+    wanted = {node: median([values[k].value for k in keys]) for node, keys in by_node.items()}
+    assert repr(stragglers_told.node_medians(values, by_node)) == repr(wanted)
+    found = stragglers_told.node_residuals(values, by_node)
+    assert all(repr(r) == repr(_residual(values, k)) for k, r in found.items())
+
+
 def _residual(values: dict[Key, Sampled], key: Key) -> float:
     others = [v.value for k, v in values.items() if k[0] == key[0] and k != key]
     return values[key].value / median(others) - 1

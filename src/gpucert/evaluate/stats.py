@@ -104,10 +104,11 @@ def summarize(values: Sequence[float]) -> Summary:
         a = np.array(values, dtype=np.float64)
         if np.isfinite(a).all():
             a.sort()
-            m = _median_of_sorted_array(a)
-            deviations = np.abs(a - m)
-            deviations.sort()
-            return Summary(median=m, mad=_median_of_sorted_array(deviations), n=len(values))
+            with np.errstate(all="ignore"):  # Python's float arithmetic overflows to inf silently too
+                m = _median_of_sorted_array(a)
+                deviations = np.abs(a - m)
+                deviations.sort()
+                return Summary(median=m, mad=_median_of_sorted_array(deviations), n=len(values))
     m = median(values)
     return Summary(median=m, mad=mad(values, m), n=len(values))
 

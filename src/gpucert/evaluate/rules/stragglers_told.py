@@ -156,8 +156,8 @@ def _residuals_alike(values: Mapping[Key, Sampled], nodes: list[Sequence[Key]]) 
 
     m = n - 1
     mid = m // 2
-    median_of_others = others(mid) if m % 2 else (others(mid - 1) + others(mid)) / 2
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # Python's float arithmetic overflows to inf silently too
+        median_of_others = others(mid) if m % 2 else (others(mid - 1) + others(mid)) / 2
         r = v / median_of_others - 1
     return dict(zip(keys, r.ravel().tolist(), strict=True))
 
@@ -177,6 +177,7 @@ def node_medians(values: Mapping[Key, Sampled], by_node: Mapping[str, Sequence[K
             continue
         v.sort(axis=1)
         mid = n // 2
-        told = v[:, mid] if n % 2 else (v[:, mid - 1] + v[:, mid]) / 2
+        with np.errstate(all="ignore"):  # Python's float arithmetic overflows to inf silently too
+            told = v[:, mid] if n % 2 else (v[:, mid - 1] + v[:, mid]) / 2
         found.update(zip(nodes, told.tolist(), strict=True))
     return {node: found[node] for node in by_node}
