@@ -76,6 +76,9 @@ class Kept:
     nodes: frozenset[str] = frozenset()
     refused: str | None = None
     why_not: dict[str, str] = field(default_factory=dict)
+    # each check id's rule is local (gate 4), asked of the registry once per check id: a re-test's carried checks
+    # are ~190,000 keys of a few dozen ids
+    _local: dict[str, bool] = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def said(self) -> str:
         """One line for the command's output: how many carried nodes kept their local checks' signed decisions, or
@@ -90,8 +93,26 @@ class Kept:
         return line
 
     def keeps(self, key: CheckKey) -> bool:
-        """Whether `key` keeps its signed decision: a check of a kept node whose rule is local."""
-        return key.node in self.nodes and REGISTRY.rule_for(key.check).local
+        """Whether `key` keeps its signed decision: a check of a kept node whose rule is local (gate 4). A check no
+        rule decides keeps nothing: decided by the rules, whose error says so (fail closed)."""
+        return key.node in self.nodes and self._is_local(key.check)
+
+    def keeps_of(self, node: str, keys: Sequence[CheckKey]) -> list[bool]:
+        """`keeps` of each of one node's `keys` (a re-test decides a carried node's checks together)."""
+        if node not in self.nodes:
+            return [False] * len(keys)
+        local = {check: self._is_local(check) for check in {k.check for k in keys}}
+        return [k.node == node and local[k.check] for k in keys]
+
+    def _is_local(self, check: str) -> bool:
+        local = self._local.get(check)
+        if local is None:
+            try:
+                local = REGISTRY.rule_for(check).local
+            except ValueError:  # no rule decides it
+                local = False
+            self._local[check] = local
+        return local
 
     def finding(self, key: CheckKey) -> Finding:
         """The kept decision: a pass that says where it was decided (no figures: the source's pass messages are in

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from gpucert.acceptance.retest_kept import Kept, kept_decisions
 from gpucert.errors import GpucertError
-from gpucert.evaluate.catalog import REGISTRY
 from gpucert.evaluate.evaluation import counted_node
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.report import details
@@ -51,11 +50,10 @@ def decide_carried(ctx: RunContext) -> int:
     # node by node, in a fixed order (CheckKey.sort_key's): the plan's set has none, and a node's outcomes scattered
     # over the run's ~10^5 made the rules' and the reports' later passes over them slower (write_allure ~30%)
     outcomes: dict[CheckKey, Outcome] = {}
-    local: dict[str, bool] = {}  # each check id's rule is local (Kept.keeps), asked once
     for node in sorted(by_node):
         keys = sorted(by_node[node], key=_in_node)
         start = time.time()
-        findings = _decide_node(ctx, kept, local, node, keys)
+        findings = _decide_node(ctx, kept, node, keys)
         stop = time.time()
         outcomes.update(zip(keys, map(Outcome, findings, repeat(start), repeat(stop)), strict=True))
         for key, finding in zip(keys, findings, strict=True):
@@ -75,19 +73,12 @@ def _in_node(key: CheckKey) -> tuple[str, int, str]:
     return key.check, -1 if key.gpu is None else key.gpu, key.detail or ""
 
 
-def _decide_node(ctx: RunContext, kept: Kept, local: dict[str, bool], node: str, keys: list[CheckKey]) -> list[Finding]:
+def _decide_node(ctx: RunContext, kept: Kept, node: str, keys: list[CheckKey]) -> list[Finding]:
     """Each key's finding (the node's): its kept decision where `kept.keeps` it, else as a test item of its own
     would decide it (`counted_node`, which is `counted` key by key)."""
-    if node not in kept.nodes:
+    keeps = kept.keeps_of(node, keys)
+    if not any(keeps):
         return counted_node(ctx.evaluation, node, keys)
-    keeps = []
-    for key in keys:
-        if key.check not in local:
-            try:
-                local[key.check] = REGISTRY.rule_for(key.check).local
-            except ValueError:  # no rule decides it: decided by the rules, whose error says so
-                local[key.check] = False
-        keeps.append(local[key.check])
     decided = iter(counted_node(ctx.evaluation, node, [k for k, keep in zip(keys, keeps, strict=True) if not keep]))
     said = iter(kept.findings([k for k, keep in zip(keys, keeps, strict=True) if keep]))
     return [next(said) if keep else next(decided) for keep in keeps]
