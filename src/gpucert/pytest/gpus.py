@@ -1,24 +1,25 @@
 """A per-GPU check decided on each of a node's GPUs inside one test item (issue 28): the item's GPUs' findings,
 each as the controller counts it, and the words the item's outcome says them in.
 
-Each GPU's finding is what a test item of its own would have decided (`decided`): the rule's finding, a skip
-without a failing cause turned into an error (fail closed), a failure offered to the waivers, an exception in the
-rule the check's error. The item then fails when any GPU's check failed or could not run, else skips when any
-skipped for a cause, else is an expected failure (xfail) when any was waived, else passes; its message names every
-GPU that did not pass, one line each. The verdict counts every GPU's finding as its own check."""
+Each GPU's finding is what a test item of its own would have decided (evaluate/evaluation.py `counted`, asked node
+by node: `counted_node`): the rule's finding, a skip without a failing cause turned into an error (fail closed), a
+failure offered to the waivers, an exception in the rule the check's error. The item then fails when any GPU's
+check failed or could not run, else skips when any skipped for a cause, else is an expected failure (xfail) when any
+was waived, else passes; its message names every GPU that did not pass, one line each. The verdict counts every
+GPU's finding as its own check."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpucert.evaluate.evaluation import counted, counted_node, settled
+from gpucert.evaluate.evaluation import counted_node, settled
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 
 if TYPE_CHECKING:
     from gpucert.pytest.context import RunContext
 
-__all__ = ["RANK", "GpuChecks", "decide_gpus", "decided", "final"]
+__all__ = ["RANK", "GpuChecks", "decide_gpus", "final"]
 
 # how much a status says: an item (and the controller, between an item's reports) keeps the one that says most
 RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckStatus.FAIL: 3, CheckStatus.ERROR: 4}
@@ -27,12 +28,6 @@ RANK = {CheckStatus.PASS: 0, CheckStatus.WAIVED: 1, CheckStatus.SKIP: 2, CheckSt
 def final(ctx: RunContext, finding: Finding, key: CheckKey) -> Finding:
     """A finding (the decision of `key`) as the controller counts it (evaluate/evaluation.py `settled`)."""
     return settled(ctx.evaluation, finding, key)
-
-
-def decided(ctx: RunContext, key: CheckKey) -> Finding:
-    """As a test item of its own would decide `key` (evaluate/evaluation.py `counted`: the rule's finding, fail
-    closed, waived where a waiver covers it; an exception in the rule the check's error)."""
-    return counted(ctx.evaluation, key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +70,7 @@ def gpu_lines(node: str, findings: tuple[Finding, ...]) -> str:
 
 
 def decide_gpus(ctx: RunContext, keys: tuple[CheckKey, ...]) -> GpuChecks:
-    """Decide the check on each GPU `keys` names (one node's, each as `decided` would: evaluation.counted_node, which
+    """Decide the check on each GPU `keys` names (one node's, each as `counted` would: evaluation.counted_node, which
     asks the node's questions once): a GPU that passed has the bare pass finding a passed test item reports
     (outcomes.py), every other GPU its decided finding."""
     first = keys[0]
