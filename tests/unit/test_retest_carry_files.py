@@ -137,11 +137,11 @@ def test_a_missing_source_is_still_said(tmp_path: Path) -> None:
 
 
 def test_a_signed_file_reached_by_a_symlink_is_carried_as_its_bytes_not_as_the_link(tmp_path: Path) -> None:
-    """A source run whose evidence/<node>.json is a symlink to a file with the signed bytes (a restored archive,
-    a deduplicating tool) verifies (open_source hashes what the name leads to) and is read; its carried copy is those
-    bytes, as the copy before hard links was. os.link does not follow a symlink on Linux before CPython 3.14: it calls
-    link(2), which links the symlink itself (python/cpython gh-81793, fixed by PR #132517); a relative link then
-    leads nowhere (or to another file) from the re-test's folder."""
+    """carry_evidence's contract (and link_or_copy's): the bytes `source` names, as the copy before hard links gave
+    them, whatever the caller hands it. prepare_retest hands it the name `inside` resolved (a symlink in the source's
+    evidence/ is followed there, so the file it leads to is linked); a caller handing a symlink got the symlink
+    itself, as os.link does not follow one on Linux before CPython 3.14: it calls link(2), which links the symlink
+    (python/cpython gh-81793, fixed by PR #132517), and a relative link leads nowhere from another folder."""
     src = _source(tmp_path)
     kept = src.with_name(".n1.signed")
     src.rename(kept)
