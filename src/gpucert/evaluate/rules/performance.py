@@ -137,9 +137,10 @@ def evidence_problem(
 
 def p2p_problem(ev: NodeEvidence, gpu: int | None) -> str | None:
     """Why the node's P2P matrix cannot be judged for `gpu` (None when it can): every ordered pair of the node's
-    GPUs must be there exactly once, no GPU paired with itself or with a GPU the node does not show, and the pairs
-    of `gpu` measured GPU to GPU (without peer access the driver stages the copy through host memory, so the
-    figure is not P2P's)."""
+    GPUs must be there exactly once, no GPU paired with itself or with a GPU the node does not show, every pair of
+    `gpu` measured (none with an error or without samples, whichever of its GPUs the pair's error names), and
+    measured GPU to GPU (without peer access the driver stages the copy through host memory, so the figure is not
+    P2P's)."""
     if ev.p2p is None or gpu is None:
         return None
     indices = {g.index for g in ev.gpus}
@@ -159,17 +160,35 @@ def p2p_problems(ev: NodeEvidence) -> dict[int, str | None]:
     if whole is not None:
         return dict.fromkeys(order, whole)
     missing = [(a, b) for a in order for b in order if a != b and (a, b) not in seen]
+    unmeasured = _unmeasured(ev.p2p.pairs)
     staged = [(p.src, p.dst) for p in ev.p2p.pairs if not p.peer_access and not p.error]
-    if not missing and not staged:  # a whole matrix measured GPU to GPU: most nodes
+    if not missing and not unmeasured and not staged:  # a whole matrix measured GPU to GPU: most nodes
         return dict.fromkeys(order)
-    return {i: _pairs_problem(i, missing, staged) for i in order}
+    return {i: _pairs_problem(i, missing, unmeasured, staged) for i in order}
 
 
-def _pairs_problem(gpu: int, missing: list[tuple[int, int]], staged: list[tuple[int, int]]) -> str | None:
-    """`_gpu_pairs_problem` of `gpu` from its node's missing and staged pairs (each in the order it names them)."""
+def _unmeasured(pairs: Sequence[P2pPair]) -> list[tuple[int, int, str]]:
+    """The pairs that were not measured, each with why: an error recorded (the probe's, whatever samples it left),
+    or no samples. Either is a problem of BOTH the pair's GPUs: the probe adds a GPU error for the pair's source
+    only (probes/between_gpus.py), and a PASS must mean that every pair of the GPU was measured."""
+    return [
+        (p.src, p.dst, p.error if p.error is not None else "it recorded no samples")
+        for p in pairs
+        if p.error is not None or not p.samples
+    ]
+
+
+def _pairs_problem(
+    gpu: int, missing: list[tuple[int, int]], unmeasured: list[tuple[int, int, str]], staged: list[tuple[int, int]]
+) -> str | None:
+    """`_gpu_pairs_problem` of `gpu` from its node's missing, unmeasured and staged pairs (each in the order it names
+    them)."""
     lacks = [f"{a}->{b}" for a, b in missing if gpu in (a, b)]
     if lacks:
         return f"the P2P matrix lacks the pairs {', '.join(lacks)}"
+    not_measured = _unmeasured_problem(gpu, unmeasured)
+    if not_measured is not None:
+        return not_measured
     through = [f"{a}->{b}" for a, b in staged if gpu in (a, b)]
     if through:
         return f"no peer access between GPUs {', '.join(through)}: the copies went through the host, not GPU to GPU"
@@ -194,7 +213,14 @@ def _gpu_pairs_problem(ev: NodeEvidence, gpu: int, order: list[int], seen: set[t
     """Why `gpu`'s pairs of a whole matrix cannot be judged: one is missing, or went through the host."""
     missing = [(a, b) for a in order for b in order if a != b and gpu in (a, b) and (a, b) not in seen]
     pairs = ev.p2p.pairs if ev.p2p is not None else []
-    return _pairs_problem(gpu, missing, [(p.src, p.dst) for p in pairs if not p.peer_access and not p.error])
+    staged = [(p.src, p.dst) for p in pairs if not p.peer_access and not p.error]
+    return _pairs_problem(gpu, missing, _unmeasured(pairs), staged)
+
+
+def _unmeasured_problem(gpu: int, unmeasured: list[tuple[int, int, str]]) -> str | None:
+    """Why `gpu`'s figure cannot be judged or believed: the pairs of it that were not measured (`_unmeasured`)."""
+    mine = [f"the P2P pair {a}->{b} was not measured: {why}" for a, b, why in unmeasured if gpu in (a, b)]
+    return "; ".join(mine) if mine else None
 
 
 def sample_problem(samples: list[float], expected: float | None, min_samples: int = MIN_SAMPLES) -> str | None:
@@ -240,6 +266,9 @@ def believable(
     figure believable" that the checks, the peers, the handover record and the exporter all ask. `found`:
     `ev.gpu(gpu)`, where the caller has it."""
     if metric == "p2p.bandwidth":  # figure_of's figure from the pairs in hand
+        unmeasured = _unmeasured_problem(gpu, _unmeasured(ev.p2p.pairs)) if ev.p2p and gpu is not None else None
+        if unmeasured is not None:  # never a figure from the GPU's other pairs
+            return unmeasured
         pairs = _pairs_of(ev, gpu)
         problem = sample_problem([x for p in pairs for x in p.samples], expected, min_samples)
         if problem is not None:

@@ -265,25 +265,29 @@ def _believe(slots: Slots, ask: Ask, measured: tuple[Rows, list[str]] | None) ->
     return out
 
 
-def _pair_rows(slots: Slots) -> tuple[Rows, list[int], list[int], list[int], list[int]]:
+def _pair_rows(slots: Slots) -> tuple[Rows, list[int], list[int], list[int], list[int], set[tuple[int, int]]]:
     """Every pair with samples of the slots' nodes' P2P evidence: its samples, and its node's place among the nodes
-    with P2P evidence (`places`: each slot's, -1 where its node has none) and its two GPUs."""
+    with P2P evidence (`places`: each slot's, -1 where its node has none) and its two GPUs; and each (place, GPU) of
+    a pair not measured (an error, or no samples: `believable` refuses both its GPUs' figures)."""
     rows: list[npt.NDArray[np.float64]] = []
     node, src, dst = list[int](), list[int](), list[int]()
     place_of: dict[int, int] = {}
+    unmeasured: set[tuple[int, int]] = set()
     for ev in slots.evidence:
         if id(ev) in place_of or ev.p2p is None:
             continue
         place = place_of[id(ev)] = len(place_of)
         for p in ev.p2p.pairs:
             row = _row(p.samples)
+            if p.error is not None or not row.size:
+                unmeasured.update(((place, p.src), (place, p.dst)))
             if row.size:
                 rows.append(row)
                 node.append(place)
                 src.append(p.src)
                 dst.append(p.dst)
     places = [place_of.get(id(ev), -1) for ev in slots.evidence]
-    return rows, places, node, src, dst
+    return rows, places, node, src, dst, unmeasured
 
 
 def _row_stats(
@@ -319,8 +323,9 @@ def _median_of_groups(
 def believe_p2p(slots: Slots, expected: float | None, least: int) -> list[Sampled | str]:
     """`believable` of each GPU's P2P figure (the median of its pairs' medians, on every sample of its pairs): each
     pair's samples told once for both its GPUs, each GPU's pairs at once by arrays; a GPU whose samples all are
-    numbers above zero, enough and none absurd, from them; any other by `believable`."""
-    rows, places, node, src, dst = _pair_rows(slots)
+    numbers above zero, enough and none absurd, from them; any other (a GPU of a pair not measured among them) by
+    `believable`."""
+    rows, places, node, src, dst, unmeasured = _pair_rows(slots)
     told: dict[tuple[int, int], tuple[float, int]] = {}  # per (node, GPU) believed here: its figure and samples
     if rows:
         sizes = np.array([r.size for r in rows], dtype=np.int64)
@@ -345,7 +350,9 @@ def believe_p2p(slots: Slots, expected: float | None, least: int) -> list[Sample
         told = dict(zip(ends, zip(figure[kept].tolist(), total[kept].tolist(), strict=True), strict=True))
     figures: list[Sampled | str] = []
     for ev, idx, g, place in zip(slots.evidence, slots.gpus, slots.found, places, strict=True):
-        got = told.get((place, idx)) if idx is not None and ev.p2p is not None else None
+        got = None
+        if idx is not None and ev.p2p is not None and (place, idx) not in unmeasured:
+            got = told.get((place, idx))
         if got is not None and ev.p2p is not None:
             figures.append(Sampled(got[0], got[1], ev.p2p.unit))
         else:
