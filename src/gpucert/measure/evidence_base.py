@@ -1,6 +1,7 @@
 """What every evidence model shares: strict frozen models, samples kept as one read-only float64 array (a sample
-that is not a number is never coerced into one), and a GPU or link index as a JSON object key. Imported by
-evidence.py and evidence_fabric.py only."""
+that is not a number is never coerced into one), and a GPU or link index as a JSON object key. Imported by the
+evidence models (evidence.py, evidence_dcgm.py, evidence_fabric.py), evidence_compact.py and the batch rules that
+read SampleArray's array (evaluate/rules/performance_batch.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,9 @@ class SampleArray(Sequence[float]):
     """The repetitions of one measurement as one read-only float64 array: 8 bytes a sample where a list of floats
     holds a pointer and a float object (32 bytes; a 1,024 x 8 fleet keeps some five million samples while it is
     judged). Reads as the list it replaces (length, truth, indexing and iteration give Python floats, equality
-    with a list), so the rules and reports read it unchanged; `array` (or np.asarray) is the array itself."""
+    with a list), so the rules and reports read it unchanged; `array` (or np.asarray) is the array itself. A series
+    read from a node's document (at_once) is a view of its part of the document's one read-only array, which it
+    keeps alive; pickled (xdist), it carries its own part only."""
 
     __slots__ = ("array",)
     array: npt.NDArray[np.float64]
