@@ -13,6 +13,7 @@ measured again is never carried."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import yaml
 
 from gpucert.cli import main as cli
 from gpucert.plan.carried_pairs import read_pairs
+from gpucert.plan.pairs_files import pairs_files
 from gpucert.plan.runfolder import RunFolder
 
 from .conftest import fleet_doc, spec_doc
@@ -89,3 +91,34 @@ def test_verify_passes_the_retest(runs: tuple[Path, Path, Path], capsys: pytest.
     tmp, _, run2 = runs
     assert run2 in _folders(tmp / "reports")
     assert cli.main(["verify", str(run2), "--key", str(tmp / "keys" / "gpucert.pub")]) == 0, capsys.readouterr()
+
+
+def _without_last_round(run: Path, dest: Path) -> tuple[Path, set[str]]:
+    """A copy of `run` whose last round of pairs is gone (a stage stopped early, or the file deleted), and the
+    nodes of that round's pairs."""
+    copy = dest / run.name
+    shutil.copytree(run, copy)
+    last = pairs_files(copy / "evidence/multinode")[-1]
+    lost = {n for p in json.loads(last.read_text())["pairs"] for n in p["nodes"]}
+    last.unlink()
+    return copy, lost
+
+
+@pytest.mark.parametrize("which", ["full run", "re-test"])
+def test_a_node_whose_ring_pair_is_missing_is_no_pass(
+    runs: tuple[Path, Path, Path], tmp_path: Path, which: str
+) -> None:
+    """The neighbours' pairs are held to the ring: a node whose pair with a neighbour on its ring is neither measured
+    nor carried (the stage's last round missing) errs, never passes on its other pair (fail closed). Without a
+    fabric section nothing else holds the pairs to their schedule (evaluate/rules/fabric_schedule.py is the
+    tournament's), and a re-test's pairs are carried and measured piecewise (plan/carried_pairs.py)."""
+    tmp, run1, run2 = runs
+    copy, lost = _without_last_round(run1 if which == "full run" else run2, tmp_path)
+    spec = tmp / ("first.yaml" if which == "full run" else "second.yaml")
+    again = _run(tmp_path / "reports", "evaluate", str(spec), "--evidence", str(copy), code=1)
+    found = {f["node"]: f for f in _verdict(again)["findings"] if f["check"] == "straggler.nccl.all_reduce.multinode"}
+    assert lost
+    assert lost <= set(found), found
+    for node in lost:
+        assert found[node]["status"] == "error", found[node]
+        assert "on its ring was not measured" in found[node]["message"], found[node]

@@ -269,9 +269,43 @@ def _pairs(view: RunView, pool: str | None) -> Pairs:
         assert index is not None
         odd = pairs_problem((p.nodes for p in index.pairs), view.inventory.names)
         values, failed = _figures(p for p in index.pairs if all(view.pools.name_of(n) == pool for n in p.nodes))
+        for node, why in _off_schedule(view, pool, {frozenset(p.nodes) for p in index.pairs}).items():
+            failed.setdefault(node, []).extend(why)
         return odd, values, failed, summarize(list(values.values())) if values else None, pairs_by_node(values)
 
     return view.once(f"{PAIRS_CHECK}[{pool}]", judged)
+
+
+def _rings(view: RunView, pool: str | None) -> list[tuple[list[str], int]]:
+    """The pool's rings as their all-reduce documents name them, each with the fewest nodes whose neighbours make
+    pairs (plan/run.py `pool_rings`: 3 on the pool's one ring, 2 on a topology domain's)."""
+    if pool is None:
+        return []
+    if topology_key(view.spec.target) is None:
+        ring = view.fabrics.get(pool)
+        return [(list(ring.nodes), 3)] if ring is not None else []
+    return [(list(f.nodes), 2) for (p, _), f in view.domain_fabrics.items() if p == pool]
+
+
+def _off_schedule(view: RunView, pool: str | None, held: Collection[frozenset[str]]) -> dict[str, list[str]]:
+    """Where no pool has a fabric section, the pairs are the neighbours on each ring (plan/fabric_stage.py
+    `neighbour_pairs`): each pair of neighbours on the pool's rings that the run holds neither measured nor carried,
+    by node (a stage stopped early, a round's document gone, a pair a re-test neither carried nor measured). Its
+    nodes are never judged on their other pair alone: nothing else holds these pairs to their schedule
+    (fabric_schedule.py holds a fabric section's tournament)."""
+    if any(p.fabric is not None for p in view.spec.pools):
+        return {}
+    out: dict[str, list[str]] = {}
+    for ring, least in _rings(view, pool):
+        if len(ring) < least:
+            continue
+        for i in range(len(ring) if len(ring) > 2 else 1):
+            a, b = ring[i], ring[(i + 1) % len(ring)]
+            if frozenset((a, b)) not in held:
+                why = f"{a} + {b}: the pair of neighbours on its ring was not measured (neither measured nor carried)"
+                for node in dict.fromkeys((a, b)):
+                    out.setdefault(node, []).append(why)
+    return out
 
 
 def fabric_straggler(view: RunView, node: str) -> Finding:
