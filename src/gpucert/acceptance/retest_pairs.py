@@ -1,5 +1,6 @@
 """A re-test's fabric pairs: which of the source run's pairs documents it carries, and the check `verify` makes of
-them (plan/carried_pairs.py reads them; plan/pairs.py `retest_rounds` says which pairs are measured again).
+them (plan/carried_pairs.py reads them; plan/pairs.py `retest_rounds` says which pairs are measured again, and
+plan/carried_pairs.py `carried_neighbours` which pairs of neighbours, for pools without a fabric section).
 
 Pairs are carried only where they still answer what the spec asks: the source signed them, every pool's fabric
 declaration (rails, link layer, rated speed, ...) is the one the source was measured under, and, for a spec whose

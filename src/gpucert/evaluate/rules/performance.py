@@ -210,7 +210,8 @@ def _matrix(ev: NodeEvidence, indices: set[int]) -> tuple[str | None, set[tuple[
 
 
 def _gpu_pairs_problem(ev: NodeEvidence, gpu: int, order: list[int], seen: set[tuple[int, int]]) -> str | None:
-    """Why `gpu`'s pairs of a whole matrix cannot be judged: one is missing, or went through the host."""
+    """Why `gpu`'s pairs of a whole matrix cannot be judged: one is missing, was not measured (an error, or no
+    samples: `_unmeasured`), or went through the host."""
     missing = [(a, b) for a in order for b in order if a != b and gpu in (a, b) and (a, b) not in seen]
     pairs = ev.p2p.pairs if ev.p2p is not None else []
     staged = [(p.src, p.dst) for p in pairs if not p.peer_access and not p.error]
