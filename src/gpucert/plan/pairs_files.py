@@ -8,7 +8,8 @@ A round document says its round and how many the stage planned (`round`, `rounds
 whose round is not the number in its name, rounds that disagree, a gap between rounds, or both layouts in one run
 are an EvidenceError naming the file: the pairs cannot be believed, and every check that reads them errs. Rounds
 missing at the end (a stage stopped early) leave pairs missing, which the schedule check names
-(evaluate/rules/fabric_schedule.py; for pairs of neighbours, rules/multinode.py `_off_schedule`). Takes the multinode folder's path; imports nothing of the run folder.
+(evaluate/rules/fabric_schedule.py; for pairs of neighbours, rules/multinode.py `_off_schedule`). Takes the
+multinode folder's path; imports nothing of the run folder.
 """
 
 from __future__ import annotations
