@@ -3,8 +3,8 @@ them (plan/carried_pairs.py reads them; plan/pairs.py `retest_rounds` says which
 plan/carried_pairs.py `carried_neighbours` which pairs of neighbours, for pools without a fabric section).
 
 Pairs are carried only where they still answer what the spec asks: the source signed them, every pool's fabric
-declaration (rails, link layer, rated speed, ...) is the one the source was measured under, and, for a spec whose
-pools have no fabric section (its pairs are the neighbours on each pool's ring), the rings are drawn as they were
+declaration (rails, link layer, rated speed, ...) is the one the source was measured under, and, for a spec with a
+pool without a fabric section (its pairs are the neighbours on its ring), the rings are drawn as they were
 (certify.multinode, target.gang.topologyKey); otherwise the re-test measures every pair again.
 Touches the run folders through RunFolder and plan/carried_pairs.py.
 """
@@ -39,13 +39,13 @@ def _name(folder: RunFolder, path: Path) -> str:
 
 def _same_pairs(source: RunFolder, spec: ClusterSpec) -> bool:
     """Whether the source's pairs answer the re-test's spec: every pool's fabric declaration as it was, and, where
-    no pool has a fabric section (the pairs are the neighbours on each pool's ring), the rings drawn as they were
+    a pool has no fabric section (its pairs are the neighbours on its ring), the rings drawn as they were
     (the same certify.multinode: pairs, maxNodes, ...; the same topology key)."""
     then = load_spec(source.spec_copy)
     if {p.name: p.fabric for p in then.pools} != {p.name: p.fabric for p in spec.pools}:
         return False
-    if any(p.fabric is not None for p in spec.pools):
-        return True
+    if all(p.fabric is not None for p in spec.pools):
+        return True  # no pool's pairs are its ring's neighbours
     return then.certify.multinode == spec.certify.multinode and topology_key(then.target) == topology_key(spec.target)
 
 

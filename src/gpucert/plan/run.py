@@ -303,12 +303,13 @@ def measure(
     across, neighbours = measure_rings(target, folder, pools, collected, measure_plan)
     retest = read_carried(folder) is not None  # a re-test: the pairs of two carried nodes are the source's
     kept = carried_nodes(folder)  # the nodes whose carried pairs the evaluation holds (carried_pairs.py)
-    schedule = fabric_rounds(pools, collected, kept)
-    if retest and not any(p.fabric is not None for p in spec.pools):  # neighbours' pairs, less those carried
+    if retest and any(p.fabric is None for p in spec.pools):  # neighbours' pairs, less those carried
         ring_pairs = [p for r in neighbours for p in r]  # in ring order, as a full run measures them
-        carried = carried_neighbours(folder, {frozenset(p) for p in ring_pairs}, kept)
-        schedule = in_rounds(p for p in ring_pairs if frozenset(p) not in carried)
-    schedule = schedule or ([] if retest else neighbours)
+        plain = {p.name for p in spec.pools if p.fabric is None}
+        ringed = frozenset(n for n in pools.placed if pools.name_of(n) in plain)  # a tournament's pairs: not theirs
+        carried = carried_neighbours(folder, {frozenset(p) for p in ring_pairs}, kept, ringed)
+        neighbours = in_rounds(p for p in ring_pairs if frozenset(p) not in carried)
+    schedule = side_by_side([fabric_rounds(pools, collected, kept), neighbours])
     seen = StageWindows()
     seen.add(across)
     if schedule and isinstance(target, FabricTarget):
@@ -335,10 +336,9 @@ def measure_rings(
             lone = lone_domain(pools, pool, domain) if len(ring) < 2 else None
             rings.append(measure_fabric(target, ring, plan, lone))
             folder.write_fabric(rings[-1], pool, domain)
-            if multinode.pairs and len(ring) >= least:
-                per_pool.append(neighbour_pairs(ring))
-    longest = max((len(r) for r in per_pool), default=0)
-    return rings, [[p for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]
+            if multinode.pairs and len(ring) >= least and pools.spec.pool(pool).fabric is None:
+                per_pool.append(neighbour_pairs(ring))  # a fabric section's pairs are its tournament's
+    return rings, side_by_side(per_pool)
 
 
 def pool_rings(
@@ -413,10 +413,15 @@ def fabric_rounds(pools: PoolMap, nodes: list[str], carried: Collection[str] = (
     whose pairs of two `carried` nodes come from its source measures only the pairs with a node measured again
     (plan/pairs.py `retest_rounds`: each against RETEST_PEERS carried peers where the pool has them)."""
     per_pool = [
-        (retest_rounds(mine, frozenset(carried)) if carried else pair_rounds(mine))
+        [[list(p) for p in r] for r in (retest_rounds(mine, frozenset(carried)) if carried else pair_rounds(mine))]
         for pool in pools.spec.pools
         if pool.fabric is not None
         for mine in ([n for n in nodes if pools.name_of(n) == pool.name],)
     ]
+    return side_by_side(per_pool)
+
+
+def side_by_side(per_pool: Sequence[Sequence[list[list[str]]]]) -> list[list[list[str]]]:
+    """Schedules of pools whose nodes are apart, run at once: round i of each is round i of the whole."""
     longest = max((len(r) for r in per_pool), default=0)
-    return [[list(p) for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]
+    return [[p for r in per_pool if i < len(r) for p in r[i]] for i in range(longest)]

@@ -288,12 +288,12 @@ def _rings(view: RunView, pool: str | None) -> list[tuple[list[str], int]]:
 
 
 def _off_schedule(view: RunView, pool: str | None, held: Collection[frozenset[str]]) -> dict[str, list[str]]:
-    """Where no pool has a fabric section, the pairs are the neighbours on each ring (plan/fabric_stage.py
-    `neighbour_pairs`): each pair of neighbours on the pool's rings that the run holds neither measured nor carried,
-    by node (a stage stopped early, a round's document gone, a pair a re-test neither carried nor measured). Its
-    nodes are never judged on their other pair alone: nothing else holds these pairs to their schedule
-    (fabric_schedule.py holds a fabric section's tournament)."""
-    if any(p.fabric is not None for p in view.spec.pools):
+    """For a pool without a fabric section (whatever the other pools have), its pairs are the neighbours on its
+    rings (plan/fabric_stage.py `neighbour_pairs`): each pair of neighbours on the pool's rings that the run holds
+    neither measured nor carried, by node (a stage stopped early, a round's document gone, a pair a re-test neither
+    carried nor measured). Its nodes are never judged on their other pair alone: nothing else holds these pairs to
+    their schedule (fabric_schedule.py holds a fabric section's tournament)."""
+    if pool is None or view.spec.pool(pool).fabric is not None:
         return {}
     out: dict[str, list[str]] = {}
     for ring, least in _rings(view, pool):
