@@ -123,3 +123,19 @@ def test_a_ring_pools_missing_neighbour_pair_is_an_error(
         assert "on its ring was not measured" in found[node]["message"], found[node]
     for node in ("h100-1", "h100-2", "h100-3", "h100-4"):
         assert verdict["nodes"][node]["result"] == "pass", (node, verdict["findings"])
+
+
+def test_a_retest_drawing_its_rings_otherwise_measures_every_pair_again(
+    runs: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    """The ring pool's carried pairs answer only rings drawn as the source drew them (acceptance/retest_pairs.py
+    `carry_pairs`): another certify.multinode, though the fabric pool's declaration is unchanged, carries no pair."""
+    tmp, run1, _ = runs
+    other = _write(tmp_path, "other", [])
+    doc = yaml.safe_load(other.read_text())
+    doc["certify"]["multinode"] = {"pairs": True, "maxNodes": 4}
+    other.write_text(yaml.safe_dump(doc))
+    key = str(tmp / "keys" / "gpucert.key")
+    run3 = _run(tmp_path / "reports", "certify", str(other), "--sign-key", key, "--retest", str(run1), code=0)
+    assert not (run3 / "evidence/multinode/carried.json").exists()
+    assert _set(_pairs(run3 / "evidence/multinode")) == RING | TOURNAMENT
