@@ -52,7 +52,7 @@ def main() -> int:
         gates = time.process_time() - t
         for key in keys:
             if kept.keeps(key):
-                kept.finding(key)
+                kept.findings([key])[0]
         total = time.process_time() - t
         if kept.refused:
             print(f"nothing kept: {kept.refused}")

@@ -19,7 +19,6 @@ import shutil
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -28,7 +27,7 @@ from gpucert.acceptance.retest_pairs import carried_pairs_problems, carry_pairs
 from gpucert.errors import ConfigError, EvidenceError
 from gpucert.files import sync
 from gpucert.measure.evidence import NodeEvidence
-from gpucert.measure.targets.base import EvidenceSink, MeasurePlan, Target
+from gpucert.measure.targets.base import IdentityTarget, MeasurePlan, Target
 from gpucert.plan.carried_pairs import read_carried
 from gpucert.plan.inventory import Inventory
 from gpucert.plan.records import RETEST_SCHEMA, Carried, RetestRecord, RetestSource, read_retest_record
@@ -90,15 +89,6 @@ class Source:
         if node not in self.read:
             self.read[node] = self.folder.read_evidence(node)
         return self.read[node]
-
-
-@runtime_checkable
-class IdentityTarget(Protocol):
-    """A target that reads a node's identity alone (its driver, and each GPU's UUID, serial, VBIOS and bus id:
-    what `identity_change` compares) more cheaply than measuring it with the health probe; any other target is
-    asked for that measurement. A node whose identity cannot be read still yields a document (`collected: false`)."""
-
-    def read_identities(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None: ...
 
 
 def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> Source:

@@ -114,13 +114,10 @@ class Kept:
             self._local[check] = local
         return local
 
-    def finding(self, key: CheckKey) -> Finding:
-        """The kept decision: a pass that says where it was decided (no figures: the source's pass messages are in
-        no signed document, and the reports show of a passed check its id and GPUs, never its message)."""
-        return self.findings([key])[0]
-
     def findings(self, keys: Sequence[CheckKey]) -> list[Finding]:
-        """`finding` of each key (a carried node's kept checks, handed over as the node's list)."""
+        """The kept decision of each key (a carried node's kept checks, handed over as the node's list): a pass that
+        says where it was decided (no figures: the source's pass messages are in no signed document, and the reports
+        show of a passed check its id and GPUs, never its message)."""
         said = f": passed in {self.run}, kept: the same evidence, stack, inputs and gpucert code"
         return [
             Finding(

@@ -172,11 +172,11 @@ def _pair_nodes(path: Path) -> _PairNodes:
 
 
 def carried_neighbours(
-    folder: RunFolder, wanted: Collection[frozenset[str]], keep: frozenset[str], ringed: Collection[str] | None = None
+    folder: RunFolder, wanted: Collection[frozenset[str]], keep: frozenset[str], ringed: Collection[str]
 ) -> frozenset[frozenset[str]]:
     """A re-test of pools without a fabric section, whose pairs are the neighbours on each pool's ring (`wanted`:
-    the re-test's rings'; `keep`: the run's `carried_nodes`; `ringed`: those pools' nodes where other pools have a
-    fabric section, whose carried pairs, their tournament's, are left alone): the carried pairs that stand, each a
+    the re-test's rings'; `keep`: the run's `carried_nodes`; `ringed`: those pools' nodes; where other pools have a
+    fabric section, the carried pairs of their tournament are left alone): the carried pairs that stand, each a
     pair of neighbours there. A node of a carried pair that is no neighbour pair now (a node joined the ring between the
     two) is carried no longer (carried.json rewritten without it): its pairs are measured again, as a pair with a
     node measured again is. The fabric stage measures the wanted pairs not returned; none for a run that carried
@@ -185,7 +185,7 @@ def carried_neighbours(
     if index is None:
         return frozenset()
     every = (frozenset(p.nodes) for entry in index.files for p in _pair_nodes(carried_file(folder, entry)).pairs)
-    pairs = {p for p in every if keep.issuperset(p) and (ringed is None or not p.isdisjoint(ringed))}
+    pairs = {p for p in every if keep.issuperset(p) and not p.isdisjoint(ringed)}
     gone = {n for p in pairs if p not in wanted for n in p}
     if gone:
         still = tuple(n for n in index.nodes if n not in gone)

@@ -13,7 +13,16 @@ from gpucert.measure.evidence import FabricEvidence, NodeEvidence
 from gpucert.measure.probes.probe_plan import FabricRails
 from gpucert.spec.cluster import Probe
 
-__all__ = ["EvidenceSink", "FabricTarget", "MeasurePlan", "NodeControl", "NodeState", "NodeTarget", "Target"]
+__all__ = [
+    "EvidenceSink",
+    "FabricTarget",
+    "IdentityTarget",
+    "MeasurePlan",
+    "NodeControl",
+    "NodeState",
+    "NodeTarget",
+    "Target",
+]
 
 EvidenceSink = Callable[[NodeEvidence], None]
 
@@ -72,6 +81,15 @@ class Target(Protocol):
         A node that cannot be measured still yields a document (`collected: false`, with the reason in `errors`).
         """
         ...
+
+
+@runtime_checkable
+class IdentityTarget(Protocol):
+    """A target that reads a node's identity alone (its driver, and each GPU's UUID, serial, VBIOS and bus id:
+    what `identity_change` compares) more cheaply than measuring it with the health probe; any other target is
+    asked for that measurement. A node whose identity cannot be read still yields a document (`collected: false`)."""
+
+    def read_identities(self, nodes: list[str], plan: MeasurePlan, sink: EvidenceSink) -> None: ...
 
 
 @runtime_checkable
