@@ -23,9 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import numpy.typing as npt
 
-from gpucert.evaluate.stats import MAD_TO_SIGMA, mad, median, median_of_sorted
+from gpucert.evaluate.stats import MAD_TO_SIGMA, median, summarize
 from gpucert.plan.checks import CheckStatus, Finding
 
 __all__ = [
@@ -46,7 +45,7 @@ MIN_FOR_CORRELATION = 8  # GPUs with both metrics before their correlation is es
 
 
 def _scale(values: Sequence[float]) -> float:
-    return MAD_TO_SIGMA * mad(values)
+    return MAD_TO_SIGMA * summarize(values).mad  # a long list by numpy where every value is finite: the same bits
 
 
 Located = tuple[float, float]  # a list's median and robust scale (`_scale`)
@@ -74,27 +73,8 @@ def robust_correlation(
     with np.errstate(all="ignore"):  # the same IEEE operations as the lists', element by element
         a = (np.asarray(u, dtype=np.float64) - mu) / su
         b = (np.asarray(v, dtype=np.float64) - mv) / sv
-        both, apart = a + b, a - b
-    if np.isfinite(both).all() and np.isfinite(apart).all():
-        plus, minus = _array_scale(both) ** 2, _array_scale(apart) ** 2
-    else:  # a NaN has no place in a sort (nor an infinity, which makes one): the lists as Python orders them
-        la = [(x - mu) / su for x in u]
-        lb = [(y - mv) / sv for y in v]
-        plus = _scale([x + y for x, y in zip(la, lb, strict=True)]) ** 2
-        minus = _scale([x - y for x, y in zip(la, lb, strict=True)]) ** 2
+        plus, minus = _scale((a + b).tolist()) ** 2, _scale((a - b).tolist()) ** 2
     return (plus - minus) / (plus + minus) if plus + minus > 0 else 1.0
-
-
-def _array_median(values: npt.NDArray[np.float64]) -> float:
-    """`median` of finite values: the same middle of the same sorted values (median_of_sorted), as a Python float."""
-    s = np.sort(values).tolist()
-    return median_of_sorted(s)
-
-
-def _array_scale(values: npt.NDArray[np.float64]) -> float:
-    """`_scale` of finite values."""
-    centre = _array_median(values)
-    return MAD_TO_SIGMA * _array_median(np.abs(values - centre))
 
 
 def correlations(zs: Mapping[str, Mapping[Key, float]]) -> dict[tuple[str, str], float]:
