@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from gpucert.cli.main import THRESHOLDS
 from gpucert.evaluate.evaluation import Evaluation, counted
 from gpucert.pytest.carried import decide_carried
 from gpucert.pytest.context import RunContext
@@ -28,7 +29,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--dump", type=Path)
     args = ap.parse_args()
-    gc.set_threshold(50_000, 20, 10)  # as the command runs
+    gc.set_threshold(*THRESHOLDS)  # as the command runs
     for _ in range(args.repeat):
         ctx = RunContext(Evaluation.from_run(args.run_dir))
         if not ctx.carried:

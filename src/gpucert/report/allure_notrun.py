@@ -36,7 +36,7 @@ def not_run(
     """Each required check with no outcome, and why, as the verdict's coverage counts it (report/verdict.py): not
     selected is deselected, selected is not reached; a session that never said what it selected, not reached."""
     # frozenset.difference(dict) looks each key up with the hash the set keeps (CPython's set_difference): a
-    # CheckKey's hash is a Python call, and a 1,024 x 8 plan has ~190,000 (the order: not_run_results groups them)
+    # 1,024 x 8 plan has ~190,000 keys (the order: not_run_results groups them)
     absent = frozenset(required).difference(outcomes)
     return {key: DESELECTED if selected is not None and key not in selected else NOT_REACHED for key in absent}
 

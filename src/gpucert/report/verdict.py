@@ -333,7 +333,7 @@ def build_verdict(
     findings_odd = [f for _, f in odd]
     unsettled = cause_not_run & plan.required
     # the required keys with no outcome: a set's difference with a dict looks each key up with the hash the set
-    # keeps, where `required - outcomes.keys()` (or difference_update) hashed each of ~10^5 keys again in Python
+    # keeps, where `required - outcomes.keys()` (or difference_update) hashed each of ~10^5 keys again
     missing = set(plan.required.difference(outcomes))
     coverage = _coverage(plan, findings_odd, (missing, unsettled), selected, stopped)
     counts = _counts(len(outcomes), findings_odd)
