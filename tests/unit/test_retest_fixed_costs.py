@@ -13,11 +13,14 @@ import pytest
 
 from gpucert.acceptance import retest
 from gpucert.acceptance.retest import Source, prepare_retest, read_retest_record
+from gpucert.plan import run as runner
 from gpucert.plan.inventory import Inventory, Node
-from gpucert.plan.runfolder import RunFolder
+from gpucert.plan.runfolder import Mode, RunFolder
+from gpucert.spec.cluster import load_spec
 from gpucert.spec.simulated_fleet import Nodes
+from gpucert.stack.observe import StackObservation
 from tests.unit.test_retest import SameNodes, evidence, source, stack
-from tests.unit.test_simulated_fabric import NODES, PLAN, target
+from tests.unit.test_simulated_fabric import NODES, PLAN, ROOT, target
 
 
 def test_the_simulated_fleet_lists_its_node_names_once_not_per_question(
@@ -121,3 +124,27 @@ def test_the_one_sync_comes_before_the_record_that_names_the_carried_copies(
     assert not record_then  # the record is written after it
     for node in names:  # its carried copy and its identity, each already whole in the folder
         assert {f"evidence/{node}.json", f"retest/identity/{node}.json"} <= set(written)
+
+
+def test_a_retest_hands_the_stack_its_plan_wrote_on_instead_of_reading_it_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan writes stack.json and hands the stack it wrote to the re-test's choice and to the measurement: the
+    new run's stack.json is read back by neither (at 1,024 nodes two reads of ~0.03 s each), and what they are
+    handed is what a read would give."""
+    handed: list[StackObservation | None] = []
+
+    def prepare(*args: Any, stack: StackObservation | None = None) -> dict[str, str]:
+        handed.append(stack)
+        return {"gpu-node-1": "did not pass"}  # measured again: measure() places it by the stack's labels
+
+    monkeypatch.setattr(retest, "prepare_retest", prepare)
+    reads: list[Path] = []
+    read_stack = RunFolder.read_stack
+    monkeypatch.setattr(RunFolder, "read_stack", lambda self: reads.append(self.path) or read_stack(self))
+    spec = load_spec(ROOT / "examples" / "clean.yaml")
+    source = SimpleNamespace(evidence=lambda node: None)  # no carried node offers its GPUs to the rings
+    folder = runner.prepare(spec, tmp_path / "reports", Mode.RETEST, source=cast(Any, source))
+    assert reads == []
+    assert handed == [folder.read_stack()]
+    assert [p.stem for p in folder.evidence_files()] == ["gpu-node-1"]

@@ -5,6 +5,7 @@ reaches answers as its measurement would."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -120,3 +121,13 @@ def test_a_retest_reads_identities_alone_where_the_target_can(tmp_path: Path) ->
     assert record is not None
     assert sorted(record.carried) == ["n1", "n3"]
     assert folder.read_identity("n2") == evidence("n2", serial="replacement")
+
+
+def test_a_boards_uuid_is_spelled_as_uuid_spells_it(tmp_path: Path) -> None:
+    """The board's UUID is spelled from its digest by hand (a third of uuid.UUID's cost): the same canonical form,
+    GPU-8-4-4-4-12 lower-case hex digits, as str(uuid.UUID(...)) gives, for a swapped board's too."""
+    t = target(tmp_path, FAULTS)
+    boards = [g.uuid for node in NODES for g in t.identity(node, PLAN).gpus]
+    assert len(set(boards)) == len(boards) > 100
+    for board in boards:
+        assert board == f"GPU-{uuid.UUID(board.removeprefix('GPU-'))}"

@@ -272,12 +272,20 @@ def _provenance(source: Source, node: str, now: datetime, before: RetestRecord |
 
 
 def prepare_retest(
-    target: Target, inventory: Inventory, spec: ClusterSpec, folder: RunFolder, source: Source
+    target: Target,
+    inventory: Inventory,
+    spec: ClusterSpec,
+    folder: RunFolder,
+    source: Source,
+    *,
+    stack: StackObservation | None = None,
 ) -> dict[str, str]:
     """Decide what to measure, read the identity of every node that may be carried, carry the others over with
-    their provenance and the source's envelope, and write `retest/record.json`. Returns the nodes to measure."""
+    their provenance and the source's envelope, and write `retest/record.json`. Returns the nodes to measure.
+    `stack`: the cluster's now, as the plan wrote it to stack.json (None: read from there)."""
     now = datetime.now(UTC)
-    measure, candidates = choose(inventory.names, source, folder.read_stack(), now, spec.acceptance.max_evidence_age_s)
+    stack_now = folder.read_stack() if stack is None else stack
+    measure, candidates = choose(inventory.names, source, stack_now, now, spec.acceptance.max_evidence_age_s)
     identities: dict[str, NodeEvidence] = {}
 
     def sink(ev: NodeEvidence) -> None:

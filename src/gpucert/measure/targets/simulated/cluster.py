@@ -11,8 +11,7 @@ from functools import cached_property, lru_cache
 from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
-from gpucert.measure.targets.simulated.world import T0, World, cuda_of
-from gpucert.measure.targets.simulated.world import iso as _iso
+from gpucert.measure.targets.simulated.world import T0, World, cuda_of, iso
 
 __all__ = ["IMAGES", "SimulatedCluster"]
 
@@ -24,6 +23,11 @@ IMAGES = {
     "dcgm": "nvcr.io/nvidia/cloud-native/dcgm:{v}-1-ubuntu22.04",
     "dcgm-exporter": "nvcr.io/nvidia/k8s/dcgm-exporter:{v}-ubuntu22.04",
 }
+
+
+# the times a cluster's objects carry are T0's and its pods', a minute's worth of start times in all (a node's pods
+# start at its number's second past T0): each spelled once, not five times a node
+_iso = lru_cache(maxsize=1024)(iso)
 
 
 @lru_cache(maxsize=256)

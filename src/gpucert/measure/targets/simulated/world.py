@@ -7,7 +7,6 @@ slow-down factor, a node's random generator). Deterministic: every node draws fr
 from __future__ import annotations
 
 import hashlib
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -207,8 +206,10 @@ class World:
         """The UUID and serial NVML reads of the board in `slot`: one board, one identity, in every run and soak of
         the fleet; a swapped (replacement) board is another one."""
         board = "/replacement" if slot in self.faults[node].swapped else ""
-        digest = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
-        return f"GPU-{uuid.UUID(digest[:32])}", str(int(digest[:12], 16) % 10**13).zfill(13)
+        d = hashlib.sha256(f"{self.fleet.seed}/{node}/{slot}{board}".encode()).hexdigest()
+        # str(uuid.UUID(d[:32])), spelled out: its 32 lower-case hex digits in groups (no version bits are set), at a
+        # third of the cost (8,192 boards read in a re-test of 1,024 nodes)
+        return f"GPU-{d[:8]}-{d[8:12]}-{d[12:16]}-{d[16:20]}-{d[20:32]}", str(int(d[:12], 16) % 10**13).zfill(13)
 
     def _rng(self, node: str) -> np.random.Generator:
         return np.random.default_rng([self.fleet.seed, self.number(node) + 1])
