@@ -170,3 +170,57 @@ def test_a_nodes_passed_result_is_written_as_allure_commons_writes_its_test_resu
     keys = {check: [k for k, _ in pairs] for check, pairs in checks.items()}
     ResultsLogger(str(tmp_path / "ours")).report_text(passed_on("n1", keys, outcomes, 7, said))
     assert _written(tmp_path / "ours") == _written(tmp_path / "theirs")
+
+
+@pytest.mark.parametrize(
+    ("start", "stop", "begin", "end"), [(3.25, 4.5, 3250, 4500), (0.0, 0.0, 7, 7), (3.25, 0.0, 3250, 3250)]
+)
+def test_a_node_whose_tests_share_one_time_is_written_as_allure_commons_writes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, start: float, stop: float, begin: int, end: int
+) -> None:
+    """A carried node's tests all have the node's one start and stop (allure_passed.py `_one_span`): each step takes
+    that span as a step of its own would (0: not recorded, the default span), the text allure-commons writes."""
+    import uuid
+
+    from gpucert.report.allure_passed import passed_on
+    from gpucert.report.verdict_model import Group
+
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=7, version=4))
+    checks = {
+        "memory.bandwidth": [_passed("memory.bandwidth", "n1", g, None, start, stop) for g in (1, 0)],
+        "stack.version": [_passed("stack.version", "n1", None, d, start, stop) for d in ("driver", "cuda")],
+        "node.reachable": [_passed("node.reachable", "n1", None, None, start, stop)],
+    }
+    memory = Step(name="memory.bandwidth (2 GPUs)", status="passed", start=begin, stop=end)
+    memory.parameters = [Parameter("gpus", "0,1")]
+    stack = Step(name="stack.version (2 checks)", status="passed", start=begin, stop=end)
+    stack.parameters = [Parameter("details", "cuda,driver")]
+    node = Step(name="node.reachable", status="passed", start=begin, stop=end)
+    steps = [
+        Step(name="performance: 2 checks passed (1 kind)", status="passed", start=begin, stop=end, steps=[memory]),
+        Step(name="node: 1 check passed (1 kind)", status="passed", start=begin, stop=end, steps=[node]),
+        Step(name="stack: 2 checks passed (1 kind)", status="passed", start=begin, stop=end, steps=[stack]),
+    ]
+    expected = Result(
+        uuid=str(uuid.uuid4()),
+        name="5 checks passed on n1 (3 kinds)",
+        fullName="gpucert.passed[n1]",
+        historyId="passed[n1]",
+        status="passed",
+        start=begin,
+        stop=end,
+        steps=steps,
+        labels=[
+            Label("epic", "passed"),
+            Label("feature", "passed checks"),
+            Label("story", "n1"),
+            Label("suite", "passed checks"),
+        ],
+        parameters=[Parameter("node", "n1")],
+    )
+    AllureFileLogger(str(tmp_path / "theirs")).report_result(expected)
+    outcomes = dict(pair for pairs in checks.values() for pair in pairs)
+    keys = {check: [k for k, _ in pairs] for check, pairs in checks.items()}
+    said = Group(result="pass", passed=5, failed=0, errors=0, skipped=0)
+    ResultsLogger(str(tmp_path / "ours")).report_text(passed_on("n1", keys, outcomes, 7, said))
+    assert _written(tmp_path / "ours") == _written(tmp_path / "theirs")

@@ -17,6 +17,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from itertools import chain
 from operator import attrgetter
 from typing import Any
 
@@ -99,12 +100,37 @@ def _check_step(
     begin = default_ms if first is None else int(first * 1000)
     last = max(filter(None, map(_STOP, results)), default=None)
     end = begin if last is None else int(last * 1000)
+    return _shaped(check, keys) + _times(begin, end), begin, end
+
+
+def _shaped(check: str, keys: Sequence[CheckKey]) -> str:
+    """A passed check step's opened text (`_head`) of its keys: the GPUs it passed on, or its details."""
     gpus: tuple[int, ...] = tuple(map(_GPU, keys))
     details: tuple[str, ...] = ()
     if None in gpus:  # the node's own check, or one per detail: the keys with no GPU say their details
         details = tuple([k.detail for k in keys if k.gpu is None and k.detail])
         gpus = tuple([g for g in gpus if g is not None])
-    return _head(check, gpus, details, len(keys)) + _times(begin, end), begin, end
+    return _head(check, gpus, details, len(keys))
+
+
+def _one_span(
+    checks: Mapping[str, Sequence[CheckKey]], outcomes: Mapping[CheckKey, Outcome], default_ms: int
+) -> tuple[int, int] | None:
+    """The span in ms every check of the node takes when all its tests have one start and one stop (a carried
+    node's: its kept decisions carry the node's time), as _check_step would find it for each; else None."""
+    results = list(map(outcomes.__getitem__, chain.from_iterable(checks.values())))
+    starts, stops = set(map(_START, results)), set(map(_STOP, results))
+    if len(starts) != 1 or len(stops) != 1:
+        return None
+    (first,), (last,) = starts, stops
+    begin = int(first * 1000) if first else default_ms
+    return begin, int(last * 1000) if last else begin
+
+
+@lru_cache(maxsize=1024)
+def _opened(name: str) -> str:
+    """A family step's name and status, opened: the same on most nodes of a fleet."""
+    return _open({"name": name, "status": _PASSED})
 
 
 @lru_cache(maxsize=1024)
@@ -128,14 +154,20 @@ def passed_on(
     `outcomes` said), as `said` (the verdict's group of the node) counts them: a step per check family, each
     check a step of it; the text allure-commons writes of the TestResult (above)."""
     by_family: dict[str, list[tuple[int, str, int, int]]] = defaultdict(list)
-    for check, keys in sorted(checks.items()):
-        by_family[_family(check)].append((len(keys), *_check_step(check, keys, outcomes, default_ms)))
+    span = _one_span(checks, outcomes, default_ms)
+    if span is None:
+        for check, keys in sorted(checks.items()):
+            by_family[_family(check)].append((len(keys), *_check_step(check, keys, outcomes, default_ms)))
+    else:  # each check's step ends with the same times: its shape only
+        tail = _times(*span)
+        for check, keys in sorted(checks.items()):
+            by_family[_family(check)].append((len(keys), _shaped(check, keys) + tail, *span))
     steps, begins, ends = [], [], []
     for family, inner in by_family.items():
         begin, end = min([b for _, _, b, _ in inner]), max([e for _, _, _, e in inner])
         name = f"{family}: {counted(sum([n for n, _, _, _ in inner]), 'check')} passed ({counted(len(inner), 'kind')})"
         inside = ", ".join([s for _, s, _, _ in inner])
-        steps.append(f'{_open({"name": name, "status": _PASSED})}, "steps": [{inside}]{_times(begin, end)}')
+        steps.append(f'{_opened(name)}, "steps": [{inside}]{_times(begin, end)}')
         begins.append(begin)
         ends.append(end)
     n = sum(len(o) for o in checks.values())
