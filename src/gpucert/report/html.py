@@ -7,6 +7,7 @@ import re
 from collections import defaultdict
 from collections.abc import Mapping
 from html import escape
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpucert.evaluate.rules.fabric_checks import multinode_figure
@@ -206,8 +207,12 @@ class HtmlSummary:
         self, baseline: GpuBaseline, nodes: list[str], flagged: dict[tuple[str, str, int | None], str], suffix: str
     ) -> list[str]:
         """A strip per GPU metric, the P2P heatmaps of the nodes flagged (or the first), the all-reduce curves."""
+        usable = self.ctx.evaluation.usable
+        gpus = {  # each node's measured GPUs, once for every strip
+            node: [g.index for g in e.gpus] if (e := usable(node)) is not None and e.collected else [] for node in nodes
+        }
         out = [
-            self._strip(metric, b, nodes, flagged, suffix)
+            self._strip(metric, b, gpus, flagged, suffix)
             for metric, b in baseline.metrics.items()
             if metric not in NODE_METRICS and metric not in FABRIC_METRICS
         ]
@@ -227,7 +232,7 @@ class HtmlSummary:
         self,
         metric: str,
         b: MetricBaseline,
-        nodes: list[str],
+        nodes: Mapping[str, list[int]],
         flagged: dict[tuple[str, str, int | None], str],
         suffix: str,
     ) -> str:
@@ -245,22 +250,21 @@ class HtmlSummary:
         return plots.strip_columns(title, b.unit, points, b.expected, b.threshold(), groups)
 
     def _points(
-        self, metric: str, nodes: list[str], marks: Mapping[str, dict[int | None, str]], *, every: bool
+        self, metric: str, nodes: Mapping[str, list[int]], marks: Mapping[str, dict[int | None, str]], *, every: bool
     ) -> tuple[plots.Columns, list[tuple[str, int]]]:
-        """Each measured GPU's believed figure of `metric`, marked, labelled `node/gpuN` where `every` or flagged;
-        and each node's count of points. A node none of whose GPUs is flagged (nearly all of a fleet) at once."""
-        ev = self.ctx.evaluation
+        """Each measured GPU's believed figure of `metric` (`nodes`: each node's measured GPUs, in fleet order),
+        marked, labelled `node/gpuN` where `every` or flagged; and each node's count of points. A node none of whose
+        GPUs is flagged (nearly all of a fleet) at once."""
         labels: list[str] = []
         values: list[float] = []
         statuses: list[str] = []
         groups = []
-        believed, usable = ev.believed, ev.usable  # 8,192 GPUs a strip at 1,024 x 8
-        for node in nodes:
-            e = usable(node)
-            gpus = e.gpus if e is not None and e.collected else []
+        believed = self.ctx.evaluation.believed  # 8,192 GPUs a strip at 1,024 x 8
+        asked = repeat(metric)
+        for node, gpus in nodes.items():
             mine = marks.get(node)
             if mine is None and not every:  # RunView.sampled of a usable node measured, each GPU's
-                found = [s.value for g in gpus if isinstance(s := believed(metric, node, g.index), Sampled)]
+                found = [s.value for s in map(believed, asked, repeat(node, len(gpus)), gpus) if isinstance(s, Sampled)]
                 values += found
                 statuses += ["pass"] * len(found)
                 labels += [""] * len(found)
@@ -268,11 +272,11 @@ class HtmlSummary:
                 continue
             count = len(values)
             whole = "pass" if mine is None else mine.get(None, "pass")  # a node behind as a whole marks each GPU
-            for g in gpus:
-                s = believed(metric, node, g.index)
+            for gpu in gpus:
+                s = believed(metric, node, gpu)
                 if isinstance(s, Sampled):
-                    mark = whole if mine is None else mine.get(g.index, whole)
-                    labels.append(f"{node}/gpu{g.index}" if every or mark != "pass" else "")
+                    mark = whole if mine is None else mine.get(gpu, whole)
+                    labels.append(f"{node}/gpu{gpu}" if every or mark != "pass" else "")
                     values.append(s.value)
                     statuses.append(mark)
             groups.append((node, len(values) - count))
