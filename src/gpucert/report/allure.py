@@ -23,7 +23,6 @@ import shutil
 import subprocess
 import tempfile
 import uuid
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
@@ -153,37 +152,61 @@ def write_allure(
     results_dir.mkdir(parents=True, exist_ok=True)
     logger = ResultsLogger(str(results_dir))
     logger.report_result(_certification(verdict, started_ms, stopped_ms))
-    # grouped by key: a pair per outcome kept in the groups was ~190,000 tuples at 1,024 x 8, each counted by the
-    # collector (a young-generation pass per 50,000 of cli/main.py's thresholds, and an older one with them)
-    groups: dict[tuple[str, str | None], list[CheckKey]] = defaultdict(list)
-    bad: set[tuple[str, str | None]] = set()  # the groups with a check that did not pass (a few of ~42,000)
+    nodes, tested, bad = _grouped(outcomes)
     passing = CheckStatus.PASS
-    for key, o in outcomes.items():  # by the node the verdict counts the check on (None: the fleet), and the check
-        f = o.finding
-        group = (f.check, key.node)
-        groups[group].append(key)
-        if f.status is not passing:
-            bad.add(group)
-    passed: dict[str | None, dict[str, Sequence[CheckKey]]] = defaultdict(dict)
-    for (check, node), keys in groups.items():
-        if (check, node) not in bad:  # every check passed: the node's passed checks, as they are
-            passed[node][check] = keys
+    passed: dict[str | None, dict[str, Sequence[CheckKey]]] = {}
+    for node, checks in nodes.items():
+        mine = {check: keys for check, keys in checks.items() if (check, node) not in bad}
+        if mine:  # every check of these passed: the node's passed checks, as they are
+            passed[node] = mine
     # written in order (a file's name is a random uuid: the order is the folder's, not the results'): the groups
     # that did not all pass by check and node, then each node's passed checks (passed_on orders them by check)
     for check, node in sorted(bad, key=lambda g: (g[0], shown(g[1]))):
-        items = [(k, outcomes[k]) for k in groups[(check, node)]]
+        items = [(k, outcomes[k]) for k in nodes[node][check]]
         ok = [k for k, o in items if o.finding.status is passing]
         if ok:  # counted where the verdict counts it: the node's passed checks (also a failed check's other GPUs)
-            passed[node][check] = ok
+            passed.setdefault(node, {})[check] = ok
         logger.report_result(_not_passed(logger, check, node, items, evidence, started_ms))
     for node in sorted(passed, key=shown):
         said = verdict.fleet if node is None else verdict.nodes.get(node)
-        logger.report_text(passed_on(node, passed[node], outcomes, started_ms, said))
+        logger.report_text(passed_on(node, passed[node], outcomes, started_ms, said, tested=tested[node]))
     not_run = not_run_results(missing or {}, started_ms, stopped_ms)
     for r in not_run:
         logger.report_result(r)
     _environment(results_dir, verdict)
     return 1 + len(bad) + len(passed) + len(not_run)
+
+
+def _grouped(
+    outcomes: Mapping[CheckKey, Outcome],
+) -> tuple[dict[str | None, dict[str, list[CheckKey]]], dict[str | None, list[Outcome]], set[tuple[str, str | None]]]:
+    """The keys by the node the verdict counts their check on (None: the fleet) and by check, each node's outcomes,
+    and the (check, node) groups with a check that did not pass (a few of ~42,000 at 1,024 x 8). A run's outcomes
+    come node after node but for the measured items' (a re-test's carried nodes each at once): a node's dicts are
+    looked up where the node changes. Keys, not (key, outcome) pairs, in the groups: a pair per outcome was
+    ~190,000 tuples at 1,024 x 8, each counted by the collector."""
+    nodes: dict[str | None, dict[str, list[CheckKey]]] = {}
+    tested: dict[str | None, list[Outcome]] = {}
+    bad: set[tuple[str, str | None]] = set()
+    passing, last = CheckStatus.PASS, object()
+    checks: dict[str, list[CheckKey]] = {}
+    mine: list[Outcome] = []
+    for key, o in outcomes.items():
+        node = key.node
+        if node != last:
+            if node not in nodes:
+                nodes[node], tested[node] = {}, []
+            checks, mine, last = nodes[node], tested[node], node
+        f = o.finding
+        keys = checks.get(f.check)
+        if keys is None:
+            checks[f.check] = [key]
+        else:
+            keys.append(key)
+        mine.append(o)
+        if f.status is not passing:
+            bad.add((f.check, node))
+    return nodes, tested, bad
 
 
 def _not_passed(

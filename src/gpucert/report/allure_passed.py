@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 from itertools import chain
 from operator import attrgetter
@@ -113,12 +113,11 @@ def _shaped(check: str, keys: Sequence[CheckKey]) -> str:
     return _head(check, gpus, details, len(keys))
 
 
-def _one_span(
-    checks: Mapping[str, Sequence[CheckKey]], outcomes: Mapping[CheckKey, Outcome], default_ms: int
-) -> tuple[int, int] | None:
-    """The span in ms every check of the node takes when all its tests have one start and one stop (a carried
-    node's: its kept decisions carry the node's time), as _check_step would find it for each; else None."""
-    results = list(map(outcomes.__getitem__, chain.from_iterable(checks.values())))
+def _one_span(tested: Iterable[Outcome], default_ms: int) -> tuple[int, int] | None:
+    """The span in ms every check of a node takes when all its tests (`tested`, its checks' outcomes or more) have
+    one start and one stop (a carried node's: its kept decisions carry the node's time), as _check_step would find
+    it for each; else None."""
+    results = tested if isinstance(tested, list) else list(tested)
     starts, stops = set(map(_START, results)), set(map(_STOP, results))
     if len(starts) != 1 or len(stops) != 1:
         return None
@@ -148,29 +147,23 @@ def passed_on(
     outcomes: Mapping[CheckKey, Outcome],
     default_ms: int,
     said: Group | None,
+    *,
+    tested: Sequence[Outcome] | None = None,
 ) -> str:
     """One result for every check that passed on `node` (None: the fleet's own checks), each check's keys that passed
     (one per GPU, or the node's one, or one per detail: a component's stack.version, a rail's fabric.port; their
     `outcomes` said), as `said` (the verdict's group of the node) counts them: a step per check family, each
-    check a step of it; the text allure-commons writes of the TestResult (above)."""
-    by_family: dict[str, list[tuple[int, str, int, int]]] = defaultdict(list)
-    span = _one_span(checks, outcomes, default_ms)
+    check a step of it; the text allure-commons writes of the TestResult (above). `tested`: the node's outcomes
+    where the caller has them at hand (every one of its checks', or more), else they are looked up."""
+    span = _one_span(
+        map(outcomes.__getitem__, chain.from_iterable(checks.values())) if tested is None else tested, default_ms
+    )
     if span is None:
-        for check, keys in sorted(checks.items()):
-            by_family[_family(check)].append((len(keys), *_check_step(check, keys, outcomes, default_ms)))
-    else:  # each check's step ends with the same times: its shape only
-        tail = _times(*span)
-        for check, keys in sorted(checks.items()):
-            by_family[_family(check)].append((len(keys), _shaped(check, keys) + tail, *span))
-    steps, begins, ends = [], [], []
-    for family, inner in by_family.items():
-        begin, end = min([b for _, _, b, _ in inner]), max([e for _, _, _, e in inner])
-        name = f"{family}: {counted(sum([n for n, _, _, _ in inner]), 'check')} passed ({counted(len(inner), 'kind')})"
-        inside = ", ".join([s for _, s, _, _ in inner])
-        steps.append(f'{_opened(name)}, "steps": [{inside}]{_times(begin, end)}')
-        begins.append(begin)
-        ends.append(end)
-    n = sum(len(o) for o in checks.values())
+        steps, begin, end = _steps(checks, outcomes, default_ms)
+    else:  # each step ends with the same times: the text of the node's shape, joined by them
+        shape = tuple([(_family(check), _shaped(check, keys), len(keys)) for check, keys in sorted(checks.items())])
+        steps, (begin, end) = _times(*span).join(_one_span_steps(shape)), span
+    n = sum(map(len, checks.values()))
     where, token = spoken(node), shown(node)
     result = said.result if said is not None else "pass"
     incomplete = result == "incomplete"
@@ -184,7 +177,6 @@ def passed_on(
         out["statusDetails"] = {"message": why}
     out["steps"] = _STEPS
     out["parameters"] = [{"name": "node", "value": token}]
-    begin, end = min(begins), max(ends)
     if begin:
         out["start"] = begin
     if end:
@@ -199,6 +191,51 @@ def passed_on(
         {"name": "suite", "value": "passed checks"},
     ]
     # the first "steps" value: name and status come before it, and a string's own quotes are escaped in JSON
-    return json.dumps(out, ensure_ascii=False).replace(
-        json.dumps(_STEPS, ensure_ascii=False), f"[{', '.join(steps)}]", 1
-    )
+    return json.dumps(out, ensure_ascii=False).replace(json.dumps(_STEPS, ensure_ascii=False), steps, 1)
+
+
+def _steps(
+    checks: Mapping[str, Sequence[CheckKey]], outcomes: Mapping[CheckKey, Outcome], default_ms: int
+) -> tuple[str, int, int]:
+    """The steps of a node's passed checks (a step per family, each check a step of it) as their JSON list's text,
+    and the span they take in ms."""
+    by_family: dict[str, list[tuple[int, str, int, int]]] = defaultdict(list)
+    for check, keys in sorted(checks.items()):
+        by_family[_family(check)].append((len(keys), *_check_step(check, keys, outcomes, default_ms)))
+    steps, begins, ends = [], [], []
+    for family, inner in by_family.items():
+        begin, end = min([b for _, _, b, _ in inner]), max([e for _, _, _, e in inner])
+        name = f"{family}: {counted(sum([n for n, _, _, _ in inner]), 'check')} passed ({counted(len(inner), 'kind')})"
+        inside = ", ".join([s for _, s, _, _ in inner])
+        steps.append(f'{_opened(name)}, "steps": [{inside}]{_times(begin, end)}')
+        begins.append(begin)
+        ends.append(end)
+    return f"[{', '.join(steps)}]", min(begins), max(ends)
+
+
+_TIMES = object()  # where a step's times go in _one_span_steps' text
+
+
+@lru_cache(maxsize=256)  # a fleet's nodes are of a few shapes
+def _one_span_steps(shape: tuple[tuple[str, str, int], ...]) -> tuple[str, ...]:
+    """_steps' text of a node whose every step takes one span, for its shape (each check's family, opened step and
+    number of keys, in check order), as the pieces that the span's `_times` joins."""
+    by_family: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for family, head, n in shape:
+        by_family[family].append((head, n))
+    tokens: list[object] = ["["]
+    for i, (family, inner) in enumerate(by_family.items()):
+        name = f"{family}: {counted(sum([n for _, n in inner]), 'check')} passed ({counted(len(inner), 'kind')})"
+        tokens += [", " if i else "", _opened(name), ', "steps": [']
+        for k, (head, _) in enumerate(inner):
+            tokens += [", " if k else "", head, _TIMES]
+        tokens += ["]", _TIMES]
+    tokens.append("]")
+    pieces, piece = [], []
+    for token in tokens:
+        if token is _TIMES:
+            pieces.append("".join(piece))
+            piece = []
+        else:
+            piece.append(str(token))
+    return (*pieces, "".join(piece))
