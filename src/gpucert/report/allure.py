@@ -156,7 +156,9 @@ def write_allure(
     passing = CheckStatus.PASS
     passed: dict[str | None, dict[str, Sequence[CheckKey]]] = {}
     for node, checks in nodes.items():
-        mine = {check: keys for check, keys in checks.items() if (check, node) not in bad}
+        mine: dict[str, Sequence[CheckKey]] = {
+            check: keys for check, keys in checks.items() if (check, node) not in bad
+        }
         if mine:  # every check of these passed: the node's passed checks, as they are
             passed[node] = mine
     # written in order (a file's name is a random uuid: the order is the folder's, not the results'): the groups

@@ -231,7 +231,8 @@ def _one_span_steps(shape: tuple[tuple[str, str, int], ...]) -> tuple[str, ...]:
             tokens += [", " if k else "", head, _TIMES]
         tokens += ["]", _TIMES]
     tokens.append("]")
-    pieces, piece = [], []
+    pieces: list[str] = []
+    piece: list[str] = []
     for token in tokens:
         if token is _TIMES:
             pieces.append("".join(piece))
