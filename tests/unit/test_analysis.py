@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from gpucert.evaluate.rules.performance import Sampled, against_baseline
+from gpucert.evaluate.rules.performance import Sampled, against_baseline, baseline_passes
 from gpucert.evaluate.rules.stragglers import PeerIndex, Rules
 from gpucert.evaluate.stats import median, summarize
 from gpucert.plan.checks import CheckStatus
-from gpucert.spec.baseline import Comparison, MetricBaseline
+from gpucert.spec.baseline import Comparison, Loosened, MetricBaseline
 
 
 def test_median_and_mad() -> None:
@@ -44,6 +44,31 @@ def test_baseline_min_and_max() -> None:
     assert "median of 10 samples" in low.message
     assert against_baseline("m", key, Sampled(109.0, 5, "us"), mb(100, 0.1, Comparison.MAX)).status is CheckStatus.PASS
     assert against_baseline("m", key, Sampled(111.0, 5, "us"), mb(100, 0.1, Comparison.MAX)).status is CheckStatus.FAIL
+
+
+@pytest.mark.parametrize("cmp", [Comparison.MIN, Comparison.MAX])
+def test_a_nodes_baseline_passes_are_against_baselines_findings(cmp: Comparison) -> None:
+    # baseline_passes words a node's passes in one expression (a re-test's carried GPUs, issue 28): each field of
+    # each pass is against_baseline's, byte for byte, above and below the figure, at the limit and round
+    # figures; a figure outside the limit is None (judge_metric words it)
+    loose = MetricBaseline(
+        expected=2900.0,
+        unit="GB/s",
+        comparison=cmp,
+        tolerance=0.3,
+        source="a test's own figure",
+        loosened=Loosened(reason="old boards", approved_by="ops"),
+    )
+    for baseline in (mb(100, 0.1, cmp), loose):
+        limit = baseline.threshold()
+        values = [limit, baseline.expected, baseline.expected * 0.95, baseline.expected * 1.05, 1e-9, 1e9, 123.456789]
+        figures = [(gpu, Sampled(v, 5 + gpu, "GB/s")) for gpu, v in enumerate(values)]
+        said = baseline_passes("m", "n1", figures, baseline)
+        for (gpu, s), passed in zip(figures, said, strict=True):
+            one = against_baseline("m", ("n1", gpu), s, baseline)
+            assert passed == (one if one.status is CheckStatus.PASS else None)
+            assert passed is None or repr(passed) == repr(one)
+        assert None not in said[:2]  # at the limit, and the figure itself, pass
 
 
 def fleet(values: dict[tuple[str, int | None], float]) -> dict[tuple[str, int | None], Sampled]:

@@ -79,16 +79,21 @@ def quiet_passes(view: RunView, metric: str, node: str, gpus: Sequence[int]) -> 
     whole = index.node_level(node)
     if whole is not None and whole.status is FAIL:  # its GPUs' checks skip, naming it
         return [None] * len(gpus)
-    stability = unstable_is_judged(metric)
-    at: list[int] = []  # the GPUs (their place in `gpus`) with a figure their peers pass quietly
-    figures: list[tuple[int, Sampled]] = []
-    for i, (gpu, told) in enumerate(zip(gpus, told_figures(view, metric, node, gpus), strict=True)):
-        sampled = told if told is not None else figure(view, metric, node, gpu)
-        if isinstance(sampled, Sampled) and index.quiet((node, gpu), stability=stability):
-            at.append(i)
-            figures.append((gpu, sampled))
+    stability, quiet = unstable_is_judged(metric), index.quiet
+    told = told_figures(view, metric, node, gpus)
+    # each GPU's figure (its pool's index's, else `figure`'s), kept where its peers pass it quietly, in one
+    # comprehension: (its place in `gpus`, the GPU, its figure)
+    at = [
+        (i, gpu, sampled)
+        for i, (gpu, found) in enumerate(zip(gpus, told, strict=True))
+        if isinstance(sampled := found if found is not None else figure(view, metric, node, gpu), Sampled)
+        and quiet((node, gpu), stability=stability)
+    ]
+    passes = baseline_passes(metric, node, [(gpu, sampled) for _, gpu, sampled in at], bar)
+    if len(at) == len(gpus):  # every GPU quiet (most nodes): the passes in `gpus`' order
+        return passes
     out: list[Finding | None] = [None] * len(gpus)
-    for i, passed in zip(at, baseline_passes(metric, node, figures, bar), strict=True):
+    for (i, _, _), passed in zip(at, passes, strict=True):
         out[i] = passed
     return out
 
