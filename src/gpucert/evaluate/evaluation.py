@@ -107,34 +107,46 @@ def counted_node(ev: Evaluation, node: str, keys: Sequence[CheckKey]) -> list[Fi
         return [counted(ev, key) for key in keys]
     found: list[Finding | None] = [None] * len(keys)
     placed = ev.pool_name_of(node) is not None
-    metrics: dict[str, list[tuple[int, int]]] = {}  # a measured metric's GPUs, each with its key's place
+    by_check: dict[str, list[int]] = {}  # each check's keys (their places): its rule looked up once
     for i, key in enumerate(keys):
-        rule = _rule(key)
-        if rule is None or key.node != node or (rule.pooled and not placed):
+        by_check.setdefault(key.check, []).append(i)
+    metrics: list[tuple[str, list[int], list[int]]] = []  # a measured metric's keys of the node's GPUs, their GPUs
+    for check, at in by_check.items():
+        rule = _rule(check)
+        if rule is None or (rule.pooled and not placed):
             continue
-        if rule.decide is decide_metric and key.gpu is not None:
-            metrics.setdefault(key.check, []).append((i, key.gpu))
+        mine = [i for i in at if keys[i].node == node]
+        if rule.decide is decide_metric:
+            gpus = [(i, gpu) for i in mine if (gpu := keys[i].gpu) is not None]
+            if gpus:
+                metrics.append((check, [i for i, _ in gpus], [gpu for _, gpu in gpus]))
+            mine = [i for i in mine if keys[i].gpu is None]
+        _plain_passes(ev, rule, [keys[i] for i in mine], mine, found)
+    for metric, at, of in metrics:
+        try:
+            told = quiet_passes(ev, metric, node, of)
+        except Exception:  # counted's to word, key by key
             continue
+        for i, quiet in zip(at, told, strict=True):
+            found[i] = quiet
+    return [f if f is not None else counted(ev, key) for f, key in zip(found, keys, strict=True)]
+
+
+def _plain_passes(ev: Evaluation, rule: Rule, keys: list[CheckKey], at: list[int], found: list[Finding | None]) -> None:
+    """Into `found` at each key's place (`at`), the rule's finding of the key where it is a plain pass."""
+    for i, key in zip(at, keys, strict=True):
         try:
             finding = rule.decide(ev, key)
         except Exception:  # counted's to word
             continue
         if finding.status is CheckStatus.PASS:
             found[i] = finding
-    for metric, gpus in metrics.items():
-        try:
-            told = quiet_passes(ev, metric, node, [gpu for _, gpu in gpus])
-        except Exception:  # counted's to word, key by key
-            continue
-        for (i, _), quiet in zip(gpus, told, strict=True):
-            found[i] = quiet
-    return [f if f is not None else counted(ev, key) for f, key in zip(found, keys, strict=True)]
 
 
-def _rule(key: CheckKey) -> Rule | None:
-    """The rule of the key's check; None where none decides it (counted's error to word)."""
+def _rule(check: str) -> Rule | None:
+    """The rule of the check; None where none decides it (counted's error to word)."""
     try:
-        return REGISTRY.rule_for(key.check)
+        return REGISTRY.rule_for(check)
     except ValueError:
         return None
 
