@@ -18,6 +18,9 @@ KEYS = [
 def test_a_kept_node_keeps_its_local_checks_only() -> None:
     kept = Kept("run-1", frozenset({"n1"}))
     assert [kept.keeps(k) for k in KEYS] == [True, False, False, False, False]
-    assert kept.keeps_of("n1", KEYS) == [kept.keeps(k) for k in KEYS]
-    assert kept.keeps_of("n2", KEYS) == [False] * len(KEYS)  # n2 keeps nothing
+    # a node's keys split by their check (pytest/carried.py): each keeps exactly where `keeps` says it does
+    mine = [k for k in KEYS if k.node == "n1"]
+    assert kept.kept_checks("n1", mine) == {"health.ecc"}
+    assert [k.check in kept.kept_checks("n1", mine) for k in mine] == [kept.keeps(k) for k in mine]
+    assert kept.kept_checks("n2", KEYS[4:]) == set()  # n2 keeps nothing
     assert not Kept("run-1", refused="why").keeps(KEYS[0])

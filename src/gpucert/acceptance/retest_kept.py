@@ -97,12 +97,12 @@ class Kept:
         rule decides keeps nothing: decided by the rules, whose error says so (fail closed)."""
         return key.node in self.nodes and self._is_local(key.check)
 
-    def keeps_of(self, node: str, keys: Sequence[CheckKey]) -> list[bool]:
-        """`keeps` of each of one node's `keys` (a re-test decides a carried node's checks together)."""
+    def kept_checks(self, node: str, keys: Sequence[CheckKey]) -> frozenset[str]:
+        """The check ids of one node's `keys` (each of `node`) that keep their signed decisions there: `keeps` of
+        a key is whether its check is one of them (a re-test splits a carried node's keys by their check)."""
         if node not in self.nodes:
-            return [False] * len(keys)
-        local = {check: self._is_local(check) for check in {k.check for k in keys}}
-        return [k.node == node and local[k.check] for k in keys]
+            return frozenset()
+        return frozenset(check for check in {k.check for k in keys} if self._is_local(check))
 
     def _is_local(self, check: str) -> bool:
         local = self._local.get(check)
