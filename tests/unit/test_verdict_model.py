@@ -4,7 +4,9 @@ document is refused, or read, with one line naming the file and the key."""
 
 from __future__ import annotations
 
+import inspect
 import json
+from dataclasses import MISSING, FrozenInstanceError, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +204,22 @@ def test_past_nodes_listed_the_table_lists_who_did_not_pass_and_sums_the_others(
     rows = summary_tables(v)[0].rows
     assert [row[0][0] for row in rows] == ["n4", "4 nodes passed"]
     assert [cell[0] for cell in rows[1]] == ["4 nodes passed", "PASS", "8", "0", "0", "0", "0", ""]
+
+
+def test_an_outcome_is_made_as_the_dataclass_would_make_it() -> None:
+    # Outcome's __init__ is written out (each slot set by its descriptor, as Finding's): it takes the fields the
+    # dataclass declares, in their order, with their defaults, sets each, and the outcome stays frozen
+    spec = [(f.name, f.type) if f.default is MISSING else (f.name, f.type, f.default) for f in fields(Outcome)]
+    declared = make_dataclass("Declared", spec)
+    ours, theirs = inspect.signature(Outcome.__init__), inspect.signature(declared.__init__)
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == [
+        (p.name, p.kind, p.default) for p in theirs.parameters.values()
+    ]
+    found = Finding("health.ecc", CheckStatus.PASS, "a", 0)
+    made = Outcome(found, 1.5, 2.5)
+    assert (made.finding, made.start, made.stop) == (found, 1.5, 2.5)
+    assert Outcome(finding=found, stop=2.5, start=1.5) == made
+    assert (Outcome(found).start, Outcome(found).stop) == (0.0, 0.0)
+    assert replace(made, stop=3.0).stop == 3.0
+    with pytest.raises(FrozenInstanceError):
+        made.start = 0.0  # type: ignore[misc]
