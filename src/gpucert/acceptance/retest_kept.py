@@ -51,6 +51,7 @@ __all__ = ["KEPT_RECORDS", "Kept", "keep_source_records", "kept_decisions"]
 KEPT_RECORDS = (layout.RUN_INFO, layout.VERDICT, layout.STACK, layout.INVENTORY)
 HISTORY = f"{layout.INPUTS}/{layout.HISTORY}"  # the GPUs' history: read by the drift checks only, none of them local
 WAIVERS = f"{layout.INPUTS}/{layout.WAIVERS}"
+PASS = CheckStatus.PASS
 UNVERIFIED = (
     "the source's signature was not verified (the re-test is not signed: no --sign-key): a verdict no key is known "
     "to have made decides nothing"
@@ -117,20 +118,16 @@ class Kept:
     def findings(self, keys: Sequence[CheckKey]) -> list[Finding]:
         """The kept decision of each key (a carried node's kept checks, handed over as the node's list): a pass that
         says where it was decided (no figures: the source's pass messages are in no signed document, and the reports
-        show of a passed check its id and GPUs, never its message)."""
+        show of a passed check its id and GPUs, never its message). The words are those of the key's place (node,
+        GPU, detail), the same for each check there: worded once per place (a node's ~90 kept checks are ~10)."""
         said = f": passed in {self.run}, kept: the same evidence, stack, inputs and gpucert code"
-        return [
-            Finding(
-                k.check,
-                CheckStatus.PASS,
-                k.node,
-                k.gpu,
-                (f"{k.node}/gpu{k.gpu}" if k.gpu is not None else str(k.node))
-                + (f" ({k.detail})" if k.detail else "")
-                + said,
-            )
-            for k in keys
-        ]
+        words = {
+            (node, gpu, detail): (f"{node}/gpu{gpu}" if gpu is not None else str(node))
+            + (f" ({detail})" if detail else "")
+            + said
+            for node, gpu, detail in {k[1:] for k in keys}
+        }
+        return [Finding(check, PASS, node, gpu, words[node, gpu, detail]) for check, node, gpu, detail in keys]
 
 
 class _Unmatched(Exception):
