@@ -12,14 +12,14 @@ EXIT_INCOMPLETE = 3
 
 def main() -> int:
     """The command's exit code, the process then to end (the console script exits with it): what the command built
-    is frozen first, so the interpreter's teardown does not walk it again (cli/main.py, `before_exit`)."""
+    is frozen first, so the interpreter's teardown does not walk it again (cli/process.py, `before_exit`)."""
     try:
         from gpucert.cli.main import at_start, before_exit
         from gpucert.cli.main import main as cli_main
     except KeyboardInterrupt:
         print("gpucert: interrupted while starting; nothing was run", file=sys.stderr)
         return EXIT_INCOMPLETE
-    at_start()  # the collector tuned for one command's process (cli/main.py)
+    at_start()  # the collector tuned for one command's process (cli/process.py)
     code = cli_main()
     before_exit()
     return code

@@ -30,6 +30,7 @@ from gpucert.cli.args import (
     write_output,
 )
 from gpucert.cli.preflight import before_run
+from gpucert.cli.process import stop_collecting
 from gpucert.errors import ConfigError, IncompleteRunError, RunInterrupted
 from gpucert.fleet.history import record_run, use_history
 from gpucert.measure.evidence import NodeEvidence
@@ -281,6 +282,7 @@ def _run(
         if mode is runner.Mode.MEASURE:
             keys = [attest.load_private_key(sign_key).public_key()] if sign_key is not None else []
             use_history(folder, Path(reports), spec.metadata.name, keys, console.print)
+        stop_collecting()  # what is left of the command: its evaluation and signature (cli/process.py)
         result = evaluate_run(folder, workers=workers, quiet=quiet, signer=signer)
         if sign_key is not None:
             path, fp = attest.sign_run(folder.path, sign_key, rederive=False)  # its verdict was built just now
