@@ -58,7 +58,7 @@ def counted(n: int, word: str) -> str:
 # times is made once (json.dumps of its dict, with json.dumps' separators), and the steps are joined as text into
 # the result's, not built as attrs objects walked back into dicts and encoded one by one.
 _PASSED = Status.PASSED
-_START, _STOP, _GPU = attrgetter("start"), attrgetter("stop"), attrgetter("gpu")
+_START, _STOP, _WHERE = attrgetter("start"), attrgetter("stop"), attrgetter("gpu", "detail")
 _STEPS = "\ue000steps"  # where a result's steps go in its text (a private-use character: in no id or name of it)
 
 
@@ -105,12 +105,17 @@ def _check_step(
 
 def _shaped(check: str, keys: Sequence[CheckKey]) -> str:
     """A passed check step's opened text (`_head`) of its keys: the GPUs it passed on, or its details."""
-    gpus: tuple[int, ...] = tuple(map(_GPU, keys))
+    return _head_of(check, tuple(map(_WHERE, keys)))
+
+
+@lru_cache(maxsize=4096)  # a check's GPUs and details: the same on most nodes of a fleet
+def _head_of(check: str, where: tuple[tuple[int | None, str | None], ...]) -> str:
+    """_head of a check's keys' GPUs and details (`where`, one pair per key)."""
+    gpus = tuple([g for g, _ in where if g is not None])
     details: tuple[str, ...] = ()
-    if None in gpus:  # the node's own check, or one per detail: the keys with no GPU say their details
-        details = tuple([k.detail for k in keys if k.gpu is None and k.detail])
-        gpus = tuple([g for g in gpus if g is not None])
-    return _head(check, gpus, details, len(keys))
+    if len(gpus) < len(where):  # the node's own check, or one per detail: the keys with no GPU say their details
+        details = tuple([d for g, d in where if g is None and d])
+    return _head(check, gpus, details, len(where))
 
 
 def _one_span(tested: Iterable[Outcome], default_ms: int) -> tuple[int, int] | None:
@@ -161,7 +166,9 @@ def passed_on(
     if span is None:
         steps, begin, end = _steps(checks, outcomes, default_ms)
     else:  # each step ends with the same times: the text of the node's shape, joined by them
-        shape = tuple([(_family(check), _shaped(check, keys), len(keys)) for check, keys in sorted(checks.items())])
+        shape = tuple(
+            [(_family(c), _head_of(c, tuple(map(_WHERE, keys))), len(keys)) for c, keys in sorted(checks.items())]
+        )
         steps, (begin, end) = _times(*span).join(_one_span_steps(shape)), span
     n = sum(map(len, checks.values()))
     where, token = spoken(node), shown(node)
