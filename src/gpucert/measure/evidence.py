@@ -377,9 +377,12 @@ def read_fabric_pairs(path: Path) -> FabricPairs | None:
 _VALIDATED: weakref.WeakValueDictionary[bytes, NodeEvidence] = weakref.WeakValueDictionary()
 
 
-def evidence_target(path: Path) -> object:
+def evidence_target(path: Path, sha256: bytes | None = None) -> object:
     """The `target` the node document at `path` names: its model's when a reader holds it validated, else its JSON's
-    (not validated: what a check of the target alone needs). EvidenceError when it cannot be read as JSON."""
+    (not validated: what a check of the target alone needs). EvidenceError when it cannot be read as JSON. `sha256`:
+    the digest of its bytes, which the caller read just now (a signature's); a document held by it is not read."""
+    if sha256 is not None and (known := _VALIDATED.get(sha256)) is not None:
+        return known.target
     data = read_bytes(path, missing=_MISSING)
     held = _VALIDATED.get(hashlib.sha256(data).digest())
     if held is not None:

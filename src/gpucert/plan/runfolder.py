@@ -7,6 +7,7 @@ Touches the file system only; what the documents mean is for their own modules.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,14 +166,16 @@ class RunFolder:
         and the waivers' own checks when run.json says the run was prepared with waivers."""
         return (*self.mode.suites, *(("waivers",) if read_run_info(self).waivers else ()))
 
-    def check(self) -> None:
+    def check(self, digests: Mapping[str, str] | None = None) -> None:
         """The folder holds what its mode says it holds (EvidenceError naming the file otherwise): a certification
-        without evidence, a recertification record added to a certification, an inventory relabelled, ..."""
+        without evidence, a recertification record added to a certification, an inventory relabelled, ...
+        `digests`: its files' sha256 (relative name -> hex) as a signature read them just now (attest.sign_run),
+        by which the node documents the process holds validated are known without reading them again."""
         mode, inventory = self.mode, self.read_inventory()
         self._check_contents(mode, inventory.target)
         self._check_records(mode, inventory.names)
         if mode.measures:
-            self._check_evidence_targets(inventory.target, inventory.names)
+            self._check_evidence_targets(inventory.target, inventory.names, digests or {})
 
     def _check_contents(self, mode: Mode, target: str) -> None:
         """The inventory's target, evidence/ and the waivers copy agree with the mode and run.json."""
@@ -211,11 +214,13 @@ class RunFolder:
                     path=self.recertify_path,
                 )
 
-    def _check_evidence_targets(self, target: str, inventory: list[str]) -> None:
+    def _check_evidence_targets(self, target: str, inventory: list[str], digests: Mapping[str, str]) -> None:
         """Every readable node document of the inventory was measured on the inventory's target."""
         for path in (p for p in self.evidence_files() if p.stem in inventory):
+            digest = digests.get(path.relative_to(self.path).as_posix())
             try:  # one whose target reads as the inventory's needs no validation here: the evaluation validates it
-                ev = None if evidence_target(path) == target else read_evidence(path)
+                said = evidence_target(path, bytes.fromhex(digest) if digest is not None else None)
+                ev = None if said == target else read_evidence(path)
             except EvidenceError:
                 continue  # an unusable document is its node's finding (node.reachable), not the run's
             if ev is not None and ev.target != target:

@@ -127,10 +127,12 @@ def subjects(run_dir: Path) -> dict[str, str]:
     return {name: _sha256(p) for name, p in files.items()}
 
 
-def _ready_to_sign(folder: RunFolder) -> Verdict:
+def _ready_to_sign(folder: RunFolder) -> tuple[Verdict, dict[str, str]]:
     """The run's verdict, when the folder is a completed run whose reports say what its verdict says (EvidenceError
     naming what is wrong otherwise): a hand-edited verdict.json, or a run cut short before its reports were all
-    written, is not signed."""
+    written, is not signed. With it, every file's digest (`subjects`), each file read once: the node documents'
+    targets are checked by those digests (RunFolder.check), so the bytes checked are the bytes signed, and a
+    re-test's fleet of documents is read and hashed once, not twice (1,024 x 8: 79 MB, ~0.08 s of CPU)."""
     if not folder.verdict_path.exists():
         raise EvidenceError("no verdict.json: only a completed run can be signed", path=folder.path)
     raw = folder.read_verdict()
@@ -138,7 +140,8 @@ def _ready_to_sign(folder: RunFolder) -> Verdict:
     if problems:
         raise EvidenceError(f"not a verdict gpucert wrote: {'; '.join(problems)}", path=folder.verdict_path)
     verdict = parse_verdict(raw, folder.verdict_path)
-    folder.check()
+    digests = subjects(folder.path)
+    folder.check(digests)
     missing = [p.name for p in (folder.report_path, folder.junit_path, folder.allure_dir) if not p.exists()]
     if missing or not read_run_info(folder).finished:
         raise EvidenceError(
@@ -154,7 +157,7 @@ def _ready_to_sign(folder: RunFolder) -> Verdict:
             "report.html say otherwise: the folder was edited after its run",
             path=folder.verdict_path,
         )
-    return verdict
+    return verdict, digests
 
 
 def _predicate(folder: RunFolder, verdict: Verdict) -> dict[str, Any]:
@@ -206,14 +209,14 @@ def sign_run(run_dir: Path, key_path: Path, *, replace: bool = False, rederive: 
     if key_path.resolve().is_relative_to(run_dir):
         raise ConfigError("the private key must not live inside the run folder it signs", path=key_path)
     load_private_key(key_path)  # a bad key is said before the folder is judged
-    verdict = _ready_to_sign(folder)
+    verdict, digests = _ready_to_sign(folder)
     if folder.envelope_path.exists() or folder.envelope_path.is_symlink():
         _may_sign_again(folder, replace)
     from gpucert.report.derivation import VerdictContradicted, verdict_differences  # the rules: loaded when used
 
     if rederive and (differences := verdict_differences(folder, verdict)):
         raise VerdictContradicted(differences, path=folder.path)
-    return sign_folder(run_dir, key_path, PREDICATE_TYPE, _predicate(folder, verdict))
+    return sign_folder(run_dir, key_path, PREDICATE_TYPE, _predicate(folder, verdict), digests)
 
 
 def _may_sign_again(folder: RunFolder, replace: bool) -> None:
@@ -238,16 +241,24 @@ def _may_sign_again(folder: RunFolder, replace: bool) -> None:
         )
 
 
-def sign_folder(folder: Path, key_path: Path, predicate_type: str, predicate: dict[str, Any]) -> tuple[Path, str]:
+def sign_folder(
+    folder: Path,
+    key_path: Path,
+    predicate_type: str,
+    predicate: dict[str, Any],
+    digests: dict[str, str] | None = None,
+) -> tuple[Path, str]:
     """Sign every file of `folder` (a run or an acceptance folder) with one signature: `certificate.intoto.json`
-    at its root, written last. Returns its path and the signer's fingerprint."""
+    at its root, written last. Returns its path and the signer's fingerprint. `digests`: the folder's `subjects`,
+    where the caller read them in this signing (sign_run)."""
     folder = folder.resolve()
     if key_path.resolve().is_relative_to(folder):
         raise ConfigError("the private key must not live inside the folder it signs", path=key_path)
     key = load_private_key(key_path)
+    signed = subjects(folder) if digests is None else digests
     statement = {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in subjects(folder).items()],
+        "subject": [{"name": name, "digest": {"sha256": digest}} for name, digest in signed.items()],
         "predicateType": predicate_type,
         "predicate": predicate,
     }
