@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Iterator
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -89,19 +89,19 @@ def _not_passed(ctx: RunContext, passed: PassedSummary | None) -> list[tuple[_Gr
     an item's), and return the groups of their keys a test item would have decided (a GPU's check with its node's
     other GPUs, one item per check and node: collection.py; any other check on its own) that did not all pass, in
     order. A re-test of 3 nodes of 1,024 carries ~185,000 checks, of which a few did not pass: the checks are
-    counted per node and check id in C (a Counter over the keys), those that did not pass taken off, and only the
-    nodes with one are grouped key by key."""
+    counted per node and check family in C (a Counter over the keys' nodes and families), those that did not pass
+    taken off, and only the nodes with one are grouped key by key."""
     carried, passing = ctx.carried, CheckStatus.PASS
     odd = [k for k, o in ctx.outcomes.items() if o.finding.status is not passing and k.node in carried]
     if passed is not None:
-        per_check = Counter(map(_node_and_check, ctx.outcomes))
-        per_check.subtract(map(_node_and_check, odd))
-        family: dict[str, str] = {}
-        for (node, check), n in per_check.items():
-            if n and node in carried:  # a check with no passed key on the node is in no summary
-                if check not in family:
-                    family[check] = family_of(check).value
-                passed.counts[(node, family[check])] += n
+        families = _Families()
+        per_family = Counter(_node_and_family(ctx.outcomes, families))
+        per_family.subtract(_node_and_family(odd, families))
+        for (node, family), n in per_family.items():
+            if n and node in carried:  # a family with no passed key on the node is in no summary
+                passed.counts[(node, family)] += n
+    if not odd:
+        return []
     bad = {_group_of(k) for k in odd}
     groups: dict[_Group, list[CheckKey]] = defaultdict(list)
     nodes = {k.node for k in odd}
@@ -112,7 +112,20 @@ def _not_passed(ctx: RunContext, passed: PassedSummary | None) -> list[tuple[_Gr
     return [(g, sorted(groups[g], key=CheckKey.sort_key)) for g in sorted(bad, key=lambda g: (g[1], g[0], g[2] or ""))]
 
 
-_node_and_check = attrgetter("node", "check")
+class _Families(dict[str, str]):
+    """Each check's family, found on its first lookup."""
+
+    def __missing__(self, check: str) -> str:
+        found = self[check] = family_of(check).value
+        return found
+
+
+_node, _check = attrgetter("node"), attrgetter("check")
+
+
+def _node_and_family(keys: Collection[CheckKey], families: _Families) -> Iterator[tuple[str | None, str]]:
+    """Each key's node and check family, by C iterators."""
+    return zip(map(_node, keys), map(families.__getitem__, map(_check, keys)), strict=True)
 
 
 def _group_of(key: CheckKey) -> _Group:
