@@ -37,7 +37,7 @@ def source_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-# what decides a run's outcomes beside the package, in the checkout it runs from (cli/certify.py runs pytest over
+# what decides a run's outcomes beside the package, in the checkout it runs from (cli/suites.py runs pytest over
 # suites/ with its rootdir and `-c pyproject.toml`: the suites turn each decision into the test's outcome, the
 # repository's conftest.py loads fixtures/, and pyproject.toml's [tool.pytest.ini_options] sets xfail_strict, the
 # warnings filter and the plugins)

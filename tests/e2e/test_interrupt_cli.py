@@ -147,7 +147,7 @@ def test_an_interrupt_before_the_session_had_a_verdict_names_the_run_folder(
     """A Ctrl-C while pytest was still starting (6 s into a 32-node certify) said "pytest stopped with exit code 2"."""
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=1, gpus=1)))
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_doc()))
-    monkeypatch.setattr("gpucert.cli.certify._pytest", lambda *a, **k: pytest.ExitCode.INTERRUPTED)
+    monkeypatch.setattr("gpucert.cli.certify.run_suites", lambda *a, **k: pytest.ExitCode.INTERRUPTED)
     code = main(["certify", str(tmp_path / "spec.yaml"), "--reports", str(tmp_path / "reports"), "--skip-preflight"])
     err = capsys.readouterr().err
     assert code == 3

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpucert.cli import certify as cli
+from gpucert.cli.suites import KeepVerdict
 from gpucert.errors import IncompleteRunError
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report.terminal import WRITTEN
@@ -31,7 +32,7 @@ def test_no_verdict_from_the_session_is_an_incomplete_run(tmp_path: Path) -> Non
 
 
 def test_the_verdict_is_kept_as_the_session_wrote_it() -> None:
-    kept = cli._KeepVerdict()
+    kept = KeepVerdict()
     config = pytest.Config.__new__(pytest.Config)  # only its stash is read
     config.stash = pytest.Stash()
     kept.pytest_unconfigure(config)

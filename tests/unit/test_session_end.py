@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gpucert.cli.certify import run_pytest
+from gpucert.cli.suites import run_pytest
 
 RAISES_WHEN_FREED = """
 class Faulty:
@@ -49,7 +49,7 @@ def test_the_session_ends_without_a_full_collection_and_still_reports_an_unraisa
     gc.callbacks.append(seen)
     try:
         code = run_pytest(
-            # warnings as the controller's session shows them (cli/certify.py: -W default)
+            # warnings as the controller's session shows them (cli/suites.py: -W default)
             [
                 str(tmp_path / "test_faulty.py"),
                 "-c",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from gpucert.cli.args import (
 )
 from gpucert.cli.preflight import before_run
 from gpucert.cli.process import stop_collecting
+from gpucert.cli.suites import KeepVerdict, run_pytest, run_suites
 from gpucert.errors import ConfigError, IncompleteRunError, RunInterrupted
 from gpucert.fleet.history import record_run, use_history
 from gpucert.measure.evidence import NodeEvidence
@@ -39,7 +40,6 @@ from gpucert.plan.inventory import Inventory
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.summary import summary_lines, summary_tables
-from gpucert.report.terminal import KEPT, WRITTEN
 from gpucert.report.verdict_model import Verdict
 from gpucert.resources import project_root
 from gpucert.spec.baseline import GpuBaseline
@@ -105,109 +105,7 @@ def _prepare(
         return runner.prepare(spec, Path(reports), mode, progress=done, planned=planned, source=source)
 
 
-def _pytest(
-    folder: RunFolder,
-    workers: int | None,
-    quiet: bool,
-    signer: str | None = None,
-    kept: _KeepVerdict | None = None,
-) -> int:
-    root = project_root()
-    args = [
-        *(str(root / "suites" / s) for s in folder.suites),
-        # the run folder alone: the session judges it by the spec and baselines in its inputs/, which this command
-        # just copied there, and reads them once (Evaluation.from_run), not the user's files a second time
-        "--run-dir",
-        str(folder.path),
-        "--rootdir",
-        str(root),
-        "-c",
-        str(root / "pyproject.toml"),
-        "-p",
-        "no:cacheprovider",
-        "-W",
-        "default",
-        "--tb=no",
-        "-o",
-        "console_output_style=count",
-    ]
-    args += ["-qq"] if quiet else ["-q"]
-    if workers:
-        args += ["-n", str(workers)]
-    if signer:
-        args += ["--signer", signer]
-    return run_pytest(args, [kept] if kept is not None else [])
-
-
-class _NoCollectionsAtEnd:
-    """Keeps pytest's unraisableexception plugin from collecting the garbage at the session's end.
-
-    pytest 9.1.1's plugin runs gc.collect() at its pytest_unconfigure and again at its cleanup
-    (_pytest/unraisableexception.py: gc_collect_harder, once each on CPython), so that an unraisable exception of a
-    finalizer of a cycle left at the end is reported by the session. Each is a full collection, which walks every
-    live object of the run: at 1,024 x 8 (189,442 checks) 0.67 s of CPU each. Its own knob
-    (`gc_collect_iterations_key`, "to allow pytester to override it") sets the count to 0. The plugin stays on: an
-    unraisable exception raised during the session (by a finalizer run when its last reference goes, or by a
-    collection during the run) still reaches its hook and is reported as a PytestUnraisableExceptionWarning (off,
-    it would go to the check's captured stderr, dropped when the check passes). What is given up: cycles left at
-    the very end are collected when the process next collects (a soak's next round, a test's process), their
-    unraisable exceptions then reported by Python's hook on stderr, or never where the console script ends the
-    process (cli/main.py `before_exit` gave that up already). A pytest without the knob (before 8.4) collects
-    nothing at the end anyway."""
-
-    def pytest_configure(self, config: pytest.Config) -> None:
-        from _pytest import unraisableexception
-
-        key = getattr(unraisableexception, "gc_collect_iterations_key", None)
-        if key is not None:
-            config.stash[key] = 0
-
-
-def run_pytest(args: list[str], plugins: list[object]) -> int:
-    """pytest.main over `args` with `plugins`, without pytest's collections at the end (_NoCollectionsAtEnd)."""
-    return int(pytest.main(args, plugins=[*plugins, _NoCollectionsAtEnd()]))
-
-
 STYLES = {"pass": "green", "fail": "red", "incomplete": "yellow", "waived": "magenta", "note": "yellow"}
-
-
-class _KeepVerdict:
-    """Takes the verdict the session wrote, as the session built it: what the command prints, never re-read."""
-
-    verdict: Verdict | None = None
-    kept: str | None = None  # a re-test's line on what its carried nodes kept
-
-    def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self.verdict = config.stash.get(WRITTEN, None)
-        self.kept = config.stash.get(KEPT, None)
-
-    config: pytest.Config | None = None
-
-    def pytest_configure(self, config: pytest.Config) -> None:
-        self.config = config
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> Generator[None, None, None]:
-        """Ctrl-C stays an interrupted session (exit 3, its INCOMPLETE verdict printed), even when pytest fails to
-        describe it. pytest 9.1.1's TerminalReporter.pytest_keyboard_interrupt (terminal.py) renders the interrupt
-        with excinfo.getrepr(), which raises TypeError (_code/code.py TracebackEntry.lineno: tb_lineno is None)
-        when the interrupt landed in a hook wrapper's teardown (pytest-html 4.2.0's pytest_runtest_makereport);
-        raised in wrap_session's `except KeyboardInterrupt` (main.py), it left pytest.main as a traceback and exit
-        1. The reporter is then given a plain interrupt to describe: its session summary needs one."""
-        try:
-            yield
-        except Exception:
-            reporter = self.config.pluginmanager.get_plugin("terminalreporter") if self.config else None
-            if reporter is not None:
-                reporter.pytest_keyboard_interrupt(_plain_interrupt())
-        return None
-
-
-def _plain_interrupt() -> pytest.ExceptionInfo[BaseException]:
-    try:
-        raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        return pytest.ExceptionInfo.from_current()
 
 
 def _styled(text: str, style: str | None) -> str:
@@ -240,8 +138,8 @@ def _print_verdict(verdict: Verdict | None, folder: RunFolder, kept: str | None 
 
 def evaluate_run(folder: RunFolder, *, workers: int | None, quiet: bool, signer: str | None) -> int:
     """Run the suites the folder calls for over it, and print its verdict (0 pass, 1 fail or incomplete)."""
-    kept = _KeepVerdict()
-    code = _pytest(folder, workers, quiet, signer, kept)
+    kept = KeepVerdict()
+    code = run_suites(folder, workers, quiet, signer, kept)
     if code == pytest.ExitCode.INTERRUPTED and kept.verdict is not None:
         _print_verdict(kept.verdict, folder, kept.kept)
         raise IncompleteRunError(f"interrupted during evaluation: the verdict in {folder.path} says INCOMPLETE")
