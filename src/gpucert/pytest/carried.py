@@ -41,10 +41,12 @@ def decide_carried(ctx: RunContext) -> int:
     carried, record = ctx.carried, ctx.retest
     if not carried or record is None:  # carried nodes come from the re-test record (context.py)
         return 0
-    by_node: dict[str, list[CheckKey]] = {}
+    grouped: dict[str | None, list[CheckKey]] = {node: [] for node in carried}
+    of_node = grouped.get  # one lookup a key tells both whether its node is carried and its list (189,000 keys)
     for k in ctx.evaluation.plan.required:
-        if k.node in carried:
-            by_node.setdefault(k.node, []).append(k)
+        if (keys := of_node(k.node)) is not None:
+            keys.append(k)
+    by_node = {node: keys for node, keys in grouped.items() if node is not None and keys}
     kept = kept_decisions(ctx.evaluation, record, {node: len(keys) for node, keys in by_node.items()})
     ctx.kept = kept
     # node by node, in a fixed order (CheckKey.sort_key's): the plan's set has none, and a node's outcomes scattered
