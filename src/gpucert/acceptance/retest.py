@@ -24,17 +24,27 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from gpucert.acceptance.retest_kept import keep_source_records
 from gpucert.acceptance.retest_pairs import carried_pairs_problems, carry_pairs
-from gpucert.errors import ConfigError, EvidenceError
+from gpucert.errors import ConfigError, EvidenceError, GpucertError
+from gpucert.evaluate.held import heads_of, parse_figures
 from gpucert.files import sync
 from gpucert.measure.evidence import NodeEvidence
 from gpucert.measure.targets.base import IdentityTarget, MeasurePlan, Target
+from gpucert.plan import layout
 from gpucert.plan.carried_pairs import read_carried
 from gpucert.plan.inventory import Inventory
-from gpucert.plan.records import RETEST_SCHEMA, Carried, RetestRecord, RetestSource, read_retest_record
+from gpucert.plan.records import (
+    RETEST_SCHEMA,
+    Carried,
+    RetestRecord,
+    RetestSource,
+    read_retest_record,
+    read_run_info,
+)
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.verdict import node_passed
 from gpucert.report.verdict_model import Verdict, read_verdict
+from gpucert.resources import code_digest
 from gpucert.spec.cluster import ClusterSpec, Probe, load_spec
 from gpucert.stack.observe import StackObservation
 
@@ -78,6 +88,8 @@ class Source:
     certificate: str  # sha256:<hex> of its envelope
     signer: str | None  # the fingerprint of the given key that verified it (None: no key was given)
     read: dict[str, NodeEvidence | None] = field(default_factory=dict, compare=False, repr=False)
+    # its nodes' evidence held by their heads (evaluate/held.py), where the same code wrote its figures.json
+    heads: dict[str, NodeEvidence] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def run(self) -> str:
@@ -87,7 +99,7 @@ class Source:
         """The node's evidence in the source run, read once (choosing, comparing identities and the provenance each
         ask: at fleet scale three reads of every carried node were most of a re-test's preparation)."""
         if node not in self.read:
-            self.read[node] = self.folder.read_evidence(node)
+            self.read[node] = self.heads[node] if node in self.heads else self.folder.read_evidence(node)
         return self.read[node]
 
 
@@ -130,7 +142,29 @@ def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> 
     if verdict.spec != spec.metadata.name:
         raise ConfigError(f"--retest: that run certified spec {verdict.spec!r}, not {spec.metadata.name!r}", path=path)
     _same_judgement(folder, spec, path)
-    return Source(folder, verdict, signed, "sha256:" + _sha256(folder.envelope_path), signer)
+    certificate = "sha256:" + _sha256(folder.envelope_path)
+    return Source(folder, verdict, signed, certificate, signer, heads=_heads(folder, signed, signer))
+
+
+def _heads(folder: RunFolder, signed: dict[str, str], signer: str | None) -> dict[str, NodeEvidence]:
+    """The source's nodes held by their heads (evaluate/held.py) where the same code wrote its signed figures.json
+    and a key given to this re-test verified it (the files match their digests: open_source checked): choosing reads
+    their identity and times, not their documents. Else none (each document is read)."""
+    if signer is None or layout.FIGURES not in signed:
+        return {}
+    try:
+        if read_run_info(folder).gpucert_code != code_digest():
+            return {}
+        doc = parse_figures(folder.figures_path.read_bytes(), folder.figures_path)
+        names = {node: folder.evidence_path(node) for node in doc.nodes}
+    except (GpucertError, OSError, ValueError):
+        return {}
+    evidence = {}
+    for node, path in names.items():
+        digest = signed.get(path.relative_to(folder.path).as_posix())
+        if digest is not None:
+            evidence[node] = (path, digest)
+    return dict(heads_of(doc, evidence))
 
 
 def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:

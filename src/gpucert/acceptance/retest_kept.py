@@ -35,8 +35,10 @@ from typing import Any
 
 from gpucert.errors import GpucertError
 from gpucert.evaluate.catalog import REGISTRY
+from gpucert.evaluate.held import Told, parse_figures, told_of
 from gpucert.evaluate.view import RunView
 from gpucert.files import write_atomic
+from gpucert.measure.evidence_held import HeldEvidence
 from gpucert.plan import layout
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.records import RetestRecord, RunInfo, parse_record
@@ -46,7 +48,7 @@ from gpucert.report.envelope import read_envelope
 from gpucert.report.verdict_model import Group, parse_verdict
 from gpucert.resources import code_digest
 
-__all__ = ["KEPT_RECORDS", "Kept", "keep_source_records", "kept_decisions"]
+__all__ = ["KEPT_RECORDS", "Kept", "held_figures", "keep_source_records", "kept_decisions"]
 
 KEPT_RECORDS = (layout.RUN_INFO, layout.VERDICT, layout.STACK, layout.INVENTORY)
 HISTORY = f"{layout.INPUTS}/{layout.HISTORY}"  # the GPUs' history: read by the drift checks only, none of them local
@@ -59,10 +61,11 @@ UNVERIFIED = (
 
 
 def keep_source_records(source: RunFolder, folder: RunFolder) -> None:
-    """Copy the source run's run.json, verdict.json, stack.json and inventory.json into the re-test's retest/source/,
-    byte for byte (what `kept_decisions` holds to the source's signed digests); without an fsync each: the re-test's
-    preparation syncs them with its carried copies, before the record that names the source (files.sync)."""
-    for name in KEPT_RECORDS:
+    """Copy the source run's run.json, verdict.json, stack.json and inventory.json (and figures.json, where it wrote
+    one) into the re-test's retest/source/, byte for byte (what `kept_decisions` and `held_figures` hold to the
+    source's signed digests); without an fsync each: the re-test's preparation syncs them with its carried copies,
+    before the record that names the source (files.sync)."""
+    for name in (*KEPT_RECORDS, layout.FIGURES):
         path = source.path / name
         if path.is_file():
             write_atomic(folder.retest_kept_dir / name, path.read_bytes(), durable=False)
@@ -251,3 +254,32 @@ def kept_decisions(view: RunView, record: RetestRecord, required: Mapping[str, i
 
 def _read(path: Path) -> Any:
     return json.loads(path.read_bytes())
+
+
+def held_figures(view: RunView, record: RetestRecord | None) -> dict[str, tuple[HeldEvidence, Told]]:
+    """The carried nodes whose evidence the re-test holds by its head, with the figures its source derived of it
+    (evaluate/held.py), where deriving them again provably gives the same: the source's certificate verified by the
+    re-test's key, the same code and inputs (gates 1 and 2), its figures.json the one it signed, and each node's
+    entry of the very file carried (its bytes hashed now) under the same asks. Nothing (read every document) where
+    any of it does not hold."""
+    if record is None or not record.carried or record.source.signer is None:
+        return {}
+    folder = view.folder
+    try:
+        signed, kept = _records(folder, record)
+        info = parse_record(RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
+        path = folder.retest_kept_dir / layout.FIGURES
+        if _judged_alike(folder, signed, info) is not None or not path.is_file():
+            return {}
+        data = path.read_bytes()
+        if signed.get(layout.FIGURES) != _sha256(data):
+            return {}
+        evidence = {}
+        for node, entry in record.carried.items():
+            file = folder.evidence_path(node)
+            if signed.get(entry.file) == entry.sha256 and file.is_file() and not file.is_symlink():
+                evidence[node] = (file, _sha256(file.read_bytes()))
+        peers = view.peers
+        return told_of(parse_figures(data, path), evidence, lambda p: {m: peers.ask(m, p) for m in peers.metrics(p)})
+    except (_Unmatched, GpucertError, OSError, ValueError, KeyError):
+        return {}

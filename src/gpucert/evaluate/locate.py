@@ -176,9 +176,15 @@ def told_figures(view: RunView, metric: str, node: str, gpus: Sequence[int]) -> 
     unit = view.baseline_of(node).metrics[metric].unit
     sound: dict[int, str | None] | None = None  # P2P: each GPU's matrix problem (None: none)
     if metric == P2P:
-        if ev.p2p is None or ev.p2p.unit != unit:
-            return none
-        sound = view.once(f"p2p.matrix/{node}", lambda: p2p_problems(ev))  # figure's, under its name
+        held = view.held(node)  # a held node's, as its source found them (evaluate/held.py)
+        if held is not None:
+            if held.p2p is None or held.p2p[0] != unit:
+                return none
+            sound = held.p2p[1]
+        else:
+            if ev.p2p is None or ev.p2p.unit != unit:
+                return none
+            sound = view.once(f"p2p.matrix/{node}", lambda: p2p_problems(ev))  # figure's, under its name
     out: list[Sampled | None] = []
     for gpu in gpus:
         found = view.believed(metric, node, gpu) if view.gpu_of(node, gpu) is not None else None

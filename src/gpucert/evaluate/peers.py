@@ -84,12 +84,8 @@ class PeerComparisons:
         metrics = [m for m in self.metrics(pool) if (m, pool) not in self._index]
         if metric not in metrics:
             metrics.append(metric)
-        asks, stable = [], {m: unstable_is_judged(m) for m in metrics}
-        for m in metrics:
-            rules = self.rules(m, pool)
-            how = (1.0 if rules.higher_is_better else -1.0, rules.max_deviation) if stable[m] else None
-            expected = self.baselines[pool].metrics[m].expected
-            asks.append(Ask(m, expected, self.spec.certify.min_samples(probe_of_metric(m)), how))
+        stable = {m: unstable_is_judged(m) for m in metrics}
+        asks = [self.ask(m, pool) for m in metrics]
         evidence = [ev for ev in self._evidence(pool) if ev.collected]
         found = self._believe(evidence, asks)
         label = self.label(pool)
@@ -108,6 +104,14 @@ class PeerComparisons:
                 pool_of=lambda _node: label,
                 others=lambda _label, m=m: self._other_spreads(m, pool),  # type: ignore[misc]
             )
+
+    def ask(self, metric: str, pool: str) -> Ask:
+        """What the pool's index asks of each figure of `metric`: the SKU figure, the samples the spec asks of its
+        probe, and (where stability is judged) the sign and maxDeviation that tell slow samples."""
+        rules = self.rules(metric, pool)
+        how = (1.0 if rules.higher_is_better else -1.0, rules.max_deviation) if unstable_is_judged(metric) else None
+        expected = self.baselines[pool].metrics[metric].expected
+        return Ask(metric, expected, self.spec.certify.min_samples(probe_of_metric(metric)), how)
 
     def _other_spreads(self, metric: str, pool: str) -> list[tuple[float, int]]:
         """The node spreads of the pool's other per-GPU metrics (PeerIndex.relative_spread): the same nodes

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from itertools import chain
 from pathlib import Path
-from typing import Any, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from gpucert.errors import EvidenceError
 from gpucert.evaluate.pairs_index import PairsIndex, index_pairs
@@ -44,6 +44,9 @@ from gpucert.stack import rules as stack_rules
 from gpucert.stack.gate import Gate, gate_keys
 from gpucert.stack.gate_inputs import gate_from
 from gpucert.stack.observe import StackObservation
+
+if TYPE_CHECKING:
+    from gpucert.evaluate.held import Told
 
 __all__ = ["PREFLIGHT", "GpuSlot", "RunView"]
 
@@ -84,6 +87,7 @@ class RunView(ViewFigures):
         self._gpus: dict[str, dict[int, GpuEvidence]] = {}  # per node, its usable evidence's GPUs by index
         self._baseline_of: dict[str, GpuBaseline] = {}
         self._pool_names: dict[str, str | None] = {}
+        self._held: dict[str, Told] = {}
         self.peers = PeerComparisons(self.peer_evidence, spec, self.baselines, believe=self._believe_pool)
 
     @classmethod
@@ -219,6 +223,19 @@ class RunView(ViewFigures):
                 self._problems[node] = str(exc)
                 raise
         return self._evidence[node]
+
+    def hold(self, held: Mapping[str, tuple[NodeEvidence, Told]]) -> None:
+        """Take each node's evidence held by its head, with the figures its source derived of it (evaluate/held.py:
+        a re-test's carried nodes, where acceptance/retest_kept.py `held_figures` found them derived alike), in place
+        of reading its document; a node already read keeps what was read."""
+        for node, (ev, told) in held.items():
+            if node not in self._evidence and node not in self._problems:
+                self._evidence[node] = ev
+                self._held[node] = told
+
+    def held(self, node: str) -> Told | None:
+        """What the view holds of a held node in place of its document (its source's figures); None for another."""
+        return self._held.get(node)
 
     def release(self, node: str) -> None:
         """Forget the node's evidence (read again if asked again): for a reader that visits each node once and

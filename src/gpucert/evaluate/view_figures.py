@@ -5,14 +5,17 @@ the view keeps its own nodes' figures from that, so a check finds its figure tol
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 from gpucert.evaluate.peers import probe_of_metric
 from gpucert.evaluate.rules.performance import Sampled, believable, samples_of
-from gpucert.evaluate.rules.performance_batch import Ask, Believed, believe_many
+from gpucert.evaluate.rules.performance_batch import Ask, Believed, believe_many, slots_of
+from gpucert.evaluate.rules.stability import SlowSamples
+from gpucert.plan.checks import NODE_METRICS
 
 if TYPE_CHECKING:
+    from gpucert.evaluate.held import Told
     from gpucert.measure.evidence import GpuEvidence, NodeEvidence
     from gpucert.spec.baseline import GpuBaseline
     from gpucert.spec.cluster import ClusterSpec
@@ -30,6 +33,8 @@ class ViewFigures:
     # per node, each (metric, GPU)'s believable figure, or why not (None: no samples): a float and a count each
     _figures: dict[str, dict[tuple[str, int | None], Sampled | str | None]]
     _figure_keys: dict[tuple[str, int | None], tuple[str, int | None]]  # one (metric, GPU) for all nodes
+    _evidence: dict[str, NodeEvidence | None]
+    _held: dict[str, Told]  # a re-test's held nodes' figures, as their source derived them (evaluate/held.py)
 
     if TYPE_CHECKING:
 
@@ -61,6 +66,12 @@ class ViewFigures:
             ev = self.usable(node)
             if ev is None:
                 raise ValueError(f"{node} has no usable evidence: no figure of {metric} to believe")
+            held = self._held.get(node)
+            if held is not None and metric in held.figures:  # its source's, derived alike (evaluate/held.py)
+                for index, figure, _slow, sampled in held.figures[metric]:
+                    if index == gpu:
+                        figures[key] = figure if sampled or type(figure) is Sampled else None
+                        return figures[key]
             told = self.once("view_figures: believed by the pools", _Told)
             if told.copied.get(node) != len(told.pools):  # what its pool's index believed of it, kept at once
                 told.copied[node] = len(told.pools)
@@ -96,8 +107,9 @@ class ViewFigures:
     def _believe_pool(self, evidence: Sequence[NodeEvidence], asks: Sequence[Ask]) -> dict[str, Believed]:
         """`believe_many` as the peer index asks it (every GPU of a pool at once, every metric), keeping what it
         believed for the view's own nodes' checks, which ask the same question (`believed`) after: kept node by node
-        when a check of the node first asks (at 1,024 x 8 a re-test asks of 3 nodes), not copied for every GPU."""
-        found = believe_many(evidence, asks)
+        when a check of the node first asks (at 1,024 x 8 a re-test asks of 3 nodes), not copied for every GPU. A
+        held node's figures are its source's (evaluate/held.py), its evidence not read for them."""
+        found = self._believe_held(evidence, asks)
         told = self.once("view_figures: believed by the pools", _Told)
         groups: dict[int, tuple[dict[str, tuple[Believed, float | None]], dict[str, tuple[int, int]]]] = {}
         for ask in asks:  # the metrics that share a GPU list (a pool's per-GPU ones; its node-level ones) together
@@ -108,6 +120,60 @@ class ViewFigures:
                 told.pools.append(group)
             group[0][ask.metric] = (b, ask.expected)
         return found
+
+    def _believe_held(self, evidence: Sequence[NodeEvidence], asks: Sequence[Ask]) -> dict[str, Believed]:
+        """`believe_many` of the evidence, each held node's figures told by its entry rather than believed again:
+        the others believed at once, then every slot in the pool's order takes its figure from one or the other."""
+        told = {id(ev): t for ev in evidence if (t := self._told_for(ev, asks)) is not None}
+        if not told:
+            return believe_many(evidence, asks)
+        rest = believe_many([ev for ev in evidence if id(ev) not in told], asks)
+        slots = {per: slots_of(evidence, per_node=per) for per in {a.metric in NODE_METRICS for a in asks}}
+        out: dict[str, Believed] = {}
+        for ask in asks:
+            s, theirs = slots[ask.metric in NODE_METRICS], rest[ask.metric]
+            others = zip(theirs.figures, theirs.slow, strict=True)
+            b = out[ask.metric] = Believed(s.evidence, s.gpus, keys=s.keys)
+            rows: Iterator[tuple[int | None, Sampled | str, SlowSamples | None, bool]] = iter(())
+            last = None
+            for ev in s.evidence:
+                t = told.get(id(ev))
+                if t is None:
+                    figure, slow = next(others)
+                else:
+                    if ev is not last:  # a node's slots follow each other, in its rows' order (_told_for)
+                        rows, last = iter(t.figures[ask.metric]), ev
+                    _gpu, figure, slow, _sampled = next(rows)
+                b.figures.append(figure)
+                b.slow.append(slow)
+            b.refused = sum(1 for f in b.figures if type(f) is str)
+        return out
+
+    def _told_for(self, ev: NodeEvidence, asks: Sequence[Ask]) -> Told | None:
+        """The held node's entry where it tells every metric asked, slot for slot (the GPUs `slots_of` lists of its
+        evidence, in that order); else None: believed from its evidence."""
+        t = self._held.get(ev.node)
+        if t is None or self._evidence.get(ev.node) is not ev:
+            return None
+        seen: dict[int, None] = {}
+        for g in ev.gpus:
+            seen.setdefault(g.index)
+        for ask in asks:
+            rows = t.figures.get(ask.metric)
+            want = [None] if ask.metric in NODE_METRICS else list(seen)
+            if rows is None or [r[0] for r in rows] != want:
+                return None
+        return t
+
+    def told_rows(self) -> Iterator[tuple[str, str, list[tuple[int | None, Sampled | str, SlowSamples | None]]]]:
+        """What the pools' indexes believed of the view's own nodes: per metric and node, each slot's GPU, figure (or
+        why not) and slow samples, in the index's order (evaluate/held.py writes them down)."""
+        told = self.once("view_figures: believed by the pools", _Told)
+        for found, spans in told.pools:
+            for metric, (b, _expected) in found.items():
+                for node, (start, end) in spans.items():
+                    if b.evidence[start] is self._evidence.get(node):
+                        yield metric, node, [(b.gpus[i], b.figures[i], b.slow[i]) for i in range(start, end)]
 
     def min_samples(self, metric: str) -> int:
         """The samples a figure of `metric` needs: the spec's count for its probe (certify.samples)."""

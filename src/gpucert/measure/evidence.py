@@ -377,14 +377,25 @@ def read_fabric_pairs(path: Path) -> FabricPairs | None:
 _VALIDATED: weakref.WeakValueDictionary[bytes, NodeEvidence] = weakref.WeakValueDictionary()
 
 
+# The heads of node documents a reader holds without the documents (evidence_held.py), by the sha256 of the
+# document's bytes: each head is the document's own, its `target` the document's.
+HEADS: weakref.WeakValueDictionary[bytes, NodeEvidence] = weakref.WeakValueDictionary()
+
+
+def _known(sha256: bytes) -> NodeEvidence | None:
+    """The document of these bytes a reader holds validated, or its head a reader holds, if any."""
+    return _VALIDATED.get(sha256) or HEADS.get(sha256)
+
+
 def evidence_target(path: Path, sha256: bytes | None = None) -> object:
-    """The `target` the node document at `path` names: its model's when a reader holds it validated, else its JSON's
-    (not validated: what a check of the target alone needs). EvidenceError when it cannot be read as JSON. `sha256`:
-    the digest of its bytes, which the caller read just now (a signature's); a document held by it is not read."""
-    if sha256 is not None and (known := _VALIDATED.get(sha256)) is not None:
+    """The `target` the node document at `path` names: its model's (or head's) when a reader holds it, else its
+    JSON's (not validated: what a check of the target alone needs). EvidenceError when it cannot be read as JSON.
+    `sha256`: the digest of its bytes, which the caller read just now (a signature's); a document held by it is not
+    read."""
+    if sha256 is not None and (known := _known(sha256)) is not None:
         return known.target
     data = read_bytes(path, missing=_MISSING)
-    held = _VALIDATED.get(hashlib.sha256(data).digest())
+    held = _known(hashlib.sha256(data).digest())
     if held is not None:
         return held.target
     doc = parse_json(path, data)

@@ -142,6 +142,7 @@ RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signe
 IDENTITY = "identity"
 RETEST_KEPT = "source"  # the source run's run.json, verdict.json, stack.json and inventory.json, byte for byte
 VERDICT = "verdict.json"
+FIGURES = "figures.json"  # what the run derived of each measured node, signed with it (evaluate/held.py)
 RUN_INFO = "run.json"
 REPORT = "report.html"
 JUNIT = "junit.xml"

@@ -95,6 +95,7 @@ class RunFolder:
     operator_dir = _In(layout.INPUTS, layout.OPERATOR)
     base_dir = _In(layout.INPUTS, layout.BASE)
     summary_path = _In(layout.SUMMARY)
+    figures_path = _In(layout.FIGURES)
     inventory_path = _In(layout.INVENTORY)
     stack_path = _In(layout.STACK)
     evidence_dir = _In(layout.EVIDENCE)
@@ -334,6 +335,9 @@ class RunFolder:
 
     def write_summary(self, markdown: str) -> None:
         write_atomic(self.summary_path, markdown)
+
+    def write_figures(self, data: bytes) -> None:
+        write_atomic(self.figures_path, data)
 
     def read_verdict(self) -> dict[str, Any]:
         return read_json_object(self.verdict_path)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpucert.acceptance.retest import read_retest_record
-from gpucert.acceptance.retest_kept import Kept
+from gpucert.acceptance.retest_kept import Kept, held_figures
 from gpucert.evaluate.evaluation import Evaluation
 from gpucert.plan.checks import CheckKey
 from gpucert.plan.records import RetestRecord
@@ -45,6 +45,9 @@ class RunContext:
         self.spec, self.folder = self.evaluation.spec, self.evaluation.folder
         self.retest = read_retest_record(self.folder)
         self.carried = frozenset(self.retest.carried) if self.retest is not None else frozenset()
+        # its carried nodes' evidence held by its head with their source's figures, where derived alike: before any
+        # check reads a node's evidence (acceptance/retest_kept.py `held_figures`)
+        self.evaluation.hold(held_figures(self.evaluation, self.retest))
 
 
 context_key = pytest.StashKey[RunContext]()

@@ -10,6 +10,7 @@ session that deselected, never reached or skipped some without a failing cause c
 from __future__ import annotations
 
 import time
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from gpucert.errors import GpucertError
 from gpucert.evaluate.evaluation import Evaluation
+from gpucert.evaluate.held import figures_document
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.inputs import load_inputs
 from gpucert.plan.layout import Mode
@@ -242,6 +244,9 @@ def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> 
     ctx.folder.write_run_info(
         spec=ctx.spec.metadata.name, target=ev.inventory.target, started=ctx.started, finished=finished
     )
+    if ev.measured:  # what a re-test of this run reads in place of a carried node's evidence (evaluate/held.py)
+        with suppress(GpucertError, ValueError):  # none where it cannot be made: a re-test reads every document
+            ctx.folder.write_figures(figures_document(ev))
     dirs = [ctx.folder.allure_dir]
     extra = alluredir.results_dir(config)
     if extra:

@@ -23,6 +23,7 @@ waived; then a skip whose cause ran and did not fail is an error (report/verdict
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ from pathlib import Path
 from gpucert._version import __version__
 from gpucert.errors import EvidenceError, GpucertError
 from gpucert.evaluate.evaluation import Evaluation, counted
+from gpucert.evaluate.held import figures_document
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
 from gpucert.plan.layout import Mode
 from gpucert.plan.records import read_run_info
@@ -267,4 +269,20 @@ def verdict_differences(folder: RunFolder, verdict: Verdict | None = None) -> Di
     lines += _node_differences(verdict, judged, missing, every_ran)
     if every_ran:
         lines += _summary_differences(verdict, ev, judged, len(missing))
+    lines += _figures_differences(folder, ev)
     return Differences(tuple(lines[:NAMED]), len(lines))
+
+
+def _figures_differences(folder: RunFolder, ev: Evaluation) -> list[str]:
+    """figures.json, where the run wrote one, against what its evidence gives (evaluate/held.py): a re-test of the
+    run takes a carried node's figures from it, so a signature must not cover figures the evidence does not."""
+    path = folder.figures_path
+    if not path.is_file():
+        return []
+    try:
+        said = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        return [f"figures.json cannot be read: {exc}"]
+    if said != json.loads(figures_document(ev)):
+        return ["figures.json says other figures than the run's evidence gives (a re-test would take them)"]
+    return []
