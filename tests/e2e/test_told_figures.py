@@ -1,4 +1,4 @@
-"""A GPU's figure told from its pool's index (locate.told_figure, issue 28) never stands in for a question `figure`
+"""A GPU's figure told from its pool's index (locate.told_figures, issue 28) never stands in for a question `figure`
 asks: a measurement in another unit than the baseline's, or a probe error on that GPU, is the same error with the
 told path as without it, and every other memory and straggler check decides the same (fail closed: the told path
 is only a shortcut to the answer `figure` gives)."""
@@ -62,5 +62,6 @@ def test_a_told_figure_never_hides_another_unit_or_a_probe_error(edited: Path, m
     )
     assert told[PROBE_ERROR] == ("error", "gpu-node-3/gpu0: the memory probe failed: injected")
     assert sum(status == "pass" for status, _ in told.values()) >= 20  # the others: most told, all passed
-    monkeypatch.setattr(locate, "told_figure", lambda *_a, **_k: None)  # every figure asked question by question
+    # every figure asked question by question
+    monkeypatch.setattr(locate, "told_figures", lambda _view, _metric, _node, gpus: [None] * len(gpus))
     assert _decided(edited) == told

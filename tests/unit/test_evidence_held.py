@@ -6,8 +6,8 @@ __iter__, __copy__, __deepcopy__, __getstate__ and the pickle hooks read `__dict
 from __future__ import annotations
 
 import copy
-import inspect
 import hashlib
+import inspect
 import json
 import pickle
 from pathlib import Path
@@ -74,7 +74,8 @@ def test_every_wholesale_reader_of_pydantic_loads_first() -> None:
 def test_the_head_answers_without_reading_the_document(document: tuple[Path, NodeEvidence]) -> None:
     path, whole = document
     ev = _held(path, whole, load=lambda: pytest.fail("the document was read for a field of its head"))
-    assert isinstance(ev, NodeEvidence) and is_held(ev)
+    assert isinstance(ev, NodeEvidence)
+    assert is_held(ev)
     assert (ev.node, ev.finished, ev.collected, ev.errors, ev.nccl) == (
         whole.node,
         whole.finished,
@@ -85,7 +86,8 @@ def test_the_head_answers_without_reading_the_document(document: tuple[Path, Nod
     assert [(g.index, g.serial, g.uuid, g.vbios, g.pci_bus_id) for g in ev.gpus] == [
         (g.index, g.serial, g.uuid, g.vbios, g.pci_bus_id) for g in whole.gpus
     ]
-    assert head_of(ev) == head_of(whole) and is_held(ev)
+    assert head_of(ev) == head_of(whole)
+    assert is_held(ev)
     assert evidence_target(path) == whole.target  # by its head, not the document's JSON
 
 
@@ -99,7 +101,9 @@ def test_a_heavy_field_reads_the_document(document: tuple[Path, NodeEvidence], f
     else:
         assert getattr(ev, field) == getattr(whole, field)
     assert not is_held(ev)
-    assert all(g.health == w.health and g.measurements == w.measurements for g, w in zip(ev.gpus, whole.gpus))
+    assert all(
+        g.health == w.health and g.measurements == w.measurements for g, w in zip(ev.gpus, whole.gpus, strict=True)
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 
-from gpucert.evaluate.rules.performance import OWN_FIGURES, Sampled, evidence_problem, p2p_problems
+from gpucert.evaluate.rules.performance import Sampled, evidence_problem, p2p_problems
 from gpucert.evaluate.view import GpuSlot, RunView
 from gpucert.measure.evidence import GpuEvidence, NodeEvidence
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding, family_of
@@ -23,7 +23,6 @@ __all__ = [
     "node_evidence",
     "outside_pools",
     "skip",
-    "told_figure",
     "told_figures",
     "unmeasured",
     "unmeasured_skip",
@@ -118,7 +117,7 @@ def gpu_evidence(view: RunView, check: str, gpu: GpuSlot) -> GpuEvidence | Findi
 
 def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | Finding:
     """The GPU's (or node's) figure for `metric`, or the Finding that says why there is none to judge."""
-    told = told_figure(view, metric, node, gpu)
+    told = told_figures(view, metric, node, (gpu,))[0] if gpu is not None else None  # P2P's too: a held node's
     if told is not None:
         return told
     ev = node_evidence(view, metric, node) if gpu is None else gpu_evidence(view, metric, GpuSlot(node, gpu))
@@ -141,29 +140,11 @@ def figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | 
     return found
 
 
-def told_figure(view: RunView, metric: str, node: str, gpu: int | None) -> Sampled | None:
-    """`figure`'s answer where nothing can stand in its way, without asking each question: the GPU's measurement was
-    believed (most of a fleet's, by its peers' index), on a node whose probes recorded no error at all, measured by a
-    probe the spec asks for, in the baseline's unit. Else None (ask `figure`'s
-    questions one by one). The P2P and all-reduce figures are no one measurement's (their matrix and ranks are
-    judged): never told here."""
-    if gpu is None or metric in OWN_FIGURES:
-        return None
-    ev = view.usable(node)
-    if ev is None or not ev.collected or ev.errors or _probe_of(metric) not in view.asked_probes:
-        return None
-    if view.gpu_of(node, gpu) is None:
-        return None
-    found = view.believed(metric, node, gpu)
-    if not isinstance(found, Sampled):
-        return None
-    if found.unit != view.baseline_of(node).metrics[metric].unit:
-        return None
-    return found  # its measurement's unit: evidence_problem has nothing to say
-
-
 def told_figures(view: RunView, metric: str, node: str, gpus: Sequence[int]) -> list[Sampled | None]:
-    """`told_figure` of each of the node's `gpus` (a re-test decides a carried node's GPUs of a metric at once): the
+    """`figure`'s answer for each of the node's `gpus` where nothing can stand in its way, without asking each
+    question (a re-test decides a carried node's GPUs of a metric at once): the GPU's measurement was believed (most
+    of a fleet's, by its peers' index), on a node whose probes recorded no error at all, measured by a probe the spec
+    asks for, in the baseline's unit; else None (ask `figure`'s questions one by one). The
     node's questions (its evidence, errors, probe, the baseline's unit) asked once, each GPU's (present, believed, in
     that unit) for each. P2P too, where `figure` would find its matrix sound for the GPU (the node's matrix looked
     over once, as `figure` does) and its unit the baseline's; the all-reduce (no GPU's) never."""

@@ -1,0 +1,155 @@
+"""A re-test holds its carried nodes' evidence by its head, with the figures its source signed in figures.json
+(evaluate/held.py), where the same code derived them from the same file under the same inputs and the re-test's own
+key verified the source: then no carried node's document is read, and the verdict and the re-test's own figures are
+what re-deriving everything from the evidence gives. Where any of that does not hold, nothing is held.
+
+One signed certification of five nodes with two GPUs (health, memory, P2P), three failing with an ECC error, then a
+re-test after the repair, the three coming back slower (every carried node's peers move)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpucert.acceptance.retest_kept import held_figures
+from gpucert.evaluate.evaluation import Evaluation, counted
+from gpucert.evaluate.held import FIGURES_SCHEMA, figures_document
+from gpucert.measure.evidence_held import is_held
+from gpucert.plan.records import read_retest_record
+from gpucert.pytest.carried import decide_carried
+from gpucert.pytest.context import RunContext
+from gpucert.report import attest
+from gpucert.report.derivation import VerdictContradicted, verdict_differences
+
+from .conftest import fleet_doc, gpucert, spec_doc
+from .test_handover_acceptance import new_run, ok, runs
+
+CARRIED = ("gpu-node-4", "gpu-node-5")
+AGAIN = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
+
+
+@dataclass(frozen=True)
+class Runs:
+    work: Path
+    source: Path
+    retest: Path
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+    work = tmp_path_factory.mktemp("held")
+    ecc = [{"kind": "ecc", "node": n, "gpu": 0, "uncorrected": 1} for n in AGAIN]
+    slower = [{"kind": "slow", "node": n, "metric": "memory.bandwidth", "factor": 0.9} for n in AGAIN]
+    spec = spec_doc(probes=["health", "memory", "p2p"])
+    del spec["certify"]["multinode"]
+    spec["expect"] |= {"nodes": 5, "gpusPerNode": 2}
+    (work / "spec.yaml").write_text(yaml.safe_dump(spec))
+    (work / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(ecc, nodes=5, gpus=2)))
+    ok(gpucert("keygen", "keys", cwd=work))
+    sign = ("-q", "--sign-key", "keys/gpucert.key")
+    ok(gpucert("certify", "spec.yaml", *sign, cwd=work), 1)
+    (source,) = runs(work / "reports")
+    (work / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(slower, nodes=5, gpus=2)))
+    ok(gpucert("certify", "spec.yaml", *sign, "--retest", str(source), cwd=work), 1)
+    return Runs(work, source, new_run(work / "reports", {source}))
+
+
+def _figures(run: Path) -> dict[str, object]:
+    return json.loads((run / "figures.json").read_bytes())
+
+
+def _held_view(run: Path) -> Evaluation:
+    """The re-test's evaluation as its session opens it (RunContext holds the carried nodes)."""
+    return RunContext(Evaluation.from_run(run)).evaluation
+
+
+def test_a_run_signs_the_figures_its_evidence_gives(made: Runs) -> None:
+    doc = _figures(made.source)
+    assert doc["schema"] == FIGURES_SCHEMA
+    assert sorted(doc["nodes"]) == [f"gpu-node-{i}" for i in range(1, 6)]  # type: ignore[call-overload]
+    assert "figures.json" in attest.read_envelope(made.source / "certificate.intoto.json").signed_digests()
+    assert doc == json.loads(figures_document(Evaluation.from_run(made.source)))
+
+
+def test_the_retest_holds_its_carried_nodes_and_reads_none_of_their_documents(made: Runs) -> None:
+    ctx = RunContext(Evaluation.from_run(made.retest))
+    ev = ctx.evaluation
+    assert sorted(n for n in ev.inventory.names if ev.held(n) is not None) == list(CARRIED)
+    decide_carried(ctx)  # as the session decides them: the local checks kept, the rest by the rules
+    for key in ev.plan.required:  # and every other check of the run, as its items do
+        if key.node not in CARRIED:
+            counted(ev, key)
+    ev.peers.against_sku()
+    ev.peers.undecided()
+    figures_document(ev)
+    assert all(is_held(ev.evidence(n)) for n in CARRIED)  # type: ignore[arg-type]
+    assert not any(is_held(ev.evidence(n)) for n in AGAIN)  # type: ignore[arg-type]
+
+
+def test_held_decides_as_reading_every_document(made: Runs) -> None:
+    """The re-test's verdict and its own figures.json are what an evaluation reading every document gives."""
+    assert verdict_differences(Evaluation.from_run(made.retest).folder).named() == []
+    assert _figures(made.retest) == json.loads(figures_document(Evaluation.from_run(made.retest)))
+    held, plain = _held_view(made.retest), Evaluation.from_run(made.retest)
+    for key in sorted(plain.plan.required, key=lambda k: k.sort_key()):
+        assert held.decide(key) == plain.decide(key), key
+
+
+def _copy(made: Runs, tmp_path: Path) -> Path:
+    run = tmp_path / made.retest.name
+    shutil.copytree(made.retest, run, symlinks=True)
+    return run
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        "figures",  # retest/source/figures.json is not the one its source signed
+        "signer",  # the re-test record says no key verified the source
+        "code",  # the source's run.json names other gpucert code
+    ],
+)
+def test_nothing_is_held_where_a_gate_fails(made: Runs, tmp_path: Path, spoil: str) -> None:
+    run = _copy(made, tmp_path)
+    kept = run / "retest" / "source"
+    if spoil == "figures":
+        doc = json.loads((kept / "figures.json").read_bytes())
+        doc["nodes"]["gpu-node-4"]["figures"]["memory.bandwidth"][0][1] *= 2
+        (kept / "figures.json").write_text(json.dumps(doc))
+    elif spoil == "signer":
+        record = json.loads((run / "retest" / "record.json").read_bytes())
+        record["source"]["signer"] = None
+        (run / "retest" / "record.json").write_text(json.dumps(record))
+    else:
+        info = json.loads((kept / "run.json").read_bytes())
+        info["gpucert_code"] = "sha256:" + "0" * 64
+        (kept / "run.json").write_text(json.dumps(info))
+    view = Evaluation.from_run(run)
+    assert held_figures(view, read_retest_record(view.folder)) == {}
+
+
+def test_a_carried_file_changed_is_not_held(made: Runs, tmp_path: Path) -> None:
+    run = _copy(made, tmp_path)
+    path = run / "evidence" / "gpu-node-4.json"
+    doc = json.loads(path.read_bytes())
+    path.unlink()  # a hard link to the source's file: write a file of its own
+    path.write_text(json.dumps(doc, indent=1))  # the same document, other bytes
+    view = Evaluation.from_run(run)
+    assert sorted(held_figures(view, read_retest_record(view.folder))) == ["gpu-node-5"]
+
+
+def test_figures_the_evidence_does_not_give_are_not_signed(made: Runs, tmp_path: Path) -> None:
+    """A run folder whose figures.json was changed is not signed: a re-test would take its figures."""
+    run = tmp_path / made.source.name
+    shutil.copytree(made.source, run)
+    (run / "certificate.intoto.json").unlink()
+    doc = _figures(run)
+    doc["nodes"]["gpu-node-4"]["figures"]["memory.bandwidth"][0][1] *= 2  # type: ignore[index]
+    (run / "figures.json").write_text(json.dumps(doc))
+    with pytest.raises(VerdictContradicted, match=r"figures\.json"):
+        attest.sign_run(run, made.work / "keys" / "gpucert.key")
