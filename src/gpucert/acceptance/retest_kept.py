@@ -35,7 +35,8 @@ from typing import Any
 
 from gpucert.errors import GpucertError
 from gpucert.evaluate.catalog import REGISTRY
-from gpucert.evaluate.held import Told, parse_figures, told_of
+from gpucert.evaluate.held import parse_figures, told_of
+from gpucert.evaluate.told import Told
 from gpucert.evaluate.view import RunView
 from gpucert.files import write_atomic
 from gpucert.measure.evidence_held import HeldEvidence
@@ -279,7 +280,6 @@ def held_figures(view: RunView, record: RetestRecord | None) -> dict[str, tuple[
             file = folder.evidence_path(node)
             if signed.get(entry.file) == entry.sha256 and file.is_file() and not file.is_symlink():
                 evidence[node] = (file, _sha256(file.read_bytes()))
-        peers = view.peers
-        return told_of(parse_figures(data, path), evidence, lambda p: {m: peers.ask(m, p) for m in peers.metrics(p)})
+        return told_of(parse_figures(data, path), evidence, view.pool_name_of, view.peers.asks)
     except (_Unmatched, GpucertError, OSError, ValueError, KeyError):
         return {}

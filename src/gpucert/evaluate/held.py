@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +27,7 @@ from gpucert.errors import EvidenceError
 from gpucert.evaluate.rules.performance import Sampled, p2p_problems
 from gpucert.evaluate.rules.performance_batch import Ask
 from gpucert.evaluate.rules.stability import SlowSamples
+from gpucert.evaluate.told import Told
 from gpucert.files import validate
 from gpucert.measure.evidence import NodeEvidence, read_evidence
 from gpucert.measure.evidence_held import HeldEvidence, head_of, held
@@ -59,20 +59,8 @@ class FiguresDocument(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     schema_: str = Field(FIGURES_SCHEMA, alias="schema")
-    run: str
     asks: dict[str, dict[str, AskRow]] = Field(default_factory=dict)
     nodes: dict[str, HeldNode] = Field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Told:
-    """One held node's derived figures: per metric, its slots' (GPU, figure or why not, slow samples, whether a
-    refused figure had samples) in the index's order, and its P2P unit and matrix problems (None: no P2P)."""
-
-    evidence: str  # the sha256 of the document, hex
-    pool: str
-    figures: dict[str, list[tuple[int | None, Sampled | str, SlowSamples | None, bool]]]
-    p2p: tuple[str, dict[int, str | None]] | None
 
 
 def _ask_row(ask: Ask) -> AskRow:
@@ -91,7 +79,7 @@ def figures_document(view: RunView) -> bytes:
     """figures.json of the view's run: every measured node of exactly one pool whose pool's index believed it."""
     asks: dict[str, dict[str, AskRow]] = {}
     for pool in view.spec.pool_names:
-        asks[pool] = {m: _ask_row(view.peers.ask(m, pool)) for m in view.peers.metrics(pool)}
+        asks[pool] = {m: _ask_row(a) for m, a in view.peers.asks(pool).items()}
         for m in asks[pool]:
             view.peers.index(m, pool)  # believed by the pool, once (most are by now)
     nodes: dict[str, dict[str, Any]] = {}
@@ -107,10 +95,12 @@ def figures_document(view: RunView) -> bytes:
                 continue
             entry = nodes[node] = _entry(view, node, ev, its)
         entry["figures"][metric] = [
-            _row(gpu, figure, slow, view.believed(metric, node, gpu) is not None) for gpu, figure, slow in rows
+            _row(gpu, figure, slow, type(figure) is Sampled or view.believed(metric, node, gpu) is not None)
+            for gpu, figure, slow in rows
         ]
-    doc = {"schema": FIGURES_SCHEMA, "run": view.folder.id, "asks": asks, "nodes": nodes}
-    return json.dumps(doc, separators=(",", ":")).encode()
+    doc = {"schema": FIGURES_SCHEMA, "asks": asks, "nodes": nodes}
+    # a value JSON cannot say (a NaN in a head) writes no figures.json (ValueError): a re-test reads every document
+    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _entry(view: RunView, node: str, ev: NodeEvidence, pool: str) -> dict[str, Any]:
@@ -158,14 +148,20 @@ def _bound(path: Path, digest: str) -> Callable[[], NodeEvidence | None]:
 
 
 def told_of(
-    doc: FiguresDocument, evidence: Mapping[str, tuple[Path, str]], asks: Callable[[str], Mapping[str, Ask]]
+    doc: FiguresDocument,
+    evidence: Mapping[str, tuple[Path, str]],
+    pool_of: Callable[[str], str | None],
+    asks: Callable[[str], Mapping[str, Ask]],
 ) -> dict[str, tuple[HeldEvidence, Told]]:
     """Each node's held evidence and figures, of the nodes in `evidence` (node -> its file and that file's sha256)
-    whose entry is of that very file and whose pool asks now what it asked then (`asks(pool)`: each metric's Ask)."""
+    whose entry is of that very file, in the pool it is in now (`pool_of`), which asks now what it asked then
+    (`asks(pool)`: each metric's Ask)."""
     out: dict[str, tuple[HeldEvidence, Told]] = {}
     alike: dict[str, bool] = {}
     for node, ev in heads_of(doc, evidence).items():
         entry = doc.nodes[node]
+        if pool_of(node) != entry.pool:
+            continue
         if entry.pool not in alike:
             then = doc.asks.get(entry.pool)
             alike[entry.pool] = then is not None and {m: _ask_row(a) for m, a in asks(entry.pool).items()} == then

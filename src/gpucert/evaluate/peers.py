@@ -113,6 +113,10 @@ class PeerComparisons:
         expected = self.baselines[pool].metrics[metric].expected
         return Ask(metric, expected, self.spec.certify.min_samples(probe_of_metric(metric)), how)
 
+    def asks(self, pool: str) -> dict[str, Ask]:
+        """`ask` of each of the pool's metrics."""
+        return {m: self.ask(m, pool) for m in self.metrics(pool)}
+
     def _other_spreads(self, metric: str, pool: str) -> list[tuple[float, int]]:
         """The node spreads of the pool's other per-GPU metrics (PeerIndex.relative_spread): the same nodes
         measured again, which the node-level rule pools with `metric`'s own (issue 27: 16 nodes' spread alone is

@@ -46,7 +46,7 @@ from gpucert.stack.gate_inputs import gate_from
 from gpucert.stack.observe import StackObservation
 
 if TYPE_CHECKING:
-    from gpucert.evaluate.held import Told
+    from gpucert.evaluate.told import Told
 
 __all__ = ["PREFLIGHT", "GpuSlot", "RunView"]
 

@@ -15,7 +15,7 @@ from gpucert.evaluate.rules.stability import SlowSamples
 from gpucert.plan.checks import NODE_METRICS
 
 if TYPE_CHECKING:
-    from gpucert.evaluate.held import Told
+    from gpucert.evaluate.told import Told
     from gpucert.measure.evidence import GpuEvidence, NodeEvidence
     from gpucert.spec.baseline import GpuBaseline
     from gpucert.spec.cluster import ClusterSpec
