@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import errno
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from gpucert import files
+from gpucert.evaluate.view import RunView
+from gpucert.measure.evidence import write_document
+from gpucert.plan.inventory import Inventory
 from gpucert.plan.runfolder import RunFolder
 from gpucert.spec import names
-from tests.unit.test_retest import evidence
+from gpucert.spec.baseline import load_baseline
+from gpucert.spec.cluster import load_spec
+from tests.unit.test_retest import NOW, evidence
+from tests.unit.test_simulated_fabric import BASELINE, ROOT
 
 
 def _source(tmp_path: Path) -> Path:
@@ -69,14 +76,14 @@ def test_a_symlink_standing_at_a_new_nodes_name_is_replaced_never_written_throug
     outside = tmp_path / "outside.json"
     outside.write_text("theirs")
     folder = RunFolder(tmp_path / "run2")
-    (folder.retest_dir / "identity").mkdir(parents=True)
+    folder.retest_dir.mkdir(parents=True)
     folder.evidence_dir.mkdir()
-    for planted in (folder.evidence_dir / "n1.json", folder.retest_dir / "identity" / "n1.json"):
+    for planted in (folder.evidence_dir / "n1.json", folder.retest_dir / "identity.json"):
         planted.symlink_to(outside)
     folder.carry_evidence("n1", src)
-    folder.write_identity(evidence("n1"))
+    folder.write_identities([evidence("n1")])
     assert outside.read_text() == "theirs"
-    for written in (folder.evidence_dir / "n1.json", folder.retest_dir / "identity" / "n1.json"):
+    for written in (folder.evidence_dir / "n1.json", folder.retest_dir / "identity.json"):
         assert not written.is_symlink()
     assert folder.read_identity("n1") == evidence("n1")
     assert folder.read_evidence("n1") == evidence("n1")
@@ -152,3 +159,25 @@ def test_a_signed_file_reached_by_a_symlink_is_carried_as_its_bytes_not_as_the_l
     assert not path.is_symlink()  # verify_carried refuses a carried symlink
     assert path.read_bytes() == kept.read_bytes()
     assert folder.read_evidence("n1") == evidence("n1")
+
+
+@pytest.mark.parametrize("one_document", [True, False], ids=["retest/identity.json", "before: a file a node"])
+def test_the_identities_a_retest_read_are_read_back_and_date_the_run(tmp_path: Path, one_document: bool) -> None:
+    """The identities are one document (retest/identity.json); a re-test written before it kept one file a node
+    (retest/identity/<node>.json), which still reads. Either way the newest of them is the run's time, by which its
+    waivers expire (RunView.run_time): a re-test that carried every node was last measured by its identity read."""
+    folder = RunFolder(tmp_path / "2027-01-01T00-00-00Z-t")
+    folder.path.mkdir()
+    folder.write_inventory(Inventory("simulated", ()))
+    read = [evidence("n2", finished=NOW - timedelta(days=1)), evidence("n1", finished=NOW)]
+    if one_document:
+        folder.write_identities(read)
+        assert [p.name for p in folder.retest_dir.iterdir()] == ["identity.json"]
+    else:
+        for ev in read:
+            write_document(folder.retest_dir / "identity" / f"{ev.node}.json", ev)
+    assert sorted(folder.read_identities(), key=lambda ev: ev.node) == sorted(read, key=lambda ev: ev.node)
+    assert folder.read_identity("n2") == read[0]
+    assert folder.read_identity("n3") is None
+    view = RunView(folder, load_spec(ROOT / "examples" / "clean.yaml"), load_baseline(BASELINE))
+    assert view.run_time == NOW

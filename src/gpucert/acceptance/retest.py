@@ -323,7 +323,6 @@ def prepare_retest(
     identities: dict[str, NodeEvidence] = {}
 
     def sink(ev: NodeEvidence) -> None:
-        folder.write_identity(ev)
         identities[ev.node] = ev
 
     if candidates:  # NVML only: serials, UUIDs, VBIOS, bus ids and the driver, no load on the GPUs
@@ -332,6 +331,8 @@ def prepare_retest(
             target.read_identities(candidates, plan, sink)
         else:
             target.measure(candidates, plan, sink)
+    if identities:  # one document, not a file a node: at fleet scale the files' creation was most of the read
+        folder.write_identities(list(identities.values()))
     carried: dict[str, Carried] = {}
     before = read_retest_record(source.folder)  # once, not once a node: a re-test's record names every carried node
     for node in candidates:
@@ -353,7 +354,7 @@ def prepare_retest(
     if not _fabric_failed_as_a_whole(source.verdict):
         carried_nodes = [n for n in inventory.names if n in carried]
         carry_pairs(source.folder, source.run, source.signed, spec, folder, carried_nodes)
-    # the identity documents and the carried copies, written without a sync each (4,116 fsyncs at 1,024 nodes),
+    # the identity document and the carried copies, written without a sync each (4,116 fsyncs at 1,024 nodes),
     # reach the disk together before the record that names them: a crash before it leaves no record, so no re-test
     sync()
     record = RetestRecord(

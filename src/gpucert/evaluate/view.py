@@ -23,7 +23,7 @@ from gpucert.evaluate.peers import PeerComparisons
 from gpucert.evaluate.rules.drift import drift_metrics, drift_plan
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.view_figures import ViewFigures
-from gpucert.measure.evidence import FabricEvidence, GpuEvidence, NodeEvidence, read_evidence
+from gpucert.measure.evidence import FabricEvidence, GpuEvidence, NodeEvidence
 from gpucert.plan.carried_pairs import carried_nodes, iter_carried, read_carried
 from gpucert.plan.checks import CheckKey, Finding
 from gpucert.plan.history_records import Snapshot
@@ -167,7 +167,7 @@ class RunView(ViewFigures):
         read from carried nodes), so the same evidence re-evaluated is judged the same; a run that measured nothing:
         the time its folder was made (its id)."""
         stamps = [e.finished for n in self.inventory.names if (e := self.usable(n)) is not None]
-        stamps += [read_evidence(p).finished for p in self.folder.identity_files()]
+        stamps += [ev.finished for ev in self.folder.read_identities()]
         times = []
         for stamp in stamps:
             try:

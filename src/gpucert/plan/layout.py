@@ -15,7 +15,8 @@ evidence/<node>.json, evidence/multinode/        what was measured, written as i
                                                  a re-test's carried pairs: multinode/carried.json, carried-<i>.json
 recertify.json, fleet/<node>.json                a recertification: what was done to the node, its peers
 retest/record.json, source.intoto.json           a re-test: which nodes were measured and why, which carried
-retest/identity/<node>.json                      the identity (GPU serials, VBIOS, driver) read from carried nodes
+retest/identity.json                             the identity (GPU serials, VBIOS, driver) read from each node it
+                                                 may carry, one document (before: retest/identity/<node>.json each)
 retest/source/                                   the source run's run.json, verdict.json, stack.json and
                                                  inventory.json as it signed them: whether a carried node's checks
                                                  keep their signed decisions (acceptance/retest_kept.py)
@@ -139,7 +140,8 @@ FLEET = "fleet"
 RETEST = "retest"
 RETEST_RECORD = "record.json"
 RETEST_SOURCE = "source.intoto.json"  # the source run's envelope: what it signed for the evidence carried over
-IDENTITY = "identity"
+IDENTITY = "identity"  # the folder of one identity document a node (re-tests before retest/identity.json)
+IDENTITIES = "identity.json"
 RETEST_KEPT = "source"  # the source run's run.json, verdict.json, stack.json and inventory.json, byte for byte
 VERDICT = "verdict.json"
 FIGURES = "figures.json"  # what the run derived of each measured node, signed with it (evaluate/held.py)

@@ -19,9 +19,11 @@ from gpucert.measure.evidence import (
     FabricEvidence,
     FabricPairs,
     NodeEvidence,
+    NodeIdentities,
     evidence_target,
     read_evidence,
     read_fabric,
+    read_identities,
     write_document,
 )
 from gpucert.plan import layout
@@ -125,9 +127,6 @@ class RunFolder:
         folder = self.inputs / layout.POOL_BASELINES
         pools = sorted(folder.glob("*.yaml")) if folder.is_dir() else []
         return [p for p in [self.baseline_copy, *pools] if p.is_file()]
-
-    def identity_path(self, node: str) -> Path:
-        return node_file(self.retest_dir / layout.IDENTITY, node, blame=self.retest_dir)
 
     def evidence_path(self, node: str) -> Path:
         """`evidence/<node>.json`, for a node name only (EvidenceError otherwise): it never leaves evidence/."""
@@ -311,19 +310,24 @@ class RunFolder:
         self.retest_dir.mkdir(exist_ok=True)
         write_json(self.retest_record_path, record)
 
-    def write_identity(self, ev: NodeEvidence) -> Path:
-        """A carried node's identity as the re-test read it, as it answers; durable with the carried copies at the
-        re-test's one sync before its record (files.write_atomic's durable=False)."""
-        path = new_node_file(self.retest_dir / layout.IDENTITY, ev.node, blame=self.retest_dir)
-        return write_document(path, ev, durable=False)
+    def write_identities(self, evs: list[NodeEvidence]) -> Path:
+        """The identities a re-test read from the nodes it may carry, as each answered, in one document
+        (`retest/identity.json`); durable with the carried copies at the re-test's one sync before its record
+        (files.write_atomic's durable=False)."""
+        doc = NodeIdentities(nodes=evs)
+        return write_document(self.retest_dir / layout.IDENTITIES, doc, durable=False)
+
+    def read_identities(self) -> list[NodeEvidence]:
+        """Every identity the re-test read: its one document, or in a re-test written before it, each node's own
+        (`retest/identity/<node>.json`); none for a run that read none."""
+        doc = read_identities(self.retest_dir / layout.IDENTITIES)
+        if doc is not None:
+            return doc.nodes
+        folder = self.retest_dir / layout.IDENTITY
+        return [read_evidence(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
     def read_identity(self, node: str) -> NodeEvidence | None:
-        path = self.identity_path(node)
-        return read_evidence(path) if path.exists() else None
-
-    def identity_files(self) -> list[Path]:
-        folder = self.retest_dir / layout.IDENTITY
-        return sorted(folder.glob("*.json")) if folder.is_dir() else []
+        return next((ev for ev in self.read_identities() if ev.node == node), None)
 
     def carry_evidence(self, node: str, source: Path) -> Path:
         """A passing node's evidence from an earlier run, byte for byte (its digest stays the one signed there): a
