@@ -153,3 +153,20 @@ def test_figures_the_evidence_does_not_give_are_not_signed(made: Runs, tmp_path:
     (run / "figures.json").write_text(json.dumps(doc))
     with pytest.raises(VerdictContradicted, match=r"figures\.json"):
         attest.sign_run(run, made.work / "keys" / "gpucert.key")
+
+
+def test_figures_no_evidence_can_give_are_refused_by_sign_in_a_line(made: Runs, tmp_path: Path) -> None:
+    """A document whose head says a NaN gives no figures.json (JSON cannot say it: evaluate/held.py): a folder that
+    holds one anyway (its evidence edited after its run) is refused by sign as contradicted, not with json's
+    ValueError as a traceback."""
+    run = tmp_path / made.source.name
+    shutil.copytree(made.source, run)
+    (run / "certificate.intoto.json").unlink()
+    path = run / "evidence" / "gpu-node-4.json"
+    doc = json.loads(path.read_bytes())
+    nan = [float("nan")] * 5
+    point = {"size_bytes": 1024, "time_us": nan, "algbw": nan, "busbw": nan}
+    doc["nccl"] = {"op": "all_reduce", "ranks": 2, "points": [point], "correct": True}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(VerdictContradicted, match=r"figures\.json cannot be derived from the run's evidence"):
+        attest.sign_run(run, made.work / "keys" / "gpucert.key")

@@ -283,6 +283,10 @@ def _figures_differences(folder: RunFolder, ev: Evaluation) -> list[str]:
         said = json.loads(path.read_bytes())
     except (OSError, ValueError) as exc:
         return [f"figures.json cannot be read: {exc}"]
-    if said != json.loads(figures_document(ev)):
+    try:
+        derived = json.loads(figures_document(ev))
+    except (GpucertError, OSError, ValueError) as exc:  # a NaN in a head, a document gone: nothing to hold it to
+        return [f"figures.json cannot be derived from the run's evidence ({exc}), yet the folder holds one"]
+    if said != derived:
         return ["figures.json says other figures than the run's evidence gives (a re-test would take them)"]
     return []
