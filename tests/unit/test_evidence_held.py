@@ -150,3 +150,16 @@ def test_another_document_is_refused_when_read(document: tuple[Path, NodeEvidenc
     fewer = whole.model_copy(update={"gpus": whole.gpus[:1]})
     with pytest.raises(EvidenceError, match="no longer the document"):
         _ = _held(path, whole, load=lambda: fewer).gpus[0].measurements
+
+
+def test_the_fields_set_are_the_documents(document: tuple[Path, NodeEvidence]) -> None:
+    """pydantic's `model_fields_set` (BaseModel's property: `__pydantic_fields_set__`, pydantic/main.py) is what the
+    document gave: its P2P, DCGM and GPUs' health and samples among them, which the head alone does not."""
+    path, whole = document
+    assert {"p2p", "dcgm"} <= whole.model_fields_set  # the document gives them: the held head does not
+    ev = _held(path, whole)
+    assert ev.model_fields_set == whole.model_fields_set
+    assert not is_held(ev)
+    gpu = _held(path, whole).gpus[1]
+    assert gpu.model_fields_set == whole.gpus[1].model_fields_set
+    assert ev.model_dump(exclude_unset=True) == whole.model_dump(exclude_unset=True)

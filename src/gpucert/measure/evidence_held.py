@@ -9,7 +9,9 @@ errors, preflight, NCCL curve and fabric, validated by the same model as the who
 validated as any other) and every field of the node and its GPUs is the document's. A reader never sees a heavy
 field's default in place of the document's value: a field absent from a model's __dict__ is read through
 `__getattr__`, which loads; every pydantic method that reads the fields wholesale (dump, copy, equality, repr,
-iteration, pickling) loads first (`WHOLE`).
+iteration, pickling) loads first (`WHOLE`), and so does `model_fields_set` (the head was given fewer fields). Not
+caught: pydantic-core serialising a held model as a field of another model, or by a TypeAdapter, reads its __dict__
+without a call here (dump_python raises KeyError, dump_json leaves the heavy fields out): dump the held model itself.
 
 The head must be the head of the document `load` reads (the caller binds both to one sha256) and validated by this
 code: then the head's fields are the document's, and a held node answers as the document's NodeEvidence would.
@@ -101,6 +103,14 @@ class HeldGpu(GpuEvidence):
                 return self.__dict__[name]
         return super().__getattr__(name)  # type: ignore[misc]
 
+    @property
+    def model_fields_set(self) -> set[str]:
+        """The fields the document gave (its health and samples among them): read from it first."""
+        node = self.__dict__.get(_NODE)
+        if node is not None:
+            _fill(node)
+        return self.__pydantic_fields_set__
+
 
 class HeldEvidence(NodeEvidence):
     """A node's evidence made of its head; its heavy fields read from the document when first asked."""
@@ -112,6 +122,12 @@ class HeldEvidence(NodeEvidence):
             _fill(self)
             return self.__dict__[name]
         return super().__getattr__(name)  # type: ignore[misc]
+
+    @property
+    def model_fields_set(self) -> set[str]:
+        """The fields the document gave (its P2P and DCGM among them, which the head does not): read from it first."""
+        _fill(self)
+        return self.__pydantic_fields_set__
 
 
 def _equal(base: type[Any]) -> Callable[[Any, object], bool]:
