@@ -8,6 +8,8 @@ re-test after the repair, the three coming back slower (every carried node's pee
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import shutil
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from gpucert.pytest.context import RunContext
 from gpucert.report import attest
 from gpucert.report.derivation import VerdictContradicted, verdict_differences
 
+from ..in_process import gpucert_here
 from .conftest import fleet_doc, gpucert, spec_doc
 from .test_handover_acceptance import new_run, ok, runs
 
@@ -170,3 +173,32 @@ def test_figures_no_evidence_can_give_are_refused_by_sign_in_a_line(made: Runs, 
     path.write_text(json.dumps(doc))
     with pytest.raises(VerdictContradicted, match=r"figures\.json cannot be derived from the run's evidence"):
         attest.sign_run(run, made.work / "keys" / "gpucert.key")
+
+
+def test_a_re_evaluation_holds_nothing_no_key_of_its_own_verified(made: Runs, tmp_path: Path) -> None:
+    """`gpucert evaluate` of a re-test folder copies its retest/ (the record, the source's certificate and records)
+    and checks no signature (it is given no key): a source certificate anyone wrote, naming a figures.json that
+    halves a carried node's figures, must not decide its checks. The re-evaluation says what its evidence says."""
+    run = _copy(made, tmp_path)
+    kept = run / "retest" / "source"
+    doc = json.loads((kept / "figures.json").read_bytes())
+    for row in doc["nodes"]["gpu-node-4"]["figures"]["memory.bandwidth"]:
+        row[1] /= 2  # a straggler by these figures
+    data = json.dumps(doc).encode()
+    (kept / "figures.json").write_bytes(data)
+    certificate = run / "retest" / "source.intoto.json"
+    envelope = json.loads(certificate.read_bytes())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    for subject in statement["subject"]:
+        if subject["name"] == "figures.json":
+            subject["digest"]["sha256"] = hashlib.sha256(data).hexdigest()
+    envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()  # its signature no longer holds
+    certificate.write_text(json.dumps(envelope))
+    record = json.loads((run / "retest" / "record.json").read_bytes())
+    record["source"]["certificate"] = "sha256:" + hashlib.sha256(certificate.read_bytes()).hexdigest()
+    (run / "retest" / "record.json").write_text(json.dumps(record, indent=1) + "\n")
+    reports = tmp_path / "again"
+    ok(gpucert_here("evaluate", "spec.yaml", "--evidence", str(run), "-q", "--reports", str(reports), cwd=made.work), 1)
+    (again,) = runs(reports)
+    assert json.loads((again / "verdict.json").read_bytes())["nodes"]["gpu-node-4"]["result"] == "pass"
+    assert verdict_differences(Evaluation.from_run(again).folder).named() == []

@@ -18,9 +18,10 @@ The source's records are copied into retest/source/ when the re-test is prepared
 held to the digest the source's certificate (retest/source.intoto.json, the one the re-test record names) signed
 for it before anything is kept, and that certificate's signature must have been verified by the key signing the
 re-test (the record's `signer`: without --sign-key nothing checks who signed the source, and an envelope anyone
-wrote would decide the carried nodes' checks), and the re-test's own certificate covers the copies. Anything that
-cannot be read or does not match keeps nothing: those checks are decided by the rules (fail closed to the slow
-path, never to a pass the rules would not give).
+wrote would decide the carried nodes' checks; so a re-evaluation, `gpucert evaluate`, which copies the record with
+the re-test's evidence and is given no key, keeps nothing), and the re-test's own certificate covers the copies.
+Anything that cannot be read or does not match keeps nothing: those checks are decided by the rules (fail closed to
+the slow path, never to a pass the rules would not give).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from gpucert.files import write_atomic
 from gpucert.measure.evidence_held import HeldEvidence
 from gpucert.plan import layout
 from gpucert.plan.checks import CheckKey, CheckStatus, Finding
-from gpucert.plan.records import RetestRecord, RunInfo, parse_record
+from gpucert.plan.records import RetestRecord, RunInfo, parse_record, read_run_info
 from gpucert.plan.runfolder import RunFolder
 from gpucert.report import attest
 from gpucert.report.envelope import read_envelope
@@ -59,6 +60,23 @@ UNVERIFIED = (
     "the source's signature was not verified (the re-test is not signed: no --sign-key): a verdict no key is known "
     "to have made decides nothing"
 )
+REEVALUATED = (
+    "a re-evaluation of a re-test's evidence (gpucert evaluate) verifies no signature: the record's signer is the "
+    "re-test's word, copied with it, and a source no key verified here decides nothing"
+)
+
+
+def _unverified(folder: RunFolder, record: RetestRecord) -> str | None:
+    """Why no key of this run verified the source's certificate, or None: the re-test was not signed (no signer),
+    or this is a re-evaluation, whose retest/ was copied from the re-test it re-evaluates (plan/recorded.py) with its
+    record: what that record says its own key verified, no key here did (and anyone can write a record)."""
+    if record.source.signer is None:
+        return UNVERIFIED
+    try:
+        again = read_run_info(folder).reevaluates is not None
+    except GpucertError as exc:
+        return f"its run.json cannot be read: {exc}"
+    return REEVALUATED if again else None
 
 
 def keep_source_records(source: RunFolder, folder: RunFolder) -> None:
@@ -227,9 +245,9 @@ def kept_decisions(view: RunView, record: RetestRecord, required: Mapping[str, i
     run = record.source.run
     if not record.carried:
         return Kept(run, refused="no node was carried")
-    if record.source.signer is None:
-        return Kept(run, refused=UNVERIFIED)
     folder = view.folder
+    if (unverified := _unverified(folder, record)) is not None:
+        return Kept(run, refused=unverified)
     try:
         signed, kept = _records(folder, record)
         info = parse_record(RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
@@ -263,9 +281,9 @@ def held_figures(view: RunView, record: RetestRecord | None) -> dict[str, tuple[
     re-test's key, the same code and inputs (gates 1 and 2), its figures.json the one it signed, and each node's
     entry of the very file carried (its bytes hashed now) under the same asks. Nothing (read every document) where
     any of it does not hold."""
-    if record is None or not record.carried or record.source.signer is None:
-        return {}
     folder = view.folder
+    if record is None or not record.carried or _unverified(folder, record) is not None:
+        return {}
     try:
         signed, kept = _records(folder, record)
         info = parse_record(RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
