@@ -18,11 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpucert.acceptance.retest import _heads
 from gpucert.acceptance.retest_kept import held_figures
 from gpucert.evaluate.evaluation import Evaluation, counted
 from gpucert.evaluate.held import FIGURES_SCHEMA, figures_document
 from gpucert.measure.evidence_held import is_held
 from gpucert.plan.records import read_retest_record
+from gpucert.plan.runfolder import RunFolder
 from gpucert.pytest.carried import decide_carried
 from gpucert.pytest.context import RunContext
 from gpucert.report import attest
@@ -202,3 +204,17 @@ def test_a_re_evaluation_holds_nothing_no_key_of_its_own_verified(made: Runs, tm
     (again,) = runs(reports)
     assert json.loads((again / "verdict.json").read_bytes())["nodes"]["gpu-node-4"]["result"] == "pass"
     assert verdict_differences(Evaluation.from_run(again).folder).named() == []
+
+
+def test_choosing_holds_no_head_of_a_figures_json_other_than_the_signed_one(made: Runs, tmp_path: Path) -> None:
+    """A re-test chooses what to carry by the heads of its source's figures.json (a carried node's identity is its
+    head's): only by the bytes the source signed, read once and hashed, not a file swapped after open_source checked
+    the folder (a GPU's serial said otherwise would carry a node whose board was changed)."""
+    run = tmp_path / made.source.name
+    shutil.copytree(made.source, run)
+    signed = attest.read_envelope(run / "certificate.intoto.json").signed_digests()
+    assert sorted(_heads(RunFolder(run), signed, "SHA256:the-key")) == [f"gpu-node-{i}" for i in range(1, 6)]
+    doc = _figures(run)
+    doc["nodes"]["gpu-node-4"]["head"]["gpus"][0]["serial"] = "a board it no longer has"  # type: ignore[index]
+    (run / "figures.json").write_text(json.dumps(doc))
+    assert _heads(RunFolder(run), signed, "SHA256:the-key") == {}

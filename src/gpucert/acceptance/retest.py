@@ -148,14 +148,17 @@ def open_source(path: Path, spec: ClusterSpec, keys: list[Ed25519PublicKey]) -> 
 
 def _heads(folder: RunFolder, signed: dict[str, str], signer: str | None) -> dict[str, NodeEvidence]:
     """The source's nodes held by their heads (evaluate/held.py) where the same code wrote its signed figures.json
-    and a key given to this re-test verified it (the files match their digests: open_source checked): choosing reads
-    their identity and times, not their documents. Else none (each document is read)."""
+    and a key given to this re-test verified it (its bytes hashed again as read: open_source checked the files a moment
+    before): choosing reads their identity and times, not their documents. Else none (each document is read)."""
     if signer is None or layout.FIGURES not in signed:
         return {}
     try:
         if read_run_info(folder).gpucert_code != code_digest():
             return {}
-        doc = parse_figures(folder.figures_path.read_bytes(), folder.figures_path)
+        data = folder.figures_path.read_bytes()  # the bytes signed, hashed as read: not a file swapped since
+        if hashlib.sha256(data).hexdigest() != signed[layout.FIGURES]:
+            return {}
+        doc = parse_figures(data, folder.figures_path)
         names = {node: folder.evidence_path(node) for node in doc.nodes}
     except (GpucertError, OSError, ValueError):
         return {}
