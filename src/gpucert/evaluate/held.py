@@ -30,7 +30,7 @@ from gpucert.evaluate.rules.stability import SlowSamples
 from gpucert.evaluate.told import Told
 from gpucert.files import validate
 from gpucert.measure.evidence import NodeEvidence, read_evidence
-from gpucert.measure.evidence_held import HeldEvidence, head_of, held
+from gpucert.measure.evidence_held import HEAD_EXCLUDE, HeldEvidence, head_of, held
 
 if TYPE_CHECKING:
     from gpucert.evaluate.view import RunView
@@ -94,20 +94,25 @@ def figures_document(view: RunView) -> bytes:
             if ev is None or not ev.collected:
                 continue
             entry = nodes[node] = _entry(view, node, ev, its)
+        if entry.get("held"):
+            continue
         entry["figures"][metric] = [
             _row(gpu, figure, slow, type(figure) is Sampled or view.believed(metric, node, gpu) is not None)
             for gpu, figure, slow in rows
         ]
+    for entry in nodes.values():
+        entry.pop("held", None)
     doc = {"schema": FIGURES_SCHEMA, "asks": asks, "nodes": nodes}
     # a value JSON cannot say (a NaN in a head) writes no figures.json (ValueError): a re-test reads every document
     return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
 
 
 def _entry(view: RunView, node: str, ev: NodeEvidence, pool: str) -> dict[str, Any]:
-    """A node's entry but its figures; a held node's from what it holds (its document is not read for it)."""
+    """A node's entry but its figures; a held node's whole: its source's, which derived it alike (held_figures'
+    gates; sign and verify hold the re-test's figures.json to its evidence), its document not read for it."""
     told = view.held(node)
     if told is not None:
-        digest, p2p = told.evidence, told.p2p
+        return {**told.entry.model_dump(mode="json", by_alias=True, exclude={"head": HEAD_EXCLUDE}), "held": True}
     else:
         digest = _sha256(view.folder.evidence_path(node))
         p2p = None
@@ -181,17 +186,20 @@ def heads_of(doc: FiguresDocument, evidence: Mapping[str, tuple[Path, str]]) -> 
     return out
 
 
+_new = tuple.__new__  # a named tuple made by the tuple's own constructor: its generated __new__ is Python
+
+
 def _told(entry: HeldNode) -> Told:
     figures = {
         metric: [
             (
                 gpu,
-                Sampled(value, n, unit) if value is not None else unit,
-                SlowSamples(s[0], s[1], s[2], s[3], s[4], tuple(s[5])) if s is not None else None,
+                _new(Sampled, (value, n, unit)) if value is not None else unit,
+                _new(SlowSamples, (*s[:5], tuple(s[5]))) if s is not None else None,
                 value is not None or n > 0,
             )
             for gpu, value, n, unit, s in rows
         ]
         for metric, rows in entry.figures.items()
     }
-    return Told(entry.evidence, entry.pool, figures, entry.p2p)
+    return Told(entry.evidence, entry.pool, figures, entry.p2p, entry)

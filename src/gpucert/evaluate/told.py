@@ -3,7 +3,8 @@ source's signed figures.json; evaluate/view.py and view_figures.py answer from i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from gpucert.evaluate.rules.performance import Sampled
 from gpucert.evaluate.rules.stability import SlowSamples
@@ -21,3 +22,4 @@ class Told:
     pool: str
     figures: dict[str, list[tuple[int | None, Sampled | str, SlowSamples | None, bool]]]
     p2p: tuple[str, dict[int, str | None]] | None
+    entry: Any = field(default=None, compare=False, repr=False)  # its entry in figures.json, as read (held.HeldNode)
