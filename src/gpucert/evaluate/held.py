@@ -16,11 +16,11 @@ held by its head (read whole only where a rule asks for more). Anything else rea
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpucert.errors import EvidenceError
@@ -103,8 +103,13 @@ def figures_document(view: RunView) -> bytes:
     for entry in nodes.values():
         entry.pop("held", None)
     doc = {"schema": FIGURES_SCHEMA, "asks": asks, "nodes": nodes}
-    # a value JSON cannot say (a NaN in a head) writes no figures.json (ValueError): a re-test reads every document
-    return json.dumps(doc, separators=(",", ":"), allow_nan=False).encode()
+    # json.dumps' document, written by pydantic-core (0.06 s for 8.8 MB at 1,024 x 8, json's encoder 0.29 s); a value
+    # JSON cannot say (a NaN in a head: pydantic-core writes the constant) writes no figures.json (ValueError), nor do
+    # those words in a head's text: a re-test then reads every document
+    data = pydantic_core.to_json(doc)
+    if b"NaN" in data or b"Infinity" in data:
+        raise ValueError("a value JSON cannot say (NaN or an infinity) in a node's head")
+    return data
 
 
 def _entry(view: RunView, node: str, ev: NodeEvidence, pool: str) -> dict[str, Any]:
