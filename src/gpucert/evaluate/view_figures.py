@@ -59,19 +59,13 @@ class ViewFigures:
         usable (ValueError otherwise: a rule asks only after node_evidence said so)."""
         figures = self._figures.get(node)
         if figures is None:
-            figures = self._figures[node] = {}
+            figures = self._figures[node] = self._held_figures(node)
         key = (metric, gpu)
         if key not in figures:
             key = self._figure_keys.setdefault(key, key)  # every node's dict holds the same key objects
             ev = self.usable(node)
             if ev is None:
                 raise ValueError(f"{node} has no usable evidence: no figure of {metric} to believe")
-            held = self._held.get(node)
-            if held is not None and metric in held.figures:  # its source's, derived alike (evaluate/held.py)
-                for index, figure, _slow, sampled in held.figures[metric]:
-                    if index == gpu:
-                        figures[key] = figure if sampled or type(figure) is Sampled else None
-                        return figures[key]
             told = self.once("view_figures: believed by the pools", _Told)
             if told.copied.get(node) != len(told.pools):  # what its pool's index believed of it, kept at once
                 told.copied[node] = len(told.pools)
@@ -82,6 +76,21 @@ class ViewFigures:
             found = believable(ev, metric, gpu, self.expected(node, metric), self.min_samples(metric), g)
             figures[key] = None if isinstance(found, str) and not samples_of(ev, metric, gpu, g) else found
         return figures[key]
+
+    def _held_figures(self, node: str) -> dict[tuple[str, int | None], Sampled | str | None]:
+        """A held node's figures as its source derived them (evaluate/held.py), each (metric, GPU) of its entry at
+        once, as `believed` answers (None: refused, with no samples); {} for any other node (or one not usable)."""
+        held = self._held.get(node)
+        if held is None or self.usable(node) is None:
+            return {}
+        figures: dict[tuple[str, int | None], Sampled | str | None] = {}
+        keys = self._figure_keys
+        for metric, rows in held.figures.items():
+            for gpu, figure, _slow, sampled in rows:
+                key = keys.setdefault((metric, gpu), (metric, gpu))
+                if key not in figures:  # a GPU listed twice: its first, as the index lists it
+                    figures[key] = figure if sampled or type(figure) is Sampled else None
+        return figures
 
     def _keep_told(
         self, node: str, ev: NodeEvidence, figures: dict[tuple[str, int | None], Sampled | str | None], told: _Told
