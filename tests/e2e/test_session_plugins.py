@@ -56,6 +56,7 @@ def _reports_whole(run: Path) -> None:
 
 def test_the_session_loads_the_plugins_it_needs_and_no_other(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTEST_PLUGINS", raising=False)
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)  # options there keep autoloading on (the test below)
     code, run, names = _certify(tmp_path, monkeypatch)
     assert code == 0
     assert {"gpucert", "html", "metadata"} <= set(names)
@@ -75,6 +76,20 @@ def test_allure_pytest_put_in_by_pytest_plugins_does_not_break_a_run(
 
 def test_workers_load_xdist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     code, run, names = _certify(tmp_path, monkeypatch, "-n", "1")
+    assert code == 0
+    assert "xdist" in names
+    _reports_whole(run)
+
+
+def test_an_installed_plugins_option_in_pytest_addopts_still_parses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PYTEST_ADDOPTS naming an installed plugin's option (here xdist's --dist; pytest-timeout's --timeout alike)
+    was pytest's usage error at the evaluation with autoloading off (exit 4, the run INCOMPLETE after measuring):
+    with options in the environment, the session autoloads as it did before cli/suites.py PLUGINS."""
+    monkeypatch.delenv("PYTEST_PLUGINS", raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--dist=load")
+    code, run, names = _certify(tmp_path, monkeypatch)
     assert code == 0
     assert "xdist" in names
     _reports_whole(run)

@@ -4,6 +4,7 @@ a command's session, the plugins the command adds to it (`KeepVerdict`: the verd
 
 from __future__ import annotations
 
+import os
 from collections.abc import Generator
 
 import pytest
@@ -23,6 +24,14 @@ __all__ = ["PLUGINS", "KeepVerdict", "run_pytest", "run_suites"]
 # used. allure-pytest is not needed: gpucert writes the Allure results itself and adds --alluredir without it
 # (report/alluredir.py). PYTEST_PLUGINS still adds a plugin to the session (pytest's consider_env).
 PLUGINS = ("gpucert", "html", "metadata")
+
+
+def _autoload() -> list[str]:
+    """pytest's autoloading off, unless the environment gives pytest options (PYTEST_ADDOPTS, which pytest 9.1.1's
+    Config._preparse puts before the command's arguments): they may be any installed plugin's (pytest-timeout's
+    --timeout, xdist's --dist), which pytest refuses as unrecognized arguments unless that plugin is loaded, and it
+    was before autoloading went off. Without a plugin's options the evaluation stopped at pytest's usage error."""
+    return [] if os.environ.get("PYTEST_ADDOPTS", "").strip() else ["--disable-plugin-autoload"]
 
 
 def run_suites(
@@ -45,7 +54,7 @@ def run_suites(
         str(root / "pyproject.toml"),
         "-p",
         "no:cacheprovider",
-        "--disable-plugin-autoload",
+        *_autoload(),
         *(arg for name in PLUGINS for arg in ("-p", name)),
         "-W",
         "default",
