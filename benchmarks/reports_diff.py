@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -25,7 +26,7 @@ TIMES = [
     (re.compile(r'(time|timestamp)="[^"]*"'), r'\1="T"'),  # junit.xml
     (re.compile(r'"ageSeconds": \d+'), '"ageSeconds": A'),
     (re.compile(r'"(git_commit|gpucert_code)": "[^"]*"'), r'"\1": X'),
-    (re.compile(r"/work/(main|wt/\w+)/"), "/SRC/"),  # a tree's path in a skip's location
+    (re.compile(r"/work/(main|wt/[\w.-]+)/"), "/SRC/"),  # a tree's path in a skip's location (wt/final9-b)
     # report.html (pytest-html): each item's duration, the footer's times, the measurement's length
     (re.compile(r"(&#34;|\")(duration|time)(&#34;|\"): ?(&#34;|\")?[0-9:.]+( ms)?"), r"\2:D"),
     (re.compile(r"col-duration(\\?&#34;|\")&gt;(\d+ ms|\d\d:\d\d:\d\d)&lt;"), r"col-duration\1&gt;D&lt;"),
@@ -56,8 +57,10 @@ def folder_files(run: Path) -> dict[str, Path]:
 
 
 def allure(run: Path) -> list[tuple[str, str]]:
+    """Each allure-results file's name and text, normalised; none where the folder has no allure-results/."""
     found = []
-    for p in (run / "allure-results").iterdir():
+    folder = run / "allure-results"
+    for p in folder.iterdir() if folder.is_dir() else ():
         text = normalised(p.read_text(encoding="utf-8", errors="replace"))
         found.append((UUID.sub("U", p.name), text))
     return sorted(found)
@@ -77,13 +80,16 @@ def differences(before: Path, after: Path) -> list[str]:
                 f"{name} differs at {at}:\n  {x[max(at - 120, 0) : at + 80]!r}\n  {y[max(at - 120, 0) : at + 80]!r}"
             )
     x_results, y_results = allure(before), allure(after)
-    if x_results != y_results:
-        odd = sorted(set(x_results) ^ set(y_results))
+    if x_results != y_results:  # by their count of each text: two results alike in one run are two
+        odd = sorted((Counter(x_results) - Counter(y_results)) + (Counter(y_results) - Counter(x_results)))
         said.append(f"allure-results differ ({len(x_results)} and {len(y_results)} files): {odd[0][0]} first")
     return said
 
 
 def main() -> int:
+    if len(sys.argv) != 3 or not all(Path(a).is_dir() for a in sys.argv[1:]):
+        print(f"usage: {sys.argv[0]} RUN_BEFORE RUN_AFTER (two run folders)", file=sys.stderr)
+        return 2
     before, after = Path(sys.argv[1]), Path(sys.argv[2])
     said = differences(before, after)
     for line in said:

@@ -300,7 +300,7 @@ def baseline_passes(
 ) -> list[Finding | None]:
     """`against_baseline` of each of the node's (GPU, figure) where it passes, else None: the baseline's bounds
     told once for the node's GPUs (a re-test decides a carried node's GPUs of a metric at once), and each pass
-    worded in one expression as `_against` words it (its fields byte for byte: tests/unit/test_baseline_passes.py),
+    worded in one expression as `_against` words it (its fields byte for byte: tests/unit/test_analysis.py),
     without a call per GPU (74,000 at 1,024 x 8)."""
     limit, ok_min, tail, rounded = _bounds(baseline)
     expected, unit = baseline.expected, baseline.unit
