@@ -340,9 +340,8 @@ class NodeIdentities(_Model):
 _MISSING = "no evidence for this node; measure it or pass the evidence folder"
 
 
-D = TypeVar(
-    "D", NodeEvidence, FabricEvidence, FabricPairs, NodeIdentities
-)  # the documents evidence/ holds, each with its schema
+# the documents of the evidence schema: evidence/'s, and a re-test's identity reads (retest/identity.json)
+D = TypeVar("D", NodeEvidence, FabricEvidence, FabricPairs, NodeIdentities)
 
 
 def _document(path: Path, data: Any) -> None:

@@ -21,6 +21,7 @@ retest/source/                                   the source run's run.json, verd
                                                  inventory.json as it signed them: whether a carried node's checks
                                                  keep their signed decisions (acceptance/retest_kept.py)
 verdict.json, run.json                           the result and when the run ran (evaluate)
+figures.json                                     what the run derived of each measured node (evaluate/held.py)
 report.html, junit.xml, allure-results/          the reports
 certificate.intoto.json                          the signature over all of it (sign)
 ```
