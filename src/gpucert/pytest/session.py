@@ -1,5 +1,5 @@
 """The session: the run a pytest session evaluates, opened once at configure time, and what the controller does at
-its end (the verdict, run.json, the Allure results, JUnit's and the terminal's word, the exit status).
+its end (the verdict, run.json, figures.json, the Allure results, JUnit's and the terminal's word, the exit status).
 
 Plan and measure run once, in the controller, before xdist starts its workers, and only in a session that runs tests
 (`--co`, `--help`, `--markers`, `--fixtures` never create a run folder); workers receive the run folder through
@@ -236,7 +236,8 @@ def _verdict(ctx: RunContext, stopped: str | None) -> Verdict:
 
 
 def _write_records(ctx: RunContext, config: pytest.Config, verdict: Verdict) -> None:
-    """What the run folder keeps beside the verdict: the gate's summary, run.json, the Allure results."""
+    """What the run folder keeps beside the verdict: the gate's summary, run.json, figures.json (a measured run's),
+    the Allure results."""
     ev = ctx.evaluation
     if ev.inventory.target == "static":  # what a CI job posts on the pull request
         ctx.folder.write_summary(summary_markdown(verdict, ctx.folder.read_gate()))
