@@ -17,12 +17,13 @@ from gpucert.resources import project_root
 __all__ = ["PLUGINS", "KeepVerdict", "run_pytest", "run_suites"]
 
 # The plugins of a command's session, by their pytest11 entry points' names, with pytest's autoloading of every
-# installed entry point off: gpucert's own, pytest-html and the pytest-metadata it reads (report.html); pytest-xdist
-# is added where -n asks for workers (its workers get the same arguments: xdist 3.8 workermanage.py sends
-# invocation_params.args). Autoloading imported whatever else the environment holds (in a developer's,
-# pytest-httpserver with werkzeug, platformdirs' and allure-pytest's): 0.07 s of a 1,024 x 8 re-test's CPU, none of it
-# used. allure-pytest is not needed: gpucert writes the Allure results itself and adds --alluredir without it
-# (report/alluredir.py). PYTEST_PLUGINS still adds a plugin to the session (pytest's consider_env).
+# installed entry point off (`_autoload`: on where PYTEST_ADDOPTS gives options): gpucert's own, pytest-html and the
+# pytest-metadata it reads (report.html); pytest-xdist is added where -n asks for workers (its workers get the same
+# arguments: xdist 3.8 workermanage.py sends invocation_params.args). Autoloading imported whatever else the
+# environment holds (in a developer's, pytest-httpserver with werkzeug, platformdirs' and allure-pytest's): 0.07 s of
+# a 1,024 x 8 re-test's CPU, none of it used. allure-pytest is not needed: gpucert writes the Allure results itself
+# and adds --alluredir without it (report/alluredir.py). PYTEST_PLUGINS still adds a plugin to the session (pytest's
+# consider_env).
 PLUGINS = ("gpucert", "html", "metadata")
 
 
