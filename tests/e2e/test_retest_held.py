@@ -81,6 +81,14 @@ def test_a_run_signs_the_figures_its_evidence_gives(made: Runs) -> None:
     assert doc == json.loads(figures_document(Evaluation.from_run(made.source)))
 
 
+def test_the_source_s_figures_are_kept_by_a_hard_link(made: Runs) -> None:
+    """retest/source/figures.json (8.8 MB at 1,024 x 8) is the source's file, linked as carried evidence is (the
+    same file system here), not a second copy written."""
+    kept, source = made.retest / "retest" / "source" / "figures.json", made.source / "figures.json"
+    assert kept.read_bytes() == source.read_bytes()
+    assert kept.stat().st_ino == source.stat().st_ino
+
+
 def test_the_retest_holds_its_carried_nodes_and_reads_none_of_their_documents(made: Runs) -> None:
     ctx = RunContext(Evaluation.from_run(made.retest))
     ev = ctx.evaluation
