@@ -167,7 +167,7 @@ def _heads(folder: RunFolder, signed: dict[str, str], signer: str | None) -> dic
         digest = signed.get(path.relative_to(folder.path).as_posix())
         if digest is not None:
             evidence[node] = (path, digest)
-    return dict(heads_of(doc, evidence))
+    return dict(heads_of(doc, evidence))  # NodeEvidence values (dict is invariant)
 
 
 def _same_judgement(folder: RunFolder, spec: ClusterSpec, path: Path) -> None:

@@ -199,6 +199,14 @@ def _records(folder: RunFolder, record: RetestRecord) -> tuple[dict[str, str], d
     return signed, kept
 
 
+def _source_records(folder: RunFolder, record: RetestRecord) -> tuple[dict[str, str], dict[str, bytes], str | None]:
+    """The source's signed digests and kept records (each held to its digest: _Unmatched otherwise), and why it was
+    not judged as this run is (gates 1 and 2), or None: what kept decisions and held figures both stand on."""
+    signed, kept = _records(folder, record)
+    info = parse_record(RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
+    return signed, kept, _judged_alike(folder, signed, info)
+
+
 def _entries(doc: Any, key: str) -> dict[str, Any]:
     """stack.json's or inventory.json's entry of each node, as written (a dict by node, or a list naming each)."""
     nodes = doc.get("nodes") if isinstance(doc, dict) else None
@@ -250,9 +258,7 @@ def kept_decisions(view: RunView, record: RetestRecord, required: Mapping[str, i
     if (unverified := _unverified(folder, record)) is not None:
         return Kept(run, refused=unverified)
     try:
-        signed, kept = _records(folder, record)
-        info = parse_record(RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
-        refused = _judged_alike(folder, signed, info)
+        signed, kept, refused = _source_records(folder, record)
         if refused is not None:
             return Kept(run, refused=refused)
         verdict = parse_verdict(json.loads(kept[layout.VERDICT]), "retest/source/verdict.json")
@@ -286,10 +292,9 @@ def held_figures(view: RunView, record: RetestRecord | None) -> dict[str, tuple[
     if record is None or not record.carried or _unverified(folder, record) is not None:
         return {}
     try:
-        signed, kept = _records(folder, record)
-        info = parse_record(RunInfo, json.loads(kept[layout.RUN_INFO]), "retest/source/run.json", "a run.json")
+        signed, _kept, refused = _source_records(folder, record)
         path = folder.retest_kept_dir / layout.FIGURES
-        if _judged_alike(folder, signed, info) is not None or not path.is_file():
+        if refused is not None or not path.is_file():
             return {}
         data = path.read_bytes()
         if signed.get(layout.FIGURES) != _sha256(data):

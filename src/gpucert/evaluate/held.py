@@ -83,10 +83,11 @@ def figures_document(view: RunView) -> bytes:
         for m in asks[pool]:
             view.peers.index(m, pool)  # believed by the pool, once (most are by now)
     nodes: dict[str, dict[str, Any]] = {}
+    whole: set[str] = set()  # held nodes: their source's entry, taken whole (_entry)
     measured = view.measured  # the folder asked once, not once a node and metric
     for metric, node, rows in view.told_rows():
         its = view.pool_name_of(node)
-        if its is None or metric not in asks.get(its, {}):
+        if its is None or metric not in asks.get(its, {}) or node in whole:
             continue
         entry = nodes.get(node)
         if entry is None:
@@ -94,14 +95,13 @@ def figures_document(view: RunView) -> bytes:
             if ev is None or not ev.collected:
                 continue
             entry = nodes[node] = _entry(view, node, ev, its)
-        if entry.get("held"):
-            continue
+            if view.held(node) is not None:
+                whole.add(node)
+                continue
         entry["figures"][metric] = [
             _row(gpu, figure, slow, type(figure) is Sampled or view.believed(metric, node, gpu) is not None)
             for gpu, figure, slow in rows
         ]
-    for entry in nodes.values():
-        entry.pop("held", None)
     doc = {"schema": FIGURES_SCHEMA, "asks": asks, "nodes": nodes}
     # json.dumps' document, written by pydantic-core (0.06 s for 8.8 MB at 1,024 x 8, json's encoder 0.29 s); a value
     # JSON cannot say (a NaN in a head: pydantic-core writes the constant) writes no figures.json (ValueError), nor do
@@ -117,12 +117,12 @@ def _entry(view: RunView, node: str, ev: NodeEvidence, pool: str) -> dict[str, A
     gates; sign and verify hold the re-test's figures.json to its evidence), its document not read for it."""
     told = view.held(node)
     if told is not None:
-        return {**told.entry.model_dump(mode="json", by_alias=True, exclude={"head": HEAD_EXCLUDE}), "held": True}
-    else:
-        digest = _sha256(view.folder.evidence_path(node))
-        p2p = None
-        if ev.p2p is not None:
-            p2p = (ev.p2p.unit, view.once(f"p2p.matrix/{node}", lambda: p2p_problems(ev)))
+        entry: dict[str, Any] = told.entry.model_dump(mode="json", by_alias=True, exclude={"head": HEAD_EXCLUDE})
+        return entry
+    p2p = None
+    if ev.p2p is not None:
+        p2p = (ev.p2p.unit, view.once(f"p2p.matrix/{node}", lambda: p2p_problems(ev)))
+    digest = _sha256(view.folder.evidence_path(node))
     return {"evidence": digest, "pool": pool, "head": head_of(ev), "figures": {}, "p2p": p2p}
 
 
