@@ -29,17 +29,24 @@ class _Plugins:
         self.names = [name for name, _ in config.pluginmanager.list_name_plugin()]
 
 
-def _certify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, Path, list[str]]:
+def certify_watched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, watcher: object, *args: str) -> tuple[int, Path]:
+    """`gpucert certify` of a 2 x 2 fleet (health only) in this process, `watcher` a plugin of its pytest session:
+    the exit code and the run folder."""
     doc = spec_doc(probes=["health"])
     doc["certify"].pop("multinode")
     doc["expect"].update(nodes=2, gpusPerNode=2)
     (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=2, gpus=2)))
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
-    seen = _Plugins()
     real = suites.run_pytest
-    monkeypatch.setattr(suites, "run_pytest", lambda a, plugins: real(a, [*plugins, seen]))
+    monkeypatch.setattr(suites, "run_pytest", lambda a, plugins: real(a, [*plugins, watcher]))
     code = main(["certify", str(tmp_path / "spec.yaml"), "--reports", str(tmp_path / "reports"), "-q", *args])
     (run,) = [p for p in (tmp_path / "reports").iterdir() if not p.name.startswith(".")]
+    return code, run
+
+
+def _certify(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, Path, list[str]]:
+    seen = _Plugins()
+    code, run = certify_watched(tmp_path, monkeypatch, seen, *args)
     return code, run, seen.names
 
 

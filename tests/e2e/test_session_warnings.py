@@ -10,12 +10,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-import yaml
 
-from gpucert.cli import suites
-from gpucert.cli.main import main
-
-from .conftest import fleet_doc, spec_doc
+from .test_session_plugins import certify_watched
 
 
 class _Warned:
@@ -30,14 +26,7 @@ class _Warned:
 
 def test_a_certification_says_no_assertion_rewrite_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
-    doc = spec_doc(probes=["health"])
-    doc["certify"].pop("multinode")
-    doc["expect"].update(nodes=2, gpusPerNode=2)
-    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(fleet_doc(nodes=2, gpus=2)))
-    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(doc))
     warned = _Warned()
-    real = suites.run_pytest
-    monkeypatch.setattr(suites, "run_pytest", lambda a, plugins: real(a, [*plugins, warned]))
-    assert main(["certify", str(tmp_path / "spec.yaml"), "--reports", str(tmp_path / "reports"), "-q"]) == 0
+    assert certify_watched(tmp_path, monkeypatch, warned)[0] == 0
     said = [str(w.message) for w in warned.said if issubclass(w.category, pytest.PytestAssertRewriteWarning)]
     assert said == []
